@@ -1,1 +1,7 @@
-export {};
+export * from './errors.js';
+export * from './headers.js';
+export * from './config.js';
+export * from './chat.js';
+export * from './models.js';
+export * from './admin.js';
+export * from './error-schema.js';

@@ -1,0 +1,68 @@
+import { type Static, Type } from '@sinclair/typebox';
+
+const Money = Type.Number({ minimum: 0 });
+const ModelId = Type.String({ minLength: 1, maxLength: 200 });
+
+export const CreateWorkspaceBody = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 200 }),
+    enabledModels: Type.Optional(Type.Union([Type.Array(ModelId), Type.Null()])),
+    budget: Type.Optional(Type.Union([Money, Type.Null()])),
+  },
+  { additionalProperties: false },
+);
+export type CreateWorkspaceBody = Static<typeof CreateWorkspaceBody>;
+
+export const Workspace = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  enabledModels: Type.Union([Type.Array(Type.String()), Type.Null()]),
+  budget: Type.Union([Type.Number(), Type.Null()]),
+  spent: Type.Number(),
+});
+
+export const CreateKeyBody = Type.Object(
+  {
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    workspaceId: Type.Optional(Type.String({ minLength: 1 })),
+    rateLimitRpm: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
+    budget: Type.Optional(Type.Union([Money, Type.Null()])),
+  },
+  { additionalProperties: false },
+);
+export type CreateKeyBody = Static<typeof CreateKeyBody>;
+
+export const PatchKeyBody = Type.Object(
+  {
+    rateLimitRpm: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
+    budget: Type.Optional(Type.Union([Money, Type.Null()])),
+  },
+  { additionalProperties: false, minProperties: 1 },
+);
+export type PatchKeyBody = Static<typeof PatchKeyBody>;
+
+export const KeyView = Type.Object({
+  id: Type.String(),
+  name: Type.Union([Type.String(), Type.Null()]),
+  workspaceId: Type.Union([Type.String(), Type.Null()]),
+  rateLimitRpm: Type.Integer(),
+  budget: Type.Union([Type.Number(), Type.Null()]),
+  spent: Type.Number(),
+  revoked: Type.Boolean(),
+});
+
+export const CreatedKey = Type.Object({
+  id: Type.String(),
+  key: Type.String(),
+  name: Type.Union([Type.String(), Type.Null()]),
+  workspaceId: Type.Union([Type.String(), Type.Null()]),
+  rateLimitRpm: Type.Integer(),
+  budget: Type.Union([Type.Number(), Type.Null()]),
+});
+
+export const KeyParams = Type.Object({ id: Type.String({ minLength: 1 }) });
+
+export const RebuildResult = Type.Object({
+  models: Type.Integer(),
+  providers: Type.Record(Type.String(), Type.Union([Type.Literal('ok'), Type.Literal('stale'), Type.Literal('error')])),
+});

@@ -1,0 +1,88 @@
+import { type Static, Type } from '@sinclair/typebox';
+
+const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool'].map((r) => Type.Literal(r)));
+
+/** OpenAI's message object; fields beyond role and content pass through to the provider. */
+export const ChatMessage = Type.Object(
+  {
+    role: Role,
+    content: Type.Optional(Type.Union([Type.String(), Type.Array(Type.Object({}, { additionalProperties: true })), Type.Null()])),
+    name: Type.Optional(Type.String()),
+    tool_call_id: Type.Optional(Type.String()),
+    tool_calls: Type.Optional(Type.Array(Type.Object({}, { additionalProperties: true }))),
+  },
+  { additionalProperties: true },
+);
+
+export const ChatTool = Type.Object(
+  {
+    type: Type.Literal('function'),
+    function: Type.Object(
+      {
+        name: Type.String({ minLength: 1, maxLength: 64 }),
+        description: Type.Optional(Type.String()),
+        parameters: Type.Optional(Type.Object({}, { additionalProperties: true })),
+        strict: Type.Optional(Type.Boolean()),
+      },
+      { additionalProperties: true },
+    ),
+  },
+  { additionalProperties: true },
+);
+
+export const ResponseFormat = Type.Union([
+  Type.Object({ type: Type.Literal('text') }),
+  Type.Object({ type: Type.Literal('json_object') }),
+  Type.Object({
+    type: Type.Literal('json_schema'),
+    json_schema: Type.Object(
+      { name: Type.String({ minLength: 1 }), schema: Type.Optional(Type.Object({}, { additionalProperties: true })), strict: Type.Optional(Type.Boolean()), description: Type.Optional(Type.String()) },
+      { additionalProperties: true },
+    ),
+  }),
+]);
+
+export const ChatCompletionRequest = Type.Object(
+  {
+    model: Type.String({ minLength: 1, maxLength: 200 }),
+    messages: Type.Array(ChatMessage, { minItems: 1 }),
+    stream: Type.Optional(Type.Boolean({ default: false })),
+    stream_options: Type.Optional(Type.Union([Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }), Type.Null()])),
+    temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2, default: 1 })),
+    max_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
+    top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: 1 })),
+    tools: Type.Optional(Type.Array(ChatTool)),
+    tool_choice: Type.Optional(Type.Union([Type.Union(['none', 'auto', 'required'].map((c) => Type.Literal(c))), Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: Type.String() }) }, { additionalProperties: true })])),
+    response_format: Type.Optional(ResponseFormat),
+    seed: Type.Optional(Type.Integer()),
+    reasoning_effort: Type.Optional(Type.Union(['low', 'medium', 'high'].map((e) => Type.Literal(e)))),
+  },
+  { additionalProperties: true },
+);
+export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>;
+
+const Usage = Type.Object(
+  { prompt_tokens: Type.Integer(), completion_tokens: Type.Integer(), total_tokens: Type.Integer() },
+  { additionalProperties: true },
+);
+
+export const ChatCompletionResponse = Type.Object(
+  {
+    id: Type.String(),
+    object: Type.Literal('chat.completion'),
+    created: Type.Integer(),
+    model: Type.String(),
+    choices: Type.Array(
+      Type.Object(
+        {
+          index: Type.Integer(),
+          finish_reason: Type.Union([Type.String(), Type.Null()]),
+          message: Type.Object({ role: Type.String(), content: Type.Union([Type.String(), Type.Null()]) }, { additionalProperties: true }),
+        },
+        { additionalProperties: true },
+      ),
+    ),
+    usage: Type.Optional(Usage),
+  },
+  { additionalProperties: true },
+);

@@ -1,0 +1,47 @@
+import type { ModelKind } from './headers.js';
+
+/** Wire formats the gateway has adapters for. */
+export const PROVIDER_TYPES = ['openai', 'mistral', 'azure', 'cohere'] as const;
+export type ProviderType = (typeof PROVIDER_TYPES)[number];
+
+export interface Pricing {
+  prompt_per_1m: number;
+  completion_per_1m: number;
+  currency: string;
+  /** Per-unit prices for non-token kinds (rerank search units, audio seconds). */
+  per_unit?: number;
+}
+
+export interface ProviderConfig {
+  id: string;
+  type: ProviderType;
+  baseUrl: string;
+  apiKey?: string;
+  region: string;
+  timeoutMs?: number;
+  /** Azure: api-version query parameter. */
+  apiVersion?: string;
+}
+
+export interface OfferConfig {
+  provider: string;
+  upstreamModel: string;
+  pricing: Pricing;
+}
+
+export interface ModelConfig {
+  id: string;
+  kind: ModelKind;
+  owned_by: string;
+  context_window?: number;
+  capabilities?: string[];
+  deprecated?: boolean;
+  beta?: boolean;
+  offers: OfferConfig[];
+}
+
+/** The `GW_CONFIG` file (INTERFACES.md), after `${ENV}` substitution. */
+export interface GatewayFileConfig {
+  providers: ProviderConfig[];
+  models: ModelConfig[];
+}

@@ -1,0 +1,140 @@
+import { readFileSync } from 'node:fs';
+import type { GatewayFileConfig } from '@gw/schema';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { ApiKeyAuthenticator } from './auth/api-keys.js';
+import { WorkspaceCache } from './auth/workspace-cache.js';
+import type { GatewayConfig } from './config/index.js';
+import { GatewayError } from './errors/gateway-error.js';
+import { sendError } from './http/errors.js';
+import { Metrics } from './http/metrics.js';
+import { openApiRoutes, registerOpenApi } from './http/openapi.js';
+import { registerRequestContext } from './http/plugins/request-context.js';
+import { publicApi } from './http/public-api.js';
+import { adminRoutes } from './http/routes/admin.js';
+import { opsRoutes } from './http/routes/ops.js';
+import type { Services } from './http/services.js';
+import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
+import { UsageWriter } from './jobs/usage-writer.js';
+import { MemoryBus } from './kv/memory.js';
+import { RedisBus } from './kv/redis.js';
+import type { Bus } from './kv/types.js';
+import { newRequestId } from './lib/ids.js';
+import { createAdapter } from './providers/index.js';
+import type { ProviderAdapter } from './providers/types.js';
+import { ModelRegistry } from './routing/registry.js';
+import { openStore } from './store/open.js';
+import type { Store } from './store/types.js';
+
+export function gatewayVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+export interface GatewayOptions {
+  config: GatewayConfig;
+  /** The providers and models to serve: the config file's, or the simulator's demo catalogue. */
+  catalogue: GatewayFileConfig;
+  /** false silences request logs (tests); default: pino at config.logLevel. */
+  logger?: boolean;
+}
+
+export interface Gateway {
+  app: FastifyInstance;
+  services: Services;
+  /** Stops taking work, finishes what is in flight, writes pending usage, closes connections. */
+  close(): Promise<void>;
+}
+
+/** Opens the store and connections the config names and builds the app, without listening. */
+export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  const { config, catalogue } = options;
+  const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir });
+  await store.migrate();
+  const bus: Bus = config.redisUrl ? await RedisBus.connect(config.redisUrl) : new MemoryBus();
+  const adapters = new Map<string, ProviderAdapter>();
+  for (const p of catalogue.providers) {
+    const adapter = createAdapter(p);
+    if (adapter) adapters.set(p.id, adapter);
+  }
+  const registry = new ModelRegistry(catalogue, adapters);
+  await registry.rebuild();
+  const metrics = new Metrics();
+  const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
+  await auth.start();
+  const app = buildFastify(config, options.logger ?? true);
+  const usage = new UsageWriter(store, {
+    flushIntervalMs: 250,
+    maxBatch: 500,
+    onError: (err) => {
+      metrics.usagePending.inc();
+      app.log.warn({ err: (err as Error).message }, 'usage write failed; records kept for retry');
+    },
+  });
+  usage.start();
+  const services: Services = {
+    config,
+    version: gatewayVersion(),
+    store,
+    registry,
+    adapters,
+    auth,
+    workspaces: new WorkspaceCache(store, config.keyCacheTtlMs),
+    usage,
+    metrics,
+    lifecycle: { draining: false },
+  };
+  const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'));
+  await mountRoutes(app, services);
+  return {
+    app,
+    services,
+    close: async () => {
+      services.lifecycle.draining = true;
+      stopRebuild();
+      await app.close();
+      await usage.stop();
+      await Promise.all([...adapters.values()].map((a) => a.close()));
+      await bus.close();
+      await closeStore(store);
+    },
+  };
+}
+
+async function closeStore(store: Store): Promise<void> {
+  try {
+    await store.close();
+  } catch {
+    // Already gone.
+  }
+}
+
+function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
+  return Fastify({
+    logger: logger
+      ? {
+          level: config.logLevel,
+          redact: { paths: ['req.headers.authorization', 'req.headers["api-key"]', 'req.headers["x-api-key"]', '*.apiKey', '*.key', '*.password'], censor: '[redacted]' },
+        }
+      : false,
+    bodyLimit: config.bodyLimitBytes,
+    genReqId: () => newRequestId(),
+    requestIdHeader: false,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+    // Inputs are validated, never coerced or rewritten (a string "0.5" is not a temperature).
+    ajv: { customOptions: { coerceTypes: false, useDefaults: false, removeAdditional: false, allErrors: false } },
+  });
+}
+
+async function mountRoutes(app: FastifyInstance, services: Services): Promise<void> {
+  await registerOpenApi(app, services.version);
+  registerRequestContext(app, services);
+  app.setErrorHandler((err, request, reply) => sendError(err, request, reply, 'a'));
+  app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, 'a'));
+  opsRoutes(app, services);
+  openApiRoutes(app);
+  await app.register(publicApi, { services, variant: 'a' });
+  await app.register(publicApi, { prefix: '/alt', services, variant: 'b' });
+  const adminToken = services.config.adminToken;
+  if (adminToken) await app.register((admin) => adminRoutes(admin, { ...services, adminToken }), { prefix: '/admin/v1' });
+}

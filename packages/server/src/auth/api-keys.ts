@@ -1,0 +1,140 @@
+import { KEY_PREFIX } from '@gw/schema';
+import { GatewayError } from '../errors/gateway-error.js';
+import type { Bus } from '../kv/types.js';
+import { randomToken, sha256Hex } from '../lib/crypto.js';
+import type { ApiKeyRecord, Store } from '../store/types.js';
+
+const KEY_PATTERN = /^gw_live_[A-Za-z0-9_-]{43}$/;
+const CHANNEL = 'gw:keys';
+const MAX_CACHED = 100_000;
+
+export function generateApiKey(): { key: string; hash: string } {
+  const key = `${KEY_PREFIX}${randomToken(32)}`;
+  return { key, hash: sha256Hex(key) };
+}
+
+interface Cached {
+  record: ApiKeyRecord;
+  fetchedAt: number;
+  refreshing: boolean;
+}
+
+type KeyEvent = { op: 'revoke' | 'changed'; id: string };
+
+/**
+ * Authenticates API keys. Lookup is by the key's sha256, so the time it
+ * takes does not depend on how close a guess is to a real key. Known keys
+ * are cached: they keep working while the store is unreachable, revocations
+ * arrive over the bus at once, and entries refresh in the background.
+ */
+export class ApiKeyAuthenticator {
+  private readonly byHash = new Map<string, Cached>();
+  private readonly hashById = new Map<string, string>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly bus: Bus,
+    private readonly ttlMs: number,
+    private readonly lookupTimeoutMs = 2_000,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.bus.subscribe(CHANNEL, (msg) => this.onEvent(msg));
+  }
+
+  async authenticate(authorization: string | undefined): Promise<ApiKeyRecord> {
+    const key = parseBearer(authorization);
+    const hash = sha256Hex(key);
+    const cached = this.byHash.get(hash);
+    if (cached) {
+      if (Date.now() - cached.fetchedAt > this.ttlMs) this.refreshInBackground(hash, cached);
+      return checkUsable(cached.record);
+    }
+    let record: ApiKeyRecord | null;
+    try {
+      record = await withTimeout(this.store.keys.getByHash(hash), this.lookupTimeoutMs);
+    } catch (err) {
+      throw new GatewayError('store_unavailable', 'The key store is unreachable; please retry shortly.', { retryAfterS: 1, cause: err });
+    }
+    if (!record) throw new GatewayError('unauthorized', 'Invalid API key.');
+    this.remember(record);
+    return checkUsable(record);
+  }
+
+  /** Drops a key from this instance's cache and tells every other instance. */
+  async announce(op: KeyEvent['op'], id: string): Promise<void> {
+    this.apply({ op, id });
+    try {
+      await this.bus.publish(CHANNEL, JSON.stringify({ op, id } satisfies KeyEvent));
+    } catch {
+      // Other instances still re-read the key within the cache TTL.
+    }
+  }
+
+  private onEvent(message: string): void {
+    try {
+      const event = JSON.parse(message) as KeyEvent;
+      if (typeof event.id === 'string') this.apply(event);
+    } catch {
+      // Ignore foreign messages.
+    }
+  }
+
+  private apply(event: KeyEvent): void {
+    const hash = this.hashById.get(event.id);
+    if (!hash) return;
+    const cached = this.byHash.get(hash);
+    if (event.op === 'revoke' && cached) {
+      cached.record = { ...cached.record, revoked: true };
+    } else {
+      this.byHash.delete(hash);
+      this.hashById.delete(event.id);
+    }
+  }
+
+  private remember(record: ApiKeyRecord): void {
+    if (this.byHash.size >= MAX_CACHED) {
+      const oldest = this.byHash.keys().next().value;
+      if (oldest !== undefined) this.byHash.delete(oldest);
+    }
+    this.byHash.set(record.hash, { record, fetchedAt: Date.now(), refreshing: false });
+    this.hashById.set(record.id, record.hash);
+  }
+
+  private refreshInBackground(hash: string, cached: Cached): void {
+    if (cached.refreshing) return;
+    cached.refreshing = true;
+    this.store.keys.getByHash(hash).then(
+      (record) => {
+        if (record) this.remember(record);
+        else this.byHash.delete(hash);
+      },
+      () => {
+        // Store unreachable: keep serving the known key.
+        cached.refreshing = false;
+      },
+    );
+  }
+}
+
+/** A store that accepts connections but never answers must not hold a request for long. */
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`store lookup took over ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+function parseBearer(authorization: string | undefined): string {
+  if (!authorization) throw new GatewayError('unauthorized', 'Missing API key: send the header Authorization: Bearer gw_live_…');
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+  const key = match?.[1];
+  if (!key || !KEY_PATTERN.test(key)) throw new GatewayError('unauthorized', 'Malformed API key: expected Authorization: Bearer gw_live_…');
+  return key;
+}
+
+function checkUsable(record: ApiKeyRecord): ApiKeyRecord {
+  if (record.revoked) throw new GatewayError('unauthorized', 'This API key has been revoked.');
+  return record;
+}

@@ -1,0 +1,14 @@
+import { newId } from '../lib/ids.js';
+import type { Store } from '../store/types.js';
+import { generateApiKey } from './api-keys.js';
+
+export const FIRST_KEY_RPM = 60;
+
+/** On a store with no key at all, creates a default workspace and one key; returns the key once. */
+export async function ensureFirstKey(store: Store): Promise<{ id: string; key: string } | null> {
+  if ((await store.keys.count()) > 0) return null;
+  const ws = await store.workspaces.create({ id: newId('ws'), name: 'default', enabledModels: null, budget: null });
+  const { key, hash } = generateApiKey();
+  const rec = await store.keys.create({ id: newId('key'), name: 'first key', workspaceId: ws.id, hash, rateLimitRpm: FIRST_KEY_RPM, budget: null });
+  return { id: rec.id, key };
+}

@@ -1,0 +1,67 @@
+import type { GatewayFileConfig } from '@gw/schema';
+import { ConfigError } from './config-error.js';
+import { loadConfigFile } from './load-file.js';
+
+export { ConfigError } from './config-error.js';
+export { parseConfigText } from './load-file.js';
+
+/** Everything the process reads from outside, validated once at start and frozen. */
+export interface GatewayConfig {
+  readonly host: string;
+  readonly port: number;
+  readonly configFile: string | null;
+  /** null: demo mode (simulated providers and the demo catalogue). */
+  readonly file: GatewayFileConfig | null;
+  readonly databaseUrl: string | null;
+  readonly dataDir: string;
+  readonly redisUrl: string | null;
+  readonly adminToken: string | null;
+  readonly secret: string | null;
+  readonly registryIntervalS: number;
+  /** Largest JSON request body, bytes. */
+  readonly bodyLimitBytes: number;
+  readonly logLevel: string;
+  /** How long a SIGTERM waits for in-flight requests. */
+  readonly shutdownTimeoutMs: number;
+  /** How long a cached key is trusted before it is re-read from the store. */
+  readonly keyCacheTtlMs: number;
+}
+
+function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError('environment', name, `an integer from ${min} to ${max}, not ${JSON.stringify(raw)}`);
+  return n;
+}
+
+function str(env: NodeJS.ProcessEnv, name: string): string | null {
+  const v = env[name];
+  return v === undefined || v === '' ? null : v;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  const configFile = str(env, 'GW_CONFIG');
+  const databaseUrl = str(env, 'DATABASE_URL');
+  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError('environment', 'DATABASE_URL', 'a postgres:// URL');
+  const redisUrl = str(env, 'REDIS_URL');
+  if (redisUrl && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError('environment', 'REDIS_URL', 'a redis:// URL');
+  const adminToken = str(env, 'GW_ADMIN_TOKEN');
+  if (adminToken !== null && adminToken.length < 16) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'at least 16 characters');
+  return Object.freeze({
+    host: str(env, 'HOST') ?? '127.0.0.1',
+    port: int(env, 'PORT', 8080, 0, 65535),
+    configFile,
+    file: configFile ? Object.freeze(loadConfigFile(configFile, env)) : null,
+    databaseUrl,
+    dataDir: str(env, 'GW_DATA_DIR') ?? './data',
+    redisUrl,
+    adminToken,
+    secret: str(env, 'GW_SECRET'),
+    registryIntervalS: int(env, 'GW_REGISTRY_INTERVAL_S', 21_600, 1, 31_536_000),
+    bodyLimitBytes: int(env, 'GW_BODY_LIMIT_BYTES', 4 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    logLevel: str(env, 'GW_LOG_LEVEL') ?? 'info',
+    shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 600_000),
+    keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
+  });
+}

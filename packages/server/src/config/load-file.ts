@@ -1,0 +1,70 @@
+import { readFileSync } from 'node:fs';
+import type { GatewayFileConfig } from '@gw/schema';
+import { Value } from '@sinclair/typebox/value';
+import { parse as parseYaml } from 'yaml';
+import { ConfigError } from './config-error.js';
+import { FileConfigSchema } from './file-schema.js';
+
+/** Replaces `${NAME}` in every string with that environment variable; a missing one is an error. */
+function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string): unknown {
+  if (typeof value === 'string') {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_m, name: string) => {
+      const v = env[name];
+      if (v === undefined) throw new ConfigError(file, path || '/', `environment variable ${name} to be set`);
+      return v;
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => substitute(v, env, file, `${path}/${i}`));
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substitute(v, env, file, `${path}/${k}`)]));
+  }
+  return value;
+}
+
+export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv): GatewayFileConfig {
+  let raw: unknown;
+  try {
+    raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(file, '/', `valid ${file.endsWith('.json') ? 'JSON' : 'YAML'} (${(err as Error).message.split('\n')[0]})`);
+  }
+  const data = substitute(raw, env, file, '');
+  const first = Value.Errors(FileConfigSchema, data).First();
+  if (first) throw new ConfigError(file, first.path || '/', describeExpectation(first.message, first.schema));
+  const config = data as GatewayFileConfig;
+  checkReferences(config, file);
+  return config;
+}
+
+function describeExpectation(message: string, schema: unknown): string {
+  const s = schema as { pattern?: string; enum?: unknown[]; anyOf?: { const?: unknown }[] };
+  if (s.anyOf?.every((o) => o.const !== undefined)) return `one of ${s.anyOf.map((o) => JSON.stringify(o.const)).join(', ')}`;
+  if (s.pattern) return `a string matching ${s.pattern}`;
+  return message.replace(/^Expected /, '').replace(/^Unexpected property$/, 'no such property');
+}
+
+function checkReferences(config: GatewayFileConfig, file: string): void {
+  const ids = new Set<string>();
+  config.providers.forEach((p, i) => {
+    if (ids.has(p.id)) throw new ConfigError(file, `/providers/${i}/id`, `a unique provider id (${p.id} repeats)`);
+    ids.add(p.id);
+  });
+  const models = new Set<string>();
+  config.models.forEach((m, i) => {
+    if (models.has(m.id)) throw new ConfigError(file, `/models/${i}/id`, `a unique model id (${m.id} repeats)`);
+    models.add(m.id);
+    m.offers.forEach((o, j) => {
+      if (!ids.has(o.provider)) throw new ConfigError(file, `/models/${i}/offers/${j}/provider`, `one of the providers' ids (${[...ids].join(', ')}), not ${o.provider}`);
+    });
+  });
+}
+
+export function loadConfigFile(file: string, env: NodeJS.ProcessEnv): GatewayFileConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(file, '/', `a readable file (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`);
+  }
+  return parseConfigText(text, file, env);
+}

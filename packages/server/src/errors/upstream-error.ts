@@ -1,0 +1,40 @@
+/** How an upstream call failed; decides failover and the client-facing code. */
+export type UpstreamErrorKind = 'connect' | 'timeout' | 'http' | 'protocol' | 'aborted';
+
+export interface UpstreamErrorInit {
+  kind: UpstreamErrorKind;
+  provider: string;
+  message: string;
+  status?: number;
+  retryAfterS?: number;
+  cause?: unknown;
+}
+
+export class UpstreamError extends Error {
+  readonly kind: UpstreamErrorKind;
+  readonly provider: string;
+  readonly status: number | undefined;
+  readonly retryAfterS: number | undefined;
+
+  constructor(init: UpstreamErrorInit) {
+    super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = 'UpstreamError';
+    this.kind = init.kind;
+    this.provider = init.provider;
+    this.status = init.status;
+    this.retryAfterS = init.retryAfterS;
+  }
+
+  /** Worth trying the next offer: the provider, not the request, is at fault. */
+  get retryable(): boolean {
+    if (this.kind === 'aborted') return false;
+    if (this.kind !== 'http' || this.status === undefined) return true;
+    // 401/403/404 from a provider mean its key or model is wrong: the next provider may still serve.
+    return this.status >= 500 || [401, 403, 404, 408, 429].includes(this.status);
+  }
+
+  /** The client's request itself was refused by the provider (bad input). */
+  get clientFault(): boolean {
+    return this.kind === 'http' && (this.status === 400 || this.status === 413 || this.status === 422);
+  }
+}

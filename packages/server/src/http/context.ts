@@ -1,0 +1,36 @@
+import type { Variant } from '@gw/schema';
+import type { ApiKeyRecord } from '../store/types.js';
+
+/** What a request accumulates on its way through the pipeline. */
+export interface RequestState {
+  variant: Variant;
+  /** performance.now() at arrival. */
+  startedAt: number;
+  /** Milliseconds spent waiting on upstream providers. */
+  upstreamMs: number;
+  key: ApiKeyRecord | null;
+  /** Set by model routes: the request is billable and gets a usage record. */
+  usage: UsageDraft | null;
+  errorCode: string | null;
+}
+
+export interface UsageDraft {
+  kind: string;
+  model: string;
+  provider: string | null;
+  promptTokens: number;
+  completionTokens: number;
+  units: number;
+  cost: number;
+  streamed: boolean;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    gw: RequestState;
+  }
+}
+
+export function newUsageDraft(kind: string, model: string): UsageDraft {
+  return { kind, model, provider: null, promptTokens: 0, completionTokens: 0, units: 0, cost: 0, streamed: false };
+}

@@ -1,0 +1,71 @@
+import { H, type Variant, wireError } from '@gw/schema';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
+
+/** Normalises anything thrown in a request into a GatewayError. */
+export function toGatewayError(err: unknown): GatewayError {
+  if (isGatewayError(err)) return err;
+  const e = err as FastifyError;
+  if (e.validation && e.validation.length > 0) return validationError(e);
+  switch (e.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new GatewayError('payload_too_large', 'The request body is larger than this gateway accepts.');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new GatewayError('unsupported_media_type', 'Unsupported Content-Type: send application/json.');
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new GatewayError('validation', 'The request body is empty; send a JSON object.');
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new GatewayError('validation', 'Content-Length does not match the body.');
+  }
+  if (e instanceof SyntaxError || e.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
+    return new GatewayError('validation', `The request body is not valid JSON: ${e.message}`);
+  }
+  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
+    return new GatewayError('validation', e.message);
+  }
+  return new GatewayError('internal', 'Internal error.', { cause: err });
+}
+
+interface AjvError {
+  instancePath: string;
+  keyword: string;
+  message?: string;
+  params: Record<string, unknown>;
+}
+
+/** Turns Ajv's first error into a message naming the field, e.g. `'temperature' must be <= 2`. */
+function validationError(e: FastifyError): GatewayError {
+  const first = (e.validation as unknown as AjvError[])[0] as AjvError;
+  const where = (e as { validationContext?: string }).validationContext ?? 'body';
+  const path = first.instancePath.replace(/^\//, '').replace(/\//g, '.');
+  const missing = first.params['missingProperty'];
+  const extra = first.params['additionalProperty'];
+  let field = path;
+  let detail = first.message ?? 'is invalid';
+  if (first.keyword === 'required' && typeof missing === 'string') {
+    field = path ? `${path}.${missing}` : missing;
+    detail = 'is required';
+  } else if (first.keyword === 'additionalProperties' && typeof extra === 'string') {
+    field = path ? `${path}.${extra}` : extra;
+    detail = 'is not a known field';
+  } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {
+    detail = 'has a value that is not allowed';
+  }
+  const label = field ? `'${field}'` : `the ${where}`;
+  return new GatewayError('validation', `Invalid ${where}: ${label} ${detail}.`, { param: field || null });
+}
+
+/** Answers an error in the variant's envelope and remembers its code for the usage record. */
+export function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply, variant: Variant): FastifyReply {
+  const g = toGatewayError(err);
+  const { status, code, type } = wireError(g.code, variant);
+  if (status >= 500 && g.code === 'internal') request.log.error({ err }, 'unhandled error');
+  if (request.gw) request.gw.errorCode = g.code;
+  for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
+  if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
+  if (g.code === 'budget_exceeded') reply.header(H.shouldRetry, 'false');
+  return reply
+    .code(status)
+    .type('application/json; charset=utf-8')
+    .send(JSON.stringify({ error: { message: g.message, type, code, param: g.param } }));
+}

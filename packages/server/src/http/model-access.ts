@@ -1,0 +1,56 @@
+import { type ModelKind, STRATEGIES, type Strategy } from '@gw/schema';
+import type { FastifyRequest } from 'fastify';
+import { GatewayError } from '../errors/gateway-error.js';
+import type { RouteOptions } from '../routing/plan.js';
+import type { RegistryModel } from '../routing/registry.js';
+import type { Services } from './services.js';
+
+/** Finds a model the caller may use for this kind of request, or throws the right error. */
+export async function resolveModel(services: Services, request: FastifyRequest, id: string, kind: ModelKind): Promise<RegistryModel> {
+  const model = services.registry.get(id);
+  if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
+  if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
+  if (model.kind !== kind) throw new GatewayError('validation', `The model '${id}' is a ${model.kind} model, not a ${kind} model.`, { param: 'model' });
+  const enabled = await enabledModels(services, request);
+  if (enabled !== null && !enabled.includes(model.id)) {
+    throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'model' });
+  }
+  return model;
+}
+
+/** The caller's workspace allow-list (null: every model). */
+export async function enabledModels(services: Services, request: FastifyRequest): Promise<readonly string[] | null> {
+  const workspaceId = request.gw.key?.workspaceId;
+  if (!workspaceId) return null;
+  const ws = await services.workspaces.get(workspaceId);
+  return ws?.enabledModels ?? null;
+}
+
+function header(request: FastifyRequest, name: string): string | null {
+  const v = request.headers[name];
+  const s = Array.isArray(v) ? v[0] : v;
+  return s === undefined || s === '' ? null : s.trim();
+}
+
+/** Reads the routing headers, refusing values outside their documented range. */
+export function routeOptions(services: Services, request: FastifyRequest): RouteOptions {
+  const strategy = header(request, 'x-gateway-strategy') ?? 'default';
+  if (!(STRATEGIES as readonly string[]).includes(strategy)) {
+    throw new GatewayError('validation', `Invalid X-Gateway-Strategy '${strategy}': expected one of ${STRATEGIES.join(', ')}.`, { param: 'X-Gateway-Strategy' });
+  }
+  const hopsRaw = header(request, 'x-gateway-max-hops') ?? '2';
+  if (!/^[0-5]$/.test(hopsRaw)) {
+    throw new GatewayError('validation', `Invalid X-Gateway-Max-Hops '${hopsRaw}': expected an integer from 0 to 5.`, { param: 'X-Gateway-Max-Hops' });
+  }
+  const known = services.registry.providerIds();
+  const pin = header(request, 'x-gateway-provider');
+  if (pin !== null && !known.includes(pin)) {
+    const code = request.gw.variant === 'b' ? 'provider_unsupported' : 'validation';
+    throw new GatewayError(code, `Unknown provider '${pin}' in X-Gateway-Provider: expected one of ${known.join(', ')}.`, { param: 'X-Gateway-Provider' });
+  }
+  const prefer = header(request, 'x-gateway-provider-prefer');
+  if (prefer !== null && !known.includes(prefer)) {
+    throw new GatewayError('validation', `Unknown provider '${prefer}' in X-Gateway-Provider-Prefer: expected one of ${known.join(', ')}.`, { param: 'X-Gateway-Provider-Prefer' });
+  }
+  return { strategy: strategy as Strategy, pin, prefer, maxHops: Number(hopsRaw) };
+}

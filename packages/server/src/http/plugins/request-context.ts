@@ -1,0 +1,27 @@
+import { H } from '@gw/schema';
+import type { FastifyInstance } from 'fastify';
+import type { Services } from '../services.js';
+
+/**
+ * Every request gets our own X-Request-Id, a state object, a Server-Timing
+ * header that splits the gateway's own time from the upstream's, and a
+ * line in the metrics.
+ */
+export function registerRequestContext(app: FastifyInstance, services: Services): void {
+  app.decorateRequest('gw', null as never);
+  app.addHook('onRequest', async (request, reply) => {
+    request.gw = { variant: 'a', startedAt: performance.now(), upstreamMs: 0, key: null, usage: null, errorCode: null };
+    reply.header(H.requestId, request.id);
+  });
+  app.addHook('onSend', async (request, reply, payload) => {
+    const total = performance.now() - request.gw.startedAt;
+    const upstream = request.gw.upstreamMs;
+    reply.header(H.serverTiming, `gw;desc="gateway";dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`);
+    return payload;
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    services.metrics.requests.inc({ route, variant: request.gw.variant, status: String(reply.statusCode) });
+    services.metrics.duration.observe({ route }, (performance.now() - request.gw.startedAt) / 1000);
+  });
+}

@@ -1,0 +1,28 @@
+import type { FastifyInstance } from 'fastify';
+import type { Services } from '../services.js';
+
+/** One usage record per authenticated model request, success or not, written in batches. */
+export function registerUsageRecording(app: FastifyInstance, services: Services): void {
+  app.addHook('onResponse', async (request, reply) => {
+    const { key, usage } = request.gw;
+    if (!key || !usage) return;
+    services.usage.record({
+      requestId: request.id,
+      keyId: key.id,
+      workspaceId: key.workspaceId,
+      kind: usage.kind,
+      model: usage.model,
+      provider: usage.provider,
+      promptTokens: usage.promptTokens,
+      completionTokens: usage.completionTokens,
+      totalTokens: usage.promptTokens + usage.completionTokens,
+      units: usage.units,
+      cost: usage.cost,
+      latencyMs: Math.round(performance.now() - request.gw.startedAt),
+      status: reply.statusCode,
+      errorCode: request.gw.errorCode,
+      streamed: usage.streamed,
+      createdAt: new Date(),
+    });
+  });
+}

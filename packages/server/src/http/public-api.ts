@@ -1,0 +1,34 @@
+import type { Variant } from '@gw/schema';
+import type { FastifyInstance } from 'fastify';
+import { GatewayError } from '../errors/gateway-error.js';
+import { sendError } from './errors.js';
+import { registerApiKeyAuth } from './plugins/api-key-auth.js';
+import { registerUsageRecording } from './plugins/usage-recording.js';
+import { chatCompletionsRoute } from './routes/chat-completions.js';
+import { routeDocs } from './routes/docs.js';
+import { modelsRoutes } from './routes/models.js';
+import { notImplementedRoutes } from './routes/not-implemented.js';
+import type { Services } from './services.js';
+
+/** One variant of the public API: the same routes, its own error codes, headers and model fields. */
+export async function publicApi(app: FastifyInstance, opts: { services: Services; variant: Variant }): Promise<void> {
+  const { services, variant } = opts;
+  // Response schemas document the API; bodies are relayed as the provider shaped them, so no field is dropped.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  app.setErrorHandler((err, request, reply) => sendError(err, request, reply, variant));
+  app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variant));
+  app.addHook('onRequest', async (request) => {
+    request.gw.variant = variant;
+  });
+  await app.register(
+    async (v1) => {
+      registerApiKeyAuth(v1, services);
+      registerUsageRecording(v1, services);
+      const docs = routeDocs(variant);
+      modelsRoutes(v1, services, docs);
+      chatCompletionsRoute(v1, services, docs);
+      notImplementedRoutes(v1, docs);
+    },
+    { prefix: '/v1' },
+  );
+}

@@ -1,0 +1,56 @@
+import { ChatCompletionRequest, ChatCompletionResponse } from '@gw/schema';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
+import type { ChatBody, ChatCompletion } from '../../providers/types.js';
+import { executePlan } from '../../routing/execute.js';
+import { planOffers } from '../../routing/plan.js';
+import type { Offer } from '../../routing/registry.js';
+import { newUsageDraft } from '../context.js';
+import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import { resolveModel, routeOptions } from '../model-access.js';
+import type { Services } from '../services.js';
+import type { RouteDocs } from './docs.js';
+
+/** A rough prompt size in tokens (about 4 characters each), for planning before the provider counts. */
+export function estimatePromptTokens(messages: unknown[]): number {
+  return Math.ceil(JSON.stringify(messages).length / 4);
+}
+
+export function chatCompletionsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
+  app.post<{ Body: ChatCompletionRequest }>(
+    '/chat/completions',
+    {
+      schema: docs.operation('createChatCompletion', 'Chat completion, streaming optional', {
+        body: ChatCompletionRequest,
+        response: { 200: ChatCompletionResponse },
+      }),
+    },
+    async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
+      const body = request.body as ChatBody & ChatCompletionRequest;
+      const model = await resolveModel(services, request, body.model, 'chat');
+      request.gw.usage = newUsageDraft('chat', model.id);
+      if (body.stream === true) throw new GatewayError('not_implemented', 'Streaming chat completions are not available yet on this gateway.');
+      const options = routeOptions(services, request);
+      const plan = planOffers(model, options, { promptTokens: estimatePromptTokens(body.messages), maxTokens: body.max_tokens ?? 1024 });
+      const signal = clientAbortSignal(reply);
+      const result = await executePlan(plan, (offer: Offer) =>
+        callUpstream(services, request, offer, (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id })),
+      );
+      const completion: ChatCompletion = { ...result.value, model: model.id };
+      bill(request, result.offer, completion);
+      setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
+      return completion;
+    },
+  );
+}
+
+function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion): void {
+  const usage = request.gw.usage;
+  if (!usage) return;
+  const prompt = completion.usage?.prompt_tokens ?? 0;
+  const done = completion.usage?.completion_tokens ?? 0;
+  usage.provider = offer.provider;
+  usage.promptTokens = prompt;
+  usage.completionTokens = done;
+  usage.cost = (prompt * offer.pricing.prompt_per_1m + done * offer.pricing.completion_per_1m) / 1_000_000;
+}

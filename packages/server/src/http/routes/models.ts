@@ -1,0 +1,35 @@
+import { ModelA, ModelB, ModelListA, ModelListB, ModelParams, ModelsQueryA, ModelsQueryB, type ModelKind } from '@gw/schema';
+import type { FastifyInstance } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
+import { enabledModels } from '../model-access.js';
+import type { Services } from '../services.js';
+import { filterModelsA, modelViewA } from '../variants/a.js';
+import { type ModelsQueryB as QueryB, filterModelsB, modelViewB } from '../variants/b.js';
+import type { RouteDocs } from './docs.js';
+
+/** GET /v1/models and /v1/models/{id}: never counted against the rate limit, never billed. */
+export function modelsRoutes(app: FastifyInstance, services: Services, docs: RouteDocs): void {
+  const isA = docs.variant === 'a';
+  app.get(
+    '/models',
+    { schema: docs.operation('listModels', 'List models', { querystring: isA ? ModelsQueryA : ModelsQueryB, response: { 200: isA ? ModelListA : ModelListB } }) },
+    async (request) => {
+      const all = services.registry.list();
+      if (isA) return { object: 'list', data: filterModelsA(all, request.query as { kind?: ModelKind }).map(modelViewA) };
+      const enabled = await enabledModels(services, request);
+      return { object: 'list', data: filterModelsB(all, request.query as QueryB, enabled).map(modelViewB) };
+    },
+  );
+  app.get(
+    '/models/:id',
+    { schema: docs.operation('getModel', 'Get one model (the slash in the id is encoded as %2F)', { params: ModelParams, response: { 200: isA ? ModelA : ModelB } }) },
+    async (request) => {
+      const { id } = request.params as { id: string };
+      const model = services.registry.get(id);
+      const visible = model && (isA || filterModelsB([model], {}, await enabledModels(services, request)).length > 0);
+      if (!model || !visible) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'id' });
+      if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'id' });
+      return isA ? modelViewA(model) : modelViewB(model);
+    },
+  );
+}

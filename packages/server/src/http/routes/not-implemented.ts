@@ -1,0 +1,39 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
+import type { RouteDocs } from './docs.js';
+
+type Method = 'GET' | 'POST' | 'DELETE';
+
+/** SPEC routes whose capability has not shipped yet: they answer 501 in the variant's envelope. */
+const PENDING: [Method, string, string, string][] = [
+  ['POST', '/embeddings', 'createEmbeddings', 'Vector embeddings'],
+  ['POST', '/rerank', 'rerank', 'Document re-ranking (Cohere wire format)'],
+  ['POST', '/audio/transcriptions', 'createTranscription', 'Speech-to-text (multipart)'],
+  ['POST', '/files', 'createFile', 'Create a file'],
+  ['GET', '/files', 'listFiles', 'List files'],
+  ['GET', '/files/:id', 'getFile', 'Get a file'],
+  ['DELETE', '/files/:id', 'deleteFile', 'Delete a file'],
+  ['POST', '/batches', 'createBatch', 'Create a batch'],
+  ['GET', '/batches', 'listBatches', 'List batches'],
+  ['GET', '/batches/:id', 'getBatch', 'Get a batch'],
+  ['POST', '/batches/:id/cancel', 'cancelBatch', 'Cancel a batch'],
+  ['POST', '/webhooks', 'createWebhook', 'Create a webhook'],
+  ['GET', '/webhooks', 'listWebhooks', 'List webhooks'],
+  ['GET', '/usage', 'listUsage', 'Usage records'],
+  ['GET', '/usage/summary', 'usageSummary', 'Usage summary'],
+];
+
+export function notImplementedRoutes(app: FastifyInstance, docs: RouteDocs): void {
+  for (const [method, url, id, summary] of PENDING) {
+    const params = url.includes(':id') ? { params: Type.Object({ id: Type.String() }) } : {};
+    app.route({
+      method,
+      url,
+      schema: docs.operation(id, `${summary} (not implemented yet: answers 501)`, params),
+      handler: async () => {
+        throw new GatewayError('not_implemented', `${method} /v1${url.replace(':id', '{id}')} is not implemented on this gateway yet.`);
+      },
+    });
+  }
+}

@@ -1,0 +1,41 @@
+import type { RegistryModel } from '../../routing/registry.js';
+
+/** Variant B's model fields: providers, regions, capabilities, context window and pricing. */
+export function modelViewB(m: RegistryModel) {
+  const first = m.offers[0];
+  return {
+    id: m.id,
+    object: 'model' as const,
+    created: m.created,
+    owned_by: m.owned_by,
+    providers: [...new Set(m.offers.map((o) => o.provider))],
+    regions: [...new Set(m.offers.map((o) => o.region))],
+    capabilities: m.capabilities,
+    context_window: m.context_window,
+    // The price of the first offer in configured order, as a guide; each request is billed at the offer that served it.
+    pricing: {
+      prompt_per_1m: first?.pricing.prompt_per_1m ?? 0,
+      completion_per_1m: first?.pricing.completion_per_1m ?? 0,
+      currency: first?.pricing.currency ?? 'EUR',
+    },
+  };
+}
+
+export interface ModelsQueryB {
+  family?: string;
+  capability?: string;
+  provider?: string;
+}
+
+/** B lists only models enabled for the caller's workspace (null: all), and the beta embeddings only. */
+export function filterModelsB(models: RegistryModel[], query: ModelsQueryB, enabled: readonly string[] | null): RegistryModel[] {
+  return models.filter(
+    (m) =>
+      !m.deprecated &&
+      (m.kind !== 'embedding' || m.beta) &&
+      (enabled === null || enabled.includes(m.id)) &&
+      (query.family === undefined || m.id.split('/')[0] === query.family || m.owned_by === query.family) &&
+      (query.capability === undefined || m.capabilities.includes(query.capability)) &&
+      (query.provider === undefined || m.offers.some((o) => o.provider === query.provider)),
+  );
+}

@@ -1,0 +1,95 @@
+import type { Store, UsageRecord } from '../store/types.js';
+
+export interface UsageWriterOptions {
+  flushIntervalMs: number;
+  maxBatch: number;
+  onError: (err: unknown) => void;
+}
+
+/**
+ * Buffers usage records and writes them in batches (one multi-row insert),
+ * off the request path. A failed write keeps the records and retries, so a
+ * database outage loses nothing; spend is added only after its records are
+ * stored, and retried on its own if that part fails.
+ */
+export class UsageWriter {
+  private buffer: UsageRecord[] = [];
+  private readonly pendingKeySpend = new Map<string, number>();
+  private readonly pendingWorkspaceSpend = new Map<string, number>();
+  private timer: NodeJS.Timeout | null = null;
+  private flushing: Promise<void> | null = null;
+
+  constructor(
+    private readonly store: Store,
+    private readonly options: UsageWriterOptions,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => void this.flush(), this.options.flushIntervalMs);
+    this.timer.unref();
+  }
+
+  record(record: UsageRecord): void {
+    this.buffer.push(record);
+    if (this.buffer.length >= this.options.maxBatch) void this.flush();
+  }
+
+  get pending(): number {
+    return this.buffer.length;
+  }
+
+  /** Writes what is buffered; concurrent calls wait for the same write. */
+  flush(): Promise<void> {
+    this.flushing ??= this.doFlush().finally(() => {
+      this.flushing = null;
+    });
+    return this.flushing;
+  }
+
+  /** Stops the timer and writes everything, retrying a few times. */
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    for (let i = 0; i < 5 && (this.buffer.length > 0 || this.pendingKeySpend.size > 0); i++) {
+      await this.flush();
+      if (this.buffer.length > 0) await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  private async doFlush(): Promise<void> {
+    while (this.buffer.length > 0) {
+      const batch = this.buffer.slice(0, this.options.maxBatch);
+      try {
+        await this.store.usage.insertMany(batch);
+      } catch (err) {
+        this.options.onError(err);
+        break;
+      }
+      this.buffer = this.buffer.slice(batch.length);
+      for (const r of batch) {
+        if (r.cost <= 0) continue;
+        add(this.pendingKeySpend, r.keyId, r.cost);
+        if (r.workspaceId) add(this.pendingWorkspaceSpend, r.workspaceId, r.cost);
+      }
+    }
+    await this.flushSpend(this.pendingKeySpend, (id, amount) => this.store.keys.addSpent(id, amount));
+    await this.flushSpend(this.pendingWorkspaceSpend, (id, amount) => this.store.workspaces.addSpent(id, amount));
+  }
+
+  private async flushSpend(pending: Map<string, number>, write: (id: string, amount: number) => Promise<void>): Promise<void> {
+    for (const [id, amount] of [...pending]) {
+      try {
+        await write(id, amount);
+        const left = (pending.get(id) ?? 0) - amount;
+        if (Math.abs(left) < 1e-12) pending.delete(id);
+        else pending.set(id, left);
+      } catch (err) {
+        this.options.onError(err);
+        return;
+      }
+    }
+  }
+}
+
+function add(map: Map<string, number>, id: string, amount: number): void {
+  map.set(id, (map.get(id) ?? 0) + amount);
+}

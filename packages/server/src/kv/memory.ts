@@ -1,0 +1,19 @@
+import { EventEmitter } from 'node:events';
+import type { Bus } from './types.js';
+
+/** In-process bus: one instance only, so a publish reaches this process's subscribers. */
+export class MemoryBus implements Bus {
+  private readonly emitter = new EventEmitter();
+
+  async publish(channel: string, message: string): Promise<void> {
+    this.emitter.emit(channel, message);
+  }
+
+  async subscribe(channel: string, handler: (message: string) => void): Promise<void> {
+    this.emitter.on(channel, handler);
+  }
+
+  async close(): Promise<void> {
+    this.emitter.removeAllListeners();
+  }
+}

@@ -1,0 +1,75 @@
+import { startSimulator, type Simulator } from '@gw/simulator';
+import { createGateway } from './app.js';
+import { ensureFirstKey } from './auth/first-key.js';
+import { ConfigError, type GatewayConfig, loadConfig } from './config/index.js';
+
+/** The process entry: config, demo simulators when no config file, listen, graceful shutdown. */
+async function main(): Promise<void> {
+  let config: GatewayConfig;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(`gw: ${err.message}`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  let simulator: Simulator | null = null;
+  let catalogue = config.file;
+  if (catalogue === null) {
+    simulator = await startSimulator();
+    catalogue = simulator.demoConfig();
+  }
+  const gateway = await createGateway({ config, catalogue });
+  const { app, services } = gateway;
+  const first = await ensureFirstKey(services.store);
+  await app.listen({ host: config.host, port: config.port });
+  const base = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${(app.server.address() as { port: number }).port}`;
+  const lines = [
+    `gw ${services.version} listening on ${base}`,
+    `  variant A: ${base}/v1      variant B: ${base}/alt/v1      OpenAPI: ${base}/openapi.json`,
+    simulator
+      ? `  DEMO MODE: no GW_CONFIG given, so requests go to simulated EU providers (${Object.keys(simulator.providers).join(', ')}) with a demo catalogue of ${services.registry.list().length} models.`
+      : `  providers from ${config.configFile}: ${services.registry.list().length} models`,
+    `  store: ${config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`}; limiter: ${config.redisUrl ? 'Redis (REDIS_URL)' : 'in-process'}; admin API: ${config.adminToken ? 'on' : 'off (set GW_ADMIN_TOKEN)'}`,
+  ];
+  if (first) {
+    lines.push(
+      '',
+      `  Created the first API key (shown once, keep it): ${first.key}`,
+      `  Try: curl ${base}/v1/chat/completions -H "Authorization: Bearer ${first.key}" -H "Content-Type: application/json" -d '{"model":"mistral/small","messages":[{"role":"user","content":"Bonjour"}]}'`,
+    );
+  }
+  // Plain stdout, not the structured log: the key must never reach a log pipeline.
+  process.stdout.write(`${lines.join('\n')}\n`);
+
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.log.info({ signal }, 'draining: finishing in-flight requests');
+    const force = setTimeout(() => {
+      app.log.error('shutdown timed out; exiting');
+      process.exit(1);
+    }, config.shutdownTimeoutMs);
+    force.unref();
+    gateway
+      .close()
+      .then(() => simulator?.close())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          app.log.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+  };
+  process.once('SIGTERM', () => shutdown('SIGTERM'));
+  process.once('SIGINT', () => shutdown('SIGINT'));
+}
+
+main().catch((err: unknown) => {
+  console.error('gw: failed to start:', err instanceof Error ? err.message : err);
+  process.exit(1);
+});

@@ -1,0 +1,97 @@
+import { errors as undiciErrors, Pool } from 'undici';
+import { UpstreamError } from '../errors/upstream-error.js';
+
+export interface JsonResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: unknown;
+}
+
+export interface UpstreamRequest {
+  method: 'GET' | 'POST';
+  path: string;
+  headers: Record<string, string>;
+  body?: string;
+  signal?: AbortSignal;
+}
+
+/**
+ * A keep-alive connection pool to one provider origin. Every call has a
+ * headers timeout and a body (idle) timeout of the provider's `timeoutMs`.
+ */
+export class UpstreamHttp {
+  private readonly pool: Pool;
+
+  constructor(
+    readonly providerId: string,
+    origin: string,
+    private readonly timeoutMs: number,
+  ) {
+    this.pool = new Pool(origin, { connections: 256, keepAliveTimeout: 30_000, connectTimeout: Math.min(timeoutMs, 10_000) });
+  }
+
+  async json(req: UpstreamRequest): Promise<JsonResponse> {
+    try {
+      const res = await this.pool.request({
+        method: req.method,
+        path: req.path,
+        headers: req.headers,
+        body: req.body ?? null,
+        signal: req.signal,
+        headersTimeout: this.timeoutMs,
+        bodyTimeout: this.timeoutMs,
+      });
+      const text = await res.body.text();
+      let body: unknown = text;
+      try {
+        body = text.length > 0 ? JSON.parse(text) : null;
+      } catch {
+        // Keep the raw text: a non-JSON error page still says something.
+      }
+      return { status: res.statusCode, headers: res.headers, body };
+    } catch (err) {
+      throw this.toUpstreamError(err);
+    }
+  }
+
+  toUpstreamError(err: unknown): UpstreamError {
+    if (err instanceof UpstreamError) return err;
+    const e = err as { code?: string; name?: string; message?: string };
+    const base = { provider: this.providerId, cause: err };
+    if (e.name === 'AbortError' || e.code === 'UND_ERR_ABORTED') return new UpstreamError({ ...base, kind: 'aborted', message: 'request aborted' });
+    if (err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError || e.code === 'UND_ERR_CONNECT_TIMEOUT') {
+      return new UpstreamError({ ...base, kind: 'timeout', message: `no answer from ${this.providerId} within ${this.timeoutMs} ms` });
+    }
+    return new UpstreamError({ ...base, kind: 'connect', message: `cannot reach ${this.providerId}: ${e.code ?? e.message ?? 'connection failed'}` });
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+}
+
+/** Reads `retry-after` (seconds or HTTP date) and `retry-after-ms`. */
+export function retryAfterSeconds(headers: Record<string, string | string[] | undefined>): number | undefined {
+  const ms = Number(headers['retry-after-ms']);
+  if (Number.isFinite(ms) && ms > 0) return Math.ceil(ms / 1000);
+  const raw = headers['retry-after'];
+  const value = Array.isArray(raw) ? raw[0] : raw;
+  if (!value) return undefined;
+  const s = Number(value);
+  if (Number.isFinite(s)) return Math.max(0, Math.ceil(s));
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - Date.now()) / 1000));
+}
+
+/** Pulls a human message out of the many error shapes providers use. */
+export function upstreamErrorMessage(body: unknown): string {
+  if (typeof body === 'string') return body.slice(0, 500) || 'no body';
+  if (body === null || typeof body !== 'object') return 'no body';
+  const b = body as { error?: unknown; message?: unknown; detail?: unknown };
+  const inner = b.error && typeof b.error === 'object' ? (b.error as { message?: unknown }).message : b.error;
+  for (const candidate of [inner, b.message, b.detail]) {
+    if (typeof candidate === 'string' && candidate) return candidate;
+    if (candidate && typeof candidate === 'object') return JSON.stringify(candidate).slice(0, 500);
+  }
+  return JSON.stringify(body).slice(0, 500);
+}

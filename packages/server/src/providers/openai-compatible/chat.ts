@@ -1,0 +1,43 @@
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { JsonResponse } from '../http-client.js';
+import type { ChatBody, ChatCompletion } from '../types.js';
+import { httpError } from './errors.js';
+
+/** The body an OpenAI-compatible provider gets: the client's, under the provider's model name. */
+export function toUpstreamChatBody(body: ChatBody, upstreamModel: string): Record<string, unknown> {
+  return { ...body, model: upstreamModel, messages: body.messages.map(stripReasoning), stream: false };
+}
+
+/** Reasoning from an earlier turn is not sent back upstream (several providers reject it). */
+function stripReasoning(message: unknown): unknown {
+  if (!message || typeof message !== 'object') return message;
+  const m = message as Record<string, unknown>;
+  if (!('reasoning_content' in m) && !('reasoning' in m)) return message;
+  const { reasoning_content: _rc, reasoning: _r, ...rest } = m;
+  return rest;
+}
+
+export function parseChatCompletion(provider: string, res: JsonResponse): ChatCompletion {
+  if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
+  const body = res.body as Partial<ChatCompletion> | null;
+  if (!body || typeof body !== 'object' || !Array.isArray(body.choices)) {
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
+  }
+  return {
+    ...body,
+    id: typeof body.id === 'string' ? body.id : `chatcmpl-${Date.now()}`,
+    object: 'chat.completion',
+    created: typeof body.created === 'number' ? body.created : Math.floor(Date.now() / 1000),
+    model: String(body.model ?? ''),
+    choices: body.choices.map(normaliseChoice),
+  };
+}
+
+/** vLLM's newer `reasoning` becomes `reasoning_content`, the field most clients read. */
+function normaliseChoice(choice: unknown): unknown {
+  const c = choice as { message?: Record<string, unknown> } | null;
+  const message = c?.message;
+  if (!message || typeof message['reasoning'] !== 'string' || 'reasoning_content' in message) return choice;
+  const { reasoning, ...rest } = message;
+  return { ...c, message: { ...rest, reasoning_content: reasoning } };
+}

@@ -1,0 +1,47 @@
+import type { ProviderConfig } from '@gw/schema';
+import { UpstreamHttp } from '../http-client.js';
+import type { ChatBody, ChatCompletion, ProviderAdapter, UpstreamCall } from '../types.js';
+import { parseChatCompletion, toUpstreamChatBody } from './chat.js';
+import { parseModelList } from './models.js';
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+
+/** Any OpenAI-compatible provider: Scaleway, OVHcloud, IONOS, Nebius, vLLM servers. */
+export class OpenAICompatibleAdapter implements ProviderAdapter {
+  readonly type = 'openai' as const;
+  readonly id: string;
+  readonly region: string;
+  private readonly http: UpstreamHttp;
+  private readonly basePath: string;
+  private readonly headers: Record<string, string>;
+
+  constructor(config: ProviderConfig) {
+    const url = new URL(config.baseUrl);
+    this.id = config.id;
+    this.region = config.region;
+    this.basePath = url.pathname.replace(/\/+$/, '');
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    this.headers = { 'content-type': 'application/json', accept: 'application/json' };
+    if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
+  }
+
+  async listModels(signal?: AbortSignal): Promise<string[]> {
+    const res = await this.http.json({ method: 'GET', path: `${this.basePath}/models`, headers: this.headers, ...(signal ? { signal } : {}) });
+    return parseModelList(this.id, res);
+  }
+
+  async chat(body: ChatBody, call: UpstreamCall): Promise<ChatCompletion> {
+    const res = await this.http.json({
+      method: 'POST',
+      path: `${this.basePath}/chat/completions`,
+      headers: { ...this.headers, 'x-request-id': call.requestId },
+      body: JSON.stringify(toUpstreamChatBody(body, call.upstreamModel)),
+      signal: call.signal,
+    });
+    return parseChatCompletion(this.id, res);
+  }
+
+  close(): Promise<void> {
+    return this.http.close();
+  }
+}

@@ -1,0 +1,60 @@
+import { GatewayError } from '../errors/gateway-error.js';
+import { UpstreamError } from '../errors/upstream-error.js';
+import type { Offer } from './registry.js';
+
+export interface Attempt {
+  provider: string;
+  ok: boolean;
+  error?: string;
+  ms: number;
+}
+
+export interface PlanResult<T> {
+  value: T;
+  offer: Offer;
+  /** Failover hops used: attempts after the first. */
+  hops: number;
+  attempts: Attempt[];
+}
+
+/**
+ * Walks the plan: each offer in turn until one answers. Only provider
+ * faults (connect, timeout, 5xx, 429) move on; a request the provider
+ * refuses as invalid is the client's error and is not retried elsewhere.
+ */
+export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Promise<T>, onAttempt?: (a: Attempt) => void): Promise<PlanResult<T>> {
+  if (plan.length === 0) throw new GatewayError('no_healthy_provider', 'No EU provider is available for this model right now.', { retryAfterS: 5 });
+  const attempts: Attempt[] = [];
+  let lastError: UpstreamError | null = null;
+  for (const offer of plan) {
+    const started = performance.now();
+    try {
+      const value = await call(offer);
+      const attempt = { provider: offer.provider, ok: true, ms: performance.now() - started };
+      attempts.push(attempt);
+      onAttempt?.(attempt);
+      return { value, offer, hops: attempts.length - 1, attempts };
+    } catch (err) {
+      if (!(err instanceof UpstreamError)) throw err;
+      const attempt = { provider: offer.provider, ok: false, error: err.message, ms: performance.now() - started };
+      attempts.push(attempt);
+      onAttempt?.(attempt);
+      if (err.clientFault) throw new GatewayError('validation', `The provider rejected the request: ${err.message}`, { cause: err });
+      if (!err.retryable) throw err;
+      lastError = err;
+    }
+  }
+  throw finalError(attempts, lastError);
+}
+
+function finalError(attempts: Attempt[], last: UpstreamError | null): GatewayError {
+  const tried = attempts.map((a) => a.provider).join(', ');
+  if (last?.kind === 'timeout') {
+    return new GatewayError('upstream_timeout', `The upstream provider did not answer in time (tried: ${tried}).`, { cause: last });
+  }
+  const retryAfterS = last?.status === 429 ? (last.retryAfterS ?? 1) : undefined;
+  return new GatewayError('upstream_failed', `Every provider failed for this request (tried: ${tried}); last error: ${last?.message ?? 'unknown'}.`, {
+    cause: last,
+    ...(retryAfterS === undefined ? {} : { retryAfterS }),
+  });
+}

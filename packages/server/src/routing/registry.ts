@@ -1,0 +1,115 @@
+import type { GatewayFileConfig, ModelConfig, ModelKind, Pricing } from '@gw/schema';
+import type { ProviderAdapter } from '../providers/types.js';
+
+/** One provider's offer of a model, as the registry holds it while the provider lists it. */
+export interface Offer {
+  provider: string;
+  region: string;
+  upstreamModel: string;
+  pricing: Pricing;
+}
+
+export interface RegistryModel {
+  id: string;
+  kind: ModelKind;
+  owned_by: string;
+  context_window: number;
+  capabilities: string[];
+  deprecated: boolean;
+  beta: boolean;
+  /** Offers whose provider's own model list names the upstream model, in configured order. */
+  offers: Offer[];
+  /** Unix seconds when the model entered the registry. */
+  created: number;
+}
+
+export type ProviderListStatus = 'ok' | 'stale' | 'error';
+
+export interface RebuildReport {
+  models: number;
+  providers: Record<string, ProviderListStatus>;
+}
+
+const LIST_TIMEOUT_MS = 10_000;
+const DEFAULT_CONTEXT_WINDOW = 32_768;
+
+/**
+ * The live model registry: the configured catalogue, narrowed to the offers
+ * that each provider's own model list names now. A provider whose list
+ * cannot be fetched keeps its last good list.
+ */
+export class ModelRegistry {
+  private models = new Map<string, RegistryModel>();
+  private readonly lists = new Map<string, Set<string>>();
+  private readonly firstSeen = new Map<string, number>();
+  private inFlight: Promise<RebuildReport> | null = null;
+
+  constructor(
+    private readonly catalogue: GatewayFileConfig,
+    private readonly adapters: ReadonlyMap<string, ProviderAdapter>,
+  ) {}
+
+  get(id: string): RegistryModel | undefined {
+    // `:eu` asks for EU hosting, which every offer here already is.
+    return this.models.get(id) ?? (id.endsWith(':eu') ? this.models.get(id.slice(0, -3)) : undefined);
+  }
+
+  list(): RegistryModel[] {
+    return [...this.models.values()];
+  }
+
+  providerIds(): string[] {
+    return this.catalogue.providers.map((p) => p.id);
+  }
+
+  /** Re-reads every provider's model list; concurrent calls share one rebuild. */
+  rebuild(): Promise<RebuildReport> {
+    this.inFlight ??= this.doRebuild().finally(() => {
+      this.inFlight = null;
+    });
+    return this.inFlight;
+  }
+
+  private async doRebuild(): Promise<RebuildReport> {
+    const providers: Record<string, ProviderListStatus> = {};
+    await Promise.all(
+      this.catalogue.providers.map(async (p) => {
+        const adapter = this.adapters.get(p.id);
+        try {
+          if (!adapter) throw new Error(`no adapter for provider type ${p.type}`);
+          const ids = await adapter.listModels(AbortSignal.timeout(LIST_TIMEOUT_MS));
+          this.lists.set(p.id, new Set(ids));
+          providers[p.id] = 'ok';
+        } catch {
+          providers[p.id] = this.lists.has(p.id) ? 'stale' : 'error';
+        }
+      }),
+    );
+    const next = new Map<string, RegistryModel>();
+    for (const model of this.catalogue.models) {
+      const entry = this.toEntry(model);
+      if (entry.offers.length > 0 || entry.deprecated) next.set(entry.id, entry);
+    }
+    this.models = next;
+    return { models: next.size, providers };
+  }
+
+  private toEntry(model: ModelConfig): RegistryModel {
+    const regions = new Map(this.catalogue.providers.map((p) => [p.id, p.region]));
+    const offers = model.offers
+      .filter((o) => this.lists.get(o.provider)?.has(o.upstreamModel))
+      .map((o) => ({ provider: o.provider, region: regions.get(o.provider) ?? 'eu', upstreamModel: o.upstreamModel, pricing: o.pricing }));
+    if (!this.firstSeen.has(model.id)) this.firstSeen.set(model.id, Math.floor(Date.now() / 1000));
+    return {
+      id: model.id,
+      kind: model.kind,
+      owned_by: model.owned_by,
+      context_window: model.context_window ?? DEFAULT_CONTEXT_WINDOW,
+      capabilities: model.capabilities ?? [],
+      deprecated: model.deprecated ?? false,
+      beta: model.beta ?? false,
+      offers,
+      created: this.firstSeen.get(model.id) ?? 0,
+    };
+  }
+}

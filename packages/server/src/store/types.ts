@@ -1,0 +1,127 @@
+/**
+ * Repository interfaces of the gateway's durable store. One implementation
+ * over Drizzle serves both embedded PGlite and PostgreSQL.
+ */
+
+export interface Workspace {
+  id: string;
+  name: string;
+  /** null: every model is enabled. */
+  enabledModels: string[] | null;
+  /** EUR; null: no budget. */
+  budget: number | null;
+  spent: number;
+  createdAt: Date;
+}
+
+export interface ApiKeyRecord {
+  id: string;
+  name: string | null;
+  workspaceId: string | null;
+  /** sha256 hex of the whole `gw_live_…` key; the key itself is never stored. */
+  hash: string;
+  rateLimitRpm: number;
+  /** EUR; null: no budget. */
+  budget: number | null;
+  spent: number;
+  revoked: boolean;
+  createdAt: Date;
+}
+
+export interface UsageRecord {
+  requestId: string;
+  keyId: string;
+  workspaceId: string | null;
+  /** chat | embedding | rerank | audio */
+  kind: string;
+  model: string;
+  /** null when no provider was reached (e.g. a 402 before routing). */
+  provider: string | null;
+  promptTokens: number;
+  completionTokens: number;
+  totalTokens: number;
+  /** Non-token billing units (rerank search units, audio seconds); 0 otherwise. */
+  units: number;
+  /** EUR. */
+  cost: number;
+  latencyMs: number;
+  /** HTTP status answered to the client. */
+  status: number;
+  /** Canonical error code, null on success. */
+  errorCode: string | null;
+  streamed: boolean;
+  createdAt: Date;
+}
+
+export interface UsageQuery {
+  keyId?: string;
+  workspaceId?: string;
+  requestId?: string;
+  since?: Date;
+  until?: Date;
+  limit?: number;
+}
+
+export interface NewWorkspace {
+  id: string;
+  name: string;
+  enabledModels: string[] | null;
+  budget: number | null;
+}
+
+export interface NewApiKey {
+  id: string;
+  name: string | null;
+  workspaceId: string | null;
+  hash: string;
+  rateLimitRpm: number;
+  budget: number | null;
+}
+
+export interface KeyPatch {
+  rateLimitRpm?: number;
+  budget?: number | null;
+}
+
+export interface WorkspaceRepo {
+  create(input: NewWorkspace): Promise<Workspace>;
+  get(id: string): Promise<Workspace | null>;
+  /** Atomically adds `amount` EUR to the workspace's spent total. */
+  addSpent(id: string, amount: number): Promise<void>;
+}
+
+export interface KeyRepo {
+  create(input: NewApiKey): Promise<ApiKeyRecord>;
+  getById(id: string): Promise<ApiKeyRecord | null>;
+  getByHash(hash: string): Promise<ApiKeyRecord | null>;
+  update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null>;
+  revoke(id: string): Promise<ApiKeyRecord | null>;
+  count(): Promise<number>;
+  /** Atomically adds `amount` EUR to the key's spent total. */
+  addSpent(id: string, amount: number): Promise<void>;
+}
+
+export interface UsageRepo {
+  /** Inserts many records in one statement; idempotent per requestId (a repeat is ignored). */
+  insertMany(records: UsageRecord[]): Promise<void>;
+  list(query: UsageQuery): Promise<UsageRecord[]>;
+}
+
+export interface SettingsRepo {
+  get(name: string): Promise<string | null>;
+  /** Stores `value` unless the name is already set; returns the value that is stored. */
+  setIfAbsent(name: string, value: string): Promise<string>;
+}
+
+export interface Store {
+  readonly kind: 'pglite' | 'postgres';
+  readonly workspaces: WorkspaceRepo;
+  readonly keys: KeyRepo;
+  readonly usage: UsageRepo;
+  readonly settings: SettingsRepo;
+  /** Applies pending migrations. */
+  migrate(): Promise<void>;
+  /** Resolves when the database answers a trivial query. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

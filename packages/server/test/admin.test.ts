@@ -1,0 +1,96 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
+
+let gw: TestGateway;
+beforeAll(async () => {
+  gw = await startGateway();
+});
+afterAll(() => gw?.close());
+
+describe('admin API', () => {
+  it('creates workspaces and keys exactly as INTERFACES.md shows', async () => {
+    const ws = await gw.admin<Record<string, unknown>>('POST', '/workspaces', { name: 'acme', enabledModels: ['mistral/small'], budget: 25 });
+    expect(ws.status).toBe(201);
+    expect(ws.body).toMatchObject({ name: 'acme', enabledModels: ['mistral/small'], budget: 25 });
+    expect(ws.body.id).toMatch(/^ws_/);
+    const created = await gw.admin<Record<string, unknown>>('POST', '/keys', { name: 'ci', workspaceId: ws.body.id });
+    expect(created.status).toBe(201);
+    expect(created.body).toMatchObject({ name: 'ci', workspaceId: ws.body.id, rateLimitRpm: 60, budget: null });
+    expect(created.body.key).toMatch(/^gw_live_[A-Za-z0-9_-]{43}$/);
+    const got = await gw.admin<Record<string, unknown>>('GET', `/keys/${created.body.id}`);
+    expect(got.body).toEqual({ id: created.body.id, name: 'ci', workspaceId: ws.body.id, rateLimitRpm: 60, budget: null, spent: 0, revoked: false });
+    expect(JSON.stringify(got.body)).not.toContain(created.body.key as string);
+    const patched = await gw.admin<Record<string, unknown>>('PATCH', `/keys/${created.body.id}`, { rateLimitRpm: 600, budget: 5.5 });
+    expect(patched.body).toMatchObject({ rateLimitRpm: 600, budget: 5.5 });
+    const revoked = await gw.admin<Record<string, unknown>>('POST', `/keys/${created.body.id}/revoke`);
+    expect(revoked.body).toMatchObject({ revoked: true });
+  });
+
+  it('stores only a hash of the key', async () => {
+    const { id, key } = await gw.createKey();
+    const rec = await gw.gateway.services.store.keys.getById(id);
+    expect(rec?.hash).toMatch(/^[0-9a-f]{64}$/);
+    expect(JSON.stringify(rec)).not.toContain(key.slice(8));
+  });
+
+  it('enabledModels narrows what a workspace key may use and list (B)', async () => {
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'narrow', enabledModels: ['mistral/small'] });
+    const { key } = await gw.createKey({ workspaceId: ws.body.id });
+    const list = await fetch(`${gw.baseB}/models`, { headers: { authorization: `Bearer ${key}` } });
+    expect(((await list.json()) as { data: { id: string }[] }).data.map((m) => m.id)).toEqual(['mistral/small']);
+    const res = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'x' }] }),
+    });
+    expect(res.status).toBe(404);
+  });
+
+  it('answers clear 400s for bad bodies', async () => {
+    const cases: [string, string, unknown, string][] = [
+      ['POST', '/workspaces', {}, "'name' is required"],
+      ['POST', '/workspaces', { name: 'x', budget: -1 }, "'budget'"],
+      ['POST', '/keys', { rateLimitRpm: 0 }, "'rateLimitRpm'"],
+      ['POST', '/keys', { rateLimitRpm: 'fast' }, "'rateLimitRpm'"],
+      ['POST', '/keys', { color: 'red' }, "'color' is not a known field"],
+      ['POST', '/keys', { workspaceId: 'ws_nope' }, "Unknown workspaceId 'ws_nope'"],
+      ['PATCH', '/keys/any', {}, 'Invalid body'],
+    ];
+    for (const [method, path, body, message] of cases) {
+      const res = await gw.admin<{ error: { code: string; message: string } }>(method, path, body);
+      expect(res.status, `${method} ${path} ${JSON.stringify(body)}`).toBe(400);
+      expect(res.body.error.code).toBe('validation_error');
+      expect(res.body.error.message).toContain(message);
+    }
+    expect((await gw.admin('GET', '/keys/key_missing')).status).toBe(404);
+  });
+
+  it('refuses a wrong admin token and hides the API without GW_ADMIN_TOKEN', async () => {
+    const wrong = await fetch(`${gw.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: 'Bearer nope', 'content-type': 'application/json' }, body: '{}' });
+    expect(wrong.status).toBe(401);
+    const other = await startGateway({ env: { GW_ADMIN_TOKEN: '' }, sim: gw.sim });
+    try {
+      const res = await fetch(`${other.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{}' });
+      expect(res.status).toBe(404);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('rebuilds the registry on demand and reports each provider', async () => {
+    const res = await gw.admin<{ models: number; providers: Record<string, string> }>('POST', '/registry/rebuild');
+    expect(res.status).toBe(200);
+    expect(res.body.models).toBeGreaterThan(5);
+    expect(res.body.providers.scaleway).toBe('ok');
+    expect(Object.keys(res.body.providers).sort()).toEqual(Object.keys(gw.sim.providers).sort());
+  });
+
+  it('revocation takes effect at once on this instance', async () => {
+    const { id, key } = await gw.createKey();
+    const ok = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } });
+    expect(ok.status).toBe(200);
+    await gw.admin('POST', `/keys/${id}/revoke`);
+    const after = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } });
+    expect(after.status).toBe(401);
+  });
+});

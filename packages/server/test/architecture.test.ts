@@ -1,0 +1,67 @@
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+// DESIGN.md's folder table: a folder may import only folders on lower rows.
+const LAYERS = ['lib', 'errors', 'config', 'kv', 'store', 'providers', 'streaming', 'auth', 'limits', 'routing', 'jobs', 'http'] as const;
+const SRC = new URL('../src/', import.meta.url).pathname;
+
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const full = join(dir, name);
+    return statSync(full).isDirectory() ? filesUnder(full) : full.endsWith('.ts') ? [full] : [];
+  });
+}
+
+function layerOf(file: string): string | null {
+  const top = relative(SRC, file).split('/')[0] ?? '';
+  return (LAYERS as readonly string[]).includes(top) ? top : null;
+}
+
+function importsOf(file: string, text: string): string[] {
+  return [...text.matchAll(/(?:import|export)[^'"]*?from\s+['"](\.[^'"]+)['"]/g)].map((m) => join(file, '..', m[1] as string));
+}
+
+/** Every import edge between two server folders that DESIGN.md forbids. */
+function forbiddenEdges(files: { file: string; text: string }[]): string[] {
+  const bad: string[] = [];
+  for (const { file, text } of files) {
+    const from = layerOf(file);
+    if (from === null) continue;
+    for (const target of importsOf(file, text)) {
+      const to = layerOf(target);
+      if (to === null) {
+        bad.push(`${relative(SRC, file)} imports ${relative(SRC, target)} (outside the layered folders)`);
+      } else if (LAYERS.indexOf(to as (typeof LAYERS)[number]) > LAYERS.indexOf(from as (typeof LAYERS)[number])) {
+        bad.push(`${relative(SRC, file)} (${from}) imports ${relative(SRC, target)} (${to})`);
+      }
+    }
+  }
+  return bad;
+}
+
+describe('server folder boundaries', () => {
+  it('no folder imports a folder above it in DESIGN.md’s table', () => {
+    expect(forbiddenEdges(filesUnder(SRC).map((file) => ({ file, text: readFileSync(file, 'utf8') })))).toEqual([]);
+  });
+
+  it('only http/ knows Fastify, and only config/ reads the environment', () => {
+    const offenders = filesUnder(SRC).flatMap((file) => {
+      const layer = layerOf(file);
+      const text = readFileSync(file, 'utf8');
+      const out: string[] = [];
+      if (layer !== null && layer !== 'http' && /from ['"]fastify['"]|from ['"]@fastify\//.test(text)) out.push(`${relative(SRC, file)} imports fastify`);
+      if (layer !== null && layer !== 'config' && /process\.env/.test(text)) out.push(`${relative(SRC, file)} reads process.env`);
+      return out;
+    });
+    expect(offenders).toEqual([]);
+  });
+
+  it('catches a forbidden edge when one exists', () => {
+    // The checker itself must be able to fail: a lib file importing http is flagged, the reverse is not.
+    const up = { file: join(SRC, 'lib', 'probe.ts'), text: "import { x } from '../http/errors.js';" };
+    const down = { file: join(SRC, 'http', 'probe.ts'), text: "import { x } from '../lib/ids.js';" };
+    expect(forbiddenEdges([up])).toHaveLength(1);
+    expect(forbiddenEdges([down])).toEqual([]);
+  });
+});

@@ -1,0 +1,138 @@
+import OpenAI from 'openai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+const MODEL = 'meta/llama-3.3-70b';
+let gw: TestGateway;
+let key: string;
+let a: OpenAI;
+let b: OpenAI;
+
+beforeAll(async () => {
+  gw = await startGateway({
+    catalogue: (c) => ({ ...c, providers: c.providers.map((p) => (p.id === 'nebius' ? { ...p, timeoutMs: 400 } : p)) }),
+  });
+  key = (await gw.createKey({ name: 'chat test' })).key;
+  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+});
+afterAll(() => gw?.close());
+beforeEach(() => {
+  for (const p of Object.values(gw.sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+  }
+});
+
+const ask = { model: MODEL, messages: [{ role: 'user' as const, content: 'Say bonjour to Paris' }] };
+
+describe('chat completions through the official openai SDK', () => {
+  it('variant A answers in OpenAI shape with the gateway model id and the routing headers', async () => {
+    const { data, response } = await a.chat.completions.create(ask).withResponse();
+    expect(data.object).toBe('chat.completion');
+    expect(data.model).toBe(MODEL);
+    expect(data.choices[0]?.message.content).toMatch(/\S/);
+    expect(data.usage?.total_tokens).toBeGreaterThan(0);
+    expect(response.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{24}$/);
+    expect(response.headers.get('x-gateway-provider')).toBe('scaleway');
+    expect(response.headers.get('x-gateway-region')).toBeNull();
+    expect(response.headers.get('server-timing')).toMatch(/^gw;desc="gateway";dur=[\d.]+, upstream;dur=[\d.]+, total;dur=[\d.]+$/);
+  });
+
+  it('variant B adds region, strategy and hops', async () => {
+    const { response } = await b.chat.completions.create(ask).withResponse();
+    expect(response.headers.get('x-gateway-provider')).toBe('scaleway');
+    expect(response.headers.get('x-gateway-region')).toBe(gw.sim.providers.scaleway?.region);
+    expect(response.headers.get('x-gateway-strategy')).toBe('default');
+    expect(response.headers.get('x-gateway-routing-hops')).toBe('0');
+  });
+
+  it('sends the provider its own key and model name, never the client key', async () => {
+    await a.chat.completions.create(ask);
+    const last = gw.sim.providers.scaleway?.stats().last;
+    expect(last?.headers.authorization).toBe(`Bearer ${gw.sim.providers.scaleway?.apiKey}`);
+    expect(JSON.stringify(last?.headers)).not.toContain(key);
+    expect((last?.body as { model: string }).model).toBe('llama-3.3-70b-instruct');
+  });
+
+  it('writes one usage record per request with tokens, cost, provider and latency', async () => {
+    const { data, response } = await a.chat.completions.create(ask).withResponse();
+    const requestId = response.headers.get('x-request-id') as string;
+    await gw.gateway.services.usage.flush();
+    const records = await gw.gateway.services.store.usage.list({ requestId });
+    expect(records).toHaveLength(1);
+    const r = records[0];
+    expect(r?.model).toBe(MODEL);
+    expect(r?.provider).toBe('scaleway');
+    expect(r?.status).toBe(200);
+    expect(r?.promptTokens).toBe(data.usage?.prompt_tokens);
+    expect(r?.completionTokens).toBe(data.usage?.completion_tokens);
+    const expected = ((data.usage?.prompt_tokens ?? 0) * 0.8 + (data.usage?.completion_tokens ?? 0) * 0.95) / 1e6;
+    expect(r?.cost).toBeCloseTo(expected, 12);
+    expect(r?.latencyMs).toBeGreaterThanOrEqual(0);
+  });
+
+  it('fails over to the next provider on an upstream 5xx', async () => {
+    gw.sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
+    const { response } = await b.chat.completions.create(ask).withResponse();
+    expect(response.headers.get('x-gateway-provider')).toBe('ovh');
+    expect(response.headers.get('x-gateway-routing-hops')).toBe('1');
+  });
+
+  it('answers 502 provider_down (A) / upstream_unavailable (B) when no provider is left', async () => {
+    gw.sim.providers.scaleway?.setFault({ kind: 'status', status: 500 });
+    const pinned = { headers: { 'X-Gateway-Provider': 'scaleway' } };
+    const errA = await a.chat.completions.create(ask, pinned).catch((e: unknown) => e);
+    expect(errA).toBeInstanceOf(OpenAI.InternalServerError);
+    expect((errA as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    expect((errA as InstanceType<typeof OpenAI.APIError>).code).toBe('provider_down');
+    const errB = await b.chat.completions.create(ask, pinned).catch((e: unknown) => e);
+    expect((errB as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    expect((errB as InstanceType<typeof OpenAI.APIError>).code).toBe('upstream_unavailable');
+    expect(gw.sim.providers.ovh?.stats().total).toBe(0);
+  });
+
+  it('answers 504 upstream_timeout when the provider does not answer in time', async () => {
+    gw.sim.providers.nebius?.setFault({ kind: 'hang' });
+    for (const client of [a, b]) {
+      const err = (await client.chat.completions.create(ask, { headers: { 'X-Gateway-Provider': 'nebius' } }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+      expect(err.status).toBe(504);
+      expect(err.code).toBe('upstream_timeout');
+    }
+  });
+});
+
+describe('models', () => {
+  it('variant A lists models with kind and filters by kind', async () => {
+    const page = await a.models.list();
+    const ids = page.data.map((m) => m.id);
+    expect(ids).toContain(MODEL);
+    expect(ids).not.toContain('mistral/nemo');
+    const chat = page.data.find((m) => m.id === MODEL) as unknown as Record<string, unknown>;
+    expect(chat).toMatchObject({ object: 'model', kind: 'chat', owned_by: 'meta' });
+    const res = await fetch(`${gw.baseA}/models?kind=rerank`, { headers: { authorization: `Bearer ${key}` } });
+    const body = (await res.json()) as { data: { kind: string }[] };
+    expect(body.data.length).toBeGreaterThan(0);
+    expect(body.data.every((m) => m.kind === 'rerank')).toBe(true);
+  });
+
+  it('variant B lists providers, regions, capabilities, context window and pricing', async () => {
+    const page = await b.models.list();
+    const m = page.data.find((x) => x.id === MODEL) as unknown as Record<string, unknown>;
+    expect(m.providers).toEqual(['scaleway', 'ovh', 'nebius']);
+    expect((m.regions as string[]).length).toBe(3);
+    expect(m.context_window).toBeGreaterThan(0);
+    expect(m.pricing).toMatchObject({ prompt_per_1m: 0.8, completion_per_1m: 0.95, currency: 'EUR' });
+    expect(m.kind).toBeUndefined();
+  });
+
+  it('gets one model with the slash encoded as %2F, in both variants', async () => {
+    for (const base of [gw.baseA, gw.baseB]) {
+      const res = await fetch(`${base}/models/${encodeURIComponent(MODEL)}`, { headers: { authorization: `Bearer ${key}` } });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { id: string }).id).toBe(MODEL);
+    }
+    const viaSdk = await a.models.retrieve(MODEL);
+    expect(viaSdk.id).toBe(MODEL);
+  });
+});

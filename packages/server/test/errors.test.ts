@@ -1,0 +1,121 @@
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+let gw: TestGateway;
+let key: string;
+
+beforeAll(async () => {
+  gw = await startGateway({ env: { GW_BODY_LIMIT_BYTES: '65536' } });
+  key = (await gw.createKey()).key;
+});
+afterAll(() => gw?.close());
+
+interface Envelope {
+  error: { message: string; type: string; code: string; param: string | null };
+}
+
+async function post(base: string, path: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, body: (await res.json()) as Envelope };
+}
+
+const chat = (extra: Record<string, unknown> = {}) => ({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], ...extra });
+
+describe('errors in each variant’s envelope', () => {
+  it('a bad body is 400 validation_error (A) / invalid_request (B), naming the field', async () => {
+    const ra = await post(gw.baseA, '/chat/completions', chat({ temperature: 3 }));
+    expect(ra.status).toBe(400);
+    expect(ra.body.error).toMatchObject({ code: 'validation_error', type: 'validation_error', param: 'temperature' });
+    expect(ra.body.error.message).toContain("'temperature'");
+    const rb = await post(gw.baseB, '/chat/completions', chat({ temperature: 3 }));
+    expect(rb.status).toBe(400);
+    expect(rb.body.error).toMatchObject({ code: 'invalid_request', type: 'invalid_request_error', param: 'temperature' });
+    const missing = await post(gw.baseA, '/chat/completions', { model: 'meta/llama-3.3-70b' });
+    expect(missing.body.error.message).toContain("'messages' is required");
+    const role = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'robot', content: 'x' }] }));
+    expect(role.body.error.param).toBe('messages.0.role');
+    const stringNumber = await post(gw.baseA, '/chat/completions', chat({ max_tokens: '12' }));
+    expect(stringNumber.status).toBe(400);
+  });
+
+  it('a body that is not JSON is a 400 in the envelope', async () => {
+    const r = await post(gw.baseB, '/chat/completions', '{"model": ');
+    expect(r.status).toBe(400);
+    expect(r.body.error.code).toBe('invalid_request');
+  });
+
+  it('an unknown model is 404 (A) / 400 (B) model_not_found; a retired one is 410 model_deprecated (A)', async () => {
+    const ra = await post(gw.baseA, '/chat/completions', chat({ model: 'nobody/nothing' }));
+    expect([ra.status, ra.body.error.code]).toEqual([404, 'model_not_found']);
+    const rb = await post(gw.baseB, '/chat/completions', chat({ model: 'nobody/nothing' }));
+    expect([rb.status, rb.body.error.code]).toEqual([400, 'model_not_found']);
+    const dep = await post(gw.baseA, '/chat/completions', chat({ model: 'mistral/nemo' }));
+    expect([dep.status, dep.body.error.code]).toEqual([410, 'model_deprecated']);
+  });
+
+  it('the SDK maps them to its error classes', async () => {
+    const a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    await expect(a.chat.completions.create({ model: 'nobody/nothing', messages: [{ role: 'user', content: 'x' }] })).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    const bad = new OpenAI({ apiKey: 'gw_live_nope', baseURL: gw.baseB, maxRetries: 0 });
+    const err = await bad.models.list().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
+    expect((err as InstanceType<typeof OpenAI.APIError>).code).toBe('invalid_api_key');
+  });
+
+  it('missing, malformed, unknown and revoked keys are 401 unauthorized (A) / invalid_api_key (B)', async () => {
+    const revoked = await gw.createKey();
+    expect((await gw.admin('POST', `/keys/${revoked.id}/revoke`)).status).toBe(200);
+    const cases: (string | undefined)[] = [undefined, 'Basic abc', 'Bearer gw_live_short', `Bearer gw_live_${'A'.repeat(43)}`, `Bearer ${revoked.key}`];
+    for (const auth of cases) {
+      for (const [base, code] of [
+        [gw.baseA, 'unauthorized'],
+        [gw.baseB, 'invalid_api_key'],
+      ] as const) {
+        const res = await fetch(`${base}/models`, { headers: auth ? { authorization: auth } : {} });
+        expect(res.status, `${auth} on ${base}`).toBe(401);
+        expect(((await res.json()) as Envelope).error.code).toBe(code);
+        expect(res.headers.get('x-request-id')).toMatch(/^req_/);
+      }
+    }
+  });
+
+  it('routing headers out of range are 400s', async () => {
+    const strategy = await post(gw.baseA, '/chat/completions', chat(), { 'X-Gateway-Strategy': 'random' });
+    expect([strategy.status, strategy.body.error.param]).toEqual([400, 'X-Gateway-Strategy']);
+    const hops = await post(gw.baseB, '/chat/completions', chat(), { 'X-Gateway-Max-Hops': '6' });
+    expect([hops.status, hops.body.error.code]).toEqual([400, 'invalid_request']);
+    const unknownA = await post(gw.baseA, '/chat/completions', chat(), { 'X-Gateway-Provider': 'aws' });
+    expect([unknownA.status, unknownA.body.error.code]).toEqual([400, 'validation_error']);
+    const notHostingB = await post(gw.baseB, '/chat/completions', chat(), { 'X-Gateway-Provider': 'cohere' });
+    expect([notHostingB.status, notHostingB.body.error.code]).toEqual([400, 'provider_unsupported']);
+  });
+
+  it('a body over the limit is 413 without being read whole', async () => {
+    const big = JSON.stringify(chat({ messages: [{ role: 'user', content: 'x'.repeat(200_000) }] }));
+    const r = await post(gw.baseA, '/chat/completions', big);
+    expect(r.status).toBe(413);
+    expect(r.body.error.code).toBe('payload_too_large');
+  });
+
+  it('routes still to come answer 501 not_implemented in the envelope; unknown routes 404', async () => {
+    const r = await fetch(`${gw.baseB}/batches`, { headers: { authorization: `Bearer ${key}` } });
+    expect(r.status).toBe(501);
+    expect(((await r.json()) as Envelope).error.code).toBe('not_implemented');
+    const nf = await fetch(`${gw.url}/v2/nothing`);
+    expect(nf.status).toBe(404);
+    expect(((await nf.json()) as Envelope).error.code).toBe('not_found');
+    expect(nf.headers.get('x-request-id')).toMatch(/^req_/);
+  });
+
+  it('never reflects an arbitrary Origin', async () => {
+    const res = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}`, origin: 'https://evil.example' } });
+    expect(res.headers.get('access-control-allow-origin')).toBeNull();
+    const pre = await fetch(`${gw.baseA}/chat/completions`, { method: 'OPTIONS', headers: { origin: 'https://evil.example', 'access-control-request-method': 'POST' } });
+    expect(pre.headers.get('access-control-allow-origin')).toBeNull();
+  });
+});

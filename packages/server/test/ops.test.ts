@@ -1,0 +1,83 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startSimulator, type Simulator } from '@gw/simulator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore } from '../src/store/open.js';
+import { ADMIN_TOKEN } from './helpers/gateway.js';
+import { type GatewayProcess, spawnGateway } from './helpers/process.js';
+
+let sim: Simulator;
+let proc: GatewayProcess;
+let dataDir: string;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  const dir = mkdtempSync(join(tmpdir(), 'gw-ops-'));
+  dataDir = join(dir, 'data');
+  const config = sim.demoConfig();
+  // The provider key reaches the gateway only through an ${ENV} reference.
+  const scaleway = sim.providers.scaleway;
+  for (const p of config.providers) if (p.id === 'scaleway') p.apiKey = '${SCW_KEY}';
+  writeFileSync(join(dir, 'gw.json'), JSON.stringify(config));
+  proc = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: dataDir, GW_ADMIN_TOKEN: ADMIN_TOKEN, SCW_KEY: scaleway?.apiKey ?? '' });
+}, 60_000);
+
+afterAll(async () => {
+  if (proc && proc.child.exitCode === null) proc.child.kill('SIGKILL');
+  await sim?.close();
+});
+
+describe('operations', () => {
+  it('prints the first API key once, and where to point a client', () => {
+    expect(proc.output()).toMatch(/Created the first API key \(shown once, keep it\): gw_live_[A-Za-z0-9_-]{43}/);
+    expect(proc.output()).toContain(`${proc.url}/v1`);
+    expect(proc.output()).toContain(`${proc.url}/alt/v1`);
+  });
+
+  it('serves /healthz, /readyz and Prometheus /metrics', async () => {
+    expect((await fetch(`${proc.url}/healthz`)).status).toBe(200);
+    const ready = await fetch(`${proc.url}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toMatchObject({ status: 'ready', store: 'ok' });
+    const metrics = await (await fetch(`${proc.url}/metrics`)).text();
+    expect(metrics).toContain('gw_http_requests_total');
+    expect(metrics).toContain('gw_process_resident_memory_bytes');
+  });
+
+  it('keeps keys and secrets out of the logs, and drains in-flight work on SIGTERM', async () => {
+    const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'slow one' }] });
+    expect((await fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body })).status).toBe(200);
+    await fetch(`${proc.url}/v1/models`, { headers: { authorization: 'Bearer gw_live_wrong' } });
+
+    sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1500 });
+    const inFlight = fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body });
+    await new Promise((r) => setTimeout(r, 300));
+    proc.child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 200));
+    const late = await fetch(`${proc.url}/healthz`).then(
+      (r) => r.status,
+      () => 'refused',
+    );
+    expect([503, 'refused']).toContain(late);
+    const res = await inFlight;
+    expect(res.status).toBe(200);
+    const requestId = res.headers.get('x-request-id') as string;
+    expect(await proc.exited).toBe(0);
+
+    const logs = proc.output().replace(/Created the first API key.*\n/, '').replace(/Try: curl.*\n/, '');
+    expect(logs).not.toContain(key);
+    expect(logs).not.toContain(sim.providers.scaleway?.apiKey as string);
+    expect(logs).toMatch(/"msg":"draining/);
+
+    // The usage of the drained request was written before the process exited.
+    const store = await openStore({ dataDir });
+    try {
+      expect(await store.usage.list({ requestId })).toHaveLength(1);
+    } finally {
+      await store.close();
+    }
+  }, 30_000);
+});

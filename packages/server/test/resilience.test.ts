@@ -1,0 +1,75 @@
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { startSimulator, type Simulator } from '@gw/simulator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+let pg: PostgresServer;
+let redis: RedisServer;
+let sim: Simulator;
+let one: TestGateway;
+let two: TestGateway;
+
+beforeAll(async () => {
+  [pg, redis, sim] = await Promise.all([startPostgres(), startRedis(), startSimulator({ latencyScale: 0 })]);
+  const databaseUrl = await pg.createDatabase();
+  one = await startGateway({ databaseUrl, redisUrl: redis.url, sim });
+  two = await startGateway({ databaseUrl, redisUrl: redis.url, sim });
+}, 120_000);
+
+afterAll(async () => {
+  await one?.close();
+  await two?.close();
+  await sim?.close();
+  await pg?.stop();
+  await redis?.stop();
+});
+
+const models = (gw: TestGateway, key: string) => fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } });
+const chat = (gw: TestGateway, key: string) =>
+  fetch(`${gw.baseA}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'outage test' }] }),
+  });
+
+describe('two instances sharing PostgreSQL and Redis', () => {
+  it('a key created on one instance works on the other; revocation reaches the other within a second', async () => {
+    const { id, key } = await one.createKey();
+    expect((await models(two, key)).status).toBe(200);
+    expect((await models(one, key)).status).toBe(200);
+    const revokedAt = Date.now();
+    await one.admin('POST', `/keys/${id}/revoke`);
+    await eventually(async () => expect((await models(two, key)).status).toBe(401), 1000);
+    expect(Date.now() - revokedAt).toBeLessThan(1000);
+  });
+});
+
+describe('while the database is unreachable', () => {
+  it('known keys keep working, unknown keys get 503 (never 401), usage is kept, and all recovers', async () => {
+    const known = await one.createKey();
+    const unknown = await one.createKey();
+    expect((await chat(one, known.key)).status).toBe(200);
+    pg.pause();
+    try {
+      const res = await chat(one, known.key);
+      expect(res.status).toBe(200);
+      const requestId = res.headers.get('x-request-id') as string;
+      const started = Date.now();
+      const refused = await models(one, unknown.key);
+      expect(refused.status).toBe(503);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('service_unavailable');
+      expect(refused.headers.get('retry-after')).toBe('1');
+      expect(Date.now() - started).toBeLessThan(4000);
+      const refusedB = await fetch(`${one.baseB}/models`, { headers: { authorization: `Bearer ${unknown.key}` } });
+      expect(refusedB.status).toBe(503);
+      pg.resume();
+      await eventually(async () => expect((await models(one, unknown.key)).status).toBe(200), 20_000);
+      await eventually(async () => {
+        await one.gateway.services.usage.flush();
+        expect(await one.gateway.services.store.usage.list({ requestId })).toHaveLength(1);
+      }, 20_000);
+    } finally {
+      pg.resume();
+    }
+  }, 60_000);
+});
