@@ -92,10 +92,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       services.lifecycle.draining = true;
       stopRebuild();
       await app.close();
+      app.log.info('http closed; writing pending usage');
       await usage.stop();
       await Promise.all([...adapters.values()].map((a) => a.close()));
       await bus.close();
       await closeStore(store);
+      app.log.info('stopped');
     },
   };
 }
@@ -133,8 +135,8 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
   app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, 'a'));
   opsRoutes(app, services);
   openApiRoutes(app);
-  await app.register(publicApi, { services, variant: 'a' });
-  await app.register(publicApi, { prefix: '/alt', services, variant: 'b' });
+  await app.register(publicApi, { prefix: '/v1', services, variant: 'a' });
+  await app.register(publicApi, { prefix: '/alt/v1', services, variant: 'b' });
   const adminToken = services.config.adminToken;
   if (adminToken) await app.register((admin) => adminRoutes(admin, { ...services, adminToken }), { prefix: '/admin/v1' });
 }

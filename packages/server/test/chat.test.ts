@@ -110,10 +110,10 @@ describe('models', () => {
     expect(ids).not.toContain('mistral/nemo');
     const chat = page.data.find((m) => m.id === MODEL) as unknown as Record<string, unknown>;
     expect(chat).toMatchObject({ object: 'model', kind: 'chat', owned_by: 'meta' });
-    const res = await fetch(`${gw.baseA}/models?kind=rerank`, { headers: { authorization: `Bearer ${key}` } });
+    const res = await fetch(`${gw.baseA}/models?kind=embedding`, { headers: { authorization: `Bearer ${key}` } });
     const body = (await res.json()) as { data: { kind: string }[] };
     expect(body.data.length).toBeGreaterThan(0);
-    expect(body.data.every((m) => m.kind === 'rerank')).toBe(true);
+    expect(body.data.every((m) => m.kind === 'embedding')).toBe(true);
   });
 
   it('variant B lists providers, regions, capabilities, context window and pricing', async () => {

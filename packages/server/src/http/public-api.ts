@@ -10,7 +10,7 @@ import { modelsRoutes } from './routes/models.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
 import type { Services } from './services.js';
 
-/** One variant of the public API: the same routes, its own error codes, headers and model fields. */
+/** One variant of the public API (mounted at /v1 and /alt/v1): the same routes, its own error codes, headers and model fields. */
 export async function publicApi(app: FastifyInstance, opts: { services: Services; variant: Variant }): Promise<void> {
   const { services, variant } = opts;
   // Response schemas document the API; bodies are relayed as the provider shaped them, so no field is dropped.
@@ -20,15 +20,10 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
   app.addHook('onRequest', async (request) => {
     request.gw.variant = variant;
   });
-  await app.register(
-    async (v1) => {
-      registerApiKeyAuth(v1, services);
-      registerUsageRecording(v1, services);
-      const docs = routeDocs(variant);
-      modelsRoutes(v1, services, docs);
-      chatCompletionsRoute(v1, services, docs);
-      notImplementedRoutes(v1, docs);
-    },
-    { prefix: '/v1' },
-  );
+  registerApiKeyAuth(app, services);
+  registerUsageRecording(app, services);
+  const docs = routeDocs(variant);
+  modelsRoutes(app, services, docs);
+  chatCompletionsRoute(app, services, docs);
+  notImplementedRoutes(app, docs);
 }

@@ -17,6 +17,8 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     const total = performance.now() - request.gw.startedAt;
     const upstream = request.gw.upstreamMs;
     reply.header(H.serverTiming, `gw;desc="gateway";dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`);
+    // While draining, close each connection after its answer so shutdown is not held by keep-alive.
+    if (services.lifecycle.draining) reply.header('connection', 'close');
     return payload;
   });
   app.addHook('onResponse', async (request, reply) => {
