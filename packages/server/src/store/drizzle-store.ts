@@ -1,0 +1,248 @@
+/**
+ * The repositories over a Drizzle database: one implementation for PGlite
+ * and PostgreSQL (open.ts picks the driver).
+ *
+ * Rules that keep it correct on both drivers:
+ * - counters are updated in SQL (`spent = spent + $1`), never read-modify-
+ *   write: PostgreSQL loses concurrent RMW updates (PGlite serialises
+ *   everything, so only PostgreSQL tests show it);
+ * - no transactions: a statement on the root db inside a transaction hangs
+ *   PGlite, and every operation here is a single statement anyway;
+ * - each method is one statement (settings.setIfAbsent: at most two).
+ */
+import { and, count, desc, eq, gte, lt, type SQL, sql } from 'drizzle-orm';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type * as schema from './schema.js';
+import { apiKeys, settings, usageRecords, workspaces } from './schema.js';
+import type {
+  ApiKeyRecord,
+  KeyPatch,
+  KeyRepo,
+  NewApiKey,
+  NewWorkspace,
+  SettingsRepo,
+  Store,
+  UsageQuery,
+  UsageRecord,
+  UsageRepo,
+  Workspace,
+  WorkspaceRepo,
+} from './types.js';
+
+export type Schema = typeof schema;
+export type Db = PgDatabase<PgQueryResultHKT, Schema>;
+
+/** Default and maximum page size of `usage.list`. */
+export const USAGE_LIST_DEFAULT_LIMIT = 1_000;
+export const USAGE_LIST_MAX_LIMIT = 10_000;
+
+/**
+ * Rows per INSERT in `usage.insertMany`: PostgreSQL allows 65,535 bind
+ * parameters per statement and a usage row has 16. A batch up to this size
+ * is one statement; a bigger one is split into statements of this size.
+ */
+export const USAGE_INSERT_CHUNK = 2_000;
+
+/** Money crosses into SQL as decimal text and is added as `numeric`, never as a float. */
+function moneyParam(amount: number): SQL {
+  if (!Number.isFinite(amount)) throw new RangeError(`amount must be a finite number, got ${amount}`);
+  return sql`${String(amount)}::numeric`;
+}
+
+class DrizzleWorkspaceRepo implements WorkspaceRepo {
+  constructor(private readonly db: Db) {}
+
+  async create(input: NewWorkspace): Promise<Workspace> {
+    const [row] = await this.db
+      .insert(workspaces)
+      .values({ id: input.id, name: input.name, enabledModels: input.enabledModels, budget: input.budget })
+      .returning();
+    if (row === undefined) throw new Error('insert into workspaces returned no row');
+    return row;
+  }
+
+  async get(id: string): Promise<Workspace | null> {
+    const [row] = await this.db.select().from(workspaces).where(eq(workspaces.id, id)).limit(1);
+    return row ?? null;
+  }
+
+  async addSpent(id: string, amount: number): Promise<void> {
+    await this.db
+      .update(workspaces)
+      .set({ spent: sql`${workspaces.spent} + ${moneyParam(amount)}` })
+      .where(eq(workspaces.id, id));
+  }
+}
+
+class DrizzleKeyRepo implements KeyRepo {
+  constructor(private readonly db: Db) {}
+
+  async create(input: NewApiKey): Promise<ApiKeyRecord> {
+    const [row] = await this.db
+      .insert(apiKeys)
+      .values({
+        id: input.id,
+        name: input.name,
+        workspaceId: input.workspaceId,
+        hash: input.hash,
+        rateLimitRpm: input.rateLimitRpm,
+        budget: input.budget,
+      })
+      .returning();
+    if (row === undefined) throw new Error('insert into api_keys returned no row');
+    return row;
+  }
+
+  async getById(id: string): Promise<ApiKeyRecord | null> {
+    const [row] = await this.db.select().from(apiKeys).where(eq(apiKeys.id, id)).limit(1);
+    return row ?? null;
+  }
+
+  async getByHash(hash: string): Promise<ApiKeyRecord | null> {
+    const [row] = await this.db.select().from(apiKeys).where(eq(apiKeys.hash, hash)).limit(1);
+    return row ?? null;
+  }
+
+  async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
+    const set: { rateLimitRpm?: number; budget?: number | null } = {};
+    if (patch.rateLimitRpm !== undefined) set.rateLimitRpm = patch.rateLimitRpm;
+    if (patch.budget !== undefined) set.budget = patch.budget;
+    if (Object.keys(set).length === 0) return this.getById(id);
+    const [row] = await this.db.update(apiKeys).set(set).where(eq(apiKeys.id, id)).returning();
+    return row ?? null;
+  }
+
+  async revoke(id: string): Promise<ApiKeyRecord | null> {
+    const [row] = await this.db.update(apiKeys).set({ revoked: true }).where(eq(apiKeys.id, id)).returning();
+    return row ?? null;
+  }
+
+  async count(): Promise<number> {
+    const [row] = await this.db.select({ n: count() }).from(apiKeys);
+    return row?.n ?? 0;
+  }
+
+  async addSpent(id: string, amount: number): Promise<void> {
+    await this.db
+      .update(apiKeys)
+      .set({ spent: sql`${apiKeys.spent} + ${moneyParam(amount)}` })
+      .where(eq(apiKeys.id, id));
+  }
+}
+
+class DrizzleUsageRepo implements UsageRepo {
+  constructor(private readonly db: Db) {}
+
+  async insertMany(records: UsageRecord[]): Promise<void> {
+    for (let i = 0; i < records.length; i += USAGE_INSERT_CHUNK) {
+      const chunk = records.slice(i, i + USAGE_INSERT_CHUNK);
+      await this.db
+        .insert(usageRecords)
+        .values(
+          chunk.map((r) => ({
+            requestId: r.requestId,
+            keyId: r.keyId,
+            workspaceId: r.workspaceId,
+            kind: r.kind,
+            model: r.model,
+            provider: r.provider,
+            promptTokens: r.promptTokens,
+            completionTokens: r.completionTokens,
+            totalTokens: r.totalTokens,
+            units: r.units,
+            cost: r.cost,
+            latencyMs: r.latencyMs,
+            status: r.status,
+            errorCode: r.errorCode,
+            streamed: r.streamed,
+            createdAt: r.createdAt,
+          })),
+        )
+        .onConflictDoNothing({ target: usageRecords.requestId });
+    }
+  }
+
+  /**
+   * Newest first (`createdAt` descending). `since` is inclusive, `until`
+   * exclusive. `limit` defaults to {@link USAGE_LIST_DEFAULT_LIMIT} and is
+   * capped at {@link USAGE_LIST_MAX_LIMIT}.
+   */
+  async list(query: UsageQuery): Promise<UsageRecord[]> {
+    const where: SQL[] = [];
+    if (query.keyId !== undefined) where.push(eq(usageRecords.keyId, query.keyId));
+    if (query.workspaceId !== undefined) where.push(eq(usageRecords.workspaceId, query.workspaceId));
+    if (query.requestId !== undefined) where.push(eq(usageRecords.requestId, query.requestId));
+    if (query.since !== undefined) where.push(gte(usageRecords.createdAt, query.since));
+    if (query.until !== undefined) where.push(lt(usageRecords.createdAt, query.until));
+    const limit = Math.max(1, Math.min(Math.trunc(query.limit ?? USAGE_LIST_DEFAULT_LIMIT), USAGE_LIST_MAX_LIMIT));
+    return this.db
+      .select()
+      .from(usageRecords)
+      .where(and(...where))
+      .orderBy(desc(usageRecords.createdAt), desc(usageRecords.requestId))
+      .limit(limit);
+  }
+}
+
+class DrizzleSettingsRepo implements SettingsRepo {
+  constructor(private readonly db: Db) {}
+
+  async get(name: string): Promise<string | null> {
+    const [row] = await this.db.select({ value: settings.value }).from(settings).where(eq(settings.name, name)).limit(1);
+    return row?.value ?? null;
+  }
+
+  async setIfAbsent(name: string, value: string): Promise<string> {
+    const [inserted] = await this.db
+      .insert(settings)
+      .values({ name, value })
+      .onConflictDoNothing({ target: settings.name })
+      .returning({ value: settings.value });
+    if (inserted !== undefined) return inserted.value;
+    // Someone set it first; settings are never deleted, so it is there.
+    const stored = await this.get(name);
+    if (stored === null) throw new Error(`setting ${name} vanished`);
+    return stored;
+  }
+}
+
+/** What a driver supplies besides the Drizzle database. */
+export interface DriverHooks {
+  kind: Store['kind'];
+  migrate(): Promise<void>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export class DrizzleStore implements Store {
+  readonly kind: Store['kind'];
+  readonly workspaces: WorkspaceRepo;
+  readonly keys: KeyRepo;
+  readonly usage: UsageRepo;
+  readonly settings: SettingsRepo;
+  readonly #hooks: DriverHooks;
+  #closed: Promise<void> | undefined;
+
+  constructor(db: Db, hooks: DriverHooks) {
+    this.kind = hooks.kind;
+    this.#hooks = hooks;
+    this.workspaces = new DrizzleWorkspaceRepo(db);
+    this.keys = new DrizzleKeyRepo(db);
+    this.usage = new DrizzleUsageRepo(db);
+    this.settings = new DrizzleSettingsRepo(db);
+  }
+
+  migrate(): Promise<void> {
+    return this.#hooks.migrate();
+  }
+
+  ping(): Promise<void> {
+    return this.#hooks.ping();
+  }
+
+  /** Idempotent. */
+  close(): Promise<void> {
+    this.#closed ??= this.#hooks.close();
+    return this.#closed;
+  }
+}

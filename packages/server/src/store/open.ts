@@ -1,0 +1,187 @@
+/**
+ * Opens the store: PostgreSQL through a small `pg` Pool when a database url
+ * is given, otherwise embedded PGlite persisted under the data dir.
+ */
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { PGlite } from '@electric-sql/pglite';
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
+import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
+import pg from 'pg';
+import { DrizzleStore } from './drizzle-store.js';
+import * as schema from './schema.js';
+import type { Store } from './types.js';
+
+/**
+ * The generated SQL migrations (packages/server/drizzle), resolved from this
+ * module so it works from src/store (vitest) and from dist/store (built).
+ */
+export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle', import.meta.url));
+
+/** Serialises migrations across gateway instances sharing one PostgreSQL. */
+const MIGRATION_LOCK_KEY = 0x67770001; // "gw" + 1
+
+export interface OpenStoreOptions {
+  /** `postgres://…`; none: embedded PGlite in `dataDir`. */
+  databaseUrl?: string | undefined;
+  /** Embedded store location; PGlite's files go to `<dataDir>/pglite`. */
+  dataDir: string;
+  /** PostgreSQL pool size (default 5). */
+  poolMax?: number | undefined;
+  /** PostgreSQL `statement_timeout` for every statement (default 10,000 ms). */
+  statementTimeoutMs?: number | undefined;
+  /** `ping()` gives up after this long (default 2,000 ms). */
+  pingTimeoutMs?: number | undefined;
+  /**
+   * Errors of idle PostgreSQL connections (database restarted, network
+   * dropped). The pool discards the connection and the next query opens a
+   * new one; without this handler they are ignored, never fatal.
+   */
+  onError?: ((err: Error) => void) | undefined;
+}
+
+export async function openStore(opts: OpenStoreOptions): Promise<Store> {
+  if (opts.databaseUrl !== undefined && opts.databaseUrl !== '') return openPostgres(opts.databaseUrl, opts);
+  return openPglite(opts.dataDir);
+}
+
+function openPostgres(databaseUrl: string, opts: OpenStoreOptions): Store {
+  const statementTimeoutMs = opts.statementTimeoutMs ?? 10_000;
+  const pingTimeoutMs = opts.pingTimeoutMs ?? 2_000;
+  const onError = opts.onError ?? (() => {});
+  const pool = new pg.Pool({
+    connectionString: databaseUrl,
+    max: opts.poolMax ?? 5,
+    connectionTimeoutMillis: 2_000,
+    idleTimeoutMillis: 30_000,
+    // Server side: no statement runs longer than this.
+    statement_timeout: statementTimeoutMs,
+    idle_in_transaction_session_timeout: statementTimeoutMs * 3,
+    // Client side: a server that accepts but never answers (paused, network
+    // black hole) fails the query, and the pool drops that connection.
+    query_timeout: statementTimeoutMs + 2_000,
+    keepAlive: true,
+    application_name: 'gw',
+  });
+  // An idle connection that dies emits 'error' on the pool: never crash.
+  pool.on('error', onError);
+  const db = drizzlePg({ client: pool, schema });
+
+  return new DrizzleStore(db, {
+    kind: 'postgres',
+    async migrate() {
+      const client = await pool.connect();
+      const swallow = (err: Error) => onError(err);
+      client.on('error', swallow);
+      let broken = false;
+      try {
+        // Migrations may outlast statement_timeout, and so may waiting for
+        // another instance that holds the lock.
+        await client.query('SET statement_timeout = 0');
+        await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+        try {
+          await migratePg(drizzlePg({ client, schema }), { migrationsFolder: MIGRATIONS_FOLDER });
+        } finally {
+          await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]);
+        }
+        await client.query('RESET statement_timeout');
+      } catch (err) {
+        broken = true;
+        throw err;
+      } finally {
+        client.off('error', swallow);
+        // A connection in an unknown state is closed rather than reused.
+        client.release(broken);
+      }
+    },
+    async ping() {
+      // pg honours a per-query query_timeout (its types do not list it); on
+      // timeout the pool discards the connection.
+      const query: pg.QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: pingTimeoutMs };
+      await pool.query(query);
+    },
+    async close() {
+      await pool.end();
+    },
+  });
+}
+
+async function openPglite(dataDir: string): Promise<Store> {
+  const dir = join(dataDir, 'pglite');
+  mkdirSync(dir, { recursive: true });
+  const unlock = lockDataDir(dataDir);
+  let client: PGlite;
+  try {
+    client = await PGlite.create({ dataDir: dir });
+  } catch (err) {
+    unlock();
+    throw err;
+  }
+  const db = drizzlePglite({ client, schema });
+  return new DrizzleStore(db, {
+    kind: 'pglite',
+    async migrate() {
+      await migratePglite(db, { migrationsFolder: MIGRATIONS_FOLDER });
+    },
+    async ping() {
+      await client.query('SELECT 1');
+    },
+    async close() {
+      try {
+        await client.close();
+      } finally {
+        unlock();
+      }
+    },
+  });
+}
+
+/**
+ * PGlite is one process's database: a second process opening the same files
+ * would corrupt them. A pid lock file turns that into a clear error; a lock
+ * left by a process that is gone is taken over.
+ */
+function lockDataDir(dataDir: string): () => void {
+  const lockFile = join(dataDir, 'pglite.lock');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(lockFile, 'wx');
+      writeSync(fd, String(process.pid));
+      closeSync(fd);
+      let released = false;
+      const release = () => {
+        if (released) return;
+        released = true;
+        process.off('exit', release);
+        rmSync(lockFile, { force: true });
+      };
+      process.on('exit', release);
+      return release;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const owner = Number.parseInt(readFileSync(lockFile, 'utf8'), 10);
+      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isAlive(owner)) {
+        throw new Error(
+          `the embedded database in ${dataDir} is in use by process ${owner}; stop it, use another GW_DATA_DIR, or set DATABASE_URL to share a PostgreSQL`,
+        );
+      }
+      if (owner === process.pid) {
+        throw new Error(`the embedded database in ${dataDir} is already open in this process`);
+      }
+      rmSync(lockFile, { force: true }); // stale: its process is gone
+    }
+  }
+  throw new Error(`could not lock ${lockFile}`);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

@@ -1,0 +1,354 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type PostgresServer, requireBinary, startPostgres } from '@gw/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore, type Store, type UsageRecord } from '../src/store/index.js';
+
+const postgresOk = requireBinary('postgres', 'packages/server store tests');
+
+// One throwaway PostgreSQL for this file; each suite gets its own database.
+let server: PostgresServer | undefined;
+const getServer = async () => {
+  server ??= await startPostgres();
+  return server;
+};
+afterAll(async () => {
+  await server?.stop();
+});
+
+const tempDirs: string[] = [];
+afterAll(() => {
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+});
+const tempDir = () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gw-store-test-'));
+  tempDirs.push(dir);
+  return dir;
+};
+
+interface Driver {
+  name: 'pglite' | 'postgres';
+  enabled: boolean;
+  /** Opens a store on a fresh, empty database. */
+  fresh(): Promise<Store>;
+}
+
+const drivers: Driver[] = [
+  { name: 'pglite', enabled: true, fresh: () => openStore({ dataDir: tempDir() }) },
+  {
+    name: 'postgres',
+    enabled: postgresOk,
+    fresh: async () => openStore({ databaseUrl: await (await getServer()).createDatabase(), dataDir: tempDir() }),
+  },
+];
+
+let seq = 0;
+const uid = (prefix: string) => `${prefix}_${Date.now().toString(36)}_${++seq}`;
+
+function usage(overrides: Partial<UsageRecord> & Pick<UsageRecord, 'requestId' | 'keyId'>): UsageRecord {
+  return {
+    workspaceId: null,
+    kind: 'chat',
+    model: 'mistral/small',
+    provider: 'alpha',
+    promptTokens: 10,
+    completionTokens: 5,
+    totalTokens: 15,
+    units: 0,
+    cost: 0.000005,
+    latencyMs: 120,
+    status: 200,
+    errorCode: null,
+    streamed: false,
+    createdAt: new Date('2026-01-01T00:00:00.000Z'),
+    ...overrides,
+  };
+}
+
+for (const driver of drivers) {
+  describe.skipIf(!driver.enabled)(`store on ${driver.name}`, () => {
+    let store: Store;
+    beforeAll(async () => {
+      store = await driver.fresh();
+      await store.migrate();
+    });
+    afterAll(async () => {
+      await store?.close();
+    });
+
+    it('reports its kind and answers ping', async () => {
+      expect(store.kind).toBe(driver.name);
+      await store.ping();
+    });
+
+    it('migrate() a second time is a no-op and keeps the data', async () => {
+      await store.settings.setIfAbsent('before-remigrate', 'kept');
+      await store.migrate();
+      await store.migrate();
+      expect(await store.settings.get('before-remigrate')).toBe('kept');
+    });
+
+    it('creates and gets workspaces', async () => {
+      const id = uid('ws');
+      const created = await store.workspaces.create({ id, name: 'Team A', enabledModels: ['mistral/small'], budget: 12.5 });
+      expect(created).toEqual({
+        id,
+        name: 'Team A',
+        enabledModels: ['mistral/small'],
+        budget: 12.5,
+        spent: 0,
+        createdAt: expect.any(Date),
+      });
+      expect(Math.abs(created.createdAt.getTime() - Date.now())).toBeLessThan(60_000);
+      expect(await store.workspaces.get(id)).toEqual(created);
+
+      const open = await store.workspaces.create({ id: uid('ws'), name: 'All models', enabledModels: null, budget: null });
+      expect(open.enabledModels).toBeNull();
+      expect(open.budget).toBeNull();
+      expect(await store.workspaces.get('ws_missing')).toBeNull();
+    });
+
+    it('creates keys and finds them by id and by hash', async () => {
+      const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: null });
+      const id = uid('key');
+      const hash = `${id}-hash`;
+      const key = await store.keys.create({ id, name: 'ci', workspaceId: ws.id, hash, rateLimitRpm: 60, budget: null });
+      expect(key).toEqual({
+        id,
+        name: 'ci',
+        workspaceId: ws.id,
+        hash,
+        rateLimitRpm: 60,
+        budget: null,
+        spent: 0,
+        revoked: false,
+        createdAt: expect.any(Date),
+      });
+      expect(await store.keys.getById(id)).toEqual(key);
+      expect(await store.keys.getByHash(hash)).toEqual(key);
+      expect(await store.keys.getByHash('no-such-hash')).toBeNull();
+      expect(await store.keys.getById('no-such-key')).toBeNull();
+
+      const bare = await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash: uid('h'), rateLimitRpm: 5, budget: 1 });
+      expect(bare.name).toBeNull();
+      expect(bare.workspaceId).toBeNull();
+      expect(bare.budget).toBe(1);
+    });
+
+    it('rejects a second key with the same hash', async () => {
+      const hash = uid('dup');
+      await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash, rateLimitRpm: 60, budget: null });
+      await expect(store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash, rateLimitRpm: 60, budget: null })).rejects.toThrow();
+    });
+
+    it('updates and revokes keys', async () => {
+      const id = uid('key');
+      await store.keys.create({ id, name: 'k', workspaceId: null, hash: uid('h'), rateLimitRpm: 60, budget: null });
+
+      const a = await store.keys.update(id, { rateLimitRpm: 120 });
+      expect(a).toMatchObject({ id, rateLimitRpm: 120, budget: null });
+      const b = await store.keys.update(id, { budget: 3.25 });
+      expect(b).toMatchObject({ rateLimitRpm: 120, budget: 3.25 });
+      const c = await store.keys.update(id, { budget: null });
+      expect(c).toMatchObject({ rateLimitRpm: 120, budget: null });
+      expect(await store.keys.update(id, {})).toEqual(c);
+      expect(await store.keys.update('no-such-key', { rateLimitRpm: 1 })).toBeNull();
+
+      const revoked = await store.keys.revoke(id);
+      expect(revoked).toMatchObject({ id, revoked: true, rateLimitRpm: 120 });
+      expect((await store.keys.getById(id))?.revoked).toBe(true);
+      expect(await store.keys.revoke('no-such-key')).toBeNull();
+    });
+
+    it('counts keys', async () => {
+      const before = await store.keys.count();
+      await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash: uid('h'), rateLimitRpm: 60, budget: null });
+      await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash: uid('h'), rateLimitRpm: 60, budget: null });
+      expect(await store.keys.count()).toBe(before + 2);
+      const fresh = await driver.fresh();
+      try {
+        await fresh.migrate();
+        expect(await fresh.keys.count()).toBe(0);
+      } finally {
+        await fresh.close();
+      }
+    });
+
+    it('adds spent in exact decimal arithmetic', async () => {
+      const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: 1 });
+      const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
+      for (let i = 0; i < 10; i++) {
+        await store.keys.addSpent(key.id, 0.1);
+        await store.workspaces.addSpent(ws.id, 0.1);
+      }
+      await store.keys.addSpent(key.id, 0.0000002); // one token at 0.20 EUR / 1M
+      // Ten binary 0.1s add up to 0.9999999999999999; numeric gives exactly 1.
+      expect((await store.workspaces.get(ws.id))?.spent).toBe(1);
+      expect((await store.keys.getById(key.id))?.spent).toBe(1.0000002);
+      await expect(store.keys.addSpent(key.id, Number.NaN)).rejects.toThrow(RangeError);
+      await store.keys.addSpent('no-such-key', 1); // no row, no error
+    });
+
+    it('50 concurrent addSpent calls sum exactly', async () => {
+      const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: null });
+      const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
+      await Promise.all(
+        Array.from({ length: 50 }, (_, i) => Promise.all([store.keys.addSpent(key.id, 0.01 * (i + 1)), store.workspaces.addSpent(ws.id, 0.25)])),
+      );
+      expect((await store.keys.getById(key.id))?.spent).toBe(12.75); // 0.01 * (1 + … + 50)
+      expect((await store.workspaces.get(ws.id))?.spent).toBe(12.5);
+    });
+
+    it('insertMany ignores a repeated requestId, within a batch and across batches', async () => {
+      const keyId = uid('key');
+      const r1 = uid('req');
+      const r2 = uid('req');
+      await store.usage.insertMany([
+        usage({ requestId: r1, keyId, model: 'first' }),
+        usage({ requestId: r2, keyId }),
+        usage({ requestId: r1, keyId, model: 'repeat-in-batch' }),
+      ]);
+      await store.usage.insertMany([usage({ requestId: r1, keyId, model: 'repeat-later' })]);
+      await store.usage.insertMany([]);
+      const rows = await store.usage.list({ keyId });
+      expect(rows).toHaveLength(2);
+      expect(rows.find((r) => r.requestId === r1)?.model).toBe('first');
+    });
+
+    it('insertMany round-trips every field', async () => {
+      const record = usage({
+        requestId: uid('req'),
+        keyId: uid('key'),
+        workspaceId: uid('ws'),
+        kind: 'audio',
+        provider: null,
+        units: 12.5,
+        cost: 0.0123456789,
+        status: 402,
+        errorCode: 'budget_exceeded',
+        streamed: true,
+        createdAt: new Date('2026-02-03T04:05:06.789Z'),
+      });
+      await store.usage.insertMany([record]);
+      expect(await store.usage.list({ requestId: record.requestId })).toEqual([record]);
+    });
+
+    it('insertMany takes batches bigger than one statement allows', async () => {
+      const keyId = uid('key');
+      const records = Array.from({ length: 4_500 }, (_, i) => usage({ requestId: `${keyId}-${i}`, keyId }));
+      await store.usage.insertMany(records);
+      expect(await store.usage.list({ keyId, limit: 10_000 })).toHaveLength(4_500);
+    });
+
+    it('lists usage with filters, newest first', async () => {
+      const keyA = uid('key');
+      const keyB = uid('key');
+      const ws = uid('ws');
+      const at = (minute: number) => new Date(Date.UTC(2026, 2, 1, 12, minute));
+      await store.usage.insertMany([
+        usage({ requestId: uid('req'), keyId: keyA, workspaceId: ws, createdAt: at(0) }),
+        usage({ requestId: uid('req'), keyId: keyA, workspaceId: ws, createdAt: at(10) }),
+        usage({ requestId: uid('req'), keyId: keyA, workspaceId: null, createdAt: at(20) }),
+        usage({ requestId: uid('req'), keyId: keyB, workspaceId: ws, createdAt: at(30) }),
+      ]);
+
+      const byKey = await store.usage.list({ keyId: keyA });
+      expect(byKey.map((r) => r.createdAt)).toEqual([at(20), at(10), at(0)]);
+      expect((await store.usage.list({ workspaceId: ws })).map((r) => r.createdAt)).toEqual([at(30), at(10), at(0)]);
+      expect(await store.usage.list({ keyId: keyA, workspaceId: ws })).toHaveLength(2);
+      // since inclusive, until exclusive
+      expect((await store.usage.list({ keyId: keyA, since: at(10) })).map((r) => r.createdAt)).toEqual([at(20), at(10)]);
+      expect((await store.usage.list({ keyId: keyA, until: at(10) })).map((r) => r.createdAt)).toEqual([at(0)]);
+      expect((await store.usage.list({ workspaceId: ws, since: at(5), until: at(30) })).map((r) => r.createdAt)).toEqual([at(10)]);
+      expect((await store.usage.list({ keyId: keyA, limit: 1 })).map((r) => r.createdAt)).toEqual([at(20)]);
+      const one = byKey[1];
+      expect(await store.usage.list({ requestId: one?.requestId ?? '' })).toEqual([one]);
+      expect(await store.usage.list({ keyId: 'no-such-key' })).toEqual([]);
+    });
+
+    it('settings: setIfAbsent keeps the first value', async () => {
+      expect(await store.settings.get('secret')).toBeNull();
+      expect(await store.settings.setIfAbsent('secret', 'first')).toBe('first');
+      expect(await store.settings.setIfAbsent('secret', 'second')).toBe('first');
+      expect(await store.settings.get('secret')).toBe('first');
+
+      // Racing instances all end up with one value.
+      const values = await Promise.all(Array.from({ length: 10 }, (_, i) => store.settings.setIfAbsent('raced', `v${i}`)));
+      expect(new Set(values).size).toBe(1);
+      expect(await store.settings.get('raced')).toBe(values[0]);
+    });
+  });
+}
+
+describe('store on pglite: files', () => {
+  it('persists in the data dir across reopen, and locks it against a second opener', async () => {
+    const dataDir = join(tempDir(), 'nested', 'data');
+    const first = await openStore({ dataDir });
+    await first.migrate();
+    await first.settings.setIfAbsent('kept', 'yes');
+    await expect(openStore({ dataDir })).rejects.toThrow(/already open/);
+    await first.close();
+    await first.close(); // idempotent
+
+    const again = await openStore({ dataDir });
+    try {
+      await again.migrate();
+      expect(await again.settings.get('kept')).toBe('yes');
+    } finally {
+      await again.close();
+    }
+  });
+});
+
+describe.skipIf(!postgresOk)('store on postgres: server trouble', () => {
+  it('concurrent migrate() from two instances on a fresh database both succeed', async () => {
+    const url = await (await getServer()).createDatabase();
+    const a = await openStore({ databaseUrl: url, dataDir: tempDir() });
+    const b = await openStore({ databaseUrl: url, dataDir: tempDir() });
+    try {
+      await Promise.all([a.migrate(), b.migrate()]);
+      await a.settings.setIfAbsent('x', '1');
+      expect(await b.settings.get('x')).toBe('1');
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('ping() rejects while postgres is paused or down, and works again after', async () => {
+    // A server of its own: this test pauses, kills and restarts it.
+    const own = await startPostgres();
+    const errors: Error[] = [];
+    const store = await openStore({ databaseUrl: own.url, dataDir: tempDir(), pingTimeoutMs: 1_000, onError: (e) => errors.push(e) });
+    try {
+      await store.ping();
+
+      own.pause();
+      try {
+        const t0 = Date.now();
+        await expect(store.ping()).rejects.toThrow();
+        expect(Date.now() - t0).toBeLessThan(5_000);
+      } finally {
+        own.resume();
+      }
+      await store.ping();
+
+      await own.kill(); // crash: the pool's idle connection dies under it
+      await new Promise((r) => setTimeout(r, 200));
+      expect(errors.length).toBeGreaterThan(0); // reported to onError, not thrown
+      await expect(store.ping()).rejects.toThrow();
+      await own.restart();
+      await store.ping(); // reconnects; the process did not crash on the dropped connections
+    } finally {
+      await store.close();
+      await own.stop();
+    }
+    // After stop the store is closed; a new one cannot reach it.
+    const orphan = await openStore({ databaseUrl: own.url, dataDir: tempDir() });
+    try {
+      await expect(orphan.ping()).rejects.toThrow();
+    } finally {
+      await orphan.close();
+    }
+  });
+});

@@ -1,0 +1,72 @@
+/** The current fault of one provider: validation, scoping and consumption. */
+import { ENDPOINTS, type Endpoint, type Fault } from '../types.js';
+
+const KINDS = new Set(['status', 'hang', 'latency', 'slow_first_byte', 'stall', 'reset', 'truncate', 'error_after_200', 'content_filter']);
+
+export interface RequestScope {
+  endpoint: Endpoint;
+  model: string | null;
+  stream: boolean;
+}
+
+export class FaultState {
+  private current: Fault | null = null;
+  private remaining = Number.POSITIVE_INFINITY;
+
+  get(): Fault | null {
+    return this.current === null ? null : { ...this.current };
+  }
+
+  set(fault: Fault): void {
+    validateFault(fault);
+    this.current = { ...fault };
+    this.remaining = fault.times ?? Number.POSITIVE_INFINITY;
+  }
+
+  clear(): void {
+    this.current = null;
+  }
+
+  /** The fault to apply to this request, if it matches; counts down `times`. */
+  take(req: RequestScope): Fault | null {
+    const f = this.current;
+    if (f === null || !matches(f, req)) return null;
+    this.remaining -= 1;
+    if (this.remaining <= 0) this.current = null;
+    return f;
+  }
+}
+
+function matches(f: Fault, req: RequestScope): boolean {
+  if (f.model !== undefined && f.model !== req.model) return false;
+  const endpoints = f.endpoints ?? ENDPOINTS.filter((e) => e !== 'models');
+  if (!endpoints.includes(req.endpoint)) return false;
+  if (f.kind === 'error_after_200' && !req.stream) return false;
+  if (f.kind === 'content_filter' && req.endpoint !== 'chat') return false;
+  return true;
+}
+
+/** Throws a readable error for a malformed fault (the HTTP control route answers 400 with it). */
+export function validateFault(f: unknown): asserts f is Fault {
+  if (typeof f !== 'object' || f === null) throw new Error('fault must be an object');
+  const o = f as Record<string, unknown>;
+  if (typeof o['kind'] !== 'string' || !KINDS.has(o['kind'])) throw new Error(`fault.kind must be one of ${[...KINDS].join(', ')}`);
+  if (o['kind'] === 'status' && (typeof o['status'] !== 'number' || o['status'] < 100 || o['status'] > 599)) {
+    throw new Error('status fault needs a numeric status 100-599');
+  }
+  for (const k of ['ms', 'afterChunks', 'times', 'perChunkMs'] as const) {
+    if (o[k] !== undefined && (typeof o[k] !== 'number' || o[k] < 0)) throw new Error(`fault.${k} must be a number >= 0`);
+  }
+  if ((o['kind'] === 'latency' || o['kind'] === 'slow_first_byte' || o['kind'] === 'stall') && typeof o['ms'] !== 'number') {
+    throw new Error(`${o['kind']} fault needs ms`);
+  }
+  if (o['kind'] === 'stall' && typeof o['afterChunks'] !== 'number') throw new Error('stall fault needs afterChunks');
+  if (o['kind'] === 'content_filter' && o['on'] !== 'prompt' && o['on'] !== 'completion') {
+    throw new Error('content_filter fault needs on: "prompt" | "completion"');
+  }
+  const endpoints = o['endpoints'];
+  if (endpoints !== undefined && (!Array.isArray(endpoints) || !endpoints.every((e) => (ENDPOINTS as readonly unknown[]).includes(e)))) {
+    throw new Error(`fault.endpoints must be a list of ${ENDPOINTS.join(', ')}`);
+  }
+  if (o['model'] !== undefined && typeof o['model'] !== 'string') throw new Error('fault.model must be a string');
+}

@@ -1,0 +1,73 @@
+/** Simulated transcription: duration from the upload (WAV header, else 16 kHz 16-bit mono PCM), fixed text. */
+
+/** Seconds of audio: parsed from a RIFF/WAVE header if present, else bytes / 32000. */
+export function audioSeconds(data: Buffer): number {
+  if (data.length >= 12 && data.toString('ascii', 0, 4) === 'RIFF' && data.toString('ascii', 8, 12) === 'WAVE') {
+    let byteRate = 0;
+    let pos = 12;
+    while (pos + 8 <= data.length) {
+      const id = data.toString('ascii', pos, pos + 4);
+      const size = data.readUInt32LE(pos + 4);
+      if (id === 'fmt ' && pos + 16 <= data.length) byteRate = data.readUInt32LE(pos + 16);
+      if (id === 'data' && byteRate > 0) return Math.min(size, data.length - pos - 8) / byteRate;
+      pos += 8 + size + (size % 2);
+    }
+  }
+  return data.length / 32_000;
+}
+
+export interface Word {
+  word: string;
+  start: number;
+  end: number;
+}
+
+export interface Segment {
+  start: number;
+  end: number;
+  text: string;
+  words: Word[];
+}
+
+export interface Transcript {
+  duration: number;
+  text: string;
+  words: Word[];
+  segments: Segment[];
+}
+
+const r2 = (x: number): number => Math.round(x * 100) / 100;
+
+/** "Simulated transcript of N.N seconds of audio." with evenly spread word timings, one segment per 30 s. */
+export function transcribe(data: Buffer): Transcript {
+  const duration = Math.round(audioSeconds(data) * 100) / 100;
+  const text = `Simulated transcript of ${duration.toFixed(1)} seconds of audio.`;
+  const tokens = text.split(' ');
+  const step = duration / tokens.length;
+  const words = tokens.map((w, i) => ({ word: w, start: r2(i * step), end: r2((i + 1) * step) }));
+  const nSeg = Math.max(1, Math.min(tokens.length, Math.ceil(duration / 30)));
+  const per = Math.ceil(words.length / nSeg);
+  const segments: Segment[] = [];
+  for (let i = 0; i < words.length; i += per) {
+    const ws = words.slice(i, i + per);
+    segments.push({ start: ws[0]?.start ?? 0, end: ws[ws.length - 1]?.end ?? 0, text: ws.map((w) => w.word).join(' '), words: ws });
+  }
+  return { duration, text, words, segments };
+}
+
+function stamp(t: number, sep: string): string {
+  const ms = Math.round(t * 1000);
+  const h = Math.floor(ms / 3_600_000);
+  const m = Math.floor((ms % 3_600_000) / 60_000);
+  const s = Math.floor((ms % 60_000) / 1000);
+  const pad = (n: number, w = 2): string => String(n).padStart(w, '0');
+  return `${pad(h)}:${pad(m)}:${pad(s)}${sep}${pad(ms % 1000, 3)}`;
+}
+
+export function toSrt(t: Transcript): string {
+  return t.segments.map((s, i) => `${i + 1}\n${stamp(s.start, ',')} --> ${stamp(s.end, ',')}\n${s.text}\n`).join('\n');
+}
+
+export function toVtt(t: Transcript): string {
+  return `WEBVTT\n\n${t.segments.map((s) => `${stamp(s.start, '.')} --> ${stamp(s.end, '.')}\n${s.text}\n`).join('\n')}`;
+}

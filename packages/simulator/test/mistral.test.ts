@@ -1,0 +1,150 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Simulator, startSimulator } from '../src/index.js';
+import { json, must, stream, upload, userMessages, wav } from './helpers.js';
+
+let sim: Simulator;
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0, only: ['mistral'] });
+});
+afterAll(() => sim.close());
+const m = () => must(sim.providers['mistral']);
+const chat = '/v1/chat/completions';
+const model = 'mistral-small-latest';
+
+describe('mistral chat', () => {
+  it('rejects unknown body keys with 422 extra_forbidden in the observed shape', async () => {
+    const r = await json(m(), chat, { model, messages: userMessages('hi'), stream: true, stream_options: { include_usage: true }, seed: 7 });
+    expect(r.status).toBe(422);
+    expect(r.body).toMatchObject({ object: 'error', type: 'invalid_request_error', param: null, code: null });
+    expect(r.body.message.detail).toEqual([
+      { type: 'extra_forbidden', loc: ['body', 'stream_options'], msg: 'Extra inputs are not permitted', input: { include_usage: true } },
+      { type: 'extra_forbidden', loc: ['body', 'seed'], msg: 'Extra inputs are not permitted', input: 7 },
+    ]);
+  });
+
+  it('rejects reasoning_content in assistant history and accepts random_seed', async () => {
+    const history = [
+      { role: 'user', content: 'a' },
+      { role: 'assistant', content: 'b', reasoning_content: 'x' },
+      { role: 'user', content: 'c' },
+    ];
+    const r = await json(m(), chat, { model, messages: history });
+    expect(r.status).toBe(422);
+    expect(r.body.message.detail[0].loc).toEqual(['body', 'messages', 1, 'assistant', 'reasoning_content']);
+    expect((await json(m(), chat, { model, messages: userMessages('hi'), random_seed: 3 })).status).toBe(200);
+  });
+
+  it('streams with usage on the last content chunk, together with finish_reason', async () => {
+    const s = await stream(m(), chat, { model, messages: userMessages('Bonjour tout le monde'), stream: true });
+    expect(s.done).toBe(true);
+    const last = must(s.chunks.at(-1));
+    expect(last.choices[0].finish_reason).toBe('stop');
+    expect(typeof last.choices[0].delta.content).toBe('string');
+    expect(last.choices[0].delta.content).not.toBe('');
+    const contentChunks = s.chunks.filter((c) => c.choices[0].delta.content);
+    expect(last.usage).toEqual({
+      prompt_tokens: last.usage.prompt_tokens,
+      completion_tokens: contentChunks.length,
+      total_tokens: last.usage.prompt_tokens + contentChunks.length,
+    });
+    expect(s.chunks.slice(0, -1).every((c) => c.usage === null && c.choices[0].finish_reason === null)).toBe(true);
+    expect(s.chunks.every((c) => /^[0-9a-f]{32}$/.test(c.id))).toBe(true);
+    expect(s.chunks.some((c) => c.choices.length === 0)).toBe(false);
+  });
+
+  it('returns thinking chunks with reasoning_effort high, non-stream and stream', async () => {
+    const body = { model: 'mistral-medium-latest', messages: userMessages('Explain tides'), reasoning_effort: 'high' };
+    const r = await json(m(), chat, body);
+    const content = r.body.choices[0].message.content;
+    expect(content[0]).toMatchObject({ type: 'thinking', thinking: [{ type: 'text' }] });
+    expect(content[1].type).toBe('text');
+    expect(content[1].text).toContain('Explain tides');
+    const s = await stream(m(), chat, { ...body, stream: true });
+    const arrays = s.chunks.filter((c) => Array.isArray(c.choices[0].delta.content));
+    expect(arrays.length).toBeGreaterThan(1);
+    const transition = must(arrays.at(-1)).choices[0].delta.content;
+    expect(transition.map((x: { type: string }) => x.type)).toEqual(['thinking', 'text']);
+    expect(typeof must(s.chunks.at(-2)).choices[0].delta.content).toBe('string');
+    const plain = await json(m(), chat, { ...body, reasoning_effort: 'none' });
+    expect(typeof plain.body.choices[0].message.content).toBe('string');
+  });
+
+  it('sends a tool call whole in one chunk with a 9-char id, and rejects foreign tool ids', async () => {
+    const tools = [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } } }];
+    const s = await stream(m(), chat, { model, messages: userMessages('lookup Rome'), tools, tool_choice: 'any', stream: true });
+    const withCalls = s.chunks.filter((c) => c.choices[0].delta.tool_calls);
+    expect(withCalls).toHaveLength(1);
+    const call = must(withCalls[0]).choices[0].delta.tool_calls[0];
+    expect(call.id).toMatch(/^[a-zA-Z0-9]{9}$/);
+    expect(JSON.parse(call.function.arguments)).toEqual({ q: 'Rome' });
+    expect(must(withCalls[0]).choices[0].finish_reason).toBe('tool_calls');
+    expect(must(withCalls[0]).usage).not.toBeNull();
+    const history = [
+      { role: 'user', content: 'lookup Rome' },
+      { role: 'assistant', content: '', tool_calls: [{ id: 'call_0fypS1hVX', type: 'function', function: { name: 'lookup', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'call_0fypS1hVX', content: 'sunny' },
+    ];
+    const bad = await json(m(), chat, { model, messages: history, tools });
+    expect(bad.status).toBe(400);
+    expect(bad.body).toMatchObject({ type: 'invalid_function_call', code: '3280' });
+  });
+
+  it('answers an unknown model and a wrong key in Mistral shapes', async () => {
+    const unknown = await json(m(), chat, { model: 'mistral-huge', messages: userMessages('hi') });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body).toMatchObject({ type: 'invalid_model', code: '1500' });
+    const bad = await json(m(), chat, { model, messages: userMessages('hi') }, { headers: { authorization: 'Bearer nope' } });
+    expect(bad.status).toBe(401);
+    expect(bad.body.message).toBe('Unauthorized');
+    expect(bad.headers.get('mistral-correlation-id')).toBeTruthy();
+  });
+
+  it('uses finish_reason length at max_tokens', async () => {
+    const r = await json(m(), chat, { model, messages: userMessages('one two three four'), max_tokens: 2 });
+    expect(r.body.choices[0].finish_reason).toBe('length');
+    expect(r.body.usage.completion_tokens).toBe(2);
+  });
+});
+
+describe('mistral models, embeddings, transcription', () => {
+  it('lists models with capabilities, context, aliases and deprecation', async () => {
+    const r = await json(m(), '/v1/models');
+    const small = r.body.data.find((x: { id: string }) => x.id === 'mistral-small-latest');
+    expect(small).toMatchObject({
+      type: 'base',
+      max_context_length: 131072,
+      aliases: ['mistral-small-2506'],
+      capabilities: { completion_chat: true, function_calling: true },
+    });
+    const nemo = r.body.data.find((x: { id: string }) => x.id === 'open-mistral-nemo');
+    expect(nemo.deprecation).toMatch(/^2025-/);
+    const vox = r.body.data.find((x: { id: string }) => x.id === 'voxtral-mini-latest');
+    expect(vox.capabilities.audio_transcription).toBe(true);
+  });
+
+  it('embeds with output_dimension and rejects OpenAI dimensions', async () => {
+    const r = await json(m(), '/v1/embeddings', { model: 'mistral-embed', input: ['a', 'b'], output_dimension: 256 });
+    expect(r.body.data).toHaveLength(2);
+    expect(r.body.data[0].embedding).toHaveLength(256);
+    expect(r.body.id).toMatch(/^[0-9a-f]{32}$/);
+    expect(r.body.usage).toMatchObject({ completion_tokens: 0, prompt_audio_seconds: null });
+    const bad = await json(m(), '/v1/embeddings', { model: 'mistral-embed', input: 'a', dimensions: 256 });
+    expect(bad.status).toBe(422);
+    expect(bad.body.message.detail[0].loc).toEqual(['body', 'dimensions']);
+  });
+
+  it('transcribes with Voxtral keys only', async () => {
+    const res = await upload(
+      m(),
+      '/v1/audio/transcriptions',
+      { model: 'voxtral-mini-latest', response_format: 'verbose_json', timestamp_granularities: 'segment' },
+      wav(3),
+    );
+    const body = (await res.json()) as Record<string, unknown>;
+    expect(Object.keys(body).sort()).toEqual(['language', 'model', 'segments', 'text', 'usage']);
+    expect(body['text']).toBe('Simulated transcript of 3.0 seconds of audio.');
+    expect(body['language']).toBeNull();
+    expect(must((body['segments'] as { type: string }[])[0]).type).toBe('transcription_segment');
+    expect(body['usage']).toMatchObject({ prompt_audio_seconds: 3 });
+  });
+});

@@ -1,0 +1,188 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Simulator, startSimulator } from '../src/index.js';
+import { call, type Json, json, must, stream, upload, userMessages, wav } from './helpers.js';
+
+let sim: Simulator;
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0, only: ['scaleway', 'ovh', 'nebius'] });
+});
+afterAll(() => sim.close());
+const p = (id: string) => must(sim.providers[id]);
+
+describe.each([
+  ['scaleway', 'llama-3.3-70b-instruct'],
+  ['ovh', 'Meta-Llama-3_3-70B-Instruct'],
+  ['nebius', 'meta-llama/Llama-3.3-70B-Instruct'],
+])('%s chat', (id, model) => {
+  it('answers non-streaming in the OpenAI shape with consistent usage', async () => {
+    const r = await json(p(id), '/v1/chat/completions', { model, messages: userMessages('Tell me about Paris museums') });
+    expect(r.status).toBe(200);
+    expect(r.body.object).toBe('chat.completion');
+    expect(r.body.id).toMatch(/^chatcmpl-/);
+    expect(r.body.model).toBe(model);
+    const choice = r.body.choices[0];
+    expect(choice.finish_reason).toBe('stop');
+    expect(choice.message.role).toBe('assistant');
+    expect(choice.message.content).toContain('Paris museums');
+    const u = r.body.usage;
+    expect(u.total_tokens).toBe(u.prompt_tokens + u.completion_tokens);
+    expect(u.prompt_tokens).toBe(Math.ceil(('You are terse.'.length + 'Tell me about Paris museums'.length) / 4));
+  });
+
+  it('streams chunks, with the usage chunk only when include_usage is set', async () => {
+    const plain = await stream(p(id), '/v1/chat/completions', { model, messages: userMessages('hello there'), stream: true });
+    expect(plain.status).toBe(200);
+    expect(plain.headers.get('content-type')).toContain('text/event-stream');
+    expect(plain.done).toBe(true);
+    expect(plain.chunks.every((c) => c.object === 'chat.completion.chunk' && c.usage === undefined)).toBe(true);
+    expect(must(plain.chunks[0]).choices[0].delta.role).toBe('assistant');
+    expect(must(plain.chunks.at(-1)).choices[0].finish_reason).toBe('stop');
+
+    const withUsage = await stream(p(id), '/v1/chat/completions', {
+      model,
+      messages: userMessages('hello there'),
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const last = must(withUsage.chunks.at(-1));
+    expect(last.choices).toEqual([]);
+    const text = withUsage.chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('');
+    const pieces = withUsage.chunks.filter((c) => c.choices[0]?.delta?.content).length;
+    expect(text).toContain('hello there');
+    expect(last.usage.completion_tokens).toBe(pieces);
+    expect(withUsage.chunks.slice(0, -1).every((c) => c.usage === null)).toBe(true);
+  });
+
+  it('respects max_tokens with finish_reason length', async () => {
+    const r = await json(p(id), '/v1/chat/completions', { model, messages: userMessages('one two three four five six'), max_tokens: 3 });
+    expect(r.body.choices[0].finish_reason).toBe('length');
+    expect(r.body.usage.completion_tokens).toBe(3);
+  });
+
+  it('rejects an unknown model and a wrong key in its own shape', async () => {
+    const unknown = await json(p(id), '/v1/chat/completions', { model: 'nope', messages: userMessages('hi') });
+    expect(unknown.status).toBe(id === 'scaleway' ? 422 : 404);
+    const bad = await json(p(id), '/v1/chat/completions', { model, messages: userMessages('hi') }, { headers: { authorization: 'Bearer wrong' } });
+    expect(bad.status).toBe(id === 'scaleway' ? 403 : 401);
+    if (id === 'scaleway') expect(bad.body.error.code).toBe(403);
+    if (id === 'ovh') expect(bad.body).toMatchObject({ object: 'error', code: 401 });
+    if (id === 'nebius') expect(typeof bad.body.detail).toBe('string');
+  });
+});
+
+describe('reasoning fields', () => {
+  const msg = { messages: userMessages('Why is the sky blue?') };
+  it('ovh uses reasoning_content, stream and non-stream', async () => {
+    const r = await json(p('ovh'), '/v1/chat/completions', { model: 'DeepSeek-R1-Distill-Llama-70B', ...msg });
+    expect(r.body.choices[0].message.reasoning_content).toContain('sky blue');
+    expect(r.body.usage.completion_tokens_details.reasoning_tokens).toBeGreaterThan(0);
+    const s = await stream(p('ovh'), '/v1/chat/completions', { model: 'DeepSeek-R1-Distill-Llama-70B', ...msg, stream: true });
+    expect(s.chunks.some((c) => typeof c.choices[0]?.delta?.reasoning_content === 'string')).toBe(true);
+    expect(s.chunks.some((c) => c.choices[0]?.delta?.reasoning !== undefined)).toBe(false);
+  });
+  it('nebius streams delta.reasoning', async () => {
+    const s = await stream(p('nebius'), '/v1/chat/completions', { model: 'deepseek-ai/DeepSeek-R1-Distill-Llama-70B', ...msg, stream: true });
+    expect(s.chunks.some((c) => typeof c.choices[0]?.delta?.reasoning === 'string')).toBe(true);
+    expect(s.chunks.some((c) => c.choices[0]?.delta?.reasoning_content !== undefined)).toBe(false);
+  });
+  it('the style can be switched at run time', async () => {
+    p('nebius').configure({ reasoningStyle: 'think_tags' });
+    const r = await json(p('nebius'), '/v1/chat/completions', { model: 'deepseek-ai/DeepSeek-R1-Distill-Llama-70B', ...msg });
+    p('nebius').reset();
+    expect(r.body.choices[0].message.content).toMatch(/^<think>\n/);
+  });
+});
+
+describe('tool calls (OpenAI style)', () => {
+  it('streams arguments incrementally with id and name on the first fragment', async () => {
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } },
+    ];
+    const s = await stream(p('nebius'), '/v1/chat/completions', {
+      model: 'Qwen/Qwen3-32B',
+      messages: userMessages('What is the weather in Paris?'),
+      tools,
+      stream: true,
+    });
+    const frags = s.chunks.flatMap((c) => c.choices[0]?.delta?.tool_calls ?? []);
+    expect(frags[0]).toMatchObject({ index: 0, type: 'function', function: { name: 'get_weather', arguments: '' } });
+    expect(frags.length).toBeGreaterThan(2);
+    expect(JSON.parse(frags.map((f: { function: { arguments: string } }) => f.function.arguments).join(''))).toEqual({ city: 'Paris' });
+    expect(must(s.chunks.at(-1)).choices[0].finish_reason).toBe('tool_calls');
+  });
+});
+
+describe('embeddings, models, rerank, transcription', () => {
+  it('embeddings are deterministic; dimensions and base64 honoured on nebius, ignored on scaleway', async () => {
+    const a = await json(p('nebius'), '/v1/embeddings', { model: 'BAAI/bge-m3', input: ['alpha', 'beta'] });
+    const b = await json(p('nebius'), '/v1/embeddings', { model: 'BAAI/bge-m3', input: 'alpha' });
+    expect(a.body.data[0].embedding).toHaveLength(1024);
+    expect(a.body.data[0].embedding).toEqual(b.body.data[0].embedding);
+    expect(a.body.data[1].embedding).not.toEqual(a.body.data[0].embedding);
+    const small = await json(p('nebius'), '/v1/embeddings', { model: 'BAAI/bge-m3', input: 'alpha', dimensions: 64, encoding_format: 'base64' });
+    expect(Buffer.from(small.body.data[0].embedding, 'base64').length).toBe(64 * 4);
+    const scw = await json(p('scaleway'), '/v1/embeddings', { model: 'bge-multilingual-gemma2', input: 'alpha', dimensions: 64 });
+    expect(scw.body.data[0].embedding).toHaveLength(3584);
+  });
+
+  it('nebius ?verbose=true adds pricing and regions', async () => {
+    const plain = await json(p('nebius'), '/v1/models');
+    expect(plain.body.data[0]).not.toHaveProperty('pricing');
+    const verbose = await json(p('nebius'), '/v1/models?verbose=true');
+    const llama = verbose.body.data.find((m: { id: string }) => m.id === 'meta-llama/Llama-3.3-70B-Instruct');
+    expect(llama.regions).toEqual(['eu-north1']);
+    expect(Number(llama.pricing.prompt)).toBeGreaterThan(0);
+    expect(llama.context_length).toBe(131072);
+  });
+
+  it('scaleway rerank is Jina-style with echoed documents', async () => {
+    const r = await json(p('scaleway'), '/v1/rerank', {
+      model: 'bge-multilingual-gemma2',
+      query: 'red apples',
+      documents: ['green pears', 'red apples are sweet', 'apples'],
+    });
+    expect(r.body.results[0]).toMatchObject({ index: 1, document: { text: 'red apples are sweet', multi_modal: null } });
+    expect(r.body.usage.total_tokens).toBeGreaterThan(0);
+    expect(r.body.results.map((x: { relevance_score: number }) => x.relevance_score)).toEqual(
+      [...r.body.results.map((x: { relevance_score: number }) => x.relevance_score)].sort((a, b) => b - a),
+    );
+  });
+
+  it('scaleway transcription supports verbose_json, text and srt', async () => {
+    const v = await upload(
+      p('scaleway'),
+      '/v1/audio/transcriptions',
+      { model: 'whisper-large-v3', response_format: 'verbose_json', 'timestamp_granularities[]': 'word' },
+      wav(2.5),
+    );
+    const body = (await v.json()) as Json;
+    expect(body).toMatchObject({ task: 'transcribe', duration: 2.5, text: 'Simulated transcript of 2.5 seconds of audio.' });
+    expect(body.segments[0]).toMatchObject({ id: 0, start: 0 });
+    expect(body.words.length).toBe(7);
+    const t = await upload(p('scaleway'), '/v1/audio/transcriptions', { model: 'voxtral-mini-3b-2507', response_format: 'text' }, Buffer.alloc(64_000));
+    expect(await t.text()).toBe('Simulated transcript of 2.0 seconds of audio.\n');
+    const srt = await upload(p('scaleway'), '/v1/audio/transcriptions', { model: 'whisper-large-v3', response_format: 'srt' }, wav(1));
+    expect(await srt.text()).toMatch(/^1\n00:00:00,000 --> 00:00:01,000\n/);
+  });
+
+  it('ovh lets key-less calls through, then rate-limits them', async () => {
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${p('ovh').url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'Qwen3-32B', messages: userMessages('hi') }),
+      });
+      statuses.push(r.status);
+      await r.arrayBuffer();
+    }
+    expect(statuses).toEqual([200, 200, 429]);
+    p('ovh').reset();
+  });
+
+  it('answers unknown routes with 404 and scaleway project paths with 200', async () => {
+    expect((await call(p('nebius'), '/v1/nothing', {})).status).toBe(404);
+    const r = await call(p('scaleway'), '/11111111-2222-3333-4444-555555555555/v1/models');
+    expect(r.status).toBe(200);
+  });
+});
