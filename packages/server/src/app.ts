@@ -16,7 +16,12 @@ import type { Services } from './http/services.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
 import { UsageWriter } from './jobs/usage-writer.js';
 import { MemoryBus } from './kv/memory.js';
-import { RedisBus } from './kv/redis.js';
+import { connectRedis, RedisBus } from './kv/redis.js';
+import { FallbackLedger } from './limits/fallback-ledger.js';
+import { MemoryLedger } from './limits/memory-ledger.js';
+import { MemoryWindowLimiter } from './limits/memory-window.js';
+import { RedisLedger } from './limits/redis-ledger.js';
+import { RedisWindowLimiter } from './limits/redis-window.js';
 import type { Bus } from './kv/types.js';
 import { newRequestId } from './lib/ids.js';
 import { createAdapter } from './providers/index.js';
@@ -51,6 +56,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir });
   await store.migrate();
   const bus: Bus = config.redisUrl ? await RedisBus.connect(config.redisUrl) : new MemoryBus();
+  const redis = config.redisUrl ? await connectRedis(config.redisUrl) : null;
+  const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();
+  const ledger = redis ? new FallbackLedger(new RedisLedger(redis)) : new MemoryLedger();
   const adapters = new Map<string, ProviderAdapter>();
   for (const p of catalogue.providers) {
     const adapter = createAdapter(p);
@@ -80,6 +88,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     auth,
     workspaces: new WorkspaceCache(store, config.keyCacheTtlMs),
     usage,
+    limiter,
+    ledger,
     metrics,
     lifecycle: { draining: false },
   };
@@ -96,6 +106,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await usage.stop();
       await Promise.all([...adapters.values()].map((a) => a.close()));
       await bus.close();
+      redis?.disconnect();
+      if (limiter instanceof MemoryWindowLimiter) limiter.close();
       await closeStore(store);
       app.log.info('stopped');
     },

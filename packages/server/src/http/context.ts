@@ -1,4 +1,5 @@
 import type { Variant } from '@gw/schema';
+import type { Reservation } from '../limits/budget-types.js';
 import type { ApiKeyRecord } from '../store/types.js';
 
 /** What a request accumulates on its way through the pipeline. */
@@ -12,6 +13,8 @@ export interface RequestState {
   /** Set by model routes: the request is billable and gets a usage record. */
   usage: UsageDraft | null;
   errorCode: string | null;
+  /** The budget hold taken at admission, settled when the response ends. */
+  reservation: Reservation | null;
 }
 
 export interface UsageDraft {

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import { sendError } from './errors.js';
 import { registerApiKeyAuth } from './plugins/api-key-auth.js';
+import { registerRateLimit } from './plugins/rate-limit.js';
 import { registerUsageRecording } from './plugins/usage-recording.js';
 import { chatCompletionsRoute } from './routes/chat-completions.js';
 import { routeDocs } from './routes/docs.js';
@@ -21,6 +22,7 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
     request.gw.variant = variant;
   });
   registerApiKeyAuth(app, services);
+  registerRateLimit(app, services);
   registerUsageRecording(app, services);
   const docs = routeDocs(variant);
   modelsRoutes(app, services, docs);

@@ -2,6 +2,8 @@ import type { ApiKeyAuthenticator } from '../auth/api-keys.js';
 import type { GatewayConfig } from '../config/index.js';
 import type { WorkspaceCache } from '../auth/workspace-cache.js';
 import type { UsageWriter } from '../jobs/usage-writer.js';
+import type { BudgetLedger } from '../limits/budget-types.js';
+import type { RateLimiter } from '../limits/types.js';
 import type { ProviderAdapter } from '../providers/types.js';
 import type { ModelRegistry } from '../routing/registry.js';
 import type { Store } from '../store/types.js';
@@ -17,6 +19,8 @@ export interface Services {
   auth: ApiKeyAuthenticator;
   workspaces: WorkspaceCache;
   usage: UsageWriter;
+  limiter: RateLimiter;
+  ledger: BudgetLedger;
   metrics: Metrics;
   lifecycle: { draining: boolean };
 }

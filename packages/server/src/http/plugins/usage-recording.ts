@@ -4,7 +4,10 @@ import type { Services } from '../services.js';
 /** One usage record per authenticated model request, success or not, written in batches. */
 export function registerUsageRecording(app: FastifyInstance, services: Services): void {
   app.addHook('onResponse', async (request, reply) => {
-    const { key, usage } = request.gw;
+    const { key, usage, reservation } = request.gw;
+    if (reservation) {
+      services.ledger.settle(reservation, usage?.cost ?? 0).catch((err: unknown) => request.log.warn({ err }, 'budget settle failed'));
+    }
     if (!key || !usage) return;
     services.usage.record({
       requestId: request.id,

@@ -3,17 +3,22 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
-import { planOffers } from '../../routing/plan.js';
+import { expectedCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
+import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
 import type { RouteDocs } from './docs.js';
 
-/** A rough prompt size in tokens (about 4 characters each), for planning before the provider counts. */
+/**
+ * A prompt's size in tokens before the provider counts it: one token per
+ * 3 characters of the messages' JSON, which overestimates every tokenizer
+ * seen here, so budget holds err on the safe side.
+ */
 export function estimatePromptTokens(messages: unknown[]): number {
-  return Math.ceil(JSON.stringify(messages).length / 4);
+  return Math.ceil(JSON.stringify(messages).length / 3);
 }
 
 export function chatCompletionsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
@@ -31,7 +36,11 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       request.gw.usage = newUsageDraft('chat', model.id);
       if (body.stream === true) throw new GatewayError('not_implemented', 'Streaming chat completions are not available yet on this gateway.');
       const options = routeOptions(services, request);
-      const plan = planOffers(model, options, { promptTokens: estimatePromptTokens(body.messages), maxTokens: body.max_tokens ?? 1024 });
+      const promptTokens = estimatePromptTokens(body.messages);
+      // Without max_tokens the completion can fill the rest of the context window: that is its worst case.
+      const size = { promptTokens, maxTokens: body.max_tokens ?? Math.max(1, model.context_window - promptTokens) };
+      const plan = planOffers(model, options, size);
+      await reserveBudget(services, request, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       const signal = clientAbortSignal(reply);
       const result = await executePlan(plan, (offer: Offer) =>
         callUpstream(services, request, offer, (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id })),

@@ -12,7 +12,7 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
   const isA = docs.variant === 'a';
   app.get(
     '/models',
-    { schema: docs.operation('listModels', 'List models', { querystring: isA ? ModelsQueryA : ModelsQueryB, response: { 200: isA ? ModelListA : ModelListB } }) },
+    { config: { uncounted: true }, schema: docs.operation('listModels', 'List models', { querystring: isA ? ModelsQueryA : ModelsQueryB, response: { 200: isA ? ModelListA : ModelListB } }) },
     async (request) => {
       const all = services.registry.list();
       if (isA) return { object: 'list', data: filterModelsA(all, request.query as { kind?: ModelKind }).map(modelViewA) };
@@ -22,7 +22,7 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
   );
   app.get(
     '/models/:id',
-    { schema: docs.operation('getModel', 'Get one model (the slash in the id is encoded as %2F)', { params: ModelParams, response: { 200: isA ? ModelA : ModelB } }) },
+    { config: { uncounted: true }, schema: docs.operation('getModel', 'Get one model (the slash in the id is encoded as %2F)', { params: ModelParams, response: { 200: isA ? ModelA : ModelB } }) },
     async (request) => {
       const { id } = request.params as { id: string };
       const model = services.registry.get(id);

@@ -1,0 +1,32 @@
+import type { FastifyRequest } from 'fastify';
+import { GatewayError } from '../errors/gateway-error.js';
+import type { BudgetScope } from '../limits/budget-types.js';
+import type { Services } from './services.js';
+
+/**
+ * Holds the request's worst-case cost against its key's and workspace's
+ * budgets before any upstream call; the hold is settled to the real cost
+ * (or released) when the response ends (usage-recording plugin).
+ */
+export async function reserveBudget(services: Services, request: FastifyRequest, worstEur: number): Promise<void> {
+  const key = request.gw.key;
+  if (!key) return;
+  const scopes: BudgetScope[] = [];
+  if (key.budget !== null) {
+    scopes.push({ id: `key:${key.id}`, limit: key.budget, loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0 });
+  }
+  if (key.workspaceId) {
+    const ws = await services.workspaces.get(key.workspaceId);
+    if (ws && ws.budget !== null) {
+      scopes.push({ id: `ws:${ws.id}`, limit: ws.budget, loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0 });
+    }
+  }
+  if (scopes.length === 0) return;
+  const tag = key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;
+  const res = await services.ledger.reserve(tag, scopes, worstEur, request.id);
+  if (!res.ok) {
+    const what = res.scope.startsWith('ws:') ? 'workspace' : 'API key';
+    throw new GatewayError('budget_exceeded', `The budget of this ${what} is used up, or too little of it is left for this request (its worst case is €${worstEur.toFixed(6)}).`);
+  }
+  request.gw.reservation = res.reservation;
+}

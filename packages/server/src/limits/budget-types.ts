@@ -1,0 +1,40 @@
+/** EUR amounts are kept as integer nano-euros so that sums are exact. */
+export const NANO = 1_000_000_000;
+export const toNano = (eur: number): number => Math.round(eur * NANO);
+export const fromNano = (nano: number): number => nano / NANO;
+
+/** One budget a request is held to: its key's or its workspace's. */
+export interface BudgetScope {
+  /** `key:<id>` or `ws:<id>`. */
+  id: string;
+  /** EUR; null: unlimited (still tracked). */
+  limit: number | null;
+  /** Reads the durable spent total (EUR) when the ledger first meets this scope. */
+  loadSpent: () => Promise<number>;
+}
+
+export interface Reservation {
+  id: string;
+  nano: number;
+  scopes: string[];
+  /** Hash tag shared by the scopes, so one Redis script can touch them all. */
+  tag: string;
+}
+
+export type ReserveResult = { ok: true; reservation: Reservation } | { ok: false; scope: string };
+
+/**
+ * Budgets that cannot be overspent by concurrency: a request atomically
+ * reserves its worst-case cost against what is left (refused when it does
+ * not fit), then settles to its real cost or releases the reservation.
+ */
+export interface BudgetLedger {
+  reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult>;
+  settle(reservation: Reservation, actualEur: number): Promise<void>;
+  release(reservation: Reservation): Promise<void>;
+  /** Spent and reserved EUR of a scope, as the ledger sees it now. */
+  peek(tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null>;
+}
+
+/** How long a reservation holds before it is presumed lost (its instance crashed). */
+export const RESERVATION_TTL_MS = 15 * 60_000;

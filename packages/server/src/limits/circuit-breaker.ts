@@ -1,0 +1,33 @@
+/**
+ * Skips a backend for a while after it fails, so a paused or dead Redis
+ * costs one command timeout per `openMs`, not one per request. After that,
+ * one trial call (half-open) decides whether it closes again.
+ */
+export class CircuitBreaker {
+  private openUntil = 0;
+  private trialInFlight = false;
+
+  constructor(private readonly openMs: number) {}
+
+  /** true: try the backend now. */
+  allow(): boolean {
+    const now = Date.now();
+    if (now >= this.openUntil) {
+      if (this.openUntil === 0) return true;
+      if (this.trialInFlight) return false;
+      this.trialInFlight = true;
+      return true;
+    }
+    return false;
+  }
+
+  success(): void {
+    this.openUntil = 0;
+    this.trialInFlight = false;
+  }
+
+  failure(): void {
+    this.openUntil = Date.now() + this.openMs;
+    this.trialInFlight = false;
+  }
+}

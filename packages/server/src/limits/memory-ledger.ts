@@ -1,0 +1,71 @@
+import { type BudgetLedger, type BudgetScope, fromNano, type Reservation, RESERVATION_TTL_MS, type ReserveResult, toNano } from './budget-types.js';
+
+interface Account {
+  spent: number;
+  held: Map<string, { nano: number; until: number }>;
+}
+
+/** The budget ledger in process memory (one instance). */
+export class MemoryLedger implements BudgetLedger {
+  private readonly accounts = new Map<string, Account>();
+  private readonly loading = new Map<string, Promise<Account>>();
+
+  async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
+    const accounts = await Promise.all(scopes.map((s) => this.account(s)));
+    const nano = toNano(eur);
+    const now = Date.now();
+    // Synchronous from here on: the check and the hold are one step.
+    for (const [i, scope] of scopes.entries()) {
+      const acc = accounts[i] as Account;
+      if (scope.limit === null) continue;
+      const limit = toNano(scope.limit);
+      if (acc.spent >= limit || acc.spent + heldNano(acc, now) + nano > limit) return { ok: false, scope: scope.id };
+    }
+    for (const acc of accounts) acc.held.set(requestId, { nano, until: now + RESERVATION_TTL_MS });
+    return { ok: true, reservation: { id: requestId, nano, scopes: scopes.map((s) => s.id), tag } };
+  }
+
+  async settle(r: Reservation, actualEur: number): Promise<void> {
+    for (const id of r.scopes) {
+      const acc = this.accounts.get(id);
+      if (!acc) continue;
+      acc.held.delete(r.id);
+      acc.spent += toNano(actualEur);
+    }
+  }
+
+  async release(r: Reservation): Promise<void> {
+    for (const id of r.scopes) this.accounts.get(id)?.held.delete(r.id);
+  }
+
+  async peek(_tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null> {
+    const acc = this.accounts.get(scopeId);
+    return acc ? { spent: fromNano(acc.spent), reserved: fromNano(heldNano(acc, Date.now())) } : null;
+  }
+
+  private account(scope: BudgetScope): Promise<Account> {
+    const have = this.accounts.get(scope.id);
+    if (have) return Promise.resolve(have);
+    let loading = this.loading.get(scope.id);
+    if (!loading) {
+      loading = scope.loadSpent().then((spent) => {
+        const acc = this.accounts.get(scope.id) ?? { spent: toNano(spent), held: new Map() };
+        this.accounts.set(scope.id, acc);
+        this.loading.delete(scope.id);
+        return acc;
+      });
+      loading.catch(() => this.loading.delete(scope.id));
+      this.loading.set(scope.id, loading);
+    }
+    return loading;
+  }
+}
+
+function heldNano(acc: Account, now: number): number {
+  let sum = 0;
+  for (const [id, h] of acc.held) {
+    if (h.until <= now) acc.held.delete(id);
+    else sum += h.nano;
+  }
+  return sum;
+}

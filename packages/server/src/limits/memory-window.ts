@@ -1,0 +1,50 @@
+import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
+
+/**
+ * SPEC's sliding window in process memory: per key, the timestamps of the
+ * admitted requests of the last 60 s. One instance only.
+ */
+export class MemoryWindowLimiter implements RateLimiter {
+  private readonly windows = new Map<string, number[]>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(private readonly now: () => number = Date.now) {
+    this.sweeper = setInterval(() => this.sweep(), WINDOW_MS);
+    this.sweeper.unref();
+  }
+
+  async hit(keyId: string, limit: number): Promise<LimitDecision> {
+    return this.hitSync(keyId, limit);
+  }
+
+  hitSync(keyId: string, limit: number): LimitDecision {
+    const now = this.now();
+    let stamps = this.windows.get(keyId);
+    if (!stamps) {
+      stamps = [];
+      this.windows.set(keyId, stamps);
+    }
+    let drop = 0;
+    while (drop < stamps.length && (stamps[drop] as number) <= now - WINDOW_MS) drop++;
+    if (drop > 0) stamps.splice(0, drop);
+    const allowed = stamps.length < limit;
+    if (allowed) stamps.push(now);
+    const oldest = stamps[0] ?? now;
+    return { allowed, limit, remaining: Math.max(0, limit - stamps.length), resetS: resetSeconds(oldest, now), enforced: true };
+  }
+
+  private sweep(): void {
+    const cutoff = this.now() - WINDOW_MS;
+    for (const [id, stamps] of this.windows) {
+      if (stamps.length === 0 || (stamps[stamps.length - 1] as number) <= cutoff) this.windows.delete(id);
+    }
+  }
+
+  close(): void {
+    clearInterval(this.sweeper);
+  }
+}
+
+export function resetSeconds(oldestMs: number, nowMs: number): number {
+  return Math.max(1, Math.ceil((oldestMs + WINDOW_MS - nowMs) / 1000));
+}

@@ -1,0 +1,57 @@
+import type { Redis } from 'ioredis';
+import { CircuitBreaker } from './circuit-breaker.js';
+import { resetSeconds } from './memory-window.js';
+import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
+
+/**
+ * SPEC's sliding window as one atomic script over a sorted set per key, so
+ * every instance shares one window. Redis's own clock stamps the requests,
+ * so instances with skewed clocks still agree. A rejected request is not
+ * added. Keys are hash-tagged for Redis Cluster.
+ */
+const SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local count = redis.call('ZCARD', KEYS[1])
+local allowed = 0
+if count < limit then
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], window)
+  count = count + 1
+  allowed = 1
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local first = now
+if oldest[2] then first = tonumber(oldest[2]) end
+return {allowed, count, first, now}
+`;
+
+type WindowCommand = (key: string, window: number, limit: number, member: string) => Promise<[number, number, number, number]>;
+
+export class RedisWindowLimiter implements RateLimiter {
+  private readonly breaker = new CircuitBreaker(1000);
+
+  constructor(private readonly redis: Redis) {
+    redis.defineCommand('gwSlidingWindow', { numberOfKeys: 1, lua: SCRIPT });
+  }
+
+  async hit(keyId: string, limit: number, requestId: string): Promise<LimitDecision> {
+    if (!this.breaker.allow() || this.redis.status !== 'ready') return failOpen(limit);
+    try {
+      const run = (this.redis as unknown as { gwSlidingWindow: WindowCommand }).gwSlidingWindow;
+      const [allowed, count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, WINDOW_MS, limit, requestId);
+      this.breaker.success();
+      return { allowed: allowed === 1, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldest, now), enforced: true };
+    } catch {
+      this.breaker.failure();
+      return failOpen(limit);
+    }
+  }
+}
+
+function failOpen(limit: number): LimitDecision {
+  return { allowed: true, limit, remaining: limit, resetS: 60, enforced: false };
+}

@@ -1,0 +1,17 @@
+/** The answer of the sliding-window limiter for one request. */
+export interface LimitDecision {
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  /** Seconds until the oldest request in the window ages out. */
+  resetS: number;
+  /** false when the limiter backend was unreachable and the request was let through. */
+  enforced: boolean;
+}
+
+export interface RateLimiter {
+  /** Counts one request for `id` (unique per request) against `limit` per window, unless it is over. */
+  hit(keyId: string, limit: number, requestId: string): Promise<LimitDecision>;
+}
+
+export const WINDOW_MS = 60_000;
