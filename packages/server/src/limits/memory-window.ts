@@ -8,8 +8,11 @@ export class MemoryWindowLimiter implements RateLimiter {
   private readonly windows = new Map<string, number[]>();
   private readonly sweeper: NodeJS.Timeout;
 
-  constructor(private readonly now: () => number = Date.now) {
-    this.sweeper = setInterval(() => this.sweep(), WINDOW_MS);
+  constructor(
+    private readonly now: () => number = Date.now,
+    private readonly windowMs = WINDOW_MS,
+  ) {
+    this.sweeper = setInterval(() => this.sweep(), windowMs);
     this.sweeper.unref();
   }
 
@@ -25,16 +28,16 @@ export class MemoryWindowLimiter implements RateLimiter {
       this.windows.set(keyId, stamps);
     }
     let drop = 0;
-    while (drop < stamps.length && (stamps[drop] as number) <= now - WINDOW_MS) drop++;
+    while (drop < stamps.length && (stamps[drop] as number) <= now - this.windowMs) drop++;
     if (drop > 0) stamps.splice(0, drop);
     const allowed = stamps.length < limit;
     if (allowed) stamps.push(now);
     const oldest = stamps[0] ?? now;
-    return { allowed, limit, remaining: Math.max(0, limit - stamps.length), resetS: resetSeconds(oldest, now), enforced: true };
+    return { allowed, limit, remaining: Math.max(0, limit - stamps.length), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
   }
 
   private sweep(): void {
-    const cutoff = this.now() - WINDOW_MS;
+    const cutoff = this.now() - this.windowMs;
     for (const [id, stamps] of this.windows) {
       if (stamps.length === 0 || (stamps[stamps.length - 1] as number) <= cutoff) this.windows.delete(id);
     }
@@ -45,6 +48,6 @@ export class MemoryWindowLimiter implements RateLimiter {
   }
 }
 
-export function resetSeconds(oldestMs: number, nowMs: number): number {
-  return Math.max(1, Math.ceil((oldestMs + WINDOW_MS - nowMs) / 1000));
+export function resetSeconds(oldestMs: number, nowMs: number, windowMs = WINDOW_MS): number {
+  return Math.max(1, Math.ceil((oldestMs + windowMs - nowMs) / 1000));
 }

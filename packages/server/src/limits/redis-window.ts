@@ -34,17 +34,20 @@ type WindowCommand = (key: string, window: number, limit: number, member: string
 export class RedisWindowLimiter implements RateLimiter {
   private readonly breaker = new CircuitBreaker(1000);
 
-  constructor(private readonly redis: Redis) {
+  constructor(
+    private readonly redis: Redis,
+    private readonly windowMs = WINDOW_MS,
+  ) {
     redis.defineCommand('gwSlidingWindow', { numberOfKeys: 1, lua: SCRIPT });
   }
 
   async hit(keyId: string, limit: number, requestId: string): Promise<LimitDecision> {
-    if (!this.breaker.allow() || this.redis.status !== 'ready') return failOpen(limit);
+    if (this.redis.status !== 'ready' || !this.breaker.allow()) return failOpen(limit);
     try {
       const run = (this.redis as unknown as { gwSlidingWindow: WindowCommand }).gwSlidingWindow;
-      const [allowed, count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, WINDOW_MS, limit, requestId);
+      const [allowed, count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, limit, requestId);
       this.breaker.success();
-      return { allowed: allowed === 1, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldest, now), enforced: true };
+      return { allowed: allowed === 1, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
     } catch {
       this.breaker.failure();
       return failOpen(limit);

@@ -54,6 +54,35 @@ export class UpstreamHttp {
     }
   }
 
+  /**
+   * Starts a streamed request. Resolves with the open body on 2xx; reads a
+   * non-2xx answer whole and returns it for the adapter to map.
+   */
+  async stream(req: UpstreamRequest): Promise<{ ok: true; status: number; body: AsyncIterable<Uint8Array> & { destroy(): void } } | ({ ok: false } & JsonResponse)> {
+    try {
+      const res = await this.pool.request({
+        method: req.method,
+        path: req.path,
+        headers: req.headers,
+        body: req.body ?? null,
+        signal: req.signal,
+        headersTimeout: this.timeoutMs,
+        bodyTimeout: this.timeoutMs,
+      });
+      if (res.statusCode >= 200 && res.statusCode < 300) return { ok: true, status: res.statusCode, body: res.body };
+      const text = await res.body.text();
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        // Keep the text.
+      }
+      return { ok: false, status: res.statusCode, headers: res.headers, body };
+    } catch (err) {
+      throw this.toUpstreamError(err);
+    }
+  }
+
   toUpstreamError(err: unknown): UpstreamError {
     if (err instanceof UpstreamError) return err;
     const e = err as { code?: string; name?: string; message?: string };

@@ -17,6 +17,30 @@ export interface ChatCompletion {
   [extra: string]: unknown;
 }
 
+/** One `chat.completion.chunk` in OpenAI's shape, as adapters hand it to the gateway. */
+export interface ChatChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  /** Empty on the usage chunk. */
+  choices: unknown[];
+  usage?: TokenUsage | null;
+  [extra: string]: unknown;
+}
+
+/**
+ * An upstream stream that has answered 200. Iterating yields normalised
+ * chunks: reasoning under `delta.reasoning_content`, and usage as its own
+ * final chunk with `choices: []` (whatever the provider's convention). It
+ * ends after the provider's last chunk; an upstream failure mid-stream
+ * throws an UpstreamError from the iterator.
+ */
+export interface ChatStream extends AsyncIterable<ChatChunk> {
+  /** Stops reading and closes the upstream connection. */
+  abort(): void;
+}
+
 /** The client's validated chat body; unknown fields are kept so adapters can decide. */
 export type ChatBody = Record<string, unknown> & { model: string; messages: unknown[] };
 
@@ -38,6 +62,12 @@ export interface ProviderAdapter {
   /** The upstream model names the provider lists now. */
   listModels(signal?: AbortSignal): Promise<string[]>;
   chat(body: ChatBody, call: UpstreamCall): Promise<ChatCompletion>;
+  /**
+   * Starts a stream; resolves once the provider answered 2xx (so a failed
+   * start can still fail over), rejects with an UpstreamError otherwise.
+   * Always asks the provider for usage where it can.
+   */
+  chatStream(body: ChatBody, call: UpstreamCall): Promise<ChatStream>;
   close(): Promise<void>;
 }
 

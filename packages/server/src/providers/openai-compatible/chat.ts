@@ -8,6 +8,11 @@ export function toUpstreamChatBody(body: ChatBody, upstreamModel: string): Recor
   return { ...body, model: upstreamModel, messages: body.messages.map(stripReasoning), stream: false };
 }
 
+/** A streamed request always asks for usage, so every stream is billed from the provider's own count. */
+export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string): Record<string, unknown> {
+  return { ...toUpstreamChatBody(body, upstreamModel), stream: true, stream_options: { include_usage: true } };
+}
+
 /** Reasoning from an earlier turn is not sent back upstream (several providers reject it). */
 function stripReasoning(message: unknown): unknown {
   if (!message || typeof message !== 'object') return message;

@@ -1,7 +1,9 @@
 import type { ProviderConfig } from '@gw/schema';
 import { UpstreamHttp } from '../http-client.js';
-import type { ChatBody, ChatCompletion, ProviderAdapter, UpstreamCall } from '../types.js';
-import { parseChatCompletion, toUpstreamChatBody } from './chat.js';
+import type { ChatBody, ChatCompletion, ChatStream, ProviderAdapter, UpstreamCall } from '../types.js';
+import { httpError } from './errors.js';
+import { openAiChunkStream } from './stream.js';
+import { parseChatCompletion, toUpstreamChatBody, toUpstreamStreamBody } from './chat.js';
 import { parseModelList } from './models.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -39,6 +41,18 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       signal: call.signal,
     });
     return parseChatCompletion(this.id, res);
+  }
+
+  async chatStream(body: ChatBody, call: UpstreamCall): Promise<ChatStream> {
+    const res = await this.http.stream({
+      method: 'POST',
+      path: `${this.basePath}/chat/completions`,
+      headers: { ...this.headers, accept: 'text/event-stream', 'x-request-id': call.requestId },
+      body: JSON.stringify(toUpstreamStreamBody(body, call.upstreamModel)),
+      signal: call.signal,
+    });
+    if (!res.ok) throw httpError(this.id, res);
+    return openAiChunkStream(this.http, res.body);
   }
 
   close(): Promise<void> {

@@ -1,0 +1,113 @@
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { startSimulator, type Simulator } from '@gw/simulator';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+let redis: RedisServer;
+let pg: PostgresServer;
+let sim: Simulator;
+let one: TestGateway;
+let two: TestGateway;
+let solo: TestGateway;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  const databaseUrl = await pg.createDatabase();
+  one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  solo = await startGateway({ sim });
+  // A little upstream latency keeps the 50 requests truly concurrent.
+  sim.providers.scaleway?.configure({ latencyMs: 30 });
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all([one?.close(), two?.close(), solo?.close()]);
+  await sim?.close();
+  await redis?.stop();
+  await pg?.stop();
+});
+
+const messages = [{ role: 'user', content: 'How much is left?' }];
+const MAX_TOKENS = 40;
+// Pinned to scaleway (0.80 / 0.95 EUR per 1M): the worst case of one request, as the gateway holds it.
+const worst = (estimatePromptTokens(messages) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
+
+function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A') {
+  return fetch(`${base === 'A' ? gw.baseA : gw.baseB}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
+  });
+}
+
+async function spentOf(gw: TestGateway, id: string): Promise<number> {
+  await Promise.all([one.gateway.services.usage.flush(), two.gateway.services.usage.flush(), gw.gateway.services.usage.flush()]);
+  return ((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body as { spent: number }).spent;
+}
+
+describe.each([
+  ['two instances sharing Redis and PostgreSQL', () => [one, two] as const],
+  ['one instance, in-process ledger', () => [solo, solo] as const],
+])('budgets (%s)', (_name, gws) => {
+  it('50 concurrent requests against a budget that fits 10 never spend more than the budget', async () => {
+    const [g1, g2] = gws();
+    const budget = worst * 10 + 1e-9;
+    const { id, key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
+    const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => chat(i % 2 ? g2 : g1, key, i % 3 ? 'A' : 'B')));
+    const ok = responses.filter((r) => r.status === 200).length;
+    const refused = responses.filter((r) => r.status === 402);
+    expect(ok + refused.length).toBe(50);
+    expect(ok).toBeGreaterThanOrEqual(10);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const r of refused) expect(r.headers.get('x-should-retry')).toBe('false');
+    const codes = new Set(await Promise.all(refused.map(async (r) => ((await r.json()) as { error: { code: string } }).error.code)));
+    expect([...codes].every((c) => c === 'budget_exceeded' || c === 'quota_exceeded')).toBe(true);
+    const spent = await spentOf(g1, id);
+    expect(spent).toBeGreaterThan(0);
+    expect(spent).toBeLessThanOrEqual(budget);
+    // Overshoot, the figure that must be 0:
+    expect(Math.max(0, spent - budget)).toBe(0);
+  }, 30_000);
+});
+
+describe('budget edges', () => {
+  it('once spent reaches the budget every request is refused; raising it lets requests through again', async () => {
+    const { id, key } = await one.createKey({ budget: worst * 2 + 1e-9, rateLimitRpm: 1000 });
+    let statuses: number[] = [];
+    for (let i = 0; i < 8; i++) statuses.push((await chat(one, key)).status);
+    expect(statuses.slice(0, 2)).toEqual([200, 200]);
+    expect(statuses.at(-1)).toBe(402);
+    const sdk = new OpenAI({ apiKey: key, baseURL: two.baseA, maxRetries: 3 });
+    const started = Date.now();
+    const err = await sdk.chat.completions.create({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'x' }], max_tokens: MAX_TOKENS }).catch((e: unknown) => e);
+    expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(402);
+    // x-should-retry: false keeps the SDK from retrying (three retries would take seconds).
+    expect(Date.now() - started).toBeLessThan(400);
+    await one.admin('PATCH', `/keys/${id}`, { budget: 10 });
+    await new Promise((r) => setTimeout(r, 100));
+    statuses = [(await chat(two, key)).status];
+    expect(statuses).toEqual([200]);
+  });
+
+  it('a workspace budget holds across all of its keys', async () => {
+    const ws = await one.admin<{ id: string }>('POST', '/workspaces', { name: 'shared', budget: worst * 6 + 1e-9 });
+    const k1 = await one.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1000 });
+    const k2 = await two.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1000 });
+    const responses = await Promise.all(Array.from({ length: 30 }, (_, i) => chat(i % 2 ? one : two, i % 2 ? k1.key : k2.key)));
+    expect(responses.filter((r) => r.status === 200).length).toBeGreaterThanOrEqual(6);
+    await Promise.all([one.gateway.services.usage.flush(), two.gateway.services.usage.flush()]);
+    const spent = (await one.gateway.services.store.workspaces.get(ws.body.id))?.spent ?? Number.NaN;
+    expect(spent).toBeGreaterThan(0);
+    expect(spent).toBeLessThanOrEqual(worst * 6 + 1e-9);
+  }, 30_000);
+
+  it('a failed request releases its hold and costs nothing', async () => {
+    const { id, key } = await one.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 500, times: 3 });
+    for (let i = 0; i < 3; i++) expect((await chat(one, key)).status).toBe(502);
+    expect((await chat(one, key)).status).toBe(200);
+    expect(await spentOf(one, id)).toBeGreaterThan(0);
+  });
+});

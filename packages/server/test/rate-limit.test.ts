@@ -1,0 +1,163 @@
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { startSimulator, type Simulator } from '@gw/simulator';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectRedis } from '../src/kv/redis.js';
+import { MemoryWindowLimiter } from '../src/limits/memory-window.js';
+import { RedisWindowLimiter } from '../src/limits/redis-window.js';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+let redis: RedisServer;
+let pg: PostgresServer;
+let sim: Simulator;
+let memGw: TestGateway;
+let one: TestGateway;
+let two: TestGateway;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  const databaseUrl = await pg.createDatabase();
+  memGw = await startGateway({ sim });
+  one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all([memGw?.close(), one?.close(), two?.close()]);
+  await sim?.close();
+  await redis?.stop();
+  await pg?.stop();
+});
+
+const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'count me' }], max_tokens: 5 });
+function chat(base: string, key: string, overrides: { body?: string } = {}) {
+  return fetch(`${base}/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: overrides.body ?? body });
+}
+
+describe.each([
+  ['in-process', () => memGw],
+  ['Redis', () => one],
+])('the sliding window (%s)', (_name, gw) => {
+  it('admits exactly the limit, then 429 with Retry-After in each variant’s envelope', async () => {
+    const { key } = await gw().createKey({ rateLimitRpm: 5 });
+    const remaining: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await chat(gw().baseA, key);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-ratelimit-limit')).toBe('5');
+      expect(res.headers.get('x-ratelimit-enforced')).toBe('true');
+      remaining.push(res.headers.get('x-ratelimit-remaining') as string);
+    }
+    expect(remaining).toEqual(['4', '3', '2', '1', '0']);
+    const a = await chat(gw().baseA, key);
+    expect(a.status).toBe(429);
+    const retryAfter = Number(a.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(60);
+    expect(Number(a.headers.get('x-ratelimit-reset'))).toBe(retryAfter);
+    expect(await a.json()).toEqual({ error: { message: 'Rate limit exceeded (5 RPM)', type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', param: null } });
+    const b = await chat(gw().baseB, key);
+    expect(b.status).toBe(429);
+    expect(((await b.json()) as { error: { code: string } }).error.code).toBe('rate_limited');
+  });
+
+  it('does not count GET /models, 401s or unknown models; counts bad bodies', async () => {
+    const { key } = await gw().createKey({ rateLimitRpm: 3 });
+    for (let i = 0; i < 10; i++) {
+      const res = await fetch(`${gw().baseA}/models`, { headers: { authorization: `Bearer ${key}` } });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-ratelimit-limit')).toBeNull();
+      expect((await fetch(`${gw().baseB}/models/${encodeURIComponent('mistral/small')}`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+      expect((await chat(gw().baseA, `${key.slice(0, -1)}x`)).status).toBe(401);
+      expect((await chat(gw().baseA, key, { body: JSON.stringify({ model: 'ghost/model', messages: [{ role: 'user', content: 'x' }] }) })).status).toBe(404);
+    }
+    const bad = await chat(gw().baseA, key, { body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [], temperature: 9 }) });
+    expect(bad.status).toBe(400);
+    expect(bad.headers.get('x-ratelimit-remaining')).toBe('2');
+    expect((await chat(gw().baseA, key)).headers.get('x-ratelimit-remaining')).toBe('1');
+  });
+});
+
+describe('the limiter at its edge', () => {
+  it('in process: the window slides at exactly 60 s', () => {
+    let now = 1_000_000;
+    const limiter = new MemoryWindowLimiter(() => now);
+    for (let i = 0; i < 3; i++) {
+      expect(limiter.hitSync('k', 3).allowed).toBe(true);
+      now += 10_000;
+    }
+    expect(limiter.hitSync('k', 3)).toMatchObject({ allowed: false, remaining: 0, resetS: 30 });
+    now = 1_000_000 + 59_999;
+    expect(limiter.hitSync('k', 3).allowed).toBe(false);
+    now = 1_000_000 + 60_000;
+    expect(limiter.hitSync('k', 3)).toMatchObject({ allowed: true, remaining: 0 });
+    limiter.close();
+  });
+
+  it('with Redis: 50 bursts admit exactly the limit each, and a client that waits Retry-After gets through', async () => {
+    const client = await connectRedis(redis.url);
+    const limiter = new RedisWindowLimiter(client, 2000);
+    let overAdmits = 0;
+    for (let burst = 0; burst < 50; burst++) {
+      const results = await Promise.all(Array.from({ length: 15 }, (_, i) => limiter.hit(`burst-${burst}`, 10, `r${i}`)));
+      overAdmits += results.filter((r) => r.allowed).length - 10;
+    }
+    expect(overAdmits).toBe(0);
+    const denied = await limiter.hit('burst-0', 10, 'late');
+    expect(denied.allowed).toBe(false);
+    await new Promise((r) => setTimeout(r, denied.resetS * 1000));
+    expect((await limiter.hit('burst-0', 10, 'after-wait')).allowed).toBe(true);
+    client.disconnect();
+  }, 30_000);
+
+  it('two gateway instances sharing Redis hold one window', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 8 });
+    const statuses = await Promise.all(Array.from({ length: 12 }, (_, i) => chat(i % 2 === 0 ? one.baseA : two.baseB, key).then((r) => r.status)));
+    expect(statuses.filter((s) => s === 200)).toHaveLength(8);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(4);
+  });
+});
+
+describe('fail-open', () => {
+  it('a paused Redis lets requests through marked unenforced, quickly; a restart causes no error', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 1000 });
+    expect((await chat(one.baseA, key)).headers.get('x-ratelimit-enforced')).toBe('true');
+    redis.pause();
+    try {
+      const times: number[] = [];
+      for (let i = 0; i < 20; i++) {
+        const t = performance.now();
+        const res = await chat(one.baseA, key);
+        times.push(performance.now() - t);
+        expect(res.status).toBe(200);
+        expect(res.headers.get('x-ratelimit-enforced')).toBe('false');
+      }
+      // One command timeout (50 ms) opens the breaker; the rest skip Redis.
+      times.sort((x, y) => x - y);
+      expect(times[Math.floor(times.length / 2)]).toBeLessThan(50);
+    } finally {
+      redis.resume();
+    }
+    await redis.restart();
+    await new Promise((r) => setTimeout(r, 1500));
+    const afterRestart = await chat(one.baseA, key);
+    expect(afterRestart.status).toBe(200);
+    expect(afterRestart.headers.get('x-ratelimit-enforced')).toBe('true');
+  }, 30_000);
+
+  it('a dead Redis lets requests through marked unenforced', async () => {
+    const { key } = await two.createKey({ rateLimitRpm: 1000 });
+    const probe = new Redis(redis.url);
+    await probe.quit();
+    await redis.kill();
+    try {
+      for (let i = 0; i < 5; i++) {
+        const res = await chat(two.baseB, key);
+        expect(res.status).toBe(200);
+        expect(res.headers.get('x-ratelimit-enforced')).toBe('false');
+      }
+    } finally {
+      await redis.restart();
+    }
+  }, 30_000);
+});

@@ -1,0 +1,99 @@
+import { startSimulator, type Simulator } from '@gw/simulator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+let sim: Simulator;
+let gw: TestGateway;
+let key: string;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  gw = await startGateway({ sim, env: { GW_REGISTRY_INTERVAL_S: '1' } });
+  key = (await gw.createKey({ rateLimitRpm: 1000 })).key;
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+});
+
+const auth = () => ({ authorization: `Bearer ${key}` });
+async function providersOf(id: string): Promise<string[] | null> {
+  const res = await fetch(`${gw.baseB}/models/${encodeURIComponent(id)}`, { headers: auth() });
+  return res.status === 200 ? ((await res.json()) as { providers: string[] }).providers : null;
+}
+const chat = (model: string) =>
+  fetch(`${gw.baseA}/chat/completions`, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }] }) });
+
+describe('the live registry', () => {
+  it('drops an offer when its provider stops listing the model, and regains it', async () => {
+    const nebius = sim.providers.nebius;
+    const before = nebius?.models() ?? [];
+    nebius?.setModels(before.filter((m) => m !== 'meta-llama/Llama-3.3-70B-Instruct'));
+    const rebuilt = await gw.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild');
+    expect(rebuilt.body.providers.nebius).toBe('ok');
+    expect(await providersOf('meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh']);
+    nebius?.setModels(before);
+    await gw.admin('POST', '/registry/rebuild');
+    expect(await providersOf('meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh', 'nebius']);
+  });
+
+  it('a model whose every offer disappears leaves the registry (404 in A, 400 in B), then returns', async () => {
+    const ovh = sim.providers.ovh;
+    const nebius = sim.providers.nebius;
+    const [ovhBefore, nebiusBefore] = [ovh?.models() ?? [], nebius?.models() ?? []];
+    ovh?.setModels(ovhBefore.filter((m) => m !== 'Qwen3-32B'));
+    nebius?.setModels(nebiusBefore.filter((m) => m !== 'Qwen/Qwen3-32B'));
+    await gw.admin('POST', '/registry/rebuild');
+    expect((await chat('qwen/qwen3-32b')).status).toBe(404);
+    const b = await fetch(`${gw.baseB}/chat/completions`, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body: JSON.stringify({ model: 'qwen/qwen3-32b', messages: [{ role: 'user', content: 'x' }] }) });
+    expect(b.status).toBe(400);
+    expect(((await b.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
+    const list = (await (await fetch(`${gw.baseA}/models`, { headers: auth() })).json()) as { data: { id: string }[] };
+    expect(list.data.map((m) => m.id)).not.toContain('qwen/qwen3-32b');
+    ovh?.setModels(ovhBefore);
+    nebius?.setModels(nebiusBefore);
+    await gw.admin('POST', '/registry/rebuild');
+    expect((await chat('qwen/qwen3-32b')).status).toBe(200);
+  });
+
+  it('keeps a failing provider’s last good list', async () => {
+    sim.providers.ovh?.setFault({ kind: 'status', status: 500, endpoints: ['models'] });
+    try {
+      const res = await gw.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild');
+      expect(res.body.providers.ovh).toBe('stale');
+      expect(res.body.providers.scaleway).toBe('ok');
+      expect(await providersOf('meta/llama-3.3-70b')).toContain('ovh');
+    } finally {
+      sim.providers.ovh?.clearFaults();
+    }
+  });
+
+  it('rebuilds by itself every GW_REGISTRY_INTERVAL_S', async () => {
+    const scaleway = sim.providers.scaleway;
+    const before = scaleway?.models() ?? [];
+    scaleway?.setModels(before.filter((m) => m !== 'llama-3.3-70b-instruct'));
+    try {
+      await eventually(async () => expect(await providersOf('meta/llama-3.3-70b')).toEqual(['ovh', 'nebius']), 4000);
+    } finally {
+      scaleway?.setModels(before);
+    }
+    await eventually(async () => expect(await providersOf('meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh', 'nebius']), 4000);
+  });
+
+  it('filters B by family, capability and provider, and A by kind', async () => {
+    const get = async (base: string, q: string) => ((await (await fetch(`${base}/models?${q}`, { headers: auth() })).json()) as { data: Record<string, unknown>[] }).data;
+    const meta = await get(gw.baseB, 'family=meta');
+    expect(meta.length).toBeGreaterThan(0);
+    expect(meta.every((m) => String(m.id).startsWith('meta/'))).toBe(true);
+    const onNebius = await get(gw.baseB, 'provider=nebius');
+    expect(onNebius.every((m) => (m.providers as string[]).includes('nebius'))).toBe(true);
+    const tools = await get(gw.baseB, 'capability=tools');
+    expect(tools.every((m) => (m.capabilities as string[]).includes('tools'))).toBe(true);
+    const audio = await get(gw.baseA, 'kind=audio');
+    expect(audio.every((m) => m.kind === 'audio')).toBe(true);
+    const bad = await fetch(`${gw.baseA}/models?kind=video`, { headers: auth() });
+    expect(bad.status).toBe(400);
+    const badB = await fetch(`${gw.baseB}/models?kind=chat`, { headers: auth() });
+    expect(badB.status).toBe(400);
+  });
+});
