@@ -17,9 +17,11 @@ import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
 import { UsageWriter } from './jobs/usage-writer.js';
 import { MemoryBus } from './kv/memory.js';
 import { connectRedis, RedisBus } from './kv/redis.js';
+import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
 import { MemoryLedger } from './limits/memory-ledger.js';
 import { MemoryWindowLimiter } from './limits/memory-window.js';
+import { RedisBetaQuota } from './limits/redis-beta-quota.js';
 import { RedisLedger } from './limits/redis-ledger.js';
 import { RedisWindowLimiter } from './limits/redis-window.js';
 import type { Bus } from './kv/types.js';
@@ -27,6 +29,9 @@ import { newRequestId } from './lib/ids.js';
 import { createAdapter } from './providers/index.js';
 import type { ProviderAdapter } from './providers/types.js';
 import { ModelRegistry } from './routing/registry.js';
+import { MemoryStreamStore } from './streaming/memory-stream-store.js';
+import { RedisStreamStore } from './streaming/redis-stream-store.js';
+import { StreamSessions } from './streaming/sessions.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/types.js';
 
@@ -59,11 +64,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const redis = config.redisUrl ? await connectRedis(config.redisUrl) : null;
   const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();
   const ledger = redis ? new FallbackLedger(new RedisLedger(redis)) : new MemoryLedger();
+  const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
+  const streams = redis ? new RedisStreamStore(redis, config.streamGraceS) : new MemoryStreamStore(config.streamGraceS);
+  const sessions = new StreamSessions();
   const adapters = new Map<string, ProviderAdapter>();
-  for (const p of catalogue.providers) {
-    const adapter = createAdapter(p);
-    if (adapter) adapters.set(p.id, adapter);
-  }
+  for (const p of catalogue.providers) adapters.set(p.id, createAdapter(p));
   const registry = new ModelRegistry(catalogue, adapters);
   await registry.rebuild();
   const metrics = new Metrics();
@@ -90,8 +95,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     usage,
     limiter,
     ledger,
+    betaQuota,
+    streams,
+    sessions,
     metrics,
-    lifecycle: { draining: false },
+    lifecycle: { draining: false, inFlight: 0 },
   };
   const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'));
   await mountRoutes(app, services);
@@ -101,13 +109,21 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     close: async () => {
       services.lifecycle.draining = true;
       stopRebuild();
-      await app.close();
+      // Once no request is in flight, every connection left (idle, or opened and never used) is closed.
+      const closing = app.close();
+      const deadline = Date.now() + config.shutdownTimeoutMs;
+      await sessions.drain(config.shutdownTimeoutMs);
+      while (services.lifecycle.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      app.server.closeAllConnections();
+      await closing;
       app.log.info('http closed; writing pending usage');
       await usage.stop();
       await Promise.all([...adapters.values()].map((a) => a.close()));
+      await streams.close();
       await bus.close();
       redis?.disconnect();
       if (limiter instanceof MemoryWindowLimiter) limiter.close();
+      if (betaQuota instanceof MemoryBetaQuota) betaQuota.close();
       await closeStore(store);
       app.log.info('stopped');
     },

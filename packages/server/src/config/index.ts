@@ -20,11 +20,19 @@ export interface GatewayConfig {
   readonly registryIntervalS: number;
   /** Largest JSON request body, bytes. */
   readonly bodyLimitBytes: number;
+  /** Largest multipart upload (audio file), bytes; uploads are spooled to disk, never held in memory. */
+  readonly uploadLimitBytes: number;
+  /** Where uploads are spooled while a request is in flight (null: the OS temp dir). */
+  readonly uploadDir: string | null;
   readonly logLevel: string;
   /** How long a SIGTERM waits for in-flight requests. */
   readonly shutdownTimeoutMs: number;
   /** How long a cached key is trusted before it is re-read from the store. */
   readonly keyCacheTtlMs: number;
+  /** How long a stream whose client left is still read from upstream (and resumable). */
+  readonly streamGraceS: number;
+  /** The longest silence on a stream before an SSE comment is sent. */
+  readonly streamHeartbeatMs: number;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
@@ -60,8 +68,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     secret: str(env, 'GW_SECRET'),
     registryIntervalS: int(env, 'GW_REGISTRY_INTERVAL_S', 21_600, 1, 31_536_000),
     bodyLimitBytes: int(env, 'GW_BODY_LIMIT_BYTES', 4 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    uploadLimitBytes: int(env, 'GW_UPLOAD_LIMIT_BYTES', 25 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
+    uploadDir: str(env, 'GW_UPLOAD_DIR'),
     logLevel: str(env, 'GW_LOG_LEVEL') ?? 'info',
     shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 600_000),
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
+    streamGraceS: int(env, 'GW_STREAM_GRACE_S', 300, 0, 86_400),
+    streamHeartbeatMs: int(env, 'GW_STREAM_HEARTBEAT_MS', 10_000, 100, 15_000),
   });
 }

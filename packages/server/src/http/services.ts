@@ -2,11 +2,14 @@ import type { ApiKeyAuthenticator } from '../auth/api-keys.js';
 import type { GatewayConfig } from '../config/index.js';
 import type { WorkspaceCache } from '../auth/workspace-cache.js';
 import type { UsageWriter } from '../jobs/usage-writer.js';
+import type { BetaQuota } from '../limits/beta-quota.js';
 import type { BudgetLedger } from '../limits/budget-types.js';
 import type { RateLimiter } from '../limits/types.js';
 import type { ProviderAdapter } from '../providers/types.js';
 import type { ModelRegistry } from '../routing/registry.js';
 import type { Store } from '../store/types.js';
+import type { StreamSessions } from '../streaming/sessions.js';
+import type { StreamStore } from '../streaming/types.js';
 import type { Metrics } from './metrics.js';
 
 /** Everything the HTTP layer needs, built by app.ts. */
@@ -21,6 +24,11 @@ export interface Services {
   usage: UsageWriter;
   limiter: RateLimiter;
   ledger: BudgetLedger;
+  /** Variant B's embeddings beta allowance per workspace (Redis-shared when Redis is configured). */
+  betaQuota: BetaQuota;
+  streams: StreamStore;
+  sessions: StreamSessions;
   metrics: Metrics;
-  lifecycle: { draining: boolean };
+  /** `inFlight`: requests whose response has not closed yet. */
+  lifecycle: { draining: boolean; inFlight: number };
 }

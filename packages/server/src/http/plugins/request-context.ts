@@ -12,6 +12,10 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
   app.addHook('onRequest', async (request, reply) => {
     request.gw = { variant: 'a', startedAt: performance.now(), upstreamMs: 0, key: null, usage: null, errorCode: null, reservation: null };
     reply.header(H.requestId, request.id);
+    services.lifecycle.inFlight++;
+    reply.raw.once('close', () => {
+      services.lifecycle.inFlight--;
+    });
   });
   app.addHook('onSend', async (request, reply, payload) => {
     const total = performance.now() - request.gw.startedAt;

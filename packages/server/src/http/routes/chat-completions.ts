@@ -1,6 +1,5 @@
 import { ChatCompletionRequest, ChatCompletionResponse } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { GatewayError } from '../../errors/gateway-error.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { expectedCost, planOffers } from '../../routing/plan.js';
@@ -10,6 +9,7 @@ import { newUsageDraft } from '../context.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
+import { resumeStream, startStream } from './chat-stream.js';
 import type { RouteDocs } from './docs.js';
 
 /**
@@ -34,13 +34,15 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const body = request.body as ChatBody & ChatCompletionRequest;
       const model = await resolveModel(services, request, body.model, 'chat');
       request.gw.usage = newUsageDraft('chat', model.id);
-      if (body.stream === true) throw new GatewayError('not_implemented', 'Streaming chat completions are not available yet on this gateway.');
+      const lastEventId = request.headers['last-event-id'];
+      if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') return resumeStream(services, request, reply, lastEventId, body);
       const options = routeOptions(services, request);
       const promptTokens = estimatePromptTokens(body.messages);
       // Without max_tokens the completion can fill the rest of the context window: that is its worst case.
       const size = { promptTokens, maxTokens: body.max_tokens ?? Math.max(1, model.context_window - promptTokens) };
       const plan = planOffers(model, options, size);
       await reserveBudget(services, request, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
+      if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens });
       const signal = clientAbortSignal(reply);
       const result = await executePlan(plan, (offer: Offer) =>
         callUpstream(services, request, offer, (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id })),

@@ -1,0 +1,121 @@
+import { Readable } from 'node:stream';
+import { H } from '@gw/schema';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { ChatBody, ChatChunk, ChatStream } from '../../providers/types.js';
+import { executePlan } from '../../routing/execute.js';
+import type { RouteOptions } from '../../routing/plan.js';
+import type { Offer } from '../../routing/registry.js';
+import { parseEventId } from '../../streaming/sse-format.js';
+import { sseFrames } from '../../streaming/sse-frames.js';
+import type { StreamOutcome } from '../../streaming/session.js';
+import type { StreamEvent } from '../../streaming/types.js';
+import { callUpstream, setRoutingHeaders } from '../upstream-call.js';
+import type { Services } from '../services.js';
+
+interface Started {
+  upstream: ChatStream;
+  iterator: AsyncIterator<ChatChunk>;
+  first: ChatChunk;
+}
+
+function streamHeaders(reply: FastifyReply): void {
+  reply.header('content-type', 'text/event-stream; charset=utf-8');
+  reply.header('cache-control', 'no-cache');
+  reply.header(H.accelBuffering, 'no');
+}
+
+/**
+ * Starts an upstream stream along the plan. An offer counts as started
+ * only once its first chunk arrived, so a provider that fails before the
+ * first byte still fails over.
+ */
+export async function startStream(services: Services, request: FastifyRequest, reply: FastifyReply, args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number }) {
+  const { body, plan, options } = args;
+  const model = request.gw.usage?.model as string;
+  const result = await executePlan(plan, (offer) =>
+    callUpstream(services, request, offer, async (adapter): Promise<Started> => {
+      const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, signal: new AbortController().signal, requestId: request.id });
+      const iterator = upstream[Symbol.asyncIterator]();
+      try {
+        const first = await iterator.next();
+        if (first.done) throw new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` });
+        return { upstream, iterator, first: first.value };
+      } catch (err) {
+        upstream.abort();
+        throw err;
+      }
+    }),
+  );
+  const key = request.gw.key;
+  if (!key) throw new GatewayError('unauthorized', 'Missing API key.');
+  // The session bills the stream when the upstream ends, not when the client leaves.
+  const reservation = request.gw.reservation;
+  const draft = request.gw.usage;
+  request.gw.reservation = null;
+  request.gw.usage = null;
+  await services.streams.create(request.id, { keyId: key.id, model });
+  const started = performance.now();
+  const session = services.sessions.start({
+    streamId: request.id,
+    model,
+    ...result.value,
+    store: services.streams,
+    graceMs: services.config.streamGraceS * 1000,
+    onEnd: (outcome: StreamOutcome) => {
+      const prompt = outcome.usage?.prompt_tokens ?? args.promptTokens;
+      const completion = outcome.usage?.completion_tokens ?? Math.ceil(outcome.relayedChars / 4);
+      const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
+      if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
+      services.usage.record({
+        requestId: request.id,
+        keyId: key.id,
+        workspaceId: key.workspaceId,
+        kind: 'chat',
+        model: draft?.model ?? model,
+        provider: result.offer.provider,
+        promptTokens: prompt,
+        completionTokens: completion,
+        totalTokens: prompt + completion,
+        units: 0,
+        cost,
+        latencyMs: Math.round(performance.now() - request.gw.startedAt),
+        status: 200,
+        errorCode: outcome.error ? 'upstream_failed' : null,
+        streamed: true,
+        createdAt: new Date(),
+      });
+      services.metrics.upstream.observe({ provider: result.offer.provider, outcome: outcome.error ? 'stream_error' : 'stream_ok' }, (performance.now() - started) / 1000);
+    },
+  });
+  setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
+  return sendFrames(services, reply, session.follow(0), request.id, includeUsage(body));
+}
+
+/** Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge. */
+export async function resumeStream(services: Services, request: FastifyRequest, reply: FastifyReply, lastEventId: string, body: ChatBody) {
+  const parsed = parseEventId(lastEventId);
+  const key = request.gw.key;
+  const meta = parsed ? await services.streams.meta(parsed.streamId) : null;
+  // Another key's stream looks exactly like an unknown one.
+  if (!parsed || !meta || !key || meta.keyId !== key.id) {
+    throw new GatewayError('stream_not_found', `No resumable stream for Last-Event-ID '${lastEventId.slice(0, 80)}': it is unknown, expired, or not this key's.`, { param: 'Last-Event-ID' });
+  }
+  request.gw.usage = null;
+  const local = services.sessions.get(parsed.streamId);
+  const abort = new AbortController();
+  reply.raw.once('close', () => abort.abort());
+  const events: AsyncIterable<StreamEvent> = local ? local.follow(parsed.seq) : services.streams.follow(parsed.streamId, parsed.seq, abort.signal);
+  return sendFrames(services, reply, events, parsed.streamId, includeUsage(body));
+}
+
+function includeUsage(body: ChatBody): boolean {
+  const opts = body['stream_options'] as { include_usage?: unknown } | null | undefined;
+  return opts?.include_usage === true;
+}
+
+function sendFrames(services: Services, reply: FastifyReply, events: AsyncIterable<StreamEvent>, streamId: string, usage: boolean) {
+  streamHeaders(reply);
+  return reply.send(Readable.from(sseFrames(events, streamId, usage, services.config.streamHeartbeatMs), { objectMode: false }));
+}

@@ -1,0 +1,190 @@
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { startSimulator, type Simulator } from '@gw/simulator';
+import { streamText } from 'ai';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
+
+let sim: Simulator;
+let gw: TestGateway;
+let key: string;
+let a: OpenAI;
+let b: OpenAI;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  gw = await startGateway({ sim, env: { GW_STREAM_HEARTBEAT_MS: '150' } });
+  key = (await gw.createKey({ rateLimitRpm: 1000 })).key;
+  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+});
+beforeEach(() => {
+  for (const p of Object.values(sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+  }
+});
+
+const MODEL = 'meta/llama-3.3-70b';
+const messages = [{ role: 'user' as const, content: 'Tell me about streaming gateways in Europe' }];
+
+async function usageOf(requestId: string) {
+  await gw.gateway.services.usage.flush();
+  return gw.gateway.services.store.usage.list({ requestId });
+}
+
+describe('streaming chat with the official openai SDK', () => {
+  it('relays chunks with the gateway model id, the SSE headers, and bills from the provider’s count', async () => {
+    const { data: stream, response } = await a.chat.completions.create({ model: MODEL, messages, stream: true }).withResponse();
+    expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    expect(response.headers.get('cache-control')).toBe('no-cache');
+    expect(response.headers.get('x-accel-buffering')).toBe('no');
+    expect(response.headers.get('x-gateway-provider')).toBe('scaleway');
+    expect(response.headers.get('x-ratelimit-limit')).toBe('1000');
+    let text = '';
+    let usageChunks = 0;
+    for await (const chunk of stream) {
+      expect(chunk.model).toBe(MODEL);
+      expect(chunk.object).toBe('chat.completion.chunk');
+      if (chunk.usage) usageChunks++;
+      text += chunk.choices[0]?.delta.content ?? '';
+    }
+    expect(text.length).toBeGreaterThan(10);
+    expect(usageChunks).toBe(0);
+    // The gateway asked the provider for usage although the client did not.
+    expect((sim.providers.scaleway?.stats().last?.body as { stream_options?: unknown }).stream_options).toEqual({ include_usage: true });
+    const [record] = await usageOf(response.headers.get('x-request-id') as string);
+    expect(record).toMatchObject({ streamed: true, provider: 'scaleway', status: 200, errorCode: null });
+    expect(record?.completionTokens).toBeGreaterThan(0);
+  });
+
+  it('hands the usage chunk to clients that ask for it (variant B)', async () => {
+    const stream = await b.chat.completions.create({ model: MODEL, messages, stream: true, stream_options: { include_usage: true } });
+    const usage = [];
+    for await (const chunk of stream) if (chunk.usage) usage.push(chunk);
+    expect(usage).toHaveLength(1);
+    expect(usage[0]?.choices).toEqual([]);
+    expect(usage[0]?.usage?.total_tokens).toBeGreaterThan(0);
+  });
+
+  it('normalises reasoning deltas to reasoning_content', async () => {
+    for (const provider of ['ovh', 'nebius']) {
+      const stream = await a.chat.completions.create({ model: 'deepseek/r1-distill-70b', messages, stream: true }, { headers: { 'X-Gateway-Provider': provider } });
+      let reasoning = '';
+      for await (const chunk of stream) {
+        const delta = chunk.choices[0]?.delta as Record<string, unknown> | undefined;
+        expect(delta?.reasoning).toBeUndefined();
+        if (typeof delta?.reasoning_content === 'string') reasoning += delta.reasoning_content;
+      }
+      expect(reasoning.length, provider).toBeGreaterThan(0);
+    }
+  });
+
+  it('errors before the first byte answer JSON in the envelope; after it, an error event the SDK throws', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 500 });
+    const before = await a.chat.completions.create({ model: MODEL, messages, stream: true }, { headers: { 'X-Gateway-Provider': 'scaleway' } }).catch((e: unknown) => e);
+    expect((before as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    expect((before as InstanceType<typeof OpenAI.APIError>).code).toBe('provider_down');
+    sim.providers.scaleway?.setFault({ kind: 'error_after_200', afterChunks: 3 });
+    const { data: stream, response } = await a.chat.completions.create({ model: MODEL, messages, stream: true }).withResponse();
+    let got = 0;
+    const err = await (async () => {
+      for await (const _ of stream) got++;
+    })().catch((e: unknown) => e);
+    expect(got).toBeGreaterThan(0);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    const [record] = await usageOf(response.headers.get('x-request-id') as string);
+    expect(record?.errorCode).toBe('upstream_failed');
+  });
+
+  it('fails over when a provider dies before its first chunk', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'reset' });
+    const { data: stream, response } = await b.chat.completions.create({ model: MODEL, messages, stream: true }).withResponse();
+    for await (const _ of stream) {
+      // drain
+    }
+    expect(response.headers.get('x-gateway-provider')).toBe('ovh');
+    expect(response.headers.get('x-gateway-routing-hops')).toBe('1');
+  });
+
+  it('works with the Vercel AI SDK’s streamText', async () => {
+    const provider = createOpenAICompatible({ name: 'gw', baseURL: gw.baseA, apiKey: key, includeUsage: true });
+    const result = streamText({ model: provider(MODEL), prompt: 'Bonjour from the AI SDK' });
+    let text = '';
+    for await (const part of result.textStream) text += part;
+    expect(text.length).toBeGreaterThan(5);
+    expect((await result.usage).totalTokens).toBeGreaterThan(0);
+  });
+});
+
+describe('raw event stream', () => {
+  it('every event carries an id naming the stream and its position, and ends with [DONE]', async () => {
+    const res = await streamRequest(gw.baseA, key, { model: MODEL, messages, stream: true });
+    const events = await readSse(res);
+    const requestId = res.headers.get('x-request-id');
+    expect(events.length).toBeGreaterThan(3);
+    const seqs = events.map((e) => {
+      expect(e.id?.startsWith(`${requestId}:`)).toBe(true);
+      return Number(e.id?.split(':')[1]);
+    });
+    // Positions count every event of the stream; the usage chunk this client did not ask for is skipped.
+    expect(seqs.slice(0, -1)).toEqual(seqs.slice(0, -1).map((_, i) => i + 1));
+    expect(seqs.at(-1)).toBe(seqs.length + 1);
+    expect(events.at(-1)?.data).toBe('[DONE]');
+  });
+
+  it('sends an SSE comment during a long silence', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'stall', afterChunks: 2, ms: 700 });
+    const res = await streamRequest(gw.baseA, key, { model: MODEL, messages, stream: true });
+    const raw = await res.text();
+    expect(raw).toContain(': keep-alive\n\n');
+    expect(raw.trimEnd().endsWith('data: [DONE]')).toBe(true);
+  });
+
+  it('a resumed stream gets exactly the rest, with one upstream call and one charge', async () => {
+    sim.providers.scaleway?.configure({ chunkGapMs: 15 });
+    try {
+      const body = { model: MODEL, messages, stream: true, max_tokens: 40 };
+      const full = await readSse(await streamRequest(gw.baseA, key, body));
+      sim.providers.scaleway?.resetStats();
+      const controller = new AbortController();
+      const first = await streamRequest(gw.baseA, key, body, {}, controller.signal);
+      const requestId = first.headers.get('x-request-id') as string;
+      const head: SseEvent[] = await readSse(first, 5);
+      controller.abort();
+      expect(head).toHaveLength(5);
+      await new Promise((r) => setTimeout(r, 50));
+      const rest = await readSse(await streamRequest(gw.baseB, key, body, { 'Last-Event-ID': head[4]?.id as string }));
+      const seq = (e: SseEvent) => e.id?.split(':')[1];
+      expect(rest.map((e) => e.id?.split(':')[0])).toEqual(rest.map(() => requestId));
+      expect(rest.map(seq)).toEqual(full.slice(5).map(seq));
+      expect([...head, ...rest].map((e) => e.data.replace(/"id":"[^"]*"|"created":\d+/g, ''))).toEqual(full.map((e) => e.data.replace(/"id":"[^"]*"|"created":\d+/g, '')));
+      expect(sim.providers.scaleway?.stats().byEndpoint.chat).toBe(1);
+      const records = await usageOf(requestId);
+      expect(records).toHaveLength(1);
+      expect(records[0]?.errorCode).toBeNull();
+    } finally {
+      sim.providers.scaleway?.configure({ chunkGapMs: 0 });
+    }
+  });
+
+  it('refuses an unknown id, and another key’s stream, in the variant’s envelope', async () => {
+    const res = await streamRequest(gw.baseA, key, { model: MODEL, messages, stream: true });
+    const events = await readSse(res);
+    const other = (await gw.createKey()).key;
+    for (const [k, id] of [
+      [key, 'req_000000000000000000000000:3'],
+      [key, 'garbage'],
+      [other, events[1]?.id as string],
+    ] as const) {
+      const r = await streamRequest(gw.baseB, k, { model: MODEL, messages, stream: true }, { 'Last-Event-ID': id });
+      expect(r.status).toBe(404);
+      expect(((await r.json()) as { error: { code: string } }).error.code).toBe('stream_not_found');
+    }
+  });
+});
