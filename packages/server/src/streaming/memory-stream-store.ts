@@ -26,7 +26,7 @@ export class MemoryStreamStore implements StreamStore {
 
   append(streamId: string, event: StreamEvent): void {
     const s = this.streams.get(streamId);
-    if (!s || s.events.length >= MAX_STREAM_EVENTS) return;
+    if (!s || (s.events.length >= MAX_STREAM_EVENTS && event.kind === 'chunk')) return;
     s.events.push(event);
     if (event.kind === 'done' || event.kind === 'error') {
       s.ended = true;

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { ChatChunk, ChatStream, TokenUsage } from '../providers/types.js';
-import { MAX_STREAM_EVENTS, type StreamEvent, type StreamEventKind, type StreamStore } from './types.js';
+import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamStore } from './types.js';
 
 export interface StreamOutcome {
   /** The provider's own count, when it arrived. */
@@ -40,6 +40,7 @@ export class StreamSession {
   private abandoned = false;
   private usage: TokenUsage | null = null;
   private relayedChars = 0;
+  private bufferedBytes = 0;
   readonly finished: Promise<void>;
 
   constructor(private readonly init: SessionInit) {
@@ -111,6 +112,10 @@ export class StreamSession {
   }
 
   private chunk(c: ChatChunk): void {
+    if (this.bufferedBytes > MAX_STREAM_BYTES) {
+      // The buffer is bounded: a stream longer than it is stopped rather than grow memory without end.
+      throw new Error(`the stream exceeded the gateway's ${MAX_STREAM_BYTES} byte buffer`);
+    }
     const isUsage = c.choices.length === 0 && c.usage;
     if (isUsage) this.usage = c.usage ?? null;
     this.relayedChars += contentChars(c);
@@ -118,7 +123,7 @@ export class StreamSession {
   }
 
   private push(kind: StreamEventKind, data: string): void {
-    if (this.events.length >= MAX_STREAM_EVENTS && kind === 'chunk') return;
+    this.bufferedBytes += data.length;
     const event = { seq: this.events.length + 1, kind, data };
     this.events.push(event);
     this.init.store.append(this.streamId, event);

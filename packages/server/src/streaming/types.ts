@@ -32,5 +32,7 @@ export interface StreamStore {
 
 /** How long a finished stream stays resumable. */
 export const STREAM_RETENTION_S = 600;
-/** At most this many events are buffered per stream. */
-export const MAX_STREAM_EVENTS = 20_000;
+/** At most this many events are kept per stream in Redis (MAXLEN). */
+export const MAX_STREAM_EVENTS = 200_000;
+/** At most this much event data is buffered per stream; past it the stream ends with an error. */
+export const MAX_STREAM_BYTES = 32 * 1024 * 1024;

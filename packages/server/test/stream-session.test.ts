@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest';
+import type { ChatChunk, ChatStream } from '../src/providers/types.js';
+import { MemoryStreamStore } from '../src/streaming/memory-stream-store.js';
+import { type StreamOutcome, StreamSession } from '../src/streaming/session.js';
+import { MAX_STREAM_BYTES } from '../src/streaming/types.js';
+
+/** An upstream (the outside world) that produces `count` chunks of `size` characters, `gapMs` apart. */
+function upstream(count: number, size: number, gapMs = 0): ChatStream & { aborted: boolean; produced: number } {
+  const state = { aborted: false, produced: 0 };
+  const text = 'x'.repeat(size);
+  async function* gen(): AsyncGenerator<ChatChunk> {
+    for (let i = 0; i < count; i++) {
+      if (state.aborted) throw new Error('aborted');
+      if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
+      state.produced++;
+      yield { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content: text } }] };
+    }
+  }
+  const it = gen();
+  return Object.assign(state, { [Symbol.asyncIterator]: () => it, abort: () => { state.aborted = true; } }) as ChatStream & typeof state;
+}
+
+async function start(up: ReturnType<typeof upstream>, graceMs: number) {
+  const it = up[Symbol.asyncIterator]();
+  const first = await it.next();
+  let outcome: StreamOutcome | null = null;
+  const store = new MemoryStreamStore(60);
+  await store.create('req_000000000000000000000001', { keyId: 'k', model: 'm' });
+  const session = new StreamSession({ streamId: 'req_000000000000000000000001', model: 'gw/model', upstream: up, iterator: it, first: first.value as ChatChunk, store, graceMs, onEnd: (o) => { outcome = o; } });
+  return { session, store, outcome: () => outcome };
+}
+
+describe('a relayed stream', () => {
+  it('reads the upstream at its own pace while a reader is slow, and the reader still gets every event in order', async () => {
+    const up = upstream(50, 10, 1);
+    const { session } = await start(up, 10_000);
+    const seen: number[] = [];
+    for await (const e of session.follow(0)) {
+      seen.push(e.seq);
+      if (seen.length === 5) {
+        await new Promise((r) => setTimeout(r, 300));
+        // The upstream was not held back by the slow reader.
+        expect(up.produced).toBe(50);
+      }
+    }
+    expect(seen).toEqual(Array.from({ length: 51 }, (_, i) => i + 1));
+  });
+
+  it('stops a stream that outgrows the bounded buffer, with an error event', async () => {
+    const size = 64 * 1024;
+    const up = upstream(Math.ceil(MAX_STREAM_BYTES / size) + 50, size);
+    const { session, outcome } = await start(up, 10_000);
+    await session.finished;
+    expect(outcome()?.error?.message).toMatch(/byte buffer/);
+    expect(up.produced).toBeLessThan(Math.ceil(MAX_STREAM_BYTES / size) + 50);
+    const events = [];
+    for await (const e of session.follow(0)) events.push(e);
+    expect(events.at(-1)?.kind).toBe('error');
+  });
+
+  it('aborts the upstream once the last reader has been gone for the grace period', async () => {
+    const up = upstream(1000, 10, 5);
+    const { session, outcome } = await start(up, 100);
+    for await (const e of session.follow(0)) if (e.seq === 3) break;
+    await session.finished;
+    expect(up.aborted).toBe(true);
+    expect(outcome()?.abandoned).toBe(true);
+    expect(up.produced).toBeLessThan(200);
+  });
+});
