@@ -9,6 +9,11 @@ export class CircuitBreaker {
 
   constructor(private readonly openMs: number) {}
 
+  /** true: the backend has been failing and this is the one trial call of the half-open state. */
+  get probing(): boolean {
+    return this.openUntil !== 0 && Date.now() >= this.openUntil && !this.trialInFlight;
+  }
+
   /** true: try the backend now. */
   allow(): boolean {
     const now = Date.now();

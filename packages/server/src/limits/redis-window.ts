@@ -42,7 +42,18 @@ export class RedisWindowLimiter implements RateLimiter {
   }
 
   async hit(keyId: string, limit: number, requestId: string): Promise<LimitDecision> {
-    if (this.redis.status !== 'ready' || !this.breaker.allow()) return failOpen(limit);
+    if (this.redis.status !== 'ready') return failOpen(limit);
+    if (this.breaker.probing) {
+      // After a failure, the trial call runs in the background: no request waits on a Redis that may still hang.
+      this.breaker.allow();
+      void this.run(keyId, limit, requestId);
+      return failOpen(limit);
+    }
+    if (!this.breaker.allow()) return failOpen(limit);
+    return this.run(keyId, limit, requestId);
+  }
+
+  private async run(keyId: string, limit: number, requestId: string): Promise<LimitDecision> {
     try {
       const run = (this.redis as unknown as { gwSlidingWindow: WindowCommand }).gwSlidingWindow;
       const [allowed, count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, limit, requestId);
