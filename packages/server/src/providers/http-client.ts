@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream';
 import { errors as undiciErrors, Pool } from 'undici';
 import { UpstreamError } from '../errors/upstream-error.js';
 
@@ -11,13 +12,16 @@ export interface UpstreamRequest {
   method: 'GET' | 'POST';
   path: string;
   headers: Record<string, string>;
-  body?: string;
+  /** A stream for uploads (multipart audio), built anew for every attempt. */
+  body?: string | Readable;
   signal?: AbortSignal;
 }
 
 /**
  * A keep-alive connection pool to one provider origin. Every call has a
- * headers timeout and a body (idle) timeout of the provider's `timeoutMs`.
+ * connect timeout (`connectTimeoutMs`), and a headers timeout and a body
+ * (idle) timeout of the provider's `timeoutMs`; past either, undici
+ * destroys the connection, so the upstream sees the request go away.
  */
 export class UpstreamHttp {
   private readonly pool: Pool;
@@ -26,8 +30,10 @@ export class UpstreamHttp {
     readonly providerId: string,
     origin: string,
     private readonly timeoutMs: number,
+    /** TCP (and TLS) connect; default: the read timeout, at most 10 s. */
+    private readonly connectTimeoutMs = Math.min(timeoutMs, 10_000),
   ) {
-    this.pool = new Pool(origin, { connections: 256, keepAliveTimeout: 30_000, connectTimeout: Math.min(timeoutMs, 10_000) });
+    this.pool = new Pool(origin, { connections: 256, keepAliveTimeout: 30_000, connectTimeout: connectTimeoutMs });
   }
 
   async json(req: UpstreamRequest): Promise<JsonResponse> {
@@ -88,7 +94,10 @@ export class UpstreamHttp {
     const e = err as { code?: string; name?: string; message?: string };
     const base = { provider: this.providerId, cause: err };
     if (e.name === 'AbortError' || e.code === 'UND_ERR_ABORTED') return new UpstreamError({ ...base, kind: 'aborted', message: 'request aborted' });
-    if (err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError || e.code === 'UND_ERR_CONNECT_TIMEOUT') {
+    if (e.code === 'UND_ERR_CONNECT_TIMEOUT') {
+      return new UpstreamError({ ...base, kind: 'timeout', message: `no connection to ${this.providerId} within ${this.connectTimeoutMs} ms` });
+    }
+    if (err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError) {
       return new UpstreamError({ ...base, kind: 'timeout', message: `no answer from ${this.providerId} within ${this.timeoutMs} ms` });
     }
     return new UpstreamError({ ...base, kind: 'connect', message: `cannot reach ${this.providerId}: ${e.code ?? e.message ?? 'connection failed'}` });

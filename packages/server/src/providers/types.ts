@@ -50,6 +50,84 @@ export interface UpstreamCall {
   requestId: string;
 }
 
+/** Texts to embed, already validated; vectors are always asked for as floats (the gateway encodes base64 itself). */
+export interface EmbeddingsRequest {
+  input: string[];
+  dimensions?: number;
+  /** Cohere's `input_type` (an extension field); other providers ignore it. */
+  inputType?: string;
+}
+
+export interface EmbeddingsResult {
+  /** One vector per input, in input order. */
+  vectors: number[][];
+  /** The provider's own count. */
+  promptTokens: number;
+}
+
+export interface RerankRequest {
+  query: string;
+  /** Plain texts; the gateway keeps the client's document objects itself. */
+  documents: string[];
+  topN?: number;
+  maxTokensPerDoc?: number;
+}
+
+export interface RerankResult {
+  id: string | null;
+  /** Indexes into `documents`, any order. */
+  results: { index: number; relevanceScore: number }[];
+  /** Cohere's billing unit: one query over up to 100 documents. */
+  searchUnits: number;
+}
+
+/** An upload spooled to disk, so that each attempt reads it again from the start. */
+export interface SpooledUpload {
+  path: string;
+  size: number;
+  filename: string;
+  contentType: string;
+}
+
+export type TimestampGranularity = 'word' | 'segment';
+
+export interface TranscriptionRequest {
+  file: SpooledUpload;
+  language?: string;
+  prompt?: string;
+  temperature?: number;
+  granularities: TimestampGranularity[];
+  /** The answer needs segment timings (srt, vtt, verbose_json). */
+  needSegments: boolean;
+}
+
+export interface TranscriptSegment {
+  start: number;
+  end: number;
+  text: string;
+  /** Whisper's per-segment fields where the provider sent them (tokens, avg_logprob, …). */
+  extra?: Record<string, unknown>;
+}
+
+export interface TranscriptWord {
+  word: string;
+  start: number;
+  end: number;
+}
+
+/** A transcript in one shape whatever the provider; the gateway renders every response_format from it. */
+export interface Transcription {
+  text: string;
+  language: string | null;
+  /** Seconds of audio. */
+  duration: number;
+  /** null: the provider returned no timings. */
+  segments: TranscriptSegment[] | null;
+  words: TranscriptWord[] | null;
+  /** Whole seconds the provider bills. */
+  billedSeconds: number;
+}
+
 /**
  * One provider behind one wire format. Each adapter maps the gateway's
  * OpenAI-shaped calls onto its provider and the provider's answers,
@@ -68,6 +146,12 @@ export interface ProviderAdapter {
    * Always asks the provider for usage where it can.
    */
   chatStream(body: ChatBody, call: UpstreamCall): Promise<ChatStream>;
+  /** Text embeddings; absent where the provider has no embeddings endpoint. */
+  embeddings?(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult>;
+  /** Document re-ranking; absent where the provider has no rerank endpoint. */
+  rerank?(request: RerankRequest, call: UpstreamCall): Promise<RerankResult>;
+  /** Speech-to-text from a spooled upload; absent where the provider has no transcription endpoint. */
+  transcribe?(request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription>;
   close(): Promise<void>;
 }
 

@@ -7,9 +7,6 @@ type Method = 'GET' | 'POST' | 'DELETE';
 
 /** SPEC routes whose capability has not shipped yet: they answer 501 in the variant's envelope. */
 const PENDING: [Method, string, string, string][] = [
-  ['POST', '/embeddings', 'createEmbeddings', 'Vector embeddings'],
-  ['POST', '/rerank', 'rerank', 'Document re-ranking (Cohere wire format)'],
-  ['POST', '/audio/transcriptions', 'createTranscription', 'Speech-to-text (multipart)'],
   ['POST', '/files', 'createFile', 'Create a file'],
   ['GET', '/files', 'listFiles', 'List files'],
   ['GET', '/files/:id', 'getFile', 'Get a file'],

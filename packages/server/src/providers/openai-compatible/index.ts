@@ -1,10 +1,26 @@
 import type { ProviderConfig } from '@gw/schema';
 import { UpstreamHttp } from '../http-client.js';
-import type { ChatBody, ChatCompletion, ChatStream, ProviderAdapter, UpstreamCall } from '../types.js';
-import { httpError } from './errors.js';
-import { openAiChunkStream } from './stream.js';
+import { multipartBody } from '../multipart-body.js';
+import type {
+  ChatBody,
+  ChatCompletion,
+  ChatStream,
+  EmbeddingsRequest,
+  EmbeddingsResult,
+  ProviderAdapter,
+  RerankRequest,
+  RerankResult,
+  Transcription,
+  TranscriptionRequest,
+  UpstreamCall,
+} from '../types.js';
+import { parseVerboseTranscription, transcriptionFields } from './audio.js';
 import { parseChatCompletion, toUpstreamChatBody, toUpstreamStreamBody } from './chat.js';
+import { dimensionsIgnored, parseEmbeddingsList, toUpstreamEmbeddingsBody } from './embeddings.js';
+import { httpError } from './errors.js';
 import { parseModelList } from './models.js';
+import { parseRerank, toUpstreamRerankBody } from './rerank.js';
+import { openAiChunkStream } from './stream.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;
 
@@ -16,13 +32,15 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
   private readonly http: UpstreamHttp;
   private readonly basePath: string;
   private readonly headers: Record<string, string>;
+  /** Upstream models seen answering full-size vectors despite `dimensions`: refused from then on without a call. */
+  private readonly ignoresDimensions = new Map<string, number>();
 
   constructor(config: ProviderConfig) {
     const url = new URL(config.baseUrl);
     this.id = config.id;
     this.region = config.region;
     this.basePath = url.pathname.replace(/\/+$/, '');
-    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { 'content-type': 'application/json', accept: 'application/json' };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
   }
@@ -53,6 +71,47 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     });
     if (!res.ok) throw httpError(this.id, res);
     return openAiChunkStream(this.http, res.body);
+  }
+
+  async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
+    const model = call.upstreamModel;
+    const known = this.ignoresDimensions.get(model);
+    if (request.dimensions !== undefined && known !== undefined) throw dimensionsIgnored(this.id, model, known);
+    const res = await this.post('/embeddings', JSON.stringify(toUpstreamEmbeddingsBody(request, model)), call);
+    const result = parseEmbeddingsList(this.id, res, request.input.length);
+    const got = result.vectors[0]?.length ?? 0;
+    if (request.dimensions !== undefined && got !== request.dimensions) {
+      this.ignoresDimensions.set(model, got);
+      throw dimensionsIgnored(this.id, model, got);
+    }
+    return result;
+  }
+
+  async rerank(request: RerankRequest, call: UpstreamCall): Promise<RerankResult> {
+    const res = await this.post('/rerank', JSON.stringify(toUpstreamRerankBody(request, call.upstreamModel)), call);
+    return parseRerank(this.id, res, request.documents.length);
+  }
+
+  async transcribe(request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription> {
+    const form = multipartBody(transcriptionFields(request, call.upstreamModel), request.file);
+    const res = await this.http.json({
+      method: 'POST',
+      path: `${this.basePath}/audio/transcriptions`,
+      headers: { ...this.headers, ...form.headers, 'x-request-id': call.requestId },
+      body: form.body,
+      signal: call.signal,
+    });
+    return parseVerboseTranscription(this.id, res);
+  }
+
+  private post(path: string, body: string, call: UpstreamCall) {
+    return this.http.json({
+      method: 'POST',
+      path: `${this.basePath}${path}`,
+      headers: { ...this.headers, 'x-request-id': call.requestId },
+      body,
+      signal: call.signal,
+    });
   }
 
   close(): Promise<void> {

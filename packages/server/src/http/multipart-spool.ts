@@ -1,0 +1,236 @@
+import { once } from 'node:events';
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { finished } from 'node:stream/promises';
+import { GatewayError } from '../errors/gateway-error.js';
+import type { SpooledUpload } from '../providers/types.js';
+
+export interface FormLimits {
+  /** Largest file part, bytes. */
+  fileBytes: number;
+  /** Largest text field, bytes. */
+  fieldBytes: number;
+  /** Most text fields. */
+  fields: number;
+}
+
+export interface ParsedForm {
+  /** Text fields in order; a repeated name keeps every value. */
+  fields: [string, string][];
+  file: SpooledUpload | null;
+}
+
+/**
+ * The on-disk home of one request's upload: a `gw-upload-*` folder,
+ * removed by `dispose` (idempotent; a folder created after it is removed
+ * at once), so the spool never outlives its request.
+ */
+export class UploadSpool {
+  private dir: string | null = null;
+  private disposed = false;
+  file: SpooledUpload | null = null;
+
+  constructor(private readonly root: string) {}
+
+  async newFile(): Promise<string> {
+    if (this.disposed) throw new GatewayError('validation', 'The request ended before its upload was read.');
+    const dir = await mkdtemp(join(this.root, 'gw-upload-'));
+    this.dir = dir;
+    if (this.disposed) {
+      await rm(dir, { recursive: true, force: true });
+      throw new GatewayError('validation', 'The request ended before its upload was read.');
+    }
+    return join(dir, 'upload');
+  }
+
+  async dispose(): Promise<void> {
+    this.disposed = true;
+    this.file = null;
+    const dir = this.dir;
+    this.dir = null;
+    if (dir) await rm(dir, { recursive: true, force: true });
+  }
+}
+
+export function boundaryOf(contentType: string | undefined): string | null {
+  const m = /boundary=(?:"([^"]{1,70})"|([^;\s]{1,70}))/i.exec(contentType ?? '');
+  return m ? (m[1] ?? m[2] ?? null) : null;
+}
+
+const CRLF2 = Buffer.from('\r\n\r\n');
+const MAX_HEADER_BYTES = 16 * 1024;
+
+interface Part {
+  name: string;
+  filename: string | null;
+  contentType: string;
+  chunks: Buffer[];
+  size: number;
+  out: WriteStream | null;
+}
+
+/**
+ * A streaming multipart/form-data reader: text fields are kept (small and
+ * capped), the one file part is written to the spool as it arrives with
+ * the stream's backpressure, so memory stays flat whatever the upload's
+ * size. Past `fileBytes` it stops with 413; a malformed body is a 400.
+ */
+export async function readMultipart(source: AsyncIterable<Buffer>, boundary: string, spool: UploadSpool, limits: FormLimits): Promise<ParsedForm> {
+  const parser = new FormParser(boundary, spool, limits);
+  try {
+    for await (const chunk of source) await parser.feed(chunk);
+    return parser.result();
+  } catch (err) {
+    parser.abort();
+    throw err;
+  }
+}
+
+class FormParser {
+  private state: 'preamble' | 'after' | 'headers' | 'body' | 'done' = 'preamble';
+  // A virtual CRLF in front, so the first boundary matches the same delimiter as the others.
+  private buf: Buffer = Buffer.from('\r\n');
+  private readonly delim: Buffer;
+  private part: Part | null = null;
+  private readonly form: ParsedForm = { fields: [], file: null };
+  private writeError: Error | null = null;
+
+  constructor(
+    boundary: string,
+    private readonly spool: UploadSpool,
+    private readonly limits: FormLimits,
+  ) {
+    this.delim = Buffer.from(`\r\n--${boundary}`);
+  }
+
+  async feed(chunk: Buffer): Promise<void> {
+    this.buf = this.buf.length > 0 ? Buffer.concat([this.buf, chunk]) : chunk;
+    while (await this.step()) {
+      // Each step consumes what it can; false means it needs more bytes.
+    }
+  }
+
+  private async step(): Promise<boolean> {
+    switch (this.state) {
+      case 'preamble':
+      case 'body':
+        return this.untilDelimiter();
+      case 'after': {
+        if (this.buf.length < 2) return false;
+        const two = this.buf.toString('latin1', 0, 2);
+        if (two === '--') {
+          this.state = 'done';
+          return false;
+        }
+        if (two !== '\r\n') throw malformed('a boundary is not followed by a line break');
+        this.buf = this.buf.subarray(2);
+        this.state = 'headers';
+        return true;
+      }
+      case 'headers': {
+        const end = this.buf.indexOf(CRLF2);
+        if (end < 0) {
+          if (this.buf.length > MAX_HEADER_BYTES) throw malformed('a part header is too long');
+          return false;
+        }
+        await this.startPart(this.buf.toString('utf8', 0, end));
+        this.buf = this.buf.subarray(end + 4);
+        this.state = 'body';
+        return true;
+      }
+      case 'done':
+        this.buf = Buffer.alloc(0);
+        return false;
+    }
+  }
+
+  /** Passes on the bytes before the next delimiter (all but a possible partial delimiter at the end). */
+  private async untilDelimiter(): Promise<boolean> {
+    const at = this.buf.indexOf(this.delim);
+    if (at < 0) {
+      const safe = this.buf.length - (this.delim.length - 1);
+      if (safe > 0) {
+        if (this.state === 'body') await this.data(this.buf.subarray(0, safe));
+        this.buf = this.buf.subarray(safe);
+      }
+      return false;
+    }
+    if (this.state === 'body') {
+      await this.data(this.buf.subarray(0, at));
+      await this.endPart();
+    }
+    this.buf = this.buf.subarray(at + this.delim.length);
+    this.state = 'after';
+    return true;
+  }
+
+  private async startPart(rawHeaders: string): Promise<void> {
+    const disposition = /^content-disposition:\s*form-data(.*)$/im.exec(rawHeaders)?.[1] ?? null;
+    const name = disposition === null ? undefined : /;\s*name="([^"]*)"/i.exec(disposition)?.[1];
+    if (name === undefined) throw malformed('a part has no form-data name');
+    const filename = /;\s*filename="([^"]*)"/i.exec(disposition ?? '')?.[1] ?? null;
+    const contentType = /^content-type:\s*(.+)$/im.exec(rawHeaders)?.[1]?.trim() ?? 'application/octet-stream';
+    this.part = { name, filename, contentType, chunks: [], size: 0, out: null };
+    if (filename === null) {
+      if (this.form.fields.length >= this.limits.fields) throw new GatewayError('validation', `The form has more than ${this.limits.fields} fields.`);
+      return;
+    }
+    if (name !== 'file' || this.form.file !== null)
+      throw new GatewayError('validation', `Unexpected file part '${name}': send one audio file as 'file'.`, { param: name });
+    const out = createWriteStream(await this.spool.newFile(), { flags: 'wx' });
+    // A write failing after an abort must not become an uncaught 'error'; it is rethrown on the next write instead.
+    out.on('error', (err) => {
+      this.writeError ??= err;
+    });
+    this.part.out = out;
+  }
+
+  private async data(bytes: Buffer): Promise<void> {
+    const part = this.part;
+    if (!part || bytes.length === 0) return;
+    part.size += bytes.length;
+    if (part.out) {
+      if (this.writeError) throw this.writeError;
+      if (part.size > this.limits.fileBytes) throw tooLarge(this.limits.fileBytes);
+      if (!part.out.write(bytes)) await once(part.out, 'drain');
+      return;
+    }
+    if (part.size > this.limits.fieldBytes)
+      throw new GatewayError('validation', `The form field '${part.name}' is longer than ${this.limits.fieldBytes} bytes.`, { param: part.name });
+    part.chunks.push(bytes);
+  }
+
+  private async endPart(): Promise<void> {
+    const part = this.part;
+    this.part = null;
+    if (!part) return;
+    if (!part.out) {
+      this.form.fields.push([part.name, Buffer.concat(part.chunks).toString('utf8')]);
+      return;
+    }
+    const out = part.out;
+    out.end();
+    await finished(out);
+    this.form.file = { path: String(out.path), size: part.size, filename: part.filename ?? 'upload', contentType: part.contentType };
+    this.spool.file = this.form.file;
+  }
+
+  result(): ParsedForm {
+    if (this.state !== 'done') throw malformed('the body ended before its closing boundary');
+    return this.form;
+  }
+
+  abort(): void {
+    this.part?.out?.destroy();
+    this.part = null;
+  }
+}
+
+function malformed(why: string): GatewayError {
+  return new GatewayError('validation', `The multipart/form-data body is malformed: ${why}.`);
+}
+
+export function tooLarge(limit: number): GatewayError {
+  return new GatewayError('payload_too_large', `The upload is larger than this gateway accepts (${limit} bytes).`, { param: 'file' });
+}

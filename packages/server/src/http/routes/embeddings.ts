@@ -1,0 +1,147 @@
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall } from '../../providers/types.js';
+import { executePlan } from '../../routing/execute.js';
+import { planOffers } from '../../routing/plan.js';
+import type { Offer, RegistryModel } from '../../routing/registry.js';
+import { reserveBudget } from '../budget.js';
+import { newUsageDraft } from '../context.js';
+import { resolveModel, routeOptions } from '../model-access.js';
+import type { Services } from '../services.js';
+import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import type { RouteDocs } from './docs.js';
+
+export const EmbeddingsBody = Type.Object(
+  {
+    model: Type.String({ minLength: 1, maxLength: 200 }),
+    input: Type.Union([Type.String(), Type.Array(Type.String(), { minItems: 1, maxItems: 2048 })], { description: 'A text, or up to 2048 texts' }),
+    encoding_format: Type.Optional(Type.Union([Type.Literal('float'), Type.Literal('base64')], { default: 'float' })),
+    dimensions: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536, description: 'Passed to providers that support it; a 400 where the model cannot' })),
+    user: Type.Optional(Type.String({ maxLength: 256, description: 'Accepted for OpenAI compatibility; never sent upstream' })),
+    input_type: Type.Optional(
+      Type.Union(
+        ['search_document', 'search_query', 'classification', 'clustering'].map((t) => Type.Literal(t)),
+        {
+          description: "Cohere's input_type (extension field; default search_document)",
+        },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type EmbeddingsBody = Static<typeof EmbeddingsBody>;
+
+const EmbeddingsList = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(
+    Type.Object({ object: Type.Literal('embedding'), index: Type.Integer(), embedding: Type.Union([Type.Array(Type.Number()), Type.String()]) }),
+  ),
+  model: Type.String(),
+  usage: Type.Object({ prompt_tokens: Type.Integer(), total_tokens: Type.Integer() }),
+});
+
+/** Tokens of texts before the provider counts them: `charsPerToken` 3 overestimates (budget holds), 4 is the usual average (beta window). */
+export function estimateTokens(texts: string[], charsPerToken: number): number {
+  return texts.reduce((n, t) => n + Math.max(1, Math.ceil(t.length / charsPerToken)), 0);
+}
+
+export function embeddingsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
+  app.post<{ Body: EmbeddingsBody }>(
+    '/embeddings',
+    {
+      schema: docs.operation('createEmbeddings', 'Vector embeddings (OpenAI list shape, billed per token)', {
+        body: EmbeddingsBody,
+        response: { 200: EmbeddingsList },
+      }),
+    },
+    async (request, reply) => {
+      const body = request.body;
+      const model = await resolveModel(services, request, body.model, 'embedding');
+      request.gw.usage = newUsageDraft('embedding', model.id);
+      // Variant B: embeddings are a private beta, served only for the models marked beta.
+      if (request.gw.variant === 'b' && !model.beta) {
+        throw new GatewayError('model_not_found', `The model '${body.model}' is not part of the embeddings beta.`, { param: 'model' });
+      }
+      const input = typeof body.input === 'string' ? [body.input] : body.input;
+      const options = routeOptions(services, request);
+      const promptTokens = estimateTokens(input, 3);
+      const plan = planOffers(model, options, { promptTokens, maxTokens: 0 });
+      const settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, input) : null;
+      let result: EmbeddingsResult | null = null;
+      try {
+        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000)));
+        const upstream: EmbeddingsRequest = {
+          input,
+          ...(body.dimensions === undefined ? {} : { dimensions: body.dimensions }),
+          ...(body.input_type ? { inputType: body.input_type } : {}),
+        };
+        const call = { signal: clientAbortSignal(reply), requestId: request.id };
+        const done = await executePlan(plan, (offer) =>
+          callUpstream(services, request, offer, (adapter) => embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+        );
+        result = done.value;
+        bill(request, done.offer, result);
+        setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
+        return render(model, result, body.encoding_format ?? 'float');
+      } finally {
+        await settleBeta?.(result?.promptTokens ?? 0);
+      }
+    },
+  );
+}
+
+function embed(adapter: ProviderAdapter, request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
+  if (!adapter.embeddings) throw new UpstreamError({ kind: 'http', provider: adapter.id, status: 501, message: `${adapter.id} has no embeddings endpoint` });
+  return adapter.embeddings(request, call);
+}
+
+/**
+ * Holds the request against its workspace's beta window (its key's, for
+ * a key without a workspace); returns the settle step that replaces the
+ * estimate with the provider's count once it is known.
+ */
+async function admitBeta(services: Services, request: FastifyRequest, input: string[]): Promise<(tokens: number) => Promise<void>> {
+  const key = request.gw.key;
+  const scope = key?.workspaceId ? `ws:${key.workspaceId}` : `key:${key?.id ?? 'anonymous'}`;
+  const quota = services.betaQuota;
+  const tokens = estimateTokens(input, 4);
+  if (tokens > quota.limits.tokens) {
+    throw new GatewayError(
+      'validation',
+      `This input (about ${tokens} tokens) is more than the embeddings beta allows per minute (${quota.limits.tokens} tokens).`,
+      { param: 'input' },
+    );
+  }
+  const decision = await quota.admit(scope, request.id, tokens);
+  if (!decision.allowed) {
+    const limit = decision.reason === 'requests' ? `${quota.limits.requests} requests` : `${quota.limits.tokens.toLocaleString('en')} tokens`;
+    throw new GatewayError('rate_limited', `Embeddings beta limit exceeded (${limit} per minute per workspace)`, { retryAfterS: decision.retryAfterS });
+  }
+  return (used) => quota.settle(scope, request.id, used).catch((err: unknown) => request.log.warn({ err }, 'beta quota settle failed'));
+}
+
+function bill(request: FastifyRequest, offer: Offer, result: EmbeddingsResult): void {
+  const usage = request.gw.usage;
+  if (!usage) return;
+  usage.provider = offer.provider;
+  usage.promptTokens = result.promptTokens;
+  usage.cost = (result.promptTokens * offer.pricing.prompt_per_1m) / 1_000_000;
+}
+
+function render(model: RegistryModel, result: EmbeddingsResult, encoding: 'float' | 'base64') {
+  return {
+    object: 'list' as const,
+    data: result.vectors.map((v, index) => ({ object: 'embedding' as const, index, embedding: encoding === 'base64' ? toBase64(v) : v })),
+    model: model.id,
+    usage: { prompt_tokens: result.promptTokens, total_tokens: result.promptTokens },
+  };
+}
+
+/** OpenAI's base64 encoding: the vector as little-endian float32 bytes. */
+export function toBase64(vector: number[]): string {
+  const bytes = Buffer.alloc(vector.length * 4);
+  for (const [i, x] of vector.entries()) bytes.writeFloatLE(x, i * 4);
+  return bytes.toString('base64');
+}

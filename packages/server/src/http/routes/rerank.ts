@@ -1,0 +1,129 @@
+import { randomUUID } from 'node:crypto';
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { ProviderAdapter, RerankRequest, RerankResult, UpstreamCall } from '../../providers/types.js';
+import { executePlan } from '../../routing/execute.js';
+import { planOffers } from '../../routing/plan.js';
+import type { Offer } from '../../routing/registry.js';
+import { reserveBudget } from '../budget.js';
+import { newUsageDraft } from '../context.js';
+import { resolveModel, routeOptions } from '../model-access.js';
+import type { Services } from '../services.js';
+import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import type { RouteDocs } from './docs.js';
+
+/** A document: a string, or Cohere's object form (string fields; `text` unless `rank_fields` names others). */
+const Document = Type.Union([Type.String(), Type.Record(Type.String(), Type.String())]);
+
+export const RerankBody = Type.Object(
+  {
+    model: Type.String({ minLength: 1, maxLength: 200 }),
+    query: Type.String({ minLength: 1 }),
+    documents: Type.Array(Document, { minItems: 1, maxItems: 1000 }),
+    top_n: Type.Optional(Type.Integer({ minimum: 1 })),
+    return_documents: Type.Optional(Type.Boolean({ default: false })),
+    rank_fields: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })),
+    max_tokens_per_doc: Type.Optional(Type.Integer({ minimum: 1 })),
+  },
+  { additionalProperties: false },
+);
+export type RerankBody = Static<typeof RerankBody>;
+
+const RerankResponse = Type.Object({
+  id: Type.String(),
+  results: Type.Array(
+    Type.Object({ index: Type.Integer(), relevance_score: Type.Number(), document: Type.Optional(Type.Record(Type.String(), Type.String())) }),
+  ),
+  meta: Type.Object({
+    api_version: Type.Object({ version: Type.String() }),
+    billed_units: Type.Object({ search_units: Type.Integer() }),
+  }),
+});
+
+/** Cohere's chunking for billing: a document and the query past this many tokens count as more than one document. */
+const CHUNK_TOKENS = 500;
+
+export function rerankRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
+  app.post<{ Body: RerankBody }>(
+    '/rerank',
+    {
+      schema: docs.operation('rerank', "Document re-ranking in Cohere's wire format (billed per search unit)", {
+        body: RerankBody,
+        response: { 200: RerankResponse },
+      }),
+    },
+    async (request, reply) => {
+      const body = request.body;
+      const model = await resolveModel(services, request, body.model, 'rerank');
+      request.gw.usage = newUsageDraft('rerank', model.id);
+      const texts = body.documents.map((d, i) => documentText(d, i, body.rank_fields));
+      const options = routeOptions(services, request);
+      const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
+      const units = worstSearchUnits(body.query, texts);
+      await reserveBudget(services, request, Math.max(0, ...plan.map((o) => units * (o.pricing.per_unit ?? 0))));
+      const upstream: RerankRequest = {
+        query: body.query,
+        documents: texts,
+        ...(body.top_n === undefined ? {} : { topN: body.top_n }),
+        ...(body.max_tokens_per_doc === undefined ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
+      };
+      const call = { signal: clientAbortSignal(reply), requestId: request.id };
+      const done = await executePlan(plan, (offer) =>
+        callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+      );
+      bill(request, done.offer, done.value);
+      setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
+      const ranked = [...done.value.results].sort((x, y) => y.relevanceScore - x.relevanceScore).slice(0, body.top_n ?? texts.length);
+      return {
+        id: done.value.id ?? randomUUID(),
+        results: ranked.map((r) => ({
+          index: r.index,
+          relevance_score: r.relevanceScore,
+          ...(body.return_documents ? { document: asObject(body.documents[r.index] ?? '') } : {}),
+        })),
+        meta: { api_version: { version: '2' }, billed_units: { search_units: done.value.searchUnits } },
+      };
+    },
+  );
+}
+
+/** The text ranked for a document: the string itself, an object's `text`, or its `rank_fields` as `field: value` lines. */
+function documentText(doc: string | Record<string, string>, i: number, rankFields: string[] | undefined): string {
+  if (typeof doc === 'string') return doc;
+  if (rankFields) {
+    const lines = rankFields.filter((f) => doc[f] !== undefined).map((f) => `${f}: ${doc[f]}`);
+    if (lines.length > 0) return lines.join('\n');
+    throw new GatewayError('validation', `Invalid body: 'documents.${i}' has none of the rank_fields.`, { param: `documents.${i}` });
+  }
+  const text = doc['text'];
+  if (text === undefined)
+    throw new GatewayError('validation', `Invalid body: 'documents.${i}.text' is required (or name other fields in rank_fields).`, {
+      param: `documents.${i}.text`,
+    });
+  return text;
+}
+
+function asObject(doc: string | Record<string, string>): Record<string, string> {
+  return typeof doc === 'string' ? { text: doc } : doc;
+}
+
+/** Search units as Cohere counts them, at their most: chunks of query plus document (3 characters a token), 100 per unit. */
+export function worstSearchUnits(query: string, texts: string[]): number {
+  const chunks = texts.reduce((n, t) => n + Math.max(1, Math.ceil((query.length + t.length) / 3 / CHUNK_TOKENS)), 0);
+  return Math.max(1, Math.ceil(chunks / 100));
+}
+
+function rerank(adapter: ProviderAdapter, request: RerankRequest, call: UpstreamCall): Promise<RerankResult> {
+  if (!adapter.rerank) throw new UpstreamError({ kind: 'http', provider: adapter.id, status: 501, message: `${adapter.id} has no rerank endpoint` });
+  return adapter.rerank(request, call);
+}
+
+function bill(request: FastifyRequest, offer: Offer, result: RerankResult): void {
+  const usage = request.gw.usage;
+  if (!usage) return;
+  usage.provider = offer.provider;
+  usage.units = result.searchUnits;
+  usage.cost = result.searchUnits * (offer.pricing.per_unit ?? 0);
+}

@@ -1,0 +1,156 @@
+import { tmpdir } from 'node:os';
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall } from '../../providers/types.js';
+import { executePlan } from '../../routing/execute.js';
+import { planOffers } from '../../routing/plan.js';
+import type { Offer } from '../../routing/registry.js';
+import { reserveBudget } from '../budget.js';
+import { newUsageDraft } from '../context.js';
+import { resolveModel, routeOptions } from '../model-access.js';
+import { boundaryOf, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
+import type { Services } from '../services.js';
+import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
+import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import type { RouteDocs } from './docs.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The transcription route's upload spool, removed when the response ends. */
+    spool: UploadSpool | null;
+  }
+}
+
+export const TranscriptionForm = Type.Object(
+  {
+    file: Type.String({ contentMediaType: 'application/octet-stream', description: 'The audio file part (spooled to disk as it arrives)' }),
+    model: Type.String({ minLength: 1, maxLength: 200 }),
+    response_format: Type.Optional(
+      Type.Union(
+        RESPONSE_FORMATS.map((f) => Type.Literal(f)),
+        { default: 'json' },
+      ),
+    ),
+    language: Type.Optional(Type.String({ pattern: '^[A-Za-z]{2,3}$', description: 'ISO-639-1 code of the spoken language' })),
+    prompt: Type.Optional(Type.String({ maxLength: 4096 })),
+    temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+    timestamp_granularities: Type.Optional(Type.Array(Type.Union([Type.Literal('word'), Type.Literal('segment')]), { maxItems: 2 })),
+    stream: Type.Optional(Type.Literal(false, { description: 'Streamed transcription is not offered' })),
+  },
+  { additionalProperties: false },
+);
+export type TranscriptionForm = Static<typeof TranscriptionForm>;
+
+/** Room for the text fields and part headers around the file. */
+const FORM_SLACK_BYTES = 256 * 1024;
+
+/** POST /audio/transcriptions, in its own plugin context so the multipart parser applies to it alone. */
+export async function transcriptionsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): Promise<void> {
+  await app.register(async (scope) => {
+    registerUploadSpool(scope, services);
+    scope.post<{ Body: TranscriptionForm }>(
+      '/audio/transcriptions',
+      {
+        schema: docs.operation('createTranscription', 'Speech-to-text (multipart; billed per audio second)', {
+          consumes: ['multipart/form-data'],
+          body: TranscriptionForm,
+        }),
+      },
+      async (request, reply) => {
+        const file = request.spool?.file;
+        if (!file) throw new GatewayError('validation', "Invalid body: 'file' must be an audio file part.", { param: 'file' });
+        const body = request.body;
+        const model = await resolveModel(services, request, body.model, 'audio');
+        request.gw.usage = newUsageDraft('audio', model.id);
+        const format = body.response_format ?? 'json';
+        const granularities = body.timestamp_granularities ?? [];
+        if (granularities.length > 0 && format !== 'verbose_json') {
+          throw new GatewayError('validation', "Invalid body: 'timestamp_granularities' needs response_format verbose_json.", {
+            param: 'timestamp_granularities',
+          });
+        }
+        const options = routeOptions(services, request);
+        const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
+        const seconds = await worstCaseSeconds(file.path, file.size);
+        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => seconds * (o.pricing.per_unit ?? 0))));
+        const upstream = transcriptionRequest(body, file, format !== 'json' && format !== 'text');
+        const call = { signal: clientAbortSignal(reply), requestId: request.id };
+        const done = await executePlan(plan, (offer) =>
+          callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+        );
+        bill(request, done.offer, done.value);
+        setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
+        const rendered = renderTranscription(done.value, format, { granularities, ...optional(body) });
+        reply.type(rendered.contentType);
+        return typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body);
+      },
+    );
+  });
+}
+
+/**
+ * Gives each request of this context a spool (removed when its response
+ * closes, sent or cut) and reads multipart bodies into it as they arrive.
+ */
+function registerUploadSpool(scope: FastifyInstance, services: Services): void {
+  const limit = services.config.uploadLimitBytes;
+  scope.decorateRequest('spool', null);
+  scope.addHook('onRequest', async (request, reply) => {
+    const spool = new UploadSpool(services.config.uploadDir ?? tmpdir());
+    request.spool = spool;
+    reply.raw.once('close', () => {
+      spool.dispose().catch((err: unknown) => request.log.warn({ err }, 'upload spool removal failed'));
+    });
+  });
+  scope.addContentTypeParser('multipart/form-data', async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
+    const declared = Number(request.headers['content-length']);
+    if (Number.isFinite(declared) && declared > limit + FORM_SLACK_BYTES) throw tooLarge(limit);
+    const boundary = boundaryOf(request.headers['content-type']);
+    if (!boundary || !request.spool) throw new GatewayError('validation', 'The multipart/form-data body has no boundary.');
+    const form = await readMultipart(payload, boundary, request.spool, { fileBytes: limit, fieldBytes: 64 * 1024, fields: 50 });
+    return formBody(form);
+  });
+}
+
+/** Form fields as the body schema sees them: `name[]` as `name`, numbers and booleans typed (left as text when they are not, so the schema names them). */
+function formBody(form: ParsedForm): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  for (const [raw, value] of form.fields) {
+    const name = raw.endsWith('[]') ? raw.slice(0, -2) : raw;
+    if (name === 'timestamp_granularities') body[name] = [...((body[name] as string[] | undefined) ?? []), value];
+    else if (name === 'temperature') body[name] = value.trim() !== '' && Number.isFinite(Number(value)) ? Number(value) : value;
+    else if (name === 'stream') body[name] = value === 'true' ? true : value === 'false' ? false : value;
+    else body[name] = value;
+  }
+  if (form.file) body['file'] = form.file.filename;
+  return body;
+}
+
+function optional(body: TranscriptionForm): { language?: string; temperature?: number } {
+  return { ...(body.language === undefined ? {} : { language: body.language }), ...(body.temperature === undefined ? {} : { temperature: body.temperature }) };
+}
+
+function transcriptionRequest(body: TranscriptionForm, file: TranscriptionRequest['file'], needSegments: boolean): TranscriptionRequest {
+  return {
+    file,
+    granularities: body.timestamp_granularities ?? [],
+    needSegments,
+    ...optional(body),
+    ...(body.prompt === undefined ? {} : { prompt: body.prompt }),
+  };
+}
+
+function transcribe(adapter: ProviderAdapter, request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription> {
+  if (!adapter.transcribe) throw new UpstreamError({ kind: 'http', provider: adapter.id, status: 501, message: `${adapter.id} has no transcription endpoint` });
+  return adapter.transcribe(request, call);
+}
+
+function bill(request: FastifyRequest, offer: Offer, t: Transcription): void {
+  const usage = request.gw.usage;
+  if (!usage) return;
+  usage.provider = offer.provider;
+  usage.units = t.billedSeconds;
+  usage.cost = t.billedSeconds * (offer.pricing.per_unit ?? 0);
+}

@@ -1,0 +1,132 @@
+import { open } from 'node:fs/promises';
+import type { TimestampGranularity, Transcription, TranscriptSegment, TranscriptWord } from '../providers/types.js';
+
+export const RESPONSE_FORMATS = ['json', 'text', 'srt', 'vtt', 'verbose_json'] as const;
+export type ResponseFormat = (typeof RESPONSE_FORMATS)[number];
+
+export interface RenderOptions {
+  granularities: TimestampGranularity[];
+  language?: string;
+  temperature?: number;
+}
+
+export interface Rendered {
+  contentType: string;
+  body: string | Record<string, unknown>;
+}
+
+/** Whisper-style segments are at most 30 s of audio. */
+const SEGMENT_SECONDS = 30;
+
+/**
+ * Every response_format from one transcript, whatever the provider sent:
+ * providers without a format (Voxtral has no verbose_json, srt or vtt)
+ * get it built here from their text and timings.
+ */
+export function renderTranscription(t: Transcription, format: ResponseFormat, options: RenderOptions): Rendered {
+  const usage = { type: 'duration', seconds: t.billedSeconds };
+  switch (format) {
+    case 'json':
+      return { contentType: 'application/json; charset=utf-8', body: { text: t.text, usage } };
+    case 'text':
+      return { contentType: 'text/plain; charset=utf-8', body: `${t.text}\n` };
+    case 'srt':
+      return { contentType: 'text/plain; charset=utf-8', body: cues(segmentsOf(t), ',') };
+    case 'vtt':
+      return { contentType: 'text/vtt; charset=utf-8', body: `WEBVTT\n\n${cues(segmentsOf(t), '.')}` };
+    case 'verbose_json':
+      return { contentType: 'application/json; charset=utf-8', body: verbose(t, options, usage) };
+  }
+}
+
+function verbose(t: Transcription, options: RenderOptions, usage: Record<string, unknown>): Record<string, unknown> {
+  const segments = segmentsOf(t).map((s, id) => ({
+    id,
+    seek: 0,
+    start: s.start,
+    end: s.end,
+    text: s.text,
+    tokens: [],
+    temperature: options.temperature ?? 0,
+    avg_logprob: 0,
+    compression_ratio: 0,
+    no_speech_prob: 0,
+    ...s.extra,
+  }));
+  const body: Record<string, unknown> = {
+    task: 'transcribe',
+    language: t.language ?? options.language ?? 'unknown',
+    duration: t.duration,
+    text: t.text,
+    segments,
+  };
+  if (options.granularities.includes('word')) body['words'] = t.words ?? spreadWords(segmentsOf(t));
+  body['usage'] = usage;
+  return body;
+}
+
+/** The provider's segments; else words grouped into 30-second segments; else the whole text as one. */
+export function segmentsOf(t: Transcription): TranscriptSegment[] {
+  if (t.segments && t.segments.length > 0) return t.segments;
+  if (t.words && t.words.length > 0) {
+    const out: TranscriptSegment[] = [];
+    for (const w of t.words) {
+      const last = out.at(-1);
+      if (last && w.end - last.start <= SEGMENT_SECONDS) {
+        last.end = w.end;
+        last.text += ` ${w.word}`;
+      } else out.push({ start: w.start, end: w.end, text: w.word });
+    }
+    return out;
+  }
+  return [{ start: 0, end: t.duration, text: t.text }];
+}
+
+/** Word timings a provider did not send: each segment's words spread evenly over it (an approximation, said so in docs/adapters.md). */
+function spreadWords(segments: TranscriptSegment[]): TranscriptWord[] {
+  return segments.flatMap((s) => {
+    const words = s.text.trim().split(/\s+/).filter(Boolean);
+    const step = (s.end - s.start) / Math.max(1, words.length);
+    return words.map((word, i) => ({ word, start: round(s.start + i * step), end: round(s.start + (i + 1) * step) }));
+  });
+}
+
+function cues(segments: TranscriptSegment[], sep: ',' | '.'): string {
+  return segments.map((s, i) => `${sep === ',' ? `${i + 1}\n` : ''}${stamp(s.start, sep)} --> ${stamp(s.end, sep)}\n${s.text.trim()}\n`).join('\n');
+}
+
+function stamp(seconds: number, sep: string): string {
+  const ms = Math.max(0, Math.round(seconds * 1000));
+  const pad = (n: number, w = 2) => String(n).padStart(w, '0');
+  return `${pad(Math.floor(ms / 3_600_000))}:${pad(Math.floor((ms % 3_600_000) / 60_000))}:${pad(Math.floor((ms % 60_000) / 1000))}${sep}${pad(ms % 1000, 3)}`;
+}
+
+function round(x: number): number {
+  return Math.round(x * 100) / 100;
+}
+
+/** The lowest byte rate seen in speech codecs (Opus at 6 kbit/s): the most seconds a non-WAV upload can hold. */
+const MIN_BYTES_PER_SECOND = 750;
+
+/**
+ * The most audio seconds an upload can hold, for the budget hold: its size
+ * at a WAV header's byte rate, else at the lowest speech byte rate.
+ */
+export async function worstCaseSeconds(path: string, size: number): Promise<number> {
+  const handle = await open(path, 'r');
+  try {
+    const head = Buffer.alloc(Math.min(size, 64));
+    await handle.read(head, 0, head.length, 0);
+    return Math.ceil(size / (wavByteRate(head) ?? MIN_BYTES_PER_SECOND));
+  } finally {
+    await handle.close();
+  }
+}
+
+/** The byte rate of a RIFF/WAVE header's `fmt ` chunk when it comes first (null when it is not one). */
+export function wavByteRate(head: Buffer): number | null {
+  if (head.length < 32 || head.toString('ascii', 0, 4) !== 'RIFF' || head.toString('ascii', 8, 12) !== 'WAVE') return null;
+  if (head.toString('ascii', 12, 16) !== 'fmt ') return null;
+  const rate = head.readUInt32LE(28);
+  return rate > 0 ? rate : null;
+}

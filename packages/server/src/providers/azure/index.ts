@@ -1,0 +1,91 @@
+import type { ProviderConfig } from '@gw/schema';
+import { type JsonResponse, UpstreamHttp } from '../http-client.js';
+import type { ChatBody, ChatCompletion, ChatStream, EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall } from '../types.js';
+import { parseAzureCompletion, toAzureChatBody } from './chat.js';
+import { parseAzureEmbeddings, toAzureEmbeddingsBody } from './embeddings.js';
+import { azureError } from './errors.js';
+import { parseAzureList } from './models.js';
+import { azureChunkStream } from './stream.js';
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+
+/**
+ * Azure OpenAI in an EU region. With `apiVersion` set it speaks the dated
+ * API (`/openai/deployments/{deployment}/…?api-version=`); without, the v1
+ * API (`/openai/v1/…`, `model` = deployment). Offers name deployments.
+ * Authenticates with `api-key`.
+ */
+export class AzureOpenAIAdapter implements ProviderAdapter {
+  readonly type = 'azure' as const;
+  readonly id: string;
+  readonly region: string;
+  private readonly http: UpstreamHttp;
+  private readonly prefix: string;
+  private readonly apiVersion: string | null;
+  private readonly headers: Record<string, string>;
+
+  constructor(config: ProviderConfig) {
+    const url = new URL(config.baseUrl);
+    this.id = config.id;
+    this.region = config.region;
+    this.prefix = url.pathname.replace(/\/+$/, '');
+    this.apiVersion = config.apiVersion ?? null;
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
+    this.headers = { accept: 'application/json', 'content-type': 'application/json' };
+    if (config.apiKey) this.headers['api-key'] = config.apiKey;
+  }
+
+  /** The URL path of one operation on one deployment. */
+  path(operation: 'chat/completions' | 'embeddings', deployment: string): string {
+    if (this.apiVersion === null) return `${this.prefix}/openai/v1/${operation}`;
+    return `${this.prefix}/openai/deployments/${encodeURIComponent(deployment)}/${operation}?api-version=${encodeURIComponent(this.apiVersion)}`;
+  }
+
+  /**
+   * Deployments, which offers name. The data-plane deployments list is not
+   * served by every api-version; the models list is the fallback.
+   */
+  async listModels(signal?: AbortSignal): Promise<string[]> {
+    const get = (path: string) => this.http.json({ method: 'GET', path: `${this.prefix}${path}`, headers: this.headers, ...(signal ? { signal } : {}) });
+    if (this.apiVersion === null) return parseAzureList(this.id, await get('/openai/v1/models'));
+    const v = encodeURIComponent(this.apiVersion);
+    const res = await get(`/openai/deployments?api-version=${v}`);
+    return parseAzureList(this.id, res.status === 404 ? await get(`/openai/models?api-version=${v}`) : res);
+  }
+
+  async chat(body: ChatBody, call: UpstreamCall): Promise<ChatCompletion> {
+    const res = await this.post('chat/completions', toAzureChatBody(body, call.upstreamModel, false, this.apiVersion), call);
+    return parseAzureCompletion(this.id, res);
+  }
+
+  async chatStream(body: ChatBody, call: UpstreamCall): Promise<ChatStream> {
+    const res = await this.http.stream({
+      method: 'POST',
+      path: this.path('chat/completions', call.upstreamModel),
+      headers: { ...this.headers, accept: 'text/event-stream', 'x-ms-client-request-id': call.requestId },
+      body: JSON.stringify(toAzureChatBody(body, call.upstreamModel, true, this.apiVersion)),
+      signal: call.signal,
+    });
+    if (!res.ok) throw azureError(this.id, res);
+    return azureChunkStream(this.http, res.body);
+  }
+
+  async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
+    const res = await this.post('embeddings', toAzureEmbeddingsBody(request, call.upstreamModel), call);
+    return parseAzureEmbeddings(this.id, res, request.input.length);
+  }
+
+  private post(operation: 'chat/completions' | 'embeddings', body: Record<string, unknown>, call: UpstreamCall): Promise<JsonResponse> {
+    return this.http.json({
+      method: 'POST',
+      path: this.path(operation, call.upstreamModel),
+      headers: { ...this.headers, 'x-ms-client-request-id': call.requestId },
+      body: JSON.stringify(body),
+      signal: call.signal,
+    });
+  }
+
+  close(): Promise<void> {
+    return this.http.close();
+  }
+}

@@ -1,0 +1,11 @@
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { JsonResponse } from '../http-client.js';
+import { azureError } from './errors.js';
+
+/** `{data:[{id, model, …}]}` (deployments, or the v1 models list) → the names offers use (deployment names). */
+export function parseAzureList(provider: string, res: JsonResponse): string[] {
+  if (res.status !== 200) throw azureError(provider, res);
+  const data = (res.body as { data?: unknown } | null)?.data;
+  if (!Array.isArray(data)) throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} list has no data array` });
+  return data.flatMap((d) => (typeof (d as { id?: unknown } | null)?.id === 'string' ? [(d as { id: string }).id] : []));
+}

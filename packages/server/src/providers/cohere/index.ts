@@ -1,0 +1,95 @@
+import type { ProviderConfig } from '@gw/schema';
+import { type JsonResponse, UpstreamHttp } from '../http-client.js';
+import type {
+  ChatBody,
+  ChatCompletion,
+  ChatStream,
+  EmbeddingsRequest,
+  EmbeddingsResult,
+  ProviderAdapter,
+  RerankRequest,
+  RerankResult,
+  UpstreamCall,
+} from '../types.js';
+import { noChat } from './chat.js';
+import { EMBED_BATCH, parseCohereEmbed, toCohereEmbedBody } from './embeddings.js';
+import { parseCohereModelsPage } from './models.js';
+import { parseCohereRerank, toCohereRerankBody } from './rerank.js';
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+const MAX_MODEL_PAGES = 20;
+
+/** Cohere's native API (rerank v2, embed v2) at its origin, e.g. `https://api.cohere.com`. */
+export class CohereAdapter implements ProviderAdapter {
+  readonly type = 'cohere' as const;
+  readonly id: string;
+  readonly region: string;
+  private readonly http: UpstreamHttp;
+  private readonly prefix: string;
+  private readonly headers: Record<string, string>;
+
+  constructor(config: ProviderConfig) {
+    const url = new URL(config.baseUrl);
+    this.id = config.id;
+    this.region = config.region;
+    this.prefix = url.pathname.replace(/\/+$/, '');
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
+    this.headers = { accept: 'application/json', 'content-type': 'application/json' };
+    if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
+  }
+
+  async listModels(signal?: AbortSignal): Promise<string[]> {
+    const names: string[] = [];
+    let token: string | null = null;
+    for (let page = 0; page < MAX_MODEL_PAGES; page++) {
+      const query = `page_size=1000${token ? `&page_token=${encodeURIComponent(token)}` : ''}`;
+      const res = await this.http.json({ method: 'GET', path: `${this.prefix}/v1/models?${query}`, headers: this.headers, ...(signal ? { signal } : {}) });
+      const { names: found, next } = parseCohereModelsPage(this.id, res);
+      names.push(...found);
+      if (next === null) break;
+      token = next;
+    }
+    return names;
+  }
+
+  async chat(_body: ChatBody, _call: UpstreamCall): Promise<ChatCompletion> {
+    throw noChat(this.id);
+  }
+
+  async chatStream(_body: ChatBody, _call: UpstreamCall): Promise<ChatStream> {
+    throw noChat(this.id);
+  }
+
+  async rerank(request: RerankRequest, call: UpstreamCall): Promise<RerankResult> {
+    const res = await this.post('/v2/rerank', toCohereRerankBody(request, call.upstreamModel), call);
+    return parseCohereRerank(this.id, res, request.documents.length);
+  }
+
+  /** Inputs past Cohere's 96 per call are sent in batches, in order. */
+  async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
+    const vectors: number[][] = [];
+    let promptTokens = 0;
+    for (let i = 0; i < request.input.length; i += EMBED_BATCH) {
+      const texts = request.input.slice(i, i + EMBED_BATCH);
+      const res = await this.post('/v2/embed', toCohereEmbedBody(request, texts, call.upstreamModel), call);
+      const batch = parseCohereEmbed(this.id, res, texts.length);
+      vectors.push(...batch.vectors);
+      promptTokens += batch.tokens;
+    }
+    return { vectors, promptTokens };
+  }
+
+  private post(path: string, body: Record<string, unknown>, call: UpstreamCall): Promise<JsonResponse> {
+    return this.http.json({
+      method: 'POST',
+      path: `${this.prefix}${path}`,
+      headers: { ...this.headers, 'x-client-name': 'gw' },
+      body: JSON.stringify(body),
+      signal: call.signal,
+    });
+  }
+
+  close(): Promise<void> {
+    return this.http.close();
+  }
+}

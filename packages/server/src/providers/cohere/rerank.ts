@@ -1,0 +1,33 @@
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { JsonResponse } from '../http-client.js';
+import { searchUnitsOf } from '../openai-compatible/rerank.js';
+import type { RerankRequest, RerankResult } from '../types.js';
+import { cohereError } from './errors.js';
+
+/** Rerank v2: documents are strings; v2 echoes no documents (the gateway adds them back when asked). */
+export function toCohereRerankBody(request: RerankRequest, upstreamModel: string): Record<string, unknown> {
+  return {
+    model: upstreamModel,
+    query: request.query,
+    documents: request.documents,
+    ...(request.topN === undefined ? {} : { top_n: request.topN }),
+    ...(request.maxTokensPerDoc === undefined ? {} : { max_tokens_per_doc: request.maxTokensPerDoc }),
+  };
+}
+
+/** `{id, results:[{index, relevance_score}], meta:{billed_units:{search_units}}}`. */
+export function parseCohereRerank(provider: string, res: JsonResponse, documents: number): RerankResult {
+  if (res.status < 200 || res.status >= 300) throw cohereError(provider, res);
+  const body = res.body as { id?: unknown; results?: unknown; meta?: { billed_units?: { search_units?: unknown } } } | null;
+  if (!body || !Array.isArray(body.results))
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent a rerank answer without results` });
+  const results = body.results.map((r) => {
+    const item = (r ?? {}) as { index?: unknown; relevance_score?: unknown };
+    if (typeof item.index !== 'number' || item.index < 0 || item.index >= documents || typeof item.relevance_score !== 'number') {
+      throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent a rerank result without index and relevance_score` });
+    }
+    return { index: item.index, relevanceScore: item.relevance_score };
+  });
+  const units = body.meta?.billed_units?.search_units;
+  return { id: typeof body.id === 'string' ? body.id : null, results, searchUnits: typeof units === 'number' ? units : searchUnitsOf(documents) };
+}

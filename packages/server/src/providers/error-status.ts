@@ -1,0 +1,22 @@
+import { UpstreamError } from '../errors/upstream-error.js';
+import { type JsonResponse, retryAfterSeconds } from './http-client.js';
+
+/** Statuses routing understands: the client's (400/413/422), the provider's key or model (401/403/404), limits (408/429) and 5xx. */
+const ROUTABLE = new Set([400, 401, 403, 404, 408, 413, 422, 429]);
+
+/** Any other status (402 billing, 405, 409, Cohere's 499…) is the provider failing us: 502, worth the next offer. */
+export function routableStatus(status: number): number {
+  return status >= 500 || ROUTABLE.has(status) ? status : 502;
+}
+
+/** An UpstreamError for a non-2xx answer, with the provider's Retry-After (or a fallback the adapter read elsewhere). */
+export function upstreamHttpError(provider: string, res: JsonResponse, status: number, message: string, retryAfterS?: number): UpstreamError {
+  const retry = retryAfterSeconds(res.headers) ?? retryAfterS;
+  return new UpstreamError({
+    kind: 'http',
+    provider,
+    status: routableStatus(status),
+    message: `${provider} answered ${res.status}: ${message}`,
+    ...(retry === undefined ? {} : { retryAfterS: retry }),
+  });
+}

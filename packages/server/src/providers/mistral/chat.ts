@@ -1,0 +1,158 @@
+import { createHash } from 'node:crypto';
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { JsonResponse } from '../http-client.js';
+import type { ChatBody, ChatCompletion, TokenUsage } from '../types.js';
+import { mistralError } from './errors.js';
+
+/** Mistral's chat schema forbids unknown keys (422 `extra_forbidden`): only these are sent. */
+const CHAT_KEYS = [
+  'temperature',
+  'top_p',
+  'max_tokens',
+  'stop',
+  'random_seed',
+  'response_format',
+  'tools',
+  'tool_choice',
+  'presence_penalty',
+  'frequency_penalty',
+  'n',
+  'prediction',
+  'parallel_tool_calls',
+  'prompt_mode',
+  'safe_prompt',
+  'metadata',
+  'guardrails',
+  'prompt_cache_key',
+] as const;
+
+const MESSAGE_KEYS: Record<string, readonly string[]> = {
+  system: ['role', 'content'],
+  user: ['role', 'content'],
+  assistant: ['role', 'content', 'tool_calls', 'prefix'],
+  tool: ['role', 'content', 'tool_call_id', 'name'],
+};
+
+/**
+ * The client's OpenAI body as Mistral accepts it: allow-listed keys,
+ * `seed` → `random_seed`, `max_completion_tokens` → `max_tokens`, any
+ * `reasoning_effort` → `high` (Mistral only knows on and off), no
+ * `stream_options` (usage always comes on the last chunk), messages
+ * cleaned and tool-call ids made Mistral's 9 alphanumerics.
+ */
+export function toMistralChatBody(body: ChatBody, upstreamModel: string, stream: boolean): Record<string, unknown> {
+  const out: Record<string, unknown> = { model: upstreamModel, messages: body.messages.map(toMistralMessage), stream };
+  for (const key of CHAT_KEYS) if (body[key] !== undefined) out[key] = body[key];
+  if (out['random_seed'] === undefined && body['seed'] !== undefined) out['random_seed'] = body['seed'];
+  if (out['max_tokens'] === undefined && body['max_completion_tokens'] !== undefined) out['max_tokens'] = body['max_completion_tokens'];
+  if (typeof body['reasoning_effort'] === 'string') out['reasoning_effort'] = body['reasoning_effort'] === 'none' ? 'none' : 'high';
+  return out;
+}
+
+/** Mistral refuses tool-call ids other than `[a-zA-Z0-9]{9}`: others are mapped by a hash, the same in the call and its result. */
+export function mistralToolId(id: string): string {
+  if (/^[a-zA-Z0-9]{9}$/.test(id)) return id;
+  const digest = createHash('sha256').update(id).digest();
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+  return Array.from(digest.subarray(0, 9), (b) => alphabet[b % alphabet.length]).join('');
+}
+
+function toMistralMessage(message: unknown): unknown {
+  if (!message || typeof message !== 'object') return message;
+  const m = message as Record<string, unknown>;
+  const role = m['role'] === 'developer' ? 'system' : String(m['role']);
+  const out: Record<string, unknown> = {};
+  for (const key of MESSAGE_KEYS[role] ?? ['role', 'content']) if (m[key] !== undefined) out[key] = m[key];
+  out['role'] = role;
+  if (role === 'assistant' && Array.isArray(out['content'])) out['content'] = withoutThinking(out['content']);
+  if (role === 'assistant' && Array.isArray(out['tool_calls'])) out['tool_calls'] = out['tool_calls'].map(toMistralToolCall);
+  if (role === 'tool' && typeof out['tool_call_id'] === 'string') out['tool_call_id'] = mistralToolId(out['tool_call_id']);
+  return out;
+}
+
+function withoutThinking(content: unknown[]): unknown {
+  const kept = content.filter((c) => (c as { type?: unknown } | null)?.type !== 'thinking');
+  const allText = kept.every((c) => (c as { type?: unknown } | null)?.type === 'text');
+  return allText ? kept.map((c) => String((c as { text?: unknown }).text ?? '')).join('') : kept;
+}
+
+function toMistralToolCall(call: unknown): unknown {
+  const c = (call ?? {}) as { id?: unknown; type?: unknown; function?: unknown };
+  return { ...(typeof c.id === 'string' ? { id: mistralToolId(c.id) } : {}), type: c.type ?? 'function', function: c.function };
+}
+
+/** Splits Mistral's content chunks: `thinking` text becomes `reasoning_content`, `text` the content. */
+export function splitContent(content: unknown): { content: string | null; reasoning: string | null } {
+  if (!Array.isArray(content)) return { content: typeof content === 'string' ? content : null, reasoning: null };
+  let text = '';
+  let thinking: string | null = null;
+  for (const chunk of content) {
+    const c = (chunk ?? {}) as { type?: unknown; text?: unknown; thinking?: unknown };
+    if (c.type === 'text' && typeof c.text === 'string') text += c.text;
+    if (c.type === 'thinking' && Array.isArray(c.thinking)) {
+      thinking = (thinking ?? '') + c.thinking.map((t) => String((t as { text?: unknown } | null)?.text ?? '')).join('');
+    }
+  }
+  return { content: text, reasoning: thinking };
+}
+
+/** `model_length` is Mistral's `length`; `error` is a failed generation, raised so routing can retry elsewhere. */
+export function mapFinishReason(provider: string, reason: unknown): unknown {
+  if (reason === 'model_length') return 'length';
+  if (reason === 'error')
+    throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} ended the generation with finish_reason "error"` });
+  return reason;
+}
+
+/** Tool calls arrive whole; `arguments` may be an object in Mistral's schema, OpenAI's is a string. */
+export function mapToolCalls(calls: unknown): unknown {
+  if (!Array.isArray(calls)) return calls;
+  return calls.map((call) => {
+    const c = (call ?? {}) as { function?: { name?: unknown; arguments?: unknown } };
+    const args = c.function?.arguments;
+    return { ...c, function: { ...c.function, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) } };
+  });
+}
+
+/** Usage without Mistral's extra keys (`num_cached_tokens`, `prompt_audio_seconds`). */
+export function cleanUsage(usage: unknown): TokenUsage | null {
+  if (!usage || typeof usage !== 'object') return null;
+  const u = usage as Record<string, unknown>;
+  const prompt = Number(u['prompt_tokens'] ?? 0);
+  const completion = Number(u['completion_tokens'] ?? 0);
+  const out: TokenUsage & Record<string, unknown> = {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: Number(u['total_tokens'] ?? prompt + completion),
+  };
+  if (u['prompt_tokens_details'] && typeof u['prompt_tokens_details'] === 'object') out['prompt_tokens_details'] = u['prompt_tokens_details'];
+  return out;
+}
+
+export function parseMistralCompletion(provider: string, res: JsonResponse): ChatCompletion {
+  if (res.status < 200 || res.status >= 300) throw mistralError(provider, res);
+  const body = res.body as Record<string, unknown> | null;
+  if (!body || !Array.isArray(body['choices']))
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
+  const usage = cleanUsage(body['usage']);
+  return {
+    id: typeof body['id'] === 'string' ? body['id'] : `chatcmpl-${Date.now()}`,
+    object: 'chat.completion',
+    created: typeof body['created'] === 'number' ? body['created'] : Math.floor(Date.now() / 1000),
+    model: String(body['model'] ?? ''),
+    choices: body['choices'].map((choice) => mapChoice(provider, choice)),
+    ...(usage ? { usage } : {}),
+  };
+}
+
+function mapChoice(provider: string, choice: unknown): unknown {
+  const c = (choice ?? {}) as { index?: unknown; message?: Record<string, unknown>; finish_reason?: unknown };
+  const m = c.message ?? {};
+  const { content, reasoning } = splitContent(m['content']);
+  const message: Record<string, unknown> = { role: 'assistant', content };
+  if (reasoning !== null) message['reasoning_content'] = reasoning;
+  if (Array.isArray(m['tool_calls']) && m['tool_calls'].length > 0) {
+    message['tool_calls'] = (mapToolCalls(m['tool_calls']) as Record<string, unknown>[]).map(({ index: _index, ...rest }) => rest);
+  }
+  return { index: c.index ?? 0, message, finish_reason: mapFinishReason(provider, c.finish_reason) };
+}

@@ -1,0 +1,96 @@
+import type { ProviderConfig } from '@gw/schema';
+import { UpstreamHttp } from '../http-client.js';
+import { multipartBody } from '../multipart-body.js';
+import type {
+  ChatBody,
+  ChatCompletion,
+  ChatStream,
+  EmbeddingsRequest,
+  EmbeddingsResult,
+  ProviderAdapter,
+  Transcription,
+  TranscriptionRequest,
+  UpstreamCall,
+} from '../types.js';
+import { parseVoxtral, voxtralFields } from './audio.js';
+import { parseMistralCompletion, toMistralChatBody } from './chat.js';
+import { parseMistralEmbeddings, toMistralEmbeddingsBody } from './embeddings.js';
+import { mistralError } from './errors.js';
+import { parseMistralModels } from './models.js';
+import { mistralChunkStream } from './stream.js';
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+
+/** Mistral La Plateforme (`https://api.mistral.ai/v1`): chat, embeddings, Voxtral transcription. */
+export class MistralAdapter implements ProviderAdapter {
+  readonly type = 'mistral' as const;
+  readonly id: string;
+  readonly region: string;
+  private readonly http: UpstreamHttp;
+  private readonly basePath: string;
+  private readonly headers: Record<string, string>;
+
+  constructor(config: ProviderConfig) {
+    const url = new URL(config.baseUrl);
+    this.id = config.id;
+    this.region = config.region;
+    this.basePath = url.pathname.replace(/\/+$/, '');
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
+    this.headers = { accept: 'application/json' };
+    if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
+  }
+
+  async listModels(signal?: AbortSignal): Promise<string[]> {
+    const res = await this.http.json({ method: 'GET', path: `${this.basePath}/models`, headers: this.headers, ...(signal ? { signal } : {}) });
+    return parseMistralModels(this.id, res);
+  }
+
+  async chat(body: ChatBody, call: UpstreamCall): Promise<ChatCompletion> {
+    const res = await this.postJson('/chat/completions', toMistralChatBody(body, call.upstreamModel, false), call);
+    return parseMistralCompletion(this.id, res);
+  }
+
+  async chatStream(body: ChatBody, call: UpstreamCall): Promise<ChatStream> {
+    const res = await this.http.stream({
+      method: 'POST',
+      path: `${this.basePath}/chat/completions`,
+      headers: { ...this.headers, 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify(toMistralChatBody(body, call.upstreamModel, true)),
+      signal: call.signal,
+    });
+    if (!res.ok) throw mistralError(this.id, res);
+    return mistralChunkStream(this.http, res.body);
+  }
+
+  async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
+    const res = await this.postJson('/embeddings', toMistralEmbeddingsBody(request, call.upstreamModel), call);
+    return parseMistralEmbeddings(this.id, res, request.input.length);
+  }
+
+  async transcribe(request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription> {
+    const { fields, granularity } = voxtralFields(request, call.upstreamModel);
+    const form = multipartBody(fields, request.file);
+    const res = await this.http.json({
+      method: 'POST',
+      path: `${this.basePath}/audio/transcriptions`,
+      headers: { ...this.headers, ...form.headers },
+      body: form.body,
+      signal: call.signal,
+    });
+    return parseVoxtral(this.id, res, request, granularity);
+  }
+
+  private postJson(path: string, body: Record<string, unknown>, call: UpstreamCall) {
+    return this.http.json({
+      method: 'POST',
+      path: `${this.basePath}${path}`,
+      headers: { ...this.headers, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: call.signal,
+    });
+  }
+
+  close(): Promise<void> {
+    return this.http.close();
+  }
+}

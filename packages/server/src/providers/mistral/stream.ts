@@ -1,0 +1,84 @@
+import { UpstreamError } from '../../errors/upstream-error.js';
+import type { UpstreamHttp } from '../http-client.js';
+import { sseEvents } from '../sse.js';
+import type { ChatChunk, ChatStream } from '../types.js';
+import { cleanUsage, mapFinishReason, mapToolCalls, splitContent } from './chat.js';
+import { mistralMessage } from './errors.js';
+
+/**
+ * Mistral's stream as normalised chunks: thinking content arrays become
+ * `delta.reasoning_content`, the usage that rides on the last content
+ * chunk is split into its own `choices: []` chunk, `model_length` becomes
+ * `length`, and an error object mid-stream (Mistral's own shape, without
+ * an `error` key) or an end without `[DONE]` throws.
+ */
+export function mistralChunkStream(http: UpstreamHttp, body: AsyncIterable<Uint8Array> & { destroy(): void }): ChatStream {
+  const provider = http.providerId;
+  async function* chunks(): AsyncGenerator<ChatChunk> {
+    let done = false;
+    try {
+      for await (const event of sseEvents(body)) {
+        if (event.data === '[DONE]') {
+          done = true;
+          break;
+        }
+        const raw = parse(provider, event.data);
+        if (event.event === 'error' || isErrorObject(raw)) {
+          throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${mistralMessage(raw)}` });
+        }
+        yield* mapMistralChunk(provider, raw);
+      }
+    } catch (err) {
+      throw http.toUpstreamError(err);
+    } finally {
+      body.destroy();
+    }
+    if (!done) throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} ended the stream before [DONE]` });
+  }
+  const iterator = chunks();
+  return { [Symbol.asyncIterator]: () => iterator, abort: () => body.destroy() };
+}
+
+function parse(provider: string, data: string): Record<string, unknown> {
+  try {
+    const parsed = JSON.parse(data) as unknown;
+    if (parsed && typeof parsed === 'object') return parsed as Record<string, unknown>;
+  } catch {
+    // Reported below.
+  }
+  throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
+}
+
+function isErrorObject(raw: Record<string, unknown>): boolean {
+  return raw['object'] === 'error' || 'error' in raw || (!('choices' in raw) && ('message' in raw || 'detail' in raw));
+}
+
+export function* mapMistralChunk(provider: string, raw: Record<string, unknown>): Generator<ChatChunk> {
+  const base = {
+    id: typeof raw['id'] === 'string' ? raw['id'] : '',
+    object: 'chat.completion.chunk' as const,
+    created: typeof raw['created'] === 'number' ? raw['created'] : Math.floor(Date.now() / 1000),
+    model: String(raw['model'] ?? ''),
+  };
+  const choices = Array.isArray(raw['choices']) ? raw['choices'].map((c) => mapDeltaChoice(provider, c)) : [];
+  const usage = cleanUsage(raw['usage']);
+  if (usage && choices.length > 0) {
+    yield { ...base, choices, usage: null };
+    yield { ...base, choices: [], usage };
+    return;
+  }
+  yield { ...base, choices, usage };
+}
+
+function mapDeltaChoice(provider: string, choice: unknown): unknown {
+  const c = (choice ?? {}) as { index?: unknown; delta?: Record<string, unknown>; finish_reason?: unknown };
+  const delta: Record<string, unknown> = { ...(c.delta ?? {}) };
+  if (Array.isArray(delta['content'])) {
+    const { content, reasoning } = splitContent(delta['content']);
+    delete delta['content'];
+    if (reasoning) delta['reasoning_content'] = reasoning;
+    if (content) delta['content'] = content;
+  }
+  if (delta['tool_calls'] !== undefined) delta['tool_calls'] = mapToolCalls(delta['tool_calls']);
+  return { index: c.index ?? 0, delta, finish_reason: mapFinishReason(provider, c.finish_reason ?? null) };
+}

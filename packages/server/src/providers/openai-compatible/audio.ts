@@ -1,0 +1,61 @@
+import type { JsonResponse } from '../http-client.js';
+import type { Transcription, TranscriptionRequest, TranscriptSegment, TranscriptWord } from '../types.js';
+import { protocol } from './embeddings.js';
+import { httpError } from './errors.js';
+
+/** Form fields for OpenAI's `/audio/transcriptions`: always verbose_json, so every format can be built from one answer. */
+export function transcriptionFields(request: TranscriptionRequest, upstreamModel: string): [string, string][] {
+  const fields: [string, string][] = [
+    ['model', upstreamModel],
+    ['response_format', 'verbose_json'],
+  ];
+  if (request.language !== undefined) fields.push(['language', request.language]);
+  if (request.prompt !== undefined) fields.push(['prompt', request.prompt]);
+  if (request.temperature !== undefined) fields.push(['temperature', String(request.temperature)]);
+  const granularities = request.granularities.length > 0 ? request.granularities : ['segment'];
+  for (const g of granularities) fields.push(['timestamp_granularities[]', g]);
+  return fields;
+}
+
+/** The keys of a Whisper segment beyond start/end/text, kept for verbose_json. */
+const SEGMENT_EXTRAS = ['seek', 'tokens', 'temperature', 'avg_logprob', 'compression_ratio', 'no_speech_prob'];
+
+/**
+ * OpenAI's verbose_json (also OVH's, whose extra `success` and
+ * `diarization` are dropped and whose segment ids start at 1) → the
+ * gateway's transcript.
+ */
+export function parseVerboseTranscription(provider: string, res: JsonResponse): Transcription {
+  if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
+  const body = res.body as Record<string, unknown> | null;
+  if (!body || typeof body !== 'object' || typeof body['text'] !== 'string') throw protocol(provider, 'a transcription without text');
+  const segments = Array.isArray(body['segments']) ? body['segments'].map(toSegment) : null;
+  const words = Array.isArray(body['words']) ? body['words'].flatMap(toWord) : null;
+  const duration = typeof body['duration'] === 'number' ? body['duration'] : (segments?.at(-1)?.end ?? 0);
+  const usage = body['usage'] as { type?: unknown; seconds?: unknown } | undefined;
+  const billed = usage?.type === 'duration' && typeof usage.seconds === 'number' ? usage.seconds : Math.ceil(duration);
+  return {
+    text: body['text'],
+    language: typeof body['language'] === 'string' ? body['language'] : null,
+    duration,
+    segments,
+    words,
+    billedSeconds: billed,
+  };
+}
+
+function toSegment(raw: unknown): TranscriptSegment {
+  const s = (raw ?? {}) as Record<string, unknown>;
+  const extra: Record<string, unknown> = {};
+  for (const key of SEGMENT_EXTRAS) if (s[key] !== undefined) extra[key] = s[key];
+  return { start: num(s['start']), end: num(s['end']), text: typeof s['text'] === 'string' ? s['text'] : '', extra };
+}
+
+function toWord(raw: unknown): TranscriptWord[] {
+  const w = (raw ?? {}) as Record<string, unknown>;
+  return typeof w['word'] === 'string' ? [{ word: w['word'], start: num(w['start']), end: num(w['end']) }] : [];
+}
+
+function num(v: unknown): number {
+  return typeof v === 'number' && Number.isFinite(v) ? v : 0;
+}

@@ -1,0 +1,35 @@
+import type { JsonResponse } from '../http-client.js';
+import type { RerankRequest, RerankResult } from '../types.js';
+import { protocol } from './embeddings.js';
+import { httpError } from './errors.js';
+
+/** vLLM/Jina-style `/rerank` (Scaleway): Cohere's request fields, strings only. */
+export function toUpstreamRerankBody(request: RerankRequest, upstreamModel: string): Record<string, unknown> {
+  return {
+    model: upstreamModel,
+    query: request.query,
+    documents: request.documents,
+    ...(request.topN === undefined ? {} : { top_n: request.topN }),
+  };
+}
+
+/** Cohere's search unit: one query over up to 100 documents. */
+export function searchUnitsOf(documents: number): number {
+  return Math.max(1, Math.ceil(documents / 100));
+}
+
+/** Results with `index` and `relevance_score`; the echoed `document` and token `usage` are dropped (billing is per search unit). */
+export function parseRerank(provider: string, res: JsonResponse, documents: number): RerankResult {
+  if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
+  const body = res.body as { id?: unknown; results?: unknown } | null;
+  if (!body || !Array.isArray(body.results)) throw protocol(provider, 'a rerank answer without results');
+  const results = body.results.map((r) => {
+    const item = r as { index?: unknown; relevance_score?: unknown; score?: unknown } | null;
+    const score = item?.relevance_score ?? item?.score;
+    if (typeof item?.index !== 'number' || item.index < 0 || item.index >= documents || typeof score !== 'number') {
+      throw protocol(provider, 'a rerank result without index and relevance_score');
+    }
+    return { index: item.index, relevanceScore: score };
+  });
+  return { id: typeof body.id === 'string' ? body.id : null, results, searchUnits: searchUnitsOf(documents) };
+}

@@ -1,0 +1,282 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { UpstreamHttp } from '../src/providers/http-client.js';
+import { voxtralFields } from '../src/providers/mistral/audio.js';
+import { mistralToolId, parseMistralCompletion, toMistralChatBody } from '../src/providers/mistral/chat.js';
+import { toMistralEmbeddingsBody } from '../src/providers/mistral/embeddings.js';
+import { mistralError } from '../src/providers/mistral/errors.js';
+import { MistralAdapter } from '../src/providers/mistral/index.js';
+import { parseMistralModels } from '../src/providers/mistral/models.js';
+import { mistralChunkStream } from '../src/providers/mistral/stream.js';
+import { answer, call, collect, providerConfig, sseBody, upstreamError } from './helpers/adapters.js';
+
+const http = new UpstreamHttp('mistral', 'http://127.0.0.1:9', 1000);
+
+describe('Mistral adapter fixtures: request mapping', () => {
+  it('keeps only what Mistral’s strict schema accepts, renaming seed and max_completion_tokens', () => {
+    const body = toMistralChatBody(
+      {
+        model: 'mistral/small',
+        messages: [{ role: 'user', content: 'hi', name: 'ann' }],
+        seed: 7,
+        max_completion_tokens: 50,
+        stream_options: { include_usage: true },
+        user: 'u1',
+        logprobs: true,
+        temperature: 0.3,
+        reasoning_effort: 'low',
+        tool_choice: 'required',
+      },
+      'mistral-small-latest',
+      true,
+    );
+    expect(body).toEqual({
+      model: 'mistral-small-latest',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      random_seed: 7,
+      max_tokens: 50,
+      temperature: 0.3,
+      reasoning_effort: 'high',
+      tool_choice: 'required',
+    });
+  });
+
+  it('cleans the history: developer → system, no reasoning, tool-call ids made 9 alphanumerics the same way in call and result', () => {
+    const body = toMistralChatBody(
+      {
+        model: 'm',
+        messages: [
+          { role: 'developer', content: 'be brief' },
+          { role: 'user', content: 'weather?' },
+          {
+            role: 'assistant',
+            content: [
+              { type: 'thinking', thinking: [{ type: 'text', text: 'hmm' }] },
+              { type: 'text', text: 'checking' },
+            ],
+            reasoning_content: 'hmm',
+            tool_calls: [{ id: 'call_0fypS1hVXabc', type: 'function', function: { name: 'weather', arguments: '{}' } }],
+          },
+          { role: 'tool', tool_call_id: 'call_0fypS1hVXabc', content: 'sunny' },
+        ],
+      },
+      'mistral-small-latest',
+      false,
+    );
+    const [system, , assistant, tool] = body.messages as Record<string, unknown>[];
+    expect(system).toEqual({ role: 'system', content: 'be brief' });
+    expect(assistant?.content).toBe('checking');
+    expect(assistant?.reasoning_content).toBeUndefined();
+    const id = (assistant?.tool_calls as { id: string }[] | undefined)?.[0]?.id;
+    expect(id).toMatch(/^[a-zA-Z0-9]{9}$/);
+    expect(tool?.tool_call_id).toBe(id);
+    expect(mistralToolId('Ab3dE6gH9')).toBe('Ab3dE6gH9');
+  });
+
+  it('maps dimensions to output_dimension, and Voxtral’s form has no response_format, prompt, or language with timings', () => {
+    expect(toMistralEmbeddingsBody({ input: ['a'], dimensions: 256 }, 'mistral-embed')).toEqual({
+      model: 'mistral-embed',
+      input: ['a'],
+      output_dimension: 256,
+    });
+    const file = { path: '/x', size: 1, filename: 'a.wav', contentType: 'audio/wav' };
+    const withLanguage = voxtralFields({ file, language: 'fr', prompt: 'p', granularities: ['segment'], needSegments: true }, 'voxtral-mini-latest');
+    expect(withLanguage).toEqual({
+      fields: [
+        ['model', 'voxtral-mini-latest'],
+        ['language', 'fr'],
+      ],
+      granularity: null,
+    });
+    const srt = voxtralFields({ file, granularities: [], needSegments: true, temperature: 0 }, 'voxtral-mini-latest');
+    expect(srt.fields).toEqual([
+      ['model', 'voxtral-mini-latest'],
+      ['temperature', '0'],
+      ['timestamp_granularities', 'segment'],
+    ]);
+  });
+});
+
+describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
+  it('maps thinking content to reasoning_content, model_length to length, object arguments to strings', () => {
+    const completion = parseMistralCompletion(
+      'mistral',
+      answer(200, {
+        id: 'a1b2',
+        object: 'chat.completion',
+        created: 1,
+        model: 'mistral-medium-latest',
+        choices: [
+          {
+            index: 0,
+            message: {
+              role: 'assistant',
+              content: [
+                { type: 'thinking', thinking: [{ type: 'text', text: 'Let me think.' }] },
+                { type: 'text', text: 'Bonjour' },
+              ],
+              tool_calls: [{ id: 'Ab3dE6gH9', type: 'function', function: { name: 'f', arguments: { a: 1 } }, index: 0 }],
+              prefix: false,
+            },
+            finish_reason: 'model_length',
+          },
+        ],
+        usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7, num_cached_tokens: 0, prompt_audio_seconds: null },
+      }),
+    );
+    expect(completion.choices[0]).toEqual({
+      index: 0,
+      message: {
+        role: 'assistant',
+        content: 'Bonjour',
+        reasoning_content: 'Let me think.',
+        tool_calls: [{ id: 'Ab3dE6gH9', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }],
+      },
+      finish_reason: 'length',
+    });
+    expect(completion.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
+  });
+
+  it('normalises the stream: thinking arrays, the transition chunk, and usage split off the last content chunk', async () => {
+    const base = { id: 'f00', object: 'chat.completion.chunk', created: 1, model: 'mistral-medium-latest' };
+    const chunk = (delta: unknown, finish: string | null = null, usage: unknown = null) =>
+      JSON.stringify({ ...base, choices: [{ index: 0, delta, finish_reason: finish }], usage });
+    const chunks = await collect(
+      mistralChunkStream(
+        http,
+        sseBody([
+          chunk({ role: 'assistant', content: '' }),
+          chunk({ content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'Hmm' }] }] }),
+          chunk({
+            content: [
+              { type: 'thinking', thinking: [], closed: true },
+              { type: 'text', text: 'Bon' },
+            ],
+          }),
+          chunk({ content: 'jour' }, 'stop', { prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 }),
+          '[DONE]',
+        ]),
+      ),
+    );
+    expect(chunks.map((c) => c.choices.map((x) => (x as { delta: unknown }).delta))).toEqual([
+      [{ role: 'assistant', content: '' }],
+      [{ reasoning_content: 'Hmm' }],
+      [{ content: 'Bon' }],
+      [{ content: 'jour' }],
+      [],
+    ]);
+    expect(chunks[3]).toMatchObject({ usage: null, choices: [{ finish_reason: 'stop' }] });
+    expect(chunks[4]).toMatchObject({ object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 } });
+  });
+
+  it('throws on Mistral’s own error object mid-stream and on an end without [DONE]', async () => {
+    const mid = await upstreamError(() =>
+      collect(mistralChunkStream(http, sseBody([JSON.stringify({ object: 'error', message: 'Service tier capacity exceeded', type: 'x', code: '3505' })]))),
+    );
+    expect([mid.kind, mid.status]).toEqual(['http', 502]);
+    expect(mid.message).toContain('capacity exceeded');
+    const cut = await upstreamError(() =>
+      collect(mistralChunkStream(http, sseBody([JSON.stringify({ id: 'x', choices: [{ index: 0, delta: { content: 'a' } }] })]))),
+    );
+    expect(cut.kind).toBe('protocol');
+  });
+
+  it('maps every error shape: 422 detail lists, 400 invalid_model as 404, 429 with Retry-After, 401 detail', () => {
+    const strict = mistralError(
+      'mistral',
+      answer(422, {
+        object: 'error',
+        message: { detail: [{ type: 'extra_forbidden', loc: ['body', 'stream_options'], msg: 'Extra inputs are not permitted' }] },
+        type: 'invalid_request_error',
+      }),
+    );
+    expect([strict.status, strict.clientFault]).toEqual([422, true]);
+    expect(strict.message).toContain('body.stream_options: Extra inputs are not permitted');
+    const model = mistralError('mistral', answer(400, { object: 'error', message: 'Invalid model: x', type: 'invalid_model', code: '1500' }));
+    expect([model.status, model.retryable, model.clientFault]).toEqual([404, true, false]);
+    const limited = mistralError('mistral', answer(429, { message: 'Requests rate limit exceeded' }, { 'retry-after': '7' }));
+    expect([limited.status, limited.retryAfterS, limited.retryable]).toEqual([429, 7, true]);
+    expect(mistralError('mistral', answer(401, { detail: 'Unauthorized' })).message).toContain('Unauthorized');
+    expect(parseMistralModels('mistral', answer(200, { object: 'list', data: [{ id: 'a-2506', aliases: ['a-latest'] }, { id: 'b' }] }))).toEqual([
+      'a-2506',
+      'a-latest',
+      'b',
+    ]);
+  });
+});
+
+describe('Mistral adapter against the simulated La Plateforme', () => {
+  let sim: Simulator;
+  let adapter: MistralAdapter;
+  beforeAll(async () => {
+    sim = await startSimulator({ latencyScale: 0, only: ['mistral'] });
+    adapter = new MistralAdapter(providerConfig(sim, 'mistral'));
+  });
+  afterAll(async () => {
+    await adapter?.close();
+    await sim?.close();
+  });
+  beforeEach(() => sim.providers.mistral?.reset());
+
+  it('lists models with their aliases', async () => {
+    const models = await adapter.listModels();
+    expect(models).toEqual(expect.arrayContaining(['mistral-small-latest', 'mistral-small-2506', 'open-mistral-nemo-2407', 'mistral-embed']));
+  });
+
+  it('chats with an OpenAI body the strict schema would refuse as is, including a foreign tool-call history', async () => {
+    const completion = await adapter.chat(
+      {
+        model: 'mistral/small',
+        seed: 1,
+        stream_options: { include_usage: true },
+        user: 'someone',
+        tools: [{ type: 'function', function: { name: 'weather', parameters: { type: 'object', properties: {} } } }],
+        messages: [
+          { role: 'user', content: 'Weather in Paris?' },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [{ id: 'call_from_another_provider', type: 'function', function: { name: 'weather', arguments: '{}' } }],
+          },
+          { role: 'tool', tool_call_id: 'call_from_another_provider', content: 'Sunny' },
+        ],
+      },
+      call('mistral-small-latest'),
+    );
+    expect(completion.choices[0]).toMatchObject({ finish_reason: 'stop', message: { role: 'assistant' } });
+    expect((completion.choices[0] as { message: { content: string } }).message.content).toContain('Sunny');
+    expect(completion.usage?.total_tokens).toBeGreaterThan(0);
+  });
+
+  it('streams thinking as reasoning_content and ends with a usage chunk', async () => {
+    const chunks = await collect(
+      await adapter.chatStream(
+        { model: 'mistral/medium', messages: [{ role: 'user', content: 'Think about Lyon' }], reasoning_effort: 'high' },
+        call('mistral-medium-latest'),
+      ),
+    );
+    const reasoning = chunks.flatMap((c) => c.choices.map((x) => (x as { delta: { reasoning_content?: string } }).delta.reasoning_content ?? '')).join('');
+    const content = chunks
+      .flatMap((c) => c.choices.map((x) => (x as { delta: { content?: unknown } }).delta.content))
+      .filter((x) => typeof x === 'string')
+      .join('');
+    expect(reasoning.length).toBeGreaterThan(0);
+    expect(content).toContain('Lyon');
+    expect(chunks.every((c) => c.choices.every((x) => typeof (x as { delta: { content?: unknown } }).delta.content !== 'object'))).toBe(true);
+    expect(chunks.at(-1)).toMatchObject({ choices: [] });
+    expect(chunks.at(-1)?.usage?.completion_tokens).toBeGreaterThan(0);
+  });
+
+  it('maps the provider’s errors: a model it lacks (404, next offer), 429 with Retry-After, a wrong key 401', async () => {
+    const lacking = await upstreamError(() => adapter.chat({ model: 'x', messages: [{ role: 'user', content: 'x' }] }, call('no-such-model')));
+    expect([lacking.status, lacking.retryable]).toEqual([404, true]);
+    sim.providers.mistral?.setFault({ kind: 'status', status: 429, retryAfter: 3, times: 1 });
+    const limited = await upstreamError(() => adapter.embeddings({ input: ['x'] }, call('mistral-embed')));
+    expect([limited.status, limited.retryAfterS]).toEqual([429, 3]);
+    const wrongKey = new MistralAdapter(providerConfig(sim, 'mistral', { apiKey: 'wrong' }));
+    const denied = await upstreamError(() => wrongKey.listModels());
+    expect([denied.status, denied.retryable]).toEqual([401, true]);
+    await wrongKey.close();
+  });
+});

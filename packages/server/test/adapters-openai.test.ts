@@ -1,0 +1,172 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { parseVerboseTranscription, transcriptionFields } from '../src/providers/openai-compatible/audio.js';
+import { parseEmbeddingsList, toUpstreamEmbeddingsBody } from '../src/providers/openai-compatible/embeddings.js';
+import { OpenAICompatibleAdapter } from '../src/providers/openai-compatible/index.js';
+import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
+import type { SpooledUpload } from '../src/providers/types.js';
+import { answer, call, providerConfig, upstreamError } from './helpers/adapters.js';
+import { wav } from './helpers/audio.js';
+
+const file: SpooledUpload = { path: '/nowhere', size: 1, filename: 'a.wav', contentType: 'audio/wav' };
+
+describe('OpenAI-compatible adapter fixtures: embeddings, rerank, transcription', () => {
+  it('asks for floats, passes dimensions, and puts vectors back in input order', () => {
+    expect(toUpstreamEmbeddingsBody({ input: ['a', 'b'], dimensions: 64, inputType: 'search_query' }, 'bge-m3')).toEqual({
+      model: 'bge-m3',
+      input: ['a', 'b'],
+      encoding_format: 'float',
+      dimensions: 64,
+    });
+    const parsed = parseEmbeddingsList(
+      'ovh',
+      answer(200, {
+        object: 'list',
+        data: [
+          { object: 'embedding', index: 1, embedding: [0, 1] },
+          { object: 'embedding', index: 0, embedding: [1, 0] },
+        ],
+        usage: { prompt_tokens: 5, total_tokens: 5 },
+      }),
+      2,
+    );
+    expect(parsed).toEqual({
+      vectors: [
+        [1, 0],
+        [0, 1],
+      ],
+      promptTokens: 5,
+    });
+    expect(() => parseEmbeddingsList('ovh', answer(200, { data: [{ index: 0, embedding: [1] }] }), 2)).toThrow(/1 embeddings for 2 inputs/);
+    const err = (() => {
+      try {
+        parseEmbeddingsList('scaleway', answer(422, { error: { message: 'Model not found', code: 422 } }), 1);
+      } catch (e) {
+        return e as { status: number };
+      }
+    })();
+    expect(err?.status).toBe(422);
+  });
+
+  it('reads Jina-style rerank answers (document echoed, token usage) as index and score, billed as Cohere search units', () => {
+    const parsed = parseRerank(
+      'scaleway',
+      answer(200, {
+        id: 'rerank-1',
+        model: 'm',
+        usage: { total_tokens: 42 },
+        results: [{ index: 1, document: { text: 'b', multi_modal: null }, relevance_score: 0.7 }],
+      }),
+      2,
+    );
+    expect(parsed).toEqual({ id: 'rerank-1', results: [{ index: 1, relevanceScore: 0.7 }], searchUnits: 1 });
+    expect([searchUnitsOf(1), searchUnitsOf(100), searchUnitsOf(101), searchUnitsOf(250)]).toEqual([1, 1, 2, 3]);
+  });
+
+  it('always asks for verbose_json (segment timings by default) and reads OVH’s variant: extra keys dropped, ids renumbered by the gateway', () => {
+    expect(transcriptionFields({ file, granularities: [], needSegments: false, language: 'de' }, 'whisper-large-v3')).toEqual([
+      ['model', 'whisper-large-v3'],
+      ['response_format', 'verbose_json'],
+      ['language', 'de'],
+      ['timestamp_granularities[]', 'segment'],
+    ]);
+    const t = parseVerboseTranscription(
+      'ovh',
+      answer(200, {
+        task: 'transcribe',
+        language: 'en',
+        duration: 5.2,
+        text: 'Hello there.',
+        segments: [
+          {
+            id: 1,
+            seek: 0,
+            start: 0,
+            end: 5.2,
+            text: ' Hello there.',
+            tokens: [1, 2],
+            temperature: 0,
+            avg_logprob: -0.3,
+            compression_ratio: 1,
+            no_speech_prob: 0.02,
+          },
+        ],
+        success: true,
+        diarization: [{ speaker: 0, text: 'Hello there.', start: 0, end: 5.2 }],
+        usage: { type: 'duration', seconds: 6 },
+      }),
+    );
+    expect(t).toEqual({
+      text: 'Hello there.',
+      language: 'en',
+      duration: 5.2,
+      segments: [
+        {
+          start: 0,
+          end: 5.2,
+          text: ' Hello there.',
+          extra: { seek: 0, tokens: [1, 2], temperature: 0, avg_logprob: -0.3, compression_ratio: 1, no_speech_prob: 0.02 },
+        },
+      ],
+      words: null,
+      billedSeconds: 6,
+    });
+    const tokenBilled = parseVerboseTranscription('x', answer(200, { text: 'a', duration: 2.1, usage: { type: 'tokens', input_tokens: 3 } }));
+    expect(tokenBilled.billedSeconds).toBe(3);
+  });
+});
+
+describe('OpenAI-compatible adapter against simulated Scaleway and OVHcloud', () => {
+  let sim: Simulator;
+  let scaleway: OpenAICompatibleAdapter;
+  let ovh: OpenAICompatibleAdapter;
+  const dir = mkdtempSync(join(tmpdir(), 'gw-adapter-test-'));
+  const upload: SpooledUpload = { path: join(dir, 'a.wav'), size: wav(2).length, filename: 'a.wav', contentType: 'audio/wav' };
+
+  beforeAll(async () => {
+    writeFileSync(upload.path, wav(2));
+    sim = await startSimulator({ latencyScale: 0, only: ['scaleway', 'ovh'] });
+    scaleway = new OpenAICompatibleAdapter(providerConfig(sim, 'scaleway'));
+    ovh = new OpenAICompatibleAdapter(providerConfig(sim, 'ovh'));
+  });
+  afterAll(async () => {
+    await Promise.all([scaleway?.close(), ovh?.close()]);
+    await sim?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  beforeEach(() => {
+    for (const p of Object.values(sim.providers)) p.reset();
+  });
+
+  it('transcribes a spooled file, twice from the same spool (as failover does)', async () => {
+    sim.providers.ovh?.setModels([...(sim.providers.ovh?.models() ?? []), 'whisper-large-v3']);
+    for (let i = 0; i < 2; i++) {
+      const t = await ovh.transcribe({ file: upload, granularities: ['word'], needSegments: true }, call('whisper-large-v3'));
+      expect(t).toMatchObject({ text: 'Simulated transcript of 2.0 seconds of audio.', duration: 2, billedSeconds: 2 });
+      expect(t.words).toHaveLength(7);
+    }
+    const sent = sim.providers.ovh?.stats().last?.body as { files: { size: number; contentType: string }[] };
+    expect(sent.files[0]).toMatchObject({ size: upload.size, contentType: 'audio/wav' });
+  });
+
+  it('refuses dimensions a provider ignores with a 400, then without calling it again', async () => {
+    const first = await upstreamError(() => scaleway.embeddings({ input: ['x'], dimensions: 32 }, call('bge-multilingual-gemma2')));
+    expect([first.status, first.clientFault]).toEqual([400, true]);
+    expect(first.message).toContain('3584-dimensional');
+    const calls = sim.providers.scaleway?.stats().total;
+    const second = await upstreamError(() => scaleway.embeddings({ input: ['x'], dimensions: 16 }, call('bge-multilingual-gemma2')));
+    expect(second.message).toContain('3584-dimensional');
+    expect(sim.providers.scaleway?.stats().total).toBe(calls);
+    expect((await scaleway.embeddings({ input: ['x'] }, call('bge-multilingual-gemma2'))).vectors[0]).toHaveLength(3584);
+  });
+
+  it('reranks on Scaleway’s /v1/rerank; a provider without one answers 404 and routing moves on', async () => {
+    const ranked = await scaleway.rerank({ query: 'capital', documents: ['the capital', 'a river'], topN: 1 }, call('bge-multilingual-gemma2'));
+    expect(ranked.results).toEqual([{ index: 0, relevanceScore: expect.any(Number) }]);
+    const none = await upstreamError(() => ovh.rerank({ query: 'q', documents: ['a'] }, call('bge-m3')));
+    expect([none.status, none.retryable]).toEqual([404, true]);
+  });
+});

@@ -1,0 +1,171 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectRedis } from '../src/kv/redis.js';
+import { MemoryBetaQuota } from '../src/limits/beta-quota.js';
+import { RedisBetaQuota } from '../src/limits/redis-beta-quota.js';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+let redis: RedisServer;
+let pg: PostgresServer;
+let sim: Simulator;
+let solo: TestGateway;
+let one: TestGateway;
+let two: TestGateway;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  const databaseUrl = await pg.createDatabase();
+  solo = await startGateway({ sim });
+  one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all([solo?.close(), one?.close(), two?.close()]);
+  await sim?.close();
+  await redis?.stop();
+  await pg?.stop();
+});
+
+/** A key of a fresh workspace, with a per-key RPM far above the beta's allowance. */
+async function workspaceKey(gw: TestGateway): Promise<string> {
+  const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: `beta ${Math.random()}` });
+  return (await gw.createKey({ workspaceId: ws.body.id, rateLimitRpm: 100_000 })).key;
+}
+
+function embed(base: string, key: string, input: string | string[] = 'x') {
+  return fetch(`${base}/embeddings`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'mistral/embed', input }),
+  });
+}
+
+/** `n` requests, `width` at a time; returns their statuses in order. */
+async function burst(n: number, send: (i: number) => Promise<Response>, width = 25): Promise<number[]> {
+  const statuses: number[] = [];
+  for (let i = 0; i < n; i += width) {
+    const batch = await Promise.all(Array.from({ length: Math.min(width, n - i) }, (_, j) => send(i + j)));
+    for (const res of batch) {
+      statuses.push(res.status);
+      await res.arrayBuffer();
+    }
+  }
+  return statuses;
+}
+
+describe('the beta window at its edges (in process, fake clock)', () => {
+  it('admits exactly the request allowance, then refuses until the oldest request ages out', () => {
+    let now = 1_000_000;
+    const quota = new MemoryBetaQuota({ requests: 3, tokens: 1000, windowMs: 60_000 }, () => now);
+    for (let i = 0; i < 3; i++) {
+      expect(quota.admitSync('ws', `r${i}`, 1).allowed).toBe(true);
+      now += 10_000;
+    }
+    expect(quota.admitSync('ws', 'r3', 1)).toMatchObject({ allowed: false, reason: 'requests', retryAfterS: 30 });
+    now = 1_000_000 + 59_999;
+    expect(quota.admitSync('ws', 'r4', 1).allowed).toBe(false);
+    now = 1_000_000 + 60_000;
+    expect(quota.admitSync('ws', 'r5', 1).allowed).toBe(true);
+    expect(quota.admitSync('other', 'r6', 1).allowed).toBe(true);
+    quota.close();
+  });
+
+  it('admits tokens up to the allowance exactly; a settled count replaces the estimate', async () => {
+    let now = 0;
+    const quota = new MemoryBetaQuota({ requests: 100, tokens: 100, windowMs: 60_000 }, () => now);
+    expect(quota.admitSync('ws', 'a', 40).allowed).toBe(true);
+    now = 5_000;
+    expect(quota.admitSync('ws', 'b', 60).allowed).toBe(true);
+    expect(quota.admitSync('ws', 'c', 1)).toMatchObject({ allowed: false, reason: 'tokens', retryAfterS: 55 });
+    // The provider counted 30 tokens for `b`, not 60: room for 30 more.
+    await quota.settle('ws', 'b', 30);
+    expect(quota.admitSync('ws', 'd', 30).allowed).toBe(true);
+    expect(quota.admitSync('ws', 'e', 1).allowed).toBe(false);
+    quota.close();
+  });
+
+  it('with Redis: the same edges, concurrent admissions never exceed the allowance', async () => {
+    const client = await connectRedis(redis.url);
+    const quota = new RedisBetaQuota(client, { requests: 10, tokens: 1_000, windowMs: 2_000 });
+    const results = await Promise.all(Array.from({ length: 30 }, (_, i) => quota.admit('edge', `r${i}`, 10)));
+    expect(results.filter((r) => r.allowed)).toHaveLength(10);
+    expect(results.find((r) => !r.allowed)).toMatchObject({ reason: 'requests', enforced: true });
+    const tokens = await Promise.all(Array.from({ length: 5 }, (_, i) => quota.admit('tok', `t${i}`, 300)));
+    expect(tokens.map((r) => r.allowed)).toEqual([true, true, true, false, false]);
+    await quota.settle('tok', 't0', 0);
+    expect((await quota.admit('tok', 't5', 100)).allowed).toBe(true);
+    const denied = await quota.admit('edge', 'late', 1);
+    expect(denied.retryAfterS).toBeGreaterThanOrEqual(1);
+    expect(denied.retryAfterS).toBeLessThanOrEqual(2);
+    await new Promise((r) => setTimeout(r, denied.retryAfterS * 1000 + 50));
+    expect((await quota.admit('edge', 'after', 1)).allowed).toBe(true);
+    client.disconnect();
+  }, 15_000);
+});
+
+describe('variant B through the gateway: 500 requests and 200,000 tokens per minute per workspace', () => {
+  it('admits exactly 500 requests, then 429 rate_limited with Retry-After; variant A is not held to the beta', async () => {
+    const key = await workspaceKey(solo);
+    const statuses = await burst(500, () => embed(solo.baseB, key));
+    expect(statuses.filter((s) => s === 200)).toHaveLength(500);
+    const over = await embed(solo.baseB, key);
+    expect(over.status).toBe(429);
+    const retryAfter = Number(over.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(60);
+    const body = (await over.json()) as { error: { code: string; type: string; message: string } };
+    expect(body.error).toMatchObject({ code: 'rate_limited', type: 'rate_limit_error' });
+    expect(body.error.message).toContain('500 requests per minute');
+    const sdk = new OpenAI({ apiKey: key, baseURL: solo.baseB, maxRetries: 0 });
+    await expect(sdk.embeddings.create({ model: 'mistral/embed', input: 'x' })).rejects.toBeInstanceOf(OpenAI.RateLimitError);
+    expect((await embed(solo.baseA, key)).status).toBe(200);
+  }, 60_000);
+
+  it('admits up to 200,000 tokens, then refuses even a one-token request', async () => {
+    const key = await workspaceKey(solo);
+    // 50 texts of 4,000 characters: 50,000 tokens as the provider counts them.
+    const big = Array.from({ length: 50 }, (_, i) => `${i}`.padEnd(4000, 'x'));
+    for (let i = 0; i < 4; i++) {
+      const res = await embed(solo.baseB, key, big);
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { usage: { prompt_tokens: number } }).usage.prompt_tokens).toBe(50_000);
+    }
+    const over = await embed(solo.baseB, key, 'x');
+    expect(over.status).toBe(429);
+    expect(((await over.json()) as { error: { message: string } }).error.message).toContain('200,000 tokens per minute');
+    // Another workspace has its own allowance.
+    expect((await embed(solo.baseB, await workspaceKey(solo), 'x')).status).toBe(200);
+  }, 30_000);
+
+  it('one input larger than the whole minute’s tokens is a 400, not a 429 a client would retry forever', async () => {
+    const key = await workspaceKey(solo);
+    const res = await embed(solo.baseB, key, 'x'.repeat(800_004));
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { param: string } }).error.param).toBe('input');
+  });
+
+  it('two instances sharing Redis hold one window', async () => {
+    const key = await workspaceKey(one);
+    const statuses = await burst(520, (i) => embed(i % 2 === 0 ? one.baseB : two.baseB, key));
+    expect(statuses.filter((s) => s === 200)).toHaveLength(500);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(20);
+  }, 60_000);
+
+  it('fails open while Redis is paused: a full window lets requests through, and holds again once Redis is back', async () => {
+    const key = await workspaceKey(one);
+    expect((await burst(500, () => embed(one.baseB, key))).every((s) => s === 200)).toBe(true);
+    expect((await embed(one.baseB, key)).status).toBe(429);
+    redis.pause();
+    try {
+      for (let i = 0; i < 5; i++) expect((await embed(one.baseB, key)).status).toBe(200);
+    } finally {
+      redis.resume();
+    }
+    // The breaker retries Redis after a second.
+    await new Promise((r) => setTimeout(r, 1100));
+    expect((await embed(one.baseB, key)).status).toBe(429);
+  }, 30_000);
+});

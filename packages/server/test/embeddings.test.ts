@@ -1,0 +1,186 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+let sim: Simulator;
+let gw: TestGateway;
+let key: string;
+let a: OpenAI;
+let b: OpenAI;
+
+// Azure serves an embeddings deployment in this catalogue, so every adapter with embeddings is reached.
+const AZURE_MODEL = 'openai/text-embedding-3-small';
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  sim.providers.azure?.setModels([...(sim.providers.azure?.models() ?? []), 'text-embedding-3-small']);
+  gw = await startGateway({
+    sim,
+    catalogue: (c) => ({
+      ...c,
+      models: [
+        ...c.models,
+        {
+          id: AZURE_MODEL,
+          kind: 'embedding',
+          owned_by: 'openai',
+          offers: [{ provider: 'azure', upstreamModel: 'text-embedding-3-small', pricing: { prompt_per_1m: 0.02, completion_per_1m: 0, currency: 'EUR' } }],
+        },
+      ],
+    }),
+  });
+  key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
+  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+});
+beforeEach(() => {
+  for (const p of Object.values(sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+  }
+});
+
+const norm = (v: ArrayLike<number>) => Math.sqrt(Array.from(v).reduce((n, x) => n + x * x, 0));
+
+async function post(base: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(`${base}/embeddings`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  return {
+    status: res.status,
+    headers: res.headers,
+    body: (await res.json()) as Record<string, unknown> & { error?: { code: string; message: string; param: string | null } },
+  };
+}
+
+describe('POST /v1/embeddings through the official openai SDK', () => {
+  it('embeds a string (the SDK asks for base64 and decodes it) in OpenAI list shape, with usage and routing headers', async () => {
+    const { data, response } = await a.embeddings.create({ model: 'baai/bge-m3', input: 'Bonjour Paris' }).withResponse();
+    expect(data.object).toBe('list');
+    expect(data.model).toBe('baai/bge-m3');
+    expect(data.data).toHaveLength(1);
+    expect(data.data[0]).toMatchObject({ object: 'embedding', index: 0 });
+    expect(data.data[0]?.embedding).toHaveLength(1024);
+    expect(norm(data.data[0]?.embedding ?? [])).toBeCloseTo(1, 4);
+    expect(data.usage).toEqual({ prompt_tokens: 4, total_tokens: 4 });
+    expect(response.headers.get('x-gateway-provider')).toBe('ovh');
+    expect((sim.providers.ovh?.stats().last?.body as { encoding_format: string } | undefined)?.encoding_format).toBe('float');
+  });
+
+  it('embeds an array of strings in input order, as floats or as base64 of the same little-endian float32 values', async () => {
+    const input = ['alpha', 'beta gamma', 'delta'];
+    const floats = await a.embeddings.create({ model: 'baai/bge-m3', input, encoding_format: 'float' });
+    expect(floats.data.map((d) => d.index)).toEqual([0, 1, 2]);
+    expect(floats.data.every((d) => Array.isArray(d.embedding) && d.embedding.length === 1024)).toBe(true);
+    const raw = await post(gw.baseA, { model: 'baai/bge-m3', input, encoding_format: 'base64' });
+    const data = raw.body.data as { embedding: string }[];
+    expect(typeof data[1]?.embedding).toBe('string');
+    const bytes = Buffer.from(data[1]?.embedding ?? '', 'base64');
+    expect(bytes.length).toBe(1024 * 4);
+    expect(bytes.readFloatLE(8)).toBeCloseTo(floats.data[1]?.embedding[2] ?? Number.NaN, 6);
+  });
+
+  it('serves every adapter with embeddings: OpenAI-compatible, Mistral, Cohere (embed v2) and Azure (deployment URL)', async () => {
+    for (const [model, provider, dim] of [
+      ['baai/bge-multilingual-gemma2', 'scaleway', 3584],
+      ['mistral/embed', 'mistral', 1024],
+      ['cohere/embed-multilingual-v3', 'cohere', 1024],
+      [AZURE_MODEL, 'azure', 1536],
+    ] as const) {
+      const { data, response } = await a.embeddings.create({ model, input: ['one text', 'another'] }).withResponse();
+      expect(response.headers.get('x-gateway-provider'), model).toBe(provider);
+      expect(data.data.map((d) => d.embedding.length)).toEqual([dim, dim]);
+      expect(data.usage.prompt_tokens).toBeGreaterThan(0);
+    }
+    expect(sim.providers.cohere?.stats().last?.path).toBe('/v2/embed');
+    expect(sim.providers.cohere?.stats().last?.body).toMatchObject({
+      texts: ['one text', 'another'],
+      input_type: 'search_document',
+      embedding_types: ['float'],
+    });
+    expect(sim.providers.azure?.stats().last?.path).toBe('/openai/deployments/text-embedding-3-small/embeddings');
+    expect(sim.providers.azure?.stats().last?.headers['api-key']).toBe(sim.providers.azure?.apiKey);
+  });
+
+  it('passes dimensions to providers that support it, under each provider’s own name', async () => {
+    const ovh = await a.embeddings.create({ model: 'baai/bge-m3', input: 'x', dimensions: 256 });
+    expect(ovh.data[0]?.embedding).toHaveLength(256);
+    expect((sim.providers.ovh?.stats().last?.body as Record<string, unknown> | undefined)?.dimensions).toBe(256);
+    const mistral = await a.embeddings.create({ model: 'mistral/embed', input: 'x', dimensions: 512 });
+    expect(mistral.data[0]?.embedding).toHaveLength(512);
+    const sent = sim.providers.mistral?.stats().last?.body as Record<string, unknown>;
+    expect(sent.output_dimension).toBe(512);
+    expect(sent.dimensions).toBeUndefined();
+    const azure = await a.embeddings.create({ model: AZURE_MODEL, input: 'x', dimensions: 64 });
+    expect(azure.data[0]?.embedding).toHaveLength(64);
+  });
+
+  it('answers a clear 400 where the model cannot shorten its vectors, whether the provider refuses or silently ignores dimensions', async () => {
+    const cohere = await post(gw.baseA, { model: 'cohere/embed-multilingual-v3', input: 'x', dimensions: 256 });
+    expect(cohere.status).toBe(400);
+    expect(cohere.body.error?.code).toBe('validation_error');
+    expect(cohere.body.error?.message).toContain('output_dimension is not supported');
+    // Scaleway ignores dimensions and answers full-size vectors: refused, never passed on.
+    const scaleway = await post(gw.baseA, { model: 'baai/bge-multilingual-gemma2', input: 'x', dimensions: 256 }, { 'x-gateway-provider': 'scaleway' });
+    expect(scaleway.status).toBe(400);
+    expect(scaleway.body.error?.message).toContain("does not support 'dimensions'");
+    const calls = sim.providers.scaleway?.stats().total ?? 0;
+    const again = await post(gw.baseA, { model: 'baai/bge-multilingual-gemma2', input: 'x', dimensions: 128 });
+    expect(again.status).toBe(400);
+    // Learned: the second refusal costs no upstream call.
+    expect(sim.providers.scaleway?.stats().total).toBe(calls);
+  });
+
+  it('validates the body: input, encoding_format, dimensions and unknown fields', async () => {
+    for (const [body, param] of [
+      [{ model: 'baai/bge-m3', input: [] }, 'input'],
+      [{ model: 'baai/bge-m3', input: [1, 2, 3] }, 'input'],
+      [{ model: 'baai/bge-m3', input: 'x', encoding_format: 'int8' }, 'encoding_format'],
+      [{ model: 'baai/bge-m3', input: 'x', dimensions: 0 }, 'dimensions'],
+      [{ model: 'baai/bge-m3', input: 'x', dimension: 5 }, 'dimension'],
+      [{ input: 'x' }, 'model'],
+    ] as const) {
+      const res = await post(gw.baseA, body);
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(res.body.error?.param, JSON.stringify(body)).toBe(param);
+    }
+    const chatModel = await post(gw.baseA, { model: 'mistral/small', input: 'x' });
+    expect([chatModel.status, chatModel.body.error?.code]).toEqual([400, 'validation_error']);
+    const unknown = await post(gw.baseA, { model: 'nobody/nothing', input: 'x' });
+    expect([unknown.status, unknown.body.error?.code]).toEqual([404, 'model_not_found']);
+  });
+
+  it('fails over to the next provider, and bills the tokens of the provider that served', async () => {
+    sim.providers.ovh?.setFault({ kind: 'status', status: 503 });
+    const { data, response } = await b.embeddings.create({ model: 'baai/bge-m3', input: 'a text of some length for billing' }).withResponse();
+    expect(response.headers.get('x-gateway-provider')).toBe('nebius');
+    expect(response.headers.get('x-gateway-routing-hops')).toBe('1');
+    const requestId = response.headers.get('x-request-id') as string;
+    await gw.gateway.services.usage.flush();
+    const [record] = await gw.gateway.services.store.usage.list({ requestId });
+    expect(record).toMatchObject({ kind: 'embedding', model: 'baai/bge-m3', provider: 'nebius', status: 200, promptTokens: data.usage.prompt_tokens });
+    expect(record?.cost).toBeCloseTo((data.usage.prompt_tokens * 0.01) / 1e6, 15);
+  });
+});
+
+describe('variant B: embeddings are a private beta', () => {
+  it('serves the models marked beta and refuses the others as model_not_found', async () => {
+    const ok = await b.embeddings.create({ model: 'mistral/embed', input: 'x' });
+    expect(ok.data).toHaveLength(1);
+    const err = (await b.embeddings.create({ model: 'baai/bge-multilingual-gemma2', input: 'x' }).catch((e: unknown) => e)) as InstanceType<
+      typeof OpenAI.APIError
+    >;
+    expect(err.status).toBe(400);
+    expect(err.code).toBe('model_not_found');
+    expect(err.message).toContain('embeddings beta');
+    // Variant A lists embeddings as a normal endpoint.
+    expect((await a.embeddings.create({ model: 'baai/bge-multilingual-gemma2', input: 'x' })).data).toHaveLength(1);
+  });
+});

@@ -1,0 +1,51 @@
+import type { ProviderConfig } from '@gw/schema';
+import type { Simulator } from '@gw/simulator';
+import { UpstreamError } from '../../src/errors/upstream-error.js';
+import type { JsonResponse } from '../../src/providers/http-client.js';
+import type { ChatChunk, ChatStream, UpstreamCall } from '../../src/providers/types.js';
+
+/** The demo config's entry for one simulated provider (optionally with changes, e.g. a wrong key). */
+export function providerConfig(sim: Simulator, id: string, change: Partial<ProviderConfig> = {}): ProviderConfig {
+  const found = sim.demoConfig().providers.find((p) => p.id === id);
+  if (!found) throw new Error(`no provider ${id}`);
+  return { ...found, ...change };
+}
+
+export function call(upstreamModel: string): UpstreamCall {
+  return { upstreamModel, signal: new AbortController().signal, requestId: 'req_test' };
+}
+
+/** A provider answer as the HTTP client hands it to an adapter. */
+export function answer(status: number, body: unknown, headers: Record<string, string> = {}): JsonResponse {
+  return { status, headers, body };
+}
+
+/** Runs `fn` and returns the UpstreamError it throws (fails the test if it does not). */
+export async function upstreamError(fn: () => unknown): Promise<UpstreamError> {
+  try {
+    await fn();
+  } catch (err) {
+    if (err instanceof UpstreamError) return err;
+    throw err;
+  }
+  throw new Error('expected an UpstreamError');
+}
+
+export async function collect(stream: ChatStream): Promise<ChatChunk[]> {
+  const out: ChatChunk[] = [];
+  for await (const chunk of stream) out.push(chunk);
+  return out;
+}
+
+/** An SSE body made of `events` (each a data payload, or [event, data]), as undici hands it over. */
+export function sseBody(events: (string | [string, string])[]): AsyncIterable<Uint8Array> & { destroy(): void } {
+  const text = events.map((e) => (typeof e === 'string' ? `data: ${e}\n\n` : `event: ${e[0]}\ndata: ${e[1]}\n\n`)).join('');
+  const bytes = new TextEncoder().encode(text);
+  return {
+    async *[Symbol.asyncIterator]() {
+      // Split mid-event, as a network would.
+      for (let i = 0; i < bytes.length; i += 37) yield bytes.subarray(i, i + 37);
+    },
+    destroy() {},
+  };
+}

@@ -1,0 +1,84 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { GatewayError } from '../src/errors/gateway-error.js';
+import { boundaryOf, readMultipart, UploadSpool } from '../src/http/multipart-spool.js';
+
+const root = mkdtempSync(join(tmpdir(), 'gw-mp-test-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const limits = { fileBytes: 100_000, fieldBytes: 1000, fields: 10 };
+
+async function* chunks(body: Buffer, size: number): AsyncGenerator<Buffer> {
+  for (let i = 0; i < body.length; i += size) yield body.subarray(i, i + size);
+}
+
+function form(boundary: string, file: Buffer): Buffer {
+  return Buffer.concat([
+    Buffer.from(`preamble\r\n--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper\r\n`),
+    Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="timestamp_granularities[]"\r\n\r\nword\r\n`),
+    Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="timestamp_granularities[]"\r\n\r\nsegment\r\n`),
+    Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a b.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+    file,
+    Buffer.from(`\r\n--${boundary}--\r\nepilogue`),
+  ]);
+}
+
+describe('the streaming multipart reader', () => {
+  it('reads fields and spools the file exactly, whatever the chunking (down to one byte), boundary look-alikes included', async () => {
+    const boundary = 'XyZ123';
+    const file = Buffer.concat([Buffer.from('RIFF\r\n--XyZ12\r\n-'), Buffer.alloc(3000, 9), Buffer.from('\r\n--XyZ1')]);
+    for (const size of [1, 7, 64, 65_536]) {
+      const spool = new UploadSpool(root);
+      const parsed = await readMultipart(chunks(form(boundary, file), size), boundary, spool, limits);
+      expect(parsed.fields).toEqual([
+        ['model', 'openai/whisper'],
+        ['timestamp_granularities[]', 'word'],
+        ['timestamp_granularities[]', 'segment'],
+      ]);
+      expect(parsed.file).toMatchObject({ filename: 'a b.wav', contentType: 'audio/wav', size: file.length });
+      expect(readFileSync(parsed.file?.path ?? '')).toEqual(file);
+      await spool.dispose();
+    }
+    expect(readdirSync(root)).toEqual([]);
+  });
+
+  it('stops at the file limit with 413 while writes are in flight, without an uncaught stream error', async () => {
+    const boundary = 'b';
+    const spool = new UploadSpool(root);
+    const big = form(boundary, Buffer.alloc(300_000, 1));
+    const err = await readMultipart(chunks(big, 512), boundary, spool, limits).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(GatewayError);
+    expect((err as GatewayError).code).toBe('payload_too_large');
+    await new Promise((r) => setTimeout(r, 100));
+    await spool.dispose();
+    expect(readdirSync(root)).toEqual([]);
+  });
+
+  it('refuses malformed bodies, a second file and oversized fields with 400', async () => {
+    const cases: [string, string][] = [
+      ['--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nx', 'closing boundary'],
+      ['--b\r\nX-Nothing: 1\r\n\r\nx\r\n--b--', 'no form-data name'],
+      ['--b\r\nContent-Disposition: form-data; name="audio"; filename="a"\r\n\r\nx\r\n--b--', "Unexpected file part 'audio'"],
+      [`--b\r\nContent-Disposition: form-data; name="prompt"\r\n\r\n${'p'.repeat(2000)}\r\n--b--`, "'prompt' is longer"],
+    ];
+    for (const [body, message] of cases) {
+      const spool = new UploadSpool(root);
+      const err = (await readMultipart(chunks(Buffer.from(body), 100), 'b', spool, limits).catch((e: unknown) => e)) as GatewayError;
+      expect(err.code, body).toBe('validation');
+      expect(err.message, body).toContain(message);
+      await spool.dispose();
+    }
+    expect(boundaryOf('multipart/form-data; boundary="a b"')).toBe('a b');
+    expect(boundaryOf('application/json')).toBeNull();
+  });
+
+  it('a spool disposed before its file exists leaves nothing behind', async () => {
+    const spool = new UploadSpool(root);
+    const pending = spool.newFile();
+    await spool.dispose();
+    await expect(pending).rejects.toBeInstanceOf(GatewayError);
+    expect(readdirSync(root)).toEqual([]);
+  });
+});

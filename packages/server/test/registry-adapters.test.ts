@@ -1,0 +1,94 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+let sim: Simulator;
+let gw: TestGateway;
+let key: string;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  gw = await startGateway({ sim });
+  key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+});
+
+const auth = () => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' });
+const rebuild = () => gw.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild');
+async function status(base: string, path: string, body: unknown): Promise<[number, string | undefined]> {
+  const res = await fetch(`${base}${path}`, { method: 'POST', headers: auth(), body: JSON.stringify(body) });
+  const json = (await res.json()) as { error?: { code: string } };
+  return [res.status, json.error?.code];
+}
+async function providersOf(id: string): Promise<string[] | null> {
+  const res = await fetch(`${gw.baseB}/models/${encodeURIComponent(id)}`, { headers: auth() });
+  return res.status === 200 ? ((await res.json()) as { providers: string[] }).providers : null;
+}
+
+/** Runs `check` while `provider` lists its models without `gone`, then restores the list. */
+async function without(provider: string, gone: string[], check: () => Promise<void>): Promise<void> {
+  const p = sim.providers[provider];
+  const before = p?.models() ?? [];
+  p?.setModels(before.filter((m) => !gone.includes(m)));
+  await rebuild();
+  try {
+    await check();
+  } finally {
+    p?.setModels(before);
+    await rebuild();
+  }
+}
+
+describe('the registry learns each provider’s models through its adapter', () => {
+  it('reads Mistral’s, Azure’s and Cohere’s own lists', async () => {
+    const res = await rebuild();
+    expect(res.body.providers).toMatchObject({ mistral: 'ok', azure: 'ok', cohere: 'ok', scaleway: 'ok' });
+    expect(await providersOf('mistral/small')).toEqual(['scaleway', 'ovh', 'mistral']);
+    expect(await providersOf('openai/gpt-4o-mini')).toEqual(['azure']);
+    expect(await providersOf('cohere/rerank-v3.5')).toEqual(['cohere']);
+  });
+
+  it('a rerank model whose only offer disappears leaves at the next rebuild: 404 in A, 400 in B; it returns with its offer', async () => {
+    const rerank = { model: 'cohere/rerank-v3.5', query: 'q', documents: ['a'] };
+    await without('cohere', ['rerank-v3.5'], async () => {
+      expect(await status(gw.baseA, '/rerank', rerank)).toEqual([404, 'model_not_found']);
+      expect(await status(gw.baseB, '/rerank', rerank)).toEqual([400, 'model_not_found']);
+    });
+    expect((await status(gw.baseA, '/rerank', rerank))[0]).toBe(200);
+  });
+
+  it('an Azure deployment and a Mistral model (with its aliases) leave the same way', async () => {
+    const chat = (model: string) => ({ model, messages: [{ role: 'user', content: 'x' }] });
+    await without('azure', ['gpt-4o-mini'], async () => {
+      expect(await status(gw.baseA, '/chat/completions', chat('openai/gpt-4o-mini'))).toEqual([404, 'model_not_found']);
+    });
+    await without('mistral', ['mistral-large-latest', 'mistral-large-2411'], async () => {
+      expect(await status(gw.baseB, '/chat/completions', chat('mistral/large'))).toEqual([400, 'model_not_found']);
+    });
+    // Still listed under its alias: the offer stays.
+    await without('mistral', ['mistral-large-latest'], async () => {
+      expect(await providersOf('mistral/large')).toEqual(['mistral']);
+    });
+  });
+
+  it('a model that loses one of two transcription offers keeps the other', async () => {
+    await without('mistral', ['voxtral-mini-latest', 'voxtral-mini-2507'], async () => {
+      expect(await providersOf('mistral/voxtral-mini')).toEqual(['scaleway']);
+    });
+    expect(await providersOf('mistral/voxtral-mini')).toEqual(['mistral', 'scaleway']);
+  });
+
+  it('a model marked deprecated answers 410 model_deprecated in A (400 model_not_found in B)', async () => {
+    expect(await status(gw.baseA, '/chat/completions', { model: 'mistral/nemo', messages: [{ role: 'user', content: 'x' }] })).toEqual([
+      410,
+      'model_deprecated',
+    ]);
+    expect(await status(gw.baseB, '/chat/completions', { model: 'mistral/nemo', messages: [{ role: 'user', content: 'x' }] })).toEqual([
+      400,
+      'model_not_found',
+    ]);
+  });
+});

@@ -1,0 +1,160 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { Cohere, CohereClient, type CohereError } from 'cohere-ai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+const MODEL = 'cohere/rerank-v3.5';
+// Served by Cohere (rerank v2) and, as a fallback, by Scaleway's Jina-style /v1/rerank.
+const TWO_PROVIDERS = 'test/rerank-two';
+
+let sim: Simulator;
+let gw: TestGateway;
+let key: string;
+let coA: CohereClient;
+let coB: CohereClient;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  gw = await startGateway({
+    sim,
+    catalogue: (c) => ({
+      ...c,
+      models: [
+        ...c.models,
+        {
+          id: TWO_PROVIDERS,
+          kind: 'rerank',
+          owned_by: 'test',
+          offers: [
+            { provider: 'cohere', upstreamModel: 'rerank-v3.5', pricing: { prompt_per_1m: 0, completion_per_1m: 0, currency: 'EUR', per_unit: 0.002 } },
+            {
+              provider: 'scaleway',
+              upstreamModel: 'bge-multilingual-gemma2',
+              pricing: { prompt_per_1m: 0, completion_per_1m: 0, currency: 'EUR', per_unit: 0.001 },
+            },
+          ],
+        },
+      ],
+    }),
+  });
+  key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
+  // Cohere's own SDK, pointed at the gateway's base address (it appends /v1/rerank).
+  coA = new CohereClient({ token: key, environment: gw.url, maxRetries: 0 });
+  coB = new CohereClient({ token: key, environment: `${gw.url}/alt`, maxRetries: 0 });
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+});
+beforeEach(() => {
+  for (const p of Object.values(sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+  }
+});
+
+const documents = [
+  'Berlin is the capital of Germany.',
+  'Paris is the capital and largest city of France.',
+  'The Loire is the longest river in France.',
+  'Capital punishment is a legal penalty.',
+];
+const query = 'What is the capital of France?';
+
+function post(base: string, body: unknown) {
+  return fetch(`${base}/rerank`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+}
+
+describe("POST /v1/rerank through Cohere's own SDK", () => {
+  it.each([
+    ['A', () => coA],
+    ['B', () => coB],
+  ])('variant %s: sorted results with index, relevance score, echoed documents and billed search units', async (_v, client) => {
+    const { data, rawResponse } = await client().rerank({ model: MODEL, query, documents, topN: 3, returnDocuments: true }).withRawResponse();
+    expect(data.id).toMatch(/\S/);
+    expect(data.results).toHaveLength(3);
+    expect(data.results[0]?.index).toBe(1);
+    const scores = data.results.map((r) => r.relevanceScore);
+    expect([...scores].sort((x, y) => y - x)).toEqual(scores);
+    expect(scores.every((s) => s >= 0 && s <= 1)).toBe(true);
+    expect(data.results[0]?.document?.text).toBe(documents[1]);
+    expect(data.meta?.billedUnits?.searchUnits).toBe(1);
+    expect(rawResponse.headers.get('x-gateway-provider')).toBe('cohere');
+    const sent = sim.providers.cohere?.stats().last;
+    expect(sent?.path).toBe('/v2/rerank');
+    expect(sent?.body).toEqual({ model: 'rerank-v3.5', query, documents, top_n: 3 });
+  });
+
+  it('takes Cohere’s object documents, ranking `text` or the named rank_fields', async () => {
+    const docs = [
+      { title: 'Germany', text: 'Berlin is a city in Germany.' },
+      { title: 'France capital', text: 'Paris is the capital of France.' },
+    ];
+    const byText = await coA.rerank({ model: MODEL, query, documents: docs, returnDocuments: true });
+    expect(byText.results[0]?.index).toBe(1);
+    expect(byText.results[0]?.document).toEqual(docs[1]);
+    const byFields = await coA.rerank({ model: MODEL, query: 'France', documents: docs, rankFields: ['title'] });
+    expect(byFields.results).toHaveLength(2);
+    expect((sim.providers.cohere?.stats().last?.body as { documents: string[] } | undefined)?.documents).toEqual(['title: Germany', 'title: France capital']);
+    expect(byFields.results[0]?.document).toBeUndefined();
+  });
+
+  it('maps errors onto the SDK’s classes: unknown model 404 (A) / 400 (B), bad input 400, provider down 502', async () => {
+    await expect(coA.rerank({ model: 'nobody/nothing', query, documents })).rejects.toBeInstanceOf(Cohere.NotFoundError);
+    const b = await coB.rerank({ model: 'nobody/nothing', query, documents }).catch((e: unknown) => e);
+    expect(b).toBeInstanceOf(Cohere.BadRequestError);
+    expect(((b as CohereError).body as { error: { code: string } }).error.code).toBe('model_not_found');
+    await expect(coA.rerank({ model: MODEL, query, documents: [] })).rejects.toBeInstanceOf(Cohere.BadRequestError);
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503 });
+    const down = await coA.rerank({ model: MODEL, query, documents }).catch((e: unknown) => e);
+    expect((down as CohereError).statusCode).toBe(502);
+    expect(((down as CohereError).body as { error: { code: string } }).error.code).toBe('provider_down');
+  });
+});
+
+describe('POST /v1/rerank on the wire', () => {
+  it('validates documents, top_n and unknown fields, naming the field', async () => {
+    for (const [body, param] of [
+      [{ model: MODEL, query, documents: [{ title: 'no text' }] }, 'documents.0.text'],
+      [{ model: MODEL, query, documents: ['a', 'b'], top_n: 0 }, 'top_n'],
+      [{ model: MODEL, query: '', documents: ['a'] }, 'query'],
+      [{ model: MODEL, query, documents: ['a'], max_chunks_per_doc: 3 }, 'max_chunks_per_doc'],
+      [{ model: 'mistral/embed', query, documents: ['a'] }, 'model'],
+    ] as const) {
+      const res = await post(gw.baseA, body);
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(((await res.json()) as { error: { param: string } }).error.param, JSON.stringify(body)).toBe(param);
+    }
+  });
+
+  it('bills Cohere’s search units: 150 documents are 2 units at the offer’s per-unit price', async () => {
+    const many = Array.from({ length: 150 }, (_, i) => `document ${i} about France`);
+    const res = await post(gw.baseB, { model: MODEL, query, documents: many, top_n: 5 });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { results: unknown[]; meta: { billed_units: { search_units: number } } };
+    expect(body.results).toHaveLength(5);
+    expect(body.meta.billed_units.search_units).toBe(2);
+    await gw.gateway.services.usage.flush();
+    const [record] = await gw.gateway.services.store.usage.list({ requestId: res.headers.get('x-request-id') as string });
+    expect(record).toMatchObject({ kind: 'rerank', provider: 'cohere', units: 2, status: 200 });
+    expect(record?.cost).toBeCloseTo(2 * 0.0019, 12);
+  });
+
+  it('fails over from Cohere to an OpenAI-compatible (Jina-style) rerank and answers in Cohere’s shape', async () => {
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503 });
+    const res = await post(gw.baseB, { model: TWO_PROVIDERS, query, documents, top_n: 2, return_documents: true });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-gateway-provider')).toBe('scaleway');
+    expect(res.headers.get('x-gateway-routing-hops')).toBe('1');
+    const body = (await res.json()) as { results: { index: number; relevance_score: number; document: { text: string } }[]; meta: unknown };
+    expect(body.results.map((r) => r.index)[0]).toBe(1);
+    expect(body.results[0]?.document).toEqual({ text: documents[1] });
+    expect(Object.keys(body.results[0] ?? {}).sort()).toEqual(['document', 'index', 'relevance_score']);
+    expect(body.meta).toEqual({ api_version: { version: '2' }, billed_units: { search_units: 1 } });
+    expect(sim.providers.scaleway?.stats().last?.path).toBe('/v1/rerank');
+  });
+});

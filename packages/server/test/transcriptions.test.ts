@@ -1,0 +1,273 @@
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import OpenAI, { toFile } from 'openai';
+import { request as undiciRequest } from 'undici';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { wav } from './helpers/audio.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+let sim: Simulator;
+let gw: TestGateway;
+let key: string;
+let a: OpenAI;
+let b: OpenAI;
+const spoolDir = mkdtempSync(join(tmpdir(), 'gw-spool-test-'));
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  gw = await startGateway({ sim, env: { GW_UPLOAD_DIR: spoolDir } });
+  key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
+  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+  rmSync(spoolDir, { recursive: true, force: true });
+});
+beforeEach(() => {
+  for (const p of Object.values(sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+  }
+});
+
+const audio = () => toFile(wav(3.5), 'meeting.wav', { type: 'audio/wav' });
+const spools = () => readdirSync(spoolDir);
+type Fields = Record<string, string[]>;
+const sentFields = (provider: string) => ((sim.providers[provider]?.stats().last?.body ?? {}) as { fields: Fields }).fields;
+
+describe('POST /v1/audio/transcriptions through the official openai SDK', () => {
+  it('transcribes a WAV made in the test (json by default), bills its seconds, and removes the spool', async () => {
+    const { data, response } = await a.audio.transcriptions.create({ file: await audio(), model: 'openai/whisper-large-v3' }).withResponse();
+    expect(data.text).toBe('Simulated transcript of 3.5 seconds of audio.');
+    expect(response.headers.get('x-gateway-provider')).toBe('scaleway');
+    const upstream = sim.providers.scaleway?.stats().last?.body as { fields: Fields; files: { filename: string; size: number }[] };
+    expect(upstream.files[0]).toMatchObject({ filename: 'meeting.wav', size: wav(3.5).length });
+    expect(upstream.fields.response_format).toEqual(['verbose_json']);
+    await gw.gateway.services.usage.flush();
+    const [record] = await gw.gateway.services.store.usage.list({ requestId: response.headers.get('x-request-id') as string });
+    expect(record).toMatchObject({ kind: 'audio', model: 'openai/whisper-large-v3', provider: 'scaleway', units: 4, status: 200 });
+    expect(record?.cost).toBeCloseTo(4 * 0.00005, 12);
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
+  it.each(['openai/whisper-large-v3', 'mistral/voxtral-mini'])('%s answers text, srt and vtt', async (model) => {
+    const text = await a.audio.transcriptions.create({ file: await audio(), model, response_format: 'text' });
+    expect(text).toBe('Simulated transcript of 3.5 seconds of audio.\n');
+    const srt = await a.audio.transcriptions.create({ file: await audio(), model, response_format: 'srt' });
+    expect(srt).toMatch(/^1\n00:00:00,000 --> 00:00:03,500\nSimulated transcript of 3\.5 seconds of audio\.\n/);
+    const vtt = await b.audio.transcriptions.create({ file: await audio(), model, response_format: 'vtt' });
+    expect(vtt).toMatch(/^WEBVTT\n\n00:00:00\.000 --> 00:00:03\.500\nSimulated transcript/);
+  });
+
+  it('builds verbose_json for Voxtral, which has none: task, duration, numbered segments and words', async () => {
+    const t = await b.audio.transcriptions.create({
+      file: await audio(),
+      model: 'mistral/voxtral-mini',
+      response_format: 'verbose_json',
+      timestamp_granularities: ['word', 'segment'],
+    });
+    expect(t).toMatchObject({ task: 'transcribe', text: 'Simulated transcript of 3.5 seconds of audio.', usage: { type: 'duration', seconds: 4 } });
+    expect(t.duration).toBeGreaterThanOrEqual(3.5);
+    expect(t.segments?.[0]).toMatchObject({ id: 0, seek: 0, start: 0, end: 3.5, tokens: [], avg_logprob: 0 });
+    expect(t.words?.map((w) => w.word)).toEqual(['Simulated', 'transcript', 'of', '3.5', 'seconds', 'of', 'audio.']);
+    expect(t.words?.at(-1)?.end).toBe(3.5);
+    // Mistral got its own form: no response_format, word timings asked its way.
+    const fields = sentFields('mistral');
+    expect(fields.response_format).toBeUndefined();
+    expect(fields.timestamp_granularities).toEqual(['word']);
+  });
+
+  it('relays Whisper’s verbose_json with its segment fields and words on request', async () => {
+    const t = await a.audio.transcriptions.create({
+      file: await audio(),
+      model: 'openai/whisper-large-v3',
+      response_format: 'verbose_json',
+      timestamp_granularities: ['word'],
+      language: 'en',
+      prompt: 'A meeting.',
+      temperature: 0.2,
+    });
+    expect(t.segments?.[0]).toMatchObject({ id: 0, avg_logprob: -0.21, no_speech_prob: 0.01 });
+    expect(t.words).toHaveLength(7);
+    expect(sentFields('scaleway')).toMatchObject({ language: ['en'], prompt: ['A meeting.'], temperature: ['0.2'], 'timestamp_granularities[]': ['word'] });
+  });
+
+  it('fails over between the two transcription providers (Mistral down → Scaleway), the upload sent again from the spool', async () => {
+    sim.providers.mistral?.setFault({ kind: 'status', status: 503 });
+    const { data, response } = await b.audio.transcriptions
+      .create({ file: await audio(), model: 'mistral/voxtral-mini', response_format: 'json' })
+      .withResponse();
+    expect(data.text).toContain('3.5 seconds');
+    expect(response.headers.get('x-gateway-provider')).toBe('scaleway');
+    expect(response.headers.get('x-gateway-routing-hops')).toBe('1');
+    const size = wav(3.5).length;
+    expect((sim.providers.mistral?.stats().last?.body as { files: { size: number }[] } | undefined)?.files[0]?.size).toBe(size);
+    expect((sim.providers.scaleway?.stats().last?.body as { files: { size: number }[] } | undefined)?.files[0]?.size).toBe(size);
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
+  it('answers 502 when both fail, and still removes the spool', async () => {
+    sim.providers.mistral?.setFault({ kind: 'status', status: 500 });
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 500 });
+    const err = (await a.audio.transcriptions.create({ file: await audio(), model: 'mistral/voxtral-mini' }).catch((e: unknown) => e)) as InstanceType<
+      typeof OpenAI.APIError
+    >;
+    expect([err.status, err.code]).toEqual([502, 'provider_down']);
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+});
+
+describe('the upload limit (GW_UPLOAD_LIMIT_BYTES, 25 MiB by default)', () => {
+  const THIRTY_MB = 30 * 1024 * 1024;
+
+  /**
+   * Peak growth of this process's live heap and buffers while `work` runs:
+   * sampled every 20 ms right after a full GC, so garbage (socket chunks
+   * already written to the spool) does not count, only what is held.
+   */
+  async function peakGrowth(work: () => Promise<void>): Promise<number> {
+    const live = () => {
+      gc();
+      const m = process.memoryUsage();
+      return m.heapUsed + m.arrayBuffers;
+    };
+    const base = live();
+    let peak = base;
+    const timer = setInterval(() => {
+      peak = Math.max(peak, live());
+    }, 20);
+    try {
+      await work();
+    } finally {
+      clearInterval(timer);
+    }
+    return Math.max(peak, live()) - base;
+  }
+
+  /**
+   * Streams a multipart upload of `bytes` from one reused 64 KiB block (so
+   * the client itself holds no copy), with or without Content-Length, and
+   * reads the gateway's early answer (undici reads it while still sending).
+   */
+  async function streamedUpload(bytes: number, withLength: boolean): Promise<{ status: number; body: string }> {
+    const boundary = 'gwtestboundary';
+    const head = Buffer.from(
+      `--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper-large-v3\r\n` +
+        `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.wav"\r\nContent-Type: audio/wav\r\n\r\n`,
+    );
+    const tail = Buffer.from(`\r\n--${boundary}--\r\n`);
+    const block = Buffer.alloc(64 * 1024, 1);
+    async function* parts() {
+      yield head;
+      for (let sent = 0; sent < bytes; sent += block.length) yield block;
+      yield tail;
+    }
+    const headers: Record<string, string> = { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` };
+    if (withLength) headers['content-length'] = String(head.length + Math.ceil(bytes / block.length) * block.length + tail.length);
+    const res = await undiciRequest(`${gw.baseA}/audio/transcriptions`, { method: 'POST', headers, body: Readable.from(parts()) });
+    return { status: res.statusCode, body: await res.body.text() };
+  }
+
+  it('refuses a 30 MB upload through the SDK with 413 payload_too_large (from its Content-Length, before reading it)', async () => {
+    const big = await toFile(Buffer.alloc(THIRTY_MB, 7), 'long.wav', { type: 'audio/wav' });
+    const err = (await a.audio.transcriptions.create({ file: big, model: 'openai/whisper-large-v3' }).catch((e: unknown) => e)) as InstanceType<
+      typeof OpenAI.APIError
+    >;
+    expect([err.status, err.code]).toEqual([413, 'payload_too_large']);
+    expect(sim.providers.scaleway?.stats().total).toBe(0);
+    expect(spools()).toEqual([]);
+  }, 30_000);
+
+  it.each([
+    ['with Content-Length', true],
+    ['chunked, refused once the spool passes the limit', false],
+  ])(
+    'refuses a streamed 30 MB upload (%s): memory stays flat, the spool is removed',
+    async (_how, withLength) => {
+      let res: { status: number; body: string } | undefined;
+      const growth = await peakGrowth(async () => {
+        res = await streamedUpload(THIRTY_MB, withLength);
+      });
+      expect(res?.status).toBe(413);
+      expect((JSON.parse(res?.body ?? '{}') as { error: { code: string } }).error.code).toBe('payload_too_large');
+      // Flat: a fraction of the upload, which was never held whole.
+      expect(growth).toBeLessThan(8 * 1024 * 1024);
+      expect(sim.providers.scaleway?.stats().total).toBe(0);
+      await eventually(() => expect(spools()).toEqual([]));
+    },
+    30_000,
+  );
+
+  it('removes the spool of an upload the client abandons half-way', async () => {
+    await new Promise<void>((resolve) => {
+      const req = httpRequest(`${gw.baseA}/audio/transcriptions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'multipart/form-data; boundary=zz', 'content-length': String(5_000_000) },
+      });
+      req.on('error', () => resolve());
+      req.write('--zz\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n');
+      req.write(Buffer.alloc(1_000_000));
+      setTimeout(() => {
+        expect(spools()).toHaveLength(1);
+        req.destroy();
+        resolve();
+      }, 200);
+    });
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+});
+
+describe('the form, validated', () => {
+  async function send(form: FormData) {
+    const res = await fetch(`${gw.baseA}/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+    return { status: res.status, error: ((await res.json()) as { error: { code: string; param: string | null; message: string } }).error };
+  }
+  const form = (fields: Record<string, string>, withFile = true) => {
+    const f = new FormData();
+    for (const [k, v] of Object.entries(fields)) f.append(k, v);
+    if (withFile) f.append('file', new Blob([new Uint8Array(wav(1))], { type: 'audio/wav' }), 'a.wav');
+    return f;
+  };
+
+  it('names the field: missing file, bad response_format, temperature, granularities without verbose_json, unknown fields, non-audio model', async () => {
+    const model = 'openai/whisper-large-v3';
+    for (const [fields, withFile, param] of [
+      [{ model }, false, 'file'],
+      [{ model, response_format: 'mp3' }, true, 'response_format'],
+      [{ model, temperature: 'warm' }, true, 'temperature'],
+      [{ model, 'timestamp_granularities[]': 'word' }, true, 'timestamp_granularities'],
+      [{ model, chunking_strategy: 'auto' }, true, 'chunking_strategy'],
+      [{ model: 'mistral/small' }, true, 'model'],
+      [{}, true, 'model'],
+    ] as const) {
+      const res = await send(form(fields, withFile));
+      expect(res.status, JSON.stringify(fields)).toBe(400);
+      expect(res.error.param, JSON.stringify(fields)).toBe(param);
+    }
+    const unknown = await send(form({ model: 'ghost/whisper' }));
+    expect([unknown.status, unknown.error.code]).toEqual([404, 'model_not_found']);
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
+  it('refuses a malformed multipart body with 400', async () => {
+    const res = await fetch(`${gw.baseA}/audio/transcriptions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'multipart/form-data; boundary=abc' },
+      body: '--abc\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper-large-v3\r\n--abc\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF',
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toContain('closing boundary');
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+});
