@@ -1,4 +1,4 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import { type Command, Redis, type RedisOptions } from 'ioredis';
 import type { Bus } from './types.js';
 
 /**
@@ -16,7 +16,9 @@ export const FAST_FAIL_OPTIONS: RedisOptions = {
 };
 
 export async function connectRedis(url: string, options: RedisOptions = FAST_FAIL_OPTIONS): Promise<Redis> {
-  const client = new Redis(url, options);
+  const { commandTimeout, ...rest } = options;
+  const client = new Redis(url, rest);
+  if (commandTimeout !== undefined) applyLagTolerantTimeout(client, commandTimeout);
   // Errors are expected while Redis is away; callers see failed commands, not crashes.
   client.on('error', () => {});
   try {
@@ -25,6 +27,31 @@ export async function connectRedis(url: string, options: RedisOptions = FAST_FAI
     // Start anyway: the client keeps reconnecting, and callers fail open meanwhile.
   }
   return client;
+}
+
+/**
+ * ioredis's own command timeout is a plain timer, and Node runs due timers
+ * before it reads sockets: after the event loop stalls longer than the
+ * timeout, every command in flight "times out" although its reply is
+ * already waiting, and callers fail open needlessly. This timeout, once
+ * due, waits one turn of the loop (setImmediate runs after the socket
+ * reads), so only a reply that truly has not come counts as a timeout.
+ */
+function applyLagTolerantTimeout(client: Redis, ms: number): void {
+  const send = client.sendCommand.bind(client);
+  client.sendCommand = (command: Command, stream?: Parameters<Redis['sendCommand']>[1]) => {
+    const result = send(command, stream);
+    if (!command.isSettled) {
+      const timer = setTimeout(() => {
+        setImmediate(() => {
+          if (!command.isSettled) command.reject(new Error('Command timed out'));
+        });
+      }, ms);
+      const clear = () => clearTimeout(timer);
+      command.promise.then(clear, clear);
+    }
+    return result;
+  };
 }
 
 /** Pub/sub over Redis, so that every instance hears a revocation within milliseconds. */
