@@ -1,0 +1,42 @@
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+
+function quiet(command, args) {
+  try {
+    return execFileSync(command, args, { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  } catch {
+    return 'unknown';
+  }
+}
+
+function packageVersion(name) {
+  try {
+    const file = createRequire(`${ROOT}package.json`).resolve(`${name}/package.json`);
+    return JSON.parse(readFileSync(file, 'utf8')).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** What anyone rerunning the bench needs to compare: hardware, software versions, commit. */
+export function machineFacts() {
+  const cpus = os.cpus();
+  const dirty = quiet('git', ['status', '--porcelain']) !== '';
+  return {
+    date: new Date().toISOString(),
+    cpuModel: cpus[0]?.model ?? 'unknown',
+    cores: cpus.length,
+    totalMemGiB: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10,
+    os: `${os.type()} ${os.release()} ${os.arch()}`,
+    node: process.version,
+    autocannon: packageVersion('autocannon'),
+    fastify: packageVersion('fastify'),
+    undici: packageVersion('undici'),
+    redis: /v=(\S+)/.exec(quiet('/usr/bin/redis-server', ['--version']))?.[1] ?? 'unknown',
+    commit: `${quiet('git', ['rev-parse', '--short', 'HEAD'])}${dirty ? ' + uncommitted changes' : ''}`,
+  };
+}

@@ -1,0 +1,213 @@
+import { evaluateTargets } from './targets.mjs';
+
+const ms = (v) => (v === undefined || v === null || Number.isNaN(v) ? 'n/a' : v.toFixed(2));
+const signed = (v) => (v === undefined || Number.isNaN(v) ? 'n/a' : `${v >= 0 ? '+' : ''}${v.toFixed(2)}`);
+const int = (v) => (v === undefined || Number.isNaN(v) ? 'n/a' : Math.round(v).toLocaleString('en-GB'));
+const ratio = (a, b) => (b ? (a / b).toFixed(2) : 'n/a');
+const mb = (bytes) => (bytes / 1024 / 1024).toFixed(1);
+
+function table(head, rows) {
+  if (rows.length === 0) return '';
+  return [`| ${head.join(' | ')} |`, `|${head.map((_h, i) => (i === 0 ? '---' : '--:')).join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+}
+
+const HTTP_ROWS = [
+  ['http0', 'embedded', '0 ms upstream'],
+  ['http50', 'embedded', '50 ms upstream'],
+  ['http0c1', 'embedded', '0 ms upstream, no queueing'],
+  ['prodHttp0', 'prod', '0 ms upstream'],
+  ['prodHttp50', 'prod', '50 ms upstream'],
+  ['redisDownHttp50', 'prod', '50 ms upstream, Redis killed (fail-open)'],
+];
+const STREAM_ROWS = [
+  ['stream', 'embedded'],
+  ['prodStream', 'prod'],
+];
+const BURST_ROWS = [
+  ['burst', 'embedded'],
+  ['prodBurst', 'prod'],
+];
+
+const cores = (d, g) => Math.max(d.otherCores ?? 0, g.otherCores ?? 0).toFixed(2);
+const failures = (d, g) => {
+  const why = Object.entries(g.failures ?? {}).map(([reason, n]) => `${n}× ${reason}`);
+  return `${d.failed} / ${g.failed}${why.length ? ` (${why.join(', ')})` : ''}`;
+};
+const stall = (side) => (side.eventLoop ? `${ms(side.eventLoop.p99Ms)} / ${ms(side.eventLoop.maxMs)}` : 'n/a');
+
+function httpTable(s, setups) {
+  const rows = HTTP_ROWS.filter(([id]) => s[id]).map(([id, setup, what]) => {
+    const { direct: d, gateway: g, connections } = s[id];
+    const cells = [`${what}, ${connections} conns [${setups[setup]}]`, int(d.rps), int(g.rps), ratio(g.rps, d.rps)];
+    for (const p of ['p50', 'p99']) cells.push(ms(d.latency[p]), ms(g.latency[p]), signed(g.latency[p] - d.latency[p]));
+    return [...cells, stall(g), cores(d, g), failures(d, g)];
+  });
+  const head = [
+    'scenario [gateway setup]',
+    'direct req/s',
+    'gateway req/s',
+    'ratio',
+    'direct p50',
+    'gateway p50',
+    'added p50',
+    'direct p99',
+    'gateway p99',
+    'added p99',
+  ];
+  return table([...head, 'gateway loop stall p99 / max', 'other CPU', 'failed d / g'], rows);
+}
+
+function ttftCells(d, g) {
+  const cells = [];
+  for (const p of ['p50', 'p99']) cells.push(ms(d.ttft[p]), ms(g.ttft[p]), signed(g.ttft[p] - d.ttft[p]));
+  return cells;
+}
+
+function streamTable(s, setups) {
+  const rows = [];
+  for (const [id, setup] of STREAM_ROWS.filter(([key]) => s[key])) {
+    const { direct: d, gateway: g, concurrency } = s[id];
+    const what = `${concurrency} at a time, 50 ms to first token, 20 chunks 10 ms apart [${setups[setup]}]`;
+    rows.push([
+      what,
+      ratio(g.streamsPerS, d.streamsPerS),
+      `${ms(d.ttfb.p50)} / ${ms(g.ttfb.p50)}`,
+      ...ttftCells(d, g),
+      `${ms(d.total.p50)} / ${ms(g.total.p50)}`,
+      stall(g),
+      cores(d, g),
+      failures(d, g),
+    ]);
+  }
+  for (const [id, setup] of BURST_ROWS.filter(([key]) => s[key])) {
+    const { direct: d, gateway: g, count } = s[id];
+    const what = `${count.toLocaleString('en-GB')} requested at once, 20 chunks 100 ms apart [${setups[setup]}]`;
+    rows.push([what, 'n/a', 'n/a', ...ttftCells(d, g), `${ms(d.total.p50)} / ${ms(g.total.p50)}`, 'n/a', 'n/a', failures(d, g)]);
+  }
+  const head = ['scenario [gateway setup]', 'streams/s ratio', 'first byte p50 d / g', 'direct TTFT p50', 'gateway TTFT p50', 'added p50'];
+  return table(
+    [...head, 'direct TTFT p99', 'gateway TTFT p99', 'added p99', 'total p50 d / g', 'gateway loop stall p99 / max', 'other CPU', 'failed d / g'],
+    rows,
+  );
+}
+
+function memoryTable(s, setups) {
+  const rows = BURST_ROWS.filter(([id]) => s[id]).map(([id, setup]) => {
+    const { memory: m, direct: d, gateway: g, count, settleMs } = s[id];
+    return [
+      `${count.toLocaleString('en-GB')} streams [${setups[setup]}]`,
+      `${d.ok} / ${g.ok}`,
+      `${d.peakOpen} / ${g.peakOpen}`,
+      `${mb(m.rssBefore)} (heap ${mb(m.heapUsedBefore)}, external ${mb(m.externalBefore)})`,
+      mb(m.rssPeak),
+      `${mb(m.rssAfter)} after ${settleMs / 1000} s`,
+      `${signed(((m.rssAfter - m.rssBefore) / m.rssBefore) * 100)} %`,
+      `${ms(d.total.max)} / ${ms(g.total.max)}`,
+    ];
+  });
+  const head = ['scenario [gateway setup]', 'completed d / g', 'most open at once d / g', 'gateway RSS before, MB', 'peak RSS, MB', 'RSS after, MB'];
+  return table([...head, 'after vs before', 'slowest stream ms d / g'], rows);
+}
+
+function targetsTable(s) {
+  const rows = evaluateTargets(s).map((t) => [
+    t.label,
+    `${t.bound === 'max' ? '≤' : '≥'} ${t.limit.toLocaleString('en-GB')} ${t.unit}`,
+    t.value === null ? 'n/a' : `${t.unit === 'req/s' || t.unit === 'streams' ? int(t.value) : t.value.toFixed(2)} ${t.unit}`,
+    t.met === null ? 'not run' : t.met ? 'met' : `**missed** by ${t.unit === 'req/s' || t.unit === 'streams' ? int(t.miss) : t.miss.toFixed(2)} ${t.unit}`,
+  ]);
+  return table(['target', 'bound', 'measured', 'verdict'], rows);
+}
+
+/** The result tables, as Markdown (also what is printed to stdout). */
+export function renderTables(results) {
+  const s = results.scenarios;
+  const setups = results.setups;
+  const other = results.otherCpu;
+  return [
+    `Other processes on the machine used ${other.meanCores.toFixed(2)} cores on average during the run (busiest second: ${other.maxCores.toFixed(2)}); rounds waited ${other.waitedS.toFixed(0)} s in all for them to quieten. The "other CPU" column is the most they used during a round of that row (0.00: a quiet machine).`,
+    '### Non-streaming (latency in ms; added = gateway − direct at the same percentile)',
+    httpTable(s, setups),
+    '### Streaming (ms from the request; TTFT = first content token)',
+    streamTable(s, setups),
+    '### Memory of the gateway process',
+    memoryTable(s, setups),
+    ...(results.mode === 'full' ? ['### Targets', targetsTable(s)] : []),
+  ]
+    .filter((part, i, all) => part !== '' && !(part.startsWith('###') && all[i + 1] === ''))
+    .join('\n\n');
+}
+
+function method(results) {
+  const m = results.machine;
+  const p = results.plan;
+  return `## Method
+
+- **Machine**: ${m.cpuModel}, ${m.cores} cores, ${m.totalMemGiB} GiB; ${m.os}.
+- **Software**: Node ${m.node} (the pinned \`node\` package), fastify ${m.fastify}, undici ${m.undici}, autocannon ${m.autocannon},
+  redis-server ${m.redis}; commit ${m.commit}.
+- **Pinning** (\`taskset\`): the gateway (\`packages/server/dist/main.js\`, its own process) on core 0; everything else on core 1:
+  the bench runner (autocannon and the stream driver; \`taskset -a -p\`), the fake upstream (its own process), redis-server and
+  PostgreSQL. Other processes on the machine are watched (/proc) and reported above the tables.
+- **Gateway setups**, each a fresh process with a fresh store:
+  - *${results.setups.embedded}*: the defaults of one instance: PGlite in the process (store and usage records), in-process
+    limiter, budget ledger and stream buffers.
+  - *${results.setups.prod ?? 'n/a'}*: the scaled-out setup: \`DATABASE_URL\` (a throwaway PostgreSQL) and \`REDIS_URL\` (sliding
+    window as a Lua script, budget ledger, stream buffers, revocation bus). "Redis killed" is redis-server after SIGKILL, same gateway.
+- **As in production**: API key auth (sha256 lookup, cached), the rate limiter, a budget hold per request (key budget €1e9) settled
+  at the end, usage records written in batches, metrics, \`X-Request-Id\` and \`Server-Timing\`. The key has \`rateLimitRpm\`
+  1,000,000, so the limiter runs but refuses nothing. \`GW_LOG_LEVEL=warn\`: pino is on, Fastify's per-request \`info\` lines are
+  not written; the gateway's stdout goes to a file.
+- **Fake upstream** (\`bench/upstream/\`): node:http, OpenAI-compatible; the model name picks the behaviour: a fixed wait before a
+  non-streamed answer (pre-serialised JSON), or stream headers at once, the first content chunk after 50 ms, then chunks at a fixed gap,
+  the usage chunk and \`[DONE]\`.
+- **Load**: autocannon, closed loop at fixed concurrency (50; 1 for the no-queueing row, 2 rounds of 2 s), keep-alive; latencies from its per-response hrtime event (its own
+  histogram rounds to whole ms). Streams: a node:http driver timing the first byte (response headers), the first content token
+  (TTFT) and \`[DONE]\`.
+- **Direct against gateway in the same run, interleaved**: after ${p.warmupS} s of warm-up per side (0 ms: ${p.warmupS * 2} s), rounds
+  alternate D G, G D, …: ${p.rounds} rounds of ${p.roundS} s per side on the embedded setup, ${p.prodRounds ?? 'n/a'} of ${p.prodRoundS ?? 'n/a'} s on the other. Percentiles are
+  over every sample of all rounds; added = gateway minus direct at the same percentile. "Loop stall" is the gateway's own event-loop
+  delay (prom-client's histogram, 10 ms resolution) over its rounds, from \`/metrics\`. Per-round figures: \`bench/results/latest.json\`.
+- **1,000 streams**: requested at once, direct then through the gateway; the gateway's RSS (\`/proc/<pid>/status\` VmRSS) before,
+  sampled every 50 ms, and ${p.settleS} s after the last one ended; heap and external memory from \`/metrics\`.
+
+Rerun: \`npm run bench\` (about ${p.expectedMinutes} minutes; needs \`taskset\`, \`redis-server\` and, for the PostgreSQL setup,
+Debian's \`postgresql\`). \`node bench/run.mjs --quick\` is the CI guard (about 30 s); \`node bench/profile.mjs\` takes CPU
+profiles of the gateway under load.`;
+}
+
+const READING = `## Reading the figures
+
+- **added** latency is the gateway's cost as a client sees it: its own work, one more loopback hop each way, and waiting behind
+  other requests on its single core. The "no queueing" row (one connection) is the per-request cost alone.
+- **p99** on one core follows the longest event-loop stalls (garbage collection, a batch of usage records written, a busy moment
+  of another process): compare it with the "loop stall" column.
+- **first byte** through the gateway comes with the first content chunk: the gateway answers only once the upstream has started
+  (so that a provider failing before its first byte can still fail over). Direct, headers arrive at once.
+- **most open at once** through the gateway is bounded by its connection pool to the upstream: streams past it wait, which shows
+  as their time to first token.
+- **RSS before** is the process after the earlier scenarios, not a fresh one: it includes the heap that V8 has grown and not yet
+  given back, and, embedded, PGlite's memory.`;
+
+/** docs/performance.md, regenerated by every full run. */
+export function renderMarkdown(results) {
+  const disturbed =
+    results.otherCpu.meanCores > 0.25
+      ? `\n\n**This run was disturbed**: other processes used ${results.otherCpu.meanCores.toFixed(2)} cores on average; rerun on a quiet machine before comparing.`
+      : '';
+  return `# Performance: what the gateway costs
+
+<!-- Generated by \`npm run bench\` (bench/run.mjs); edits are overwritten. -->
+
+Measured ${results.machine.date.slice(0, 16).replace('T', ' ')} UTC. Every figure compares the gateway with the same traffic sent
+straight to the upstream, in the same run.${disturbed}
+
+## Results
+
+${renderTables(results)}
+
+${READING}
+
+${method(results)}
+`;
+}

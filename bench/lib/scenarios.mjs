@@ -1,0 +1,147 @@
+import { gatewayModelId } from '../upstream/profiles.mjs';
+import { runHttpLoad } from './http-load.mjs';
+import { mergeSamples, sum, summarise } from './stats.mjs';
+import { runStreamBurst, runStreamLoad } from './stream-driver.mjs';
+
+const SIDES = ['direct', 'gateway'];
+
+/** Where each side sends its requests: straight to the upstream, or through the gateway with the bench key. */
+function endpoint(side, { upstream, gateway, upstreamModel, stream }) {
+  const direct = side === 'direct';
+  const model = direct ? upstreamModel : gatewayModelId(upstreamModel);
+  const body = { model, messages: [{ role: 'user', content: 'Say something short about foxes.' }], max_tokens: 64 };
+  if (stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+  return {
+    url: `${direct ? upstream.url : gateway.url}/v1/chat/completions`,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${direct ? 'bench-upstream-key' : gateway.key}` },
+    body: JSON.stringify(body),
+  };
+}
+
+/**
+ * Alternates the sides round by round (D G, G D, D G, …) so that drift over
+ * the run hits both alike. Each gateway round also gets the gateway's
+ * event-loop stalls during it (from /metrics, whose histogram each scrape resets).
+ */
+async function interleave({ rounds, gateway, monitor }, run) {
+  const out = { direct: [], gateway: [] };
+  for (let i = 0; i < rounds; i++) {
+    for (const side of i % 2 === 0 ? SIDES : [...SIDES].reverse()) {
+      await monitor.waitForQuiet();
+      const started = performance.now();
+      if (side === 'direct') {
+        out.direct.push({ ...(await run(side)), otherCores: monitor.meanSince(started) });
+        continue;
+      }
+      await gateway.scrape();
+      const result = await run(side);
+      const { eventLoopP99Ms, eventLoopMaxMs } = await gateway.scrape();
+      out.gateway.push({ ...result, otherCores: monitor.meanSince(started), eventLoop: { p99Ms: eventLoopP99Ms, maxMs: eventLoopMaxMs } });
+    }
+  }
+  return out;
+}
+
+/** The worst event-loop stall over a side's rounds (gateway only). */
+function eventLoop(rounds) {
+  if (!rounds[0]?.eventLoop) return undefined;
+  return { p99Ms: Math.max(...rounds.map((r) => r.eventLoop.p99Ms)), maxMs: Math.max(...rounds.map((r) => r.eventLoop.maxMs)) };
+}
+
+function httpSide(rounds) {
+  return {
+    ok: sum(rounds.map((r) => r.ok)),
+    failed: sum(rounds.map((r) => r.failed)),
+    rps: sum(rounds.map((r) => r.ok)) / sum(rounds.map((r) => r.elapsedS)),
+    latency: summarise(mergeSamples(rounds, 'latencies')),
+    eventLoop: eventLoop(rounds),
+    failures: mergeCounts(rounds.map((r) => r.failures)),
+    otherCores: Math.max(...rounds.map((r) => r.otherCores)),
+    perRound: rounds.map((r) => ({ rps: r.rps, otherCores: r.otherCores, ...pick(summarise(r.latencies)) })),
+  };
+}
+
+function streamSide(rounds) {
+  return {
+    ok: sum(rounds.map((r) => r.ok)),
+    failed: sum(rounds.map((r) => r.failed)),
+    failures: mergeCounts(rounds.map((r) => r.failures)),
+    streamsPerS: sum(rounds.map((r) => r.ok)) / sum(rounds.map((r) => r.elapsedS)),
+    ttfb: summarise(mergeSamples(rounds, 'ttfb')),
+    ttft: summarise(mergeSamples(rounds, 'ttft')),
+    total: summarise(mergeSamples(rounds, 'total')),
+    eventLoop: eventLoop(rounds),
+    otherCores: Math.max(...rounds.map((r) => r.otherCores)),
+    perRound: rounds.map((r) => ({ streamsPerS: r.streamsPerS, otherCores: r.otherCores, ttft: pick(summarise(r.ttft)) })),
+  };
+}
+
+/** Adds up per-round counts by reason ({ 'status 500': 2 } …). */
+function mergeCounts(counts) {
+  const out = {};
+  for (const c of counts) for (const [k, n] of Object.entries(c ?? {})) out[k] = (out[k] ?? 0) + n;
+  return out;
+}
+
+function pick({ p50, p99 }) {
+  return { p50, p99 };
+}
+
+/** Non-streamed chat completions at fixed concurrency, direct against gateway, interleaved. */
+export async function compareHttp({ upstream, gateway, monitor, upstreamModel, connections, rounds, roundS, warmupS }) {
+  const load = (side, durationS) => runHttpLoad({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: false }), connections, durationS });
+  for (const side of SIDES) await load(side, warmupS);
+  const raw = await interleave({ rounds, gateway, monitor }, (side) => load(side, roundS));
+  return { kind: 'http', upstreamModel, connections, rounds, roundS, direct: httpSide(raw.direct), gateway: httpSide(raw.gateway) };
+}
+
+/** Streamed chat completions, `concurrency` at all times, direct against gateway, interleaved. */
+export async function compareStreams({ upstream, gateway, monitor, upstreamModel, concurrency, rounds, roundS, warmupS }) {
+  const load = (side, durationS) => runStreamLoad({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: true }), concurrency, durationS });
+  for (const side of SIDES) await load(side, warmupS);
+  const raw = await interleave({ rounds, gateway, monitor }, (side) => load(side, roundS));
+  return { kind: 'stream', upstreamModel, concurrency, rounds, roundS, direct: streamSide(raw.direct), gateway: streamSide(raw.gateway) };
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * `count` streams opened at once, direct then through the gateway, with the
+ * gateway's resident memory before, at peak (sampled every 50 ms) and
+ * `settleMs` after the last stream ended.
+ */
+export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel, count, settleMs }) {
+  const burst = (side, onSample) => runStreamBurst({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: true }), count, onSample });
+  await monitor.waitForQuiet();
+  const direct = await burst('direct');
+  await sleep(1000);
+  await monitor.waitForQuiet();
+  const before = await gateway.scrape();
+  const rssBefore = gateway.rss();
+  let rssPeak = rssBefore;
+  const viaGateway = await burst('gateway', () => {
+    rssPeak = Math.max(rssPeak, gateway.rss());
+  });
+  rssPeak = Math.max(rssPeak, gateway.rss());
+  await sleep(settleMs);
+  const rssAfter = gateway.rss();
+  const after = await gateway.scrape();
+  const side = (r) => ({
+    ok: r.ok,
+    failed: r.failed,
+    failures: r.failures,
+    peakOpen: r.peakOpen,
+    elapsedS: r.elapsedS,
+    ttft: summarise(r.ttft),
+    total: summarise(r.total),
+  });
+  const memory = {
+    rssBefore,
+    rssPeak,
+    rssAfter,
+    heapUsedBefore: before.heapUsedBytes,
+    heapUsedAfter: after.heapUsedBytes,
+    externalBefore: before.externalBytes,
+  };
+  return { kind: 'burst', upstreamModel, count, settleMs, direct: side(direct), gateway: side(viaGateway), memory };
+}

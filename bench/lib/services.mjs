@@ -1,0 +1,110 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
+import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, waitForLine } from './processes.mjs';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+const ADMIN_TOKEN = 'bench-admin-token-0123456789';
+/** High enough never to refuse a bench request, low enough to keep the limiter and the budget on the request path. */
+export const BENCH_KEY = { name: 'bench', rateLimitRpm: 1_000_000, budget: 1_000_000_000 };
+
+/** The fake OpenAI-compatible upstream, as its own process on the load core. */
+export async function startUpstream({ core, dir }) {
+  const child = spawnPinned({ core, command: process.execPath, args: [join(ROOT, 'bench/upstream/server.mjs')], logFile: join(dir, 'upstream.log') });
+  const [, port] = await waitForLine(child, /upstream listening on (\d+)/, 10_000, 'the fake upstream');
+  return { url: `http://127.0.0.1:${port}`, pid: child.pid, stop: () => stopChild(child) };
+}
+
+/** A throwaway redis-server (no persistence) on the load core. */
+export async function startRedis({ core, dir }) {
+  const port = await freePort();
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir];
+  const child = spawnPinned({ core, command: '/usr/bin/redis-server', args, logFile: join(dir, 'redis.log') });
+  await waitForLine(child, /Ready to accept connections/, 10_000, 'redis-server');
+  return { url: `redis://127.0.0.1:${port}`, pid: child.pid, kill: () => stopChild(child, { signal: 'SIGKILL' }) };
+}
+
+function gatewayCatalogue(upstreamUrl) {
+  return {
+    providers: [{ id: 'bench', type: 'openai', baseUrl: `${upstreamUrl}/v1`, apiKey: 'bench-upstream-key', region: 'local', timeoutMs: 30_000 }],
+    models: UPSTREAM_MODELS.map((upstreamModel) => ({
+      id: gatewayModelId(upstreamModel),
+      kind: 'chat',
+      owned_by: 'bench',
+      context_window: 32_000,
+      capabilities: ['streaming'],
+      offers: [{ provider: 'bench', upstreamModel, pricing: { prompt_per_1m: 0.2, completion_per_1m: 0.6, currency: 'EUR' } }],
+    })),
+  };
+}
+
+function gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl }) {
+  const env = { ...process.env };
+  for (const k of Object.keys(env)) if (k.startsWith('GW_') || k === 'DATABASE_URL' || k === 'REDIS_URL') delete env[k];
+  Object.assign(env, {
+    PORT: '0',
+    HOST: '127.0.0.1',
+    GW_CONFIG: configFile,
+    GW_DATA_DIR: join(dir, `${name}-data`),
+    GW_ADMIN_TOKEN: ADMIN_TOKEN,
+    GW_LOG_LEVEL: 'warn',
+  });
+  if (redisUrl) env.REDIS_URL = redisUrl;
+  if (databaseUrl) env.DATABASE_URL = databaseUrl;
+  return env;
+}
+
+async function createKey(url) {
+  const res = await fetch(`${url}/admin/v1/keys`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify(BENCH_KEY),
+  });
+  if (res.status !== 201) throw new Error(`creating the bench key answered ${res.status}: ${await res.text()}`);
+  return (await res.json()).key;
+}
+
+/**
+ * The built gateway (packages/server/dist/main.js) as its own process pinned
+ * to `core`, on embedded PGlite, with a key whose limiter and budget run on
+ * every request. `nodeFlags` e.g. ['--cpu-prof', '--cpu-prof-dir=…'].
+ */
+export async function startGateway({ core, dir, name, upstreamUrl, redisUrl = null, databaseUrl = null, nodeFlags = [] }) {
+  const configFile = join(dir, `${name}-config.json`);
+  writeFileSync(configFile, JSON.stringify(gatewayCatalogue(upstreamUrl), null, 2));
+  const child = spawnPinned({
+    core,
+    command: process.execPath,
+    args: [...nodeFlags, join(ROOT, 'packages/server/dist/main.js')],
+    env: gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl }),
+    logFile: join(dir, `${name}.log`),
+  });
+  const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 60_000, `the gateway (${name})`);
+  const key = await createKey(url);
+  return { url, key, pid: child.pid, rss: () => rssBytes(child.pid), scrape: () => scrapeMetrics(url), stop: () => stopChild(child, { timeoutMs: 30_000 }) };
+}
+
+/**
+ * The gateway's own process figures from GET /metrics (prom-client defaults).
+ * The event-loop delay histogram is reset by every scrape, so a scrape right
+ * before and right after a round gives that round's stalls.
+ */
+export async function scrapeMetrics(url) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const read = (name) => Number(new RegExp(`^gw_${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+  return {
+    heapUsedBytes: read('nodejs_heap_size_used_bytes'),
+    externalBytes: read('nodejs_external_memory_bytes'),
+    eventLoopP99Ms: read('nodejs_eventloop_lag_p99_seconds') * 1000,
+    eventLoopMaxMs: read('nodejs_eventloop_lag_max_seconds') * 1000,
+  };
+}
+
+/** A throwaway PostgreSQL (the testkit's, as the `postgres` user), every process of it moved to `core`; null when not installed. */
+export async function startPostgresPinned({ core }) {
+  const testkit = await import('@gw/testkit');
+  if (!testkit.havePostgres()) return null;
+  const pg = await testkit.startPostgres();
+  pinProcessTree(pg.pid, core);
+  return { url: await pg.createDatabase('gw_bench'), pid: pg.pid, stop: () => pg.stop() };
+}

@@ -1,0 +1,52 @@
+/**
+ * The issue's targets (2-core machine, gateway on one core). Each reads one
+ * figure from the scenarios of a full run; `max` targets are ceilings,
+ * `min` targets floors.
+ */
+export const TARGETS = [
+  { label: 'added latency p50, 50 ms upstream, 50 connections', unit: 'ms', max: 0.35, read: (s) => added(s.http50, 'p50') },
+  { label: 'added latency p99, 50 ms upstream, 50 connections', unit: 'ms', max: 1, read: (s) => added(s.http50, 'p99') },
+  { label: 'capacity, 0 ms upstream, gateway on one core', unit: 'req/s', min: 5000, read: (s) => s.http0?.gateway.rps },
+  { label: 'added time to first token p50', unit: 'ms', max: 0.5, read: (s) => addedTtft(s.stream, 'p50') },
+  { label: 'added time to first token p99', unit: 'ms', max: 2, read: (s) => addedTtft(s.stream, 'p99') },
+  ...burstTargets('embedded', (s) => s.burst),
+  ...burstTargets('PostgreSQL + Redis', (s) => s.prodBurst),
+  { label: 'Redis killed (fail-open): added latency p99', unit: 'ms', max: 5, read: (s) => added(s.redisDownHttp50, 'p99') },
+];
+
+function burstTargets(setup, pick) {
+  return [
+    { label: `1,000 concurrent streams (${setup}): completed`, unit: 'streams', min: 1000, read: (s) => pick(s)?.gateway.ok },
+    { label: `1,000 concurrent streams (${setup}): peak RSS`, unit: 'MB', max: 250, read: (s) => mb(pick(s)?.memory.rssPeak) },
+    { label: `1,000 concurrent streams (${setup}): RSS after vs start`, unit: '%', max: 10, read: (s) => rssGrowthPct(pick(s)?.memory) },
+  ];
+}
+
+export function added(scenario, p) {
+  return scenario ? scenario.gateway.latency[p] - scenario.direct.latency[p] : undefined;
+}
+
+export function addedTtft(scenario, p) {
+  return scenario ? scenario.gateway.ttft[p] - scenario.direct.ttft[p] : undefined;
+}
+
+function mb(bytes) {
+  return bytes === undefined ? undefined : bytes / 1024 / 1024;
+}
+
+function rssGrowthPct(memory) {
+  return memory ? ((memory.rssAfter - memory.rssBefore) / memory.rssBefore) * 100 : undefined;
+}
+
+/** Each target with its measured value, whether it is met, and by how much it is missed. */
+export function evaluateTargets(scenarios) {
+  return TARGETS.map((t) => {
+    const value = t.read(scenarios);
+    const limit = t.max ?? t.min;
+    if (value === undefined || Number.isNaN(value))
+      return { label: t.label, unit: t.unit, limit, bound: t.max === undefined ? 'min' : 'max', value: null, met: null, miss: null };
+    const met = t.max !== undefined ? value <= t.max : value >= t.min;
+    const miss = met ? 0 : Math.abs(value - limit);
+    return { label: t.label, unit: t.unit, limit, bound: t.max === undefined ? 'min' : 'max', value, met, miss };
+  });
+}

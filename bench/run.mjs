@@ -1,0 +1,143 @@
+// The gateway against direct, same run: `npm run bench` (full, writes docs/performance.md)
+// or `node bench/run.mjs --quick` (the CI regression guard; exits 1 on a large regression).
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startCpuMonitor } from './lib/cpu-monitor.mjs';
+import { checkGuard } from './lib/guard.mjs';
+import { machineFacts } from './lib/machine.mjs';
+import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
+import { renderMarkdown, renderTables } from './lib/report.mjs';
+import { burstOfStreams, compareHttp, compareStreams } from './lib/scenarios.mjs';
+import { startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
+
+const ROOT = new URL('../', import.meta.url).pathname;
+const GATEWAY_CORE = 0;
+const LOAD_CORE = 1;
+
+const PLANS = {
+  full: { rounds: 3, roundS: 4, warmupS: 2, prodRounds: 2, prodRoundS: 3, burst: 1000, settleS: 3, expectedMinutes: 3.5 },
+  quick: { rounds: 2, roundS: 2, warmupS: 1 },
+};
+
+const log = (line) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
+
+/** The scenarios of one gateway setup; `prefix` names them in the results (http0 or prodHttp0, …). */
+async function runSet({ ctx, gateway, prefix, rounds, roundS, warmupS, only }) {
+  const s = {};
+  const name = (id) => (prefix ? `${prefix}${id[0].toUpperCase()}${id.slice(1)}` : id);
+  const base = { upstream: ctx.upstream, gateway, monitor: ctx.monitor, rounds, roundS, warmupS };
+  const all = {
+    http0: () => compareHttp({ ...base, upstreamModel: 'fixed-0ms', connections: 50, warmupS: warmupS * 2 }),
+    http50: () => compareHttp({ ...base, upstreamModel: 'fixed-50ms', connections: 50 }),
+    http0c1: () => compareHttp({ ...base, upstreamModel: 'fixed-0ms', connections: 1, rounds: 2, roundS: 2, warmupS: 1 }),
+    stream: () => compareStreams({ ...base, upstreamModel: 'stream-50ms-20x10ms', concurrency: 50 }),
+    burst: () => burstOfStreams({ ...base, upstreamModel: 'stream-50ms-20x100ms', count: ctx.plan.burst, settleMs: ctx.plan.settleS * 1000 }),
+  };
+  for (const id of only) {
+    log(`${prefix || 'embedded'}: ${id}`);
+    s[name(id)] = await all[id]();
+  }
+  return s;
+}
+
+/** One instance, embedded defaults: PGlite store, in-process limiter, budget ledger and stream buffers. */
+async function embeddedScenarios(ctx, quick) {
+  const { plan } = ctx;
+  const gateway = await startGateway({ core: GATEWAY_CORE, dir: ctx.dir, name: 'gateway-embedded', upstreamUrl: ctx.upstream.url });
+  ctx.stops.push(gateway.stop);
+  const only = quick ? ['http0', 'stream'] : ['http0', 'http50', 'http0c1', 'stream', 'burst'];
+  const s = await runSet({ ctx, gateway, prefix: '', rounds: plan.rounds, roundS: plan.roundS, warmupS: plan.warmupS, only });
+  await gateway.stop();
+  return s;
+}
+
+/** The scaled-out setup: PostgreSQL store and Redis (limiter, ledger, stream buffers, revocations); then Redis killed. */
+async function productionScenarios(ctx) {
+  const { plan } = ctx;
+  const postgres = await startPostgresPinned({ core: LOAD_CORE });
+  if (postgres) ctx.stops.push(postgres.stop);
+  const redis = await startRedis({ core: LOAD_CORE, dir: ctx.dir });
+  ctx.stops.push(redis.kill);
+  ctx.setups.prod = `${postgres ? 'PostgreSQL' : 'PGlite (PostgreSQL is not installed)'} + Redis`;
+  const gateway = await startGateway({
+    core: GATEWAY_CORE,
+    dir: ctx.dir,
+    name: 'gateway-prod',
+    upstreamUrl: ctx.upstream.url,
+    redisUrl: redis.url,
+    databaseUrl: postgres?.url ?? null,
+  });
+  ctx.stops.push(gateway.stop);
+  const set = { ctx, gateway, prefix: 'prod', rounds: plan.prodRounds, roundS: plan.prodRoundS, warmupS: plan.warmupS };
+  const s = await runSet({ ...set, only: ['http0', 'http50', 'stream', 'burst'] });
+  await redis.kill();
+  Object.assign(s, await runSet({ ...set, prefix: 'redisDown', only: ['http50'] }));
+  await gateway.stop();
+  await postgres?.stop();
+  return s;
+}
+
+function writeResults(name, results) {
+  mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
+  writeFileSync(join(ROOT, 'bench/results', name), `${JSON.stringify(results, null, 2)}\n`);
+}
+
+function reportGuard(scenarios) {
+  const checks = checkGuard(scenarios);
+  for (const c of checks) log(`guard: ${c.ok ? 'ok  ' : 'FAIL'} ${c.label}: ${c.value.toFixed(2)} (${c.bound})`);
+  return checks.every((c) => c.ok);
+}
+
+async function main() {
+  if (Number(process.versions.node.split('.')[0]) < 24) {
+    log(`needs Node >= 24 (the gateway runs on this binary), not ${process.version}: use \`npm run bench\` or \`npx node bench/run.mjs\``);
+    return 2;
+  }
+  const quick = process.argv.includes('--quick');
+  killChildrenOnExit();
+  pinSelf(LOAD_CORE);
+  const ctx = { plan: quick ? PLANS.quick : PLANS.full, dir: mkdtempSync(join(tmpdir(), 'gw-bench-')), stops: [], setups: { embedded: 'PGlite + in-process' } };
+  removeIfInterrupted(ctx.dir);
+  const started = performance.now();
+  const monitor = startCpuMonitor({ budgetMs: quick ? 15_000 : 40_000 });
+  ctx.monitor = monitor;
+  try {
+    ctx.upstream = await startUpstream({ core: LOAD_CORE, dir: ctx.dir });
+    ctx.stops.push(ctx.upstream.stop);
+    const scenarios = await embeddedScenarios(ctx, quick);
+    if (!quick) Object.assign(scenarios, await productionScenarios(ctx));
+    const otherCpu = monitor.stop();
+    const results = {
+      mode: quick ? 'quick' : 'full',
+      machine: machineFacts(),
+      plan: ctx.plan,
+      setups: ctx.setups,
+      otherCpu,
+      durationS: (performance.now() - started) / 1000,
+      scenarios,
+    };
+    process.stdout.write(`\n${renderTables(results)}\n\n`);
+    log(
+      `done in ${results.durationS.toFixed(0)} s; other processes used ${otherCpu.meanCores.toFixed(2)} cores on average (busiest second ${otherCpu.maxCores.toFixed(2)})`,
+    );
+    if (quick) {
+      writeResults('quick.json', results);
+      return reportGuard(scenarios) ? 0 : 1;
+    }
+    writeResults('latest.json', results);
+    writeFileSync(join(ROOT, 'docs/performance.md'), renderMarkdown(results));
+    log('wrote docs/performance.md and bench/results/latest.json');
+    return 0;
+  } catch (err) {
+    log(`failed: ${err instanceof Error ? err.stack : err}\n  logs of the processes: ${ctx.dir}`);
+    ctx.keepDir = true;
+    return 2;
+  } finally {
+    monitor.stop();
+    for (const stop of ctx.stops.reverse()) await stop().catch(() => {});
+    if (!ctx.keepDir) rmSync(ctx.dir, { recursive: true, force: true });
+  }
+}
+
+process.exitCode = await main();
