@@ -36,7 +36,12 @@ export const ResponseFormat = Type.Union([
   Type.Object({
     type: Type.Literal('json_schema'),
     json_schema: Type.Object(
-      { name: Type.String({ minLength: 1 }), schema: Type.Optional(Type.Object({}, { additionalProperties: true })), strict: Type.Optional(Type.Boolean()), description: Type.Optional(Type.String()) },
+      {
+        name: Type.String({ minLength: 1 }),
+        schema: Type.Optional(Type.Object({}, { additionalProperties: true })),
+        strict: Type.Optional(Type.Boolean()),
+        description: Type.Optional(Type.String()),
+      },
       { additionalProperties: true },
     ),
   }),
@@ -52,7 +57,12 @@ export const ChatCompletionRequest = Type.Object(
     max_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
     top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: 1 })),
     tools: Type.Optional(Type.Array(ChatTool)),
-    tool_choice: Type.Optional(Type.Union([Type.Union(['none', 'auto', 'required'].map((c) => Type.Literal(c))), Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: Type.String() }) }, { additionalProperties: true })])),
+    tool_choice: Type.Optional(
+      Type.Union([
+        Type.Union(['none', 'auto', 'required'].map((c) => Type.Literal(c))),
+        Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: Type.String() }) }, { additionalProperties: true }),
+      ]),
+    ),
     response_format: Type.Optional(ResponseFormat),
     seed: Type.Optional(Type.Integer()),
     reasoning_effort: Type.Optional(Type.Union(['low', 'medium', 'high'].map((e) => Type.Literal(e)))),
@@ -61,10 +71,7 @@ export const ChatCompletionRequest = Type.Object(
 );
 export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>;
 
-const Usage = Type.Object(
-  { prompt_tokens: Type.Integer(), completion_tokens: Type.Integer(), total_tokens: Type.Integer() },
-  { additionalProperties: true },
-);
+const Usage = Type.Object({ prompt_tokens: Type.Integer(), completion_tokens: Type.Integer(), total_tokens: Type.Integer() }, { additionalProperties: true });
 
 export const ChatCompletionResponse = Type.Object(
   {

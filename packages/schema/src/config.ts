@@ -18,7 +18,10 @@ export interface ProviderConfig {
   baseUrl: string;
   apiKey?: string;
   region: string;
+  /** Upstream read timeout: the longest wait for the response headers, and between two body chunks. */
   timeoutMs?: number;
+  /** Upstream connect timeout (TCP and TLS); default: the read timeout, at most 10 s. */
+  connectTimeoutMs?: number;
   /** Azure: api-version query parameter. */
   apiVersion?: string;
 }

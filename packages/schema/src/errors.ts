@@ -22,6 +22,7 @@ export const CANONICAL_ERRORS = {
   upstream_failed: { a: [502, 'provider_down'], b: [502, 'upstream_unavailable'] },
   no_healthy_provider: { a: [503, 'provider_down'], b: [503, 'upstream_unavailable'] },
   store_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
+  idempotency_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   upstream_timeout: { a: [504, 'upstream_timeout'], b: [504, 'upstream_timeout'] },
 } as const satisfies Record<string, { a: readonly [number, string]; b: readonly [number, string] }>;
 
@@ -54,6 +55,7 @@ const B_TYPES: Record<CanonicalCode, string> = {
   upstream_failed: 'upstream_error',
   no_healthy_provider: 'upstream_error',
   store_unavailable: 'server_error',
+  idempotency_unavailable: 'server_error',
   upstream_timeout: 'upstream_error',
 };
 

@@ -28,7 +28,11 @@ export const ModelListB = Type.Object({ object: Type.Literal('list'), data: Type
 
 export const ModelsQueryA = Type.Object({ kind: Type.Optional(Kind) }, { additionalProperties: false });
 export const ModelsQueryB = Type.Object(
-  { family: Type.Optional(Type.String({ minLength: 1 })), capability: Type.Optional(Type.String({ minLength: 1 })), provider: Type.Optional(Type.String({ minLength: 1 })) },
+  {
+    family: Type.Optional(Type.String({ minLength: 1 })),
+    capability: Type.Optional(Type.String({ minLength: 1 })),
+    provider: Type.Optional(Type.String({ minLength: 1 })),
+  },
   { additionalProperties: false },
 );
 export const ModelParams = Type.Object({ id: Type.String({ minLength: 1 }) });

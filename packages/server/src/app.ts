@@ -16,7 +16,9 @@ import type { Services } from './http/services.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
 import { UsageWriter } from './jobs/usage-writer.js';
 import { MemoryBus } from './kv/memory.js';
-import { connectRedis, RedisBus } from './kv/redis.js';
+import { connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
+import type { Bus } from './kv/types.js';
+import { newRequestId } from './lib/ids.js';
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
 import { MemoryLedger } from './limits/memory-ledger.js';
@@ -24,16 +26,19 @@ import { MemoryWindowLimiter } from './limits/memory-window.js';
 import { RedisBetaQuota } from './limits/redis-beta-quota.js';
 import { RedisLedger } from './limits/redis-ledger.js';
 import { RedisWindowLimiter } from './limits/redis-window.js';
-import type { Bus } from './kv/types.js';
-import { newRequestId } from './lib/ids.js';
 import { createAdapter } from './providers/index.js';
 import type { ProviderAdapter } from './providers/types.js';
+import { type IdempotencyBackend, IdempotencyService } from './routing/idempotency.js';
+import { RedisIdempotencyBackend } from './routing/idempotency-redis.js';
+import { SqlIdempotencyBackend } from './routing/idempotency-sql.js';
+import { OfferStats } from './routing/offer-stats.js';
+import { OfferStatsSharing } from './routing/offer-stats-sharing.js';
 import { ModelRegistry } from './routing/registry.js';
+import { openStore } from './store/open.js';
+import type { Store } from './store/types.js';
 import { MemoryStreamStore } from './streaming/memory-stream-store.js';
 import { RedisStreamStore } from './streaming/redis-stream-store.js';
 import { StreamSessions } from './streaming/sessions.js';
-import { openStore } from './store/open.js';
-import type { Store } from './store/types.js';
 
 export function gatewayVersion(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -67,6 +72,13 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   const streams = redis ? new RedisStreamStore(redis, config.streamGraceS) : new MemoryStreamStore(config.streamGraceS);
   const sessions = new StreamSessions();
+  const offerStats = new OfferStats({ failures: config.circuitFailures, openMs: config.circuitOpenMs, remeasureMs: config.remeasureMs });
+  // With Redis, every instance learns what the others see of each offer; without it, each keeps its own.
+  const sharing = config.redisUrl ? await OfferStatsSharing.start(bus, offerStats) : null;
+  const idempotency = new IdempotencyService(await idempotencyBackend(config, store), {
+    waitMs: config.idempotencyWaitMs,
+    claimTtlMs: config.idempotencyClaimTtlMs,
+  });
   const adapters = new Map<string, ProviderAdapter>();
   for (const p of catalogue.providers) adapters.set(p.id, createAdapter(p));
   const registry = new ModelRegistry(catalogue, adapters);
@@ -99,6 +111,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     streams,
     sessions,
     metrics,
+    offerStats,
+    idempotency,
     lifecycle: { draining: false, inFlight: 0 },
   };
   const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'));
@@ -120,6 +134,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await usage.stop();
       await Promise.all([...adapters.values()].map((a) => a.close()));
       await streams.close();
+      sharing?.close();
+      await idempotency.close();
       await bus.close();
       redis?.disconnect();
       if (limiter instanceof MemoryWindowLimiter) limiter.close();
@@ -128,6 +144,13 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       app.log.info('stopped');
     },
   };
+}
+
+/** Idempotency keys live in Redis when there is one, else in the store. */
+async function idempotencyBackend(config: GatewayConfig, store: Store): Promise<IdempotencyBackend> {
+  if (!config.redisUrl) return new SqlIdempotencyBackend(store.idempotency);
+  // Stored answers can be large (a whole stream): this connection waits longer than the limiter's.
+  return new RedisIdempotencyBackend(await connectRedis(config.redisUrl, { ...FAST_FAIL_OPTIONS, commandTimeout: 2000 }));
 }
 
 async function closeStore(store: Store): Promise<void> {
@@ -143,7 +166,10 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
     logger: logger
       ? {
           level: config.logLevel,
-          redact: { paths: ['req.headers.authorization', 'req.headers["api-key"]', 'req.headers["x-api-key"]', '*.apiKey', '*.key', '*.password'], censor: '[redacted]' },
+          redact: {
+            paths: ['req.headers.authorization', 'req.headers["api-key"]', 'req.headers["x-api-key"]', '*.apiKey', '*.key', '*.password'],
+            censor: '[redacted]',
+          },
         }
       : false,
     bodyLimit: config.bodyLimitBytes,
@@ -160,7 +186,9 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
   await registerOpenApi(app, services.version);
   registerRequestContext(app, services);
   app.setErrorHandler((err, request, reply) => sendError(err, request, reply, 'a'));
-  app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, 'a'));
+  app.setNotFoundHandler((request, reply) =>
+    sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, 'a'),
+  );
   opsRoutes(app, services);
   openApiRoutes(app);
   await app.register(publicApi, { prefix: '/v1', services, variant: 'a' });

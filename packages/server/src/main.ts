@@ -1,4 +1,4 @@
-import { startSimulator, type Simulator } from '@gw/simulator';
+import { type Simulator, startSimulator } from '@gw/simulator';
 import { createGateway } from './app.js';
 import { ensureFirstKey } from './auth/first-key.js';
 import { ConfigError, type GatewayConfig, loadConfig } from './config/index.js';

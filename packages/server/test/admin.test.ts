@@ -66,11 +66,19 @@ describe('admin API', () => {
   });
 
   it('refuses a wrong admin token and hides the API without GW_ADMIN_TOKEN', async () => {
-    const wrong = await fetch(`${gw.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: 'Bearer nope', 'content-type': 'application/json' }, body: '{}' });
+    const wrong = await fetch(`${gw.url}/admin/v1/keys`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer nope', 'content-type': 'application/json' },
+      body: '{}',
+    });
     expect(wrong.status).toBe(401);
     const other = await startGateway({ env: { GW_ADMIN_TOKEN: '' }, sim: gw.sim });
     try {
-      const res = await fetch(`${other.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{}' });
+      const res = await fetch(`${other.url}/admin/v1/keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: '{}',
+      });
       expect(res.status).toBe(404);
     } finally {
       await other.close();

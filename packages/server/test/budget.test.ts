@@ -1,5 +1,5 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
-import { startSimulator, type Simulator } from '@gw/simulator';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
@@ -81,7 +81,9 @@ describe('budget edges', () => {
     expect(statuses.at(-1)).toBe(402);
     const sdk = new OpenAI({ apiKey: key, baseURL: two.baseA, maxRetries: 3 });
     const started = Date.now();
-    const err = await sdk.chat.completions.create({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'x' }], max_tokens: MAX_TOKENS }).catch((e: unknown) => e);
+    const err = await sdk.chat.completions
+      .create({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'x' }], max_tokens: MAX_TOKENS })
+      .catch((e: unknown) => e);
     expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(402);
     // x-should-retry: false keeps the SDK from retrying (three retries would take seconds).
     expect(Date.now() - started).toBeLessThan(400);

@@ -95,7 +95,9 @@ describe('chat completions through the official openai SDK', () => {
   it('answers 504 upstream_timeout when the provider does not answer in time', async () => {
     gw.sim.providers.nebius?.setFault({ kind: 'hang' });
     for (const client of [a, b]) {
-      const err = (await client.chat.completions.create(ask, { headers: { 'X-Gateway-Provider': 'nebius' } }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+      const err = (await client.chat.completions.create(ask, { headers: { 'X-Gateway-Provider': 'nebius' } }).catch((e: unknown) => e)) as InstanceType<
+        typeof OpenAI.APIError
+      >;
       expect(err.status).toBe(504);
       expect(err.code).toBe('upstream_timeout');
     }

@@ -34,10 +34,18 @@ describe('config file', () => {
 
   it('names the file, the field path and what was expected', () => {
     const cases: [string, Record<string, string>, RegExp][] = [
-      [good.replace('type: openai', 'type: grpc'), { ALPHA_API_KEY: 'k' }, /gw\.yaml at \/providers\/0\/type: expected one of "openai", "mistral", "azure", "cohere"/],
+      [
+        good.replace('type: openai', 'type: grpc'),
+        { ALPHA_API_KEY: 'k' },
+        /gw\.yaml at \/providers\/0\/type: expected one of "openai", "mistral", "azure", "cohere"/,
+      ],
       [good, {}, /gw\.yaml at \/providers\/0\/apiKey: expected environment variable ALPHA_API_KEY to be set/],
       [good.replace('kind: chat', 'kind: video'), { ALPHA_API_KEY: 'k' }, /\/models\/0\/kind/],
-      [good.replace('provider: alpha', 'provider: beta'), { ALPHA_API_KEY: 'k' }, /\/models\/0\/offers\/0\/provider: expected one of the providers' ids \(alpha\), not beta/],
+      [
+        good.replace('provider: alpha', 'provider: beta'),
+        { ALPHA_API_KEY: 'k' },
+        /\/models\/0\/offers\/0\/provider: expected one of the providers' ids \(alpha\), not beta/,
+      ],
       [good.replace('prompt_per_1m: 0.20', 'prompt_per_1m: cheap'), { ALPHA_API_KEY: 'k' }, /\/models\/0\/offers\/0\/pricing\/prompt_per_1m: expected number/],
       ['providers: [', {}, /gw\.yaml at \/: expected valid YAML/],
     ];

@@ -60,7 +60,9 @@ describe('errors in each variant’s envelope', () => {
 
   it('the SDK maps them to its error classes', async () => {
     const a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-    await expect(a.chat.completions.create({ model: 'nobody/nothing', messages: [{ role: 'user', content: 'x' }] })).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(a.chat.completions.create({ model: 'nobody/nothing', messages: [{ role: 'user', content: 'x' }] })).rejects.toBeInstanceOf(
+      OpenAI.NotFoundError,
+    );
     const bad = new OpenAI({ apiKey: 'gw_live_nope', baseURL: gw.baseB, maxRetries: 0 });
     const err = await bad.models.list().catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
@@ -115,7 +117,10 @@ describe('errors in each variant’s envelope', () => {
   it('never reflects an arbitrary Origin', async () => {
     const res = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}`, origin: 'https://evil.example' } });
     expect(res.headers.get('access-control-allow-origin')).toBeNull();
-    const pre = await fetch(`${gw.baseA}/chat/completions`, { method: 'OPTIONS', headers: { origin: 'https://evil.example', 'access-control-request-method': 'POST' } });
+    const pre = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'OPTIONS',
+      headers: { origin: 'https://evil.example', 'access-control-request-method': 'POST' },
+    });
     expect(pre.headers.get('access-control-allow-origin')).toBeNull();
   });
 });

@@ -32,7 +32,11 @@ const SPEC_ROUTES = [
 
 describe('OpenAPI 3.1', () => {
   it('is valid, versioned from package.json, identical at both addresses, and lists every SPEC route in both variants', async () => {
-    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { openapi: string; info: { version: string }; paths: Record<string, Record<string, unknown>> };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as {
+      openapi: string;
+      info: { version: string };
+      paths: Record<string, Record<string, unknown>>;
+    };
     const copy = await (await fetch(`${gw.url}/dashboard/openapi.json`)).json();
     expect(copy).toEqual(doc);
     expect(doc.openapi).toBe('3.1.0');
@@ -52,7 +56,9 @@ describe('OpenAPI 3.1', () => {
   });
 
   it('documents each variant with its own error codes', async () => {
-    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, { responses: Record<string, { content: Record<string, { schema: unknown }> }> }>> };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, { responses: Record<string, { content: Record<string, { schema: unknown }> }> }>>;
+    };
     const a = JSON.stringify(doc.paths['/v1/chat/completions']?.post?.responses['4XX']);
     const b = JSON.stringify(doc.paths['/alt/v1/chat/completions']?.post?.responses['4XX']);
     expect(a).toContain('validation_error');

@@ -1,7 +1,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startSimulator, type Simulator } from '@gw/simulator';
+import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../src/store/open.js';
 import { ADMIN_TOKEN } from './helpers/gateway.js';
@@ -67,7 +67,10 @@ describe('operations', () => {
     const requestId = res.headers.get('x-request-id') as string;
     expect(await proc.exited).toBe(0);
 
-    const logs = proc.output().replace(/Created the first API key.*\n/, '').replace(/Try: curl.*\n/, '');
+    const logs = proc
+      .output()
+      .replace(/Created the first API key.*\n/, '')
+      .replace(/Try: curl.*\n/, '');
     expect(logs).not.toContain(key);
     expect(logs).not.toContain(sim.providers.scaleway?.apiKey as string);
     expect(logs).toMatch(/"msg":"draining/);

@@ -1,5 +1,5 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
-import { startSimulator, type Simulator } from '@gw/simulator';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedis } from '../src/kv/redis.js';
@@ -31,7 +31,11 @@ afterAll(async () => {
 
 const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'count me' }], max_tokens: 5 });
 function chat(base: string, key: string, overrides: { body?: string } = {}) {
-  return fetch(`${base}/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: overrides.body ?? body });
+  return fetch(`${base}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: overrides.body ?? body,
+  });
 }
 
 describe.each([
@@ -55,7 +59,9 @@ describe.each([
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter).toBeLessThanOrEqual(60);
     expect(Number(a.headers.get('x-ratelimit-reset'))).toBe(retryAfter);
-    expect(await a.json()).toEqual({ error: { message: 'Rate limit exceeded (5 RPM)', type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', param: null } });
+    expect(await a.json()).toEqual({
+      error: { message: 'Rate limit exceeded (5 RPM)', type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', param: null },
+    });
     const b = await chat(gw().baseB, key);
     expect(b.status).toBe(429);
     expect(((await b.json()) as { error: { code: string } }).error.code).toBe('rate_limited');

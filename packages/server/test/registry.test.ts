@@ -1,4 +1,4 @@
-import { startSimulator, type Simulator } from '@gw/simulator';
+import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
@@ -22,7 +22,11 @@ async function providersOf(id: string): Promise<string[] | null> {
   return res.status === 200 ? ((await res.json()) as { providers: string[] }).providers : null;
 }
 const chat = (model: string) =>
-  fetch(`${gw.baseA}/chat/completions`, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }] }) });
+  fetch(`${gw.baseA}/chat/completions`, {
+    method: 'POST',
+    headers: { ...auth(), 'content-type': 'application/json' },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }] }),
+  });
 
 describe('the live registry', () => {
   it('drops an offer when its provider stops listing the model, and regains it', async () => {
@@ -45,7 +49,11 @@ describe('the live registry', () => {
     nebius?.setModels(nebiusBefore.filter((m) => m !== 'Qwen/Qwen3-32B'));
     await gw.admin('POST', '/registry/rebuild');
     expect((await chat('qwen/qwen3-32b')).status).toBe(404);
-    const b = await fetch(`${gw.baseB}/chat/completions`, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body: JSON.stringify({ model: 'qwen/qwen3-32b', messages: [{ role: 'user', content: 'x' }] }) });
+    const b = await fetch(`${gw.baseB}/chat/completions`, {
+      method: 'POST',
+      headers: { ...auth(), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'qwen/qwen3-32b', messages: [{ role: 'user', content: 'x' }] }),
+    });
     expect(b.status).toBe(400);
     expect(((await b.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
     const list = (await (await fetch(`${gw.baseA}/models`, { headers: auth() })).json()) as { data: { id: string }[] };
@@ -81,7 +89,8 @@ describe('the live registry', () => {
   });
 
   it('filters B by family, capability and provider, and A by kind', async () => {
-    const get = async (base: string, q: string) => ((await (await fetch(`${base}/models?${q}`, { headers: auth() })).json()) as { data: Record<string, unknown>[] }).data;
+    const get = async (base: string, q: string) =>
+      ((await (await fetch(`${base}/models?${q}`, { headers: auth() })).json()) as { data: Record<string, unknown>[] }).data;
     const meta = await get(gw.baseB, 'family=meta');
     expect(meta.length).toBeGreaterThan(0);
     expect(meta.every((m) => String(m.id).startsWith('meta/'))).toBe(true);

@@ -17,7 +17,12 @@ function upstream(count: number, size: number, gapMs = 0): ChatStream & { aborte
     }
   }
   const it = gen();
-  return Object.assign(state, { [Symbol.asyncIterator]: () => it, abort: () => { state.aborted = true; } }) as ChatStream & typeof state;
+  return Object.assign(state, {
+    [Symbol.asyncIterator]: () => it,
+    abort: () => {
+      state.aborted = true;
+    },
+  }) as ChatStream & typeof state;
 }
 
 async function start(up: ReturnType<typeof upstream>, graceMs: number) {
@@ -26,7 +31,18 @@ async function start(up: ReturnType<typeof upstream>, graceMs: number) {
   let outcome: StreamOutcome | null = null;
   const store = new MemoryStreamStore(60);
   await store.create('req_000000000000000000000001', { keyId: 'k', model: 'm' });
-  const session = new StreamSession({ streamId: 'req_000000000000000000000001', model: 'gw/model', upstream: up, iterator: it, first: first.value as ChatChunk, store, graceMs, onEnd: (o) => { outcome = o; } });
+  const session = new StreamSession({
+    streamId: 'req_000000000000000000000001',
+    model: 'gw/model',
+    upstream: up,
+    iterator: it,
+    first: first.value as ChatChunk,
+    store,
+    graceMs,
+    onEnd: (o) => {
+      outcome = o;
+    },
+  });
   return { session, store, outcome: () => outcome };
 }
 

@@ -1,5 +1,5 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
-import { startSimulator, type Simulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';

@@ -1,5 +1,5 @@
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { startSimulator, type Simulator } from '@gw/simulator';
+import { type Simulator, startSimulator } from '@gw/simulator';
 import { streamText } from 'ai';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -74,7 +74,10 @@ describe('streaming chat with the official openai SDK', () => {
 
   it('normalises reasoning deltas to reasoning_content', async () => {
     for (const provider of ['ovh', 'nebius']) {
-      const stream = await a.chat.completions.create({ model: 'deepseek/r1-distill-70b', messages, stream: true }, { headers: { 'X-Gateway-Provider': provider } });
+      const stream = await a.chat.completions.create(
+        { model: 'deepseek/r1-distill-70b', messages, stream: true },
+        { headers: { 'X-Gateway-Provider': provider } },
+      );
       let reasoning = '';
       for await (const chunk of stream) {
         const delta = chunk.choices[0]?.delta as Record<string, unknown> | undefined;
@@ -87,7 +90,9 @@ describe('streaming chat with the official openai SDK', () => {
 
   it('errors before the first byte answer JSON in the envelope; after it, an error event the SDK throws', async () => {
     sim.providers.scaleway?.setFault({ kind: 'status', status: 500 });
-    const before = await a.chat.completions.create({ model: MODEL, messages, stream: true }, { headers: { 'X-Gateway-Provider': 'scaleway' } }).catch((e: unknown) => e);
+    const before = await a.chat.completions
+      .create({ model: MODEL, messages, stream: true }, { headers: { 'X-Gateway-Provider': 'scaleway' } })
+      .catch((e: unknown) => e);
     expect((before as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
     expect((before as InstanceType<typeof OpenAI.APIError>).code).toBe('provider_down');
     sim.providers.scaleway?.setFault({ kind: 'error_after_200', afterChunks: 3 });
@@ -163,7 +168,9 @@ describe('raw event stream', () => {
       const seq = (e: SseEvent) => e.id?.split(':')[1];
       expect(rest.map((e) => e.id?.split(':')[0])).toEqual(rest.map(() => requestId));
       expect(rest.map(seq)).toEqual(full.slice(5).map(seq));
-      expect([...head, ...rest].map((e) => e.data.replace(/"id":"[^"]*"|"created":\d+/g, ''))).toEqual(full.map((e) => e.data.replace(/"id":"[^"]*"|"created":\d+/g, '')));
+      expect([...head, ...rest].map((e) => e.data.replace(/"id":"[^"]*"|"created":\d+/g, ''))).toEqual(
+        full.map((e) => e.data.replace(/"id":"[^"]*"|"created":\d+/g, '')),
+      );
       expect(sim.providers.scaleway?.stats().byEndpoint.chat).toBe(1);
       const records = await usageOf(requestId);
       expect(records).toHaveLength(1);

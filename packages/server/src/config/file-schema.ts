@@ -22,6 +22,7 @@ export const ProviderSchema = Type.Object(
     apiKey: Type.Optional(Type.String()),
     region: Type.String({ minLength: 1 }),
     timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: 3_600_000 })),
+    connectTimeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: 600_000 })),
     apiVersion: Type.Optional(Type.String({ minLength: 1 })),
   },
   { additionalProperties: false },

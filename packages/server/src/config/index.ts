@@ -33,6 +33,16 @@ export interface GatewayConfig {
   readonly streamGraceS: number;
   /** The longest silence on a stream before an SSE comment is sent. */
   readonly streamHeartbeatMs: number;
+  /** Failures in a row that open an offer's circuit (docs/routing.md). */
+  readonly circuitFailures: number;
+  /** How long an open circuit keeps its offer out of every plan before a probe may try it. */
+  readonly circuitOpenMs: number;
+  /** How long an offer may go unmeasured before `fastest`/`best` re-measure it. */
+  readonly remeasureMs: number;
+  /** How long a concurrent repeat of an idempotent request waits for the first one's answer before its 409. */
+  readonly idempotencyWaitMs: number;
+  /** How long an idempotency claim outlives a crashed instance. */
+  readonly idempotencyClaimTtlMs: number;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
@@ -75,5 +85,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
     streamGraceS: int(env, 'GW_STREAM_GRACE_S', 300, 0, 86_400),
     streamHeartbeatMs: int(env, 'GW_STREAM_HEARTBEAT_MS', 10_000, 100, 15_000),
+    circuitFailures: int(env, 'GW_CIRCUIT_FAILURES', 5, 1, 1_000_000),
+    circuitOpenMs: int(env, 'GW_CIRCUIT_OPEN_MS', 30_000, 10, 3_600_000),
+    remeasureMs: int(env, 'GW_ROUTING_REMEASURE_MS', 30_000, 10, 3_600_000),
+    idempotencyWaitMs: int(env, 'GW_IDEMPOTENCY_WAIT_MS', 10_000, 0, 600_000),
+    idempotencyClaimTtlMs: int(env, 'GW_IDEMPOTENCY_CLAIM_TTL_MS', 60_000, 100, 3_600_000),
   });
 }

@@ -54,7 +54,8 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     if (models.has(m.id)) throw new ConfigError(file, `/models/${i}/id`, `a unique model id (${m.id} repeats)`);
     models.add(m.id);
     m.offers.forEach((o, j) => {
-      if (!ids.has(o.provider)) throw new ConfigError(file, `/models/${i}/offers/${j}/provider`, `one of the providers' ids (${[...ids].join(', ')}), not ${o.provider}`);
+      if (!ids.has(o.provider))
+        throw new ConfigError(file, `/models/${i}/offers/${j}/provider`, `one of the providers' ids (${[...ids].join(', ')}), not ${o.provider}`);
     });
   });
 }

@@ -26,7 +26,10 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
   const res = await services.ledger.reserve(tag, scopes, worstEur, request.id);
   if (!res.ok) {
     const what = res.scope.startsWith('ws:') ? 'workspace' : 'API key';
-    throw new GatewayError('budget_exceeded', `The budget of this ${what} is used up, or too little of it is left for this request (its worst case is €${worstEur.toFixed(6)}).`);
+    throw new GatewayError(
+      'budget_exceeded',
+      `The budget of this ${what} is used up, or too little of it is left for this request (its worst case is €${worstEur.toFixed(6)}).`,
+    );
   }
   request.gw.reservation = res.reservation;
 }

@@ -9,6 +9,8 @@ export interface RequestState {
   startedAt: number;
   /** Milliseconds spent waiting on upstream providers. */
   upstreamMs: number;
+  /** Upstream attempts started (an idempotent answer is stored only once one was). */
+  upstreamCalls: number;
   key: ApiKeyRecord | null;
   /** Set by model routes: the request is billable and gets a usage record. */
   usage: UsageDraft | null;

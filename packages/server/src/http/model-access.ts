@@ -36,7 +36,9 @@ function header(request: FastifyRequest, name: string): string | null {
 export function routeOptions(services: Services, request: FastifyRequest): RouteOptions {
   const strategy = header(request, 'x-gateway-strategy') ?? 'default';
   if (!(STRATEGIES as readonly string[]).includes(strategy)) {
-    throw new GatewayError('validation', `Invalid X-Gateway-Strategy '${strategy}': expected one of ${STRATEGIES.join(', ')}.`, { param: 'X-Gateway-Strategy' });
+    throw new GatewayError('validation', `Invalid X-Gateway-Strategy '${strategy}': expected one of ${STRATEGIES.join(', ')}.`, {
+      param: 'X-Gateway-Strategy',
+    });
   }
   const hopsRaw = header(request, 'x-gateway-max-hops') ?? '2';
   if (!/^[0-5]$/.test(hopsRaw)) {
@@ -50,7 +52,11 @@ export function routeOptions(services: Services, request: FastifyRequest): Route
   }
   const prefer = header(request, 'x-gateway-provider-prefer');
   if (prefer !== null && !known.includes(prefer)) {
-    throw new GatewayError('validation', `Unknown provider '${prefer}' in X-Gateway-Provider-Prefer: expected one of ${known.join(', ')}.`, { param: 'X-Gateway-Provider-Prefer' });
+    throw new GatewayError('validation', `Unknown provider '${prefer}' in X-Gateway-Provider-Prefer: expected one of ${known.join(', ')}.`, {
+      param: 'X-Gateway-Provider-Prefer',
+    });
   }
-  return { strategy: strategy as Strategy, pin, prefer, maxHops: Number(hopsRaw) };
+  const body = request.body as { stream?: unknown } | null | undefined;
+  const stream = typeof body === 'object' && body !== null && body.stream === true;
+  return { strategy: strategy as Strategy, pin, prefer, maxHops: Number(hopsRaw), stats: services.offerStats, stream };
 }

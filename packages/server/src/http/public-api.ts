@@ -3,12 +3,16 @@ import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import { sendError } from './errors.js';
 import { registerApiKeyAuth } from './plugins/api-key-auth.js';
+import { registerIdempotency } from './plugins/idempotency.js';
 import { registerRateLimit } from './plugins/rate-limit.js';
 import { registerUsageRecording } from './plugins/usage-recording.js';
 import { chatCompletionsRoute } from './routes/chat-completions.js';
 import { routeDocs } from './routes/docs.js';
+import { embeddingsRoute } from './routes/embeddings.js';
 import { modelsRoutes } from './routes/models.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
+import { rerankRoute } from './routes/rerank.js';
+import { transcriptionsRoute } from './routes/transcriptions.js';
 import type { Services } from './services.js';
 
 /** One variant of the public API (mounted at /v1 and /alt/v1): the same routes, its own error codes, headers and model fields. */
@@ -17,15 +21,21 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
   // Response schemas document the API; bodies are relayed as the provider shaped them, so no field is dropped.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   app.setErrorHandler((err, request, reply) => sendError(err, request, reply, variant));
-  app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variant));
+  app.setNotFoundHandler((request, reply) =>
+    sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variant),
+  );
   app.addHook('onRequest', async (request) => {
     request.gw.variant = variant;
   });
   registerApiKeyAuth(app, services);
   registerRateLimit(app, services);
   registerUsageRecording(app, services);
+  registerIdempotency(app, services);
   const docs = routeDocs(variant);
   modelsRoutes(app, services, docs);
   chatCompletionsRoute(app, services, docs);
+  embeddingsRoute(app, services, docs);
+  rerankRoute(app, services, docs);
+  await transcriptionsRoute(app, services, docs);
   notImplementedRoutes(app, docs);
 }

@@ -1,11 +1,13 @@
 import type { ApiKeyAuthenticator } from '../auth/api-keys.js';
-import type { GatewayConfig } from '../config/index.js';
 import type { WorkspaceCache } from '../auth/workspace-cache.js';
+import type { GatewayConfig } from '../config/index.js';
 import type { UsageWriter } from '../jobs/usage-writer.js';
 import type { BetaQuota } from '../limits/beta-quota.js';
 import type { BudgetLedger } from '../limits/budget-types.js';
 import type { RateLimiter } from '../limits/types.js';
 import type { ProviderAdapter } from '../providers/types.js';
+import type { IdempotencyService } from '../routing/idempotency.js';
+import type { OfferStats } from '../routing/offer-stats.js';
 import type { ModelRegistry } from '../routing/registry.js';
 import type { Store } from '../store/types.js';
 import type { StreamSessions } from '../streaming/sessions.js';
@@ -29,6 +31,10 @@ export interface Services {
   streams: StreamStore;
   sessions: StreamSessions;
   metrics: Metrics;
+  /** Circuits and moving latency/success measures per offer (shared over Redis when configured). */
+  offerStats: OfferStats;
+  /** X-Idempotency-Key claims and stored answers (Redis when configured, else the store). */
+  idempotency: IdempotencyService;
   /** `inFlight`: requests whose response has not closed yet. */
   lifecycle: { draining: boolean; inFlight: number };
 }

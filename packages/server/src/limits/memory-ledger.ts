@@ -1,4 +1,4 @@
-import { type BudgetLedger, type BudgetScope, fromNano, type Reservation, RESERVATION_TTL_MS, type ReserveResult, toNano } from './budget-types.js';
+import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
 interface Account {
   spent: number;

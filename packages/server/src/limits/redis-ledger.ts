@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { type BudgetLedger, type BudgetScope, fromNano, type Reservation, RESERVATION_TTL_MS, type ReserveResult, toNano } from './budget-types.js';
+import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
 // KEYS: per scope, its spent string then its holds sorted set. ARGV: nano, request id, hold ttl ms, then a limit per scope (-1: none).
 // Returns 0 (held), i (scope i refused) or -i (scope i not loaded yet: call again with its spent).

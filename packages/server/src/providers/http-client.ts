@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import { errors as undiciErrors, Pool } from 'undici';
+import { Pool, errors as undiciErrors } from 'undici';
 import { UpstreamError } from '../errors/upstream-error.js';
 
 export interface JsonResponse {
@@ -64,7 +64,9 @@ export class UpstreamHttp {
    * Starts a streamed request. Resolves with the open body on 2xx; reads a
    * non-2xx answer whole and returns it for the adapter to map.
    */
-  async stream(req: UpstreamRequest): Promise<{ ok: true; status: number; body: AsyncIterable<Uint8Array> & { destroy(): void } } | ({ ok: false } & JsonResponse)> {
+  async stream(
+    req: UpstreamRequest,
+  ): Promise<{ ok: true; status: number; body: AsyncIterable<Uint8Array> & { destroy(): void } } | ({ ok: false } & JsonResponse)> {
     try {
       const res = await this.pool.request({
         method: req.method,

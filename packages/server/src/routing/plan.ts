@@ -1,6 +1,10 @@
 import type { Strategy } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
+import type { OfferStatsView } from './offer-stats.js';
 import type { Offer, RegistryModel } from './registry.js';
+import { orderOffers, type RequestSize } from './strategies.js';
+
+export { expectedCost, type RequestSize } from './strategies.js';
 
 export interface RouteOptions {
   strategy: Strategy;
@@ -10,34 +14,46 @@ export interface RouteOptions {
   prefer: string | null;
   /** Failover hops allowed after the first offer. */
   maxHops: number;
+  /** What this instance knows of each offer's health and speed; none: every offer is healthy and unmeasured. */
+  stats?: OfferStatsView | undefined;
+  /** The request streams: `fastest` compares time to first token rather than total time. */
+  stream?: boolean | undefined;
 }
 
-export interface RequestSize {
-  promptTokens: number;
-  maxTokens: number;
-}
-
-/** Expected EUR cost of a request at an offer's prices. */
-export function expectedCost(offer: Offer, size: RequestSize): number {
-  return (size.promptTokens * offer.pricing.prompt_per_1m + size.maxTokens * offer.pricing.completion_per_1m) / 1_000_000;
-}
-
-/** Orders a model's offers into the plan the request walks. */
+/**
+ * Orders a model's offers into the plan the request walks: offers whose
+ * circuit is open are left out; a pin keeps its one offer; otherwise the
+ * strategy orders the rest, a preferred provider goes first, and the plan
+ * is cut to the first offer plus `maxHops` failovers.
+ */
 export function planOffers(model: RegistryModel, options: RouteOptions, size: RequestSize): Offer[] {
+  const view = options.stats;
+  const healthy = (o: Offer) => view?.available(o) ?? true;
   if (options.pin !== null) {
     const pinned = model.offers.filter((o) => o.provider === options.pin);
     if (pinned.length === 0) {
       throw new GatewayError('provider_unsupported', `Provider '${options.pin}' does not serve model '${model.id}'.`, { param: 'X-Gateway-Provider' });
     }
-    return pinned;
+    const usable = pinned.filter(healthy);
+    if (usable.length === 0) throw noHealthyOffer(model, pinned, view);
+    return usable.slice(0, 1);
   }
-  let offers = [...model.offers];
-  if (options.strategy === 'cheapest') {
-    offers.sort((x, y) => expectedCost(x, size) - expectedCost(y, size));
-  }
+  const candidates = model.offers.filter(healthy);
+  if (candidates.length === 0) throw noHealthyOffer(model, model.offers, view);
+  const mode = options.stream === true ? 'stream' : 'full';
+  let offers = orderOffers(candidates, options.strategy, { size, view, mode, scope: `${mode}|${model.id}`, explore: options.prefer === null });
   if (options.prefer !== null) {
     const preferred = offers.filter((o) => o.provider === options.prefer);
     offers = [...preferred, ...offers.filter((o) => o.provider !== options.prefer)];
   }
   return offers.slice(0, options.maxHops + 1);
+}
+
+/** Every offer's circuit is open: 503, retry once the first of them lets a probe through. */
+function noHealthyOffer(model: RegistryModel, offers: Offer[], view: OfferStatsView | undefined): GatewayError {
+  const waitMs = Math.min(...offers.map((o) => view?.remainingMs(o) ?? 0));
+  const providers = [...new Set(offers.map((o) => o.provider))].join(', ');
+  return new GatewayError('no_healthy_provider', `No provider of '${model.id}' is healthy right now (${providers} failed recently and are paused).`, {
+    retryAfterS: Math.max(1, Math.ceil(waitMs / 1000)),
+  });
 }

@@ -12,10 +12,12 @@
  */
 import { and, count, desc, eq, gte, lt, type SQL, sql } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { DrizzleIdempotencyRepo } from './idempotency-repo.js';
 import type * as schema from './schema.js';
 import { apiKeys, settings, usageRecords, workspaces } from './schema.js';
 import type {
   ApiKeyRecord,
+  IdempotencyRepo,
   KeyPatch,
   KeyRepo,
   NewApiKey,
@@ -220,6 +222,7 @@ export class DrizzleStore implements Store {
   readonly keys: KeyRepo;
   readonly usage: UsageRepo;
   readonly settings: SettingsRepo;
+  readonly idempotency: IdempotencyRepo;
   readonly #hooks: DriverHooks;
   #closed: Promise<void> | undefined;
 
@@ -230,6 +233,7 @@ export class DrizzleStore implements Store {
     this.keys = new DrizzleKeyRepo(db);
     this.usage = new DrizzleUsageRepo(db);
     this.settings = new DrizzleSettingsRepo(db);
+    this.idempotency = new DrizzleIdempotencyRepo(db);
   }
 
   migrate(): Promise<void> {

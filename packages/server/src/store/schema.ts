@@ -80,3 +80,27 @@ export const settings = pgTable('settings', {
   name: text('name').primaryKey(),
   value: text('value').notNull(),
 });
+
+/**
+ * X-Idempotency-Key claims and stored answers when no Redis is configured.
+ * `scope` is the API key id and a digest of the idempotency key. A row is
+ * live until `expires_at`: a pending claim for a short while (refreshed
+ * while its request runs, so a crashed instance's claim runs out), a
+ * stored answer for 24 hours. Expired rows are taken over by the next
+ * claim and swept now and then.
+ */
+export const idempotencyKeys = pgTable(
+  'idempotency_keys',
+  {
+    scope: text('scope').primaryKey(),
+    fingerprint: text('fingerprint').notNull(),
+    /** The claim's random owner token: only it may refresh, complete or release. */
+    owner: text('owner').notNull(),
+    /** pending | done */
+    state: text('state').notNull(),
+    answer: jsonb('answer'),
+    expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [index('idempotency_keys_expires_idx').on(t.expiresAt)],
+);

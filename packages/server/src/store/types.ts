@@ -113,12 +113,43 @@ export interface SettingsRepo {
   setIfAbsent(name: string, value: string): Promise<string>;
 }
 
+/** A live idempotency entry (store/schema.ts idempotencyKeys). */
+export interface IdempotencyRow {
+  scope: string;
+  fingerprint: string;
+  owner: string;
+  state: 'pending' | 'done';
+  /** The stored answer (JSON), null while pending. */
+  answer: unknown;
+}
+
+export interface IdempotencyRepo {
+  /**
+   * Claims `scope` for `owner` (a pending row living `ttlMs`) unless a live
+   * row exists; an expired row is taken over. One statement, so concurrent
+   * claims have exactly one winner. Returns the live row: `owner`'s own
+   * when claimed; null only if a row expired between the two reads.
+   */
+  claim(input: { scope: string; fingerprint: string; owner: string }, ttlMs: number): Promise<IdempotencyRow | null>;
+  /** The live row, if any. */
+  get(scope: string): Promise<IdempotencyRow | null>;
+  /** Extends `owner`'s pending claim; false when it is no longer theirs. */
+  refresh(scope: string, owner: string, ttlMs: number): Promise<boolean>;
+  /** Stores `owner`'s answer for `ttlMs`; false when the claim is no longer theirs. */
+  complete(scope: string, owner: string, answer: unknown, ttlMs: number): Promise<boolean>;
+  /** Drops `owner`'s pending claim. */
+  release(scope: string, owner: string): Promise<void>;
+  /** Deletes expired rows; returns how many. */
+  sweep(): Promise<number>;
+}
+
 export interface Store {
   readonly kind: 'pglite' | 'postgres';
   readonly workspaces: WorkspaceRepo;
   readonly keys: KeyRepo;
   readonly usage: UsageRepo;
   readonly settings: SettingsRepo;
+  readonly idempotency: IdempotencyRepo;
   /** Applies pending migrations. */
   migrate(): Promise<void>;
   /** Resolves when the database answers a trivial query. */

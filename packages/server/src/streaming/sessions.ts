@@ -1,4 +1,4 @@
-import { StreamSession, type SessionInit } from './session.js';
+import { type SessionInit, StreamSession } from './session.js';
 
 /** The streams this instance is relaying, so a resume here attaches to the live session and shutdown can wait for them. */
 export class StreamSessions {

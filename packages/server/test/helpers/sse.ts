@@ -30,7 +30,10 @@ export async function readSse(res: Response, limit = Number.POSITIVE_INFINITY): 
       const lines = block.split('\n').filter((l) => !l.startsWith(':'));
       if (lines.length > 0) {
         const id = lines.find((l) => l.startsWith('id: '))?.slice(4);
-        const data = lines.filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+        const data = lines
+          .filter((l) => l.startsWith('data: '))
+          .map((l) => l.slice(6))
+          .join('\n');
         events.push({ id, data });
       }
       cut = buffer.indexOf('\n\n');

@@ -10,7 +10,7 @@ import type { Services } from '../services.js';
 export function registerRequestContext(app: FastifyInstance, services: Services): void {
   app.decorateRequest('gw', null as never);
   app.addHook('onRequest', async (request, reply) => {
-    request.gw = { variant: 'a', startedAt: performance.now(), upstreamMs: 0, key: null, usage: null, errorCode: null, reservation: null };
+    request.gw = { variant: 'a', startedAt: performance.now(), upstreamMs: 0, upstreamCalls: 0, key: null, usage: null, errorCode: null, reservation: null };
     reply.header(H.requestId, request.id);
     services.lifecycle.inFlight++;
     reply.raw.once('close', () => {

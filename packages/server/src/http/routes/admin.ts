@@ -1,7 +1,7 @@
 import { CreatedKey, CreateKeyBody, CreateWorkspaceBody, KeyParams, KeyView, PatchKeyBody, RebuildResult, Workspace } from '@gw/schema';
 import type { FastifyInstance } from 'fastify';
-import { generateApiKey } from '../../auth/api-keys.js';
 import { checkAdminToken } from '../../auth/admin-token.js';
+import { generateApiKey } from '../../auth/api-keys.js';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord } from '../../store/types.js';
@@ -24,21 +24,41 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
   app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No admin route ${request.method} ${request.url}.`), request, reply, 'a'));
   app.addHook('onRequest', async (request) => checkAdminToken(request.headers.authorization, services.adminToken));
 
-  app.post('/workspaces', { schema: op('createWorkspace', 'Create a workspace', { body: CreateWorkspaceBody, response: { 201: Workspace } }) }, async (request, reply) => {
-    const body = request.body as CreateWorkspaceBody;
-    const ws = await services.store.workspaces.create({ id: newId('ws'), name: body.name, enabledModels: body.enabledModels ?? null, budget: body.budget ?? null });
-    return reply.code(201).send({ id: ws.id, name: ws.name, enabledModels: ws.enabledModels, budget: ws.budget, spent: ws.spent });
-  });
+  app.post(
+    '/workspaces',
+    { schema: op('createWorkspace', 'Create a workspace', { body: CreateWorkspaceBody, response: { 201: Workspace } }) },
+    async (request, reply) => {
+      const body = request.body as CreateWorkspaceBody;
+      const ws = await services.store.workspaces.create({
+        id: newId('ws'),
+        name: body.name,
+        enabledModels: body.enabledModels ?? null,
+        budget: body.budget ?? null,
+      });
+      return reply.code(201).send({ id: ws.id, name: ws.name, enabledModels: ws.enabledModels, budget: ws.budget, spent: ws.spent });
+    },
+  );
 
-  app.post('/keys', { schema: op('createKey', 'Create an API key (the key is shown only here)', { body: CreateKeyBody, response: { 201: CreatedKey } }) }, async (request, reply) => {
-    const body = request.body as CreateKeyBody;
-    if (body.workspaceId !== undefined && !(await services.store.workspaces.get(body.workspaceId))) {
-      throw new GatewayError('validation', `Unknown workspaceId '${body.workspaceId}'.`, { param: 'workspaceId' });
-    }
-    const { key, hash } = generateApiKey();
-    const rec = await services.store.keys.create({ id: newId('key'), name: body.name ?? null, workspaceId: body.workspaceId ?? null, hash, rateLimitRpm: body.rateLimitRpm ?? DEFAULT_RPM, budget: body.budget ?? null });
-    return reply.code(201).send({ id: rec.id, key, name: rec.name, workspaceId: rec.workspaceId, rateLimitRpm: rec.rateLimitRpm, budget: rec.budget });
-  });
+  app.post(
+    '/keys',
+    { schema: op('createKey', 'Create an API key (the key is shown only here)', { body: CreateKeyBody, response: { 201: CreatedKey } }) },
+    async (request, reply) => {
+      const body = request.body as CreateKeyBody;
+      if (body.workspaceId !== undefined && !(await services.store.workspaces.get(body.workspaceId))) {
+        throw new GatewayError('validation', `Unknown workspaceId '${body.workspaceId}'.`, { param: 'workspaceId' });
+      }
+      const { key, hash } = generateApiKey();
+      const rec = await services.store.keys.create({
+        id: newId('key'),
+        name: body.name ?? null,
+        workspaceId: body.workspaceId ?? null,
+        hash,
+        rateLimitRpm: body.rateLimitRpm ?? DEFAULT_RPM,
+        budget: body.budget ?? null,
+      });
+      return reply.code(201).send({ id: rec.id, key, name: rec.name, workspaceId: rec.workspaceId, rateLimitRpm: rec.rateLimitRpm, budget: rec.budget });
+    },
+  );
 
   app.get('/keys/:id', { schema: op('getKey', 'Get an API key', { params: KeyParams, response: { 200: KeyView } }) }, async (request) => {
     const { id } = request.params as { id: string };
@@ -47,24 +67,39 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     return keyView(rec);
   });
 
-  app.patch('/keys/:id', { schema: op('updateKey', 'Change a key’s rate limit or budget', { params: KeyParams, body: PatchKeyBody, response: { 200: KeyView } }) }, async (request) => {
-    const { id } = request.params as { id: string };
-    const body = request.body as PatchKeyBody;
-    const rec = await services.store.keys.update(id, { ...(body.rateLimitRpm === undefined ? {} : { rateLimitRpm: body.rateLimitRpm }), ...(body.budget === undefined ? {} : { budget: body.budget }) });
-    if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
-    await services.auth.announce('changed', id);
-    return keyView(rec);
-  });
+  app.patch(
+    '/keys/:id',
+    { schema: op('updateKey', 'Change a key’s rate limit or budget', { params: KeyParams, body: PatchKeyBody, response: { 200: KeyView } }) },
+    async (request) => {
+      const { id } = request.params as { id: string };
+      const body = request.body as PatchKeyBody;
+      const rec = await services.store.keys.update(id, {
+        ...(body.rateLimitRpm === undefined ? {} : { rateLimitRpm: body.rateLimitRpm }),
+        ...(body.budget === undefined ? {} : { budget: body.budget }),
+      });
+      if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
+      await services.auth.announce('changed', id);
+      return keyView(rec);
+    },
+  );
 
-  app.post('/keys/:id/revoke', { schema: op('revokeKey', 'Revoke an API key, at once on every instance', { params: KeyParams, response: { 200: KeyView } }) }, async (request) => {
-    const { id } = request.params as { id: string };
-    const rec = await services.store.keys.revoke(id);
-    if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
-    await services.auth.announce('revoke', id);
-    return keyView(rec);
-  });
+  app.post(
+    '/keys/:id/revoke',
+    { schema: op('revokeKey', 'Revoke an API key, at once on every instance', { params: KeyParams, response: { 200: KeyView } }) },
+    async (request) => {
+      const { id } = request.params as { id: string };
+      const rec = await services.store.keys.revoke(id);
+      if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
+      await services.auth.announce('revoke', id);
+      return keyView(rec);
+    },
+  );
 
-  app.post('/registry/rebuild', { schema: op('rebuildRegistry', 'Rebuild the model registry from every provider now', { response: { 200: RebuildResult } }) }, async () => {
-    return services.registry.rebuild();
-  });
+  app.post(
+    '/registry/rebuild',
+    { schema: op('rebuildRegistry', 'Rebuild the model registry from every provider now', { response: { 200: RebuildResult } }) },
+    async () => {
+      return services.registry.rebuild();
+    },
+  );
 }

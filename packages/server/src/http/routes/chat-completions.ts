@@ -6,9 +6,9 @@ import { expectedCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
-import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
+import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import { resumeStream, startStream } from './chat-stream.js';
 import type { RouteDocs } from './docs.js';
 

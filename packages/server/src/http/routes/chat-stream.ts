@@ -7,12 +7,12 @@ import type { ChatBody, ChatChunk, ChatStream } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import type { RouteOptions } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
+import type { StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { sseFrames } from '../../streaming/sse-frames.js';
-import type { StreamOutcome } from '../../streaming/session.js';
 import type { StreamEvent } from '../../streaming/types.js';
-import { callUpstream, setRoutingHeaders } from '../upstream-call.js';
 import type { Services } from '../services.js';
+import { callUpstream, setRoutingHeaders } from '../upstream-call.js';
 
 interface Started {
   upstream: ChatStream;
@@ -31,7 +31,12 @@ function streamHeaders(reply: FastifyReply): void {
  * only once its first chunk arrived, so a provider that fails before the
  * first byte still fails over.
  */
-export async function startStream(services: Services, request: FastifyRequest, reply: FastifyReply, args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number }) {
+export async function startStream(
+  services: Services,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number },
+) {
   const { body, plan, options } = args;
   const model = request.gw.usage?.model as string;
   const result = await executePlan(plan, (offer) =>
@@ -40,7 +45,8 @@ export async function startStream(services: Services, request: FastifyRequest, r
       const iterator = upstream[Symbol.asyncIterator]();
       try {
         const first = await iterator.next();
-        if (first.done) throw new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` });
+        if (first.done)
+          throw new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` });
         return { upstream, iterator, first: first.value };
       } catch (err) {
         upstream.abort();
@@ -86,7 +92,10 @@ export async function startStream(services: Services, request: FastifyRequest, r
         streamed: true,
         createdAt: new Date(),
       });
-      services.metrics.upstream.observe({ provider: result.offer.provider, outcome: outcome.error ? 'stream_error' : 'stream_ok' }, (performance.now() - started) / 1000);
+      services.metrics.upstream.observe(
+        { provider: result.offer.provider, outcome: outcome.error ? 'stream_error' : 'stream_ok' },
+        (performance.now() - started) / 1000,
+      );
     },
   });
   setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
@@ -100,7 +109,11 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   const meta = parsed ? await services.streams.meta(parsed.streamId) : null;
   // Another key's stream looks exactly like an unknown one.
   if (!parsed || !meta || !key || meta.keyId !== key.id) {
-    throw new GatewayError('stream_not_found', `No resumable stream for Last-Event-ID '${lastEventId.slice(0, 80)}': it is unknown, expired, or not this key's.`, { param: 'Last-Event-ID' });
+    throw new GatewayError(
+      'stream_not_found',
+      `No resumable stream for Last-Event-ID '${lastEventId.slice(0, 80)}': it is unknown, expired, or not this key's.`,
+      { param: 'Last-Event-ID' },
+    );
   }
   request.gw.usage = null;
   const local = services.sessions.get(parsed.streamId);

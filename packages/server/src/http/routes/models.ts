@@ -1,10 +1,10 @@
-import { ModelA, ModelB, ModelListA, ModelListB, ModelParams, ModelsQueryA, ModelsQueryB, type ModelKind } from '@gw/schema';
+import { ModelA, ModelB, type ModelKind, ModelListA, ModelListB, ModelParams, ModelsQueryA, ModelsQueryB } from '@gw/schema';
 import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { enabledModels } from '../model-access.js';
 import type { Services } from '../services.js';
 import { filterModelsA, modelViewA } from '../variants/a.js';
-import { type ModelsQueryB as QueryB, filterModelsB, modelViewB } from '../variants/b.js';
+import { filterModelsB, modelViewB, type ModelsQueryB as QueryB } from '../variants/b.js';
 import type { RouteDocs } from './docs.js';
 
 /** GET /v1/models and /v1/models/{id}: never counted against the rate limit, never billed. */
@@ -12,7 +12,10 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
   const isA = docs.variant === 'a';
   app.get(
     '/models',
-    { config: { uncounted: true }, schema: docs.operation('listModels', 'List models', { querystring: isA ? ModelsQueryA : ModelsQueryB, response: { 200: isA ? ModelListA : ModelListB } }) },
+    {
+      config: { uncounted: true },
+      schema: docs.operation('listModels', 'List models', { querystring: isA ? ModelsQueryA : ModelsQueryB, response: { 200: isA ? ModelListA : ModelListB } }),
+    },
     async (request) => {
       const all = services.registry.list();
       if (isA) return { object: 'list', data: filterModelsA(all, request.query as { kind?: ModelKind }).map(modelViewA) };
@@ -22,7 +25,13 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
   );
   app.get(
     '/models/:id',
-    { config: { uncounted: true }, schema: docs.operation('getModel', 'Get one model (the slash in the id is encoded as %2F)', { params: ModelParams, response: { 200: isA ? ModelA : ModelB } }) },
+    {
+      config: { uncounted: true },
+      schema: docs.operation('getModel', 'Get one model (the slash in the id is encoded as %2F)', {
+        params: ModelParams,
+        response: { 200: isA ? ModelA : ModelB },
+      }),
+    },
     async (request) => {
       const { id } = request.params as { id: string };
       const model = services.registry.get(id);

@@ -1,0 +1,64 @@
+import { Readable } from 'node:stream';
+import { H } from '@gw/schema';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../errors/gateway-error.js';
+import type { StoredAnswer } from '../routing/idempotency.js';
+import { sseFrames } from '../streaming/sse-frames.js';
+import type { StreamEvent } from '../streaming/types.js';
+import type { Services } from './services.js';
+
+/** The headers of a first answer that a replay repeats (never the rate-limit or request-id headers, which are the repeat's own). */
+export const REPLAYED_HEADERS = [
+  'content-type',
+  'cache-control',
+  H.accelBuffering,
+  H.provider,
+  H.region,
+  H.strategy,
+  H.routingHops,
+  H.retryAfter,
+  H.shouldRetry,
+] as const;
+
+/** The first answer's status, headers and body (or its stream), marked `Idempotent-Replayed: true`; no upstream call, no charge. */
+export async function sendReplay(services: Services, request: FastifyRequest, reply: FastifyReply, answer: StoredAnswer): Promise<FastifyReply> {
+  request.gw.usage = null;
+  const events = answer.stream ? await replayEvents(services, reply, answer.stream) : null;
+  for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
+  reply.header(H.idempotentReplayed, 'true');
+  reply.code(answer.status);
+  if (events && answer.stream) {
+    const frames = sseFrames(events, answer.stream.id, includeUsage(request.body), services.config.streamHeartbeatMs);
+    return reply.send(Readable.from(frames, { objectMode: false }));
+  }
+  return reply.send(answer.body ?? '');
+}
+
+/** A JSON answer, a stream with its stored events, or one whose events this instance can read (its own session, or the shared buffer). */
+export async function replayable(services: Services, answer: StoredAnswer): Promise<boolean> {
+  const stream = answer.stream;
+  if (!stream || stream.events) return true;
+  return services.sessions.get(stream.id) !== undefined || (await services.streams.meta(stream.id)) !== null;
+}
+
+/** A finished stream from its stored events; one still running (or just ended) from the resume buffer, live. */
+async function replayEvents(services: Services, reply: FastifyReply, stream: NonNullable<StoredAnswer['stream']>): Promise<AsyncIterable<StreamEvent>> {
+  if (stream.events) return fromArray(stream.events);
+  const local = services.sessions.get(stream.id);
+  if (local) return local.follow(0);
+  if (!(await services.streams.meta(stream.id))) {
+    throw new GatewayError('stream_not_found', 'The stream first answered to this X-Idempotency-Key is no longer available.', { param: 'X-Idempotency-Key' });
+  }
+  const abort = new AbortController();
+  reply.raw.once('close', () => abort.abort());
+  return services.streams.follow(stream.id, 0, abort.signal);
+}
+
+async function* fromArray(events: StreamEvent[]): AsyncGenerator<StreamEvent> {
+  yield* events;
+}
+
+function includeUsage(body: unknown): boolean {
+  const opts = (body as { stream_options?: { include_usage?: unknown } | null } | null)?.stream_options;
+  return opts?.include_usage === true;
+}

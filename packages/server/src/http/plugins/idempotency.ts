@@ -1,0 +1,96 @@
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { H } from '@gw/schema';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { type Claim, checkIdempotencyKey, fingerprint, idempotencyScope, type StoredAnswer } from '../../routing/idempotency.js';
+import type { StreamEvent } from '../../streaming/types.js';
+import { REPLAYED_HEADERS, replayable, sendReplay } from '../idempotent-replay.js';
+import type { Services } from '../services.js';
+
+/** How long archiving a finished stream's events may take. */
+const ARCHIVE_TIMEOUT_MS = 30_000;
+
+/**
+ * X-Idempotency-Key on every POST of the public API (both variants). It
+ * runs in preHandler: after authentication, the rate limit and body
+ * validation, so a request refused by those never claims its key; the
+ * budget hold comes later, in the handler. The answer is stored in onSend
+ * only if an upstream call was made and the gateway did not fail (5xx);
+ * otherwise the key is released, and a retry runs afresh.
+ */
+export function registerIdempotency(app: FastifyInstance, services: Services): void {
+  const claims = new WeakMap<FastifyRequest, Claim>();
+  app.addHook('preHandler', async (request, reply) => {
+    const raw = request.headers[H.idempotencyKey];
+    const apiKey = request.gw.key;
+    if (request.method !== 'POST' || raw === undefined || !apiKey) return;
+    const key = checkIdempotencyKey(raw);
+    const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request));
+    const begun = await services.idempotency.begin(idempotencyScope(apiKey.id, key), fp, (answer) => replayable(services, answer));
+    if (begun.kind === 'replay') return sendReplay(services, request, reply, begun.answer);
+    claims.set(request, begun.claim);
+  });
+  app.addHook('onSend', async (request, reply, payload) => {
+    const claim = claims.get(request);
+    if (!claim) return payload;
+    claims.delete(request);
+    await settle(services, request, reply, payload, claim).catch((err: unknown) => request.log.warn({ err }, 'idempotency: storing the answer failed'));
+    return payload;
+  });
+  // Whatever ended the request without a reply being sent, its key is not left claimed.
+  app.addHook('onResponse', async (request) => {
+    const claim = claims.get(request);
+    if (!claim) return;
+    claims.delete(request);
+    await claim.release().catch(() => {});
+  });
+}
+
+async function settle(services: Services, request: FastifyRequest, reply: FastifyReply, payload: unknown, claim: Claim): Promise<void> {
+  const status = reply.statusCode;
+  // Refused before any upstream call (400, 402, 404, 503 no healthy provider…) or failed in the gateway or upstream (5xx): safe to retry.
+  if (request.gw.upstreamCalls === 0 || status >= 500) return claim.release();
+  const headers = storedHeaders(reply);
+  if (isStream(payload)) {
+    const id = request.id;
+    await claim.complete({ status, headers, stream: { id } });
+    void archiveStream(services, claim, { status, headers, stream: { id } }).catch((err: unknown) =>
+      request.log.warn({ err }, 'idempotency: archiving the stream failed; it replays from the resume buffer while that lasts'),
+    );
+    return;
+  }
+  await claim.complete({ status, headers, body: Buffer.isBuffer(payload) ? payload.toString('utf8') : String(payload ?? '') });
+}
+
+/** Once the stream ends, its events are stored with the answer, so it replays for 24 hours, not only while the resume buffer keeps it. */
+async function archiveStream(services: Services, claim: Claim, answer: StoredAnswer & { stream: { id: string } }): Promise<void> {
+  const id = answer.stream.id;
+  await services.sessions.get(id)?.finished;
+  const events: StreamEvent[] = [];
+  for await (const e of services.streams.follow(id, 0, AbortSignal.timeout(ARCHIVE_TIMEOUT_MS))) events.push(e);
+  const last = events.at(-1);
+  if (last?.kind !== 'done' && last?.kind !== 'error') return;
+  await claim.complete({ ...answer, stream: { id, events } });
+}
+
+function storedHeaders(reply: FastifyReply): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of REPLAYED_HEADERS) {
+    const v = reply.getHeader(name);
+    if (v !== undefined) out[name] = Array.isArray(v) ? v.join(', ') : String(v);
+  }
+  return out;
+}
+
+function isStream(payload: unknown): boolean {
+  return typeof payload === 'object' && payload !== null && typeof (payload as { pipe?: unknown }).pipe === 'function';
+}
+
+/** Multipart uploads are spooled to disk: their bytes are part of the fingerprint, not only their file name. */
+async function uploadDigest(request: FastifyRequest): Promise<string> {
+  const file = (request as { spool?: { file?: { path?: unknown } | null } | null }).spool?.file;
+  if (typeof file?.path !== 'string') return '';
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(file.path)) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}

@@ -1,0 +1,84 @@
+/** How long failures count as "in a row": a failure more than this after the previous one starts a new count. */
+export const CIRCUIT_WINDOW_MS = 60_000;
+
+export interface CircuitSettings {
+  /** Failures in a row (each within CIRCUIT_WINDOW_MS of the previous) that open the circuit. */
+  failures: number;
+  /** How long an open circuit keeps the offer out of every plan before a probe may try it. */
+  openMs: number;
+}
+
+export type CircuitState = 'closed' | 'open' | 'half_open';
+
+interface Circuit {
+  failures: number;
+  lastFailureAt: number;
+  /** 0: closed. Otherwise open until then, and half-open after. */
+  openUntil: number;
+  /** A probe of this instance is in flight (half-open lets one through at a time). */
+  probing: boolean;
+}
+
+/**
+ * One circuit per offer: closed while the offer answers; open (skipped by
+ * every plan) for `openMs` after `failures` failures in a row; then
+ * half-open, letting one probe through: its success closes the circuit,
+ * its failure opens it again for another `openMs`.
+ */
+export class CircuitBook {
+  private readonly circuits = new Map<string, Circuit>();
+
+  constructor(private readonly settings: CircuitSettings) {}
+
+  state(key: string, now: number): CircuitState {
+    const c = this.circuits.get(key);
+    if (!c || c.openUntil === 0) return 'closed';
+    return now < c.openUntil ? 'open' : 'half_open';
+  }
+
+  /** May a plan include this offer now? Closed: yes; open: no; half-open: only while no probe is in flight. */
+  available(key: string, now: number): boolean {
+    const state = this.state(key, now);
+    if (state === 'closed') return true;
+    return state === 'half_open' && !(this.circuits.get(key)?.probing ?? false);
+  }
+
+  /** Milliseconds until an open circuit lets a probe through (0 when it already would). */
+  remainingMs(key: string, now: number): number {
+    const c = this.circuits.get(key);
+    return c && c.openUntil > now ? c.openUntil - now : 0;
+  }
+
+  /** An attempt on this offer begins; on a half-open circuit it is the probe. */
+  started(key: string, now: number): void {
+    const c = this.circuits.get(key);
+    if (c && this.state(key, now) === 'half_open') c.probing = true;
+  }
+
+  /** An attempt ended without a verdict (the client left): a probe slot is freed, nothing is learned. */
+  abandoned(key: string): void {
+    const c = this.circuits.get(key);
+    if (c) c.probing = false;
+  }
+
+  /** Any answer (here or, with Redis, on another instance) closes the circuit. */
+  success(key: string): void {
+    this.circuits.delete(key);
+  }
+
+  failure(key: string, now: number): void {
+    const c = this.circuits.get(key) ?? { failures: 0, lastFailureAt: 0, openUntil: 0, probing: false };
+    this.circuits.set(key, c);
+    const state = this.state(key, now);
+    c.probing = false;
+    if (state === 'open') return;
+    if (state === 'half_open') {
+      // The probe (or another instance's attempt) failed: stay out for another period.
+      c.openUntil = now + this.settings.openMs;
+      return;
+    }
+    c.failures = now - c.lastFailureAt > CIRCUIT_WINDOW_MS ? 1 : c.failures + 1;
+    c.lastFailureAt = now;
+    if (c.failures >= this.settings.failures) c.openUntil = now + this.settings.openMs;
+  }
+}

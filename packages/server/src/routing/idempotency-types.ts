@@ -1,0 +1,29 @@
+import type { StreamEvent } from '../streaming/types.js';
+
+/** What a repeat of an idempotent request is answered with. */
+export interface StoredAnswer {
+  status: number;
+  /** Content type and routing headers of the first answer. */
+  headers: Record<string, string>;
+  /** A JSON (or text) answer's body. */
+  body?: string;
+  /** A streamed answer: its stream id and, once it ended, every event of it. */
+  stream?: { id: string; events?: StreamEvent[] };
+}
+
+export type IdempotencyEntry = { state: 'pending'; fingerprint: string } | { state: 'done'; fingerprint: string; answer: StoredAnswer };
+
+/**
+ * Where claims and answers live: Redis when configured (idempotency-redis.ts),
+ * the store otherwise (idempotency-sql.ts). Every operation on a claim is
+ * checked against its owner token, so a claim that expired and was taken
+ * over cannot be completed or released by its old owner.
+ */
+export interface IdempotencyBackend {
+  /** Claims `scope` for `owner` for `ttlMs` unless a live entry exists: null when claimed, else that entry. */
+  claim(scope: string, fingerprint: string, owner: string, ttlMs: number): Promise<IdempotencyEntry | null>;
+  refresh(scope: string, owner: string, ttlMs: number): Promise<void>;
+  complete(scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void>;
+  release(scope: string, owner: string): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,146 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { GatewayError } from '../errors/gateway-error.js';
+import type { IdempotencyBackend, StoredAnswer } from './idempotency-types.js';
+
+export type { IdempotencyBackend, StoredAnswer } from './idempotency-types.js';
+
+/** A stored answer is replayed for this long. */
+export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** How often a waiting repeat looks for the first request's answer. */
+const POLL_MS = 50;
+/** What a repeat that waited in vain is told to wait before trying again. */
+const CONFLICT_RETRY_AFTER_S = 1;
+
+export interface IdempotencySettings {
+  /** How long a concurrent repeat waits for the first request's answer before its 409. */
+  waitMs: number;
+  /** How long a claim lives without being refreshed (its owner refreshes it every third of this while it runs). */
+  claimTtlMs: number;
+}
+
+export type Begun = { kind: 'run'; claim: Claim } | { kind: 'replay'; answer: StoredAnswer };
+
+/** 1 to 255 printable ASCII characters (IETF Idempotency-Key draft; Stripe allows 255). */
+export function checkIdempotencyKey(raw: string | string[]): string {
+  if (typeof raw !== 'string' || !/^[\x20-\x7e]{1,255}$/.test(raw)) {
+    throw new GatewayError('validation', 'Invalid X-Idempotency-Key: expected 1 to 255 printable ASCII characters.', { param: 'X-Idempotency-Key' });
+  }
+  return raw;
+}
+
+/** Keys are per API key; the key itself is digested so its length and characters never reach a storage key. */
+export function idempotencyScope(apiKeyId: string, key: string): string {
+  return `${apiKeyId}:${createHash('sha256').update(key).digest('hex')}`;
+}
+
+/** The request a key was first used with: method, path and body, with object keys sorted so field order does not matter. */
+export function fingerprint(method: string, url: string, body: unknown, extra = ''): string {
+  return createHash('sha256')
+    .update(`${method} ${url}\n${canonicalJson(body)}\n${extra}`)
+    .digest('hex');
+}
+
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+/**
+ * X-Idempotency-Key: the first request claims the key and runs; a repeat
+ * with the same fingerprint replays its stored answer, or waits a bounded
+ * time for it (409 after); a different fingerprint is a 422.
+ */
+export class IdempotencyService {
+  constructor(
+    /** Where claims live (public for operations and tests: a raw claim with no heartbeat is what a crashed instance leaves). */
+    readonly backend: IdempotencyBackend,
+    readonly settings: IdempotencySettings,
+  ) {}
+
+  /**
+   * Claims the key, or finds its answer. `replayable` may say a stored
+   * answer cannot be replayed here yet (a stream running on another
+   * instance without a shared buffer): the repeat then waits as for a
+   * pending claim.
+   */
+  async begin(scope: string, fp: string, replayable: (answer: StoredAnswer) => Promise<boolean> = async () => true): Promise<Begun> {
+    const owner = randomUUID();
+    const deadline = Date.now() + this.settings.waitMs;
+    for (;;) {
+      // Claiming again on every look: if the first request's claim is released or runs out, one waiter takes over.
+      const entry = await this.unavailableOnError(() => this.backend.claim(scope, fp, owner, this.settings.claimTtlMs));
+      if (entry === null) return { kind: 'run', claim: new Claim(this.backend, scope, owner, this.settings.claimTtlMs) };
+      if (entry.fingerprint !== fp) {
+        throw new GatewayError('unprocessable', 'This X-Idempotency-Key was already used with a different request; use a new key for a new request.', {
+          param: 'X-Idempotency-Key',
+        });
+      }
+      if (entry.state === 'done' && (await replayable(entry.answer))) return { kind: 'replay', answer: entry.answer };
+      if (Date.now() >= deadline) {
+        throw new GatewayError('conflict', 'A request with this X-Idempotency-Key is still in progress; retry after it has finished.', {
+          param: 'X-Idempotency-Key',
+          retryAfterS: CONFLICT_RETRY_AFTER_S,
+        });
+      }
+      await new Promise((r) => setTimeout(r, POLL_MS));
+    }
+  }
+
+  private async unavailableOnError<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      // Running without the guarantee the client asked for could double a charge: refuse instead.
+      throw new GatewayError('idempotency_unavailable', 'Idempotency keys cannot be checked right now; retry shortly.', { retryAfterS: 1, cause: err });
+    }
+  }
+
+  close(): Promise<void> {
+    return this.backend.close();
+  }
+}
+
+/** A running request's hold on its key: refreshed while it runs, then completed with the answer or released. */
+export class Claim {
+  private heartbeat: NodeJS.Timeout | null;
+
+  constructor(
+    private readonly backend: IdempotencyBackend,
+    readonly scope: string,
+    private readonly owner: string,
+    ttlMs: number,
+  ) {
+    this.heartbeat = setInterval(
+      () => {
+        backend.refresh(scope, owner, ttlMs).catch(() => {
+          // A missed refresh shortens the claim; the next one extends it again.
+        });
+      },
+      Math.max(10, Math.floor(ttlMs / 3)),
+    );
+    this.heartbeat.unref();
+  }
+
+  /** Stores the answer for IDEMPOTENCY_RETENTION_MS (a stream's answer may be completed again once it has every event). */
+  async complete(answer: StoredAnswer): Promise<void> {
+    this.stop();
+    await this.backend.complete(this.scope, this.owner, answer, IDEMPOTENCY_RETENTION_MS);
+  }
+
+  /** Gives the key up without an answer: a retry runs afresh. */
+  async release(): Promise<void> {
+    this.stop();
+    await this.backend.release(this.scope, this.owner);
+  }
+
+  private stop(): void {
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.heartbeat = null;
+  }
+}

@@ -1,0 +1,72 @@
+import { and, eq, gt, lte, type SQL, sql } from 'drizzle-orm';
+import type { Db } from './drizzle-store.js';
+import { idempotencyKeys } from './schema.js';
+import type { IdempotencyRepo, IdempotencyRow } from './types.js';
+
+/** The database's own clock decides expiry, so instances with skewed clocks agree. */
+const inMs = (ms: number): SQL => sql`now() + ${Math.max(1, Math.round(ms))}::integer * interval '1 millisecond'`;
+const live = () => gt(idempotencyKeys.expiresAt, sql`now()`);
+
+function toRow(r: { scope: string; fingerprint: string; owner: string; state: string; answer: unknown }): IdempotencyRow {
+  return { scope: r.scope, fingerprint: r.fingerprint, owner: r.owner, state: r.state === 'done' ? 'done' : 'pending', answer: r.answer ?? null };
+}
+
+const columns = {
+  scope: idempotencyKeys.scope,
+  fingerprint: idempotencyKeys.fingerprint,
+  owner: idempotencyKeys.owner,
+  state: idempotencyKeys.state,
+  answer: idempotencyKeys.answer,
+};
+
+export class DrizzleIdempotencyRepo implements IdempotencyRepo {
+  constructor(private readonly db: Db) {}
+
+  async claim(input: { scope: string; fingerprint: string; owner: string }, ttlMs: number): Promise<IdempotencyRow | null> {
+    const fresh = { fingerprint: input.fingerprint, owner: input.owner, state: 'pending', answer: null, expiresAt: inMs(ttlMs) };
+    // Insert, or take over a row whose time ran out; a live row is left alone (no row returned).
+    const [claimed] = await this.db
+      .insert(idempotencyKeys)
+      .values({ scope: input.scope, ...fresh })
+      .onConflictDoUpdate({ target: idempotencyKeys.scope, set: fresh, setWhere: lte(idempotencyKeys.expiresAt, sql`now()`) })
+      .returning(columns);
+    if (claimed) return toRow(claimed);
+    return this.get(input.scope);
+  }
+
+  async get(scope: string): Promise<IdempotencyRow | null> {
+    const [row] = await this.db
+      .select(columns)
+      .from(idempotencyKeys)
+      .where(and(eq(idempotencyKeys.scope, scope), live()))
+      .limit(1);
+    return row ? toRow(row) : null;
+  }
+
+  async refresh(scope: string, owner: string, ttlMs: number): Promise<boolean> {
+    const rows = await this.db
+      .update(idempotencyKeys)
+      .set({ expiresAt: inMs(ttlMs) })
+      .where(and(eq(idempotencyKeys.scope, scope), eq(idempotencyKeys.owner, owner), eq(idempotencyKeys.state, 'pending')))
+      .returning({ scope: idempotencyKeys.scope });
+    return rows.length > 0;
+  }
+
+  async complete(scope: string, owner: string, answer: unknown, ttlMs: number): Promise<boolean> {
+    const rows = await this.db
+      .update(idempotencyKeys)
+      .set({ state: 'done', answer, expiresAt: inMs(ttlMs) })
+      .where(and(eq(idempotencyKeys.scope, scope), eq(idempotencyKeys.owner, owner)))
+      .returning({ scope: idempotencyKeys.scope });
+    return rows.length > 0;
+  }
+
+  async release(scope: string, owner: string): Promise<void> {
+    await this.db.delete(idempotencyKeys).where(and(eq(idempotencyKeys.scope, scope), eq(idempotencyKeys.owner, owner), eq(idempotencyKeys.state, 'pending')));
+  }
+
+  async sweep(): Promise<number> {
+    const rows = await this.db.delete(idempotencyKeys).where(lte(idempotencyKeys.expiresAt, sql`now()`)).returning({ scope: idempotencyKeys.scope });
+    return rows.length;
+  }
+}

@@ -1,0 +1,100 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { chatBody, classify, post, usageOf } from './helpers/idempotent.js';
+import { readSse, streamRequest } from './helpers/sse.js';
+
+let redis: RedisServer;
+let pg: PostgresServer;
+let sim: Simulator;
+let one: TestGateway;
+let two: TestGateway;
+let pgOne: TestGateway;
+let pgTwo: TestGateway;
+const chats = () => sim.providers.scaleway?.stats().byEndpoint.chat ?? 0;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  const [withRedis, withoutRedis] = await Promise.all([pg.createDatabase(), pg.createDatabase()]);
+  // Two instances sharing Redis (claims and answers there) and PostgreSQL (keys, usage).
+  one = await startGateway({ sim, redisUrl: redis.url, databaseUrl: withRedis });
+  two = await startGateway({ sim, redisUrl: redis.url, databaseUrl: withRedis });
+  // Two instances sharing only PostgreSQL: claims and answers in the store.
+  pgOne = await startGateway({ sim, databaseUrl: withoutRedis });
+  pgTwo = await startGateway({ sim, databaseUrl: withoutRedis });
+}, 120_000);
+afterAll(async () => {
+  await Promise.all([one, two, pgOne, pgTwo].map((g) => g?.close()));
+  await sim?.close();
+  await redis?.stop();
+  await pg?.stop();
+});
+beforeEach(() => {
+  for (const p of Object.values(sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+    p.configure({ latencyMs: 0, chunkGapMs: 0 });
+  }
+});
+
+describe.each([
+  ['Redis', () => [one, two] as const],
+  ['PostgreSQL without Redis', () => [pgOne, pgTwo] as const],
+])('two instances, idempotency in %s', (_, pair) => {
+  it('20 concurrent duplicates spread over both: one upstream call, one usage record, each the identical answer or a 409 with Retry-After', async () => {
+    const [a, b] = pair();
+    const own = await a.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 300 });
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => post((i % 2 ? b : a).baseB, own.key, chatBody(), { 'x-idempotency-key': 'shared-burst' })),
+    );
+    const { fresh, replays, conflicts, other } = classify(answers);
+    expect(other).toEqual([]);
+    expect(fresh).toHaveLength(1);
+    expect(replays.length + conflicts.length).toBe(19);
+    for (const r of replays) expect(r.text).toBe(fresh[0]?.text);
+    expect(chats()).toBe(1);
+    expect(await usageOf([a, b], own.id)).toHaveLength(1);
+    // Later, either instance replays it.
+    for (const gw of [a, b]) {
+      const again = await post(gw.baseB, own.key, chatBody(), { 'x-idempotency-key': 'shared-burst' });
+      expect([again.status, again.text, again.headers.get('idempotent-replayed')]).toEqual([200, fresh[0]?.text, 'true']);
+    }
+    expect(chats()).toBe(1);
+  });
+
+  it('a stream started on one instance replays on the other', async () => {
+    const [a, b] = pair();
+    const own = await a.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ chunkGapMs: 15 });
+    const body = { ...chatBody('Stream across instances'), stream: true };
+    const headers = { 'x-idempotency-key': 'shared-stream' };
+    const started = await streamRequest(a.baseA, own.key, body, headers);
+    const during = await streamRequest(b.baseA, own.key, body, headers);
+    const first = await readSse(started);
+    expect(during.headers.get('idempotent-replayed')).toBe('true');
+    expect(await readSse(during)).toEqual(first);
+    expect(first.at(-1)?.data).toBe('[DONE]');
+    expect(chats()).toBe(1);
+  });
+});
+
+describe('when Redis cannot be reached', () => {
+  it('a request with a key is refused with 503 service_unavailable and Retry-After (never run unguarded); others still run', async () => {
+    const own = await one.createKey({ rateLimitRpm: 1000 });
+    redis.pause();
+    try {
+      const started = Date.now();
+      const refused = await post(one.baseA, own.key, chatBody(), { 'x-idempotency-key': 'no-redis' });
+      expect([refused.status, JSON.parse(refused.text).error.code, refused.headers.get('retry-after')]).toEqual([503, 'service_unavailable', '1']);
+      expect(Date.now() - started).toBeLessThan(4000);
+      const refusedB = await post(one.baseB, own.key, chatBody(), { 'x-idempotency-key': 'no-redis' });
+      expect(refusedB.status).toBe(503);
+      expect((await post(one.baseA, own.key, chatBody())).status).toBe(200);
+      expect(chats()).toBe(1);
+    } finally {
+      redis.resume();
+    }
+  });
+});

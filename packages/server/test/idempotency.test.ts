@@ -1,0 +1,223 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { fingerprint, idempotencyScope, type StoredAnswer } from '../src/routing/idempotency.js';
+import { wav } from './helpers/audio.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { chatBody, classify, post, usageOf } from './helpers/idempotent.js';
+import { readSse, streamRequest } from './helpers/sse.js';
+
+let sim: Simulator;
+let gw: TestGateway;
+let impatient: TestGateway;
+let key: { id: string; key: string };
+let n = 0;
+const fresh = () => `idem-${Date.now()}-${++n}`;
+const chats = () => sim.providers.scaleway?.stats().byEndpoint.chat ?? 0;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  // Without Redis: claims and answers live in the store (PGlite here). Claims of a crashed instance run out after 400 ms.
+  gw = await startGateway({ sim, env: { GW_IDEMPOTENCY_CLAIM_TTL_MS: '400', GW_CIRCUIT_FAILURES: '1000' } });
+  // Repeats wait at most 150 ms for the first answer.
+  impatient = await startGateway({ sim, env: { GW_IDEMPOTENCY_WAIT_MS: '150' } });
+  key = await gw.createKey({ rateLimitRpm: 10_000 });
+}, 60_000);
+afterAll(async () => {
+  await Promise.all([gw?.close(), impatient?.close()]);
+  await sim?.close();
+});
+beforeEach(() => {
+  for (const p of Object.values(sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+    p.configure({ latencyMs: 0, chunkGapMs: 0 });
+  }
+});
+
+describe('X-Idempotency-Key', () => {
+  it('checks the key’s format: 1 to 255 printable ASCII characters, in both variants', async () => {
+    for (const bad of ['', 'a'.repeat(256), 'caf\u00e9', 'tab\there']) {
+      const a = await post(gw.baseA, key.key, chatBody(), { 'x-idempotency-key': bad });
+      expect([a.status, JSON.parse(a.text).error.code, JSON.parse(a.text).error.param], JSON.stringify(bad)).toEqual([
+        400,
+        'validation_error',
+        'X-Idempotency-Key',
+      ]);
+      const b = await post(gw.baseB, key.key, chatBody(), { 'x-idempotency-key': bad });
+      expect([b.status, JSON.parse(b.text).error.code]).toEqual([400, 'invalid_request']);
+    }
+    expect(chats()).toBe(0);
+    expect((await post(gw.baseA, key.key, chatBody(), { 'x-idempotency-key': `~${'k'.repeat(253)} ` })).status).toBe(200);
+  });
+
+  it('a repeat gets the stored answer with its routing headers, Idempotent-Replayed, no upstream call and no second charge', async () => {
+    const own = await gw.createKey({ rateLimitRpm: 100, budget: 10 });
+    const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseB, maxRetries: 0 });
+    const opts = { headers: { 'X-Idempotency-Key': 'order-42', 'X-Gateway-Strategy': 'cheapest' } };
+    const first = await client.chat.completions.create({ ...chatBody(), messages: [{ role: 'user', content: 'Charge me once' }] }, opts).withResponse();
+    // Field order does not make a different request.
+    const again = await post(gw.baseB, own.key, '{"max_tokens":20,"messages":[{"content":"Charge me once","role":"user"}],"model":"meta/llama-3.3-70b"}', {
+      'x-idempotency-key': 'order-42',
+    });
+    expect(again.status).toBe(200);
+    expect(JSON.parse(again.text)).toEqual(first.data);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(first.response.headers.get('idempotent-replayed')).toBeNull();
+    for (const h of ['x-gateway-provider', 'x-gateway-region', 'x-gateway-strategy', 'x-gateway-routing-hops', 'content-type']) {
+      expect(again.headers.get(h), h).toBe(first.response.headers.get(h));
+    }
+    expect(again.headers.get('x-gateway-strategy')).toBe('cheapest');
+    expect(again.headers.get('x-request-id')).not.toBe(first.response.headers.get('x-request-id'));
+    const served = first.response.headers.get('x-gateway-provider') as string;
+    expect(sim.providers[served]?.stats().byEndpoint.chat).toBe(1);
+    const records = await usageOf([gw], own.id);
+    expect(records).toHaveLength(1);
+    const spent = (await gw.admin<{ spent: number }>('GET', `/keys/${own.id}`)).body.spent;
+    expect(spent).toBeCloseTo(records[0]?.cost ?? -1, 12);
+  });
+
+  it('the same key with a different body is a 422; keys are per API key', async () => {
+    const k = fresh();
+    expect((await post(gw.baseA, key.key, chatBody('one'), { 'x-idempotency-key': k })).status).toBe(200);
+    const other = await post(gw.baseA, key.key, chatBody('two'), { 'x-idempotency-key': k });
+    expect([other.status, JSON.parse(other.text).error.code]).toEqual([422, 'unprocessable_entity']);
+    const otherB = await post(gw.baseB, key.key, chatBody('one'), { 'x-idempotency-key': k });
+    // Another path (the other variant) is another request, too.
+    expect(otherB.status).toBe(422);
+    const stranger = await gw.createKey();
+    const theirs = await post(gw.baseA, stranger.key, chatBody('one'), { 'x-idempotency-key': k });
+    expect(theirs.status).toBe(200);
+    expect(theirs.headers.get('idempotent-replayed')).toBeNull();
+    expect(chats()).toBe(2);
+  });
+
+  it('stores nothing for a request refused before any upstream call (400, 402, 429) or failed upstream (5xx): the retry runs', async () => {
+    const k = fresh();
+    const poor = await gw.createKey({ rateLimitRpm: 2, budget: 0 });
+    const bad = await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k, 'x-gateway-max-hops': '9' });
+    expect(bad.status).toBe(400);
+    const broke = await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k });
+    expect(broke.status).toBe(402);
+    await gw.admin('PATCH', `/keys/${poor.id}`, { budget: 10 });
+    const limited = await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k });
+    expect(limited.status).toBe(429);
+    await gw.admin('PATCH', `/keys/${poor.id}`, { rateLimitRpm: 100 });
+    for (const p of ['scaleway', 'ovh', 'nebius']) sim.providers[p]?.setFault({ kind: 'status', status: 503, times: 1 });
+    const down = await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k });
+    expect([down.status, JSON.parse(down.text).error.code]).toEqual([502, 'provider_down']);
+    const ok = await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k });
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get('idempotent-replayed')).toBeNull();
+    expect((await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k })).headers.get('idempotent-replayed')).toBe('true');
+  });
+
+  it('an answer refused by the provider after the call is stored and replayed too', async () => {
+    const k = fresh();
+    // The provider refuses this one request as invalid: the gateway answers the client's 400.
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 400, message: 'bad input', times: 1 });
+    const headers = { 'x-idempotency-key': k, 'x-gateway-provider': 'scaleway' };
+    const first = await post(gw.baseB, key.key, chatBody(), headers);
+    expect(first.status).toBe(400);
+    const again = await post(gw.baseB, key.key, chatBody(), headers);
+    expect([again.status, again.text, again.headers.get('idempotent-replayed')]).toEqual([400, first.text, 'true']);
+    expect(chats()).toBe(1);
+  });
+
+  it('20 concurrent duplicates: one upstream call, one usage record, every duplicate the identical answer', async () => {
+    const own = await gw.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 300 });
+    const answers = await Promise.all(Array.from({ length: 20 }, () => post(gw.baseA, own.key, chatBody(), { 'x-idempotency-key': 'burst' })));
+    const { fresh: first, replays, conflicts, other } = classify(answers);
+    expect(other).toEqual([]);
+    expect(first).toHaveLength(1);
+    expect(replays).toHaveLength(19);
+    expect(conflicts).toHaveLength(0);
+    for (const r of replays) expect(r.text).toBe(first[0]?.text);
+    expect(chats()).toBe(1);
+    expect(await usageOf([gw], own.id)).toHaveLength(1);
+  });
+
+  it('a repeat that waits longer than its bound gets 409 with Retry-After, then the answer once it is there', async () => {
+    const own = await impatient.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 800 });
+    const answers = await Promise.all(Array.from({ length: 20 }, () => post(impatient.baseB, own.key, chatBody(), { 'x-idempotency-key': 'slow' })));
+    const { fresh: first, replays, conflicts, other } = classify(answers);
+    expect(other).toEqual([]);
+    expect(first).toHaveLength(1);
+    // 150 ms of waiting is far less than the 800 ms answer: every duplicate gets the 409.
+    expect(conflicts).toHaveLength(19);
+    expect(replays).toHaveLength(0);
+    expect(conflicts[0]?.headers.get('retry-after')).toBe('1');
+    const later = await post(impatient.baseB, own.key, chatBody(), { 'x-idempotency-key': 'slow' });
+    expect([later.status, later.text, later.headers.get('idempotent-replayed')]).toEqual([200, first[0]?.text, 'true']);
+    expect(chats()).toBe(1);
+    expect(await usageOf([impatient], own.id)).toHaveLength(1);
+  });
+
+  it('a streamed request replays as the same stream, live while it runs and from storage after, without a new upstream call', async () => {
+    const own = await gw.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ chunkGapMs: 20 });
+    const body = { ...chatBody('Stream it once'), stream: true };
+    const headers = { 'x-idempotency-key': 'stream-1' };
+    const firstRes = await streamRequest(gw.baseA, own.key, body, headers);
+    // A duplicate while the first is still streaming follows it live.
+    const live = streamRequest(gw.baseA, own.key, body, headers);
+    const first = await readSse(firstRes);
+    const during = await live;
+    expect(during.headers.get('idempotent-replayed')).toBe('true');
+    expect(during.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    expect(await readSse(during)).toEqual(first);
+    expect(first.at(-1)?.data).toBe('[DONE]');
+    // After the end, from the events stored with the answer (kept 24 hours, unlike the resume buffer).
+    await eventually(async () => {
+      const row = await gw.gateway.services.store.idempotency.get(idempotencyScope(own.id, 'stream-1'));
+      const events = (row?.answer as StoredAnswer | undefined)?.stream?.events ?? [];
+      expect(events.at(-1)?.kind).toBe('done');
+      expect(events.filter((e) => e.kind !== 'usage').map((e) => e.data)).toEqual(first.map((e) => e.data));
+    });
+    const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseA, maxRetries: 0 });
+    const { data: replay, response } = await client.chat.completions
+      .create({ ...body, messages: [{ role: 'user', content: 'Stream it once' }], stream: true }, { headers })
+      .withResponse();
+    const chunks = [];
+    for await (const c of replay) chunks.push(c);
+    expect(response.headers.get('idempotent-replayed')).toBe('true');
+    expect(chunks.map((c) => JSON.stringify(c))).toEqual(first.slice(0, -1).map((e) => JSON.stringify(JSON.parse(e.data))));
+    expect(chats()).toBe(1);
+    expect(await usageOf([gw], own.id)).toHaveLength(1);
+  });
+
+  it('an upload’s bytes are part of the request: the same file replays, another file under the same key is a 422', async () => {
+    const upload = (seconds: number) => {
+      const form = new FormData();
+      form.append('model', 'openai/whisper-large-v3');
+      form.append('file', new Blob([new Uint8Array(wav(seconds))], { type: 'audio/wav' }), 'same-name.wav');
+      return fetch(`${gw.baseA}/audio/transcriptions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key.key}`, 'x-idempotency-key': 'upload-1' },
+        body: form,
+      });
+    };
+    const first = await upload(1);
+    expect(first.status).toBe(200);
+    const again = await upload(1);
+    expect([again.status, again.headers.get('idempotent-replayed'), await again.text()]).toEqual([200, 'true', await first.text()]);
+    expect(sim.providers.scaleway?.stats().byEndpoint.transcriptions).toBe(1);
+    expect((await upload(2)).status).toBe(422);
+  });
+
+  it('a claim left by a crashed instance expires, and the request then runs', async () => {
+    const own = await gw.createKey({ rateLimitRpm: 1000 });
+    const body = chatBody('After a crash');
+    // What an instance that died mid-request leaves behind: a claim that is never refreshed, completed or released.
+    const scope = idempotencyScope(own.id, 'orphan');
+    await gw.gateway.services.idempotency.backend.claim(scope, fingerprint('POST', '/v1/chat/completions', body), 'crashed-instance', 400);
+    const started = Date.now();
+    const res = await post(gw.baseA, own.key, body, { 'x-idempotency-key': 'orphan' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('idempotent-replayed')).toBeNull();
+    expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+    expect(chats()).toBe(1);
+  });
+});

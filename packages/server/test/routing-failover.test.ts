@@ -1,0 +1,228 @@
+import { createServer, type Socket } from 'node:net';
+import type { GatewayFileConfig } from '@gw/schema';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { UpstreamError } from '../src/errors/upstream-error.js';
+import { UpstreamHttp } from '../src/providers/http-client.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+const MODEL = 'meta/llama-3.3-70b'; // scaleway, ovh, nebius
+const RELAY = 'test/relay'; // seven offers: scaleway and six more providers on the same simulated server
+const CLONES = ['s2', 's3', 's4', 's5', 's6', 's7'];
+
+let sim: Simulator;
+let gw: TestGateway;
+let a: OpenAI;
+let b: OpenAI;
+
+/** Nebius answers within 300 ms or times out; a model offered seven times shows where max hops cut the plan. */
+function catalogue(c: GatewayFileConfig): GatewayFileConfig {
+  const scaleway = c.providers.find((p) => p.id === 'scaleway');
+  if (!scaleway) throw new Error('no scaleway in the demo catalogue');
+  const pricing = { prompt_per_1m: 0.8, completion_per_1m: 0.95, currency: 'EUR' };
+  return {
+    providers: [...c.providers.map((p) => (p.id === 'nebius' ? { ...p, timeoutMs: 300 } : p)), ...CLONES.map((id) => ({ ...scaleway, id }))],
+    models: [
+      ...c.models,
+      {
+        id: RELAY,
+        kind: 'chat',
+        owned_by: 'test',
+        offers: ['scaleway', ...CLONES].map((provider) => ({ provider, upstreamModel: 'llama-3.3-70b-instruct', pricing })),
+      },
+    ],
+  };
+}
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  // Circuits stay closed in this file: it is about one request's walk down its plan.
+  gw = await startGateway({ sim, catalogue, env: { GW_CIRCUIT_FAILURES: '1000' } });
+  const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
+  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+});
+beforeEach(() => {
+  for (const p of Object.values(sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+  }
+});
+
+type ApiError = InstanceType<typeof OpenAI.APIError>;
+const chats = (id: string) => sim.providers[id]?.stats().byEndpoint.chat ?? 0;
+const messages = [{ role: 'user' as const, content: 'Fail over safely' }];
+
+async function ask(client: OpenAI, headers: Record<string, string>, model = MODEL) {
+  const { response } = await client.chat.completions.create({ model, messages }, { headers }).withResponse();
+  return { provider: response.headers.get('x-gateway-provider'), hops: response.headers.get('x-gateway-routing-hops') };
+}
+const fail = (client: OpenAI, headers: Record<string, string>, model = MODEL) =>
+  client.chat.completions.create({ model, messages }, { headers }).then(
+    () => {
+      throw new Error('expected an error');
+    },
+    (e: unknown) => e as ApiError,
+  );
+
+describe('pinning with X-Gateway-Provider', () => {
+  it('serves from the pinned provider only, and never fails over', async () => {
+    expect(await ask(b, { 'X-Gateway-Provider': 'ovh' })).toEqual({ provider: 'ovh', hops: '0' });
+    sim.providers.ovh?.setFault({ kind: 'status', status: 503 });
+    const err = await fail(b, { 'X-Gateway-Provider': 'ovh' });
+    expect([err.status, err.code]).toEqual([502, 'upstream_unavailable']);
+    expect(chats('scaleway') + chats('nebius')).toBe(0);
+  });
+
+  it('variant A knows only configured providers; B refuses a provider that does not host the model', async () => {
+    for (const pin of ['nowhere', 'mistral']) {
+      const errA = await fail(a, { 'X-Gateway-Provider': pin });
+      expect([errA.status, errA.code, errA.param]).toEqual([400, 'validation_error', 'X-Gateway-Provider']);
+      const errB = await fail(b, { 'X-Gateway-Provider': pin });
+      expect([errB.status, errB.code, errB.param]).toEqual([400, 'provider_unsupported', 'X-Gateway-Provider']);
+    }
+  });
+});
+
+describe('X-Gateway-Provider-Prefer', () => {
+  it('puts the preferred provider first and fails over to the rest in order', async () => {
+    expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'nebius' })).toEqual({ provider: 'nebius', hops: '0' });
+    sim.providers.nebius?.setFault({ kind: 'status', status: 500 });
+    expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'nebius' })).toEqual({ provider: 'scaleway', hops: '1' });
+    const err = await fail(b, { 'X-Gateway-Provider-Prefer': 'elsewhere' });
+    expect([err.status, err.code, err.param]).toEqual([400, 'invalid_request', 'X-Gateway-Provider-Prefer']);
+  });
+});
+
+describe('failover and X-Gateway-Max-Hops', () => {
+  it('fails over on 5xx, 429, a reset connection and a timeout, counting the hops', async () => {
+    for (const fault of [{ kind: 'status', status: 502 }, { kind: 'status', status: 429 }, { kind: 'reset' }] as const) {
+      sim.providers.scaleway?.setFault(fault);
+      expect(await ask(b, {}), JSON.stringify(fault)).toEqual({ provider: 'ovh', hops: '1' });
+    }
+    // nebius times out (300 ms), scaleway answers 503, ovh answers: two hops.
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
+    sim.providers.nebius?.setFault({ kind: 'hang' });
+    expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'nebius' })).toEqual({ provider: 'ovh', hops: '2' });
+  });
+
+  it('0 hops: the first offer only', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
+    const err = await fail(a, { 'X-Gateway-Max-Hops': '0' });
+    expect([err.status, err.code]).toEqual([502, 'provider_down']);
+    expect([chats('scaleway'), chats('ovh'), chats('nebius')]).toEqual([1, 0, 0]);
+  });
+
+  it('5 hops: six offers at most, and the sixth may answer', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
+    const err = await fail(b, { 'X-Gateway-Max-Hops': '5' }, RELAY);
+    expect([err.status, err.code]).toEqual([502, 'upstream_unavailable']);
+    expect(chats('scaleway')).toBe(6);
+    sim.providers.scaleway?.resetStats();
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503, times: 5 });
+    expect(await ask(b, { 'X-Gateway-Max-Hops': '5' }, RELAY)).toEqual({ provider: 's6', hops: '5' });
+    // The default is 2 hops: three offers.
+    sim.providers.scaleway?.resetStats();
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
+    await fail(b, {}, RELAY);
+    expect(chats('scaleway')).toBe(3);
+  });
+
+  it('anything but an integer from 0 to 5 is a 400 in each variant', async () => {
+    for (const hops of ['6', '-1', 'two', '1.5', '05']) {
+      const errA = await fail(a, { 'X-Gateway-Max-Hops': hops });
+      expect([errA.status, errA.code], hops).toEqual([400, 'validation_error']);
+      const errB = await fail(b, { 'X-Gateway-Max-Hops': hops });
+      expect([errB.status, errB.code], hops).toEqual([400, 'invalid_request']);
+    }
+    expect(chats('scaleway')).toBe(0);
+  });
+
+  it('when every offer fails: 502 provider_down (A) / upstream_unavailable (B), with the providers tried', async () => {
+    for (const id of ['scaleway', 'ovh', 'nebius']) sim.providers[id]?.setFault({ kind: 'status', status: 500 });
+    const errA = await fail(a, {});
+    expect([errA.status, errA.code]).toEqual([502, 'provider_down']);
+    expect(errA.message).toContain('tried: scaleway, ovh, nebius');
+    const errB = await fail(b, {});
+    expect([errB.status, errB.code]).toEqual([502, 'upstream_unavailable']);
+  });
+});
+
+describe('timeouts', () => {
+  it('an upstream that does not answer within its timeoutMs is a 504, and the upstream request is aborted', async () => {
+    sim.providers.nebius?.setFault({ kind: 'hang' });
+    for (const client of [a, b]) {
+      const started = Date.now();
+      const err = await fail(client, { 'X-Gateway-Provider': 'nebius' });
+      expect([err.status, err.code]).toEqual([504, 'upstream_timeout']);
+      expect(Date.now() - started).toBeLessThan(2000);
+    }
+    expect(chats('nebius')).toBe(2);
+    // The gateway closed its side: the simulator sees no request left in flight.
+    await eventually(() => expect(sim.providers.nebius?.stats().inFlight).toBe(0));
+  });
+
+  it('a stream that stalls mid-way ends with an error event and its upstream request is aborted; no failover after the first byte', async () => {
+    sim.providers.nebius?.setFault({ kind: 'hang', afterChunks: 3 });
+    const stream = await b.chat.completions.create({ model: MODEL, messages, stream: true }, { headers: { 'X-Gateway-Provider-Prefer': 'nebius' } });
+    let chunks = 0;
+    const err = await (async () => {
+      for await (const _ of stream) chunks++;
+    })().catch((e: unknown) => e);
+    expect(chunks).toBeGreaterThan(0);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(chats('scaleway') + chats('ovh')).toBe(0);
+    await eventually(() => expect(sim.providers.nebius?.stats().inFlight).toBe(0));
+  });
+
+  it('a reset after the first chunks is not failed over either', async () => {
+    // Chunks spaced out, so the first ones reach the client before the reset (a reset right behind them would discard them unread).
+    sim.providers.scaleway?.configure({ chunkGapMs: 30 });
+    try {
+      sim.providers.scaleway?.setFault({ kind: 'reset', afterChunks: 3 });
+      const stream = await a.chat.completions.create({ model: MODEL, messages, stream: true });
+      let chunks = 0;
+      const err = await (async () => {
+        for await (const _ of stream) chunks++;
+      })().catch((e: unknown) => e);
+      expect(chunks).toBeGreaterThan(0);
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      expect(chats('ovh') + chats('nebius')).toBe(0);
+    } finally {
+      sim.providers.scaleway?.configure({ chunkGapMs: 0 });
+    }
+  });
+
+  it('connectTimeoutMs bounds the connection apart from the read timeout, and closes the attempt', async () => {
+    // A server that accepts TCP but never answers the TLS handshake: only the connect timeout can end the wait.
+    const sockets: Socket[] = [];
+    let closed = 0;
+    const tarpit = createServer((s) => {
+      sockets.push(s);
+      s.resume();
+      s.on('close', () => closed++);
+    });
+    await new Promise<void>((r) => tarpit.listen(0, '127.0.0.1', r));
+    const port = (tarpit.address() as { port: number }).port;
+    const http = new UpstreamHttp('tarpit', `https://127.0.0.1:${port}`, 30_000, 300);
+    try {
+      const started = Date.now();
+      const err = await http.json({ method: 'GET', path: '/v1/models', headers: {} }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(UpstreamError);
+      expect((err as UpstreamError).kind).toBe('timeout');
+      expect((err as UpstreamError).message).toContain('no connection to tarpit within 300 ms');
+      // undici checks connect timers about once a second; far below the 30 s read timeout either way.
+      expect(Date.now() - started).toBeLessThan(3000);
+      await eventually(() => expect(closed).toBe(1));
+    } finally {
+      await http.close();
+      for (const s of sockets) s.destroy();
+      tarpit.close();
+    }
+  });
+});
