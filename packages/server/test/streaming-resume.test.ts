@@ -1,6 +1,8 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DELIVERED_LINGER_S, STREAM_RETENTION_S } from '../src/streaming/types.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
@@ -54,6 +56,32 @@ describe('resume across instances sharing Redis', () => {
     const replay = await readSse(await streamRequest(two.baseB, key, body, { 'Last-Event-ID': `${requestId}:0` }));
     expect(replay.map(strip)).toEqual(full.map(strip));
     expect(sim.providers.scaleway?.stats().byEndpoint.chat).toBe(1);
+  });
+
+  it('a stream its client received whole is let go of after a short linger; one cut short keeps the full retention', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 1000 });
+    const whole = await streamRequest(one.baseA, key, body);
+    const wholeId = whole.headers.get('x-request-id') as string;
+    expect((await readSse(whole)).at(-1)?.data).toBe('[DONE]');
+    const controller = new AbortController();
+    const cut = await streamRequest(one.baseA, key, body, {}, controller.signal);
+    const cutId = cut.headers.get('x-request-id') as string;
+    await readSse(cut, 2);
+    controller.abort();
+    const client = new Redis(redis.url);
+    try {
+      await eventually(async () => {
+        const ttl = await client.ttl(`gw:stream:{${wholeId}}:events`);
+        expect(ttl).toBeGreaterThan(0);
+        expect(ttl).toBeLessThanOrEqual(DELIVERED_LINGER_S);
+      });
+      // The cut stream runs on upstream to its end, then stays resumable for the full retention.
+      await eventually(async () => expect(await client.ttl(`gw:stream:{${cutId}}:events`)).toBeGreaterThan(STREAM_RETENTION_S - 30));
+      // Within the linger, the delivered stream still replays.
+      expect((await readSse(await streamRequest(two.baseA, key, body, { 'Last-Event-ID': `${wholeId}:0` }))).at(-1)?.data).toBe('[DONE]');
+    } finally {
+      client.disconnect();
+    }
   });
 
   it('only the key that started a stream can resume it, on any instance', async () => {

@@ -2,15 +2,21 @@ import type { Store, UsageRecord } from '../store/types.js';
 
 export interface UsageWriterOptions {
   flushIntervalMs: number;
+  /**
+   * Rows per insert. Embedded PGlite runs each insert on the event loop,
+   * so small chunks with a turn of the loop between them keep any one
+   * pause short; PostgreSQL does the work elsewhere and takes big ones.
+   */
   maxBatch: number;
   onError: (err: unknown) => void;
 }
 
 /**
- * Buffers usage records and writes them in batches (one multi-row insert),
- * off the request path. A failed write keeps the records and retries, so a
- * database outage loses nothing; spend is added only after its records are
- * stored, and retried on its own if that part fails.
+ * Buffers usage records and writes them in batches (one insert per chunk)
+ * on a timer, never on a request's path. A failed write keeps the records
+ * and retries, so a database outage loses nothing; spend is added only
+ * after its records are stored, and retried on its own if that part fails.
+ * A hard crash loses at most the last flush interval's records.
  */
 export class UsageWriter {
   private buffer: UsageRecord[] = [];
@@ -31,7 +37,6 @@ export class UsageWriter {
 
   record(record: UsageRecord): void {
     this.buffer.push(record);
-    if (this.buffer.length >= this.options.maxBatch) void this.flush();
   }
 
   get pending(): number {
@@ -56,7 +61,9 @@ export class UsageWriter {
   }
 
   private async doFlush(): Promise<void> {
-    while (this.buffer.length > 0) {
+    for (let first = true; this.buffer.length > 0; first = false) {
+      // Let the requests that arrived meanwhile run between two chunks.
+      if (!first) await new Promise((resolve) => setImmediate(resolve));
       const batch = this.buffer.slice(0, this.options.maxBatch);
       try {
         await this.store.usage.insertMany(batch);

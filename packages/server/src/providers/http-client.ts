@@ -17,6 +17,8 @@ export interface UpstreamRequest {
   signal?: AbortSignal;
 }
 
+const MAX_CONNECTIONS_PER_ORIGIN = 4096;
+
 /**
  * A keep-alive connection pool to one provider origin. Every call has a
  * connect timeout (`connectTimeoutMs`), and a headers timeout and a body
@@ -33,7 +35,10 @@ export class UpstreamHttp {
     /** TCP (and TLS) connect; default: the read timeout, at most 10 s. */
     private readonly connectTimeoutMs = Math.min(timeoutMs, 10_000),
   ) {
-    this.pool = new Pool(origin, { connections: 256, keepAliveTimeout: 30_000, connectTimeout: connectTimeoutMs });
+    // HTTP/1.1 carries one request per connection: a low cap would queue
+    // streams behind each other (their time to first token would grow with
+    // the queue), so the cap only guards file descriptors.
+    this.pool = new Pool(origin, { connections: MAX_CONNECTIONS_PER_ORIGIN, keepAliveTimeout: 30_000, connectTimeout: connectTimeoutMs });
   }
 
   async json(req: UpstreamRequest): Promise<JsonResponse> {

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { MAX_STREAM_EVENTS, STREAM_RETENTION_S, type StreamEvent, type StreamMeta, type StreamStore } from './types.js';
+import { DELIVERED_LINGER_S, MAX_STREAM_EVENTS, STREAM_RETENTION_S, type StreamEvent, type StreamMeta, type StreamStore } from './types.js';
 
 interface Buffered {
   meta: StreamMeta;
@@ -16,7 +16,7 @@ export class MemoryStreamStore implements StreamStore {
 
   constructor(private readonly graceS: number) {
     this.emitter.setMaxListeners(0);
-    this.sweeper = setInterval(() => this.sweep(), 30_000);
+    this.sweeper = setInterval(() => this.sweep(), 5_000);
     this.sweeper.unref();
   }
 
@@ -37,6 +37,11 @@ export class MemoryStreamStore implements StreamStore {
 
   async meta(streamId: string): Promise<StreamMeta | null> {
     return this.streams.get(streamId)?.meta ?? null;
+  }
+
+  delivered(streamId: string): void {
+    const s = this.streams.get(streamId);
+    if (s?.ended) s.expiresAt = Math.min(s.expiresAt, Date.now() + DELIVERED_LINGER_S * 1000);
   }
 
   async *follow(streamId: string, afterSeq: number, signal: AbortSignal): AsyncIterable<StreamEvent> {
@@ -66,6 +71,11 @@ export class MemoryStreamStore implements StreamStore {
   private sweep(): void {
     const now = Date.now();
     for (const [id, s] of this.streams) if (s.expiresAt <= now) this.streams.delete(id);
+  }
+
+  /** Streams held (for tests and metrics). */
+  get size(): number {
+    return this.streams.size;
   }
 
   async close(): Promise<void> {

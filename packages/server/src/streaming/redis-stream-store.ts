@@ -1,5 +1,13 @@
 import type { Redis } from 'ioredis';
-import { MAX_STREAM_EVENTS, STREAM_RETENTION_S, type StreamEvent, type StreamEventKind, type StreamMeta, type StreamStore } from './types.js';
+import {
+  DELIVERED_LINGER_S,
+  MAX_STREAM_EVENTS,
+  STREAM_RETENTION_S,
+  type StreamEvent,
+  type StreamEventKind,
+  type StreamMeta,
+  type StreamStore,
+} from './types.js';
 
 const eventsKey = (id: string) => `gw:stream:{${id}}:events`;
 const metaKey = (id: string) => `gw:stream:{${id}}:meta`;
@@ -22,16 +30,36 @@ export class RedisStreamStore implements StreamStore {
 
   append(streamId: string, event: StreamEvent): void {
     const ttl = event.kind === 'done' || event.kind === 'error' ? STREAM_RETENTION_S : this.graceS + STREAM_RETENTION_S;
-    const write = this.redis.multi().xadd(eventsKey(streamId), 'MAXLEN', '~', MAX_STREAM_EVENTS, `${event.seq}-1`, 'k', event.kind, 'd', event.data);
-    if (event.seq === 1 || ttl === STREAM_RETENTION_S) write.expire(eventsKey(streamId), ttl).expire(metaKey(streamId), ttl);
-    write.exec().catch(() => {
-      // Resume from this buffer degrades; the live stream goes on.
-    });
+    const args = [eventsKey(streamId), 'MAXLEN', '~', MAX_STREAM_EVENTS, `${event.seq}-1`, 'k', event.kind, 'd', event.data] as const;
+    // Resume from this buffer degrades if a write fails; the live stream goes on.
+    const ignore = () => {};
+    if (event.seq !== 1 && ttl !== STREAM_RETENTION_S) {
+      // Most events: one command, no transaction around it.
+      this.redis.xadd(...args).catch(ignore);
+      return;
+    }
+    this.redis
+      .multi()
+      .xadd(...args)
+      .expire(eventsKey(streamId), ttl)
+      .expire(metaKey(streamId), ttl)
+      .exec()
+      .catch(ignore);
   }
 
   async meta(streamId: string): Promise<StreamMeta | null> {
     const m = await this.redis.hgetall(metaKey(streamId));
     return m['keyId'] ? { keyId: m['keyId'], model: m['model'] ?? '' } : null;
+  }
+
+  delivered(streamId: string): void {
+    // LT only shortens a TTL (Redis 7); an older Redis refuses it and the longer TTL stays.
+    this.redis
+      .multi()
+      .expire(eventsKey(streamId), DELIVERED_LINGER_S, 'LT')
+      .expire(metaKey(streamId), DELIVERED_LINGER_S, 'LT')
+      .exec()
+      .catch(() => {});
   }
 
   async *follow(streamId: string, afterSeq: number, signal: AbortSignal): AsyncIterable<StreamEvent> {

@@ -11,19 +11,25 @@ const BEAT = Symbol('heartbeat');
 export async function* sseFrames(events: AsyncIterable<StreamEvent>, streamId: string, includeUsage: boolean, heartbeatMs: number): AsyncGenerator<string> {
   const it = events[Symbol.asyncIterator]();
   let pending = it.next();
-  let timer: NodeJS.Timeout | undefined;
+  // One timer for the whole stream, re-armed per event (a new timer and promise per event cost more than the event).
+  let fireBeat: () => void = () => {};
+  let beat = new Promise<typeof BEAT>((resolve) => {
+    fireBeat = () => resolve(BEAT);
+  });
+  const timer = setTimeout(() => fireBeat(), heartbeatMs);
   try {
     for (;;) {
-      const beat = new Promise<typeof BEAT>((resolve) => {
-        timer = setTimeout(() => resolve(BEAT), heartbeatMs);
-      });
       const r = await Promise.race([pending, beat]);
-      clearTimeout(timer);
       if (r === BEAT) {
+        beat = new Promise<typeof BEAT>((resolve) => {
+          fireBeat = () => resolve(BEAT);
+        });
+        timer.refresh();
         yield SSE_HEARTBEAT;
         continue;
       }
       if (r.done) return;
+      timer.refresh();
       pending = it.next();
       if (r.value.kind === 'usage' && !includeUsage) continue;
       yield sseEvent(eventId(streamId, r.value.seq), r.value.data);

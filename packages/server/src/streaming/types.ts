@@ -25,13 +25,21 @@ export interface StreamStore {
   /** Appends in order; never throws (a buffer outage must not break the live stream). */
   append(streamId: string, event: StreamEvent): void;
   meta(streamId: string): Promise<StreamMeta | null>;
+  /**
+   * The stream's last event was written to a client's socket: nobody will
+   * need to resume it past a short linger (in case the connection broke
+   * after that write), so its buffer is let go early. Never throws.
+   */
+  delivered(streamId: string): void;
   /** Events after `afterSeq`, then the live rest, until a `done` or `error` event or the signal aborts. */
   follow(streamId: string, afterSeq: number, signal: AbortSignal): AsyncIterable<StreamEvent>;
   close(): Promise<void>;
 }
 
-/** How long a finished stream stays resumable. */
+/** How long a finished stream that no client received whole stays resumable. */
 export const STREAM_RETENTION_S = 600;
+/** How long one that a client received whole (its last event written to the socket) stays resumable. */
+export const DELIVERED_LINGER_S = 10;
 /** At most this many events are kept per stream in Redis (MAXLEN). */
 export const MAX_STREAM_EVENTS = 200_000;
 /** At most this much event data is buffered per stream; past it the stream ends with an error. */

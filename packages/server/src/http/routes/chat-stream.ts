@@ -61,7 +61,11 @@ export async function startStream(
   const draft = request.gw.usage;
   request.gw.reservation = null;
   request.gw.usage = null;
-  await services.streams.create(request.id, { keyId: key.id, model });
+  // Not awaited: the resume record must not delay the first chunk. Redis runs one connection's
+  // commands in order, so it exists before any event appended after it; if it fails, only resume degrades.
+  services.streams.create(request.id, { keyId: key.id, model }).catch((err: unknown) => {
+    request.log.warn({ err: (err as Error).message }, 'stream resume record not written; resume unavailable for this stream');
+  });
   const started = performance.now();
   const session = services.sessions.start({
     streamId: request.id,
@@ -130,5 +134,7 @@ function includeUsage(body: ChatBody): boolean {
 
 function sendFrames(services: Services, reply: FastifyReply, events: AsyncIterable<StreamEvent>, streamId: string, usage: boolean) {
   streamHeaders(reply);
+  // 'finish': the whole stream, its last event included, went to the client's socket.
+  reply.raw.once('finish', () => services.streams.delivered(streamId));
   return reply.send(Readable.from(sseFrames(events, streamId, usage, services.config.streamHeartbeatMs), { objectMode: false }));
 }

@@ -14,11 +14,16 @@ export function openAiChunkStream(http: UpstreamHttp, body: AsyncIterable<Uint8A
   const provider = http.providerId;
   async function* chunks(): AsyncGenerator<ChatChunk> {
     let done = false;
+    const events = sseEvents(body);
     try {
-      for await (const event of sseEvents(body)) {
+      for (let next = await events.next(); !next.done; next = await events.next()) {
+        const event = next.value;
         if (event.data === '[DONE]') {
           done = true;
-          break;
+          // The response usually ends just after [DONE]: reading that end in the background keeps
+          // the connection for the next request (destroying the body would close it).
+          readToEnd(events, body);
+          return;
         }
         let parsed: RawChunk;
         try {
@@ -34,7 +39,7 @@ export function openAiChunkStream(http: UpstreamHttp, body: AsyncIterable<Uint8A
     } catch (err) {
       throw http.toUpstreamError(err);
     } finally {
-      body.destroy();
+      if (!done) body.destroy();
     }
     if (!done) throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} ended the stream before [DONE]` });
   }
@@ -43,6 +48,23 @@ export function openAiChunkStream(http: UpstreamHttp, body: AsyncIterable<Uint8A
     [Symbol.asyncIterator]: () => iterator,
     abort: () => body.destroy(),
   };
+}
+
+/** Reads what follows [DONE] (normally only the response's end) for at most a second, then lets go of it. */
+function readToEnd(events: AsyncGenerator<unknown>, body: { destroy(): void }): void {
+  const timer = setTimeout(() => body.destroy(), 1000);
+  timer.unref();
+  void (async () => {
+    try {
+      while (!(await events.next()).done) {
+        // Anything after [DONE] is ignored.
+      }
+    } catch {
+      // The connection is gone either way.
+    } finally {
+      clearTimeout(timer);
+    }
+  })();
 }
 
 interface RawChunk {
