@@ -10,6 +10,8 @@ export const FAST_FAIL_OPTIONS: RedisOptions = {
   enableOfflineQueue: false,
   maxRetriesPerRequest: 0,
   commandTimeout: 50,
+  // Commands issued in the same tick (concurrent requests) go out in one socket write.
+  enableAutoPipelining: true,
   lazyConnect: true,
   connectTimeout: 1000,
   retryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 6), 2000),
