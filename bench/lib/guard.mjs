@@ -7,14 +7,15 @@ import { addedTtft } from './targets.mjs';
  * keep-alive) does.
  */
 export const GUARD = {
-  /** gateway req/s ÷ direct req/s, 0 ms upstream, 50 connections: half of today's 0.14–0.17. */
+  /** gateway req/s ÷ direct req/s, 0 ms upstream, 50 connections: a third of today's 0.21–0.25. */
   minThroughputRatio: 0.07,
   /**
    * Added time to first token p50, ms (the direct TTFT is ~51 ms, so this is
-   * a TTFT ratio of ~1.2): 20× the 0.5 ms target, about 3× today's 2–4 ms.
-   * Tighten towards 5 ms (10× the target) once the gateway meets it.
+   * a TTFT ratio of ~1.3): 30× the 0.5 ms target, about 3× today's 4–6 ms
+   * on this machine. Tighten towards 5 ms (10× the target) once the gateway
+   * meets it.
    */
-  maxAddedTtftP50Ms: 10,
+  maxAddedTtftP50Ms: 15,
 };
 
 export function checkGuard(scenarios) {
