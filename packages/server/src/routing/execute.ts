@@ -40,7 +40,8 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
       attempts.push(attempt);
       onAttempt?.(attempt);
       if (err.clientFault) throw new GatewayError('validation', `The provider rejected the request: ${err.message}`, { cause: err });
-      if (!err.retryable) throw err;
+      // Not the client's fault and not worth another provider (an odd status, a client that left): the provider failed this request.
+      if (!err.retryable) throw finalError(attempts, err);
       lastError = err;
     }
   }
