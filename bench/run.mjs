@@ -105,7 +105,12 @@ async function main() {
   try {
     ctx.upstream = await startUpstream({ core: LOAD_CORE, dir: ctx.dir });
     ctx.stops.push(ctx.upstream.stop);
-    const scenarios = await embeddedScenarios(ctx, quick);
+    let scenarios = await embeddedScenarios(ctx, quick);
+    // A loaded CI machine can spoil one short run; a real regression fails the second one too.
+    if (quick && !reportGuard(scenarios)) {
+      log('guard failed once; measuring again');
+      scenarios = await embeddedScenarios(ctx, quick);
+    }
     if (!quick) Object.assign(scenarios, await productionScenarios(ctx));
     const otherCpu = monitor.stop();
     const results = {
