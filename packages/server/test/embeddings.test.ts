@@ -1,7 +1,7 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
 let gw: TestGateway;
@@ -38,12 +38,7 @@ afterAll(async () => {
   await gw?.close();
   await sim?.close();
 });
-beforeEach(() => {
-  for (const p of Object.values(sim.providers)) {
-    p.clearFaults();
-    p.resetStats();
-  }
-});
+beforeEach(() => resetProviders(sim));
 
 const norm = (v: ArrayLike<number>) => Math.sqrt(Array.from(v).reduce((n, x) => n + x * x, 0));
 

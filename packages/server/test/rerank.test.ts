@@ -1,7 +1,7 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { Cohere, CohereClient, type CohereError } from 'cohere-ai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 const MODEL = 'cohere/rerank-v3.5';
 // Served by Cohere (rerank v2) and, as a fallback, by Scaleway's Jina-style /v1/rerank.
@@ -46,12 +46,7 @@ afterAll(async () => {
   await gw?.close();
   await sim?.close();
 });
-beforeEach(() => {
-  for (const p of Object.values(sim.providers)) {
-    p.clearFaults();
-    p.resetStats();
-  }
-});
+beforeEach(() => resetProviders(sim));
 
 const documents = [
   'Berlin is the capital of Germany.',

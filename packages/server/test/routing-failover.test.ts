@@ -5,7 +5,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { UpstreamError } from '../src/errors/upstream-error.js';
 import { UpstreamHttp } from '../src/providers/http-client.js';
-import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 const MODEL = 'meta/llama-3.3-70b'; // scaleway, ovh, nebius
 const RELAY = 'test/relay'; // seven offers: scaleway and six more providers on the same simulated server
@@ -47,12 +47,7 @@ afterAll(async () => {
   await gw?.close();
   await sim?.close();
 });
-beforeEach(() => {
-  for (const p of Object.values(sim.providers)) {
-    p.clearFaults();
-    p.resetStats();
-  }
-});
+beforeEach(() => resetProviders(sim));
 
 type ApiError = InstanceType<typeof OpenAI.APIError>;
 const chats = (id: string) => sim.providers[id]?.stats().byEndpoint.chat ?? 0;
@@ -86,6 +81,17 @@ describe('pinning with X-Gateway-Provider', () => {
       const errB = await fail(b, { 'X-Gateway-Provider': pin });
       expect([errB.status, errB.code, errB.param]).toEqual([400, 'provider_unsupported', 'X-Gateway-Provider']);
     }
+  });
+});
+
+describe('a provider status that is neither the client\'s fault nor worth another provider', () => {
+  it('answers 502 in each variant\'s envelope, without failing over and never as a 500', async () => {
+    sim.providers.ovh?.setFault({ kind: 'status', status: 405 });
+    const errA = await fail(a, { 'X-Gateway-Provider': 'ovh' });
+    expect([errA.status, errA.code]).toEqual([502, 'provider_down']);
+    const errB = await fail(b, { 'X-Gateway-Provider-Prefer': 'ovh' });
+    expect([errB.status, errB.code]).toEqual([502, 'upstream_unavailable']);
+    expect(chats('scaleway') + chats('nebius')).toBe(0);
   });
 });
 

@@ -3,7 +3,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { type RedisServer, startRedis } from '@gw/testkit';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 const MODEL = 'meta/llama-3.3-70b'; // scaleway, ovh, nebius
 const QWEN = 'qwen/qwen3-32b'; // ovh, nebius
@@ -43,12 +43,7 @@ afterAll(async () => {
   await sim?.close();
   await redis?.stop();
 });
-beforeEach(() => {
-  for (const p of Object.values(sim.providers)) {
-    p.clearFaults();
-    p.resetStats();
-  }
-});
+beforeEach(() => resetProviders(sim));
 
 const chats = (id: string) => sim.providers[id]?.stats().byEndpoint.chat ?? 0;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -3,7 +3,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { streamText } from 'ai';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
 let sim: Simulator;
@@ -23,12 +23,7 @@ afterAll(async () => {
   await gw?.close();
   await sim?.close();
 });
-beforeEach(() => {
-  for (const p of Object.values(sim.providers)) {
-    p.clearFaults();
-    p.resetStats();
-  }
-});
+beforeEach(() => resetProviders(sim));
 
 const MODEL = 'meta/llama-3.3-70b';
 const messages = [{ role: 'user' as const, content: 'Tell me about streaming gateways in Europe' }];

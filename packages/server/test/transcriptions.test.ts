@@ -10,7 +10,7 @@ import OpenAI, { toFile } from 'openai';
 import { request as undiciRequest } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
-import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
 let gw: TestGateway;
@@ -34,12 +34,7 @@ afterAll(async () => {
   await sim?.close();
   rmSync(spoolDir, { recursive: true, force: true });
 });
-beforeEach(() => {
-  for (const p of Object.values(sim.providers)) {
-    p.clearFaults();
-    p.resetStats();
-  }
-});
+beforeEach(() => resetProviders(sim));
 
 const audio = () => toFile(wav(3.5), 'meeting.wav', { type: 'audio/wav' });
 const spools = () => readdirSync(spoolDir);

@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { SpooledUpload } from '../providers/types.js';
@@ -79,7 +80,9 @@ interface Part {
 export async function readMultipart(source: AsyncIterable<Buffer>, boundary: string, spool: UploadSpool, limits: FormLimits): Promise<ParsedForm> {
   const parser = new FormParser(boundary, spool, limits);
   try {
-    for await (const chunk of source) await parser.feed(chunk);
+    // Stopping early must not destroy the request: that resets the connection before the 413 is read.
+    const chunks = source instanceof Readable ? source.iterator({ destroyOnReturn: false }) : source;
+    for await (const chunk of chunks) await parser.feed(chunk as Buffer);
     return parser.result();
   } catch (err) {
     parser.abort();

@@ -85,3 +85,11 @@ export async function eventually(check: () => Promise<void> | void, timeoutMs = 
     }
   }
 }
+
+/** Every simulated provider back to normal: no faults, counters at zero. */
+export function resetProviders(sim: Simulator): void {
+  for (const p of Object.values(sim.providers)) {
+    p.clearFaults();
+    p.resetStats();
+  }
+}

@@ -1,5 +1,6 @@
 import { H } from '@gw/schema';
 import type { FastifyInstance } from 'fastify';
+import { lingerOnClose } from '../lingering-close.js';
 import type { Services } from '../services.js';
 
 /**
@@ -23,6 +24,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     reply.header(H.serverTiming, `gw;desc="gateway";dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`);
     // While draining, close each connection after its answer so shutdown is not held by keep-alive;
     // and an answer given before its request's body ended (a refused upload) closes rather than reads the rest.
+    if (!request.raw.complete) lingerOnClose(request.raw);
     if (services.lifecycle.draining || !request.raw.complete) reply.header('connection', 'close');
     return payload;
   });
