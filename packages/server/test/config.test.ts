@@ -26,7 +26,7 @@ models:
 `;
 
 describe('config file', () => {
-  it('reads the INTERFACES.md example and substitutes ${ENV}', () => {
+  it('reads the INTERFACES.md example and substitutes $' + '{ENV} references', () => {
     const c = parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: 'sk-alpha' });
     expect(c.providers[0]?.apiKey).toBe('sk-alpha');
     expect(c.models[0]?.offers[0]?.pricing.prompt_per_1m).toBe(0.2);

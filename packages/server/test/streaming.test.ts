@@ -52,7 +52,7 @@ describe('streaming chat with the official openai SDK', () => {
     expect(text.length).toBeGreaterThan(10);
     expect(usageChunks).toBe(0);
     // The gateway asked the provider for usage although the client did not.
-    expect((sim.providers.scaleway?.stats().last?.body as { stream_options?: unknown }).stream_options).toEqual({ include_usage: true });
+    expect((sim.providers.scaleway?.stats().last?.body as { stream_options?: unknown } | undefined)?.stream_options).toEqual({ include_usage: true });
     const [record] = await usageOf(response.headers.get('x-request-id') as string);
     expect(record).toMatchObject({ streamed: true, provider: 'scaleway', status: 200, errorCode: null });
     expect(record?.completionTokens).toBeGreaterThan(0);

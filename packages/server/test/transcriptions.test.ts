@@ -2,12 +2,10 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI, { toFile } from 'openai';
-import { request as undiciRequest } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
 import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
@@ -157,7 +155,7 @@ describe('the upload limit (GW_UPLOAD_LIMIT_BYTES, 25 MiB by default)', () => {
   /**
    * Streams a multipart upload of `bytes` from one reused 64 KiB block (so
    * the client itself holds no copy), with or without Content-Length, and
-   * reads the gateway's early answer (undici reads it while still sending).
+   * reads the gateway's early answer (node:http reads it while still sending).
    */
   async function streamedUpload(bytes: number, withLength: boolean): Promise<{ status: number; body: string }> {
     const boundary = 'gwtestboundary';
@@ -190,7 +188,11 @@ describe('the upload limit (GW_UPLOAD_LIMIT_BYTES, 25 MiB by default)', () => {
       void (async () => {
         for await (const part of parts()) {
           if (answered || req.destroyed) return;
-          if (!req.write(part)) await new Promise((r) => (req.once('drain', r), req.once('close', r)));
+          if (!req.write(part))
+            await new Promise((r) => {
+              req.once('drain', r);
+              req.once('close', r);
+            });
         }
         req.end();
       })();
