@@ -150,7 +150,7 @@ function method(results) {
   the bench runner (autocannon and the stream driver; \`taskset -a -p\`), the fake upstream (its own process), redis-server and
   PostgreSQL. Other processes on the machine are watched (/proc) and reported above the tables.
 - **Gateway setups**, each a fresh process with a fresh store:
-  - *${results.setups.embedded}*: the defaults of one instance: PGlite in the process (store and usage records), in-process
+  - *${results.setups.embedded}*: the defaults of one instance: PGlite on its own thread of the gateway's process (store and usage records), in-process
     limiter, budget ledger and stream buffers.
   - *${results.setups.prod ?? 'n/a'}*: the scaled-out setup: \`DATABASE_URL\` (a throwaway PostgreSQL) and \`REDIS_URL\` (sliding
     window as a Lua script, budget ledger, stream buffers, revocation bus). "Redis killed" is redis-server after SIGKILL, same gateway.

@@ -2,11 +2,7 @@ import type { Store, UsageRecord } from '../store/types.js';
 
 export interface UsageWriterOptions {
   flushIntervalMs: number;
-  /**
-   * Rows per insert. Embedded PGlite runs each insert on the event loop,
-   * so small chunks with a turn of the loop between them keep any one
-   * pause short; PostgreSQL does the work elsewhere and takes big ones.
-   */
+  /** Rows per insert statement; a turn of the event loop comes between two. */
   maxBatch: number;
   onError: (err: unknown) => void;
 }

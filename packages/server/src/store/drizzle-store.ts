@@ -139,8 +139,7 @@ class DrizzleUsageRepo implements UsageRepo {
    * One statement per chunk whatever its size: each column travels as one
    * array parameter and `unnest` turns them back into rows. Building a
    * VALUES list of 16 parameters per row cost about 8 times as much per
-   * row (query building and per-parameter encoding), which on embedded
-   * PGlite ran on the event loop of every request.
+   * row (query building and per-parameter encoding).
    */
   async insertMany(records: UsageRecord[]): Promise<void> {
     for (let i = 0; i < records.length; i += USAGE_INSERT_CHUNK) {

@@ -5,13 +5,12 @@
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { PGlite } from '@electric-sql/pglite';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
-import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
-import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
+import { drizzle as drizzleProxy } from 'drizzle-orm/pg-proxy';
 import pg from 'pg';
-import { DrizzleStore } from './drizzle-store.js';
+import { type Db, DrizzleStore } from './drizzle-store.js';
+import { PgliteThread } from './pglite-client.js';
 import * as schema from './schema.js';
 import type { Store } from './types.js';
 
@@ -109,31 +108,32 @@ function openPostgres(databaseUrl: string, opts: OpenStoreOptions): Store {
   });
 }
 
+/**
+ * Embedded PGlite on its own thread (pglite-thread.ts): drizzle builds the
+ * SQL here and the thread runs it, so the database's work never holds the
+ * event loop that serves requests.
+ */
 async function openPglite(dataDir: string): Promise<Store> {
   const dir = join(dataDir, 'pglite');
   mkdirSync(dir, { recursive: true });
   const unlock = lockDataDir(dataDir);
-  let client: PGlite;
+  let thread: PgliteThread;
   try {
-    // PostgreSQL's default 128 MB of shared buffers lives in this process's memory here; the
-    // gateway's tables are small and hot, so 16 MB keeps them cached at a fraction of the footprint.
-    client = await PGlite.create({ dataDir: dir, postgresqlconf: ['shared_buffers = 16MB'] });
+    thread = await PgliteThread.open(dir, MIGRATIONS_FOLDER);
   } catch (err) {
     unlock();
     throw err;
   }
-  const db = drizzlePglite({ client, schema });
+  const db: Db = drizzleProxy(async (sql, params, method) => ({ rows: await thread.query(sql, params, method === 'all' ? 'array' : 'object') }), {
+    schema,
+  });
   return new DrizzleStore(db, {
     kind: 'pglite',
-    async migrate() {
-      await migratePglite(db, { migrationsFolder: MIGRATIONS_FOLDER });
-    },
-    async ping() {
-      await client.query('SELECT 1');
-    },
+    migrate: () => thread.migrate(),
+    ping: () => thread.ping(),
     async close() {
       try {
-        await client.close();
+        await thread.close();
       } finally {
         unlock();
       }

@@ -1,0 +1,57 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MIGRATIONS_FOLDER } from '../src/store/index.js';
+import { PgliteThread, PgliteThreadError } from '../src/store/pglite-client.js';
+
+let dir: string;
+let thread: PgliteThread;
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'gw-pglite-thread-'));
+  thread = await PgliteThread.open(dir, MIGRATIONS_FOLDER);
+  await thread.migrate();
+}, 60_000);
+afterAll(async () => {
+  await thread.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('the embedded database thread', () => {
+  it('runs a long query while the event loop keeps turning (PGlite in this thread would hold it for the whole query)', async () => {
+    let turns = 0;
+    let done = false;
+    const spin = () => {
+      if (done) return;
+      turns++;
+      setImmediate(spin);
+    };
+    setImmediate(spin);
+    const rows = await thread.query('SELECT count(*)::int AS n FROM generate_series(1, 2000000)', [], 'array');
+    done = true;
+    expect(rows).toEqual([[2_000_000]]);
+    expect(turns).toBeGreaterThan(20);
+  }, 30_000);
+
+  it('answers rows as arrays for drizzle or as objects, and keeps the order calls were sent in', async () => {
+    const sent = [1, 2, 3, 4, 5].map((n) => thread.query('SELECT $1::int AS n, $2::text AS t', [n, `v${n}`], n % 2 === 0 ? 'object' : 'array'));
+    expect(await Promise.all(sent)).toEqual([[[1, 'v1']], [{ n: 2, t: 'v2' }], [[3, 'v3']], [{ n: 4, t: 'v4' }], [[5, 'v5']]]);
+    // Timestamps stay text, as drizzle's PGlite driver reads them.
+    expect(await thread.query(`SELECT '2026-01-02T03:04:05Z'::timestamptz AS at`, [], 'array')).toEqual([['2026-01-02 03:04:05+00']]);
+  });
+
+  it("reports a failed statement with PostgreSQL's code and goes on answering", async () => {
+    const err = await thread.query('SELECT * FROM no_such_table', [], 'array').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(PgliteThreadError);
+    expect((err as PgliteThreadError).code).toBe('42P01');
+    expect(await thread.query('SELECT 1 AS one', [], 'object')).toEqual([{ one: 1 }]);
+  });
+
+  it('refuses calls once closed, with a clear error', async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'gw-pglite-thread-'));
+    const other = await PgliteThread.open(otherDir, MIGRATIONS_FOLDER);
+    await other.close();
+    await expect(other.query('SELECT 1', [], 'array')).rejects.toThrow(/closed/);
+    rmSync(otherDir, { recursive: true, force: true });
+  }, 60_000);
+});
