@@ -1,9 +1,11 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
 import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, waitForLine } from './processes.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
+/** The V8 flags `npm start` runs the gateway with (package.json `config.nodeFlags`): measured as it is run. */
+export const PRODUCTION_NODE_FLAGS = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config.nodeFlags.split(/\s+/).filter(Boolean);
 const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 /** High enough never to refuse a bench request, low enough to keep the limiter and the budget on the request path. */
 export const BENCH_KEY = { name: 'bench', rateLimitRpm: 1_000_000, budget: 1_000_000_000 };
@@ -70,12 +72,13 @@ async function createKey(url) {
  * every request. `nodeFlags` e.g. ['--cpu-prof', '--cpu-prof-dir=…'].
  */
 export async function startGateway({ core, dir, name, upstreamUrl, redisUrl = null, databaseUrl = null, nodeFlags = [] }) {
+  const flags = [...PRODUCTION_NODE_FLAGS, ...nodeFlags];
   const configFile = join(dir, `${name}-config.json`);
   writeFileSync(configFile, JSON.stringify(gatewayCatalogue(upstreamUrl), null, 2));
   const child = spawnPinned({
     core,
     command: process.execPath,
-    args: [...nodeFlags, join(ROOT, 'packages/server/dist/main.js')],
+    args: [...flags, join(ROOT, 'packages/server/dist/main.js')],
     env: gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl }),
     logFile: join(dir, `${name}.log`),
   });

@@ -10,8 +10,9 @@
  *   PGlite, and every operation here is a single statement anyway;
  * - each method is one statement (settings.setIfAbsent: at most two).
  */
-import { and, count, desc, eq, gte, lt, type SQL, sql } from 'drizzle-orm';
+import type { SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { orm } from './drizzle-cjs.js';
 import { DrizzleIdempotencyRepo } from './idempotency-repo.js';
 import type * as schema from './schema.js';
 import { apiKeys, settings, usageRecords, workspaces } from './schema.js';
@@ -30,6 +31,8 @@ import type {
   Workspace,
   WorkspaceRepo,
 } from './types.js';
+
+const { and, count, desc, eq, gte, lt, sql } = orm;
 
 export type Schema = typeof schema;
 export type Db = PgDatabase<PgQueryResultHKT, Schema>;

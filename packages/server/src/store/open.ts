@@ -5,14 +5,16 @@
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
-import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
-import { drizzle as drizzleProxy } from 'drizzle-orm/pg-proxy';
 import pg from 'pg';
+import { nodePg, nodePgMigrator, pgProxy } from './drizzle-cjs.js';
 import { type Db, DrizzleStore } from './drizzle-store.js';
 import { PgliteThread } from './pglite-client.js';
 import * as schema from './schema.js';
 import type { Store } from './types.js';
+
+const { drizzle: drizzlePg } = nodePg;
+const { migrate: migratePg } = nodePgMigrator;
+const { drizzle: drizzleProxy } = pgProxy;
 
 /**
  * The generated SQL migrations (packages/server/drizzle), resolved from this

@@ -9,9 +9,17 @@
  */
 import { setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
-import { PGlite, types } from '@electric-sql/pglite';
-import { drizzle } from 'drizzle-orm/pglite';
-import { migrate } from 'drizzle-orm/pglite/migrator';
+import { createRequire } from 'node:module';
+import type * as Pglite from '@electric-sql/pglite';
+import type * as DrizzlePglite from 'drizzle-orm/pglite';
+import type * as DrizzlePgliteMigrator from 'drizzle-orm/pglite/migrator';
+
+// CommonJS builds, as in drizzle-cjs.ts (Node's ESM loader makes ~150 MB of garbage loading drizzle);
+// PGlite too, so that drizzle's driver and this thread share one copy of it.
+const require = createRequire(import.meta.url);
+const { PGlite, types } = require('@electric-sql/pglite') as typeof Pglite;
+const { drizzle } = require('drizzle-orm/pglite') as typeof DrizzlePglite;
+const { migrate } = require('drizzle-orm/pglite/migrator') as typeof DrizzlePgliteMigrator;
 
 interface ThreadData {
   dir: string;
@@ -54,7 +62,7 @@ async function main(): Promise<void> {
       // Not allowed here: run at the process's priority.
     }
   }
-  let client: PGlite;
+  let client: Pglite.PGlite;
   try {
     // PostgreSQL's default 128 MB of shared buffers would live in this process's memory; the
     // gateway's tables are small and hot, so 16 MB keeps them cached at a fraction of the footprint.
@@ -72,7 +80,7 @@ async function main(): Promise<void> {
   });
 }
 
-async function answer(client: PGlite, call: Call): Promise<unknown[]> {
+async function answer(client: Pglite.PGlite, call: Call): Promise<unknown[]> {
   switch (call.op) {
     case 'query': {
       return (await client.query(call.sql, call.params, { rowMode: call.rows, parsers: PARSERS })).rows as unknown[];

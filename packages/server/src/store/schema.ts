@@ -15,7 +15,9 @@
  * Keep this file free of imports from our own modules: drizzle-kit loads it
  * on its own.
  */
-import { boolean, doublePrecision, index, integer, jsonb, numeric, pgTable, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
+import { pgCore } from './drizzle-cjs.js';
+
+const { boolean, doublePrecision, index, integer, jsonb, numeric, pgTable, text, timestamp, uniqueIndex } = pgCore;
 
 const money = (name: string) => numeric(name, { precision: 24, scale: 12, mode: 'number' });
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
