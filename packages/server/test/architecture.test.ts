@@ -57,6 +57,15 @@ describe('server folder boundaries', () => {
     expect(offenders).toEqual([]);
   });
 
+  it('drizzle is required as CommonJS (store/drizzle-cjs.ts), never imported at run time: the ESM loader costs ~150 MB to load it', () => {
+    const runtimeImport = /^import\s+(?!type\b)[^;]*from\s+['"]drizzle-orm[^'"]*['"]/m;
+    const offenders = filesUnder(SRC).filter((file) => runtimeImport.test(readFileSync(file, 'utf8')));
+    expect(offenders.map((f) => relative(SRC, f))).toEqual([]);
+    // The pattern can fail: a value import is caught, a type-only one is not.
+    expect(runtimeImport.test("import { sql } from 'drizzle-orm';")).toBe(true);
+    expect(runtimeImport.test("import type { SQL } from 'drizzle-orm';")).toBe(false);
+  });
+
   it('catches a forbidden edge when one exists', () => {
     // The checker itself must be able to fail: a lib file importing http is flagged, the reverse is not.
     const up = { file: join(SRC, 'lib', 'probe.ts'), text: "import { x } from '../http/errors.js';" };
