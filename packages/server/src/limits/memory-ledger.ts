@@ -3,7 +3,13 @@ import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type
 interface Account {
   spent: number;
   held: Map<string, { nano: number; until: number }>;
+  /** The sum of `held`, kept as holds come and go, so a reservation does not walk every hold in flight. */
+  heldSum: number;
+  /** When expired holds (of requests that never settled) are next swept out. */
+  nextSweep: number;
 }
+
+const SWEEP_EVERY_MS = 1_000;
 
 /** The budget ledger in process memory (one instance). */
 export class MemoryLedger implements BudgetLedger {
@@ -21,7 +27,11 @@ export class MemoryLedger implements BudgetLedger {
       const limit = toNano(scope.limit);
       if (acc.spent >= limit || acc.spent + heldNano(acc, now) + nano > limit) return { ok: false, scope: scope.id };
     }
-    for (const acc of accounts) acc.held.set(requestId, { nano, until: now + RESERVATION_TTL_MS });
+    for (const acc of accounts) {
+      dropHold(acc, requestId);
+      acc.held.set(requestId, { nano, until: now + RESERVATION_TTL_MS });
+      acc.heldSum += nano;
+    }
     return { ok: true, reservation: { id: requestId, nano, scopes: scopes.map((s) => s.id), tag } };
   }
 
@@ -29,13 +39,16 @@ export class MemoryLedger implements BudgetLedger {
     for (const id of r.scopes) {
       const acc = this.accounts.get(id);
       if (!acc) continue;
-      acc.held.delete(r.id);
+      dropHold(acc, r.id);
       acc.spent += toNano(actualEur);
     }
   }
 
   async release(r: Reservation): Promise<void> {
-    for (const id of r.scopes) this.accounts.get(id)?.held.delete(r.id);
+    for (const id of r.scopes) {
+      const acc = this.accounts.get(id);
+      if (acc) dropHold(acc, r.id);
+    }
   }
 
   async peek(_tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null> {
@@ -49,7 +62,7 @@ export class MemoryLedger implements BudgetLedger {
     let loading = this.loading.get(scope.id);
     if (!loading) {
       loading = scope.loadSpent().then((spent) => {
-        const acc = this.accounts.get(scope.id) ?? { spent: toNano(spent), held: new Map() };
+        const acc = this.accounts.get(scope.id) ?? { spent: toNano(spent), held: new Map(), heldSum: 0, nextSweep: 0 };
         this.accounts.set(scope.id, acc);
         this.loading.delete(scope.id);
         return acc;
@@ -62,10 +75,16 @@ export class MemoryLedger implements BudgetLedger {
 }
 
 function heldNano(acc: Account, now: number): number {
-  let sum = 0;
-  for (const [id, h] of acc.held) {
-    if (h.until <= now) acc.held.delete(id);
-    else sum += h.nano;
+  if (now >= acc.nextSweep) {
+    acc.nextSweep = now + SWEEP_EVERY_MS;
+    for (const [id, h] of acc.held) if (h.until <= now) dropHold(acc, id);
   }
-  return sum;
+  return acc.heldSum;
+}
+
+function dropHold(acc: Account, id: string): void {
+  const h = acc.held.get(id);
+  if (!h) return;
+  acc.held.delete(id);
+  acc.heldSum -= h.nano;
 }

@@ -1,0 +1,40 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { type BudgetScope, RESERVATION_TTL_MS, type Reservation } from '../src/limits/budget-types.js';
+import { MemoryLedger } from '../src/limits/memory-ledger.js';
+
+const scope = (limit: number, spent = 0): BudgetScope => ({ id: 'key:k1', limit, loadSpent: async () => spent });
+const held = async (ledger: MemoryLedger) => (await ledger.peek('t', 'key:k1'))?.reserved ?? 0;
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('the in-process budget ledger', () => {
+  it('holds worst cases up to the limit, settles to the real cost, and releases', async () => {
+    const ledger = new MemoryLedger();
+    const a = await ledger.reserve('t', [scope(1)], 0.4, 'r1');
+    const b = await ledger.reserve('t', [scope(1)], 0.4, 'r2');
+    expect([a.ok, b.ok]).toEqual([true, true]);
+    expect((await ledger.reserve('t', [scope(1)], 0.4, 'r3')).ok).toBe(false);
+    expect(await held(ledger)).toBeCloseTo(0.8, 9);
+    await ledger.settle((a as { reservation: Reservation }).reservation, 0.1);
+    await ledger.release((b as { reservation: Reservation }).reservation);
+    // Settling or releasing twice changes nothing.
+    await ledger.release((b as { reservation: Reservation }).reservation);
+    expect(await ledger.peek('t', 'key:k1')).toEqual({ spent: 0.1, reserved: 0 });
+    expect((await ledger.reserve('t', [scope(1)], 0.9, 'r4')).ok).toBe(true);
+    expect((await ledger.reserve('t', [scope(1)], 0.01, 'r5')).ok).toBe(false);
+  });
+
+  it('forgets the hold of a request that never settled once its time is up', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.setSystemTime(new Date('2026-11-23T12:00:00Z'));
+    const ledger = new MemoryLedger();
+    expect((await ledger.reserve('t', [scope(1)], 0.7, 'lost')).ok).toBe(true);
+    expect((await ledger.reserve('t', [scope(1)], 0.7, 'next')).ok).toBe(false);
+    vi.setSystemTime(Date.now() + RESERVATION_TTL_MS + 1_001);
+    expect(await held(ledger)).toBe(0);
+    expect((await ledger.reserve('t', [scope(1)], 0.7, 'next')).ok).toBe(true);
+    expect(await held(ledger)).toBeCloseTo(0.7, 9);
+  });
+});
