@@ -29,7 +29,34 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  // Label sets seen so far, bound once: prom-client hashes a labels object on every call otherwise.
+  private readonly requestChildren = new Map<string, { count: { inc(): void }; time: { observe(v: number): void } }>();
+  private readonly upstreamChildren = new Map<string, { observe(v: number): void }>();
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'gw_' });
+  }
+
+  /** One answered request: its count by route, variant and status, and its duration by route. */
+  observeRequest(route: string, variant: string, status: number, seconds: number): void {
+    const key = `${route} ${variant} ${status}`;
+    let child = this.requestChildren.get(key);
+    if (!child) {
+      child = { count: this.requests.labels(route, variant, String(status)), time: this.duration.labels(route) };
+      this.requestChildren.set(key, child);
+    }
+    child.count.inc();
+    child.time.observe(seconds);
+  }
+
+  /** One upstream call's time by provider and outcome. */
+  observeUpstream(provider: string, outcome: string, seconds: number): void {
+    const key = `${provider} ${outcome}`;
+    let child = this.upstreamChildren.get(key);
+    if (!child) {
+      child = this.upstream.labels(provider, outcome);
+      this.upstreamChildren.set(key, child);
+    }
+    child.observe(seconds);
   }
 }

@@ -32,7 +32,7 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
   } finally {
     const ms = performance.now() - started;
     request.gw.upstreamMs += ms;
-    services.metrics.upstream.observe({ provider: offer.provider, outcome }, ms / 1000);
+    services.metrics.observeUpstream(offer.provider, outcome, ms / 1000);
   }
 }
 

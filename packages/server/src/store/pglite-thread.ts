@@ -7,9 +7,10 @@
  * Written with erasable TypeScript only, and importing npm packages only:
  * under vitest Node loads this file as it is, stripping the types.
  */
+
+import { createRequire } from 'node:module';
 import { setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
-import { createRequire } from 'node:module';
 import type * as Pglite from '@electric-sql/pglite';
 import type * as DrizzlePglite from 'drizzle-orm/pglite';
 import type * as DrizzlePgliteMigrator from 'drizzle-orm/pglite/migrator';

@@ -30,7 +30,6 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';
-    services.metrics.requests.inc({ route, variant: request.gw.variant, status: String(reply.statusCode) });
-    services.metrics.duration.observe({ route }, (performance.now() - request.gw.startedAt) / 1000);
+    services.metrics.observeRequest(route, request.gw.variant, reply.statusCode, (performance.now() - request.gw.startedAt) / 1000);
   });
 }

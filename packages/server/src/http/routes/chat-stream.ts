@@ -96,10 +96,7 @@ export async function startStream(
         streamed: true,
         createdAt: new Date(),
       });
-      services.metrics.upstream.observe(
-        { provider: result.offer.provider, outcome: outcome.error ? 'stream_error' : 'stream_ok' },
-        (performance.now() - started) / 1000,
-      );
+      services.metrics.observeUpstream(result.offer.provider, outcome.error ? 'stream_error' : 'stream_ok', (performance.now() - started) / 1000);
     },
   });
   setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
