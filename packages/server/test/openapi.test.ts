@@ -66,4 +66,42 @@ describe('OpenAPI 3.1', () => {
     expect(b).toContain('invalid_request');
     expect(b).toContain('provider_unsupported');
   });
+
+  it('documents the request headers of SPEC.md and the headers each variant answers with, as the gateway sends them', async () => {
+    type Op = { parameters?: { in: string; name: string }[]; responses: Record<string, { headers?: Record<string, unknown> }> };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, Op>> };
+    const { key } = await gw.createKey();
+    for (const [variant, base, path] of [
+      ['a', gw.baseA, '/v1/chat/completions'],
+      ['b', gw.baseB, '/alt/v1/chat/completions'],
+    ] as const) {
+      const op = doc.paths[path]?.post as Op;
+      const params = (op.parameters ?? []).filter((p) => p.in === 'header').map((p) => p.name);
+      expect(params).toEqual(
+        expect.arrayContaining([
+          'X-Gateway-Strategy',
+          'X-Gateway-Provider',
+          'X-Gateway-Provider-Prefer',
+          'X-Gateway-Max-Hops',
+          'X-Idempotency-Key',
+          'Last-Event-ID',
+        ]),
+      );
+      const documented = Object.keys(op.responses['200']?.headers ?? {}).map((h) => h.toLowerCase());
+      const res = await fetch(`${base}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      expect(res.status).toBe(200);
+      await res.text();
+      // Every documented header is really sent, and every routing or limit header sent is documented.
+      for (const h of documented) expect(res.headers.has(h), `${variant}: ${h}`).toBe(true);
+      const sent = [...res.headers.keys()].filter((h) => /^x-(gateway|ratelimit|request)-/.test(h));
+      expect(documented, variant).toEqual(expect.arrayContaining(sent));
+    }
+    // Models are listed, not routed: no routing headers there.
+    const models = doc.paths['/v1/models']?.get as Op;
+    expect(models.parameters ?? []).not.toContainEqual(expect.objectContaining({ name: 'X-Gateway-Strategy' }));
+  });
 });

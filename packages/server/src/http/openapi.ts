@@ -1,5 +1,6 @@
 import swagger from '@fastify/swagger';
 import type { FastifyInstance } from 'fastify';
+import { documentHeaders } from './openapi-headers.js';
 
 /** Registers the OpenAPI 3.1 generator; the document is built from the routes' own schemas. */
 export async function registerOpenApi(app: FastifyInstance, version: string): Promise<void> {
@@ -24,7 +25,12 @@ export async function registerOpenApi(app: FastifyInstance, version: string): Pr
 
 /** GET /openapi.json and its identical copy under /dashboard. */
 export function openApiRoutes(app: FastifyInstance): void {
-  const handler = async () => app.swagger();
+  let doc: unknown;
+  // Built once, on first request: every route is registered by then.
+  const handler = async () => {
+    doc ??= documentHeaders(structuredClone(app.swagger()) as Parameters<typeof documentHeaders>[0]);
+    return doc;
+  };
   app.get('/openapi.json', { schema: { hide: true } }, handler);
   app.get('/dashboard/openapi.json', { schema: { hide: true } }, handler);
 }

@@ -1,0 +1,84 @@
+import { STRATEGIES } from '@gw/schema';
+
+/**
+ * The headers of the public API in the OpenAPI document. Fastify's route
+ * schemas would validate declared headers themselves, with other errors
+ * than the ones SPEC.md gives (routeOptions and the idempotency plugin
+ * check them), so they are added to the generated document instead.
+ */
+
+interface Operation {
+  parameters?: unknown[];
+  responses?: Record<string, { description?: string; headers?: Record<string, unknown> } | undefined>;
+}
+interface Document {
+  paths?: Record<string, Record<string, Operation | undefined> | undefined>;
+}
+
+const ROUTED = ['/chat/completions', '/embeddings', '/rerank', '/audio/transcriptions'];
+
+const headerParam = (name: string, description: string, schema: Record<string, unknown>) => ({ in: 'header', name, required: false, description, schema });
+
+function routingParams(variant: 'a' | 'b'): unknown[] {
+  return [
+    headerParam('X-Gateway-Strategy', 'How the provider is chosen.', { type: 'string', enum: [...STRATEGIES], default: 'default' }),
+    headerParam(
+      'X-Gateway-Provider',
+      variant === 'b'
+        ? 'Pins the request to one provider; a provider that does not host the model answers 400 provider_unsupported.'
+        : 'Pins the request to one provider.',
+      { type: 'string' },
+    ),
+    headerParam('X-Gateway-Provider-Prefer', 'A soft preference: this provider first, the others on failure.', { type: 'string' }),
+    headerParam('X-Gateway-Max-Hops', 'Failover hops to other providers after the first attempt.', { type: 'integer', minimum: 0, maximum: 5, default: 2 }),
+  ];
+}
+
+const IDEMPOTENCY = headerParam(
+  'X-Idempotency-Key',
+  'Repeats of a request with the same key and body within 24 hours get the first answer (Idempotent-Replayed: true) without another upstream call; ' +
+    'a repeat while the first is running gets 409 with Retry-After; the same key with another body gets 422.',
+  { type: 'string', minLength: 1, maxLength: 255 },
+);
+const LAST_EVENT_ID = headerParam('Last-Event-ID', 'Resumes an interrupted event stream after this event id (stream: true).', { type: 'string' });
+
+const text = (description: string) => ({ description, schema: { type: 'string' } });
+const int = (description: string) => ({ description, schema: { type: 'integer' } });
+
+function answerHeaders(variant: 'a' | 'b', routed: boolean): Record<string, unknown> {
+  const headers: Record<string, unknown> = {
+    'X-Request-Id': text('The request identifier, for correlating logs.'),
+    'X-RateLimit-Limit': int("The key's cap, requests per minute."),
+    'X-RateLimit-Remaining': int('Requests left in the current window.'),
+    'X-RateLimit-Reset': int('Seconds until the oldest request in the window ages out.'),
+    'X-RateLimit-Enforced': { description: 'false when the limiter backend was unreachable (the request was let through).', schema: { type: 'boolean' } },
+  };
+  if (!routed) return headers;
+  headers['X-Gateway-Provider'] = text('The provider that served the request.');
+  if (variant === 'b') {
+    headers['X-Gateway-Region'] = text('The region of that provider.');
+    headers['X-Gateway-Strategy'] = text('The strategy applied.');
+    headers['X-Gateway-Routing-Hops'] = int('Failover hops used.');
+  }
+  return headers;
+}
+
+/** Adds request and answer headers to the public API's operations (/v1 and /alt/v1) in place. */
+export function documentHeaders(doc: Document): Document {
+  for (const [path, item] of Object.entries(doc.paths ?? {})) {
+    const variant = path.startsWith('/alt/v1/') ? 'b' : path.startsWith('/v1/') ? 'a' : null;
+    if (!variant || !item) continue;
+    const routed = ROUTED.some((suffix) => path.endsWith(suffix));
+    for (const [method, op] of Object.entries(item)) {
+      if (!op || typeof op !== 'object' || !op.responses) continue;
+      const extra: unknown[] = [];
+      if (routed) extra.push(...routingParams(variant));
+      if (method === 'post') extra.push(IDEMPOTENCY);
+      if (path.endsWith('/chat/completions')) extra.push(LAST_EVENT_ID);
+      if (extra.length > 0) op.parameters = [...(op.parameters ?? []), ...extra];
+      const ok = op.responses['200'];
+      if (ok) ok.headers = { ...(ok.headers ?? {}), ...answerHeaders(variant, routed) };
+    }
+  }
+  return doc;
+}
