@@ -5,7 +5,9 @@ import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, waitForLine
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 /** The V8 flags `npm start` runs the gateway with (package.json `config.nodeFlags`): measured as it is run. */
-export const PRODUCTION_NODE_FLAGS = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config.nodeFlags.split(/\s+/).filter(Boolean);
+export const PRODUCTION_NODE_FLAGS = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
+  .config.nodeFlags.split(/\s+/)
+  .filter(Boolean);
 const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 /** High enough never to refuse a bench request, low enough to keep the limiter and the budget on the request path. */
 export const BENCH_KEY = { name: 'bench', rateLimitRpm: 1_000_000, budget: 1_000_000_000 };
