@@ -9,7 +9,7 @@
  */
 
 import { createRequire } from 'node:module';
-import { setPriority } from 'node:os';
+import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import type * as Pglite from '@electric-sql/pglite';
 import type * as DrizzlePglite from 'drizzle-orm/pglite';
@@ -58,7 +58,8 @@ const NICE = 5;
 async function main(): Promise<void> {
   if (process.platform === 'linux') {
     try {
-      setPriority(NICE);
+      // Relative to the process's own niceness (lowering a thread's priority needs no privilege).
+      setPriority(Math.min(19, getPriority() + NICE));
     } catch {
       // Not allowed here: run at the process's priority.
     }
