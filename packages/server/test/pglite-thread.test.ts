@@ -47,6 +47,22 @@ describe('the embedded database thread', () => {
     expect(await thread.query('SELECT 1 AS one', [], 'object')).toEqual([{ one: 1 }]);
   });
 
+  it('starts a new thread on the same files when the thread dies; what was committed is still there', async () => {
+    await thread.query('CREATE TABLE IF NOT EXISTS survive (n int)', [], 'object');
+    await thread.query('INSERT INTO survive VALUES (42)', [], 'object');
+    const inFlight = thread.query('SELECT count(*)::int FROM generate_series(1, 3000000)', [], 'array');
+    await thread.crashForTest();
+    await expect(inFlight).rejects.toThrow(/stopped/);
+    await expect(thread.query('SELECT 1', [], 'array')).rejects.toThrow(/restarting/);
+    let rows: unknown[] | null = null;
+    for (let i = 0; i < 200 && rows === null; i++) {
+      rows = await thread.query('SELECT n FROM survive', [], 'array').catch(() => null);
+      if (rows === null) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(rows).toEqual([[42]]);
+    expect(thread.restartCount).toBe(1);
+  }, 60_000);
+
   it('refuses calls once closed, with a clear error', async () => {
     const otherDir = mkdtempSync(join(tmpdir(), 'gw-pglite-thread-'));
     const other = await PgliteThread.open(otherDir, MIGRATIONS_FOLDER);

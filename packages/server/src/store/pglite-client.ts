@@ -18,47 +18,37 @@ type Ready = { op: 'ready' } | { op: 'failed'; error: Record<string, unknown> };
 // Under vitest this module is the .ts source and Node strips the thread's types itself.
 const THREAD_FILE = new URL(`./pglite-thread${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
 
+const RESTART_DELAYS_MS = [200, 1_000, 5_000];
+
 /**
  * The main thread's handle on the embedded database thread: SQL and
  * parameters go over, rows come back (structured clone). PGlite runs one
  * statement at a time, in the order they were sent.
+ *
+ * If the thread dies (a crash inside PGlite), the calls in flight fail and
+ * a new thread opens the same files (PostgreSQL recovers from its WAL);
+ * meanwhile calls fail at once, as they would with PostgreSQL down, and the
+ * gateway's own handling of an unreachable database applies (cached keys,
+ * usage kept for later).
  */
 export class PgliteThread {
   private readonly pending = new Map<number, { resolve: (rows: unknown[]) => void; reject: (err: Error) => void }>();
   private nextId = 1;
-  private dead: Error | null = null;
+  private worker: Worker | null;
+  private closed = false;
+  private restarts = 0;
 
-  private constructor(private readonly worker: Worker) {
-    worker.on('message', (msg: Reply) => {
-      const call = this.pending.get(msg.id);
-      if (!call) return;
-      this.pending.delete(msg.id);
-      if (this.pending.size === 0) worker.unref();
-      if (msg.ok) call.resolve(msg.rows);
-      else call.reject(new PgliteThreadError(msg.error));
-    });
-    worker.on('error', (err) => this.fail(err));
-    worker.on('exit', (code) => this.fail(new Error(`the embedded database thread stopped (exit code ${code})`)));
+  private constructor(
+    worker: Worker,
+    private readonly dir: string,
+    private readonly migrationsFolder: string,
+  ) {
+    this.worker = worker;
+    this.attach(worker);
   }
 
   static async open(dir: string, migrationsFolder: string): Promise<PgliteThread> {
-    const worker = new Worker(THREAD_FILE, { workerData: { dir, migrationsFolder } });
-    let settle: { resolve: (r: Ready) => void; reject: (e: Error) => void } | undefined;
-    const onMessage = (r: Ready) => settle?.resolve(r);
-    const onError = (e: Error) => settle?.reject(e);
-    const onExit = (code: number) => settle?.reject(new Error(`the embedded database thread stopped while opening (exit code ${code})`));
-    // Only our own listeners come off afterwards: Worker keeps internal ones of its own.
-    const ready = await new Promise<Ready>((resolve, reject) => {
-      settle = { resolve, reject };
-      worker.once('message', onMessage).once('error', onError).once('exit', onExit);
-    }).finally(() => worker.off('message', onMessage).off('error', onError).off('exit', onExit));
-    if (ready.op === 'failed') {
-      await worker.terminate();
-      throw new PgliteThreadError(ready.error);
-    }
-    // The thread keeps the process alive only while a call waits for it.
-    worker.unref();
-    return new PgliteThread(worker);
+    return new PgliteThread(await startThread(dir, migrationsFolder), dir, migrationsFolder);
   }
 
   /** Rows as arrays of column values (drizzle's 'all') or as objects ('execute'). */
@@ -74,29 +64,103 @@ export class PgliteThread {
     await this.call({ op: 'ping' });
   }
 
+  /** How many times the thread was started again after dying. */
+  get restartCount(): number {
+    return this.restarts;
+  }
+
   async close(): Promise<void> {
-    if (this.dead) return;
+    if (this.closed) return;
+    const worker = this.worker;
     try {
-      await this.call({ op: 'close' });
+      if (worker) await this.call({ op: 'close' });
     } finally {
-      this.dead = new Error('the embedded database is closed');
-      await this.worker.terminate();
+      this.closed = true;
+      this.worker = null;
+      await worker?.terminate();
+    }
+  }
+
+  private attach(worker: Worker): void {
+    worker.on('message', (msg: Reply) => {
+      const call = this.pending.get(msg.id);
+      if (!call) return;
+      this.pending.delete(msg.id);
+      if (this.pending.size === 0) worker.unref();
+      if (msg.ok) call.resolve(msg.rows);
+      else call.reject(new PgliteThreadError(msg.error));
+    });
+    worker.on('error', () => {
+      // 'exit' follows and handles it.
+    });
+    worker.on('exit', (code) => {
+      if (this.worker !== worker) return;
+      this.worker = null;
+      this.failPending(new Error(`the embedded database thread stopped (exit code ${code})`));
+      if (!this.closed) void this.restart();
+    });
+    // The thread keeps the process alive only while a call waits for it.
+    worker.unref();
+  }
+
+  private async restart(): Promise<void> {
+    for (let attempt = 0; !this.closed; attempt++) {
+      await new Promise((r) => setTimeout(r, RESTART_DELAYS_MS[Math.min(attempt, RESTART_DELAYS_MS.length - 1)]).unref());
+      if (this.closed) return;
+      try {
+        const worker = await startThread(this.dir, this.migrationsFolder);
+        if (this.closed) {
+          await worker.terminate();
+          return;
+        }
+        this.restarts++;
+        this.worker = worker;
+        this.attach(worker);
+        return;
+      } catch {
+        // Try again after a longer pause.
+      }
     }
   }
 
   private call(message: Record<string, unknown>): Promise<unknown[]> {
-    if (this.dead) return Promise.reject(this.dead);
+    const worker = this.worker;
+    if (!worker) {
+      return Promise.reject(new Error(this.closed ? 'the embedded database is closed' : 'the embedded database thread is restarting'));
+    }
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      if (this.pending.size === 0) this.worker.ref();
+      if (this.pending.size === 0) worker.ref();
       this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ ...message, id });
+      worker.postMessage({ ...message, id });
     });
   }
 
-  private fail(err: Error): void {
-    this.dead ??= err;
+  private failPending(err: Error): void {
     for (const call of this.pending.values()) call.reject(err);
     this.pending.clear();
   }
+
+  /** Fault injection for tests: ends the thread the way a crash would. */
+  async crashForTest(): Promise<void> {
+    await this.worker?.terminate();
+  }
+}
+
+async function startThread(dir: string, migrationsFolder: string): Promise<Worker> {
+  const worker = new Worker(THREAD_FILE, { workerData: { dir, migrationsFolder } });
+  let settle: { resolve: (r: Ready) => void; reject: (e: Error) => void } | undefined;
+  const onMessage = (r: Ready) => settle?.resolve(r);
+  const onError = (e: Error) => settle?.reject(e);
+  const onExit = (code: number) => settle?.reject(new Error(`the embedded database thread stopped while opening (exit code ${code})`));
+  // Only our own listeners come off afterwards: Worker keeps internal ones of its own.
+  const ready = await new Promise<Ready>((resolve, reject) => {
+    settle = { resolve, reject };
+    worker.once('message', onMessage).once('error', onError).once('exit', onExit);
+  }).finally(() => worker.off('message', onMessage).off('error', onError).off('exit', onExit));
+  if (ready.op === 'failed') {
+    await worker.terminate();
+    throw new PgliteThreadError(ready.error);
+  }
+  return worker;
 }
