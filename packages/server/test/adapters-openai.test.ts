@@ -41,14 +41,18 @@ describe('OpenAI-compatible adapter fixtures: embeddings, rerank, transcription'
       promptTokens: 5,
     });
     expect(() => parseEmbeddingsList('ovh', answer(200, { data: [{ index: 0, embedding: [1] }] }), 2)).toThrow(/1 embeddings for 2 inputs/);
-    const err = (() => {
+    const statusOf = (status: number, body: unknown) => {
       try {
-        parseEmbeddingsList('scaleway', answer(422, { error: { message: 'Model not found', code: 422 } }), 1);
+        parseEmbeddingsList('scaleway', answer(status, body), 1);
       } catch (e) {
-        return e as { status: number };
+        return (e as { status: number }).status;
       }
-    })();
-    expect(err?.status).toBe(422);
+    };
+    // Scaleway's unknown model is the provider's gap (404, worth the next offer); other 422s are the request's.
+    expect(statusOf(422, { error: { message: 'Model not found', code: 422 } })).toBe(404);
+    expect(statusOf(422, { error: { message: 'input: Field required', type: 'invalid_request_error', code: 422 } })).toBe(422);
+    // A status routing does not know is the provider failing: 502.
+    expect(statusOf(402, { error: { message: 'Payment required', code: 402 } })).toBe(502);
   });
 
   it('reads Jina-style rerank answers (document echoed, token usage) as index and score, billed as Cohere search units', () => {

@@ -84,14 +84,26 @@ describe('pinning with X-Gateway-Provider', () => {
   });
 });
 
-describe("a provider status that is neither the client's fault nor worth another provider", () => {
-  it("answers 502 in each variant's envelope, without failing over and never as a 500", async () => {
+describe('provider statuses that are the provider failing, not the client', () => {
+  it('a status routing does not know (405) fails over like a 5xx; pinned to that provider it is a 502, never a 500', async () => {
     sim.providers.ovh?.setFault({ kind: 'status', status: 405 });
+    expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'ovh' })).toEqual({ provider: 'scaleway', hops: '1' });
     const errA = await fail(a, { 'X-Gateway-Provider': 'ovh' });
     expect([errA.status, errA.code]).toEqual([502, 'provider_down']);
-    const errB = await fail(b, { 'X-Gateway-Provider-Prefer': 'ovh' });
+    const errB = await fail(b, { 'X-Gateway-Provider': 'ovh' });
     expect([errB.status, errB.code]).toEqual([502, 'upstream_unavailable']);
-    expect(chats('scaleway') + chats('nebius')).toBe(0);
+    expect(chats('nebius')).toBe(0);
+  });
+
+  it("Scaleway's 422 for a model it no longer serves (between two registry rebuilds) fails over; a 422 about the request does not", async () => {
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 422, message: 'Model not found: llama-3.3-70b-instruct' });
+    expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'scaleway' })).toEqual({ provider: 'ovh', hops: '1' });
+    expect(sim.providers.scaleway?.stats().last?.status).toBe(422);
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 422, message: 'temperature: Input should be less than or equal to 2' });
+    const before = chats('ovh') + chats('nebius');
+    const err = await fail(b, { 'X-Gateway-Provider-Prefer': 'scaleway' });
+    expect([err.status, err.code]).toEqual([400, 'invalid_request']);
+    expect(chats('ovh') + chats('nebius')).toBe(before);
   });
 });
 

@@ -1,14 +1,23 @@
-import { UpstreamError } from '../../errors/upstream-error.js';
-import { type JsonResponse, retryAfterSeconds, upstreamErrorMessage } from '../http-client.js';
+import type { UpstreamError } from '../../errors/upstream-error.js';
+import { upstreamHttpError } from '../error-status.js';
+import { type JsonResponse, upstreamErrorMessage } from '../http-client.js';
 
-/** Turns a non-2xx OpenAI-style answer into an UpstreamError (status, message, Retry-After). */
+/**
+ * Turns a non-2xx OpenAI-style answer into an UpstreamError (status,
+ * message, Retry-After). Scaleway answers an unknown model with 422 (type
+ * `not_found_error`, "Model not found"): that is the provider's gap, not
+ * the client's, so it is mapped to 404 and routing tries the next offer.
+ * Statuses routing does not know (402, 405, …) become 502, as for the
+ * other adapters.
+ */
 export function httpError(provider: string, res: JsonResponse): UpstreamError {
-  const retryAfterS = retryAfterSeconds(res.headers);
-  return new UpstreamError({
-    kind: 'http',
-    provider,
-    status: res.status,
-    message: `${provider} answered ${res.status}: ${upstreamErrorMessage(res.body)}`,
-    ...(retryAfterS === undefined ? {} : { retryAfterS }),
-  });
+  const message = upstreamErrorMessage(res.body);
+  const status = res.status === 422 && isUnknownModel(res.body, message) ? 404 : res.status;
+  return upstreamHttpError(provider, res, status, message);
+}
+
+function isUnknownModel(body: unknown, message: string): boolean {
+  const b = (body && typeof body === 'object' ? body : {}) as { error?: { type?: unknown }; type?: unknown };
+  const type = (b.error && typeof b.error === 'object' ? b.error.type : undefined) ?? b.type;
+  return type === 'not_found_error' || /model (not found|.*does not exist)/i.test(message);
 }
