@@ -1,38 +1,63 @@
 import { eventId, SSE_HEARTBEAT, sseEvent } from './sse-format.js';
 import type { StreamEvent } from './types.js';
 
-const BEAT = Symbol('heartbeat');
-
 /**
  * SSE text for a client: one frame per event (the usage chunk only if the
  * client asked for it), and a comment after every `heartbeatMs` of silence.
  * Pull-based, so a slow client is fed at its own pace.
+ *
+ * One timer for the whole stream, re-armed per event, and one wake-up
+ * promise per wait: racing each event against a heartbeat promise cost a
+ * promise per event and left a reaction on the heartbeat promise for every
+ * event until it fired.
  */
 export async function* sseFrames(events: AsyncIterable<StreamEvent>, streamId: string, includeUsage: boolean, heartbeatMs: number): AsyncGenerator<string> {
   const it = events[Symbol.asyncIterator]();
-  let pending = it.next();
-  // One timer for the whole stream, re-armed per event (a new timer and promise per event cost more than the event).
-  let fireBeat: () => void = () => {};
-  let beat = new Promise<typeof BEAT>((resolve) => {
-    fireBeat = () => resolve(BEAT);
-  });
-  const timer = setTimeout(() => fireBeat(), heartbeatMs);
+  let next: IteratorResult<StreamEvent> | null = null;
+  let failure: { error: unknown } | null = null;
+  let beatDue = false;
+  let wake: (() => void) | null = null;
+  const request = () => {
+    it.next().then(
+      (r) => {
+        next = r;
+        wake?.();
+      },
+      (error: unknown) => {
+        failure = { error };
+        wake?.();
+      },
+    );
+  };
+  const timer = setTimeout(() => {
+    beatDue = true;
+    wake?.();
+  }, heartbeatMs);
+  request();
   try {
     for (;;) {
-      const r = await Promise.race([pending, beat]);
-      if (r === BEAT) {
-        beat = new Promise<typeof BEAT>((resolve) => {
-          fireBeat = () => resolve(BEAT);
+      if (next === null && failure === null && !beatDue) {
+        await new Promise<void>((resolve) => {
+          wake = resolve;
         });
+        wake = null;
+      }
+      if (failure !== null) throw (failure as { error: unknown }).error;
+      const r = next as IteratorResult<StreamEvent> | null;
+      if (r !== null) {
+        if (r.done) return;
+        next = null;
+        beatDue = false;
         timer.refresh();
-        yield SSE_HEARTBEAT;
+        request();
+        if (r.value.kind === 'usage' && !includeUsage) continue;
+        yield sseEvent(eventId(streamId, r.value.seq), r.value.data);
         continue;
       }
-      if (r.done) return;
+      // Silence for heartbeatMs: a comment keeps proxies and clients from timing out.
+      beatDue = false;
       timer.refresh();
-      pending = it.next();
-      if (r.value.kind === 'usage' && !includeUsage) continue;
-      yield sseEvent(eventId(streamId, r.value.seq), r.value.data);
+      yield SSE_HEARTBEAT;
     }
   } finally {
     clearTimeout(timer);
