@@ -27,7 +27,10 @@ export class UsageWriter {
   ) {}
 
   start(): void {
-    this.timer = setInterval(() => void this.flush(), this.options.flushIntervalMs);
+    // A tick while a write runs is skipped: during a database outage ticks would otherwise queue up behind it.
+    this.timer = setInterval(() => {
+      if (!this.flushing) void this.flush();
+    }, this.options.flushIntervalMs);
     this.timer.unref();
   }
 
@@ -39,12 +42,18 @@ export class UsageWriter {
     return this.buffer.length;
   }
 
-  /** Writes what is buffered; concurrent calls wait for the same write. */
-  flush(): Promise<void> {
-    this.flushing ??= this.doFlush().finally(() => {
+  /**
+   * Writes everything recorded before the call (unless the store fails).
+   * A write already running may have taken its rows before the newest
+   * records came: this waits for it, then writes what is left.
+   */
+  async flush(): Promise<void> {
+    while (this.flushing) await this.flushing;
+    if (this.buffer.length === 0 && this.pendingKeySpend.size === 0 && this.pendingWorkspaceSpend.size === 0) return;
+    this.flushing = this.doFlush().finally(() => {
       this.flushing = null;
     });
-    return this.flushing;
+    await this.flushing;
   }
 
   /** Stops the timer and writes everything, retrying a few times. */

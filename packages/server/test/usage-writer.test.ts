@@ -1,0 +1,72 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { UsageWriter } from '../src/jobs/usage-writer.js';
+import { openStore, type Store, type UsageRecord } from '../src/store/index.js';
+
+let dir: string;
+let store: Store;
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'gw-usage-writer-'));
+  store = await openStore({ dataDir: dir });
+  await store.migrate();
+}, 60_000);
+afterAll(async () => {
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const record = (requestId: string, cost: number): UsageRecord => ({
+  requestId,
+  keyId: 'k_writer',
+  workspaceId: null,
+  kind: 'chat',
+  model: 'm',
+  provider: 'p',
+  promptTokens: 1,
+  completionTokens: 1,
+  totalTokens: 2,
+  units: 0,
+  cost,
+  latencyMs: 1,
+  status: 200,
+  errorCode: null,
+  streamed: false,
+  createdAt: new Date(),
+});
+
+describe('the usage writer', () => {
+  it('flush() writes what was recorded before it, even while an earlier write is still busy with its spend', async () => {
+    // The spend write of the first flush waits on a gate: a slow database at exactly that moment.
+    let open: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    let spendWrites = 0;
+    const slowSpend: Store = {
+      ...store,
+      usage: store.usage,
+      keys: {
+        ...store.keys,
+        addSpent: async (id: string, amount: number) => {
+          spendWrites++;
+          await gate;
+          return store.keys.addSpent(id, amount);
+        },
+      },
+    } as Store;
+    const writer = new UsageWriter(slowSpend, { flushIntervalMs: 60_000, maxBatch: 500, onError: () => {} });
+    writer.record(record('req_first', 0.01));
+    const first = writer.flush();
+    while (spendWrites === 0) await new Promise((r) => setImmediate(r));
+    // The first flush has written its rows and now waits on the spend; a new record comes.
+    writer.record(record('req_second', 0));
+    const second = writer.flush();
+    setTimeout(open, 50);
+    await second;
+    expect((await store.usage.list({ requestId: 'req_second' })).map((r) => r.requestId)).toEqual(['req_second']);
+    await first;
+    expect(writer.pending).toBe(0);
+  });
+});
