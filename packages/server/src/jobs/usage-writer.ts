@@ -2,7 +2,7 @@ import type { Store, UsageRecord } from '../store/types.js';
 
 export interface UsageWriterOptions {
   flushIntervalMs: number;
-  /** Rows per insert statement; a turn of the event loop comes between two. */
+  /** Rows per insert statement. */
   maxBatch: number;
   onError: (err: unknown) => void;
 }
@@ -66,9 +66,7 @@ export class UsageWriter {
   }
 
   private async doFlush(): Promise<void> {
-    for (let first = true; this.buffer.length > 0; first = false) {
-      // Let the requests that arrived meanwhile run between two chunks.
-      if (!first) await new Promise((resolve) => setImmediate(resolve));
+    while (this.buffer.length > 0) {
       const batch = this.buffer.slice(0, this.options.maxBatch);
       try {
         await this.store.usage.insertMany(batch);

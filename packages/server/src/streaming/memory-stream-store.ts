@@ -73,11 +73,6 @@ export class MemoryStreamStore implements StreamStore {
     for (const [id, s] of this.streams) if (s.expiresAt <= now) this.streams.delete(id);
   }
 
-  /** Streams held (for tests and metrics). */
-  get size(): number {
-    return this.streams.size;
-  }
-
   async close(): Promise<void> {
     clearInterval(this.sweeper);
   }

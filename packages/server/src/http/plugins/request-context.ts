@@ -24,8 +24,9 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     reply.header(H.serverTiming, `gw;desc="gateway";dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`);
     // While draining, close each connection after its answer so shutdown is not held by keep-alive;
     // and an answer given before its request's body ended (a refused upload) closes rather than reads the rest.
-    if (!request.raw.complete) lingerOnClose(request.raw);
-    if (services.lifecycle.draining || !request.raw.complete) reply.header('connection', 'close');
+    const bodyUnread = !request.raw.complete;
+    if (bodyUnread) lingerOnClose(request.raw);
+    if (services.lifecycle.draining || bodyUnread) reply.header('connection', 'close');
     return payload;
   });
   app.addHook('onResponse', async (request, reply) => {
