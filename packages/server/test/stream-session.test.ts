@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { chatStreamFromChunks, RelayGate } from '../src/providers/chunk-relay.js';
 import type { ChatChunk, ChatStream } from '../src/providers/types.js';
 import { MemoryStreamStore } from '../src/streaming/memory-stream-store.js';
 import { type StreamOutcome, StreamSession } from '../src/streaming/session.js';
@@ -16,18 +17,15 @@ function upstream(count: number, size: number, gapMs = 0): ChatStream & { aborte
       yield { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content: text } }] };
     }
   }
-  const it = gen();
-  return Object.assign(state, {
-    [Symbol.asyncIterator]: () => it,
-    abort: () => {
-      state.aborted = true;
-    },
-  }) as ChatStream & typeof state;
+  const stream = chatStreamFromChunks(gen(), () => {
+    state.aborted = true;
+  });
+  return Object.defineProperties(stream, { aborted: { get: () => state.aborted }, produced: { get: () => state.produced } }) as ChatStream & typeof state;
 }
 
 async function start(up: ReturnType<typeof upstream>, graceMs: number) {
-  const it = up[Symbol.asyncIterator]();
-  const first = await it.next();
+  const source = new RelayGate(up, () => new Error('no first chunk'));
+  await source.first;
   let outcome: StreamOutcome | null = null;
   const store = new MemoryStreamStore(60);
   await store.create('req_000000000000000000000001', { keyId: 'k', model: 'm' });
@@ -35,8 +33,7 @@ async function start(up: ReturnType<typeof upstream>, graceMs: number) {
     streamId: 'req_000000000000000000000001',
     model: 'gw/model',
     upstream: up,
-    iterator: it,
-    first: first.value as ChatChunk,
+    source,
     store,
     graceMs,
     onEnd: (o) => {

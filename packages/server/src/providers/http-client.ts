@@ -69,9 +69,7 @@ export class UpstreamHttp {
    * Starts a streamed request. Resolves with the open body on 2xx; reads a
    * non-2xx answer whole and returns it for the adapter to map.
    */
-  async stream(
-    req: UpstreamRequest,
-  ): Promise<{ ok: true; status: number; body: AsyncIterable<Uint8Array> & { destroy(): void } } | ({ ok: false } & JsonResponse)> {
+  async stream(req: UpstreamRequest): Promise<{ ok: true; status: number; body: Readable } | ({ ok: false } & JsonResponse)> {
     try {
       const res = await this.pool.request({
         method: req.method,

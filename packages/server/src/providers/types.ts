@@ -29,14 +29,23 @@ export interface ChatChunk {
   [extra: string]: unknown;
 }
 
+/** Where a relayed stream's chunks go, as they arrive; `end` comes once, with the failure or null. Never throws. */
+export interface ChunkSink {
+  chunk(c: ChatChunk): void;
+  end(error: Error | null): void;
+}
+
 /**
- * An upstream stream that has answered 200. Iterating yields normalised
- * chunks: reasoning under `delta.reasoning_content`, and usage as its own
- * final chunk with `choices: []` (whatever the provider's convention). It
- * ends after the provider's last chunk; an upstream failure mid-stream
- * throws an UpstreamError from the iterator.
+ * An upstream stream that has answered 200, yielding normalised chunks:
+ * reasoning under `delta.reasoning_content`, and usage as its own final
+ * chunk with `choices: []` (whatever the provider's convention). It ends
+ * after the provider's last chunk; an upstream failure mid-stream ends it
+ * with an UpstreamError. Read it once, either pushed (`relay`, the
+ * gateway's own path) or by iterating.
  */
 export interface ChatStream extends AsyncIterable<ChatChunk> {
+  /** Pushes every chunk to `sink` as it arrives, then the end. */
+  relay(sink: ChunkSink): void;
   /** Stops reading and closes the upstream connection. */
   abort(): void;
 }

@@ -1,5 +1,4 @@
-import { EventEmitter } from 'node:events';
-import type { ChatChunk, ChatStream, TokenUsage } from '../providers/types.js';
+import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
 import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamStore } from './types.js';
 
 export interface StreamOutcome {
@@ -17,8 +16,8 @@ export interface SessionInit {
   /** The gateway's model id, written into every chunk in place of the provider's name. */
   model: string;
   upstream: ChatStream;
-  iterator: AsyncIterator<ChatChunk>;
-  first: ChatChunk;
+  /** Where the upstream's chunks wait (the first one at least) until the session takes them. */
+  source: { attach(sink: ChunkSink): void };
   store: StreamStore;
   graceMs: number;
   onEnd: (outcome: StreamOutcome) => void;
@@ -28,30 +27,64 @@ export interface SessionInit {
  * One relayed stream. It reads the upstream to its end whether or not a
  * client is attached (for at most the grace period once the last one
  * left), numbers every event, keeps them for local readers and mirrors
- * them into the resume buffer.
+ * them into the resume buffer. Chunks are pushed in as they arrive, and
+ * every new event wakes the readers at once.
  */
 export class StreamSession {
   readonly streamId: string;
   private readonly events: StreamEvent[] = [];
-  private readonly emitter = new EventEmitter();
-  private ended = false;
+  private readonly listeners = new Set<() => void>();
+  private done = false;
   private readers = 0;
   private graceTimer: NodeJS.Timeout | null = null;
   private abandoned = false;
   private usage: TokenUsage | null = null;
   private relayedChars = 0;
   private bufferedBytes = 0;
+  private resolveFinished!: () => void;
   readonly finished: Promise<void>;
 
   constructor(private readonly init: SessionInit) {
     this.streamId = init.streamId;
-    this.emitter.setMaxListeners(0);
-    this.finished = this.pump();
+    this.finished = new Promise((resolve) => {
+      this.resolveFinished = resolve;
+    });
+    init.source.attach({ chunk: (c) => this.chunk(c), end: (error) => this.end(error) });
   }
 
-  /** Events after `afterSeq`, then the live rest, until the stream ends. Attaching cancels the grace period. */
+  /** Every event so far, in order (event `seq` n is at index n - 1). */
+  get log(): readonly StreamEvent[] {
+    return this.events;
+  }
+
+  /** The last event is in the log. */
+  get ended(): boolean {
+    return this.done;
+  }
+
+  /**
+   * Registers a reader: `onEvent` runs after each new event (and after the
+   * end). Attaching cancels the grace period; the returned function
+   * detaches, and the last reader to leave starts it.
+   */
+  subscribe(onEvent: () => void): () => void {
+    this.listeners.add(onEvent);
+    this.readers++;
+    if (this.graceTimer) clearTimeout(this.graceTimer);
+    this.graceTimer = null;
+    let subscribed = true;
+    return () => {
+      if (!subscribed) return;
+      subscribed = false;
+      this.listeners.delete(onEvent);
+      this.detach();
+    };
+  }
+
+  /** Events after `afterSeq`, then the live rest, until the stream ends. */
   async *follow(afterSeq: number): AsyncGenerator<StreamEvent> {
-    this.attach();
+    let wake: (() => void) | null = null;
+    const unsubscribe = this.subscribe(() => wake?.());
     try {
       let next = afterSeq;
       for (;;) {
@@ -60,11 +93,14 @@ export class StreamSession {
           next++;
           yield e;
         }
-        if (this.ended) return;
-        await new Promise<void>((resolve) => this.emitter.once('event', resolve));
+        if (this.done) return;
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+        });
+        wake = null;
       }
     } finally {
-      this.detach();
+      unsubscribe();
     }
   }
 
@@ -72,15 +108,9 @@ export class StreamSession {
     this.init.upstream.abort();
   }
 
-  private attach(): void {
-    this.readers++;
-    if (this.graceTimer) clearTimeout(this.graceTimer);
-    this.graceTimer = null;
-  }
-
   private detach(): void {
     this.readers--;
-    if (this.readers > 0 || this.ended) return;
+    if (this.readers > 0 || this.done) return;
     this.graceTimer = setTimeout(() => {
       this.abandoned = true;
       this.init.upstream.abort();
@@ -88,33 +118,13 @@ export class StreamSession {
     this.graceTimer.unref();
   }
 
-  private async pump(): Promise<void> {
-    let error: Error | null = null;
-    try {
-      this.chunk(this.init.first);
-      for (;;) {
-        const r = await this.init.iterator.next();
-        if (r.done) break;
-        this.chunk(r.value);
-      }
-      this.push('done', '[DONE]');
-    } catch (err) {
-      error = err instanceof Error ? err : new Error(String(err));
-      const message = this.abandoned ? 'The stream was abandoned by its client and stopped.' : `The upstream provider failed mid-stream: ${error.message}`;
-      // OpenAI's SDK throws on a data object with an `error` key, so clients see the failure.
-      this.push('error', JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } }));
-    } finally {
-      this.ended = true;
-      if (this.graceTimer) clearTimeout(this.graceTimer);
-      this.emitter.emit('event');
-      this.init.onEnd({ usage: this.usage, relayedChars: this.relayedChars, error, abandoned: this.abandoned });
-    }
-  }
-
   private chunk(c: ChatChunk): void {
+    if (this.done) return;
     if (this.bufferedBytes > MAX_STREAM_BYTES) {
       // The buffer is bounded: a stream longer than it is stopped rather than grow memory without end.
-      throw new Error(`the stream exceeded the gateway's ${MAX_STREAM_BYTES} byte buffer`);
+      this.end(new Error(`the stream exceeded the gateway's ${MAX_STREAM_BYTES} byte buffer`));
+      this.init.upstream.abort();
+      return;
     }
     const isUsage = c.choices.length === 0 && c.usage;
     if (isUsage) this.usage = c.usage ?? null;
@@ -122,12 +132,32 @@ export class StreamSession {
     this.push(isUsage ? 'usage' : 'chunk', JSON.stringify({ ...c, model: this.init.model }));
   }
 
+  private end(error: Error | null): void {
+    if (this.done) return;
+    if (error === null) {
+      this.push('done', '[DONE]');
+    } else {
+      const message = this.abandoned ? 'The stream was abandoned by its client and stopped.' : `The upstream provider failed mid-stream: ${error.message}`;
+      // OpenAI's SDK throws on a data object with an `error` key, so clients see the failure.
+      this.push('error', JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } }));
+    }
+    this.done = true;
+    if (this.graceTimer) clearTimeout(this.graceTimer);
+    this.notify();
+    this.init.onEnd({ usage: this.usage, relayedChars: this.relayedChars, error, abandoned: this.abandoned });
+    this.resolveFinished();
+  }
+
   private push(kind: StreamEventKind, data: string): void {
     this.bufferedBytes += data.length;
     const event = { seq: this.events.length + 1, kind, data };
     this.events.push(event);
     this.init.store.append(this.streamId, event);
-    this.emitter.emit('event');
+    this.notify();
+  }
+
+  private notify(): void {
+    for (const listener of this.listeners) listener();
   }
 }
 

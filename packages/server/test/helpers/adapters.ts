@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import type { ProviderConfig } from '@gw/schema';
 import type { Simulator } from '@gw/simulator';
 import { UpstreamError } from '../../src/errors/upstream-error.js';
@@ -38,14 +39,11 @@ export async function collect(stream: ChatStream): Promise<ChatChunk[]> {
 }
 
 /** An SSE body made of `events` (each a data payload, or [event, data]), as undici hands it over. */
-export function sseBody(events: (string | [string, string])[]): AsyncIterable<Uint8Array> & { destroy(): void } {
+export function sseBody(events: (string | [string, string])[]): Readable {
   const text = events.map((e) => (typeof e === 'string' ? `data: ${e}\n\n` : `event: ${e[0]}\ndata: ${e[1]}\n\n`)).join('');
   const bytes = new TextEncoder().encode(text);
-  return {
-    async *[Symbol.asyncIterator]() {
-      // Split mid-event, as a network would.
-      for (let i = 0; i < bytes.length; i += 37) yield bytes.subarray(i, i + 37);
-    },
-    destroy() {},
-  };
+  const pieces: Uint8Array[] = [];
+  // Split mid-event, as a network would.
+  for (let i = 0; i < bytes.length; i += 37) pieces.push(bytes.subarray(i, i + 37));
+  return Readable.from(pieces, { objectMode: false });
 }

@@ -3,21 +3,21 @@ import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
-import type { ChatBody, ChatChunk, ChatStream } from '../../providers/types.js';
+import { RelayGate } from '../../providers/chunk-relay.js';
+import type { ChatBody, ChatStream } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import type { RouteOptions } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
+import { LiveFrames } from '../../streaming/live-frames.js';
 import type { StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { sseFrames } from '../../streaming/sse-frames.js';
-import type { StreamEvent } from '../../streaming/types.js';
 import type { Services } from '../services.js';
 import { callUpstream, setRoutingHeaders } from '../upstream-call.js';
 
 interface Started {
   upstream: ChatStream;
-  iterator: AsyncIterator<ChatChunk>;
-  first: ChatChunk;
+  source: RelayGate;
 }
 
 function streamHeaders(reply: FastifyReply): void {
@@ -42,12 +42,13 @@ export async function startStream(
   const result = await executePlan(plan, (offer) =>
     callUpstream(services, request, offer, async (adapter): Promise<Started> => {
       const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, signal: new AbortController().signal, requestId: request.id });
-      const iterator = upstream[Symbol.asyncIterator]();
+      const source = new RelayGate(
+        upstream,
+        () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` }),
+      );
       try {
-        const first = await iterator.next();
-        if (first.done)
-          throw new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` });
-        return { upstream, iterator, first: first.value };
+        await source.first;
+        return { upstream, source };
       } catch (err) {
         upstream.abort();
         throw err;
@@ -100,7 +101,7 @@ export async function startStream(
     },
   });
   setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
-  return sendFrames(services, reply, session.follow(0), request.id, includeUsage(body));
+  return sendFrames(services, reply, request.id, new LiveFrames(session, 0, includeUsage(body), services.config.streamHeartbeatMs));
 }
 
 /** Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge. */
@@ -120,8 +121,13 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   const local = services.sessions.get(parsed.streamId);
   const abort = new AbortController();
   reply.raw.once('close', () => abort.abort());
-  const events: AsyncIterable<StreamEvent> = local ? local.follow(parsed.seq) : services.streams.follow(parsed.streamId, parsed.seq, abort.signal);
-  return sendFrames(services, reply, events, parsed.streamId, includeUsage(body));
+  const heartbeatMs = services.config.streamHeartbeatMs;
+  const frames = local
+    ? new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs)
+    : Readable.from(sseFrames(services.streams.follow(parsed.streamId, parsed.seq, abort.signal), parsed.streamId, includeUsage(body), heartbeatMs), {
+        objectMode: false,
+      });
+  return sendFrames(services, reply, parsed.streamId, frames);
 }
 
 function includeUsage(body: ChatBody): boolean {
@@ -129,9 +135,9 @@ function includeUsage(body: ChatBody): boolean {
   return opts?.include_usage === true;
 }
 
-function sendFrames(services: Services, reply: FastifyReply, events: AsyncIterable<StreamEvent>, streamId: string, usage: boolean) {
+function sendFrames(services: Services, reply: FastifyReply, streamId: string, frames: Readable) {
   streamHeaders(reply);
   // 'finish': the whole stream, its last event included, went to the client's socket.
   reply.raw.once('finish', () => services.streams.delivered(streamId));
-  return reply.send(Readable.from(sseFrames(events, streamId, usage, services.config.streamHeartbeatMs), { objectMode: false }));
+  return reply.send(frames);
 }

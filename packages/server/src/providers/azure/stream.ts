@@ -1,5 +1,7 @@
+import type { Readable } from 'node:stream';
 import type { UpstreamHttp } from '../http-client.js';
-import { openAiChunkStream } from '../openai-compatible/stream.js';
+import { openAiDecoder } from '../openai-compatible/stream.js';
+import { SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 import { withoutFilterResults } from './chat.js';
 
@@ -10,16 +12,18 @@ import { withoutFilterResults } from './chat.js';
  * annotation-only choices that have no `delta`. Those are dropped, so
  * an empty-choices chunk is always the usage chunk.
  */
-export function azureChunkStream(http: UpstreamHttp, body: AsyncIterable<Uint8Array> & { destroy(): void }): ChatStream {
-  const inner = openAiChunkStream(http, body);
-  async function* chunks(): AsyncGenerator<ChatChunk> {
-    for await (const chunk of inner) {
-      const kept = filterChunk(chunk);
-      if (kept) yield kept;
+export function azureChunkStream(http: UpstreamHttp, body: Readable): ChatStream {
+  const openAi = openAiDecoder(http.providerId);
+  return sseChunkStream(http, body, (event) => {
+    const out = openAi(event);
+    if (out === SSE_DONE) return out;
+    const kept: ChatChunk[] = [];
+    for (const chunk of out) {
+      const k = filterChunk(chunk);
+      if (k) kept.push(k);
     }
-  }
-  const iterator = chunks();
-  return { [Symbol.asyncIterator]: () => iterator, abort: () => inner.abort() };
+    return kept;
+  });
 }
 
 export function filterChunk(chunk: ChatChunk): ChatChunk | null {

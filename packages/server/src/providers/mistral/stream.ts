@@ -1,6 +1,7 @@
+import type { Readable } from 'node:stream';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { UpstreamHttp } from '../http-client.js';
-import { sseEvents } from '../sse.js';
+import { SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 import { cleanUsage, mapFinishReason, mapToolCalls, splitContent } from './chat.js';
 import { mistralMessage } from './errors.js';
@@ -12,31 +13,16 @@ import { mistralMessage } from './errors.js';
  * `length`, and an error object mid-stream (Mistral's own shape, without
  * an `error` key) or an end without `[DONE]` throws.
  */
-export function mistralChunkStream(http: UpstreamHttp, body: AsyncIterable<Uint8Array> & { destroy(): void }): ChatStream {
+export function mistralChunkStream(http: UpstreamHttp, body: Readable): ChatStream {
   const provider = http.providerId;
-  async function* chunks(): AsyncGenerator<ChatChunk> {
-    let done = false;
-    try {
-      for await (const event of sseEvents(body)) {
-        if (event.data === '[DONE]') {
-          done = true;
-          break;
-        }
-        const raw = parse(provider, event.data);
-        if (event.event === 'error' || isErrorObject(raw)) {
-          throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${mistralMessage(raw)}` });
-        }
-        yield* mapMistralChunk(provider, raw);
-      }
-    } catch (err) {
-      throw http.toUpstreamError(err);
-    } finally {
-      body.destroy();
+  return sseChunkStream(http, body, (event) => {
+    if (event.data === '[DONE]') return SSE_DONE;
+    const raw = parse(provider, event.data);
+    if (event.event === 'error' || isErrorObject(raw)) {
+      throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${mistralMessage(raw)}` });
     }
-    if (!done) throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} ended the stream before [DONE]` });
-  }
-  const iterator = chunks();
-  return { [Symbol.asyncIterator]: () => iterator, abort: () => body.destroy() };
+    return mapMistralChunk(provider, raw);
+  });
 }
 
 function parse(provider: string, data: string): Record<string, unknown> {
@@ -53,7 +39,7 @@ function isErrorObject(raw: Record<string, unknown>): boolean {
   return raw['object'] === 'error' || 'error' in raw || (!('choices' in raw) && ('message' in raw || 'detail' in raw));
 }
 
-export function* mapMistralChunk(provider: string, raw: Record<string, unknown>): Generator<ChatChunk> {
+export function mapMistralChunk(provider: string, raw: Record<string, unknown>): ChatChunk[] {
   const base = {
     id: typeof raw['id'] === 'string' ? raw['id'] : '',
     object: 'chat.completion.chunk' as const,
@@ -63,11 +49,12 @@ export function* mapMistralChunk(provider: string, raw: Record<string, unknown>)
   const choices = Array.isArray(raw['choices']) ? raw['choices'].map((c) => mapDeltaChoice(provider, c)) : [];
   const usage = cleanUsage(raw['usage']);
   if (usage && choices.length > 0) {
-    yield { ...base, choices, usage: null };
-    yield { ...base, choices: [], usage };
-    return;
+    return [
+      { ...base, choices, usage: null },
+      { ...base, choices: [], usage },
+    ];
   }
-  yield { ...base, choices, usage };
+  return [{ ...base, choices, usage }];
 }
 
 function mapDeltaChoice(provider: string, choice: unknown): unknown {

@@ -1,70 +1,34 @@
+import type { Readable } from 'node:stream';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
-import { sseEvents } from '../sse.js';
+import { SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 
 /**
  * Turns an OpenAI-style SSE body into normalised chunks: vLLM's `reasoning`
  * becomes `reasoning_content`, usage riding on a content chunk is split
  * into its own `choices: []` chunk, an `error` object mid-stream or an end
- * without `[DONE]` throws.
+ * without `[DONE]` fails the stream.
  */
-export function openAiChunkStream(http: UpstreamHttp, body: AsyncIterable<Uint8Array> & { destroy(): void }): ChatStream {
-  const provider = http.providerId;
-  async function* chunks(): AsyncGenerator<ChatChunk> {
-    let done = false;
-    const events = sseEvents(body);
-    try {
-      for (let next = await events.next(); !next.done; next = await events.next()) {
-        const event = next.value;
-        if (event.data === '[DONE]') {
-          done = true;
-          // The response usually ends just after [DONE]: reading that end in the background keeps
-          // the connection for the next request (destroying the body would close it).
-          readToEnd(events, body);
-          return;
-        }
-        let parsed: RawChunk;
-        try {
-          parsed = JSON.parse(event.data) as RawChunk;
-        } catch {
-          throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not JSON` });
-        }
-        if (event.event === 'error' || parsed.error !== undefined) {
-          throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
-        }
-        yield* normalise(parsed);
-      }
-    } catch (err) {
-      throw http.toUpstreamError(err);
-    } finally {
-      if (!done) body.destroy();
-    }
-    if (!done) throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} ended the stream before [DONE]` });
-  }
-  const iterator = chunks();
-  return {
-    [Symbol.asyncIterator]: () => iterator,
-    abort: () => body.destroy(),
-  };
+export function openAiChunkStream(http: UpstreamHttp, body: Readable): ChatStream {
+  return sseChunkStream(http, body, openAiDecoder(http.providerId));
 }
 
-/** Reads what follows [DONE] (normally only the response's end) for at most a second, then lets go of it. */
-function readToEnd(events: AsyncGenerator<unknown>, body: { destroy(): void }): void {
-  const timer = setTimeout(() => body.destroy(), 1000);
-  timer.unref();
-  void (async () => {
+export function openAiDecoder(provider: string): SseDecoder {
+  return (event) => {
+    if (event.data === '[DONE]') return SSE_DONE;
+    let parsed: RawChunk;
     try {
-      while (!(await events.next()).done) {
-        // Anything after [DONE] is ignored.
-      }
+      parsed = JSON.parse(event.data) as RawChunk;
     } catch {
-      // The connection is gone either way.
-    } finally {
-      clearTimeout(timer);
+      throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not JSON` });
     }
-  })();
+    if (event.event === 'error' || parsed.error !== undefined) {
+      throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
+    }
+    return normalise(parsed);
+  };
 }
 
 interface RawChunk {
@@ -77,7 +41,7 @@ interface RawChunk {
   [extra: string]: unknown;
 }
 
-function* normalise(raw: RawChunk): Generator<ChatChunk> {
+function normalise(raw: RawChunk): ChatChunk[] {
   const choices = Array.isArray(raw.choices) ? raw.choices.map(renameReasoning) : [];
   const base = {
     ...raw,
@@ -88,11 +52,12 @@ function* normalise(raw: RawChunk): Generator<ChatChunk> {
   };
   const usage = raw.usage && typeof raw.usage === 'object' ? (raw.usage as ChatChunk['usage']) : null;
   if (usage && choices.length > 0) {
-    yield { ...base, choices, usage: null };
-    yield { ...base, choices: [], usage };
-    return;
+    return [
+      { ...base, choices, usage: null },
+      { ...base, choices: [], usage },
+    ];
   }
-  yield { ...base, choices, usage };
+  return [{ ...base, choices, usage }];
 }
 
 function renameReasoning(choice: unknown): unknown {

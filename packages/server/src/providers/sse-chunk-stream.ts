@@ -1,0 +1,93 @@
+import type { Readable } from 'node:stream';
+import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import { UpstreamError } from '../errors/upstream-error.js';
+import { iterateRelay } from './chunk-relay.js';
+import type { UpstreamHttp } from './http-client.js';
+import type { ChatChunk, ChatStream, ChunkSink } from './types.js';
+
+/** What a decoder returns for the provider's `[DONE]`. */
+export const SSE_DONE = Symbol('sse-done');
+
+/**
+ * An adapter's reading of one SSE event: the normalised chunks it carries
+ * (none, one, or a content chunk and a usage chunk), or SSE_DONE. Throws
+ * an UpstreamError for an error event.
+ */
+export type SseDecoder = (event: EventSourceMessage) => ChatChunk[] | typeof SSE_DONE;
+
+/** How long the rest of a response after `[DONE]` (normally just its end) is waited for before the connection is let go. */
+const AFTER_DONE_MS = 1000;
+
+/**
+ * An upstream SSE body relayed by push: each network read is parsed and
+ * decoded where it lands and every chunk goes straight to the sink, with
+ * no async stage between the socket and the sink (each one cost promises,
+ * microtask hops and garbage per chunk).
+ *
+ * The upstream is read at its own pace, not the client's: the session
+ * behind the sink buffers (bounded) and reads to the end whether or not a
+ * client is attached.
+ */
+export function sseChunkStream(http: UpstreamHttp, body: Readable, decode: SseDecoder): ChatStream {
+  let relayed = false;
+  let iterator: AsyncGenerator<ChatChunk> | null = null;
+  const stream: ChatStream = {
+    abort: () => body.destroy(),
+    relay(sink: ChunkSink): void {
+      if (relayed) throw new Error('an upstream stream is relayed once');
+      relayed = true;
+      relaySse(http, body, decode, sink);
+    },
+    [Symbol.asyncIterator]: () => {
+      iterator ??= iterateRelay(stream);
+      return iterator;
+    },
+  };
+  return stream;
+}
+
+function relaySse(http: UpstreamHttp, body: Readable, decode: SseDecoder, sink: ChunkSink): void {
+  const provider = http.providerId;
+  let finished = false;
+  const finish = (error: Error | null) => {
+    if (finished) return;
+    finished = true;
+    sink.end(error);
+  };
+  const parser = createParser({
+    onEvent: (event) => {
+      if (finished) return;
+      let out: ChatChunk[] | typeof SSE_DONE;
+      try {
+        out = decode(event);
+      } catch (err) {
+        finish(http.toUpstreamError(err));
+        body.destroy();
+        return;
+      }
+      if (out === SSE_DONE) {
+        finish(null);
+        // Reading the response's end keeps its connection for the next request (destroying it would close it).
+        setTimeout(() => body.destroy(), AFTER_DONE_MS).unref();
+        return;
+      }
+      for (const chunk of out) sink.chunk(chunk);
+    },
+  });
+  const decoder = new TextDecoder();
+  body.on('data', (bytes: Uint8Array) => {
+    if (!finished) parser.feed(decoder.decode(bytes, { stream: true }));
+  });
+  // The errors are built only when they end the stream: most streams end at [DONE] first.
+  body.once('end', () => {
+    if (!finished) parser.feed(decoder.decode());
+    if (!finished) finish(new UpstreamError({ kind: 'protocol', provider, message: `${provider} ended the stream before [DONE]` }));
+  });
+  body.once('error', (err) => {
+    if (!finished) finish(http.toUpstreamError(err));
+  });
+  // Destroyed without an error (aborted by us): the stream was cut, not completed.
+  body.once('close', () => {
+    if (!finished) finish(new UpstreamError({ kind: 'aborted', provider, message: 'request aborted' }));
+  });
+}
