@@ -6,6 +6,7 @@ import { WorkspaceCache } from './auth/workspace-cache.js';
 import type { GatewayConfig } from './config/index.js';
 import { GatewayError } from './errors/gateway-error.js';
 import { sendError } from './http/errors.js';
+import { lazyChildLogger } from './http/lazy-request-logger.js';
 import { Metrics } from './http/metrics.js';
 import { openApiRoutes, registerOpenApi } from './http/openapi.js';
 import { registerRequestContext } from './http/plugins/request-context.js';
@@ -173,6 +174,7 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
           },
         }
       : false,
+    ...(logger ? { childLoggerFactory: lazyChildLogger } : {}),
     bodyLimit: config.bodyLimitBytes,
     genReqId: () => newRequestId(),
     requestIdHeader: false,

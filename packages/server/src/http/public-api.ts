@@ -24,8 +24,9 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
   app.setNotFoundHandler((request, reply) =>
     sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variant),
   );
-  app.addHook('onRequest', async (request) => {
+  app.addHook('onRequest', (request, _reply, done) => {
     request.gw.variant = variant;
+    done();
   });
   registerApiKeyAuth(app, services);
   registerRateLimit(app, services);

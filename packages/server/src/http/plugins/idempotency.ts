@@ -30,19 +30,21 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     if (begun.kind === 'replay') return sendReplay(services, request, reply, begun.answer);
     claims.set(request, begun.claim);
   });
-  app.addHook('onSend', async (request, reply, payload) => {
+  // Callback-style so that the common case, a request without a key, costs no promise.
+  app.addHook('onSend', (request, reply, payload, done) => {
     const claim = claims.get(request);
-    if (!claim) return payload;
+    if (!claim) return done(null, payload);
     claims.delete(request);
-    await settle(services, request, reply, payload, claim).catch((err: unknown) => request.log.warn({ err }, 'idempotency: storing the answer failed'));
-    return payload;
+    void settle(services, request, reply, payload, claim)
+      .catch((err: unknown) => request.log.warn({ err }, 'idempotency: storing the answer failed'))
+      .then(() => done(null, payload));
   });
   // Whatever ended the request without a reply being sent, its key is not left claimed.
-  app.addHook('onResponse', async (request) => {
+  app.addHook('onResponse', (request, _reply, done) => {
     const claim = claims.get(request);
-    if (!claim) return;
     claims.delete(request);
-    await claim.release().catch(() => {});
+    done();
+    claim?.release().catch(() => {});
   });
 }
 
