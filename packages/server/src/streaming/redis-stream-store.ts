@@ -15,9 +15,16 @@ const metaKey = (id: string) => `gw:stream:{${id}}:meta`;
 /** How long a stream's events may wait to be written together (the first and the last are written at once). */
 export const APPEND_COALESCE_MS = 25;
 
-/** Several events of one stream in one call (one slot: both keys share the stream's hash tag). */
+/**
+ * Several events of one stream in one call (one slot: both keys share the
+ * stream's hash tag), with the stream's meta record when it is new.
+ * ARGV: max length, ttl (0: leave it), owner key id ('' : no meta), model, then id/kind/data triples.
+ */
 const APPEND_EVENTS = `
-for i = 3, #ARGV, 3 do
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[2], 'keyId', ARGV[3], 'model', ARGV[4])
+end
+for i = 5, #ARGV, 3 do
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[i], 'k', ARGV[i + 1], 'd', ARGV[i + 2])
 end
 local ttl = tonumber(ARGV[2])
@@ -28,7 +35,15 @@ end
 return 1
 `;
 
-type AppendEvents = (events: string, meta: string, maxLen: number, ttl: number, ...triples: (string | number)[]) => Promise<unknown>;
+type AppendEvents = (
+  events: string,
+  meta: string,
+  maxLen: number,
+  ttl: number,
+  keyId: string,
+  model: string,
+  ...triples: (string | number)[]
+) => Promise<unknown>;
 
 interface Pending {
   events: StreamEvent[];
@@ -50,6 +65,8 @@ interface Pending {
  */
 export class RedisStreamStore implements StreamStore {
   private readonly pending = new Map<string, Pending>();
+  /** Meta records of streams whose first event is not written yet: they go in the same call. */
+  private readonly newMeta = new Map<string, StreamMeta>();
 
   constructor(
     private readonly redis: Redis,
@@ -58,9 +75,9 @@ export class RedisStreamStore implements StreamStore {
     redis.defineCommand('gwAppendEvents', { numberOfKeys: 2, lua: APPEND_EVENTS });
   }
 
+  /** The meta record is written with the first event (a session starts with its first chunk in hand). */
   async create(streamId: string, meta: StreamMeta): Promise<void> {
-    const ttl = this.graceS + STREAM_RETENTION_S;
-    await this.redis.multi().hset(metaKey(streamId), 'keyId', meta.keyId, 'model', meta.model).expire(metaKey(streamId), ttl).exec();
+    this.newMeta.set(streamId, meta);
   }
 
   append(streamId: string, event: StreamEvent): void {
@@ -92,10 +109,13 @@ export class RedisStreamStore implements StreamStore {
     const ended = last.kind === 'done' || last.kind === 'error';
     // The expiry is set by the first event and moved by the last; the events between leave it.
     const ttl = ended ? STREAM_RETENTION_S : events[0]?.seq === 1 ? this.graceS + STREAM_RETENTION_S : 0;
+    const meta = this.newMeta.get(streamId);
+    if (meta) this.newMeta.delete(streamId);
     const triples: (string | number)[] = [];
     for (const e of events) triples.push(`${e.seq}-1`, e.kind, e.data);
     const run = (this.redis as unknown as { gwAppendEvents: AppendEvents }).gwAppendEvents;
-    await run.call(this.redis, eventsKey(streamId), metaKey(streamId), MAX_STREAM_EVENTS, ttl, ...triples).catch(() => {});
+    const args = [eventsKey(streamId), metaKey(streamId), MAX_STREAM_EVENTS, ttl, meta?.keyId ?? '', meta?.model ?? ''] as const;
+    await run.call(this.redis, ...args, ...triples).catch(() => {});
   }
 
   async meta(streamId: string): Promise<StreamMeta | null> {

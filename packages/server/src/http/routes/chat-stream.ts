@@ -62,8 +62,8 @@ export async function startStream(
   const draft = request.gw.usage;
   request.gw.reservation = null;
   request.gw.usage = null;
-  // Not awaited: the resume record must not delay the first chunk. Redis runs one connection's
-  // commands in order, so it exists before any event appended after it; if it fails, only resume degrades.
+  // Not awaited: the resume record must not delay the first chunk. It is written no later than the
+  // stream's first event (Redis: in the same call); if it fails, only resume degrades.
   services.streams.create(request.id, { keyId: key.id, model }).catch((err: unknown) => {
     request.log.warn({ err: (err as Error).message }, 'stream resume record not written; resume unavailable for this stream');
   });
