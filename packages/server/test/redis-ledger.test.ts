@@ -1,0 +1,68 @@
+import { type RedisServer, startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { toNano } from '../src/limits/budget-types.js';
+import { RedisLedger } from '../src/limits/redis-ledger.js';
+
+let server: RedisServer;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = new Redis(server.url);
+});
+
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.stop();
+});
+
+const base = (tag: string) => `gw:budget:{${tag}}:key:k1`;
+const scope = (limit: number) => ({ id: 'key:k1', limit, loadSpent: async () => 0 });
+
+describe('the Redis budget ledger keeps a running sum of its holds', () => {
+  it('adds each hold and takes it off when settled; the sum decides like the holds would', async () => {
+    const ledger = new RedisLedger(redis);
+    const tag = 'sum-basic';
+    const a = await ledger.reserve(tag, [scope(1)], 0.3, 'req_a');
+    const b = await ledger.reserve(tag, [scope(1)], 0.4, 'req_b');
+    expect(a.ok && b.ok).toBe(true);
+    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.7));
+    // 0.7 held of 1: a third hold of 0.4 does not fit.
+    expect((await ledger.reserve(tag, [scope(1)], 0.4, 'req_c')).ok).toBe(false);
+    if (a.ok) await ledger.settle(a.reservation, 0.1);
+    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.4));
+    expect(Number(await redis.get(`${base(tag)}:spent`))).toBe(toNano(0.1));
+    // Settling twice takes nothing off twice.
+    if (a.ok) await ledger.settle(a.reservation, 0.1);
+    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.4));
+    expect((await ledger.reserve(tag, [scope(1)], 0.4, 'req_d')).ok).toBe(true);
+  });
+
+  it('takes expired holds (of instances that died) off the sum', async () => {
+    const ledger = new RedisLedger(redis);
+    const tag = 'sum-expiry';
+    expect((await ledger.reserve(tag, [scope(1)], 0.9, 'req_live')).ok).toBe(true);
+    // A hold whose request never settled, already past its expiry.
+    await redis.zadd(`${base(tag)}:holds`, Date.now() - 1000, `req_dead:${toNano(0.5)}`);
+    await redis.incrby(`${base(tag)}:held`, toNano(0.5));
+    const r = await ledger.reserve(tag, [scope(1.05)], 0.1, 'req_next');
+    expect(r.ok).toBe(true);
+    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(1.0));
+    expect(await redis.zscore(`${base(tag)}:holds`, `req_dead:${toNano(0.5)}`)).toBeNull();
+  });
+
+  it('rebuilds a missing sum from the holds, and drops a sum whose holds are gone', async () => {
+    const ledger = new RedisLedger(redis);
+    const tag = 'sum-rebuild';
+    expect((await ledger.reserve(tag, [scope(1)], 0.6, 'req_1')).ok).toBe(true);
+    await redis.del(`${base(tag)}:held`);
+    // Rebuilt: 0.6 is still held, so 0.5 more does not fit.
+    expect((await ledger.reserve(tag, [scope(1)], 0.5, 'req_2')).ok).toBe(false);
+    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.6));
+    await redis.del(`${base(tag)}:holds`);
+    // No hold left: the stale sum holds nothing back.
+    expect((await ledger.reserve(tag, [scope(1)], 0.9, 'req_3')).ok).toBe(true);
+    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.9));
+  });
+});
