@@ -15,12 +15,9 @@ function content(text: string): ChatChunk {
 async function handFed() {
   let sink: ChunkSink | null = null;
   let aborted = false;
-  const upstream = chatStreamFromChunks(
-    (async function* () {})(),
-    () => {
-      aborted = true;
-    },
-  );
+  const upstream = chatStreamFromChunks((async function* () {})(), () => {
+    aborted = true;
+  });
   upstream.relay = (s) => {
     sink = s;
   };
