@@ -68,7 +68,9 @@ function relaySse(http: UpstreamHttp, body: Readable, decode: SseDecoder, sink: 
       if (out === SSE_DONE) {
         finish(null);
         // Reading the response's end keeps its connection for the next request (destroying it would close it).
-        setTimeout(() => body.destroy(), AFTER_DONE_MS).unref();
+        const letGo = setTimeout(() => body.destroy(), AFTER_DONE_MS);
+        letGo.unref();
+        body.once('close', () => clearTimeout(letGo));
         return;
       }
       for (const chunk of out) sink.chunk(chunk);
