@@ -1,3 +1,4 @@
+import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
 import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamStore } from './types.js';
 
@@ -129,7 +130,7 @@ export class StreamSession {
     const isUsage = c.choices.length === 0 && c.usage;
     if (isUsage) this.usage = c.usage ?? null;
     this.relayedChars += contentChars(c);
-    this.push(isUsage ? 'usage' : 'chunk', JSON.stringify({ ...c, model: this.init.model }));
+    this.push(isUsage ? 'usage' : 'chunk', chunkJson(c, this.init.model));
   }
 
   private end(error: Error | null): void {

@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import { UpstreamError } from '../../errors/upstream-error.js';
+import { keepWireText } from '../chunk-json.js';
 import type { UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
 import { SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
@@ -27,8 +28,21 @@ export function openAiDecoder(provider: string): SseDecoder {
     if (event.event === 'error' || parsed.error !== undefined) {
       throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
     }
-    return normalise(parsed);
+    const chunks = normalise(parsed);
+    // Passed on unchanged: relayed as the provider wrote it (only the model name is rewritten).
+    if (chunks.length === 1 && unchanged(parsed, chunks[0] as ChatChunk)) keepWireText(chunks[0] as ChatChunk, event.data);
+    return chunks;
   };
+}
+
+/** The normalised chunk says exactly what the provider's did (at most a `usage: null` more). */
+function unchanged(raw: RawChunk, chunk: ChatChunk): boolean {
+  if (raw.id !== chunk.id || raw['object'] !== chunk.object || raw.created !== chunk.created || raw.model !== chunk.model) return false;
+  if (raw.usage !== undefined && raw.usage !== chunk.usage) return false;
+  const before = raw.choices as unknown[];
+  if (!Array.isArray(before) || before.length !== chunk.choices.length) return false;
+  for (let i = 0; i < before.length; i++) if (before[i] !== chunk.choices[i]) return false;
+  return true;
 }
 
 interface RawChunk {

@@ -1,0 +1,52 @@
+import type { ChatChunk } from './types.js';
+
+/** The provider's own JSON of chunks an adapter passed on unchanged (a WeakMap: spreads and serialisation never see it). */
+const wireText = new WeakMap<ChatChunk, string>();
+
+/** Marks `chunk` as exactly what `text` says, so it can be relayed without being serialised again. */
+export function keepWireText(chunk: ChatChunk, text: string): ChatChunk {
+  wireText.set(chunk, text);
+  return chunk;
+}
+
+/**
+ * The chunk's JSON with its `model` set to the gateway's model id. A chunk
+ * that came unchanged is relayed as the provider wrote it, with only the
+ * top-level model name spliced in; any other is serialised.
+ */
+export function chunkJson(chunk: ChatChunk, model: string): string {
+  const text = wireText.get(chunk);
+  if (text !== undefined) {
+    const spliced = spliceModel(text, chunk.model, model);
+    if (spliced !== null) return spliced;
+  }
+  return JSON.stringify({ ...chunk, model });
+}
+
+/**
+ * `text` with its top-level `"model":"<from>"` replaced, or null when that
+ * exact compact pair is not found once at the top level, or when the text
+ * has a line break (it would end the SSE data line early).
+ */
+export function spliceModel(text: string, from: string, to: string): string | null {
+  const needle = `"model":${JSON.stringify(from)}`;
+  const at = text.indexOf(needle);
+  if (at === -1 || text.indexOf(needle, at + needle.length) !== -1 || !atTopLevel(text, at) || /[\r\n]/.test(text)) return null;
+  return `${text.slice(0, at)}"model":${JSON.stringify(to)}${text.slice(at + needle.length)}`;
+}
+
+/** Whether position `at` of a JSON object's text is a key of the outermost object (not inside a string or a nested value). */
+function atTopLevel(text: string, at: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < at; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) depth++;
+    else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return depth === 1 && !inString;
+}
