@@ -32,7 +32,9 @@ export function spliceModel(text: string, from: string, to: string): string | nu
   const needle = `"model":${JSON.stringify(from)}`;
   const at = text.indexOf(needle);
   if (at === -1 || text.indexOf(needle, at + needle.length) !== -1 || !atTopLevel(text, at) || /[\r\n]/.test(text)) return null;
-  return `${text.slice(0, at)}"model":${JSON.stringify(to)}${text.slice(at + needle.length)}`;
+  // join() builds one flat string: a template literal would keep slices of `text`, and through them the
+  // whole network read it came from, alive for as long as the stream's buffer keeps the event.
+  return [text.slice(0, at), '"model":', JSON.stringify(to), text.slice(at + needle.length)].join('');
 }
 
 /** Whether position `at` of a JSON object's text is a key of the outermost object (not inside a string or a nested value). */
