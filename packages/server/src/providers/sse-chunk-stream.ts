@@ -73,7 +73,13 @@ function relaySse(http: UpstreamHttp, body: Readable, decode: SseDecoder, sink: 
         body.once('close', () => clearTimeout(letGo));
         return;
       }
-      for (const chunk of out) sink.chunk(chunk);
+      try {
+        for (const chunk of out) sink.chunk(chunk);
+      } catch (err) {
+        // A sink must not throw; if one does, this stream ends rather than the error escaping into the socket's callbacks.
+        finish(err instanceof Error ? err : new Error(String(err)));
+        body.destroy();
+      }
     },
   });
   const decoder = new TextDecoder();
