@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { chatStreamFromChunks, RelayGate } from '../src/providers/chunk-relay.js';
+import { RelayGate } from '../src/providers/chunk-relay.js';
 import type { ChatChunk, ChunkSink } from '../src/providers/types.js';
 import { LiveFrames } from '../src/streaming/live-frames.js';
 import { MemoryStreamStore } from '../src/streaming/memory-stream-store.js';
 import { StreamSession } from '../src/streaming/session.js';
+import { chatStreamFromChunks } from './helpers/chat-stream.js';
 
 const ID = 'req_0000000000000000000000aa';
 

@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { chatStreamFromChunks, RelayGate } from '../src/providers/chunk-relay.js';
+import { RelayGate } from '../src/providers/chunk-relay.js';
 import type { ChatChunk, ChatStream } from '../src/providers/types.js';
 import { MemoryStreamStore } from '../src/streaming/memory-stream-store.js';
 import { type StreamOutcome, StreamSession } from '../src/streaming/session.js';
 import { MAX_STREAM_BYTES } from '../src/streaming/types.js';
+import { chatStreamFromChunks } from './helpers/chat-stream.js';
 
 /** An upstream (the outside world) that produces `count` chunks of `size` characters, `gapMs` apart. */
 function upstream(count: number, size: number, gapMs = 0): ChatStream & { aborted: boolean; produced: number } {

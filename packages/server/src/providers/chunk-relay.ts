@@ -33,29 +33,6 @@ export async function* iterateRelay(stream: Pick<ChatStream, 'relay' | 'abort'>)
   }
 }
 
-/** A stream from chunks that arrive as an async iterable (no SSE body behind them), relayed by pulling. */
-export function chatStreamFromChunks(chunks: AsyncIterable<ChatChunk>, abort: () => void): ChatStream {
-  let iterator: AsyncGenerator<ChatChunk> | null = null;
-  const stream: ChatStream = {
-    abort,
-    relay(sink: ChunkSink): void {
-      void (async () => {
-        try {
-          for await (const c of chunks) sink.chunk(c);
-          sink.end(null);
-        } catch (err) {
-          sink.end(err instanceof Error ? err : new Error(String(err)));
-        }
-      })();
-    },
-    [Symbol.asyncIterator]: () => {
-      iterator ??= iterateRelay(stream);
-      return iterator;
-    },
-  };
-  return stream;
-}
-
 /**
  * Holds a relayed stream's chunks until a sink attaches. `first` settles
  * with the first chunk, or fails if the stream ends or fails before one
