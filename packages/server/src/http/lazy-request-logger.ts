@@ -66,7 +66,8 @@ export class LazyRequestLogger {
   }
 }
 
-/** Fastify's `childLoggerFactory`: a lazy child per request. */
+/** Fastify's `childLoggerFactory`: a lazy child per request (a route with its own log level gets a real one, whose level decides). */
 export function lazyChildLogger(logger: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions): FastifyBaseLogger {
+  if (options.level !== undefined) return logger.child(bindings, options);
   return new LazyRequestLogger(logger as Logger, bindings, options) as unknown as FastifyBaseLogger;
 }
