@@ -106,6 +106,37 @@ export function pinProcessTree(root, core) {
   }
 }
 
+/**
+ * CPU seconds (user + system) a process has used, by kind of thread: its
+ * main thread (the event loop), V8's platform workers (parallel and
+ * concurrent GC, background compilers), worker threads (the gateway's is
+ * the embedded database) and the rest (libuv's pool and others).
+ */
+export function threadCpuSeconds(pid) {
+  const out = { main: 0, v8: 0, worker: 0, other: 0 };
+  let tids = [];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  const ticks = 100; // USER_HZ on Linux
+  for (const tid of tids) {
+    let raw;
+    try {
+      raw = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    } catch {
+      continue; // The thread ended meanwhile.
+    }
+    const name = raw.slice(raw.indexOf('(') + 1, raw.lastIndexOf(')'));
+    const fields = raw.slice(raw.lastIndexOf(')') + 2).split(' ');
+    const seconds = (Number(fields[11]) + Number(fields[12])) / ticks;
+    const kind = tid === String(pid) ? 'main' : name.startsWith('V8Worker') ? 'v8' : name.startsWith('WorkerThread') ? 'worker' : 'other';
+    out[kind] += seconds;
+  }
+  return out;
+}
+
 /** Resident set size of a process, in bytes. */
 export function rssBytes(pid) {
   const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));

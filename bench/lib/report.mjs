@@ -109,6 +109,29 @@ function memoryTable(s, setups) {
   return table([...head, 'after vs before', 'slowest stream ms d / g'], rows);
 }
 
+/** Where the gateway's one core goes, per request or stream: the event loop, V8's helper threads, the embedded database's thread. */
+function cpuTable(s, setups) {
+  const us = (v) => (v === undefined ? 'n/a' : Math.round(v).toLocaleString('en-GB'));
+  const rows = [];
+  for (const [id, setup, what] of HTTP_ROWS) {
+    const c = s[id]?.gateway.cpuUs;
+    if (c) rows.push([`${what}, ${s[id].connections} conns, per request [${setups[setup]}]`, us(c.main), us(c.v8), us(c.worker), us(c.other), us(c.total)]);
+  }
+  for (const [id, setup] of STREAM_ROWS) {
+    const c = s[id]?.gateway.cpuUs;
+    if (c)
+      rows.push([
+        `${s[id].concurrency} streams at a time, per stream of 22 events [${setups[setup]}]`,
+        us(c.main),
+        us(c.v8),
+        us(c.worker),
+        us(c.other),
+        us(c.total),
+      ]);
+  }
+  return table(['scenario [gateway setup]', 'event loop', 'V8 helpers (GC, compilers)', 'database thread', 'other threads', 'total'], rows);
+}
+
 function targetsTable(s) {
   const rows = evaluateTargets(s).map((t) => [
     t.label,
@@ -132,6 +155,8 @@ export function renderTables(results) {
     streamTable(s, setups),
     '### Memory of the gateway process',
     memoryTable(s, setups),
+    "### Gateway CPU by thread (µs of CPU per request or stream, user + system, from /proc; all of them share the gateway's one core)",
+    cpuTable(s, setups),
     ...(results.mode === 'full' ? ['### Targets', targetsTable(s)] : []),
   ]
     .filter((part, i, all) => part !== '' && !(part.startsWith('###') && all[i + 1] === ''))
@@ -170,6 +195,9 @@ function method(results) {
   delay (prom-client's histogram, 10 ms resolution) over its rounds, from \`/metrics\`. Per-round figures: \`bench/results/latest.json\`.
 - **1,000 streams**: requested at once, direct then through the gateway; the gateway's RSS (\`/proc/<pid>/status\` VmRSS) before,
   sampled every 50 ms, and ${p.settleS} s after the last one ended; heap and external memory from \`/metrics\`.
+- **CPU by thread**: user + system time of each of the gateway's threads (\`/proc/<pid>/task/*/stat\`) over its rounds, divided by
+  the requests or streams completed in them. The event loop is the main thread; V8's platform workers do parallel and concurrent
+  garbage collection and background compilation; the database thread is embedded PGlite's worker thread.
 
 Rerun: \`npm run bench\` (about ${p.expectedMinutes} minutes; needs \`taskset\`, \`redis-server\` and, for the PostgreSQL setup,
 Debian's \`postgresql\`). \`node bench/run.mjs --quick\` is the CI guard (about 30 s); \`node bench/profile.mjs\` takes CPU

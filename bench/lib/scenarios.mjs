@@ -34,11 +34,27 @@ async function interleave({ rounds, gateway, monitor }, run) {
         continue;
       }
       await gateway.scrape();
+      const cpuBefore = gateway.threadCpu();
       const result = await run(side);
+      const cpu = cpuSince(cpuBefore, gateway.threadCpu());
       const { eventLoopP99Ms, eventLoopMaxMs } = await gateway.scrape();
-      out.gateway.push({ ...result, otherCores: monitor.meanSince(started), eventLoop: { p99Ms: eventLoopP99Ms, maxMs: eventLoopMaxMs } });
+      out.gateway.push({ ...result, cpu, otherCores: monitor.meanSince(started), eventLoop: { p99Ms: eventLoopP99Ms, maxMs: eventLoopMaxMs } });
     }
   }
+  return out;
+}
+
+function cpuSince(before, after) {
+  return Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - (before[k] ?? 0)]));
+}
+
+/** The gateway's CPU per completed request or stream, by kind of thread, in µs (gateway only). */
+function cpuPerUnit(rounds) {
+  if (!rounds[0]?.cpu) return undefined;
+  const units = sum(rounds.map((r) => r.ok));
+  const out = {};
+  for (const k of Object.keys(rounds[0].cpu)) out[k] = (sum(rounds.map((r) => r.cpu[k])) * 1e6) / units;
+  out.total = sum(Object.values(out));
   return out;
 }
 
@@ -55,6 +71,7 @@ function httpSide(rounds) {
     rps: sum(rounds.map((r) => r.ok)) / sum(rounds.map((r) => r.elapsedS)),
     latency: summarise(mergeSamples(rounds, 'latencies')),
     eventLoop: eventLoop(rounds),
+    cpuUs: cpuPerUnit(rounds),
     failures: mergeCounts(rounds.map((r) => r.failures)),
     otherCores: Math.max(...rounds.map((r) => r.otherCores)),
     perRound: rounds.map((r) => ({ rps: r.rps, otherCores: r.otherCores, ...pick(summarise(r.latencies)) })),
@@ -71,6 +88,7 @@ function streamSide(rounds) {
     ttft: summarise(mergeSamples(rounds, 'ttft')),
     total: summarise(mergeSamples(rounds, 'total')),
     eventLoop: eventLoop(rounds),
+    cpuUs: cpuPerUnit(rounds),
     otherCores: Math.max(...rounds.map((r) => r.otherCores)),
     perRound: rounds.map((r) => ({ streamsPerS: r.streamsPerS, otherCores: r.otherCores, ttft: pick(summarise(r.ttft)) })),
   };

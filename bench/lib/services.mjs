@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
-import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, waitForLine } from './processes.mjs';
+import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 /** The V8 flags `npm start` runs the gateway with (package.json `config.nodeFlags`): measured as it is run. */
@@ -86,7 +86,15 @@ export async function startGateway({ core, dir, name, upstreamUrl, redisUrl = nu
   });
   const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 60_000, `the gateway (${name})`);
   const key = await createKey(url);
-  return { url, key, pid: child.pid, rss: () => rssBytes(child.pid), scrape: () => scrapeMetrics(url), stop: () => stopChild(child, { timeoutMs: 30_000 }) };
+  return {
+    url,
+    key,
+    pid: child.pid,
+    rss: () => rssBytes(child.pid),
+    threadCpu: () => threadCpuSeconds(child.pid),
+    scrape: () => scrapeMetrics(url),
+    stop: () => stopChild(child, { timeoutMs: 30_000 }),
+  };
 }
 
 /**
