@@ -119,15 +119,18 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   }
   request.gw.usage = null;
   const local = services.sessions.get(parsed.streamId);
+  const heartbeatMs = services.config.streamHeartbeatMs;
+  if (local) return sendFrames(services, reply, parsed.streamId, new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs));
+  // Another instance's stream: read from the shared buffer until the client goes.
   const abort = new AbortController();
   reply.raw.once('close', () => abort.abort());
-  const heartbeatMs = services.config.streamHeartbeatMs;
-  const frames = local
-    ? new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs)
-    : Readable.from(sseFrames(services.streams.follow(parsed.streamId, parsed.seq, abort.signal), parsed.streamId, includeUsage(body), heartbeatMs), {
-        objectMode: false,
-      });
-  return sendFrames(services, reply, parsed.streamId, frames);
+  const events = services.streams.follow(parsed.streamId, parsed.seq, abort.signal);
+  return sendFrames(
+    services,
+    reply,
+    parsed.streamId,
+    Readable.from(sseFrames(events, parsed.streamId, includeUsage(body), heartbeatMs), { objectMode: false }),
+  );
 }
 
 function includeUsage(body: ChatBody): boolean {

@@ -28,20 +28,20 @@ export function openAiDecoder(provider: string): SseDecoder {
     if (event.event === 'error' || parsed.error !== undefined) {
       throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
     }
-    const chunks = normalise(parsed);
-    // Passed on unchanged: relayed as the provider wrote it (only the model name is rewritten).
-    if (chunks.length === 1 && unchanged(parsed, chunks[0] as ChatChunk)) keepWireText(chunks[0] as ChatChunk, event.data);
-    return chunks;
+    if (!alreadyNormal(parsed)) return normalise(parsed);
+    // Passed on as it came: relayed as the provider wrote it (only the model name is rewritten).
+    parsed.usage ??= null;
+    return [keepWireText(parsed, event.data)];
   };
 }
 
-/** The normalised chunk says exactly what the provider's did (at most a `usage: null` more). */
-function unchanged(raw: RawChunk, chunk: ChatChunk): boolean {
-  if (raw.id !== chunk.id || raw['object'] !== chunk.object || raw.created !== chunk.created || raw.model !== chunk.model) return false;
-  if (raw.usage !== undefined && raw.usage !== chunk.usage) return false;
-  const before = raw.choices as unknown[];
-  if (!Array.isArray(before) || before.length !== chunk.choices.length) return false;
-  for (let i = 0; i < before.length; i++) if (before[i] !== chunk.choices[i]) return false;
+/** The chunk is what normalise() would make of it (at most a `usage: null` short), so it needs no copy. */
+function alreadyNormal(raw: RawChunk): raw is RawChunk & ChatChunk {
+  if (typeof raw.id !== 'string' || raw['object'] !== 'chat.completion.chunk' || typeof raw.created !== 'number' || typeof raw.model !== 'string') return false;
+  if (!Array.isArray(raw.choices)) return false;
+  const usage = raw.usage;
+  if (usage !== undefined && usage !== null && (typeof usage !== 'object' || raw.choices.length > 0)) return false;
+  for (const choice of raw.choices) if (renameReasoning(choice) !== choice) return false;
   return true;
 }
 
