@@ -42,6 +42,23 @@ describe('two instances sharing PostgreSQL and Redis', () => {
     await eventually(async () => expect((await models(two, key)).status).toBe(401), 1000);
     expect(Date.now() - revokedAt).toBeLessThan(1000);
   });
+
+  it('after Redis restarts, both instances listen again: a revocation still reaches the other within a second', async () => {
+    const { id, key } = await one.createKey();
+    expect((await models(two, key)).status).toBe(200);
+    await redis.restart();
+    // Both instances are subscribed again once a message published now reaches the other one.
+    const probe = await one.createKey();
+    expect((await models(two, probe.key)).status).toBe(200);
+    await eventually(async () => {
+      await one.admin('POST', `/keys/${probe.id}/revoke`);
+      expect((await models(two, probe.key)).status).toBe(401);
+    }, 10_000);
+    const revokedAt = Date.now();
+    await one.admin('POST', `/keys/${id}/revoke`);
+    await eventually(async () => expect((await models(two, key)).status).toBe(401), 1000);
+    expect(Date.now() - revokedAt).toBeLessThan(1000);
+  }, 30_000);
 });
 
 describe('while the database is unreachable', () => {

@@ -58,14 +58,22 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
 
 /** Pub/sub over Redis, so that every instance hears a revocation within milliseconds. */
 export class RedisBus implements Bus {
+  private readonly channels = new Set<string>();
+
   private constructor(
     private readonly pub: Redis,
     private readonly sub: Redis,
-  ) {}
+  ) {
+    // Resubscribed here rather than by ioredis: its own resubscribe after a reconnect has no rejection
+    // handler, so a Redis that goes away again at that moment made an unhandled rejection.
+    sub.on('ready', () => {
+      if (this.channels.size > 0) sub.subscribe(...this.channels).catch(() => {});
+    });
+  }
 
   static async connect(url: string): Promise<RedisBus> {
     const pub = await connectRedis(url, { ...FAST_FAIL_OPTIONS, commandTimeout: 500 });
-    const sub = await connectRedis(url, { ...FAST_FAIL_OPTIONS, enableOfflineQueue: true, commandTimeout: undefined });
+    const sub = await connectRedis(url, { ...FAST_FAIL_OPTIONS, enableOfflineQueue: true, autoResubscribe: false, commandTimeout: undefined });
     return new RedisBus(pub, sub);
   }
 
@@ -77,6 +85,7 @@ export class RedisBus implements Bus {
     this.sub.on('message', (ch: string, msg: string) => {
       if (ch === channel) handler(msg);
     });
+    this.channels.add(channel);
     await this.sub.subscribe(channel);
   }
 
