@@ -71,16 +71,26 @@ async function createKey(url) {
 /**
  * The built gateway (packages/server/dist/main.js) as its own process pinned
  * to `core`, on embedded PGlite, with a key whose limiter and budget run on
- * every request. `nodeFlags` e.g. ['--cpu-prof', '--cpu-prof-dir=…'].
+ * every request. `nodeFlags` e.g. ['--cpu-prof', '--cpu-prof-dir=…']; `mainFile` another build of
+ * the gateway, to compare two builds in one run.
  */
-export async function startGateway({ core, dir, name, upstreamUrl, redisUrl = null, databaseUrl = null, nodeFlags = [] }) {
+export async function startGateway({
+  core,
+  dir,
+  name,
+  upstreamUrl,
+  redisUrl = null,
+  databaseUrl = null,
+  nodeFlags = [],
+  mainFile = join(ROOT, 'packages/server/dist/main.js'),
+}) {
   const flags = [...PRODUCTION_NODE_FLAGS, ...nodeFlags];
   const configFile = join(dir, `${name}-config.json`);
   writeFileSync(configFile, JSON.stringify(gatewayCatalogue(upstreamUrl), null, 2));
   const child = spawnPinned({
     core,
     command: process.execPath,
-    args: [...flags, join(ROOT, 'packages/server/dist/main.js')],
+    args: [...flags, mainFile],
     env: gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl }),
     logFile: join(dir, `${name}.log`),
   });

@@ -185,6 +185,17 @@ describe('timeouts', () => {
     await eventually(() => expect(sim.providers.nebius?.stats().inFlight).toBe(0));
   });
 
+  it('a client that leaves before a non-streamed answer ends the upstream request too', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'hang' });
+    const leave = new AbortController();
+    const pending = a.chat.completions.create({ model: MODEL, messages }, { headers: { 'X-Gateway-Provider': 'scaleway' }, signal: leave.signal });
+    await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(1));
+    leave.abort();
+    await expect(pending).rejects.toThrow(/abort/i);
+    // Far below scaleway's own timeout: the gateway dropped the upstream request when its client went away.
+    await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(0));
+  });
+
   it('a stream that stalls mid-way ends with an error event and its upstream request is aborted; no failover after the first byte', async () => {
     sim.providers.nebius?.setFault({ kind: 'hang', afterChunks: 3 });
     const stream = await b.chat.completions.create({ model: MODEL, messages, stream: true }, { headers: { 'X-Gateway-Provider-Prefer': 'nebius' } });

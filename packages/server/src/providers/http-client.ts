@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import { Pool, errors as undiciErrors } from 'undici';
+import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
 import { UpstreamError } from '../errors/upstream-error.js';
 
 export interface JsonResponse {
@@ -41,28 +41,31 @@ export class UpstreamHttp {
     this.pool = new Pool(origin, { connections: MAX_CONNECTIONS_PER_ORIGIN, keepAliveTimeout: 30_000, connectTimeout: connectTimeoutMs });
   }
 
-  async json(req: UpstreamRequest): Promise<JsonResponse> {
-    try {
-      const res = await this.pool.request({
-        method: req.method,
-        path: req.path,
-        headers: req.headers,
-        body: req.body ?? null,
-        signal: req.signal,
-        headersTimeout: this.timeoutMs,
-        bodyTimeout: this.timeoutMs,
-      });
-      const text = await res.body.text();
-      let body: unknown = text;
+  /**
+   * Dispatches on the pool with a handler that gathers the body itself:
+   * `pool.request` builds a Readable body, an async resource and a promise
+   * chain per call, a measurable part of a non-streamed request's CPU.
+   */
+  json(req: UpstreamRequest): Promise<JsonResponse> {
+    return new Promise<JsonResponse>((resolve, reject) => {
+      const handler = new JsonResponseHandler(resolve, (err) => reject(this.toUpstreamError(err)), req.signal);
+      if (handler.aborted) return;
       try {
-        body = text.length > 0 ? JSON.parse(text) : null;
-      } catch {
-        // Keep the raw text: a non-JSON error page still says something.
+        this.pool.dispatch(
+          {
+            method: req.method,
+            path: req.path,
+            headers: req.headers,
+            body: req.body ?? null,
+            headersTimeout: this.timeoutMs,
+            bodyTimeout: this.timeoutMs,
+          },
+          handler,
+        );
+      } catch (err) {
+        handler.onResponseError(null, err as Error);
       }
-      return { status: res.statusCode, headers: res.headers, body };
-    } catch (err) {
-      throw this.toUpstreamError(err);
-    }
+    });
   }
 
   /**
@@ -137,4 +140,88 @@ export function upstreamErrorMessage(body: unknown): string {
     if (candidate && typeof candidate === 'object') return JSON.stringify(candidate).slice(0, 500);
   }
   return JSON.stringify(body).slice(0, 500);
+}
+
+/**
+ * Collects a whole answer for {@link UpstreamHttp.json}: status, headers and
+ * the body parsed as JSON (kept as text when it is not JSON). An abort of
+ * `signal` ends the request on the wire, whether it waits for headers or
+ * for the rest of the body.
+ */
+class JsonResponseHandler implements Dispatcher.DispatchHandler {
+  private status = 0;
+  private headers: Record<string, string | string[] | undefined> = {};
+  private readonly chunks: Buffer[] = [];
+  private controller: Dispatcher.DispatchController | null = null;
+  private settled = false;
+  private readonly onAbort: (() => void) | null = null;
+
+  constructor(
+    private readonly resolve: (res: JsonResponse) => void,
+    private readonly reject: (err: unknown) => void,
+    private readonly signal: AbortSignal | undefined,
+  ) {
+    if (!signal) return;
+    if (signal.aborted) {
+      this.fail(abortReason(signal));
+      return;
+    }
+    this.onAbort = () => {
+      const reason = abortReason(signal);
+      if (this.controller) this.controller.abort(reason);
+      else this.fail(reason);
+    };
+    signal.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  get aborted(): boolean {
+    return this.settled;
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    if (this.settled) controller.abort(abortReason(this.signal));
+    else this.controller = controller;
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.status = statusCode;
+    this.headers = headers;
+  }
+
+  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.chunks.push(chunk);
+  }
+
+  onResponseEnd(): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.detach();
+    const text = this.chunks.length === 1 ? (this.chunks[0] as Buffer).toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
+    let body: unknown = text;
+    try {
+      body = text.length > 0 ? JSON.parse(text) : null;
+    } catch {
+      // Keep the raw text: a non-JSON error page still says something.
+    }
+    this.resolve({ status: this.status, headers: this.headers, body });
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
+    this.fail(err);
+  }
+
+  private fail(err: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.detach();
+    this.reject(err);
+  }
+
+  private detach(): void {
+    if (this.onAbort) this.signal?.removeEventListener('abort', this.onAbort);
+  }
+}
+
+function abortReason(signal: AbortSignal | undefined): Error {
+  return new undiciErrors.RequestAbortedError(signal?.reason instanceof Error ? signal.reason.message : undefined);
 }

@@ -1,0 +1,73 @@
+// Two builds of the gateway side by side, in alternating rounds on the same core:
+// `node bench/ab.mjs <other dist/main.js> [seconds] [rounds] [--stream] [--prod]`.
+// A is the other build, B the working tree's; prints throughput and CPU per unit of work for each round.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { runHttpLoad } from './lib/http-load.mjs';
+import { killChildrenOnExit, pinSelf, threadCpuSeconds } from './lib/processes.mjs';
+import { startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
+import { runStreamLoad } from './lib/stream-driver.mjs';
+import { gatewayModelId } from './upstream/profiles.mjs';
+
+killChildrenOnExit();
+pinSelf(1);
+const [otherMain, secsArg, roundsArg] = process.argv.slice(2).filter((a) => !a.startsWith('--'));
+const secs = Number(secsArg ?? 4);
+const rounds = Number(roundsArg ?? 3);
+const prod = process.argv.includes('--prod');
+const dir = mkdtempSync(join(tmpdir(), 'ab-'));
+const upstream = await startUpstream({ core: 1, dir });
+const backends = {};
+let pg;
+let redis;
+if (prod) {
+  pg = await startPostgresPinned({ core: 1 });
+  redis = await startRedis({ core: 1, dir });
+  Object.assign(backends, { redisUrl: redis.url, databaseUrl: pg.url });
+}
+const a = await startGateway({ core: 0, dir, name: 'a', upstreamUrl: upstream.url, mainFile: resolve(otherMain), ...backends });
+const b = await startGateway({ core: 0, dir, name: 'b', upstreamUrl: upstream.url, ...backends });
+
+const request = (gateway, model, stream) => {
+  const body = { model: gateway ? gatewayModelId(model) : model, messages: [{ role: 'user', content: 'Say something short about foxes.' }], max_tokens: 64 };
+  if (stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+  return {
+    url: `${gateway ? gateway.url : upstream.url}/v1/chat/completions`,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${gateway ? gateway.key : 'bench-upstream-key'}` },
+    body: JSON.stringify(body),
+  };
+};
+const pct = (xs, p) => [...xs].sort((x, y) => x - y)[Math.floor(p * (xs.length - 1))];
+const cpu = (g) => Object.values(threadCpuSeconds(g.pid)).reduce((s, v) => s + v, 0);
+
+const stream = process.argv.includes('--stream');
+const load = (gateway) =>
+  stream
+    ? runStreamLoad({ ...request(gateway, 'stream-50ms-20x10ms', true), concurrency: 50, durationS: secs })
+    : runHttpLoad({ ...request(gateway, 'fixed-0ms', false), connections: 50, durationS: secs });
+for (const g of [a, b]) await load(g);
+for (let i = 0; i < rounds; i++) {
+  const direct = await load(null);
+  const line = [];
+  for (const [name, g] of [
+    ['A', a],
+    ['B', b],
+  ]) {
+    const c0 = cpu(g);
+    const r = await load(g);
+    const perUnit = ((cpu(g) - c0) * 1e6) / r.ok;
+    line.push(
+      stream
+        ? `${name} ${r.streamsPerS.toFixed(0)}/s ttft+ p50 ${(pct(r.ttft, 0.5) - pct(direct.ttft, 0.5)).toFixed(1)} p99 ${(pct(r.ttft, 0.99) - pct(direct.ttft, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`
+        : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} cpu ${perUnit.toFixed(0)}us`,
+    );
+  }
+  console.log(`round ${i + 1}: ${line.join(' | ')}`);
+}
+await a.stop();
+await b.stop();
+await upstream.stop();
+await pg?.stop();
+await redis?.kill();
+rmSync(dir, { recursive: true, force: true });
