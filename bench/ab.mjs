@@ -1,5 +1,5 @@
 // Two builds of the gateway side by side, in alternating rounds on the same core:
-// `node bench/ab.mjs <other dist/main.js> [seconds] [rounds] [--stream] [--prod]`.
+// `node bench/ab.mjs <other dist/main.js> [seconds] [rounds] [--stream | --50ms] [--prod]`.
 // A is the other build, B the working tree's; prints throughput and CPU per unit of work for each round.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -42,10 +42,11 @@ const pct = (xs, p) => [...xs].sort((x, y) => x - y)[Math.floor(p * (xs.length -
 const cpu = (g) => Object.values(threadCpuSeconds(g.pid)).reduce((s, v) => s + v, 0);
 
 const stream = process.argv.includes('--stream');
+const upstreamModel = process.argv.includes('--50ms') ? 'fixed-50ms' : 'fixed-0ms';
 const load = (gateway) =>
   stream
     ? runStreamLoad({ ...request(gateway, 'stream-50ms-20x10ms', true), concurrency: 50, durationS: secs })
-    : runHttpLoad({ ...request(gateway, 'fixed-0ms', false), connections: 50, durationS: secs });
+    : runHttpLoad({ ...request(gateway, upstreamModel, false), connections: 50, durationS: secs });
 for (const g of [a, b]) await load(g);
 for (let i = 0; i < rounds; i++) {
   const direct = await load(null);
@@ -60,7 +61,7 @@ for (let i = 0; i < rounds; i++) {
     line.push(
       stream
         ? `${name} ${r.streamsPerS.toFixed(0)}/s ttft+ p50 ${(pct(r.ttft, 0.5) - pct(direct.ttft, 0.5)).toFixed(1)} p99 ${(pct(r.ttft, 0.99) - pct(direct.ttft, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`
-        : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} cpu ${perUnit.toFixed(0)}us`,
+        : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} added p50 ${(pct(r.latencies, 0.5) - pct(direct.latencies, 0.5)).toFixed(1)} p99 ${(pct(r.latencies, 0.99) - pct(direct.latencies, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`,
     );
   }
   console.log(`round ${i + 1}: ${line.join(' | ')}`);

@@ -70,6 +70,33 @@ describe.each([
     // Overshoot, the figure that must be 0:
     expect(Math.max(0, spent - budget)).toBe(0);
   }, 30_000);
+
+  it('a request the rate limit refuses is a 429 before any budget refusal, and its budget hold is released', async () => {
+    const [g1] = gws();
+    // A budget too small for any request: the first is counted by the limiter and refused by the budget; after it both refuse, and the limiter's answer wins.
+    const tight = await g1.admin<{ id: string }>('POST', '/workspaces', { name: 'tight', budget: worst / 2 });
+    const tightKey = await g1.createKey({ workspaceId: tight.body.id, rateLimitRpm: 1 });
+    expect((await chat(g1, tightKey.key)).status).toBe(402);
+    expect((await Promise.all([1, 2, 3].map(() => chat(g1, tightKey.key)))).map((r) => r.status)).toEqual([429, 429, 429]);
+    // Room for two holds at most: the five refused requests below would leave it exhausted if their holds stayed.
+    const ws = await g1.admin<{ id: string }>('POST', '/workspaces', { name: 'limited', budget: worst * 2.5 });
+    const limited = await g1.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1 });
+    const free = await g1.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1000 });
+    expect((await chat(g1, limited.key)).status).toBe(200);
+    const refused = await Promise.all(Array.from({ length: 5 }, () => chat(g1, limited.key)));
+    expect(refused.map((r) => r.status)).toEqual([429, 429, 429, 429, 429]);
+    expect(refused.map((r) => r.headers.get('x-ratelimit-remaining'))).toEqual(['0', '0', '0', '0', '0']);
+    // A bad body is counted first too: refused by the limiter, not by validation.
+    const bad = await fetch(`${g1.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${limited.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: 'not a list' }),
+    });
+    expect([bad.status, bad.headers.get('x-ratelimit-limit')]).toEqual([429, '1']);
+    // Holds are settled as each answer ends; once they are, the workspace has room for a request of its other key.
+    await new Promise((r) => setTimeout(r, 200));
+    expect((await chat(g1, free.key)).status).toBe(200);
+  });
 });
 
 describe('budget edges', () => {

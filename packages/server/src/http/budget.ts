@@ -1,7 +1,24 @@
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { BudgetScope } from '../limits/budget-types.js';
+import { applyRateLimit } from './plugins/rate-limit.js';
 import type { Services } from './services.js';
+
+/**
+ * The budget hold of {@link reserveBudget} and the rate limiter's pending
+ * decision, awaited together: with Redis, their two round trips overlap.
+ * The limiter's refusal comes first, as if it had been applied alone
+ * before; a hold taken meanwhile is released when the 429 is answered
+ * (its settle costs nothing). While it lasts, such a hold can only make
+ * another request of the same budget see less left, never more.
+ */
+export async function reserveBudgetWithRateLimit(services: Services, request: FastifyRequest, reply: FastifyReply, worstEur: number): Promise<void> {
+  const limiting = applyRateLimit(request, reply);
+  if (!limiting) return reserveBudget(services, request, worstEur);
+  const [limited, held] = await Promise.allSettled([limiting, reserveBudget(services, request, worstEur)]);
+  if (limited.status === 'rejected') throw limited.reason;
+  if (held.status === 'rejected') throw held.reason;
+}
 
 /**
  * Holds the request's worst-case cost against its key's and workspace's

@@ -1,5 +1,6 @@
 import type { Variant } from '@gw/schema';
 import type { Reservation } from '../limits/budget-types.js';
+import type { LimitDecision } from '../limits/types.js';
 import type { ApiKeyRecord } from '../store/types.js';
 
 /** What a request accumulates on its way through the pipeline. */
@@ -17,6 +18,8 @@ export interface RequestState {
   errorCode: string | null;
   /** The budget hold taken at admission, settled when the response ends. */
   reservation: Reservation | null;
+  /** The rate limiter's decision while it is on its way, until it is applied (see plugins/rate-limit.ts). */
+  limit: Promise<LimitDecision> | null;
 }
 
 export interface UsageDraft {

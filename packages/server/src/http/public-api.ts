@@ -1,10 +1,10 @@
 import type { Variant } from '@gw/schema';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import { sendError } from './errors.js';
 import { registerApiKeyAuth } from './plugins/api-key-auth.js';
 import { registerIdempotency } from './plugins/idempotency.js';
-import { registerRateLimit } from './plugins/rate-limit.js';
+import { errorAfterRateLimit, registerRateLimit } from './plugins/rate-limit.js';
 import { registerUsageRecording } from './plugins/usage-recording.js';
 import { chatCompletionsRoute } from './routes/chat-completions.js';
 import { routeDocs } from './routes/docs.js';
@@ -20,9 +20,16 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
   const { services, variant } = opts;
   // Response schemas document the API; bodies are relayed as the provider shaped them, so no field is dropped.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
-  app.setErrorHandler((err, request, reply) => sendError(err, request, reply, variant));
+  const answerError = (err: unknown, request: FastifyRequest, reply: FastifyReply) => {
+    const waiting = errorAfterRateLimit(request, reply, err);
+    if (!waiting) return sendError(err, request, reply, variant);
+    return waiting.then((e) => {
+      sendError(e, request, reply, variant);
+    });
+  };
+  app.setErrorHandler(answerError);
   app.setNotFoundHandler((request, reply) =>
-    sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variant),
+    answerError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply),
   );
   app.addHook('onRequest', (request, _reply, done) => {
     request.gw.variant = variant;

@@ -1,5 +1,5 @@
 import { H } from '@gw/schema';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { enabledModels } from '../model-access.js';
 import type { Services } from '../services.js';
@@ -8,27 +8,82 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** GET /models: never counted against the rate limit. */
     uncounted?: boolean;
+    /**
+     * The handler applies the limiter's decision itself, in the same wait as
+     * its budget hold (see {@link applyRateLimit}); with Redis that makes
+     * one round trip of two.
+     */
+    limitWithBudgetHold?: boolean;
   }
 }
 
 /**
- * The per-key sliding window. It runs after authentication (a 401 is never
- * counted) and before body validation, so a bad body is counted; a request
- * naming a model that does not exist for the caller is not (SPEC: Limits).
+ * The per-key sliding window. The request is counted after authentication
+ * (a 401 is never counted) and before body validation, so a bad body is
+ * counted; a request naming a model that does not exist for the caller is
+ * not (SPEC: Limits).
+ *
+ * The count is sent at once, and its decision is applied before anything
+ * else can answer: in preHandler, before the idempotency key is claimed;
+ * or, on routes marked `limitWithBudgetHold`, by the handler together with
+ * its budget hold. An error answered before then (a bad body) waits for
+ * the decision too, and a refusal wins over it, as when the limiter ran
+ * alone first.
  */
 export function registerRateLimit(app: FastifyInstance, services: Services): void {
-  app.addHook('preValidation', async (request, reply) => {
+  app.addHook('preValidation', (request, _reply, done) => {
     const key = request.gw.key;
-    if (!key || request.routeOptions.config.uncounted) return;
+    if (!key || request.routeOptions.config.uncounted) return done();
     const model = (request.body as { model?: unknown } | undefined)?.model;
-    if (typeof model === 'string' && !(await modelExistsFor(services, request, model))) return;
-    const d = await services.limiter.hit(key.id, key.rateLimitRpm, request.id);
+    const count = () => {
+      request.gw.limit = services.limiter.hit(key.id, key.rateLimitRpm, request.id);
+      done();
+    };
+    if (typeof model !== 'string') return count();
+    modelExistsFor(services, request, model).then((exists) => (exists ? count() : done()), done);
+  });
+  app.addHook('preHandler', (request, reply, done) => {
+    if (!request.gw.limit) return done();
+    // An idempotency key is claimed only by a request the limiter let through.
+    if (request.routeOptions.config.limitWithBudgetHold && request.headers[H.idempotencyKey] === undefined) return done();
+    applyRateLimit(request, reply)?.then(() => done(), done);
+  });
+  // Every path of a `limitWithBudgetHold` route applies the decision; this catches one that did not.
+  app.addHook('onSend', (request, reply, payload, done) => {
+    const applying = applyRateLimit(request, reply);
+    if (!applying) return done(null, payload);
+    request.log.error({ url: request.url }, 'rate limit: an answer was sent before the limiter decision was applied');
+    applying.then(
+      () => done(null, payload),
+      () => done(null, payload),
+    );
+  });
+}
+
+/**
+ * Waits for the limiter's decision if it is still pending, sets the rate
+ * limit headers, and rejects with 429 if it refused; undefined when there
+ * is nothing to apply (no count, or already applied).
+ */
+export function applyRateLimit(request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
+  const pending = request.gw?.limit;
+  if (!pending) return undefined;
+  request.gw.limit = null;
+  return pending.then((d) => {
     reply.header(H.rateLimitLimit, String(d.limit));
     reply.header(H.rateLimitRemaining, String(d.remaining));
     reply.header(H.rateLimitReset, String(d.resetS));
     reply.header(H.rateLimitEnforced, String(d.enforced));
     if (!d.allowed) throw new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterS: d.resetS });
   });
+}
+
+/** The error to answer with: a refusal of the limiter, when its decision was still pending, wins over `err`. */
+export function errorAfterRateLimit(request: FastifyRequest, reply: FastifyReply, err: unknown): Promise<unknown> | undefined {
+  return applyRateLimit(request, reply)?.then(
+    () => err,
+    (refused: unknown) => refused,
+  );
 }
 
 async function modelExistsFor(services: Services, request: Parameters<typeof enabledModels>[1], id: string): Promise<boolean> {

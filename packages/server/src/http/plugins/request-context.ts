@@ -12,7 +12,17 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
   app.decorateRequest('gw', null as never);
   // Callback-style hooks: they do no I/O, and an async hook costs a promise and a microtask hop per request.
   app.addHook('onRequest', (request, reply, done) => {
-    request.gw = { variant: 'a', startedAt: performance.now(), upstreamMs: 0, upstreamCalls: 0, key: null, usage: null, errorCode: null, reservation: null };
+    request.gw = {
+      variant: 'a',
+      startedAt: performance.now(),
+      upstreamMs: 0,
+      upstreamCalls: 0,
+      key: null,
+      usage: null,
+      errorCode: null,
+      reservation: null,
+      limit: null,
+    };
     reply.header(H.requestId, request.id);
     services.lifecycle.inFlight++;
     reply.raw.once('close', () => {

@@ -4,9 +4,10 @@ import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { expectedCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
-import { reserveBudget } from '../budget.js';
+import { reserveBudgetWithRateLimit } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
+import { applyRateLimit } from '../plugins/rate-limit.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import { resumeStream, startStream } from './chat-stream.js';
@@ -29,19 +30,23 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         body: ChatCompletionRequest,
         response: { 200: ChatCompletionResponse },
       }),
+      config: { limitWithBudgetHold: true },
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
       const model = await resolveModel(services, request, body.model, 'chat');
       request.gw.usage = newUsageDraft('chat', model.id);
       const lastEventId = request.headers['last-event-id'];
-      if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') return resumeStream(services, request, reply, lastEventId, body);
+      if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
+        await applyRateLimit(request, reply);
+        return resumeStream(services, request, reply, lastEventId, body);
+      }
       const options = routeOptions(services, request);
       const promptTokens = estimatePromptTokens(body.messages);
       // Without max_tokens the completion can fill the rest of the context window: that is its worst case.
       const size = { promptTokens, maxTokens: body.max_tokens ?? Math.max(1, model.context_window - promptTokens) };
       const plan = planOffers(model, options, size);
-      await reserveBudget(services, request, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
+      await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens });
       const signal = clientAbortSignal(reply);
       const result = await executePlan(plan, (offer: Offer) =>
