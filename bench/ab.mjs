@@ -14,7 +14,7 @@ killChildrenOnExit();
 pinSelf(1);
 const [otherMain, secsArg, roundsArg] = process.argv.slice(2).filter((a) => !a.startsWith('--'));
 const secs = Number(secsArg ?? 4);
-const rounds = Number(roundsArg ?? 3);
+let rounds = Number(roundsArg ?? 3);
 const prod = process.argv.includes('--prod');
 const dir = mkdtempSync(join(tmpdir(), 'ab-'));
 const upstream = await startUpstream({ core: 1, dir });
@@ -27,7 +27,14 @@ if (prod) {
   Object.assign(backends, { redisUrl: redis.url, databaseUrl: pg.url });
 }
 const a = await startGateway({ core: 0, dir, name: 'a', upstreamUrl: upstream.url, mainFile: resolve(otherMain), ...backends });
-const b = await startGateway({ core: 0, dir, name: 'b', upstreamUrl: upstream.url, ...backends });
+const b = await startGateway({
+  core: 0,
+  dir,
+  name: 'b',
+  upstreamUrl: upstream.url,
+  ...(process.env.AB_B_MAIN ? { mainFile: resolve(process.env.AB_B_MAIN) } : {}),
+  ...backends,
+});
 
 const request = (gateway, model, stream) => {
   const body = { model: gateway ? gatewayModelId(model) : model, messages: [{ role: 'user', content: 'Say something short about foxes.' }], max_tokens: 64 };
@@ -45,26 +52,57 @@ const stream = process.argv.includes('--stream');
 const upstreamModel = process.argv.includes('--50ms') ? 'fixed-50ms' : 'fixed-0ms';
 const load = (gateway) =>
   stream
-    ? runStreamLoad({ ...request(gateway, 'stream-50ms-20x10ms', true), concurrency: 50, durationS: secs })
-    : runHttpLoad({ ...request(gateway, upstreamModel, false), connections: 50, durationS: secs });
+    ? runStreamLoad({ ...request(gateway, 'stream-50ms-20x10ms', true), concurrency: process.argv.includes('--together') ? 25 : 50, durationS: secs })
+    : runHttpLoad({ ...request(gateway, upstreamModel, false), connections: process.argv.includes('--together') ? 25 : 50, durationS: secs });
 for (const g of [a, b]) await load(g);
+// --together: both builds take load at the same time, sharing the core, so a change in the machine's speed
+// (frequent here) touches both alike; CPU per unit is then the fairest comparison.
+if (process.argv.includes('--together')) {
+  const ratios = [];
+  for (let i = 0; i < rounds; i++) {
+    const c0 = { A: cpu(a), B: cpu(b) };
+    const [ra, rb] = await Promise.all([load(a), load(b)]);
+    const perA = ((cpu(a) - c0.A) * 1e6) / ra.ok;
+    const perB = ((cpu(b) - c0.B) * 1e6) / rb.ok;
+    ratios.push(perB / perA);
+    const rate = (r) => (stream ? `${r.streamsPerS.toFixed(0)}/s` : `${r.rps.toFixed(0)} req/s`);
+    console.log(`round ${i + 1}: A ${rate(ra)} cpu ${perA.toFixed(0)}us | B ${rate(rb)} cpu ${perB.toFixed(0)}us | B/A cpu ${(perB / perA).toFixed(3)}`);
+  }
+  ratios.sort((x, y) => x - y);
+  console.log(`B/A CPU per unit: median ${ratios[Math.floor(ratios.length / 2)].toFixed(3)}, range ${ratios[0].toFixed(3)}-${ratios.at(-1).toFixed(3)}`);
+  rounds = 0;
+}
+// The order alternates (AB, BA, …): whichever runs second in a round tends to find the machine a little warmer.
+const ratios = [];
 for (let i = 0; i < rounds; i++) {
   const direct = await load(null);
-  const line = [];
-  for (const [name, g] of [
-    ['A', a],
-    ['B', b],
-  ]) {
+  const order =
+    i % 2 === 0
+      ? [
+          ['A', a],
+          ['B', b],
+        ]
+      : [
+          ['B', b],
+          ['A', a],
+        ];
+  const line = {};
+  const cpuOf = {};
+  for (const [name, g] of order) {
     const c0 = cpu(g);
     const r = await load(g);
     const perUnit = ((cpu(g) - c0) * 1e6) / r.ok;
-    line.push(
-      stream
-        ? `${name} ${r.streamsPerS.toFixed(0)}/s ttft+ p50 ${(pct(r.ttft, 0.5) - pct(direct.ttft, 0.5)).toFixed(1)} p99 ${(pct(r.ttft, 0.99) - pct(direct.ttft, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`
-        : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} added p50 ${(pct(r.latencies, 0.5) - pct(direct.latencies, 0.5)).toFixed(1)} p99 ${(pct(r.latencies, 0.99) - pct(direct.latencies, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`,
-    );
+    cpuOf[name] = perUnit;
+    line[name] = stream
+      ? `${name} ${r.streamsPerS.toFixed(0)}/s ttft+ p50 ${(pct(r.ttft, 0.5) - pct(direct.ttft, 0.5)).toFixed(1)} p99 ${(pct(r.ttft, 0.99) - pct(direct.ttft, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`
+      : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} added p50 ${(pct(r.latencies, 0.5) - pct(direct.latencies, 0.5)).toFixed(1)} p99 ${(pct(r.latencies, 0.99) - pct(direct.latencies, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`;
   }
-  console.log(`round ${i + 1}: ${line.join(' | ')}`);
+  ratios.push(cpuOf.B / cpuOf.A);
+  console.log(`round ${i + 1}: ${line.A} | ${line.B} | B/A cpu ${(cpuOf.B / cpuOf.A).toFixed(3)}`);
+}
+if (ratios.length > 0) {
+  ratios.sort((x, y) => x - y);
+  console.log(`B/A CPU per unit: median ${ratios[Math.floor(ratios.length / 2)].toFixed(3)}, range ${ratios[0].toFixed(3)}-${ratios.at(-1).toFixed(3)}`);
 }
 await a.stop();
 await b.stop();

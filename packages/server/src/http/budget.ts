@@ -15,10 +15,20 @@ import type { Services } from './services.js';
 export async function reserveBudgetWithRateLimit(services: Services, request: FastifyRequest, reply: FastifyReply, worstEur: number): Promise<void> {
   const limiting = applyRateLimit(request, reply);
   if (!limiting) return reserveBudget(services, request, worstEur);
-  const [limited, held] = await Promise.allSettled([limiting, reserveBudget(services, request, worstEur)]);
-  if (limited.status === 'rejected') throw limited.reason;
-  if (held.status === 'rejected') throw held.reason;
+  const holding = reserveBudget(services, request, worstEur);
+  // Handled here and awaited below: a budget refusal that lands while the limiter answers is not an unhandled rejection.
+  holding.catch(ignore);
+  try {
+    await limiting;
+  } catch (refused) {
+    // Once the hold is in place, the usage hook releases it when the 429 is answered.
+    await holding.catch(ignore);
+    throw refused;
+  }
+  await holding;
 }
+
+function ignore(): void {}
 
 /**
  * Holds the request's worst-case cost against its key's and workspace's

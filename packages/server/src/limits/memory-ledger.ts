@@ -16,12 +16,28 @@ export class MemoryLedger implements BudgetLedger {
   private readonly accounts = new Map<string, Account>();
   private readonly loading = new Map<string, Promise<Account>>();
 
-  async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
+  reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
+    const accounts: Account[] = [];
+    for (const scope of scopes) {
+      const acc = this.accounts.get(scope.id);
+      if (!acc) return this.reserveAfterLoading(tag, scopes, eur, requestId);
+      accounts.push(acc);
+    }
+    // Every account known (the usual case): no wait, and no promise but the answer's.
+    return Promise.resolve(this.hold(tag, scopes, accounts, eur, requestId));
+  }
+
+  private async reserveAfterLoading(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
     const accounts = await Promise.all(scopes.map((s) => this.account(s)));
+    return this.hold(tag, scopes, accounts, eur, requestId);
+  }
+
+  /** The check and the hold, in one synchronous step. */
+  private hold(tag: string, scopes: BudgetScope[], accounts: Account[], eur: number, requestId: string): ReserveResult {
     const nano = toNano(eur);
     const now = Date.now();
-    // Synchronous from here on: the check and the hold are one step.
-    for (const [i, scope] of scopes.entries()) {
+    for (let i = 0; i < scopes.length; i++) {
+      const scope = scopes[i] as BudgetScope;
       const acc = accounts[i] as Account;
       if (scope.limit === null) continue;
       const limit = toNano(scope.limit);
