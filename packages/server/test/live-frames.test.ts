@@ -1,3 +1,5 @@
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import { connect, type Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { RelayGate } from '../src/providers/chunk-relay.js';
 import type { ChatChunk, ChunkSink } from '../src/providers/types.js';
@@ -97,5 +99,96 @@ describe('live SSE frames from a session', () => {
     expect(aborted()).toBe(false);
     await new Promise((r) => setTimeout(r, 150));
     expect(aborted()).toBe(true);
+  });
+
+  describe('written straight to the response socket', () => {
+    /** A real HTTP server sending `frames` as the gateway does: headers set on the response, the stream piped to it. */
+    async function serve(frames: () => LiveFrames): Promise<{ server: Server; port: number; responses: ServerResponse[] }> {
+      const responses: ServerResponse[] = [];
+      const server = createServer((_req, res) => {
+        responses.push(res);
+        res.setHeader('content-type', 'text/event-stream');
+        frames().sendThrough(res).pipe(res);
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      return { server, port: (server.address() as { port: number }).port, responses };
+    }
+
+    function request(port: number, version: '1.0' | '1.1'): Socket {
+      const socket = connect(port, '127.0.0.1');
+      // The server closes after the response, so the client reads to the end of the connection.
+      socket.write(`GET / HTTP/${version}\r\nhost: x\r\nconnection: close\r\n\r\n`);
+      return socket;
+    }
+
+    async function readToEnd(socket: Socket): Promise<string> {
+      const parts: Buffer[] = [];
+      socket.on('data', (b: Buffer) => parts.push(b));
+      socket.resume();
+      await new Promise((r) => socket.once('end', r));
+      return Buffer.concat(parts).toString('utf8');
+    }
+
+    /** The body of a chunked response, checking every chunk's size line against its bytes. */
+    function dechunk(body: string): string {
+      const bytes = Buffer.from(body, 'utf8');
+      let at = 0;
+      let out = '';
+      for (;;) {
+        const eol = bytes.indexOf('\r\n', at);
+        const size = Number.parseInt(bytes.subarray(at, eol).toString(), 16);
+        expect(Number.isNaN(size)).toBe(false);
+        if (size === 0) return out;
+        out += bytes.subarray(eol + 2, eol + 2 + size).toString('utf8');
+        expect(bytes.subarray(eol + 2 + size, eol + 4 + size).toString()).toBe('\r\n');
+        at = eol + 4 + size;
+      }
+    }
+
+    it('holds frames in the session while the client does not read, then sends them all, each an exact HTTP chunk', async () => {
+      const { session, sink } = await handFed();
+      const { server, port, responses } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      try {
+        const socket = request(port, '1.1');
+        socket.pause();
+        await new Promise((r) => setTimeout(r, 50));
+        // Multi-byte text: a chunk's size counts bytes, not characters.
+        const big = 'ü'.repeat(2048);
+        for (let i = 0; i < 2000; i++) sink.chunk(content(`${i}:${big}`));
+        await new Promise((r) => setTimeout(r, 50));
+        // 8 MB arrived, more than the kernel's buffers take; beyond them, the server's socket holds about its high-water mark.
+        const serverSide = responses[0]?.socket;
+        expect(serverSide?.writableLength).toBeLessThan((serverSide?.writableHighWaterMark ?? 0) + 32 * 1024);
+        sink.end(null);
+        const raw = await readToEnd(socket);
+        const [head, body] = [raw.slice(0, raw.indexOf('\r\n\r\n')), raw.slice(raw.indexOf('\r\n\r\n') + 4)];
+        expect(head).toMatch(/transfer-encoding: chunked/i);
+        const text = dechunk(body);
+        const numbers = [...text.matchAll(/"content":"(\d+):/g)].map((m) => Number(m[1]));
+        expect(numbers).toEqual(Array.from({ length: 2000 }, (_, i) => i));
+        expect(text.match(/^id: /gm)?.length).toBe(2002);
+        expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+      } finally {
+        server.close();
+      }
+    });
+
+    it('writes the body unframed to an HTTP/1.0 client, and ends it by closing', async () => {
+      const { session, sink } = await handFed();
+      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      try {
+        const socket = request(port, '1.0');
+        await new Promise((r) => setTimeout(r, 50));
+        sink.chunk(content('second'));
+        sink.end(null);
+        const raw = await readToEnd(socket);
+        const body = raw.slice(raw.indexOf('\r\n\r\n') + 4);
+        expect(body.startsWith(`id: ${ID}:1\n`)).toBe(true);
+        expect(body.match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:3`]);
+        expect(body.endsWith('data: [DONE]\n\n')).toBe(true);
+      } finally {
+        server.close();
+      }
+    });
   });
 });

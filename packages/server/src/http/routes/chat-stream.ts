@@ -142,5 +142,6 @@ function sendFrames(services: Services, reply: FastifyReply, streamId: string, f
   streamHeaders(reply);
   // 'finish': the whole stream, its last event included, went to the client's socket.
   reply.raw.once('finish', () => services.streams.delivered(streamId));
+  if (frames instanceof LiveFrames) frames.sendThrough(reply.raw);
   return reply.send(frames);
 }
