@@ -4,6 +4,7 @@ import { UpstreamError } from '../src/errors/upstream-error.js';
 import { UpstreamHttp } from '../src/providers/http-client.js';
 import { openAiChunkStream } from '../src/providers/openai-compatible/stream.js';
 import type { ChatChunk } from '../src/providers/types.js';
+import { readableBody } from './helpers/readable-body.js';
 
 const http = new UpstreamHttp('scaleway', 'http://127.0.0.1:9', 1000);
 const chunk = (content: string) =>
@@ -13,7 +14,7 @@ const chunk = (content: string) =>
 function relay(body: PassThrough) {
   const seen: ChatChunk[] = [];
   const ended = new Promise<Error | null>((resolve) => {
-    openAiChunkStream(http, body).relay({ chunk: (c) => seen.push(c), end: resolve });
+    openAiChunkStream(http, readableBody(body)).relay({ chunk: (c) => seen.push(c), end: resolve });
   });
   return { seen, ended };
 }
@@ -60,7 +61,7 @@ describe('pushing an upstream SSE body to a sink', () => {
     expect(body.destroyed).toBe(true);
     const thrower = new PassThrough();
     const result = new Promise<Error | null>((resolve) => {
-      openAiChunkStream(http, thrower).relay({
+      openAiChunkStream(http, readableBody(thrower)).relay({
         chunk: () => {
           throw new Error('sink bug');
         },

@@ -70,31 +70,30 @@ export class UpstreamHttp {
 
   /**
    * Starts a streamed request. Resolves with the open body on 2xx; reads a
-   * non-2xx answer whole and returns it for the adapter to map.
+   * non-2xx answer whole and returns it for the adapter to map. The body is
+   * pushed to its reader as the socket delivers it, with no stream object
+   * in between (see {@link UpstreamBody}).
    */
-  async stream(req: UpstreamRequest): Promise<{ ok: true; status: number; body: Readable } | ({ ok: false } & JsonResponse)> {
-    try {
-      const res = await this.pool.request({
-        method: req.method,
-        path: req.path,
-        headers: req.headers,
-        body: req.body ?? null,
-        signal: req.signal,
-        headersTimeout: this.timeoutMs,
-        bodyTimeout: this.timeoutMs,
-      });
-      if (res.statusCode >= 200 && res.statusCode < 300) return { ok: true, status: res.statusCode, body: res.body };
-      const text = await res.body.text();
-      let body: unknown = text;
+  stream(req: UpstreamRequest): Promise<{ ok: true; status: number; body: UpstreamBody } | ({ ok: false } & JsonResponse)> {
+    return new Promise((resolve, reject) => {
+      const handler = new StreamResponseHandler(resolve, (err) => reject(this.toUpstreamError(err)), req.signal);
+      if (handler.aborted) return;
       try {
-        body = JSON.parse(text);
-      } catch {
-        // Keep the text.
+        this.pool.dispatch(
+          {
+            method: req.method,
+            path: req.path,
+            headers: req.headers,
+            body: req.body ?? null,
+            headersTimeout: this.timeoutMs,
+            bodyTimeout: this.timeoutMs,
+          },
+          handler,
+        );
+      } catch (err) {
+        handler.onResponseError(null, err as Error);
       }
-      return { ok: false, status: res.statusCode, headers: res.headers, body };
-    } catch (err) {
-      throw this.toUpstreamError(err);
-    }
+    });
   }
 
   toUpstreamError(err: unknown): UpstreamError {
@@ -152,7 +151,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   private status = 0;
   private headers: Record<string, string | string[] | undefined> = {};
   private readonly chunks: Buffer[] = [];
-  private controller: Dispatcher.DispatchController | null = null;
+  protected controller: Dispatcher.DispatchController | null = null;
   private settled = false;
   private readonly onAbort: (() => void) | null = null;
 
@@ -217,8 +216,105 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     this.reject(err);
   }
 
-  private detach(): void {
+  /** Marks the call answered; false if it already was. The abort signal stays attached until {@link detach}. */
+  protected settle(): boolean {
+    if (this.settled) return false;
+    this.settled = true;
+    return true;
+  }
+
+  protected detach(): void {
     if (this.onAbort) this.signal?.removeEventListener('abort', this.onAbort);
+  }
+}
+
+/** Receives an upstream body: its bytes as they arrive, then `end` or `error`, exactly once. */
+export interface BodyReader {
+  data(bytes: Buffer): void;
+  end(): void;
+  error(err: Error): void;
+}
+
+/** A streamed upstream body, read by push. */
+export interface UpstreamBody {
+  /** Starts delivery (once): what arrived before comes first, at once. */
+  read(reader: BodyReader): void;
+  /** Ends the request on the wire; a body that had not ended reports an aborted error. */
+  destroy(): void;
+}
+
+type StreamAnswer = { ok: true; status: number; body: UpstreamBody } | ({ ok: false } & JsonResponse);
+
+/**
+ * A streamed request's answer: on 2xx the request settles with this
+ * handler as the body, and each network read goes to the body's reader
+ * (held until it attaches); any other status is read whole, as JSON.
+ */
+class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody {
+  private streaming = false;
+  private reader: BodyReader | null = null;
+  private held: Buffer[] | null = [];
+  /** How the body ended before a reader attached. */
+  private ending: { error: Error | null } | null = null;
+  private done = false;
+
+  constructor(
+    private readonly answer: (res: StreamAnswer) => void,
+    reject: (err: unknown) => void,
+    signal: AbortSignal | undefined,
+  ) {
+    super((res) => answer({ ok: false, ...res }), reject, signal);
+  }
+
+  override onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    super.onResponseStart(controller, statusCode, headers);
+    if (statusCode < 200 || statusCode >= 300) return;
+    this.streaming = true;
+    if (this.settle()) this.answer({ ok: true, status: statusCode, body: this });
+  }
+
+  override onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.streaming) return super.onResponseData(controller, chunk);
+    if (this.reader) this.reader.data(chunk);
+    else this.held?.push(chunk);
+  }
+
+  override onResponseEnd(): void {
+    if (!this.streaming) return super.onResponseEnd();
+    this.end(null);
+  }
+
+  override onResponseError(controller: Dispatcher.DispatchController | null, err: Error): void {
+    if (!this.streaming) return super.onResponseError(controller, err);
+    this.end(err);
+  }
+
+  read(reader: BodyReader): void {
+    if (this.reader) throw new Error('an upstream body is read once');
+    this.reader = reader;
+    const held = this.held ?? [];
+    this.held = null;
+    for (const chunk of held) reader.data(chunk);
+    if (this.ending) this.deliverEnd(this.ending.error);
+  }
+
+  destroy(): void {
+    if (this.done) return;
+    this.controller?.abort(new undiciErrors.RequestAbortedError());
+  }
+
+  private end(error: Error | null): void {
+    if (this.done) return;
+    this.done = true;
+    this.detach();
+    if (this.reader) this.deliverEnd(error);
+    else this.ending = { error };
+  }
+
+  private deliverEnd(error: Error | null): void {
+    const reader = this.reader as BodyReader;
+    if (error) reader.error(error);
+    else reader.end();
   }
 }
 

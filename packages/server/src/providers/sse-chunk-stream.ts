@@ -1,8 +1,7 @@
-import type { Readable } from 'node:stream';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { UpstreamError } from '../errors/upstream-error.js';
 import { iterateRelay } from './chunk-relay.js';
-import type { UpstreamHttp } from './http-client.js';
+import type { UpstreamBody, UpstreamHttp } from './http-client.js';
 import type { ChatChunk, ChatStream, ChunkSink } from './types.js';
 
 /** What a decoder returns for the provider's `[DONE]`. */
@@ -28,7 +27,7 @@ const AFTER_DONE_MS = 1000;
  * behind the sink buffers (bounded) and reads to the end whether or not a
  * client is attached.
  */
-export function sseChunkStream(http: UpstreamHttp, body: Readable, decode: SseDecoder): ChatStream {
+export function sseChunkStream(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder): ChatStream {
   let relayed = false;
   let iterator: AsyncGenerator<ChatChunk> | null = null;
   const stream: ChatStream = {
@@ -46,9 +45,10 @@ export function sseChunkStream(http: UpstreamHttp, body: Readable, decode: SseDe
   return stream;
 }
 
-function relaySse(http: UpstreamHttp, body: Readable, decode: SseDecoder, sink: ChunkSink): void {
+function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, sink: ChunkSink): void {
   const provider = http.providerId;
   let finished = false;
+  let letGo: NodeJS.Timeout | null = null;
   const finish = (error: Error | null) => {
     if (finished) return;
     finished = true;
@@ -68,9 +68,8 @@ function relaySse(http: UpstreamHttp, body: Readable, decode: SseDecoder, sink: 
       if (out === SSE_DONE) {
         finish(null);
         // Reading the response's end keeps its connection for the next request (destroying it would close it).
-        const letGo = setTimeout(() => body.destroy(), AFTER_DONE_MS);
+        letGo = setTimeout(() => body.destroy(), AFTER_DONE_MS);
         letGo.unref();
-        body.once('close', () => clearTimeout(letGo));
         return;
       }
       try {
@@ -83,19 +82,20 @@ function relaySse(http: UpstreamHttp, body: Readable, decode: SseDecoder, sink: 
     },
   });
   const decoder = new TextDecoder();
-  body.on('data', (bytes: Uint8Array) => {
-    if (!finished) parser.feed(decoder.decode(bytes, { stream: true }));
-  });
-  // The errors are built only when they end the stream: most streams end at [DONE] first.
-  body.once('end', () => {
-    if (!finished) parser.feed(decoder.decode());
-    if (!finished) finish(new UpstreamError({ kind: 'protocol', provider, message: `${provider} ended the stream before [DONE]` }));
-  });
-  body.once('error', (err) => {
-    if (!finished) finish(http.toUpstreamError(err));
-  });
-  // Destroyed without an error (aborted by us): the stream was cut, not completed.
-  body.once('close', () => {
-    if (!finished) finish(new UpstreamError({ kind: 'aborted', provider, message: 'request aborted' }));
+  body.read({
+    data: (bytes) => {
+      if (!finished) parser.feed(decoder.decode(bytes, { stream: true }));
+    },
+    // The errors are built only when they end the stream: most streams end at [DONE] first.
+    end: () => {
+      if (letGo) clearTimeout(letGo);
+      if (!finished) parser.feed(decoder.decode());
+      if (!finished) finish(new UpstreamError({ kind: 'protocol', provider, message: `${provider} ended the stream before [DONE]` }));
+    },
+    // Destroyed by us (abort) or failed on the wire: the stream was cut, not completed.
+    error: (err) => {
+      if (letGo) clearTimeout(letGo);
+      if (!finished) finish(http.toUpstreamError(err));
+    },
   });
 }

@@ -2,8 +2,9 @@ import { Readable } from 'node:stream';
 import type { ProviderConfig } from '@gw/schema';
 import type { Simulator } from '@gw/simulator';
 import { UpstreamError } from '../../src/errors/upstream-error.js';
-import type { JsonResponse } from '../../src/providers/http-client.js';
+import type { JsonResponse, UpstreamBody } from '../../src/providers/http-client.js';
 import type { ChatChunk, ChatStream, UpstreamCall } from '../../src/providers/types.js';
+import { readableBody } from './readable-body.js';
 
 /** The demo config's entry for one simulated provider (optionally with changes, e.g. a wrong key). */
 export function providerConfig(sim: Simulator, id: string, change: Partial<ProviderConfig> = {}): ProviderConfig {
@@ -39,11 +40,11 @@ export async function collect(stream: ChatStream): Promise<ChatChunk[]> {
 }
 
 /** An SSE body made of `events` (each a data payload, or [event, data]), as undici hands it over. */
-export function sseBody(events: (string | [string, string])[]): Readable {
+export function sseBody(events: (string | [string, string])[]): UpstreamBody {
   const text = events.map((e) => (typeof e === 'string' ? `data: ${e}\n\n` : `event: ${e[0]}\ndata: ${e[1]}\n\n`)).join('');
   const bytes = new TextEncoder().encode(text);
   const pieces: Uint8Array[] = [];
   // Split mid-event, as a network would.
   for (let i = 0; i < bytes.length; i += 37) pieces.push(bytes.subarray(i, i + 37));
-  return Readable.from(pieces, { objectMode: false });
+  return readableBody(Readable.from(pieces, { objectMode: false }));
 }

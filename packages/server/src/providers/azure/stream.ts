@@ -1,5 +1,4 @@
-import type { Readable } from 'node:stream';
-import type { UpstreamHttp } from '../http-client.js';
+import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { openAiDecoder } from '../openai-compatible/stream.js';
 import { SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
@@ -12,7 +11,7 @@ import { withoutFilterResults } from './chat.js';
  * annotation-only choices that have no `delta`. Those are dropped, so
  * an empty-choices chunk is always the usage chunk.
  */
-export function azureChunkStream(http: UpstreamHttp, body: Readable): ChatStream {
+export function azureChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatStream {
   const openAi = openAiDecoder(http.providerId);
   return sseChunkStream(http, body, (event) => {
     const out = openAi(event);

@@ -1,6 +1,5 @@
-import type { Readable } from 'node:stream';
 import { UpstreamError } from '../../errors/upstream-error.js';
-import type { UpstreamHttp } from '../http-client.js';
+import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 import { cleanUsage, mapFinishReason, mapToolCalls, splitContent } from './chat.js';
@@ -13,7 +12,7 @@ import { mistralMessage } from './errors.js';
  * `length`, and an error object mid-stream (Mistral's own shape, without
  * an `error` key) or an end without `[DONE]` throws.
  */
-export function mistralChunkStream(http: UpstreamHttp, body: Readable): ChatStream {
+export function mistralChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatStream {
   const provider = http.providerId;
   return sseChunkStream(http, body, (event) => {
     if (event.data === '[DONE]') return SSE_DONE;

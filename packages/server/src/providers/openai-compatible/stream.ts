@@ -1,7 +1,6 @@
-import type { Readable } from 'node:stream';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { keepWireText } from '../chunk-json.js';
-import type { UpstreamHttp } from '../http-client.js';
+import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
 import { SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
@@ -12,7 +11,7 @@ import type { ChatChunk, ChatStream } from '../types.js';
  * into its own `choices: []` chunk, an `error` object mid-stream or an end
  * without `[DONE]` fails the stream.
  */
-export function openAiChunkStream(http: UpstreamHttp, body: Readable): ChatStream {
+export function openAiChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatStream {
   return sseChunkStream(http, body, openAiDecoder(http.providerId));
 }
 

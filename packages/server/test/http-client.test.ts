@@ -1,0 +1,94 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { UpstreamError } from '../src/errors/upstream-error.js';
+import { type BodyReader, UpstreamHttp } from '../src/providers/http-client.js';
+
+let server: Server;
+let http: UpstreamHttp;
+let closedEarly = 0;
+const routes: Record<string, (req: IncomingMessage, res: ServerResponse) => void> = {
+  '/whole': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: one\n\n');
+    res.end('data: two\n\n');
+  },
+  '/endless': (req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const tick = setInterval(() => res.write('data: tick\n\n'), 5);
+    req.socket.once('close', () => {
+      clearInterval(tick);
+      if (!res.writableEnded) closedEarly++;
+    });
+  },
+  '/refused': (_req, res) => {
+    res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '7' });
+    res.end(JSON.stringify({ error: { message: 'slow down' } }));
+  },
+};
+
+beforeAll(async () => {
+  server = createServer((req, res) => routes[req.url ?? '']?.(req, res));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  http = new UpstreamHttp('local', `http://127.0.0.1:${(server.address() as { port: number }).port}`, 5_000);
+});
+afterAll(async () => {
+  await http.close();
+  server.closeAllConnections();
+  server.close();
+});
+
+function collect(): { reader: BodyReader; text: () => string; ended: Promise<Error | null> } {
+  let text = '';
+  let done: (e: Error | null) => void = () => {};
+  const ended = new Promise<Error | null>((r) => {
+    done = r;
+  });
+  return {
+    reader: { data: (b) => (text += b.toString('utf8')), end: () => done(null), error: (e) => done(e) },
+    text: () => text,
+    ended,
+  };
+}
+
+describe('a streamed upstream answer, read by push', () => {
+  it('keeps what arrived before its reader attached, the end included, and delivers it in order', async () => {
+    const res = await http.stream({ method: 'GET', path: '/whole', headers: {} });
+    if (!res.ok) throw new Error(`status ${res.status}`);
+    await new Promise((r) => setTimeout(r, 50));
+    const seen = collect();
+    res.body.read(seen.reader);
+    expect(await seen.ended).toBeNull();
+    expect(seen.text()).toBe('data: one\n\ndata: two\n\n');
+    expect(() => res.body.read(seen.reader)).toThrow(/once/);
+  });
+
+  it('ends the request on the wire when destroyed, and reports the body as aborted', async () => {
+    const before = closedEarly;
+    const res = await http.stream({ method: 'GET', path: '/endless', headers: {} });
+    if (!res.ok) throw new Error(`status ${res.status}`);
+    const seen = collect();
+    res.body.read(seen.reader);
+    await new Promise((r) => setTimeout(r, 30));
+    res.body.destroy();
+    const err = await seen.ended;
+    expect(http.toUpstreamError(err)).toMatchObject({ kind: 'aborted' });
+    expect(seen.text()).toContain('data: tick\n\n');
+    await new Promise((r) => setTimeout(r, 50));
+    expect(closedEarly).toBe(before + 1);
+  });
+
+  it('reads a refusal whole, with its headers and its JSON', async () => {
+    const res = await http.stream({ method: 'GET', path: '/refused', headers: {} });
+    expect(res.ok).toBe(false);
+    if (res.ok) return;
+    expect([res.status, res.headers['retry-after'], res.body]).toEqual([429, '7', { error: { message: 'slow down' } }]);
+  });
+
+  it('fails as an UpstreamError when nobody listens', async () => {
+    const closed = new UpstreamHttp('nobody', 'http://127.0.0.1:9', 1_000);
+    const err = await closed.stream({ method: 'GET', path: '/', headers: {} }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UpstreamError);
+    expect((err as UpstreamError).kind).toBe('connect');
+    await closed.close();
+  });
+});
