@@ -26,7 +26,9 @@ if (prod) {
   redis = await startRedis({ core: 1, dir });
   Object.assign(backends, { redisUrl: redis.url, databaseUrl: pg.url });
 }
-const a = await startGateway({ core: 0, dir, name: 'a', upstreamUrl: upstream.url, mainFile: resolve(otherMain), ...backends });
+// AB_A_ENV: the environment `npm start` adds, replaced for A (JSON), to compare settings rather than builds.
+const aEnv = process.env.AB_A_ENV ? { processEnv: JSON.parse(process.env.AB_A_ENV) } : {};
+const a = await startGateway({ core: 0, dir, name: 'a', upstreamUrl: upstream.url, mainFile: resolve(otherMain), ...aEnv, ...backends });
 const b = await startGateway({
   core: 0,
   dir,

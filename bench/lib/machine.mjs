@@ -4,6 +4,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
+const START_CONFIG = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).config;
 
 function quiet(command, args) {
   try {
@@ -36,6 +37,8 @@ export function machineFacts() {
     autocannon: packageVersion('autocannon'),
     fastify: packageVersion('fastify'),
     undici: packageVersion('undici'),
+    nodeFlags: START_CONFIG.nodeFlags,
+    processEnv: START_CONFIG.processEnv,
     redis: /v=(\S+)/.exec(quiet('/usr/bin/redis-server', ['--version']))?.[1] ?? 'unknown',
     commit: `${quiet('git', ['rev-parse', '--short', 'HEAD'])}${dirty ? ' + uncommitted changes' : ''}`,
   };

@@ -4,10 +4,16 @@ import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
 import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
+const START_CONFIG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config;
 /** The V8 flags `npm start` runs the gateway with (package.json `config.nodeFlags`): measured as it is run. */
-export const PRODUCTION_NODE_FLAGS = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
-  .config.nodeFlags.split(/\s+/)
-  .filter(Boolean);
+export const PRODUCTION_NODE_FLAGS = START_CONFIG.nodeFlags.split(/\s+/).filter(Boolean);
+/** The environment `npm start` adds (package.json `config.processEnv`, NAME=value pairs), for the same reason. */
+export const PRODUCTION_PROCESS_ENV = Object.fromEntries(
+  START_CONFIG.processEnv
+    .split(/\s+/)
+    .filter(Boolean)
+    .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+);
 const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 /** High enough never to refuse a bench request, low enough to keep the limiter and the budget on the request path. */
 export const BENCH_KEY = { name: 'bench', rateLimitRpm: 1_000_000, budget: 1_000_000_000 };
@@ -42,8 +48,8 @@ function gatewayCatalogue(upstreamUrl) {
   };
 }
 
-function gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl }) {
-  const env = { ...process.env };
+function gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl, processEnv }) {
+  const env = { ...process.env, ...processEnv };
   for (const k of Object.keys(env)) if (k.startsWith('GW_') || k === 'DATABASE_URL' || k === 'REDIS_URL') delete env[k];
   Object.assign(env, {
     PORT: '0',
@@ -83,6 +89,7 @@ export async function startGateway({
   databaseUrl = null,
   nodeFlags = [],
   mainFile = join(ROOT, 'packages/server/dist/main.js'),
+  processEnv = PRODUCTION_PROCESS_ENV,
 }) {
   const flags = [...PRODUCTION_NODE_FLAGS, ...nodeFlags];
   const configFile = join(dir, `${name}-config.json`);
@@ -91,7 +98,7 @@ export async function startGateway({
     core,
     command: process.execPath,
     args: [...flags, mainFile],
-    env: gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl }),
+    env: gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl, processEnv }),
     logFile: join(dir, `${name}.log`),
   });
   const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 60_000, `the gateway (${name})`);
