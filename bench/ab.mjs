@@ -28,8 +28,12 @@ if (prod) {
 }
 // AB_A_ENV: the environment `npm start` adds, replaced for A (JSON), to compare settings rather than builds.
 const aEnv = process.env.AB_A_ENV ? { processEnv: JSON.parse(process.env.AB_A_ENV) } : {};
+if (process.env.AB_A_FLAGS) aEnv.nodeFlags = process.env.AB_A_FLAGS.split(' ');
 const a = await startGateway({ core: 0, dir, name: 'a', upstreamUrl: upstream.url, mainFile: resolve(otherMain), ...aEnv, ...backends });
+// AB_A_FLAGS, AB_B_FLAGS: extra node flags for A or B (space-separated), to compare V8 settings.
+const bFlags = process.env.AB_B_FLAGS ? { nodeFlags: process.env.AB_B_FLAGS.split(' ') } : {};
 const b = await startGateway({
+  ...bFlags,
   core: 0,
   dir,
   name: 'b',
@@ -38,6 +42,17 @@ const b = await startGateway({
   ...backends,
 });
 
+// AB_RENICE_V8=A:15 or B:15: lowers the priority of that gateway's V8 helper threads (GC, compilers).
+if (process.env.AB_RENICE_V8) {
+  const [which, nice] = process.env.AB_RENICE_V8.split(':');
+  const { readdirSync, readFileSync } = await import('node:fs');
+  const { setPriority } = await import('node:os');
+  const pid = (which === 'A' ? a : b).pid;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+    if (name.startsWith('V8Worker')) setPriority(Number(tid), Number(nice));
+  }
+}
 const request = (gateway, model, stream) => {
   const body = { model: gateway ? gatewayModelId(model) : model, messages: [{ role: 'user', content: 'Say something short about foxes.' }], max_tokens: 64 };
   if (stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
