@@ -171,7 +171,8 @@ function method(results) {
 - **Machine**: ${m.cpuModel}, ${m.cores} cores, ${m.totalMemGiB} GiB; ${m.os}.
 - **Software**: Node ${m.node} (the pinned \`node\` package), fastify ${m.fastify}, undici ${m.undici}, autocannon ${m.autocannon},
   redis-server ${m.redis}; commit ${m.commit}.
-- **Started as \`npm start\` starts it**: package.json \`config.nodeFlags\` (\`${m.nodeFlags}\`) and \`config.processEnv\` (\`${m.processEnv}\`).
+- **Started as \`npm start\` starts it**: package.json \`config.nodeFlags\` (\`${m.nodeFlags}\`), \`config.processEnv\` (\`${m.processEnv}\`)
+  and, the gateway being on one core, \`${m.oneCoreFlags}\` (\`scripts/core-flags.mjs\`).
 - **Pinning** (\`taskset\`): the gateway (\`packages/server/dist/main.js\`, its own process) on core 0; everything else on core 1:
   the bench runner (autocannon and the stream driver; \`taskset -a -p\`), the fake upstream (its own process), redis-server and
   PostgreSQL. Other processes on the machine are watched (/proc) and reported above the tables.

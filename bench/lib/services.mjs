@@ -1,5 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { coreFlags } from '../../scripts/core-flags.mjs';
 import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
 import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
@@ -91,7 +92,8 @@ export async function startGateway({
   mainFile = join(ROOT, 'packages/server/dist/main.js'),
   processEnv = PRODUCTION_PROCESS_ENV,
 }) {
-  const flags = [...PRODUCTION_NODE_FLAGS, ...nodeFlags];
+  // Pinned to one core, it gets what `npm start` adds on one core.
+  const flags = [...PRODUCTION_NODE_FLAGS, ...coreFlags(1), ...nodeFlags];
   const configFile = join(dir, `${name}-config.json`);
   writeFileSync(configFile, JSON.stringify(gatewayCatalogue(upstreamUrl), null, 2));
   const child = spawnPinned({
