@@ -91,9 +91,10 @@ export async function startGateway({
   nodeFlags = [],
   mainFile = join(ROOT, 'packages/server/dist/main.js'),
   processEnv = PRODUCTION_PROCESS_ENV,
+  oneCoreFlags = coreFlags(1),
 }) {
-  // Pinned to one core, it gets what `npm start` adds on one core.
-  const flags = [...PRODUCTION_NODE_FLAGS, ...coreFlags(1), ...nodeFlags];
+  // Pinned to one core, it gets what `npm start` adds on one core (`oneCoreFlags`: to compare without them).
+  const flags = [...PRODUCTION_NODE_FLAGS, ...oneCoreFlags, ...nodeFlags];
   const configFile = join(dir, `${name}-config.json`);
   writeFileSync(configFile, JSON.stringify(gatewayCatalogue(upstreamUrl), null, 2));
   const child = spawnPinned({
