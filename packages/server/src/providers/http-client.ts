@@ -274,19 +274,19 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
   }
 
   override onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (!this.streaming) return super.onResponseData(controller, chunk);
-    if (this.reader) this.reader.data(chunk);
+    if (!this.streaming) super.onResponseData(controller, chunk);
+    else if (this.reader) this.reader.data(chunk);
     else this.held?.push(chunk);
   }
 
   override onResponseEnd(): void {
-    if (!this.streaming) return super.onResponseEnd();
-    this.end(null);
+    if (!this.streaming) super.onResponseEnd();
+    else this.end(null);
   }
 
   override onResponseError(controller: Dispatcher.DispatchController | null, err: Error): void {
-    if (!this.streaming) return super.onResponseError(controller, err);
-    this.end(err);
+    if (!this.streaming) super.onResponseError(controller, err);
+    else this.end(err);
   }
 
   read(reader: BodyReader): void {
