@@ -30,6 +30,7 @@ type KeyEvent = { op: 'revoke' | 'changed'; id: string };
 export class ApiKeyAuthenticator {
   private readonly byHash = new Map<string, Cached>();
   private readonly hashById = new Map<string, string>();
+  private readonly lookups = new Map<string, Promise<ApiKeyRecord | null>>();
 
   constructor(
     private readonly store: Store,
@@ -52,13 +53,27 @@ export class ApiKeyAuthenticator {
     }
     let record: ApiKeyRecord | null;
     try {
-      record = await withTimeout(this.store.keys.getByHash(hash), this.lookupTimeoutMs);
+      record = await this.lookup(hash);
     } catch (err) {
       throw new GatewayError('store_unavailable', 'The key store is unreachable; please retry shortly.', { retryAfterS: 1, cause: err });
     }
     if (!record) throw new GatewayError('unauthorized', 'Invalid API key.');
     this.remember(record);
     return checkUsable(record);
+  }
+
+  /**
+   * One store read per key at a time: the requests that miss the cache
+   * together (a burst right after a start) share it, instead of each
+   * sending the database the same query.
+   */
+  private lookup(hash: string): Promise<ApiKeyRecord | null> {
+    let pending = this.lookups.get(hash);
+    if (!pending) {
+      pending = withTimeout(this.store.keys.getByHash(hash), this.lookupTimeoutMs).finally(() => this.lookups.delete(hash));
+      this.lookups.set(hash, pending);
+    }
+    return pending;
   }
 
   /** Drops a key from this instance's cache and tells every other instance. */
