@@ -49,22 +49,7 @@ export class UpstreamHttp {
   json(req: UpstreamRequest): Promise<JsonResponse> {
     return new Promise<JsonResponse>((resolve, reject) => {
       const handler = new JsonResponseHandler(resolve, (err) => reject(this.toUpstreamError(err)), req.signal);
-      if (handler.aborted) return;
-      try {
-        this.pool.dispatch(
-          {
-            method: req.method,
-            path: req.path,
-            headers: req.headers,
-            body: req.body ?? null,
-            headersTimeout: this.timeoutMs,
-            bodyTimeout: this.timeoutMs,
-          },
-          handler,
-        );
-      } catch (err) {
-        handler.onResponseError(null, err as Error);
-      }
+      this.dispatch(req, handler);
     });
   }
 
@@ -77,23 +62,28 @@ export class UpstreamHttp {
   stream(req: UpstreamRequest): Promise<{ ok: true; status: number; body: UpstreamBody } | ({ ok: false } & JsonResponse)> {
     return new Promise((resolve, reject) => {
       const handler = new StreamResponseHandler(resolve, (err) => reject(this.toUpstreamError(err)), req.signal);
-      if (handler.aborted) return;
-      try {
-        this.pool.dispatch(
-          {
-            method: req.method,
-            path: req.path,
-            headers: req.headers,
-            body: req.body ?? null,
-            headersTimeout: this.timeoutMs,
-            bodyTimeout: this.timeoutMs,
-          },
-          handler,
-        );
-      } catch (err) {
-        handler.onResponseError(null, err as Error);
-      }
+      this.dispatch(req, handler);
     });
+  }
+
+  /** Sends `req` with `handler` reading its answer; a dispatch that throws is the handler's error. */
+  private dispatch(req: UpstreamRequest, handler: JsonResponseHandler): void {
+    if (handler.aborted) return;
+    try {
+      this.pool.dispatch(
+        {
+          method: req.method,
+          path: req.path,
+          headers: req.headers,
+          body: req.body ?? null,
+          headersTimeout: this.timeoutMs,
+          bodyTimeout: this.timeoutMs,
+        },
+        handler,
+      );
+    } catch (err) {
+      handler.onResponseError(null, err as Error);
+    }
   }
 
   toUpstreamError(err: unknown): UpstreamError {
@@ -192,8 +182,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
-    if (this.settled) return;
-    this.settled = true;
+    if (!this.settle()) return;
     this.detach();
     const text = this.chunks.length === 1 ? (this.chunks[0] as Buffer).toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
     let body: unknown = text;
@@ -210,8 +199,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   }
 
   private fail(err: unknown): void {
-    if (this.settled) return;
-    this.settled = true;
+    if (!this.settle()) return;
     this.detach();
     this.reject(err);
   }
