@@ -19,6 +19,7 @@ import { UsageWriter } from './jobs/usage-writer.js';
 import { MemoryBus } from './kv/memory.js';
 import { connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
+import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
@@ -60,6 +61,12 @@ export interface Gateway {
   /** Stops taking work, finishes what is in flight, writes pending usage, closes connections. */
   close(): Promise<void>;
 }
+
+/**
+ * After 2 s with no request, memory grown by 32 MB or more since the last
+ * hand-back goes back to the system (docs/decisions.md).
+ */
+const IDLE_MEMORY_RELEASE = { checkEveryMs: 500, idleForMs: 2_000, minGrowthBytes: 32 * 2 ** 20 };
 
 /** Opens the store and connections the config names and builds the app, without listening. */
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
@@ -115,8 +122,15 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     metrics,
     offerStats,
     idempotency,
-    lifecycle: { draining: false, inFlight: 0 },
+    lifecycle: { draining: false, inFlight: 0, started: 0 },
   };
+  const memoryRelease = new IdleMemoryRelease({
+    ...IDLE_MEMORY_RELEASE,
+    traffic: () => services.lifecycle,
+    onRelease: (from, to, ms) =>
+      app.log.info(`idle: handed memory back to the system, resident ${(from / 2 ** 20).toFixed(0)} -> ${(to / 2 ** 20).toFixed(0)} MB (${ms.toFixed(0)} ms)`),
+  });
+  memoryRelease.start();
   const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'));
   await mountRoutes(app, services);
   return {
@@ -125,6 +139,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     close: async () => {
       services.lifecycle.draining = true;
       stopRebuild();
+      memoryRelease.stop();
       // Once no request is in flight, every connection left (idle, or opened and never used) is closed.
       const closing = app.close();
       const deadline = Date.now() + config.shutdownTimeoutMs;

@@ -25,6 +25,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     };
     reply.header(H.requestId, request.id);
     services.lifecycle.inFlight++;
+    services.lifecycle.started++;
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
     });

@@ -1,0 +1,84 @@
+import { describe, expect, it } from 'vitest';
+import { collectGarbage } from '../src/lib/collect-garbage.js';
+import { IdleMemoryRelease } from '../src/lib/idle-memory-release.js';
+
+const MB = 2 ** 20;
+
+/** A release policy over a fake clock, fake traffic and a fake resident size. */
+function harness(startRss = 100 * MB) {
+  const state = { started: 0, inFlight: 0, rss: startRss, collected: 0 };
+  const release = new IdleMemoryRelease({
+    checkEveryMs: 500,
+    idleForMs: 2_000,
+    minGrowthBytes: 32 * MB,
+    traffic: () => state,
+    rss: () => state.rss,
+    collect: () => {
+      state.collected++;
+      state.rss = startRss + 5 * MB;
+    },
+  });
+  return { state, release };
+}
+
+describe('handing memory back when idle', () => {
+  it('waits for idleForMs without a new request, then collects once', () => {
+    const { state, release } = harness();
+    state.started = 10;
+    state.rss = 180 * MB;
+    expect(release.check(0)).toBe(false);
+    expect(release.check(1_000)).toBe(false);
+    expect(release.check(1_999)).toBe(false);
+    expect(release.check(2_000)).toBe(true);
+    expect(state.collected).toBe(1);
+    // Nothing grew since: no second pause.
+    expect(release.check(10_000)).toBe(false);
+    expect(state.collected).toBe(1);
+  });
+
+  it('never collects while requests keep arriving or one is in flight', () => {
+    const { state, release } = harness();
+    state.rss = 300 * MB;
+    for (let t = 0; t <= 10_000; t += 500) {
+      state.started++;
+      expect(release.check(t)).toBe(false);
+    }
+    // A long stream: no new request, but one in flight.
+    state.inFlight = 1;
+    for (let t = 10_500; t <= 20_000; t += 500) expect(release.check(t)).toBe(false);
+    state.inFlight = 0;
+    expect(release.check(20_500)).toBe(false);
+    expect(release.check(22_500)).toBe(true);
+    expect(state.collected).toBe(1);
+  });
+
+  it('leaves growth under minGrowthBytes alone, and measures growth from where memory went back down to', () => {
+    const { state, release } = harness(100 * MB);
+    state.rss = 120 * MB;
+    release.check(0);
+    expect(release.check(5_000)).toBe(false);
+    // Memory went down by itself: the baseline follows it, so 90 -> 125 MB counts as 35 MB of growth.
+    state.rss = 90 * MB;
+    expect(release.check(5_500)).toBe(false);
+    state.rss = 125 * MB;
+    expect(release.check(6_000)).toBe(true);
+  });
+});
+
+describe('collectGarbage', () => {
+  it("'last-resort' hands back the heap pages an ordinary collection keeps pooled", () => {
+    const rss = () => process.memoryUsage.rss();
+    // About 100 MB of small objects, most of them garbage by the end.
+    let keep: unknown[] = [];
+    for (let i = 0; i < 1_500_000; i++) {
+      keep.push({ i, s: `item-${i}`, a: [i, i + 1] });
+      if (keep.length > 300_000) keep = keep.slice(150_000);
+    }
+    keep = [];
+    expect(collectGarbage('regular')).toBe(true);
+    const afterRegular = rss();
+    expect(collectGarbage('last-resort')).toBe(true);
+    const afterLastResort = rss();
+    expect(afterRegular - afterLastResort).toBeGreaterThan(20 * MB);
+  });
+});
