@@ -37,28 +37,30 @@ const record = (requestId: string, cost: number): UsageRecord => ({
 });
 
 describe('the usage writer', () => {
-  it('flush() writes what was recorded before it, even while an earlier write is still busy', async () => {
-    // The first write waits on a gate: a slow database at exactly that moment.
+  it('flush() writes what was recorded before it, even while an earlier write is still busy with its spend', async () => {
+    // The spend write of the first flush waits on a gate: a slow database at exactly that moment.
     let open: () => void = () => {};
     const gate = new Promise<void>((resolve) => {
       open = resolve;
     });
-    let writes = 0;
-    const slow: Store = {
+    let spendWrites = 0;
+    const slowSpend: Store = {
       ...store,
-      usage: {
-        ...store.usage,
-        insertMany: async (records: UsageRecord[]) => {
-          if (writes++ === 0) await gate;
-          return store.usage.insertMany(records);
+      usage: store.usage,
+      keys: {
+        ...store.keys,
+        addSpent: async (id: string, amount: number) => {
+          spendWrites++;
+          await gate;
+          return store.keys.addSpent(id, amount);
         },
       },
     } as Store;
-    const writer = new UsageWriter(slow, { flushIntervalMs: 60_000, maxBatch: 500, onError: () => {} });
+    const writer = new UsageWriter(slowSpend, { flushIntervalMs: 60_000, maxBatch: 500, onError: () => {} });
     writer.record(record('req_first', 0.01));
     const first = writer.flush();
-    while (writes === 0) await new Promise((r) => setImmediate(r));
-    // The first flush has taken its rows and waits on the database; a new record comes.
+    while (spendWrites === 0) await new Promise((r) => setImmediate(r));
+    // The first flush has written its rows and now waits on the spend; a new record comes.
     writer.record(record('req_second', 0));
     const second = writer.flush();
     setTimeout(open, 50);
@@ -66,34 +68,5 @@ describe('the usage writer', () => {
     expect((await store.usage.list({ requestId: 'req_second' })).map((r) => r.requestId)).toEqual(['req_second']);
     await first;
     expect(writer.pending).toBe(0);
-  });
-
-  it('keeps a batch whose write failed and writes it once the database answers, adding its spend once', async () => {
-    const key = await store.keys.create({ id: 'key_writer_retry', name: null, workspaceId: null, hash: 'h_writer_retry', rateLimitRpm: 60, budget: null });
-    let fail = 2;
-    const errors: unknown[] = [];
-    const flaky: Store = {
-      ...store,
-      usage: {
-        ...store.usage,
-        insertMany: async (records: UsageRecord[]) => {
-          // The first failure commits before it fails (an answer lost on the way back): the retry must not add its spend again.
-          if (fail === 2) await store.usage.insertMany(records);
-          if (fail-- > 0) throw new Error('connection lost');
-          return store.usage.insertMany(records);
-        },
-      },
-    } as Store;
-    const writer = new UsageWriter(flaky, { flushIntervalMs: 60_000, maxBatch: 500, onError: (e) => errors.push(e) });
-    writer.record({ ...record('req_retry_1', 0.25), keyId: key.id });
-    writer.record({ ...record('req_retry_2', 0.5), keyId: key.id });
-    await writer.flush();
-    await writer.flush();
-    expect(writer.pending).toBe(2);
-    await writer.flush();
-    expect(writer.pending).toBe(0);
-    expect(errors).toHaveLength(2);
-    expect((await store.usage.list({ keyId: key.id })).map((r) => r.requestId).sort()).toEqual(['req_retry_1', 'req_retry_2']);
-    expect((await store.keys.getById(key.id))?.spent).toBe(0.75);
   });
 });

@@ -3,7 +3,7 @@
  * and PostgreSQL (open.ts picks the driver).
  *
  * Rules that keep it correct on both drivers:
- * - counters are updated in SQL (`spent = spent + total`), never read-modify-
+ * - counters are updated in SQL (`spent = spent + $1`), never read-modify-
  *   write: PostgreSQL loses concurrent RMW updates (PGlite serialises
  *   everything, so only PostgreSQL tests show it);
  * - no transactions: a statement on the root db inside a transaction hangs
@@ -50,6 +50,10 @@ function moneyText(amount: number): string {
   return String(amount);
 }
 
+function moneyParam(amount: number): SQL {
+  return sql`${moneyText(amount)}::numeric`;
+}
+
 class DrizzleWorkspaceRepo implements WorkspaceRepo {
   constructor(private readonly db: Db) {}
 
@@ -65,6 +69,13 @@ class DrizzleWorkspaceRepo implements WorkspaceRepo {
   async get(id: string): Promise<Workspace | null> {
     const [row] = await this.db.select().from(workspaces).where(eq(workspaces.id, id)).limit(1);
     return row ?? null;
+  }
+
+  async addSpent(id: string, amount: number): Promise<void> {
+    await this.db
+      .update(workspaces)
+      .set({ spent: sql`${workspaces.spent} + ${moneyParam(amount)}` })
+      .where(eq(workspaces.id, id));
   }
 }
 
@@ -115,6 +126,13 @@ class DrizzleKeyRepo implements KeyRepo {
     const [row] = await this.db.select({ n: count() }).from(apiKeys);
     return row?.n ?? 0;
   }
+
+  async addSpent(id: string, amount: number): Promise<void> {
+    await this.db
+      .update(apiKeys)
+      .set({ spent: sql`${apiKeys.spent} + ${moneyParam(amount)}` })
+      .where(eq(apiKeys.id, id));
+  }
 }
 
 class DrizzleUsageRepo implements UsageRepo {
@@ -125,44 +143,21 @@ class DrizzleUsageRepo implements UsageRepo {
    * array parameter and `unnest` turns them back into rows. Building a
    * VALUES list of 16 parameters per row cost about 8 times as much per
    * row (query building and per-parameter encoding).
-   *
-   * The same statement adds the cost of the rows it inserted to their key's
-   * and workspace's spent totals, so a record and its spend are stored
-   * together or not at all, and a repeated record (a retried batch whose
-   * first write did commit) adds nothing. It is also one round trip where
-   * three were: with the embedded database a statement costs about 2.5 ms
-   * of its thread whatever its size.
    */
   async insertMany(records: UsageRecord[]): Promise<void> {
     for (let i = 0; i < records.length; i += USAGE_INSERT_CHUNK) {
       const chunk = records.slice(i, i + USAGE_INSERT_CHUNK);
       const col = <T>(pick: (r: UsageRecord) => T) => sql.param(chunk.map(pick));
       await this.db.execute(sql`
-        WITH inserted AS (
-          INSERT INTO usage_records (request_id, key_id, workspace_id, kind, model, provider, prompt_tokens, completion_tokens,
-            total_tokens, units, cost, latency_ms, status, error_code, streamed, created_at)
-          SELECT * FROM unnest(${col((r) => r.requestId)}::text[], ${col((r) => r.keyId)}::text[], ${col((r) => r.workspaceId)}::text[],
-            ${col((r) => r.kind)}::text[], ${col((r) => r.model)}::text[], ${col((r) => r.provider)}::text[],
-            ${col((r) => r.promptTokens)}::int4[], ${col((r) => r.completionTokens)}::int4[], ${col((r) => r.totalTokens)}::int4[],
-            ${col((r) => r.units)}::float8[], ${col((r) => moneyText(r.cost))}::numeric[], ${col((r) => r.latencyMs)}::int4[],
-            ${col((r) => r.status)}::int4[], ${col((r) => r.errorCode)}::text[], ${col((r) => r.streamed)}::bool[],
-            ${col((r) => r.createdAt.toISOString())}::timestamptz[])
-          ON CONFLICT (request_id) DO NOTHING
-          RETURNING key_id, workspace_id, cost
-        ),
-        key_spend AS (
-          UPDATE api_keys SET spent = api_keys.spent + s.total
-          FROM (SELECT key_id, sum(cost) AS total FROM inserted WHERE cost > 0 GROUP BY key_id) s
-          WHERE api_keys.id = s.key_id
-          RETURNING 1
-        ),
-        workspace_spend AS (
-          UPDATE workspaces SET spent = workspaces.spent + s.total
-          FROM (SELECT workspace_id, sum(cost) AS total FROM inserted WHERE cost > 0 AND workspace_id IS NOT NULL GROUP BY workspace_id) s
-          WHERE workspaces.id = s.workspace_id
-          RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM key_spend) AS keys, (SELECT count(*) FROM workspace_spend) AS workspaces`);
+        INSERT INTO usage_records (request_id, key_id, workspace_id, kind, model, provider, prompt_tokens, completion_tokens,
+          total_tokens, units, cost, latency_ms, status, error_code, streamed, created_at)
+        SELECT * FROM unnest(${col((r) => r.requestId)}::text[], ${col((r) => r.keyId)}::text[], ${col((r) => r.workspaceId)}::text[],
+          ${col((r) => r.kind)}::text[], ${col((r) => r.model)}::text[], ${col((r) => r.provider)}::text[],
+          ${col((r) => r.promptTokens)}::int4[], ${col((r) => r.completionTokens)}::int4[], ${col((r) => r.totalTokens)}::int4[],
+          ${col((r) => r.units)}::float8[], ${col((r) => moneyText(r.cost))}::numeric[], ${col((r) => r.latencyMs)}::int4[],
+          ${col((r) => r.status)}::int4[], ${col((r) => r.errorCode)}::text[], ${col((r) => r.streamed)}::bool[],
+          ${col((r) => r.createdAt.toISOString())}::timestamptz[])
+        ON CONFLICT (request_id) DO NOTHING`);
     }
   }
 

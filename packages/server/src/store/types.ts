@@ -86,6 +86,8 @@ export interface KeyPatch {
 export interface WorkspaceRepo {
   create(input: NewWorkspace): Promise<Workspace>;
   get(id: string): Promise<Workspace | null>;
+  /** Atomically adds `amount` EUR to the workspace's spent total. */
+  addSpent(id: string, amount: number): Promise<void>;
 }
 
 export interface KeyRepo {
@@ -95,14 +97,12 @@ export interface KeyRepo {
   update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null>;
   revoke(id: string): Promise<ApiKeyRecord | null>;
   count(): Promise<number>;
+  /** Atomically adds `amount` EUR to the key's spent total. */
+  addSpent(id: string, amount: number): Promise<void>;
 }
 
 export interface UsageRepo {
-  /**
-   * Inserts many records in one statement, and adds the cost of those it
-   * inserted to their key's and workspace's spent totals in the same
-   * statement; idempotent per requestId (a repeat is ignored, its cost too).
-   */
+  /** Inserts many records in one statement; idempotent per requestId (a repeat is ignored). */
   insertMany(records: UsageRecord[]): Promise<void>;
   list(query: UsageQuery): Promise<UsageRecord[]>;
 }
