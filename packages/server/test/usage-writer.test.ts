@@ -69,4 +69,32 @@ describe('the usage writer', () => {
     await first;
     expect(writer.pending).toBe(0);
   });
+  it('keeps a batch whose write failed, writes it once the database answers, and adds its spend once', async () => {
+    const key = await store.keys.create({ id: 'key_writer_retry', name: null, workspaceId: null, hash: 'h_writer_retry', rateLimitRpm: 60, budget: null });
+    let failures = 2;
+    const errors: unknown[] = [];
+    const flaky: Store = {
+      ...store,
+      usage: {
+        ...store.usage,
+        insertMany: async (records: UsageRecord[]) => {
+          // The first failure commits before it fails (an answer lost on the way back): the retry must add no spend twice.
+          if (failures === 2) await store.usage.insertMany(records);
+          if (failures-- > 0) throw new Error('connection lost');
+          return store.usage.insertMany(records);
+        },
+      },
+    } as Store;
+    const writer = new UsageWriter(flaky, { flushIntervalMs: 60_000, maxBatch: 500, onError: (e) => errors.push(e) });
+    writer.record({ ...record('req_retry_1', 0.25), keyId: key.id });
+    writer.record({ ...record('req_retry_2', 0.5), keyId: key.id });
+    await writer.flush();
+    await writer.flush();
+    expect(writer.pending).toBe(2);
+    await writer.flush();
+    expect(writer.pending).toBe(0);
+    expect(errors).toHaveLength(2);
+    expect((await store.usage.list({ keyId: key.id })).map((r) => r.requestId).sort()).toEqual(['req_retry_1', 'req_retry_2']);
+    expect((await store.keys.getById(key.id))?.spent).toBe(0.75);
+  });
 });
