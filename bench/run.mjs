@@ -9,14 +9,26 @@ import { machineFacts } from './lib/machine.mjs';
 import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
 import { renderMarkdown, renderTables } from './lib/report.mjs';
 import { burstOfStreams, compareHttp, compareStreams } from './lib/scenarios.mjs';
-import { startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
+import { startFloorProxy, startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
 
 const ROOT = new URL('../', import.meta.url).pathname;
 const GATEWAY_CORE = 0;
 const LOAD_CORE = 1;
 
 const PLANS = {
-  full: { rounds: 3, roundS: 4, warmupS: 2, prodRounds: 2, prodRoundS: 3, burst: 1000, settleS: 3, expectedMinutes: 3.5, streamConcurrency: 50 },
+  full: {
+    rounds: 3,
+    roundS: 4,
+    warmupS: 2,
+    prodRounds: 2,
+    prodRoundS: 3,
+    floorRounds: 2,
+    floorRoundS: 3,
+    burst: 1000,
+    settleS: 3,
+    expectedMinutes: 4,
+    streamConcurrency: 50,
+  },
   // Quick streams run 10 at a time: at 50 the gateway's core is busy enough that queueing makes the TTFT ratio noisy.
   quick: { rounds: 2, roundS: 2, warmupS: 1, streamConcurrency: 10 },
 };
@@ -50,6 +62,27 @@ async function embeddedScenarios(ctx, quick, attempt = 1) {
   const only = quick ? ['http0', 'stream'] : ['http0', 'http50', 'http0c1', 'stream', 'burst'];
   const s = await runSet({ ctx, gateway, prefix: '', rounds: plan.rounds, roundS: plan.roundS, warmupS: plan.warmupS, only });
   await gateway.stop();
+  return s;
+}
+
+/**
+ * The floors: the smallest proxy of the 0 ms call on node:http and on Fastify (bench/upstream/floor-proxy.mjs),
+ * on the gateway's core, against direct as the gateway is: what the gateway's own work costs above them.
+ */
+async function floorScenarios(ctx) {
+  const { plan } = ctx;
+  const s = {};
+  for (const [id, kind] of [
+    ['floorNodeHttp', 'node-http'],
+    ['floorFastify', 'fastify'],
+  ]) {
+    log(`floor: ${kind}`);
+    const proxy = await startFloorProxy({ core: GATEWAY_CORE, dir: ctx.dir, kind, upstreamUrl: ctx.upstream.url });
+    ctx.stops.push(proxy.stop);
+    const base = { upstream: ctx.upstream, gateway: proxy, monitor: ctx.monitor, rounds: plan.floorRounds, roundS: plan.floorRoundS };
+    s[id] = await compareHttp({ ...base, upstreamModel: 'fixed-0ms', connections: 50, warmupS: plan.warmupS });
+    await proxy.stop();
+  }
   return s;
 }
 
@@ -112,7 +145,7 @@ async function main() {
       log('guard failed once; measuring again');
       scenarios = await embeddedScenarios(ctx, quick, 2);
     }
-    if (!quick) Object.assign(scenarios, await productionScenarios(ctx));
+    if (!quick) Object.assign(scenarios, await floorScenarios(ctx), await productionScenarios(ctx));
     const otherCpu = monitor.stop();
     const results = {
       mode: quick ? 'quick' : 'full',

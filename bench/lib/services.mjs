@@ -118,6 +118,31 @@ export async function startGateway({
 }
 
 /**
+ * A floor proxy (bench/upstream/floor-proxy.mjs: `node-http` or `fastify`) started as the gateway is
+ * (same core, flags and environment), with the gateway's shape so that the same scenarios measure it.
+ * It has no /metrics: its event-loop figures are n/a.
+ */
+export async function startFloorProxy({ core, dir, kind, upstreamUrl }) {
+  const child = spawnPinned({
+    core,
+    command: process.execPath,
+    args: [...PRODUCTION_NODE_FLAGS, ...coreFlags(1), join(ROOT, 'bench/upstream/floor-proxy.mjs'), kind, upstreamUrl],
+    env: { ...process.env, ...PRODUCTION_PROCESS_ENV },
+    logFile: join(dir, `floor-${kind}.log`),
+  });
+  const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 30_000, `the ${kind} floor proxy`);
+  return {
+    url,
+    key: 'floor',
+    pid: child.pid,
+    rss: () => rssBytes(child.pid),
+    threadCpu: () => threadCpuSeconds(child.pid),
+    scrape: async () => ({ eventLoopP99Ms: Number.NaN, eventLoopMaxMs: Number.NaN }),
+    stop: () => stopChild(child, { timeoutMs: 10_000 }),
+  };
+}
+
+/**
  * The gateway's own process figures from GET /metrics (prom-client defaults).
  * The event-loop delay histogram is reset by every scrape, so a scrape right
  * before and right after a round gives that round's stalls.

@@ -1,0 +1,77 @@
+// The floor under the gateway: the smallest proxy of the same non-streamed call, with none of the
+// gateway's work (no auth, limiter, budget, routing, usage, metrics or logging).
+// `node bench/upstream/floor-proxy.mjs <node-http | fastify> <upstream url>`; prints `listening on <url>`.
+// Both parse the request, rename the model, call the upstream with undici's pool (dispatch, as the
+// gateway does), parse the answer, put the client's model name back and send it: what any gateway
+// written this way costs at the least, on this machine.
+import { createServer } from 'node:http';
+import Fastify from 'fastify';
+import { Pool } from 'undici';
+
+const [kind, upstreamUrl] = process.argv.slice(2);
+const pool = new Pool(upstreamUrl, { connections: 4096 });
+const UPSTREAM_HEADERS = { 'content-type': 'application/json', authorization: 'Bearer bench-upstream-key' };
+
+/** `bench/fixed-0ms` (the gateway's id) to `fixed-0ms` (the upstream's). */
+const upstreamModel = (model) => String(model).replace(/^bench\//, '');
+
+function callUpstream(body) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    pool.dispatch(
+      { path: '/v1/chat/completions', method: 'POST', headers: UPSTREAM_HEADERS, body: JSON.stringify(body) },
+      {
+        onRequestStart() {},
+        onResponseStart() {},
+        onResponseData(_controller, chunk) {
+          chunks.push(chunk);
+        },
+        onResponseEnd() {
+          resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+        },
+        onResponseError(_controller, err) {
+          reject(err);
+        },
+      },
+    );
+  });
+}
+
+async function answer(body) {
+  const out = await callUpstream({ ...body, model: upstreamModel(body.model) });
+  out.model = body.model;
+  return out;
+}
+
+function listening(port) {
+  process.stdout.write(`listening on http://127.0.0.1:${port}\n`);
+}
+
+if (kind === 'fastify') {
+  const app = Fastify({ logger: false });
+  app.post('/v1/chat/completions', (request) => answer(request.body));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  listening(app.server.address().port);
+} else if (kind === 'node-http') {
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      answer(JSON.parse(Buffer.concat(chunks).toString('utf8'))).then(
+        (out) => {
+          const text = JSON.stringify(out);
+          res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+          res.end(text);
+        },
+        () => {
+          res.writeHead(502).end();
+        },
+      );
+    });
+  });
+  server.keepAliveTimeout = 72_000;
+  server.listen(0, '127.0.0.1', () => listening(server.address().port));
+} else {
+  throw new Error(`unknown floor proxy '${kind}': node-http or fastify`);
+}
+process.on('SIGTERM', () => process.exit(0));
