@@ -235,8 +235,9 @@ const READING = `## Reading the figures
   (so that a provider failing before its first byte can still fail over). Direct, headers arrive at once.
 - **most open at once** through the gateway is below the count when its one core sets streams up more slowly than they come:
   the first ones end before the last have started, which shows as their time to first token.
-- **RSS before** is the process after the earlier scenarios, not a fresh one; the gateway hands memory back after 2 s without
-  requests (docs/decisions.md), so it is close to where it started. Embedded, it includes PGlite's memory.
+- **RSS before** is the process after the earlier scenarios, not a fresh one: it includes the heap that V8 has grown and not
+  given back (the gateway hands it back after 30 s without requests, which the scenarios never leave it; docs/decisions.md).
+  Embedded, it includes PGlite's memory.
 - **Floors** put the gateway's figures in proportion: the same call through a proxy that does nothing else, on node:http and on
   Fastify, measured the same way. The gateway's CPU per request minus Fastify's floor is the cost of its own work (auth, limiter,
   budget, routing, usage, metrics); the node:http floor bounds what any Node proxy of this call reaches on this core.`;

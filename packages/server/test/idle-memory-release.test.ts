@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { collectGarbage } from '../src/lib/collect-garbage.js';
 import { IdleMemoryRelease } from '../src/lib/idle-memory-release.js';
+import { startGateway } from './helpers/gateway.js';
 
 const MB = 2 ** 20;
 
@@ -80,5 +81,27 @@ describe('collectGarbage', () => {
     expect(collectGarbage('last-resort')).toBe(true);
     const afterLastResort = rss();
     expect(afterRegular - afterLastResort).toBeGreaterThan(20 * MB);
+  });
+});
+
+describe('what keeps the gateway from being idle', () => {
+  it('counts requests to either variant of the API, not health checks, metrics scrapes or the admin API', async () => {
+    const gw = await startGateway();
+    try {
+      const { id, key } = await gw.createKey();
+      const lifecycle = gw.gateway.services.lifecycle;
+      const before = lifecycle.apiRequests;
+      for (const path of ['/healthz', '/readyz', '/metrics']) expect((await fetch(`${gw.url}${path}`)).status).toBe(200);
+      expect((await gw.admin('GET', `/keys/${id}`)).status).toBe(200);
+      expect(lifecycle.apiRequests).toBe(before);
+      const auth = { authorization: `Bearer ${key}` };
+      expect((await fetch(`${gw.baseA}/models`, { headers: auth })).status).toBe(200);
+      expect((await fetch(`${gw.baseB}/models`, { headers: auth })).status).toBe(200);
+      // A refused request is traffic too.
+      expect((await fetch(`${gw.baseA}/models`)).status).toBe(401);
+      expect(lifecycle.apiRequests).toBe(before + 3);
+    } finally {
+      await gw.close();
+    }
   });
 });

@@ -33,6 +33,8 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
   );
   app.addHook('onRequest', (request, _reply, done) => {
     request.gw.variant = variant;
+    // Traffic as the idle memory hand-back counts it: health checks and metrics scrapes do not keep the gateway busy.
+    services.lifecycle.apiRequests++;
     done();
   });
   registerApiKeyAuth(app, services);

@@ -35,6 +35,6 @@ export interface Services {
   offerStats: OfferStats;
   /** X-Idempotency-Key claims and stored answers (Redis when configured, else the store). */
   idempotency: IdempotencyService;
-  /** `inFlight`: requests whose response has not closed yet; `started`: requests received so far. */
-  lifecycle: { draining: boolean; inFlight: number; started: number };
+  /** `inFlight`: requests whose response has not closed yet; `apiRequests`: requests to the public API (either variant) so far. */
+  lifecycle: { draining: boolean; inFlight: number; apiRequests: number };
 }

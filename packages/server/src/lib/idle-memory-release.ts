@@ -7,7 +7,7 @@ export interface IdleMemoryReleaseOptions {
   idleForMs: number;
   /** Resident memory grown by at least this since the last hand-back (or the start). */
   minGrowthBytes: number;
-  /** Requests started so far (a counter that only grows) and requests in flight. */
+  /** Requests started so far (a counter that only grows; what counts as traffic is the caller's choice) and requests in flight. */
   traffic: () => { started: number; inFlight: number };
   rss?: () => number;
   collect?: () => void;

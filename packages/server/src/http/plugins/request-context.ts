@@ -25,7 +25,6 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     };
     reply.header(H.requestId, request.id);
     services.lifecycle.inFlight++;
-    services.lifecycle.started++;
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
     });
