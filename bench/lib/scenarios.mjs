@@ -1,6 +1,6 @@
 import { gatewayModelId } from '../upstream/profiles.mjs';
 import { runHttpLoad } from './http-load.mjs';
-import { mergeSamples, sum, summarise } from './stats.mjs';
+import { assertMergedWithinRounds, mergeSamples, sum, summarise } from './stats.mjs';
 import { runStreamBurst, runStreamLoad } from './stream-driver.mjs';
 
 const SIDES = ['direct', 'gateway'];
@@ -64,8 +64,8 @@ function eventLoop(rounds) {
   return { p99Ms: Math.max(...rounds.map((r) => r.eventLoop.p99Ms)), maxMs: Math.max(...rounds.map((r) => r.eventLoop.maxMs)) };
 }
 
-function httpSide(rounds) {
-  return {
+function httpSide(rounds, label) {
+  const side = {
     ok: sum(rounds.map((r) => r.ok)),
     failed: sum(rounds.map((r) => r.failed)),
     rps: sum(rounds.map((r) => r.ok)) / sum(rounds.map((r) => r.elapsedS)),
@@ -76,10 +76,12 @@ function httpSide(rounds) {
     otherCores: Math.max(...rounds.map((r) => r.otherCores)),
     perRound: rounds.map((r) => ({ rps: r.rps, otherCores: r.otherCores, ...pick(summarise(r.latencies)) })),
   };
+  assertMergedWithinRounds(`${label} latency`, side.latency, side.perRound);
+  return side;
 }
 
-function streamSide(rounds) {
-  return {
+function streamSide(rounds, label) {
+  const side = {
     ok: sum(rounds.map((r) => r.ok)),
     failed: sum(rounds.map((r) => r.failed)),
     failures: mergeCounts(rounds.map((r) => r.failures)),
@@ -92,6 +94,12 @@ function streamSide(rounds) {
     otherCores: Math.max(...rounds.map((r) => r.otherCores)),
     perRound: rounds.map((r) => ({ streamsPerS: r.streamsPerS, otherCores: r.otherCores, ttft: pick(summarise(r.ttft)) })),
   };
+  assertMergedWithinRounds(
+    `${label} TTFT`,
+    side.ttft,
+    side.perRound.map((r) => r.ttft),
+  );
+  return side;
 }
 
 /** Adds up per-round counts by reason ({ 'status 500': 2 } …). */
@@ -110,7 +118,16 @@ export async function compareHttp({ upstream, gateway, monitor, upstreamModel, c
   const load = (side, durationS) => runHttpLoad({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: false }), connections, durationS });
   for (const side of SIDES) await load(side, warmupS);
   const raw = await interleave({ rounds, gateway, monitor }, (side) => load(side, roundS));
-  return { kind: 'http', upstreamModel, connections, rounds, roundS, direct: httpSide(raw.direct), gateway: httpSide(raw.gateway) };
+  const label = `${upstreamModel}, ${connections} conns`;
+  return {
+    kind: 'http',
+    upstreamModel,
+    connections,
+    rounds,
+    roundS,
+    direct: httpSide(raw.direct, `${label} direct`),
+    gateway: httpSide(raw.gateway, `${label} gateway`),
+  };
 }
 
 /** Streamed chat completions, `concurrency` at all times, direct against gateway, interleaved. */
@@ -118,7 +135,16 @@ export async function compareStreams({ upstream, gateway, monitor, upstreamModel
   const load = (side, durationS) => runStreamLoad({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: true }), concurrency, durationS });
   for (const side of SIDES) await load(side, warmupS);
   const raw = await interleave({ rounds, gateway, monitor }, (side) => load(side, roundS));
-  return { kind: 'stream', upstreamModel, concurrency, rounds, roundS, direct: streamSide(raw.direct), gateway: streamSide(raw.gateway) };
+  const label = `${upstreamModel}, ${concurrency} streams`;
+  return {
+    kind: 'stream',
+    upstreamModel,
+    concurrency,
+    rounds,
+    roundS,
+    direct: streamSide(raw.direct, `${label} direct`),
+    gateway: streamSide(raw.gateway, `${label} gateway`),
+  };
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

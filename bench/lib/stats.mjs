@@ -1,6 +1,7 @@
 /** Percentiles of raw samples (ms), exact: the samples are kept, not bucketed. */
 export function summarise(samples) {
-  const sorted = Float64Array.from(samples).sort();
+  // A plain array and a comparator: one full run reported a typed-array sort's summary of another side's samples.
+  const sorted = Array.from(samples, Number).sort((a, b) => a - b);
   const at = (p) => (sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]);
   let sum = 0;
   for (const v of sorted) sum += v;
@@ -16,4 +17,21 @@ export function mergeSamples(rounds, field) {
 
 export function sum(values) {
   return values.reduce((a, b) => a + b, 0);
+}
+
+/**
+ * Throws unless the percentile of all rounds together lies between the
+ * rounds' own: a merged figure outside that range is a fault of the bench,
+ * and no target verdict may be drawn from it.
+ */
+export function assertMergedWithinRounds(label, merged, perRound) {
+  for (const p of ['p50', 'p99']) {
+    const values = perRound.map((r) => r[p]).filter((v) => !Number.isNaN(v));
+    if (values.length === 0 || Number.isNaN(merged[p])) continue;
+    const lo = Math.min(...values);
+    const hi = Math.max(...values);
+    if (merged[p] < lo - 1e-9 || merged[p] > hi + 1e-9) {
+      throw new Error(`bench statistics inconsistent (${label} ${p}): all rounds ${merged[p]}, rounds alone ${values.join(', ')}`);
+    }
+  }
 }
