@@ -27,7 +27,8 @@ function packageVersion(name) {
 /** What anyone rerunning the bench needs to compare: hardware, software versions, commit. */
 export function machineFacts() {
   const cpus = os.cpus();
-  const dirty = quiet('git', ['status', '--porcelain']) !== '';
+  // The bench's own outputs (this report, bench/results) are not changes to what it measures.
+  const dirty = quiet('git', ['status', '--porcelain', '--', '.', ':!docs/performance.md', ':!bench/results']) !== '';
   return {
     date: new Date().toISOString(),
     cpuModel: cpus[0]?.model ?? 'unknown',
