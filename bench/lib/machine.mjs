@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
-import { coreFlags } from '../../scripts/core-flags.mjs';
+import { benchOneCoreFlags } from './services.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const START_CONFIG = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).config;
@@ -41,7 +41,7 @@ export function machineFacts() {
     undici: packageVersion('undici'),
     nodeFlags: START_CONFIG.nodeFlags,
     processEnv: START_CONFIG.processEnv,
-    oneCoreFlags: coreFlags(1).join(' ') || 'no flag',
+    oneCoreFlags: benchOneCoreFlags().join(' ') || 'no flag',
     redis: /v=(\S+)/.exec(quiet('/usr/bin/redis-server', ['--version']))?.[1] ?? 'unknown',
     commit: `${quiet('git', ['rev-parse', '--short', 'HEAD'])}${dirty ? ' + uncommitted changes' : ''}`,
   };

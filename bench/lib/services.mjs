@@ -6,6 +6,15 @@ import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSe
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const START_CONFIG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config;
+/**
+ * What `npm start` adds on one core (scripts/core-flags.mjs), or, to compare another setting in a full run,
+ * GW_BENCH_ONE_CORE_FLAGS (space-separated; empty for none). The report names the flags used.
+ */
+export function benchOneCoreFlags() {
+  const override = process.env.GW_BENCH_ONE_CORE_FLAGS;
+  return override === undefined ? coreFlags(1) : override.split(/\s+/).filter(Boolean);
+}
+
 /** The V8 flags `npm start` runs the gateway with (package.json `config.nodeFlags`): measured as it is run. */
 export const PRODUCTION_NODE_FLAGS = START_CONFIG.nodeFlags.split(/\s+/).filter(Boolean);
 /** The environment `npm start` adds (package.json `config.processEnv`, NAME=value pairs), for the same reason. */
@@ -91,7 +100,7 @@ export async function startGateway({
   nodeFlags = [],
   mainFile = join(ROOT, 'packages/server/dist/main.js'),
   processEnv = PRODUCTION_PROCESS_ENV,
-  oneCoreFlags = coreFlags(1),
+  oneCoreFlags = benchOneCoreFlags(),
 }) {
   // Pinned to one core, it gets what `npm start` adds on one core (`oneCoreFlags`: to compare without them).
   const flags = [...PRODUCTION_NODE_FLAGS, ...oneCoreFlags, ...nodeFlags];
@@ -126,7 +135,7 @@ export async function startFloorProxy({ core, dir, kind, upstreamUrl }) {
   const child = spawnPinned({
     core,
     command: process.execPath,
-    args: [...PRODUCTION_NODE_FLAGS, ...coreFlags(1), join(ROOT, 'bench/upstream/floor-proxy.mjs'), kind, upstreamUrl],
+    args: [...PRODUCTION_NODE_FLAGS, ...benchOneCoreFlags(), join(ROOT, 'bench/upstream/floor-proxy.mjs'), kind, upstreamUrl],
     env: { ...process.env, ...PRODUCTION_PROCESS_ENV },
     logFile: join(dir, `floor-${kind}.log`),
   });
