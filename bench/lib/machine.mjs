@@ -2,10 +2,9 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
-import { benchOneCoreFlags } from './services.mjs';
+import { benchOneCoreFlags, START_CONFIG } from './services.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
-const START_CONFIG = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).config;
 
 function quiet(command, args) {
   try {

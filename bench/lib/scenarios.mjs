@@ -113,38 +113,38 @@ function pick({ p50, p99 }) {
   return { p50, p99 };
 }
 
-/** Non-streamed chat completions at fixed concurrency, direct against gateway, interleaved. */
-export async function compareHttp({ upstream, gateway, monitor, upstreamModel, connections, rounds, roundS, warmupS }) {
-  const load = (side, durationS) => runHttpLoad({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: false }), connections, durationS });
+/**
+ * Warms both sides up, then loads them in interleaved rounds; `summary` turns each side's rounds into
+ * its figures, `what` names the scenario in the result (and in a failed consistency check).
+ */
+async function compareSides({ gateway, monitor, rounds, roundS, warmupS }, { kind, what, label, load, summary }) {
   for (const side of SIDES) await load(side, warmupS);
   const raw = await interleave({ rounds, gateway, monitor }, (side) => load(side, roundS));
-  const label = `${upstreamModel}, ${connections} conns`;
-  return {
+  return { kind, ...what, rounds, roundS, direct: summary(raw.direct, `${label} direct`), gateway: summary(raw.gateway, `${label} gateway`) };
+}
+
+/** Non-streamed chat completions at fixed concurrency, direct against gateway, interleaved. */
+export function compareHttp(options) {
+  const { upstream, gateway, upstreamModel, connections } = options;
+  return compareSides(options, {
     kind: 'http',
-    upstreamModel,
-    connections,
-    rounds,
-    roundS,
-    direct: httpSide(raw.direct, `${label} direct`),
-    gateway: httpSide(raw.gateway, `${label} gateway`),
-  };
+    what: { upstreamModel, connections },
+    label: `${upstreamModel}, ${connections} conns`,
+    load: (side, durationS) => runHttpLoad({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: false }), connections, durationS }),
+    summary: httpSide,
+  });
 }
 
 /** Streamed chat completions, `concurrency` at all times, direct against gateway, interleaved. */
-export async function compareStreams({ upstream, gateway, monitor, upstreamModel, concurrency, rounds, roundS, warmupS }) {
-  const load = (side, durationS) => runStreamLoad({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: true }), concurrency, durationS });
-  for (const side of SIDES) await load(side, warmupS);
-  const raw = await interleave({ rounds, gateway, monitor }, (side) => load(side, roundS));
-  const label = `${upstreamModel}, ${concurrency} streams`;
-  return {
+export function compareStreams(options) {
+  const { upstream, gateway, upstreamModel, concurrency } = options;
+  return compareSides(options, {
     kind: 'stream',
-    upstreamModel,
-    concurrency,
-    rounds,
-    roundS,
-    direct: streamSide(raw.direct, `${label} direct`),
-    gateway: streamSide(raw.gateway, `${label} gateway`),
-  };
+    what: { upstreamModel, concurrency },
+    label: `${upstreamModel}, ${concurrency} streams`,
+    load: (side, durationS) => runStreamLoad({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: true }), concurrency, durationS }),
+    summary: streamSide,
+  });
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -5,7 +5,8 @@ import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
 import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
-const START_CONFIG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config;
+/** package.json `config`: the flags and environment `npm start` runs the gateway with. */
+export const START_CONFIG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config;
 /**
  * What `npm start` adds on one core (scripts/core-flags.mjs), or, to compare another setting in a full run,
  * GW_BENCH_ONE_CORE_FLAGS (space-separated; empty for none). The report names the flags used.
@@ -114,15 +115,17 @@ export async function startGateway({
     logFile: join(dir, `${name}.log`),
   });
   const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 60_000, `the gateway (${name})`);
-  const key = await createKey(url);
+  return { ...measured(child, url, 30_000), key: await createKey(url), scrape: () => scrapeMetrics(url) };
+}
+
+/** What the scenarios read of a process they load: its address, memory and CPU by thread, and how to stop it. */
+function measured(child, url, stopTimeoutMs) {
   return {
     url,
-    key,
     pid: child.pid,
     rss: () => rssBytes(child.pid),
     threadCpu: () => threadCpuSeconds(child.pid),
-    scrape: () => scrapeMetrics(url),
-    stop: () => stopChild(child, { timeoutMs: 30_000 }),
+    stop: () => stopChild(child, { timeoutMs: stopTimeoutMs }),
   };
 }
 
@@ -140,15 +143,7 @@ export async function startFloorProxy({ core, dir, kind, upstreamUrl }) {
     logFile: join(dir, `floor-${kind}.log`),
   });
   const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 30_000, `the ${kind} floor proxy`);
-  return {
-    url,
-    key: 'floor',
-    pid: child.pid,
-    rss: () => rssBytes(child.pid),
-    threadCpu: () => threadCpuSeconds(child.pid),
-    scrape: async () => ({ eventLoopP99Ms: Number.NaN, eventLoopMaxMs: Number.NaN }),
-    stop: () => stopChild(child, { timeoutMs: 10_000 }),
-  };
+  return { ...measured(child, url, 10_000), key: 'floor', scrape: async () => ({ eventLoopP99Ms: Number.NaN, eventLoopMaxMs: Number.NaN }) };
 }
 
 /**
