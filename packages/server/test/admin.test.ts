@@ -46,6 +46,23 @@ describe('admin API', () => {
     expect(res.status).toBe(404);
   });
 
+  it('enabledModels applies from the first request of a workspace key on, before and after the workspace is cached', async () => {
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'first-request', enabledModels: ['mistral/small'] });
+    const { key } = await gw.createKey({ workspaceId: ws.body.id });
+    const chat = (model: string) =>
+      fetch(`${gw.baseA}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }] }),
+      });
+    // The first request reads the workspace from the store; the next ones are answered from the cache.
+    const refused = await chat('meta/llama-3.3-70b');
+    expect(refused.status).toBe(404);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toContain('not enabled for this workspace');
+    expect((await chat('mistral/small')).status).toBe(200);
+    expect((await chat('meta/llama-3.3-70b')).status).toBe(404);
+  });
+
   it('answers clear 400s for bad bodies', async () => {
     const cases: [string, string, unknown, string][] = [
       ['POST', '/workspaces', {}, "'name' is required"],

@@ -43,7 +43,12 @@ export class ApiKeyAuthenticator {
     await this.bus.subscribe(CHANNEL, (msg) => this.onEvent(msg));
   }
 
-  async authenticate(authorization: string | undefined): Promise<ApiKeyRecord> {
+  /**
+   * The key's record: at once (no promise) when the key is cached, the
+   * usual case; a promise when the store must be read. A bad or revoked
+   * key throws (or rejects) with 401.
+   */
+  authenticate(authorization: string | undefined): ApiKeyRecord | Promise<ApiKeyRecord> {
     const key = parseBearer(authorization);
     const hash = sha256Hex(key);
     const cached = this.byHash.get(hash);
@@ -51,6 +56,10 @@ export class ApiKeyAuthenticator {
       if (Date.now() - cached.fetchedAt > this.ttlMs) this.refreshInBackground(hash, cached);
       return checkUsable(cached.record);
     }
+    return this.authenticateFromStore(hash);
+  }
+
+  private async authenticateFromStore(hash: string): Promise<ApiKeyRecord> {
     let record: ApiKeyRecord | null;
     try {
       record = await this.lookup(hash);

@@ -11,8 +11,18 @@ export class WorkspaceCache {
   ) {}
 
   async get(id: string): Promise<Workspace | null> {
+    const hit = this.fresh(id);
+    return hit ? hit.ws : this.read(id);
+  }
+
+  /** The workspace, when a fresh entry is cached (`null`: cached as not existing); `undefined` when it must be read. */
+  fresh(id: string): { ws: Workspace | null } | undefined {
     const hit = this.entries.get(id);
-    if (hit && Date.now() - hit.at < this.ttlMs) return hit.ws;
+    return hit && Date.now() - hit.at < this.ttlMs ? hit : undefined;
+  }
+
+  private async read(id: string): Promise<Workspace | null> {
+    const hit = this.entries.get(id);
     try {
       const ws = await this.store.workspaces.get(id);
       this.entries.set(id, { ws, at: Date.now() });

@@ -5,13 +5,20 @@ import type { RouteOptions } from '../routing/plan.js';
 import type { RegistryModel } from '../routing/registry.js';
 import type { Services } from './services.js';
 
-/** Finds a model the caller may use for this kind of request, or throws the right error. */
-export async function resolveModel(services: Services, request: FastifyRequest, id: string, kind: ModelKind): Promise<RegistryModel> {
+/**
+ * Finds a model the caller may use for this kind of request, or throws the right error.
+ * At once (no promise) when the caller's workspace, if any, is cached: the usual case.
+ */
+export function resolveModel(services: Services, request: FastifyRequest, id: string, kind: ModelKind): RegistryModel | Promise<RegistryModel> {
   const model = services.registry.get(id);
   if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
   if (model.kind !== kind) throw new GatewayError('validation', `The model '${id}' is a ${model.kind} model, not a ${kind} model.`, { param: 'model' });
-  const enabled = await enabledModels(services, request);
+  const enabled = enabledModelsNow(services, request);
+  return enabled === undefined ? enabledModels(services, request).then((list) => checkEnabled(model, id, list)) : checkEnabled(model, id, enabled);
+}
+
+function checkEnabled(model: RegistryModel, id: string, enabled: readonly string[] | null): RegistryModel {
   if (enabled !== null && !enabled.includes(model.id)) {
     throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'model' });
   }
@@ -24,6 +31,14 @@ export async function enabledModels(services: Services, request: FastifyRequest)
   if (!workspaceId) return null;
   const ws = await services.workspaces.get(workspaceId);
   return ws?.enabledModels ?? null;
+}
+
+/** {@link enabledModels} without waiting: `undefined` when the workspace must first be read from the store. */
+export function enabledModelsNow(services: Services, request: FastifyRequest): readonly string[] | null | undefined {
+  const workspaceId = request.gw.key?.workspaceId;
+  if (!workspaceId) return null;
+  const hit = services.workspaces.fresh(workspaceId);
+  return hit ? (hit.ws?.enabledModels ?? null) : undefined;
 }
 
 function header(request: FastifyRequest, name: string): string | null {

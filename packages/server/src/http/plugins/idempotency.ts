@@ -20,16 +20,20 @@ const ARCHIVE_TIMEOUT_MS = 30_000;
  */
 export function registerIdempotency(app: FastifyInstance, services: Services): void {
   const claims = new WeakMap<FastifyRequest, Claim>();
-  app.addHook('preHandler', async (request, reply) => {
+  // Callback-style: a request without a key (the usual case) passes without a promise.
+  app.addHook('preHandler', (request, reply, done) => {
     const raw = request.headers[H.idempotencyKey];
     const apiKey = request.gw.key;
-    if (request.method !== 'POST' || raw === undefined || !apiKey) return;
+    if (request.method !== 'POST' || raw === undefined || !apiKey) return done();
+    claimOrReplay(request, reply, raw, apiKey.id).then(() => done(), done);
+  });
+  async function claimOrReplay(request: FastifyRequest, reply: FastifyReply, raw: string | string[], apiKeyId: string): Promise<void> {
     const key = checkIdempotencyKey(raw);
     const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request));
-    const begun = await services.idempotency.begin(idempotencyScope(apiKey.id, key), fp, (answer) => replayable(services, answer));
+    const begun = await services.idempotency.begin(idempotencyScope(apiKeyId, key), fp, (answer) => replayable(services, answer));
     if (begun.kind === 'replay') return sendReplay(services, request, reply, begun.answer);
     claims.set(request, begun.claim);
-  });
+  }
   // Callback-style so that the common case, a request without a key, costs no promise.
   app.addHook('onSend', (request, reply, payload, done) => {
     const claim = claims.get(request);

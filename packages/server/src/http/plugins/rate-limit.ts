@@ -1,7 +1,7 @@
 import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
-import { enabledModels } from '../model-access.js';
+import { enabledModels, enabledModelsNow } from '../model-access.js';
 import type { Services } from '../services.js';
 
 declare module 'fastify' {
@@ -40,7 +40,9 @@ export function registerRateLimit(app: FastifyInstance, services: Services): voi
       done();
     };
     if (typeof model !== 'string') return count();
-    modelExistsFor(services, request, model).then((exists) => (exists ? count() : done()), done);
+    const exists = modelExistsFor(services, request, model);
+    if (typeof exists === 'boolean') return exists ? count() : done();
+    exists.then((yes) => (yes ? count() : done()), done);
   });
   app.addHook('preHandler', (request, reply, done) => {
     if (!request.gw.limit) return done();
@@ -86,9 +88,11 @@ export function errorAfterRateLimit(request: FastifyRequest, reply: FastifyReply
   );
 }
 
-async function modelExistsFor(services: Services, request: Parameters<typeof enabledModels>[1], id: string): Promise<boolean> {
+/** Whether the caller may use this model: at once when the caller's workspace is cached, else once it is read. */
+function modelExistsFor(services: Services, request: Parameters<typeof enabledModels>[1], id: string): boolean | Promise<boolean> {
   const m = services.registry.get(id);
   if (!m) return false;
-  const enabled = await enabledModels(services, request);
-  return enabled === null || enabled.includes(m.id);
+  const allowed = (enabled: readonly string[] | null) => enabled === null || enabled.includes(m.id);
+  const now = enabledModelsNow(services, request);
+  return now === undefined ? enabledModels(services, request).then(allowed) : allowed(now);
 }

@@ -34,7 +34,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
-      const model = await resolveModel(services, request, body.model, 'chat');
+      const found = resolveModel(services, request, body.model, 'chat');
+      const model = found instanceof Promise ? await found : found;
       request.gw.usage = newUsageDraft('chat', model.id);
       const lastEventId = request.headers['last-event-id'];
       if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
