@@ -65,4 +65,39 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
     expect((await ledger.reserve(tag, [scope(1)], 0.9, 'req_3')).ok).toBe(true);
     expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.9));
   });
+
+  it('settles of one turn of the event loop go as one script call per set of scopes, each exact', async () => {
+    const ledger = new RedisLedger(redis);
+    const tags = ['batch-a', 'batch-b'];
+    const held = [];
+    for (const tag of tags) {
+      for (let i = 0; i < 20; i++) {
+        const r = await ledger.reserve(tag, [scope(100)], 0.5, `req_${i}`);
+        if (!r.ok) throw new Error('the hold should fit');
+        held.push(r.reservation);
+      }
+    }
+    // Once first, so that the script is loaded and every call below is one EVALSHA.
+    const warm = await ledger.reserve('batch-warm', [scope(100)], 0.5, 'req_warm');
+    if (warm.ok) await ledger.settle(warm.reservation, 0);
+    const monitor = await redis.duplicate().monitor();
+    const evals: string[] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (/^evalsha$/i.test(args[0] ?? '')) evals.push(args.join(' '));
+    });
+    // 40 settles issued together (one of them twice), 0.01 each: two calls, one per tag.
+    await Promise.all([...held, held[0]].map((r) => (r ? ledger.settle(r, 0.01) : null)));
+    // MONITOR reports a moment later: wait for a marker sent after the settles.
+    const seen = new Promise<void>((resolve) => monitor.on('monitor', (_t: string, args: string[]) => args[1] === 'batch-marker' && resolve()));
+    await redis.echo('batch-marker');
+    await seen;
+    await monitor.disconnect();
+    expect(evals.filter((e) => e.includes('batch-a')).length).toBe(1);
+    expect(evals.filter((e) => e.includes('batch-b')).length).toBe(1);
+    for (const tag of tags) {
+      expect(Number(await redis.get(`${base(tag)}:held`))).toBe(0);
+      expect(Number(await redis.get(`${base(tag)}:spent`))).toBe(toNano(20 * 0.01));
+      expect(await redis.zcard(`${base(tag)}:holds`)).toBe(0);
+    }
+  });
 });

@@ -53,19 +53,31 @@ end
 return 0
 `;
 
-// KEYS: per scope, spent, holds, held sum. ARGV: hold member, actual nano (0 to release).
+// KEYS: per scope, spent, holds, held sum. ARGV: pairs of hold member and actual nano (0 to release),
+// one pair per settled request: the settles of one turn of the event loop that share their scopes go as one call.
 const SETTLE = `
-local held = tonumber(string.match(ARGV[1], ':(%d+)$'))
-for i = 1, #KEYS / 3 do
-  if redis.call('ZREM', KEYS[3*i-1], ARGV[1]) == 1 then
-    if redis.call('EXISTS', KEYS[3*i]) == 1 then redis.call('DECRBY', KEYS[3*i], held) end
-    if tonumber(ARGV[2]) > 0 and redis.call('EXISTS', KEYS[3*i-2]) == 1 then
-      redis.call('INCRBY', KEYS[3*i-2], ARGV[2])
+for j = 1, #ARGV, 2 do
+  local member = ARGV[j]
+  local actual = tonumber(ARGV[j+1])
+  local held = tonumber(string.match(member, ':(%d+)$'))
+  for i = 1, #KEYS / 3 do
+    if redis.call('ZREM', KEYS[3*i-1], member) == 1 then
+      if redis.call('EXISTS', KEYS[3*i]) == 1 then redis.call('DECRBY', KEYS[3*i], held) end
+      if actual > 0 and redis.call('EXISTS', KEYS[3*i-2]) == 1 then
+        redis.call('INCRBY', KEYS[3*i-2], actual)
+      end
     end
   end
 end
 return 0
 `;
+
+/** Settles waiting for the next turn of the event loop, grouped by the keys they touch. */
+interface SettleBatch {
+  keys: string[];
+  args: (string | number)[];
+  waiters: { resolve: () => void; reject: (err: unknown) => void }[];
+}
 
 type Cmd = (...args: (string | number)[]) => Promise<number>;
 
@@ -75,6 +87,8 @@ type Cmd = (...args: (string | number)[]) => Promise<number>;
  * Redis restart); holds expire on their own if their instance dies.
  */
 export class RedisLedger implements BudgetLedger {
+  private readonly settling = new Map<string, SettleBatch>();
+
   constructor(private readonly redis: Redis) {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
     redis.defineCommand('gwBudgetSettle', { lua: SETTLE });
@@ -94,9 +108,38 @@ export class RedisLedger implements BudgetLedger {
     throw new Error('budget ledger could not load its totals');
   }
 
-  async settle(r: Reservation, actualEur: number): Promise<void> {
+  /**
+   * Resolves once the hold is off and the spend added. Settles made in
+   * the same turn of the event loop (answers finishing together under
+   * load) share one script call per set of scopes; until it runs, the
+   * hold still counts, so a reservation meanwhile sees less left, never more.
+   */
+  settle(r: Reservation, actualEur: number): Promise<void> {
     const keys = r.scopes.flatMap((id) => keysOf(r.tag, id));
-    await this.cmd('gwBudgetSettle')(keys.length, ...keys, r.id, toNano(actualEur));
+    const group = keys.join(' ');
+    let batch = this.settling.get(group);
+    if (!batch) {
+      batch = { keys, args: [], waiters: [] };
+      this.settling.set(group, batch);
+      if (this.settling.size === 1) setImmediate(() => this.flushSettles());
+    }
+    batch.args.push(r.id, toNano(actualEur));
+    return new Promise((resolve, reject) => batch.waiters.push({ resolve, reject }));
+  }
+
+  private flushSettles(): void {
+    const batches = [...this.settling.values()];
+    this.settling.clear();
+    for (const b of batches) {
+      this.cmd('gwBudgetSettle')(b.keys.length, ...b.keys, ...b.args).then(
+        () => {
+          for (const w of b.waiters) w.resolve();
+        },
+        (err: unknown) => {
+          for (const w of b.waiters) w.reject(err);
+        },
+      );
+    }
   }
 
   async release(r: Reservation): Promise<void> {
