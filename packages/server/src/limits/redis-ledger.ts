@@ -88,6 +88,8 @@ type Cmd = (...args: (string | number)[]) => Promise<number>;
  */
 export class RedisLedger implements BudgetLedger {
   private readonly settling = new Map<string, SettleBatch>();
+  /** The keys each reservation of this instance touches, worked out once when it is made. */
+  private readonly keysOfReservation = new WeakMap<Reservation, { keys: string[]; group: string }>();
 
   constructor(private readonly redis: Redis) {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
@@ -100,7 +102,11 @@ export class RedisLedger implements BudgetLedger {
     const limits = scopes.map((s) => (s.limit === null ? -1 : toNano(s.limit)));
     for (let attempt = 0; attempt < 3; attempt++) {
       const res = await this.cmd('gwBudgetReserve')(keys.length, ...keys, nano, requestId, RESERVATION_TTL_MS, ...limits);
-      if (res === 0) return { ok: true, reservation: { id: `${requestId}:${nano}`, nano, scopes: scopes.map((s) => s.id), tag } };
+      if (res === 0) {
+        const reservation = { id: `${requestId}:${nano}`, nano, scopes: scopes.map((s) => s.id), tag };
+        this.keysOfReservation.set(reservation, { keys, group: keys.join(' ') });
+        return { ok: true, reservation };
+      }
       if (res > 0) return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
       const scope = scopes[-res - 1] as BudgetScope;
       await this.redis.set(keysOf(tag, scope.id)[0] as string, String(toNano(await scope.loadSpent())), 'NX');
@@ -115,8 +121,7 @@ export class RedisLedger implements BudgetLedger {
    * hold still counts, so a reservation meanwhile sees less left, never more.
    */
   settle(r: Reservation, actualEur: number): Promise<void> {
-    const keys = r.scopes.flatMap((id) => keysOf(r.tag, id));
-    const group = keys.join(' ');
+    const { keys, group } = this.keysOfReservation.get(r) ?? settleKeys(r);
     let batch = this.settling.get(group);
     if (!batch) {
       batch = { keys, args: [], waiters: [] };
@@ -159,6 +164,11 @@ export class RedisLedger implements BudgetLedger {
     const fn = (this.redis as unknown as Record<string, Cmd>)[name] as Cmd;
     return fn.bind(this.redis);
   }
+}
+
+function settleKeys(r: Reservation): { keys: string[]; group: string } {
+  const keys = r.scopes.flatMap((id) => keysOf(r.tag, id));
+  return { keys, group: keys.join(' ') };
 }
 
 /** The scopes of one request share a hash tag, so the script's keys sit in one Cluster slot. */

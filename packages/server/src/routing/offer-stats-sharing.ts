@@ -22,6 +22,8 @@ interface Batch {
  */
 export class OfferStatsSharing {
   private readonly instance = randomUUID();
+  /** How this instance's own batches begin (JSON.stringify keeps the key order of `Batch`). */
+  private readonly ownPrefix = `{"from":${JSON.stringify(this.instance)},`;
   private pending: Observation[] = [];
   private publishing = false;
   private readonly timer: NodeJS.Timeout;
@@ -60,6 +62,8 @@ export class OfferStatsSharing {
   }
 
   private receive(message: string): void {
+    // Every instance hears its own batches too: those are known by their first bytes, without parsing them.
+    if (message.startsWith(this.ownPrefix)) return;
     let batch: Batch;
     try {
       batch = JSON.parse(message) as Batch;
