@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { BudgetScope } from '../limits/budget-types.js';
+import type { ApiKeyRecord, Workspace } from '../store/types.js';
 import { applyRateLimit } from './plugins/rate-limit.js';
 import type { Services } from './services.js';
 
@@ -38,16 +39,8 @@ function ignore(): void {}
 export async function reserveBudget(services: Services, request: FastifyRequest, worstEur: number): Promise<void> {
   const key = request.gw.key;
   if (!key) return;
-  const scopes: BudgetScope[] = [];
-  if (key.budget !== null) {
-    scopes.push({ id: `key:${key.id}`, limit: key.budget, loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0 });
-  }
-  if (key.workspaceId) {
-    const ws = await services.workspaces.get(key.workspaceId);
-    if (ws && ws.budget !== null) {
-      scopes.push({ id: `ws:${ws.id}`, limit: ws.budget, loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0 });
-    }
-  }
+  const ws = key.workspaceId ? (services.workspaces.fresh(key.workspaceId) ?? { ws: await services.workspaces.get(key.workspaceId) }).ws : null;
+  const scopes = budgetScopes(services, key, ws);
   if (scopes.length === 0) return;
   const tag = key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;
   const res = await services.ledger.reserve(tag, scopes, worstEur, request.id);
@@ -59,4 +52,25 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
     );
   }
   request.gw.reservation = res.reservation;
+}
+
+/**
+ * The budgets a key's requests are held to, built once per cached key
+ * record and workspace (both are replaced, not changed, when they are
+ * re-read), not for every request.
+ */
+const scopesOfKey = new WeakMap<ApiKeyRecord, { ws: Workspace | null; scopes: BudgetScope[] }>();
+
+function budgetScopes(services: Services, key: ApiKeyRecord, ws: Workspace | null): BudgetScope[] {
+  const known = scopesOfKey.get(key);
+  if (known && known.ws === ws) return known.scopes;
+  const scopes: BudgetScope[] = [];
+  if (key.budget !== null) {
+    scopes.push({ id: `key:${key.id}`, limit: key.budget, loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0 });
+  }
+  if (ws && ws.budget !== null) {
+    scopes.push({ id: `ws:${ws.id}`, limit: ws.budget, loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0 });
+  }
+  scopesOfKey.set(key, { ws, scopes });
+  return scopes;
 }
