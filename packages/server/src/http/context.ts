@@ -19,7 +19,7 @@ export interface RequestState {
   /** The budget hold taken at admission, settled when the response ends. */
   reservation: Reservation | null;
   /** The rate limiter's decision while it is on its way, until it is applied (see plugins/rate-limit.ts). */
-  limit: Promise<LimitDecision> | null;
+  limit: LimitDecision | Promise<LimitDecision> | null;
 }
 
 export interface UsageDraft {

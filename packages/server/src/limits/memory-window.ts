@@ -16,7 +16,7 @@ export class MemoryWindowLimiter implements RateLimiter {
     this.sweeper.unref();
   }
 
-  async hit(keyId: string, limit: number): Promise<LimitDecision> {
+  hit(keyId: string, limit: number): LimitDecision {
     return this.hitSync(keyId, limit);
   }
 

@@ -10,8 +10,11 @@ export interface LimitDecision {
 }
 
 export interface RateLimiter {
-  /** Counts one request for `id` (unique per request) against `limit` per window, unless it is over. */
-  hit(keyId: string, limit: number, requestId: string): Promise<LimitDecision>;
+  /**
+   * Counts one request for `id` (unique per request) against `limit` per window, unless it is over.
+   * An in-process limiter answers at once; a shared one with a promise.
+   */
+  hit(keyId: string, limit: number, requestId: string): LimitDecision | Promise<LimitDecision>;
 }
 
 export const WINDOW_MS = 60_000;

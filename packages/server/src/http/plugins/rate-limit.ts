@@ -1,6 +1,7 @@
 import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
+import type { LimitDecision } from '../../limits/types.js';
 import { enabledModels, enabledModelsNow } from '../model-access.js';
 import type { Services } from '../services.js';
 
@@ -48,7 +49,9 @@ export function registerRateLimit(app: FastifyInstance, services: Services): voi
     if (!request.gw.limit) return done();
     // An idempotency key is claimed only by a request the limiter let through.
     if (request.routeOptions.config.limitWithBudgetHold && request.headers[H.idempotencyKey] === undefined) return done();
-    applyRateLimit(request, reply)?.then(() => done(), done);
+    const applying = applyRateLimit(request, reply);
+    if (!applying) return done();
+    applying.then(() => done(), done);
   });
   // Every path of a `limitWithBudgetHold` route applies the decision; this catches one that did not.
   app.addHook('onSend', (request, reply, payload, done) => {
@@ -63,21 +66,32 @@ export function registerRateLimit(app: FastifyInstance, services: Services): voi
 }
 
 /**
- * Waits for the limiter's decision if it is still pending, sets the rate
- * limit headers, and rejects with 429 if it refused; undefined when there
- * is nothing to apply (no count, or already applied).
+ * Applies the limiter's decision (waiting for it if it is still on its
+ * way): sets the rate limit headers, and refuses with 429 if the limiter
+ * did. Returns a promise while there is something to wait for or a
+ * refusal; undefined when there is nothing left to do (no count, already
+ * applied, or an in-process decision that let the request through).
  */
 export function applyRateLimit(request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
   const pending = request.gw?.limit;
   if (!pending) return undefined;
   request.gw.limit = null;
-  return pending.then((d) => {
-    reply.header(H.rateLimitLimit, String(d.limit));
-    reply.header(H.rateLimitRemaining, String(d.remaining));
-    reply.header(H.rateLimitReset, String(d.resetS));
-    reply.header(H.rateLimitEnforced, String(d.enforced));
-    if (!d.allowed) throw new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterS: d.resetS });
-  });
+  if (pending instanceof Promise) return pending.then((d) => applyDecision(reply, d));
+  // An in-process decision: no promise unless it refuses.
+  try {
+    applyDecision(reply, pending);
+    return undefined;
+  } catch (refused) {
+    return Promise.reject(refused);
+  }
+}
+
+function applyDecision(reply: FastifyReply, d: LimitDecision): void {
+  reply.header(H.rateLimitLimit, String(d.limit));
+  reply.header(H.rateLimitRemaining, String(d.remaining));
+  reply.header(H.rateLimitReset, String(d.resetS));
+  reply.header(H.rateLimitEnforced, String(d.enforced));
+  if (!d.allowed) throw new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterS: d.resetS });
 }
 
 /** The error to answer with: a refusal of the limiter, when its decision was still pending, wins over `err`. */
