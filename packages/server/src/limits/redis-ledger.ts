@@ -81,6 +81,14 @@ interface SettleBatch {
 
 type Cmd = (...args: (string | number)[]) => Promise<number>;
 
+interface ReserveArgs {
+  tag: string;
+  keys: string[];
+  limits: number[];
+  ids: string[];
+  group: string;
+}
+
 /**
  * The budget ledger in Redis, shared by every instance. Spent totals are
  * loaded from the store the first time a scope is met (and again after a
@@ -91,20 +99,25 @@ export class RedisLedger implements BudgetLedger {
   /** The keys each reservation of this instance touches, worked out once when it is made. */
   private readonly keysOfReservation = new WeakMap<Reservation, { keys: string[]; group: string }>();
 
+  private readonly argsOfScopes = new WeakMap<BudgetScope[], ReserveArgs>();
+  private readonly reserveCmd: Cmd;
+  private readonly settleCmd: Cmd;
+
   constructor(private readonly redis: Redis) {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
     redis.defineCommand('gwBudgetSettle', { lua: SETTLE });
+    this.reserveCmd = this.cmd('gwBudgetReserve');
+    this.settleCmd = this.cmd('gwBudgetSettle');
   }
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
     const nano = toNano(eur);
-    const keys = scopes.flatMap((s) => keysOf(tag, s.id));
-    const limits = scopes.map((s) => (s.limit === null ? -1 : toNano(s.limit)));
+    const { keys, limits, ids, group } = this.reserveArgs(tag, scopes);
     for (let attempt = 0; attempt < 3; attempt++) {
-      const res = await this.cmd('gwBudgetReserve')(keys.length, ...keys, nano, requestId, RESERVATION_TTL_MS, ...limits);
+      const res = await this.reserveCmd(keys.length, ...keys, nano, requestId, RESERVATION_TTL_MS, ...limits);
       if (res === 0) {
-        const reservation = { id: `${requestId}:${nano}`, nano, scopes: scopes.map((s) => s.id), tag };
-        this.keysOfReservation.set(reservation, { keys, group: keys.join(' ') });
+        const reservation = { id: `${requestId}:${nano}`, nano, scopes: ids, tag };
+        this.keysOfReservation.set(reservation, { keys, group });
         return { ok: true, reservation };
       }
       if (res > 0) return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
@@ -136,7 +149,7 @@ export class RedisLedger implements BudgetLedger {
     const batches = [...this.settling.values()];
     this.settling.clear();
     for (const b of batches) {
-      this.cmd('gwBudgetSettle')(b.keys.length, ...b.keys, ...b.args).then(
+      this.settleCmd(b.keys.length, ...b.keys, ...b.args).then(
         () => {
           for (const w of b.waiters) w.resolve();
         },
@@ -158,6 +171,16 @@ export class RedisLedger implements BudgetLedger {
     const holds = await this.redis.zrangebyscore(holdsKey, Date.now(), '+inf');
     const reserved = holds.reduce((sum, m) => sum + Number(m.slice(m.lastIndexOf(':') + 1)), 0);
     return { spent: fromNano(Number(spent)), reserved: fromNano(reserved) };
+  }
+
+  /** A key's requests share one scopes array (cached per key record, http/budget.ts): their script arguments are worked out once. */
+  private reserveArgs(tag: string, scopes: BudgetScope[]): ReserveArgs {
+    const known = this.argsOfScopes.get(scopes);
+    if (known && known.tag === tag) return known;
+    const keys = scopes.flatMap((s) => keysOf(tag, s.id));
+    const args = { tag, keys, limits: scopes.map((s) => (s.limit === null ? -1 : toNano(s.limit))), ids: scopes.map((s) => s.id), group: keys.join(' ') };
+    this.argsOfScopes.set(scopes, args);
+    return args;
   }
 
   private cmd(name: string): Cmd {
