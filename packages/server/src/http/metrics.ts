@@ -1,35 +1,36 @@
-import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Registry } from 'prom-client';
+import { LabelledCounter, LabelledHistogram } from './labelled-metrics.js';
 
 /** Prometheus metrics of one gateway instance (its own registry, so tests can run several). */
 export class Metrics {
   readonly registry = new Registry();
-  readonly requests = new Counter({
-    name: 'gw_http_requests_total',
-    help: 'HTTP requests answered, by route, variant and status',
-    labelNames: ['route', 'variant', 'status'] as const,
-    registers: [this.registry],
-  });
-  readonly duration = new Histogram({
-    name: 'gw_http_request_duration_seconds',
-    help: 'Time from request to response, seconds',
-    labelNames: ['route'] as const,
-    buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-    registers: [this.registry],
-  });
-  readonly upstream = new Histogram({
-    name: 'gw_upstream_duration_seconds',
-    help: 'Upstream call time by provider and outcome, seconds',
-    labelNames: ['provider', 'outcome'] as const,
-    buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
-    registers: [this.registry],
-  });
+  readonly requests = new LabelledCounter(
+    'gw_http_requests_total',
+    'HTTP requests answered, by route, variant and status',
+    ['route', 'variant', 'status'],
+    this.registry,
+  );
+  readonly duration = new LabelledHistogram(
+    'gw_http_request_duration_seconds',
+    'Time from request to response, seconds',
+    ['route'],
+    [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    this.registry,
+  );
+  readonly upstream = new LabelledHistogram(
+    'gw_upstream_duration_seconds',
+    'Upstream call time by provider and outcome, seconds',
+    ['provider', 'outcome'],
+    [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    this.registry,
+  );
   readonly usagePending = new Counter({
     name: 'gw_usage_write_errors_total',
     help: 'Failed usage batch writes (records are kept and retried)',
     registers: [this.registry],
   });
 
-  // Label sets seen so far, bound once: prom-client hashes a labels object on every call otherwise.
+  // Label sets seen so far, resolved once to their series.
   private readonly requestChildren = new Map<string, { count: { inc(): void }; time: { observe(v: number): void } }>();
   private readonly upstreamChildren = new Map<string, { observe(v: number): void }>();
 
