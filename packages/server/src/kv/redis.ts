@@ -41,16 +41,36 @@ export async function connectRedis(url: string, options: RedisOptions = FAST_FAI
  */
 function applyLagTolerantTimeout(client: Redis, ms: number): void {
   const send = client.sendCommand.bind(client);
+  // Commands in the order they were sent, so in the order they fall due: one timer for the oldest
+  // unsettled one, instead of a timer and a promise reaction for every command.
+  const waiting: { command: Command; due: number }[] = [];
+  let head = 0;
+  let timer: NodeJS.Timeout | null = null;
+  const arm = () => {
+    while (head < waiting.length && (waiting[head] as { command: Command }).command.isSettled) head++;
+    if (head > 1024 && head * 2 > waiting.length) {
+      waiting.splice(0, head);
+      head = 0;
+    }
+    if (timer !== null || head >= waiting.length) return;
+    timer = setTimeout(sweep, Math.max(0, (waiting[head] as { due: number }).due - performance.now()));
+  };
+  const sweep = () => {
+    timer = null;
+    setImmediate(() => {
+      const now = performance.now();
+      while (head < waiting.length && (waiting[head] as { due: number }).due <= now) {
+        const { command } = waiting[head++] as { command: Command };
+        if (!command.isSettled) command.reject(new Error('Command timed out'));
+      }
+      arm();
+    });
+  };
   client.sendCommand = (command: Command, stream?: Parameters<Redis['sendCommand']>[1]) => {
     const result = send(command, stream);
     if (!command.isSettled) {
-      const timer = setTimeout(() => {
-        setImmediate(() => {
-          if (!command.isSettled) command.reject(new Error('Command timed out'));
-        });
-      }, ms);
-      const clear = () => clearTimeout(timer);
-      command.promise.then(clear, clear);
+      waiting.push({ command, due: performance.now() + ms });
+      arm();
     }
     return result;
   };
