@@ -10,15 +10,10 @@ export class WorkspaceCache {
     private readonly ttlMs: number,
   ) {}
 
-  async get(id: string): Promise<Workspace | null> {
-    const hit = this.fresh(id);
-    return hit ? hit.ws : this.read(id);
-  }
-
-  /** The workspace, when a fresh entry is cached (`null`: cached as not existing); `undefined` when it must be read. */
-  fresh(id: string): { ws: Workspace | null } | undefined {
+  /** At once (no promise) when a fresh entry is cached, the usual case; a promise when the store must be read. */
+  get(id: string): Workspace | null | Promise<Workspace | null> {
     const hit = this.entries.get(id);
-    return hit && Date.now() - hit.at < this.ttlMs ? hit : undefined;
+    return hit && Date.now() - hit.at < this.ttlMs ? hit.ws : this.read(id);
   }
 
   private async read(id: string): Promise<Workspace | null> {

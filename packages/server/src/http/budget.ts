@@ -39,7 +39,8 @@ function ignore(): void {}
 export async function reserveBudget(services: Services, request: FastifyRequest, worstEur: number): Promise<void> {
   const key = request.gw.key;
   if (!key) return;
-  const ws = key.workspaceId ? (services.workspaces.fresh(key.workspaceId) ?? { ws: await services.workspaces.get(key.workspaceId) }).ws : null;
+  const found = key.workspaceId ? services.workspaces.get(key.workspaceId) : null;
+  const ws = found instanceof Promise ? await found : found;
   const scopes = budgetScopes(services, key, ws);
   if (scopes.length === 0) return;
   const tag = key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;

@@ -14,8 +14,8 @@ export function resolveModel(services: Services, request: FastifyRequest, id: st
   if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
   if (model.kind !== kind) throw new GatewayError('validation', `The model '${id}' is a ${model.kind} model, not a ${kind} model.`, { param: 'model' });
-  const enabled = enabledModelsNow(services, request);
-  return enabled === undefined ? enabledModels(services, request).then((list) => checkEnabled(model, id, list)) : checkEnabled(model, id, enabled);
+  const enabled = enabledModels(services, request);
+  return enabled instanceof Promise ? enabled.then((list) => checkEnabled(model, id, list)) : checkEnabled(model, id, enabled);
 }
 
 function checkEnabled(model: RegistryModel, id: string, enabled: readonly string[] | null): RegistryModel {
@@ -25,20 +25,12 @@ function checkEnabled(model: RegistryModel, id: string, enabled: readonly string
   return model;
 }
 
-/** The caller's workspace allow-list (null: every model). */
-export async function enabledModels(services: Services, request: FastifyRequest): Promise<readonly string[] | null> {
+/** The caller's workspace allow-list (null: every model); at once when the workspace is cached. */
+export function enabledModels(services: Services, request: FastifyRequest): readonly string[] | null | Promise<readonly string[] | null> {
   const workspaceId = request.gw.key?.workspaceId;
   if (!workspaceId) return null;
-  const ws = await services.workspaces.get(workspaceId);
-  return ws?.enabledModels ?? null;
-}
-
-/** {@link enabledModels} without waiting: `undefined` when the workspace must first be read from the store. */
-export function enabledModelsNow(services: Services, request: FastifyRequest): readonly string[] | null | undefined {
-  const workspaceId = request.gw.key?.workspaceId;
-  if (!workspaceId) return null;
-  const hit = services.workspaces.fresh(workspaceId);
-  return hit ? (hit.ws?.enabledModels ?? null) : undefined;
+  const ws = services.workspaces.get(workspaceId);
+  return ws instanceof Promise ? ws.then((w) => w?.enabledModels ?? null) : (ws?.enabledModels ?? null);
 }
 
 function header(request: FastifyRequest, name: string): string | null {

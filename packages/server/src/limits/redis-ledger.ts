@@ -112,12 +112,13 @@ export class RedisLedger implements BudgetLedger {
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
     const nano = toNano(eur);
-    const { keys, limits, ids, group } = this.reserveArgs(tag, scopes);
+    const args = this.reserveArgs(tag, scopes);
+    const { keys, limits, ids } = args;
     for (let attempt = 0; attempt < 3; attempt++) {
       const res = await this.reserveCmd(keys.length, ...keys, nano, requestId, RESERVATION_TTL_MS, ...limits);
       if (res === 0) {
         const reservation = { id: `${requestId}:${nano}`, nano, scopes: ids, tag };
-        this.keysOfReservation.set(reservation, { keys, group });
+        this.keysOfReservation.set(reservation, args);
         return { ok: true, reservation };
       }
       if (res > 0) return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };

@@ -2,7 +2,7 @@ import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import type { LimitDecision } from '../../limits/types.js';
-import { enabledModels, enabledModelsNow } from '../model-access.js';
+import { enabledModels } from '../model-access.js';
 import type { Services } from '../services.js';
 
 declare module 'fastify' {
@@ -107,6 +107,6 @@ function modelExistsFor(services: Services, request: Parameters<typeof enabledMo
   const m = services.registry.get(id);
   if (!m) return false;
   const allowed = (enabled: readonly string[] | null) => enabled === null || enabled.includes(m.id);
-  const now = enabledModelsNow(services, request);
-  return now === undefined ? enabledModels(services, request).then(allowed) : allowed(now);
+  const enabled = enabledModels(services, request);
+  return enabled instanceof Promise ? enabled.then(allowed) : allowed(enabled);
 }
