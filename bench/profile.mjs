@@ -1,7 +1,7 @@
 // CPU profiles of the gateway under load: `npm run build && node bench/profile.mjs [seconds] [--prod]`.
 // One gateway process per load (0 ms non-streaming, then streaming), each started with --cpu-prof
 // and stopped with SIGTERM so that V8 writes its profile; summaries go to stdout and bench/results/.
-// Default: the embedded setup (PGlite, in-process limiter); --prod: PostgreSQL + Redis.
+// Default: the embedded setup (PGlite, in-process limiter); --prod: PostgreSQL + Redis; PROFILE_ONLY=stream (or http-0ms): one load only.
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -80,7 +80,7 @@ async function main() {
   const backends = { redisUrl: redis?.url ?? null, databaseUrl: postgres?.url ?? null };
   let failed = false;
   try {
-    for (const name of Object.keys(LOADS)) process.stdout.write(`${await profileOne(name, dir, upstream, backends)}\n\n`);
+    for (const name of Object.keys(LOADS).filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY)) process.stdout.write(`${await profileOne(name, dir, upstream, backends)}\n\n`);
     return 0;
   } catch (err) {
     process.stderr.write(`[profile] failed: ${err instanceof Error ? err.stack : err}\n  logs: ${dir}\n`);

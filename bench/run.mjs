@@ -68,6 +68,8 @@ async function embeddedScenarios(ctx, quick, attempt = 1) {
 /**
  * The floors: the smallest proxy of the 0 ms call on node:http and on Fastify (bench/upstream/floor-proxy.mjs),
  * on the gateway's core, against direct as the gateway is: what the gateway's own work costs above them.
+ * The node:http floor also takes the latency scenarios (50 ms upstream; streams, relayed byte for byte): what
+ * a Node proxy that does nothing else adds there, on this core, under the same synchronised load.
  */
 async function floorScenarios(ctx) {
   const { plan } = ctx;
@@ -81,6 +83,10 @@ async function floorScenarios(ctx) {
     ctx.stops.push(proxy.stop);
     const base = { upstream: ctx.upstream, gateway: proxy, monitor: ctx.monitor, rounds: plan.floorRounds, roundS: plan.floorRoundS };
     s[id] = await compareHttp({ ...base, upstreamModel: 'fixed-0ms', connections: 50, warmupS: plan.warmupS });
+    if (kind === 'node-http') {
+      s[`${id}Http50`] = await compareHttp({ ...base, upstreamModel: 'fixed-50ms', connections: 50, warmupS: plan.warmupS });
+      s[`${id}Stream`] = await compareStreams({ ...base, upstreamModel: 'stream-50ms-20x10ms', concurrency: plan.streamConcurrency, warmupS: plan.warmupS });
+    }
     await proxy.stop();
   }
   return s;

@@ -1,9 +1,10 @@
-// The floor under the gateway: the smallest proxy of the same non-streamed call, with none of the
-// gateway's work (no auth, limiter, budget, routing, usage, metrics or logging).
+// The floor under the gateway: the smallest proxy of the same call, with none of the gateway's work
+// (no auth, limiter, budget, routing, usage, metrics or logging).
 // `node bench/upstream/floor-proxy.mjs <node-http | fastify> <upstream url>`; prints `listening on <url>`.
 // Both parse the request, rename the model, call the upstream with undici's pool (dispatch, as the
 // gateway does), parse the answer, put the client's model name back and send it: what any gateway
-// written this way costs at the least, on this machine.
+// written this way costs at the least, on this machine. A streamed call (node-http only) is relayed
+// byte for byte as the upstream's reads land, headers included at once: no SSE parsing at all.
 import { createServer } from 'node:http';
 import Fastify from 'fastify';
 import { Pool } from 'undici';
@@ -37,6 +38,29 @@ function callUpstream(body) {
   });
 }
 
+/** Pipes the upstream's streamed answer to the client as its reads arrive. */
+function relayStream(body, res) {
+  pool.dispatch(
+    { path: '/v1/chat/completions', method: 'POST', headers: UPSTREAM_HEADERS, body: JSON.stringify({ ...body, model: upstreamModel(body.model) }) },
+    {
+      onRequestStart() {},
+      onResponseStart(_controller, statusCode) {
+        res.writeHead(statusCode, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      },
+      onResponseData(_controller, chunk) {
+        res.write(chunk);
+      },
+      onResponseEnd() {
+        res.end();
+      },
+      onResponseError() {
+        if (res.headersSent) res.destroy();
+        else res.writeHead(502).end();
+      },
+    },
+  );
+}
+
 async function answer(body) {
   const out = await callUpstream({ ...body, model: upstreamModel(body.model) });
   out.model = body.model;
@@ -57,7 +81,9 @@ if (kind === 'fastify') {
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
-      answer(JSON.parse(Buffer.concat(chunks).toString('utf8'))).then(
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      if (body.stream) return relayStream(body, res);
+      answer(body).then(
         (out) => {
           const text = JSON.stringify(out);
           res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
