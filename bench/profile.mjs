@@ -80,7 +80,8 @@ async function main() {
   const backends = { redisUrl: redis?.url ?? null, databaseUrl: postgres?.url ?? null };
   let failed = false;
   try {
-    for (const name of Object.keys(LOADS).filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY)) process.stdout.write(`${await profileOne(name, dir, upstream, backends)}\n\n`);
+    for (const name of Object.keys(LOADS).filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY))
+      process.stdout.write(`${await profileOne(name, dir, upstream, backends)}\n\n`);
     return 0;
   } catch (err) {
     process.stderr.write(`[profile] failed: ${err instanceof Error ? err.stack : err}\n  logs: ${dir}\n`);

@@ -160,7 +160,15 @@ function floorLatencyTable(s) {
     const f = s[floorId];
     const g = s[gatewayId];
     const add = f.kind === 'stream' ? addedTtft : added;
-    return [what, signed(add(f, 'p50')), signed(add(f, 'p99')), signed(add(g, 'p50')), signed(add(g, 'p99')), int(f.gateway.cpuUs?.total), int(g.gateway.cpuUs?.total)];
+    return [
+      what,
+      signed(add(f, 'p50')),
+      signed(add(f, 'p99')),
+      signed(add(g, 'p50')),
+      signed(add(g, 'p99')),
+      int(f.gateway.cpuUs?.total),
+      int(g.gateway.cpuUs?.total),
+    ];
   });
   return table(
     ['scenario', 'floor added p50', 'floor added p99', 'gateway [embedded] added p50', 'gateway added p99', 'floor CPU µs per unit', 'gateway CPU µs per unit'],
