@@ -69,6 +69,32 @@ describe('the usage writer', () => {
     await first;
     expect(writer.pending).toBe(0);
   });
+  it('writes the records there when a flush began, in batches, and leaves those recorded meanwhile to the next flush', async () => {
+    const batches: number[] = [];
+    let late = 0;
+    const counting: Store = {
+      ...store,
+      usage: {
+        ...store.usage,
+        insertMany: async (records: UsageRecord[]) => {
+          batches.push(records.length);
+          // Requests keep finishing while the first three batches are written.
+          if (batches.length <= 3) for (let i = 0; i < 3; i++) writer.record(record(`req_late_${late++}`, 0));
+          return store.usage.insertMany(records);
+        },
+      },
+    } as Store;
+    const writer = new UsageWriter(counting, { flushIntervalMs: 60_000, maxBatch: 2, onError: () => {} });
+    for (let i = 0; i < 5; i++) writer.record(record(`req_early_${i}`, 0));
+    await writer.flush();
+    expect(batches).toEqual([2, 2, 1]);
+    expect(writer.pending).toBe(9);
+    expect((await store.usage.list({ keyId: 'k_writer' })).filter((r) => r.requestId.startsWith('req_early_'))).toHaveLength(5);
+    await writer.flush();
+    expect(batches).toEqual([2, 2, 1, 2, 2, 2, 2, 1]);
+    expect(writer.pending).toBe(0);
+    expect((await store.usage.list({ keyId: 'k_writer' })).filter((r) => r.requestId.startsWith('req_late_'))).toHaveLength(9);
+  });
   it('keeps a batch whose write failed, writes it once the database answers, and adds its spend once', async () => {
     const key = await store.keys.create({ id: 'key_writer_retry', name: null, workspaceId: null, hash: 'h_writer_retry', rateLimitRpm: 60, budget: null });
     let failures = 2;
