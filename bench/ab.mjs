@@ -1,6 +1,7 @@
 // Two builds of the gateway side by side, in alternating rounds on the same core:
 // `node bench/ab.mjs <other dist/main.js> [seconds] [rounds] [--stream | --50ms] [--prod]`.
 // A is the other build, B the working tree's; prints throughput and CPU per unit of work for each round.
+// AB_STREAM_MODEL: the upstream profile the streams use (bench/upstream/profiles.mjs; fixed-0ms sends its 20 chunks at once).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -69,7 +70,7 @@ const stream = process.argv.includes('--stream');
 const upstreamModel = process.argv.includes('--50ms') ? 'fixed-50ms' : 'fixed-0ms';
 const load = (gateway) =>
   stream
-    ? runStreamLoad({ ...request(gateway, 'stream-50ms-20x10ms', true), concurrency: process.argv.includes('--together') ? 25 : 50, durationS: secs })
+    ? runStreamLoad({ ...request(gateway, process.env.AB_STREAM_MODEL ?? 'stream-50ms-20x10ms', true), concurrency: process.argv.includes('--together') ? 25 : 50, durationS: secs })
     : runHttpLoad({ ...request(gateway, upstreamModel, false), connections: process.argv.includes('--together') ? 25 : 50, durationS: secs });
 for (const g of [a, b]) await load(g);
 // --together: both builds take load at the same time, sharing the core, so a change in the machine's speed

@@ -129,21 +129,23 @@ describe('live SSE frames from a session', () => {
       return Buffer.concat(parts).toString('utf8');
     }
 
-    /** The body of a chunked response, checking every chunk's size line against its bytes. */
-    function dechunk(body: string): string {
+    /** The HTTP chunks of a chunked response body, checking every chunk's size line against its bytes. */
+    function httpChunks(body: string): string[] {
       const bytes = Buffer.from(body, 'utf8');
       let at = 0;
-      let out = '';
+      const out: string[] = [];
       for (;;) {
         const eol = bytes.indexOf('\r\n', at);
         const size = Number.parseInt(bytes.subarray(at, eol).toString(), 16);
         expect(Number.isNaN(size)).toBe(false);
         if (size === 0) return out;
-        out += bytes.subarray(eol + 2, eol + 2 + size).toString('utf8');
+        out.push(bytes.subarray(eol + 2, eol + 2 + size).toString('utf8'));
         expect(bytes.subarray(eol + 2 + size, eol + 4 + size).toString()).toBe('\r\n');
         at = eol + 4 + size;
       }
     }
+
+    const dechunk = (body: string): string => httpChunks(body).join('');
 
     it('holds frames in the session while the client does not read, then sends them all, each an exact HTTP chunk', async () => {
       const { session, sink } = await handFed();
@@ -168,6 +170,26 @@ describe('live SSE frames from a session', () => {
         expect(numbers).toEqual(Array.from({ length: 2000 }, (_, i) => i));
         expect(text.match(/^id: /gm)?.length).toBe(2002);
         expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+      } finally {
+        server.close();
+      }
+    });
+
+    it('sends the events of one upstream read in one write, and each later read in its own', async () => {
+      const { session, sink } = await handFed();
+      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      try {
+        const socket = request(port, '1.1');
+        await new Promise((r) => setTimeout(r, 50));
+        // Three chunks decoded from one read, then one from the next read.
+        for (const text of ['a', 'b', 'c']) sink.chunk(content(text));
+        await new Promise((r) => setTimeout(r, 20));
+        sink.chunk(content('d'));
+        await new Promise((r) => setTimeout(r, 20));
+        sink.end(null);
+        const raw = await readToEnd(socket);
+        const pieces = httpChunks(raw.slice(raw.indexOf('\r\n\r\n') + 4)).map((p) => (p.match(/^id: .*$/gm) ?? []).map((l) => l.slice(l.lastIndexOf(':') + 1)));
+        expect(pieces).toEqual([['1'], ['2', '3', '4'], ['5'], ['6']]);
       } finally {
         server.close();
       }

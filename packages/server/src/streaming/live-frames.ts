@@ -4,8 +4,8 @@ import type { StreamSession } from './session.js';
 import { eventId, SSE_HEARTBEAT, sseEvent } from './sse-format.js';
 
 /**
- * A client's SSE body from a live session: each new event is written as
- * it lands in the session (events that arrived together go out in one
+ * A client's SSE body from a live session: new events are written as
+ * they land in the session (those of one upstream read go out in one
  * write), the usage chunk only if the client asked for it, and a comment
  * after every `heartbeatMs` of silence.
  *

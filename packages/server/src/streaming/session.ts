@@ -28,8 +28,10 @@ export interface SessionInit {
  * One relayed stream. It reads the upstream to its end whether or not a
  * client is attached (for at most the grace period once the last one
  * left), numbers every event, keeps them for local readers and mirrors
- * them into the resume buffer. Chunks are pushed in as they arrive, and
- * every new event wakes the readers at once.
+ * them into the resume buffer. Chunks are pushed in as they arrive; the
+ * readers wake once the events that arrived together (one upstream read)
+ * are all in, so that they reach the client in one write, and at once at
+ * the end.
  */
 export class StreamSession {
   readonly streamId: string;
@@ -42,6 +44,11 @@ export class StreamSession {
   private usage: TokenUsage | null = null;
   private relayedChars = 0;
   private bufferedBytes = 0;
+  private wakeQueued = false;
+  private readonly wake = () => {
+    this.wakeQueued = false;
+    this.notify();
+  };
   private resolveFinished!: () => void;
   readonly finished: Promise<void>;
 
@@ -64,8 +71,8 @@ export class StreamSession {
   }
 
   /**
-   * Registers a reader: `onEvent` runs after each new event (and after the
-   * end). Attaching cancels the grace period; the returned function
+   * Registers a reader: `onEvent` runs after each batch of new events
+   * (and after the end). Attaching cancels the grace period; the returned function
    * detaches, and the last reader to leave starts it.
    */
   subscribe(onEvent: () => void): () => void {
@@ -154,7 +161,11 @@ export class StreamSession {
     const event = { seq: this.events.length + 1, kind, data };
     this.events.push(event);
     this.init.store.append(this.streamId, event);
-    this.notify();
+    // A microtask runs once the read that brought this event has been parsed whole.
+    if (!this.wakeQueued) {
+      this.wakeQueued = true;
+      queueMicrotask(this.wake);
+    }
   }
 
   private notify(): void {
