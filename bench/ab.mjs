@@ -70,7 +70,11 @@ const stream = process.argv.includes('--stream');
 const upstreamModel = process.argv.includes('--50ms') ? 'fixed-50ms' : 'fixed-0ms';
 const load = (gateway) =>
   stream
-    ? runStreamLoad({ ...request(gateway, process.env.AB_STREAM_MODEL ?? 'stream-50ms-20x10ms', true), concurrency: process.argv.includes('--together') ? 25 : 50, durationS: secs })
+    ? runStreamLoad({
+        ...request(gateway, process.env.AB_STREAM_MODEL ?? 'stream-50ms-20x10ms', true),
+        concurrency: process.argv.includes('--together') ? 25 : 50,
+        durationS: secs,
+      })
     : runHttpLoad({ ...request(gateway, upstreamModel, false), connections: process.argv.includes('--together') ? 25 : 50, durationS: secs });
 for (const g of [a, b]) await load(g);
 // --together: both builds take load at the same time, sharing the core, so a change in the machine's speed
