@@ -1,3 +1,4 @@
+import { StampRing } from './stamp-ring.js';
 import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
 
 /**
@@ -5,7 +6,7 @@ import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
  * admitted requests of the last 60 s. One instance only.
  */
 export class MemoryWindowLimiter implements RateLimiter {
-  private readonly windows = new Map<string, number[]>();
+  private readonly windows = new Map<string, StampRing>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -24,22 +25,29 @@ export class MemoryWindowLimiter implements RateLimiter {
     const now = this.now();
     let stamps = this.windows.get(keyId);
     if (!stamps) {
-      stamps = [];
+      stamps = new StampRing();
       this.windows.set(keyId, stamps);
     }
-    let drop = 0;
-    while (drop < stamps.length && (stamps[drop] as number) <= now - this.windowMs) drop++;
-    if (drop > 0) stamps.splice(0, drop);
-    const allowed = stamps.length < limit;
+    stamps.dropThrough(now - this.windowMs);
+    const allowed = stamps.size < limit;
     if (allowed) stamps.push(now);
-    const oldest = stamps[0] ?? now;
-    return { allowed, limit, remaining: Math.max(0, limit - stamps.length), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
+    const oldest = stamps.oldest() ?? now;
+    return { allowed, limit, remaining: Math.max(0, limit - stamps.size), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
   }
 
-  private sweep(): void {
+  /** How many stamps `keyId`'s window holds and has room for (for tests). */
+  windowOf(keyId: string): { size: number; capacity: number } | undefined {
+    const stamps = this.windows.get(keyId);
+    return stamps && { size: stamps.size, capacity: stamps.capacity };
+  }
+
+  /** Forgets keys whose window emptied, and shrinks the rings of keys that went quiet. */
+  sweep(): void {
     const cutoff = this.now() - this.windowMs;
     for (const [id, stamps] of this.windows) {
-      if (stamps.length === 0 || (stamps[stamps.length - 1] as number) <= cutoff) this.windows.delete(id);
+      stamps.dropThrough(cutoff);
+      if (stamps.size === 0) this.windows.delete(id);
+      else stamps.shrink();
     }
   }
 
