@@ -5,20 +5,8 @@
  * proxy (nothing but the relay), where the run measured it.
  */
 export const TARGETS = [
-  {
-    label: 'added latency p50, 50 ms upstream, 50 connections',
-    unit: 'ms',
-    max: 0.35,
-    read: (s) => added(s.http50, 'p50'),
-    floor: (s) => added(s.floorNodeHttpHttp50, 'p50'),
-  },
-  {
-    label: 'added latency p99, 50 ms upstream, 50 connections',
-    unit: 'ms',
-    max: 1,
-    read: (s) => added(s.http50, 'p99'),
-    floor: (s) => added(s.floorNodeHttpHttp50, 'p99'),
-  },
+  addedTarget('added latency p50, 50 ms upstream, 50 connections', 0.35, added, 'http50', 'floorNodeHttpHttp50', 'p50'),
+  addedTarget('added latency p99, 50 ms upstream, 50 connections', 1, added, 'http50', 'floorNodeHttpHttp50', 'p99'),
   {
     label: 'capacity, 0 ms upstream, gateway on one core',
     unit: 'req/s',
@@ -26,24 +14,17 @@ export const TARGETS = [
     read: (s) => s.http0?.gateway.rps,
     floor: (s) => s.floorNodeHttp?.gateway.rps,
   },
-  {
-    label: 'added time to first token p50',
-    unit: 'ms',
-    max: 0.5,
-    read: (s) => addedTtft(s.stream, 'p50'),
-    floor: (s) => addedTtft(s.floorNodeHttpStream, 'p50'),
-  },
-  {
-    label: 'added time to first token p99',
-    unit: 'ms',
-    max: 2,
-    read: (s) => addedTtft(s.stream, 'p99'),
-    floor: (s) => addedTtft(s.floorNodeHttpStream, 'p99'),
-  },
+  addedTarget('added time to first token p50', 0.5, addedTtft, 'stream', 'floorNodeHttpStream', 'p50'),
+  addedTarget('added time to first token p99', 2, addedTtft, 'stream', 'floorNodeHttpStream', 'p99'),
   ...burstTargets('embedded', (s) => s.burst),
   ...burstTargets('PostgreSQL + Redis', (s) => s.prodBurst),
   { label: 'Redis killed (fail-open): added latency p99', unit: 'ms', max: 5, read: (s) => added(s.redisDownHttp50, 'p99') },
 ];
+
+/** A ceiling on an added percentile (`measure`: added or addedTtft), read from the gateway's scenario and from the floor's. */
+function addedTarget(label, max, measure, gatewayId, floorId, p) {
+  return { label, unit: 'ms', max, read: (s) => measure(s[gatewayId], p), floor: (s) => measure(s[floorId], p) };
+}
 
 function burstTargets(setup, pick) {
   return [
