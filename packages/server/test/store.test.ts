@@ -178,26 +178,32 @@ for (const driver of drivers) {
     it('adds spent in exact decimal arithmetic', async () => {
       const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: 1 });
       const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
-      for (let i = 0; i < 10; i++) {
-        await store.keys.addSpent(key.id, 0.1);
-        await store.workspaces.addSpent(ws.id, 0.1);
-      }
-      await store.keys.addSpent(key.id, 0.0000002); // one token at 0.20 EUR / 1M
+      const row = (cost: number, workspaceId: string | null = ws.id) => usage({ requestId: uid('req'), keyId: key.id, workspaceId, cost });
+      for (let i = 0; i < 10; i++) await store.usage.insertMany([row(0.1)]);
+      await store.usage.insertMany([row(0.0000002, null)]); // one token at 0.20 EUR / 1M
       // Ten binary 0.1s add up to 0.9999999999999999; numeric gives exactly 1.
       expect((await store.workspaces.get(ws.id))?.spent).toBe(1);
       expect((await store.keys.getById(key.id))?.spent).toBe(1.0000002);
-      await expect(store.keys.addSpent(key.id, Number.NaN)).rejects.toThrow(RangeError);
-      await store.keys.addSpent('no-such-key', 1); // no row, no error
+      await expect(store.usage.insertMany([row(Number.NaN)])).rejects.toThrow(RangeError);
+      await store.usage.insertMany([usage({ requestId: uid('req'), keyId: uid('key'), cost: 1 })]); // no key row, no error
+      expect((await store.keys.getById(key.id))?.spent).toBe(1.0000002);
     });
 
-    it('50 concurrent addSpent calls sum exactly', async () => {
+    it('50 concurrent inserts add their spend exactly', async () => {
       const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: null });
       const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
+      const other = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
       await Promise.all(
-        Array.from({ length: 50 }, (_, i) => Promise.all([store.keys.addSpent(key.id, 0.01 * (i + 1)), store.workspaces.addSpent(ws.id, 0.25)])),
+        Array.from({ length: 50 }, (_, i) =>
+          Promise.all([
+            store.usage.insertMany([usage({ requestId: uid('req'), keyId: key.id, workspaceId: ws.id, cost: 0.01 * (i + 1) })]),
+            store.usage.insertMany([usage({ requestId: uid('req'), keyId: other.id, workspaceId: ws.id, cost: 0.25 })]),
+          ]),
+        ),
       );
       expect((await store.keys.getById(key.id))?.spent).toBe(12.75); // 0.01 * (1 + … + 50)
-      expect((await store.workspaces.get(ws.id))?.spent).toBe(12.5);
+      expect((await store.keys.getById(other.id))?.spent).toBe(12.5);
+      expect((await store.workspaces.get(ws.id))?.spent).toBe(25.25);
     });
 
     it('insertMany ignores a repeated requestId, within a batch and across batches', async () => {
@@ -232,6 +238,26 @@ for (const driver of drivers) {
       });
       await store.usage.insertMany([record]);
       expect(await store.usage.list({ requestId: record.requestId })).toEqual([record]);
+    });
+
+    it('insertMany adds the cost of the rows it stored to their key and workspace, once', async () => {
+      const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: null });
+      const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
+      const solo = await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash: uid('h'), rateLimitRpm: 60, budget: null });
+      const first = uid('req');
+      const inWs = { keyId: key.id, workspaceId: ws.id };
+      await store.usage.insertMany([
+        usage({ requestId: first, ...inWs, cost: 0.1 }),
+        usage({ requestId: uid('req'), ...inWs, cost: 0.2 }),
+        usage({ requestId: uid('req'), ...inWs, cost: 0 }),
+        usage({ requestId: uid('req'), keyId: solo.id, cost: 0.0000002 }),
+      ]);
+      // A batch written again after its answer was lost, with one new row: only the new row adds.
+      await store.usage.insertMany([usage({ requestId: first, ...inWs, cost: 0.1 }), usage({ requestId: uid('req'), ...inWs, cost: 0.05 })]);
+      expect((await store.keys.getById(key.id))?.spent).toBe(0.35);
+      expect((await store.workspaces.get(ws.id))?.spent).toBe(0.35);
+      expect((await store.keys.getById(solo.id))?.spent).toBe(0.0000002);
+      expect(await store.usage.list({ keyId: key.id })).toHaveLength(4);
     });
 
     it('insertMany takes batches bigger than one statement allows', async () => {

@@ -37,30 +37,28 @@ const record = (requestId: string, cost: number): UsageRecord => ({
 });
 
 describe('the usage writer', () => {
-  it('flush() writes what was recorded before it, even while an earlier write is still busy with its spend', async () => {
-    // The spend write of the first flush waits on a gate: a slow database at exactly that moment.
+  it('flush() writes what was recorded before it, even while an earlier write is still busy', async () => {
+    // The first write waits on a gate: a slow database at exactly that moment.
     let open: () => void = () => {};
     const gate = new Promise<void>((resolve) => {
       open = resolve;
     });
-    let spendWrites = 0;
-    const slowSpend: Store = {
+    let writes = 0;
+    const slow: Store = {
       ...store,
-      usage: store.usage,
-      keys: {
-        ...store.keys,
-        addSpent: async (id: string, amount: number) => {
-          spendWrites++;
-          await gate;
-          return store.keys.addSpent(id, amount);
+      usage: {
+        ...store.usage,
+        insertMany: async (records: UsageRecord[]) => {
+          if (++writes === 1) await gate;
+          return store.usage.insertMany(records);
         },
       },
     } as Store;
-    const writer = new UsageWriter(slowSpend, { flushIntervalMs: 60_000, maxBatch: 500, onError: () => {} });
+    const writer = new UsageWriter(slow, { flushIntervalMs: 60_000, maxBatch: 500, onError: () => {} });
     writer.record(record('req_first', 0.01));
     const first = writer.flush();
-    while (spendWrites === 0) await new Promise((r) => setImmediate(r));
-    // The first flush has written its rows and now waits on the spend; a new record comes.
+    while (writes === 0) await new Promise((r) => setImmediate(r));
+    // The first flush is writing; a new record comes.
     writer.record(record('req_second', 0));
     const second = writer.flush();
     setTimeout(open, 50);

@@ -8,16 +8,15 @@ export interface UsageWriterOptions {
 }
 
 /**
- * Buffers usage records and writes them in batches (one insert per chunk)
- * on a timer, never on a request's path. A failed write keeps the records
- * and retries, so a database outage loses nothing; spend is added only
- * after its records are stored, and retried on its own if that part fails.
- * A hard crash loses at most the last flush interval's records.
+ * Buffers usage records and writes them in batches (one statement per
+ * chunk) on a timer, never on a request's path. A failed write keeps the
+ * records and retries, so a database outage loses nothing; the statement
+ * that stores records also adds their cost to the spend, so a retried
+ * batch adds nothing twice and no stored record lacks its spend. A hard
+ * crash loses at most the last flush interval's records.
  */
 export class UsageWriter {
   private buffer: UsageRecord[] = [];
-  private readonly pendingKeySpend = new Map<string, number>();
-  private readonly pendingWorkspaceSpend = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
 
@@ -49,7 +48,7 @@ export class UsageWriter {
    */
   async flush(): Promise<void> {
     while (this.flushing) await this.flushing;
-    if (this.buffer.length === 0 && this.pendingKeySpend.size === 0 && this.pendingWorkspaceSpend.size === 0) return;
+    if (this.buffer.length === 0) return;
     this.flushing = this.doFlush().finally(() => {
       this.flushing = null;
     });
@@ -59,7 +58,7 @@ export class UsageWriter {
   /** Stops the timer and writes everything, retrying a few times. */
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
-    for (let i = 0; i < 5 && (this.buffer.length > 0 || this.pendingKeySpend.size > 0); i++) {
+    for (let i = 0; i < 5 && this.buffer.length > 0; i++) {
       await this.flush();
       if (this.buffer.length > 0) await new Promise((r) => setTimeout(r, 200));
     }
@@ -80,31 +79,6 @@ export class UsageWriter {
       }
       this.buffer = this.buffer.slice(batch.length);
       left -= batch.length;
-      for (const r of batch) {
-        if (r.cost <= 0) continue;
-        add(this.pendingKeySpend, r.keyId, r.cost);
-        if (r.workspaceId) add(this.pendingWorkspaceSpend, r.workspaceId, r.cost);
-      }
-    }
-    await this.flushSpend(this.pendingKeySpend, (id, amount) => this.store.keys.addSpent(id, amount));
-    await this.flushSpend(this.pendingWorkspaceSpend, (id, amount) => this.store.workspaces.addSpent(id, amount));
-  }
-
-  private async flushSpend(pending: Map<string, number>, write: (id: string, amount: number) => Promise<void>): Promise<void> {
-    for (const [id, amount] of [...pending]) {
-      try {
-        await write(id, amount);
-        const left = (pending.get(id) ?? 0) - amount;
-        if (Math.abs(left) < 1e-12) pending.delete(id);
-        else pending.set(id, left);
-      } catch (err) {
-        this.options.onError(err);
-        return;
-      }
     }
   }
-}
-
-function add(map: Map<string, number>, id: string, amount: number): void {
-  map.set(id, (map.get(id) ?? 0) + amount);
 }

@@ -74,10 +74,6 @@ function moneyText(amount: number): string {
   return String(amount);
 }
 
-function moneyParam(amount: number): SQL {
-  return sql`${moneyText(amount)}::numeric`;
-}
-
 class DrizzleWorkspaceRepo implements WorkspaceRepo {
   constructor(private readonly db: Db) {}
 
@@ -93,13 +89,6 @@ class DrizzleWorkspaceRepo implements WorkspaceRepo {
   async get(id: string): Promise<Workspace | null> {
     const [row] = await this.db.select().from(workspaces).where(eq(workspaces.id, id)).limit(1);
     return row ?? null;
-  }
-
-  async addSpent(id: string, amount: number): Promise<void> {
-    await this.db
-      .update(workspaces)
-      .set({ spent: sql`${workspaces.spent} + ${moneyParam(amount)}` })
-      .where(eq(workspaces.id, id));
   }
 }
 
@@ -150,13 +139,44 @@ class DrizzleKeyRepo implements KeyRepo {
     const [row] = await this.db.select({ n: count() }).from(apiKeys);
     return row?.n ?? 0;
   }
+}
 
-  async addSpent(id: string, amount: number): Promise<void> {
-    await this.db
-      .update(apiKeys)
-      .set({ spent: sql`${apiKeys.spent} + ${moneyParam(amount)}` })
-      .where(eq(apiKeys.id, id));
-  }
+const USAGE_COLUMNS = sql.raw(`request_id, key_id, workspace_id, kind, model, provider, prompt_tokens, completion_tokens,
+  total_tokens, units, cost, latency_ms, status, error_code, streamed, created_at`);
+
+/** The rows of a chunk as one JSON parameter (PostgreSQL). */
+function rowsFromJson(chunk: UsageRecord[]): SQL {
+  return sql`SELECT * FROM json_to_recordset(${usageJson(chunk)}::json) AS r(request_id text, key_id text, workspace_id text,
+    kind text, model text, provider text, prompt_tokens int4, completion_tokens int4, total_tokens int4, units float8,
+    cost numeric, latency_ms int4, status int4, error_code text, streamed bool, created_at timestamptz)`;
+}
+
+/** The rows of a chunk as one array parameter per column (PGlite). */
+function rowsFromArrays(chunk: UsageRecord[]): SQL {
+  const col = <T>(pick: (r: UsageRecord) => T) => sql.param(chunk.map(pick));
+  return sql`SELECT * FROM unnest(${col((r) => r.requestId)}::text[], ${col((r) => r.keyId)}::text[], ${col((r) => r.workspaceId)}::text[],
+    ${col((r) => r.kind)}::text[], ${col((r) => r.model)}::text[], ${col((r) => r.provider)}::text[],
+    ${col((r) => r.promptTokens)}::int4[], ${col((r) => r.completionTokens)}::int4[], ${col((r) => r.totalTokens)}::int4[],
+    ${col((r) => r.units)}::float8[], ${col((r) => moneyText(r.cost))}::numeric[], ${col((r) => r.latencyMs)}::int4[],
+    ${col((r) => r.status)}::int4[], ${col((r) => r.errorCode)}::text[], ${col((r) => r.streamed)}::bool[],
+    ${col((r) => r.createdAt.toISOString())}::timestamptz[])`;
+}
+
+/** Inserts `rows` (new request ids only) and adds the cost of those inserted to their keys' and workspaces' spend. */
+function withSpend(rows: SQL): SQL {
+  return sql`
+    WITH stored AS (
+      INSERT INTO usage_records (${USAGE_COLUMNS}) ${rows}
+      ON CONFLICT (request_id) DO NOTHING
+      RETURNING key_id, workspace_id, cost
+    ), by_key AS (
+      UPDATE api_keys SET spent = api_keys.spent + s.total
+      FROM (SELECT key_id, sum(cost) AS total FROM stored WHERE cost > 0 GROUP BY key_id) s
+      WHERE api_keys.id = s.key_id
+    )
+    UPDATE workspaces SET spent = workspaces.spent + s.total
+    FROM (SELECT workspace_id, sum(cost) AS total FROM stored WHERE cost > 0 AND workspace_id IS NOT NULL GROUP BY workspace_id) s
+    WHERE workspaces.id = s.workspace_id`;
 }
 
 class DrizzleUsageRepo implements UsageRepo {
@@ -166,7 +186,10 @@ class DrizzleUsageRepo implements UsageRepo {
   ) {}
 
   /**
-   * One statement per chunk whatever its size. With PostgreSQL the rows
+   * One statement per chunk whatever its size, which also adds the cost of
+   * the rows it stored to their keys' and workspaces' spend: a retried
+   * chunk whose rows are already there stores nothing and adds nothing, and
+   * a crash cannot leave rows without their spend. With PostgreSQL the rows
    * travel as one JSON parameter that `json_to_recordset` reads (the
    * gateway only runs JSON.stringify; the server does the parsing); with
    * embedded PGlite, which parses JSON slower than arrays, each column
@@ -177,27 +200,7 @@ class DrizzleUsageRepo implements UsageRepo {
   async insertMany(records: UsageRecord[]): Promise<void> {
     for (let i = 0; i < records.length; i += USAGE_INSERT_CHUNK) {
       const chunk = records.slice(i, i + USAGE_INSERT_CHUNK);
-      if (this.kind === 'postgres') {
-        await this.db.execute(sql`
-          INSERT INTO usage_records (request_id, key_id, workspace_id, kind, model, provider, prompt_tokens, completion_tokens,
-            total_tokens, units, cost, latency_ms, status, error_code, streamed, created_at)
-          SELECT * FROM json_to_recordset(${usageJson(chunk)}::json) AS r(request_id text, key_id text, workspace_id text,
-            kind text, model text, provider text, prompt_tokens int4, completion_tokens int4, total_tokens int4, units float8,
-            cost numeric, latency_ms int4, status int4, error_code text, streamed bool, created_at timestamptz)
-          ON CONFLICT (request_id) DO NOTHING`);
-        continue;
-      }
-      const col = <T>(pick: (r: UsageRecord) => T) => sql.param(chunk.map(pick));
-      await this.db.execute(sql`
-        INSERT INTO usage_records (request_id, key_id, workspace_id, kind, model, provider, prompt_tokens, completion_tokens,
-          total_tokens, units, cost, latency_ms, status, error_code, streamed, created_at)
-        SELECT * FROM unnest(${col((r) => r.requestId)}::text[], ${col((r) => r.keyId)}::text[], ${col((r) => r.workspaceId)}::text[],
-          ${col((r) => r.kind)}::text[], ${col((r) => r.model)}::text[], ${col((r) => r.provider)}::text[],
-          ${col((r) => r.promptTokens)}::int4[], ${col((r) => r.completionTokens)}::int4[], ${col((r) => r.totalTokens)}::int4[],
-          ${col((r) => r.units)}::float8[], ${col((r) => moneyText(r.cost))}::numeric[], ${col((r) => r.latencyMs)}::int4[],
-          ${col((r) => r.status)}::int4[], ${col((r) => r.errorCode)}::text[], ${col((r) => r.streamed)}::bool[],
-          ${col((r) => r.createdAt.toISOString())}::timestamptz[])
-        ON CONFLICT (request_id) DO NOTHING`);
+      await this.db.execute(withSpend(this.kind === 'postgres' ? rowsFromJson(chunk) : rowsFromArrays(chunk)));
     }
   }
 

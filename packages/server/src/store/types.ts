@@ -86,8 +86,6 @@ export interface KeyPatch {
 export interface WorkspaceRepo {
   create(input: NewWorkspace): Promise<Workspace>;
   get(id: string): Promise<Workspace | null>;
-  /** Atomically adds `amount` EUR to the workspace's spent total. */
-  addSpent(id: string, amount: number): Promise<void>;
 }
 
 export interface KeyRepo {
@@ -97,12 +95,13 @@ export interface KeyRepo {
   update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null>;
   revoke(id: string): Promise<ApiKeyRecord | null>;
   count(): Promise<number>;
-  /** Atomically adds `amount` EUR to the key's spent total. */
-  addSpent(id: string, amount: number): Promise<void>;
 }
 
 export interface UsageRepo {
-  /** Inserts many records in one statement; idempotent per requestId (a repeat is ignored). */
+  /**
+   * Inserts many records and adds the cost of those inserted to their keys' and workspaces'
+   * spend, atomically; idempotent per requestId (a repeat is ignored and adds nothing).
+   */
   insertMany(records: UsageRecord[]): Promise<void>;
   list(query: UsageQuery): Promise<UsageRecord[]>;
 }
