@@ -206,6 +206,24 @@ for (const driver of drivers) {
       expect((await store.workspaces.get(ws.id))?.spent).toBe(25.25);
     });
 
+    it('concurrent inserts that touch the same keys and workspaces in different orders all land, with exact spend', async () => {
+      const wss = await Promise.all([0, 1].map(() => store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: null })));
+      const keys = await Promise.all(
+        [0, 1, 2, 3].map((i) =>
+          store.keys.create({ id: uid('key'), name: null, workspaceId: wss[i % 2]?.id ?? null, hash: uid('h'), rateLimitRpm: 60, budget: null }),
+        ),
+      );
+      // Each batch names every key, half of them in reverse: as several gateway instances flushing at once would.
+      await Promise.all(
+        Array.from({ length: 40 }, (_, n) => {
+          const order = n % 2 === 0 ? keys : [...keys].reverse();
+          return store.usage.insertMany(order.map((k) => usage({ requestId: uid('req'), keyId: k.id, workspaceId: k.workspaceId, cost: 0.5 })));
+        }),
+      );
+      for (const k of keys) expect((await store.keys.getById(k.id))?.spent).toBe(20);
+      for (const w of wss) expect((await store.workspaces.get(w.id))?.spent).toBe(40);
+    });
+
     it('insertMany ignores a repeated requestId, within a batch and across batches', async () => {
       const keyId = uid('key');
       const r1 = uid('req');

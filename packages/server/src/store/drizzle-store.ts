@@ -162,20 +162,31 @@ function rowsFromArrays(chunk: UsageRecord[]): SQL {
     ${col((r) => r.createdAt.toISOString())}::timestamptz[])`;
 }
 
-/** Inserts `rows` (new request ids only) and adds the cost of those inserted to their keys' and workspaces' spend. */
+/**
+ * Inserts `rows` (new request ids only) and adds the cost of those inserted
+ * to their keys' and workspaces' spend. The rows to update are locked in id
+ * order first (workspaces, then keys), so that instances flushing at the
+ * same time wait for each other instead of deadlocking.
+ */
 function withSpend(rows: SQL): SQL {
   return sql`
     WITH stored AS (
       INSERT INTO usage_records (${USAGE_COLUMNS}) ${rows}
       ON CONFLICT (request_id) DO NOTHING
       RETURNING key_id, workspace_id, cost
+    ), paid AS (
+      SELECT key_id, workspace_id, cost FROM stored WHERE cost > 0
+    ), ws_locked AS (
+      SELECT id FROM workspaces WHERE id IN (SELECT workspace_id FROM paid) ORDER BY id FOR UPDATE
+    ), keys_locked AS (
+      SELECT id FROM api_keys WHERE id IN (SELECT key_id FROM paid) ORDER BY id FOR UPDATE
     ), by_key AS (
       UPDATE api_keys SET spent = api_keys.spent + s.total
-      FROM (SELECT key_id, sum(cost) AS total FROM stored WHERE cost > 0 GROUP BY key_id) s
+      FROM (SELECT key_id, sum(cost) AS total FROM paid WHERE key_id IN (SELECT id FROM keys_locked) GROUP BY key_id) s
       WHERE api_keys.id = s.key_id
     )
     UPDATE workspaces SET spent = workspaces.spent + s.total
-    FROM (SELECT workspace_id, sum(cost) AS total FROM stored WHERE cost > 0 AND workspace_id IS NOT NULL GROUP BY workspace_id) s
+    FROM (SELECT workspace_id, sum(cost) AS total FROM paid WHERE workspace_id IN (SELECT id FROM ws_locked) GROUP BY workspace_id) s
     WHERE workspaces.id = s.workspace_id`;
 }
 
