@@ -175,6 +175,39 @@ describe('live SSE frames from a session', () => {
       }
     });
 
+    it('sends the head with the first events, in one write', async () => {
+      const { session, sink } = await handFed();
+      // Counts the socket's writes where they reach the system (each of these is one syscall).
+      let writes = 0;
+      const server = createServer((_req, res) => {
+        const handle = (res.socket as unknown as { _handle: Record<string, unknown> })._handle;
+        for (const name of ['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString', 'writeUcs2String']) {
+          const original = handle[name];
+          if (typeof original !== 'function') continue;
+          handle[name] = function (this: unknown, ...args: unknown[]) {
+            writes++;
+            return original.apply(this, args);
+          };
+        }
+        res.setHeader('content-type', 'text/event-stream');
+        new LiveFrames(session, 0, false, 60_000).sendThrough(res).pipe(res);
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      try {
+        const socket = request((server.address() as { port: number }).port, '1.1');
+        await new Promise((r) => setTimeout(r, 50));
+        expect(writes).toBe(1);
+        sink.chunk(content('second'));
+        sink.end(null);
+        const raw = await readToEnd(socket);
+        expect(raw.slice(0, raw.indexOf('\r\n\r\n'))).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*transfer-encoding: chunked/i);
+        const pieces = httpChunks(raw.slice(raw.indexOf('\r\n\r\n') + 4));
+        expect(pieces.join('').match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:3`]);
+      } finally {
+        server.close();
+      }
+    });
+
     it('sends the events of one upstream read in one write, and each later read in its own', async () => {
       const { session, sink } = await handFed();
       const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000));

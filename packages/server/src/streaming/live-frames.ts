@@ -115,21 +115,32 @@ interface SocketWriter {
  * response's write path costs a cork, three buffered writes, a writev and
  * several ticks per piece, and its garbage was a tenth of a stream's.
  *
- * Only once the response has sent its headers to the socket and holds
- * nothing of its own (else its bytes and ours could interleave); otherwise
- * null, and the frames go through the response as usual. Ending the
- * response still writes the last, empty chunk.
+ * Only while the response holds nothing of its own (else its bytes and
+ * ours could interleave); otherwise null, and the frames go through the
+ * response as usual. The first frame goes through the response too, with
+ * the head. Ending the response still writes the last, empty chunk.
  */
 function socketWriter(res: ServerResponse, onDrain: () => void): SocketWriter | null {
   const socket = res.socket;
   if (!socket || socket.destroyed) return null;
-  res.flushHeaders();
+  // The head is built now (it decides the framing) and, when nothing sent it yet, goes out with the
+  // first frame through the response: one write for both, where flushing it alone took one more.
+  let headWithFirst = !res.headersSent;
+  if (headWithFirst) res.writeHead(res.statusCode);
+  else res.flushHeaders();
   const chunked = (res as ServerResponse & { chunkedEncoding?: unknown }).chunkedEncoding;
-  if (typeof chunked !== 'boolean' || res.writableLength !== socket.writableLength) return null;
+  if (typeof chunked !== 'boolean' || res.writableLength !== socket.writableLength) {
+    if (headWithFirst) res.flushHeaders();
+    return null;
+  }
   socket.on('drain', onDrain);
   return {
     write(text: string): boolean {
       if (socket.destroyed) return false;
+      if (headWithFirst) {
+        headWithFirst = false;
+        return res.write(text);
+      }
       return socket.write(chunked ? `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n` : text);
     },
     close(): void {
