@@ -175,6 +175,46 @@ describe('live SSE frames from a session', () => {
       }
     });
 
+    it('sends the last events and the end of the body in one write, and a stream that came whole in one write altogether', async () => {
+      const { session, sink } = await handFed();
+      let writes = 0;
+      const server = createServer((_req, res) => {
+        const handle = (res.socket as unknown as { _handle: Record<string, unknown> })._handle;
+        for (const name of ['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString', 'writeUcs2String']) {
+          const original = handle[name];
+          if (typeof original !== 'function') continue;
+          handle[name] = function (this: unknown, ...args: unknown[]) {
+            writes++;
+            return original.apply(this, args);
+          };
+        }
+        res.setHeader('content-type', 'text/event-stream');
+        new LiveFrames(session, 0, true, 60_000).sendThrough(res).pipe(res);
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      try {
+        const port = (server.address() as { port: number }).port;
+        const socket = request(port, '1.1');
+        await new Promise((r) => setTimeout(r, 50));
+        expect(writes).toBe(1);
+        // The usage chunk and the end, as an upstream's last read brings them.
+        sink.chunk({ ...content(''), choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+        sink.end(null);
+        const raw = await readToEnd(socket);
+        expect(writes).toBe(2);
+        const pieces = httpChunks(raw.slice(raw.indexOf('\r\n\r\n') + 4));
+        expect(pieces.join('').match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:3`]);
+        expect(pieces.join('').endsWith('data: [DONE]\n\n')).toBe(true);
+        // A second client of the same, ended, session gets everything in one write.
+        writes = 0;
+        const again = await readToEnd(request(port, '1.1'));
+        expect(writes).toBe(1);
+        expect(httpChunks(again.slice(again.indexOf('\r\n\r\n') + 4)).join('')).toBe(pieces.join(''));
+      } finally {
+        server.close();
+      }
+    });
+
     it('sends the head with the first events, in one write', async () => {
       const { session, sink } = await handFed();
       // Counts the socket's writes where they reach the system (each of these is one syscall).

@@ -77,6 +77,8 @@ export class LiveFrames extends Readable {
 
   private flush(): void {
     const log = this.session.log;
+    // The last frames, and the empty chunk that ending the response adds a tick later, leave in one write.
+    if (this.direct && this.session.ended && !this.stopped && this.wanting && this.next < log.length) this.direct.holdForEnd();
     // Events that arrived together go out in one write, up to a bound: a client that was slow gets its backlog in pieces the socket can take.
     while (this.wanting && !this.stopped && this.next < log.length) {
       let text = '';
@@ -106,6 +108,8 @@ export class LiveFrames extends Readable {
 interface SocketWriter {
   /** false: the socket is full (or gone); wait for the drain callback. */
   write(text: string): boolean;
+  /** Gathers what is written from now until the next turn of the event loop into one write. */
+  holdForEnd(): void;
   close(): void;
 }
 
@@ -142,6 +146,12 @@ function socketWriter(res: ServerResponse, onDrain: () => void): SocketWriter | 
         return res.write(text);
       }
       return socket.write(chunked ? `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n` : text);
+    },
+    holdForEnd(): void {
+      if (socket.destroyed) return;
+      socket.cork();
+      // After the ticks in which the stream ends and the response writes its last chunk.
+      setImmediate(() => socket.uncork());
     },
     close(): void {
       socket.off('drain', onDrain);
