@@ -102,16 +102,29 @@ describe('live SSE frames from a session', () => {
   });
 
   describe('written straight to the response socket', () => {
-    /** A real HTTP server sending `frames` as the gateway does: headers set on the response, the stream piped to it. */
-    async function serve(frames: () => LiveFrames): Promise<{ server: Server; port: number; responses: ServerResponse[] }> {
+    /**
+     * A real HTTP server sending `frames` as the gateway does: headers set on the response, the stream
+     * piped to it. `writes.n` counts its sockets' writes where they reach the system (one syscall each).
+     */
+    async function serve(frames: () => LiveFrames): Promise<{ server: Server; port: number; responses: ServerResponse[]; writes: { n: number } }> {
       const responses: ServerResponse[] = [];
+      const writes = { n: 0 };
       const server = createServer((_req, res) => {
         responses.push(res);
+        const handle = (res.socket as unknown as { _handle: Record<string, unknown> })._handle;
+        for (const name of ['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString', 'writeUcs2String']) {
+          const original = handle[name];
+          if (typeof original !== 'function') continue;
+          handle[name] = function (this: unknown, ...args: unknown[]) {
+            writes.n++;
+            return original.apply(this, args);
+          };
+        }
         res.setHeader('content-type', 'text/event-stream');
         frames().sendThrough(res).pipe(res);
       });
       await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-      return { server, port: (server.address() as { port: number }).port, responses };
+      return { server, port: (server.address() as { port: number }).port, responses, writes };
     }
 
     function request(port: number, version: '1.0' | '1.1'): Socket {
@@ -177,38 +190,23 @@ describe('live SSE frames from a session', () => {
 
     it('sends the last events and the end of the body in one write, and a stream that came whole in one write altogether', async () => {
       const { session, sink } = await handFed();
-      let writes = 0;
-      const server = createServer((_req, res) => {
-        const handle = (res.socket as unknown as { _handle: Record<string, unknown> })._handle;
-        for (const name of ['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString', 'writeUcs2String']) {
-          const original = handle[name];
-          if (typeof original !== 'function') continue;
-          handle[name] = function (this: unknown, ...args: unknown[]) {
-            writes++;
-            return original.apply(this, args);
-          };
-        }
-        res.setHeader('content-type', 'text/event-stream');
-        new LiveFrames(session, 0, true, 60_000).sendThrough(res).pipe(res);
-      });
-      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      const { server, port, writes } = await serve(() => new LiveFrames(session, 0, true, 60_000));
       try {
-        const port = (server.address() as { port: number }).port;
         const socket = request(port, '1.1');
         await new Promise((r) => setTimeout(r, 50));
-        expect(writes).toBe(1);
+        expect(writes.n).toBe(1);
         // The usage chunk and the end, as an upstream's last read brings them.
         sink.chunk({ ...content(''), choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
         sink.end(null);
         const raw = await readToEnd(socket);
-        expect(writes).toBe(2);
+        expect(writes.n).toBe(2);
         const pieces = httpChunks(raw.slice(raw.indexOf('\r\n\r\n') + 4));
         expect(pieces.join('').match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:3`]);
         expect(pieces.join('').endsWith('data: [DONE]\n\n')).toBe(true);
         // A second client of the same, ended, session gets everything in one write.
-        writes = 0;
+        writes.n = 0;
         const again = await readToEnd(request(port, '1.1'));
-        expect(writes).toBe(1);
+        expect(writes.n).toBe(1);
         expect(httpChunks(again.slice(again.indexOf('\r\n\r\n') + 4)).join('')).toBe(pieces.join(''));
       } finally {
         server.close();
@@ -217,26 +215,11 @@ describe('live SSE frames from a session', () => {
 
     it('sends the head with the first events, in one write', async () => {
       const { session, sink } = await handFed();
-      // Counts the socket's writes where they reach the system (each of these is one syscall).
-      let writes = 0;
-      const server = createServer((_req, res) => {
-        const handle = (res.socket as unknown as { _handle: Record<string, unknown> })._handle;
-        for (const name of ['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString', 'writeUcs2String']) {
-          const original = handle[name];
-          if (typeof original !== 'function') continue;
-          handle[name] = function (this: unknown, ...args: unknown[]) {
-            writes++;
-            return original.apply(this, args);
-          };
-        }
-        res.setHeader('content-type', 'text/event-stream');
-        new LiveFrames(session, 0, false, 60_000).sendThrough(res).pipe(res);
-      });
-      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      const { server, port, writes } = await serve(() => new LiveFrames(session, 0, false, 60_000));
       try {
-        const socket = request((server.address() as { port: number }).port, '1.1');
+        const socket = request(port, '1.1');
         await new Promise((r) => setTimeout(r, 50));
-        expect(writes).toBe(1);
+        expect(writes.n).toBe(1);
         sink.chunk(content('second'));
         sink.end(null);
         const raw = await readToEnd(socket);
