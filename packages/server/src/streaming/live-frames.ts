@@ -133,10 +133,8 @@ function socketWriter(res: ServerResponse, onDrain: () => void): SocketWriter | 
   if (headWithFirst) res.writeHead(res.statusCode);
   else res.flushHeaders();
   const chunked = (res as ServerResponse & { chunkedEncoding?: unknown }).chunkedEncoding;
-  if (typeof chunked !== 'boolean' || res.writableLength !== socket.writableLength) {
-    if (headWithFirst) res.flushHeaders();
-    return null;
-  }
+  // Not ours to write to: the frames go through the response, whose first write sends the head.
+  if (typeof chunked !== 'boolean' || res.writableLength !== socket.writableLength) return null;
   socket.on('drain', onDrain);
   return {
     write(text: string): boolean {
