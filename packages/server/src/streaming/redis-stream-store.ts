@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { decodeEvents, encodeEvents } from './event-batch.js';
 import {
   DELIVERED_LINGER_S,
   MAX_STREAM_EVENTS,
@@ -12,21 +13,20 @@ import {
 const eventsKey = (id: string) => `gw:stream:{${id}}:events`;
 const metaKey = (id: string) => `gw:stream:{${id}}:meta`;
 
-/** How long a stream's events may wait to be written together (the first and the last are written at once). */
-export const APPEND_COALESCE_MS = 25;
+/** How long a stream's events may wait to be written together (its first event is written at once). */
+export const APPEND_COALESCE_MS = 100;
 
 /**
- * Several events of one stream in one call (one slot: both keys share the
- * stream's hash tag), with the stream's meta record when it is new.
- * ARGV: max length, ttl (0: leave it), owner key id ('' : no meta), model, then id/kind/data triples.
+ * A batch of one stream's events as one entry (one slot: both keys share
+ * the stream's hash tag), with the stream's meta record when it is new.
+ * ARGV: max length, ttl (0: leave it), owner key id ('' : no meta), model,
+ * entry id, the events (see {@link encodeEvents}).
  */
 const APPEND_EVENTS = `
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], 'keyId', ARGV[3], 'model', ARGV[4])
 end
-for i = 5, #ARGV, 3 do
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[i], 'k', ARGV[i + 1], 'd', ARGV[i + 2])
-end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[5], 'e', ARGV[6])
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
@@ -42,31 +42,40 @@ type AppendEvents = (
   ttl: number,
   keyId: string,
   model: string,
-  ...triples: (string | number)[]
+  entryId: string,
+  batch: string,
 ) => Promise<unknown>;
 
-interface Pending {
-  events: StreamEvent[];
-  timer: NodeJS.Timeout;
-}
+const ends = (e: StreamEvent | undefined) => e?.kind === 'done' || e?.kind === 'error';
 
 /**
- * The resume buffer in Redis Streams, shared by every instance: entry ids
- * are `<seq>-1`, so "after event N" is an exclusive range. Keys expire a
+ * The resume buffer in Redis Streams, shared by every instance. Each entry
+ * holds consecutive events and is named after the last of them
+ * (`<seq>-1`), so "after event N" is an exclusive range from `N-1`, less
+ * the events at or before N in the first entry it returns. Keys expire a
  * while after the stream ends (or after the grace period if it never does).
  *
- * A stream's first event is written at once (it sets the keys' expiry);
- * the ones after it are gathered for at most APPEND_COALESCE_MS and
- * written by one script call, and the last one (done or error) flushes
- * what is gathered at once. One command per event was about a quarter of
- * the gateway's CPU under 50 concurrent streams. Clients on this instance
- * read the live session, never this buffer; a resume on another instance
- * sees an event at most that much later.
+ * A stream's first event is written at once (with its meta record, which
+ * a resume on another instance checks first). The ones after it are
+ * gathered, and every APPEND_COALESCE_MS one timer writes each stream's
+ * batch as one entry, all in one round trip (ioredis pipelines the calls
+ * of one tick). A stream's last batch goes out as soon as the client has
+ * received the end, with the short linger as its expiry, so no command
+ * follows to shorten it; else with the next tick. One command per event
+ * was about a quarter of the gateway's CPU under 50 concurrent streams.
+ * Clients on this instance read the live session, never this buffer; a
+ * resume on another instance sees an event at most that much later.
  */
 export class RedisStreamStore implements StreamStore {
-  private readonly pending = new Map<string, Pending>();
+  private readonly pending = new Map<string, StreamEvent[]>();
   /** Meta records of streams whose first event is not written yet: they go in the same call. */
   private readonly newMeta = new Map<string, StreamMeta>();
+  private tick: NodeJS.Timeout | null = null;
+  private readonly flushAll = () => {
+    this.tick = null;
+    for (const [streamId, events] of this.pending) void this.write(streamId, events, false);
+    this.pending.clear();
+  };
 
   constructor(
     private readonly redis: Redis,
@@ -82,40 +91,43 @@ export class RedisStreamStore implements StreamStore {
 
   append(streamId: string, event: StreamEvent): void {
     if (event.seq === 1) {
-      void this.write(streamId, [event]);
+      void this.write(streamId, [event], false);
       return;
     }
-    let p = this.pending.get(streamId);
-    if (!p) {
-      p = { events: [], timer: setTimeout(() => void this.flushStream(streamId), APPEND_COALESCE_MS) };
-      p.timer.unref();
-      this.pending.set(streamId, p);
+    const events = this.pending.get(streamId);
+    if (events) events.push(event);
+    else this.pending.set(streamId, [event]);
+    if (!this.tick) {
+      this.tick = setTimeout(this.flushAll, APPEND_COALESCE_MS);
+      this.tick.unref();
     }
-    p.events.push(event);
-    if (event.kind === 'done' || event.kind === 'error') void this.flushStream(streamId);
   }
 
-  private flushStream(streamId: string): Promise<void> {
-    const p = this.pending.get(streamId);
-    if (!p) return Promise.resolve();
-    this.pending.delete(streamId);
-    clearTimeout(p.timer);
-    return this.write(streamId, p.events);
-  }
-
-  /** Writes events in order on this connection; a failure only degrades resume (the live stream goes on). */
-  private async write(streamId: string, events: StreamEvent[]): Promise<void> {
+  /**
+   * Writes events in order on this connection, as one entry; a failure only
+   * degrades resume (the live stream goes on). `delivered`: the batch ends
+   * the stream and its client already has it all.
+   */
+  private async write(streamId: string, events: StreamEvent[], delivered: boolean): Promise<void> {
     const last = events[events.length - 1] as StreamEvent;
-    const ended = last.kind === 'done' || last.kind === 'error';
     // The expiry is set by the first event and moved by the last; the events between leave it.
-    const ttl = ended ? STREAM_RETENTION_S : events[0]?.seq === 1 ? this.graceS + STREAM_RETENTION_S : 0;
+    const ttl = ends(last) ? (delivered ? DELIVERED_LINGER_S : STREAM_RETENTION_S) : events[0]?.seq === 1 ? this.graceS + STREAM_RETENTION_S : 0;
     const meta = this.newMeta.get(streamId);
     if (meta) this.newMeta.delete(streamId);
-    const triples: (string | number)[] = [];
-    for (const e of events) triples.push(`${e.seq}-1`, e.kind, e.data);
     const run = (this.redis as unknown as { gwAppendEvents: AppendEvents }).gwAppendEvents;
-    const args = [eventsKey(streamId), metaKey(streamId), MAX_STREAM_EVENTS, ttl, meta?.keyId ?? '', meta?.model ?? ''] as const;
-    await run.call(this.redis, ...args, ...triples).catch(() => {});
+    await run
+      .call(
+        this.redis,
+        eventsKey(streamId),
+        metaKey(streamId),
+        MAX_STREAM_EVENTS,
+        ttl,
+        meta?.keyId ?? '',
+        meta?.model ?? '',
+        `${last.seq}-1`,
+        encodeEvents(events),
+      )
+      .catch(() => {});
   }
 
   async meta(streamId: string): Promise<StreamMeta | null> {
@@ -124,7 +136,13 @@ export class RedisStreamStore implements StreamStore {
   }
 
   delivered(streamId: string): void {
-    // LT only shortens a TTL (Redis 7); an older Redis refuses it and the longer TTL stays.
+    const events = this.pending.get(streamId);
+    if (ends(events?.at(-1))) {
+      this.pending.delete(streamId);
+      void this.write(streamId, events as StreamEvent[], true);
+      return;
+    }
+    // Written already: LT only shortens a TTL (Redis 7); an older Redis refuses it and the longer TTL stays.
     // Plain commands, not a MULTI: they queue behind the stream's last write, whose expiry they must follow.
     const ignore = () => {};
     this.redis.expire(eventsKey(streamId), DELIVERED_LINGER_S, 'LT').catch(ignore);
@@ -148,9 +166,12 @@ export class RedisStreamStore implements StreamStore {
         }
         for (const [id, fields] of res[0]?.[1] ?? []) {
           last = id;
-          const event = toEvent(id, fields);
-          yield event;
-          if (event.kind === 'done' || event.kind === 'error') return;
+          for (const event of entryEvents(id, fields)) {
+            // The first entry may begin before the resume point.
+            if (event.seq <= afterSeq) continue;
+            yield event;
+            if (ends(event)) return;
+          }
         }
       }
     } finally {
@@ -161,12 +182,19 @@ export class RedisStreamStore implements StreamStore {
 
   /** Writes what is gathered (shutdown). */
   async close(): Promise<void> {
-    await Promise.all([...this.pending.keys()].map((id) => this.flushStream(id)));
+    if (this.tick) clearTimeout(this.tick);
+    this.tick = null;
+    const batches = [...this.pending];
+    this.pending.clear();
+    await Promise.all(batches.map(([streamId, events]) => this.write(streamId, events, false)));
   }
 }
 
-function toEvent(id: string, fields: string[]): StreamEvent {
+/** An entry's events: a batch (field `e`), or one event in fields `k` and `d` as instances before batches wrote them. */
+function entryEvents(id: string, fields: string[]): StreamEvent[] {
   const f: Record<string, string> = {};
   for (let i = 0; i + 1 < fields.length; i += 2) f[fields[i] as string] = fields[i + 1] as string;
-  return { seq: Number(id.split('-')[0]), kind: (f['k'] ?? 'chunk') as StreamEventKind, data: f['d'] ?? '' };
+  const batch = f['e'];
+  if (batch !== undefined) return decodeEvents(batch);
+  return [{ seq: Number(id.split('-')[0]), kind: (f['k'] ?? 'chunk') as StreamEventKind, data: f['d'] ?? '' }];
 }

@@ -1,0 +1,142 @@
+import { type RedisServer, startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { decodeEvents, encodeEvents } from '../src/streaming/event-batch.js';
+import { APPEND_COALESCE_MS, RedisStreamStore } from '../src/streaming/redis-stream-store.js';
+import { DELIVERED_LINGER_S, STREAM_RETENTION_S, type StreamEvent } from '../src/streaming/types.js';
+
+let server: RedisServer;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = new Redis(server.url);
+});
+
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.stop();
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const chunk = (seq: number, data = `{"n":${seq}}`): StreamEvent => ({ seq, kind: 'chunk', data });
+const done = (seq: number): StreamEvent => ({ seq, kind: 'done', data: '[DONE]' });
+const eventsKey = (id: string) => `gw:stream:{${id}}:events`;
+
+async function followAll(store: RedisStreamStore, id: string, afterSeq: number): Promise<StreamEvent[]> {
+  const out: StreamEvent[] = [];
+  for await (const e of store.follow(id, afterSeq, AbortSignal.timeout(5000))) out.push(e);
+  return out;
+}
+
+/** How many times Redis has run one command so far (INFO commandstats). */
+async function commandCalls(name: string): Promise<number> {
+  const info = await redis.info('commandstats');
+  return Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
+}
+
+describe('a batch of events as one string', () => {
+  const tricky: StreamEvent[] = [
+    { seq: 3, kind: 'chunk', data: '{"content":"line one\\nline two"}' },
+    { seq: 4, kind: 'chunk', data: 'a raw\nnewline, 12 34 spaces and digits\n' },
+    { seq: 5, kind: 'chunk', data: '{"content":"Grüße, 東京, 🦊"}' },
+    { seq: 6, kind: 'usage', data: '' },
+    { seq: 7, kind: 'error', data: '{"error":{"message":"x"}}' },
+    { seq: 8, kind: 'done', data: '[DONE]' },
+  ];
+
+  it('decodes to exactly what was encoded, whatever the data holds', () => {
+    expect(decodeEvents(encodeEvents(tricky))).toEqual(tricky);
+    expect(decodeEvents('')).toEqual([]);
+  });
+
+  it('keeps its lengths through Redis, multi-byte characters included', async () => {
+    await redis.xadd('batch-roundtrip', '8-1', 'e', encodeEvents(tricky));
+    const [[, fields]] = (await redis.xrange('batch-roundtrip', '-', '+')) as [string, string[]][];
+    expect(decodeEvents(fields[1] as string)).toEqual(tricky);
+  });
+
+  it('refuses text it did not write', () => {
+    expect(() => decodeEvents('garbage')).toThrow(/unreadable/);
+    expect(() => decodeEvents('1 chunk 99\nshort')).toThrow(/unreadable/);
+    expect(() => decodeEvents('1 other 2\nab')).toThrow(/unreadable/);
+  });
+});
+
+describe('the Redis resume buffer', () => {
+  it('writes the first event at once and the rest as one entry per tick, resumable from inside an entry', async () => {
+    const store = new RedisStreamStore(redis, 60);
+    const id = 'batched';
+    await store.create(id, { keyId: 'key_1', model: 'm' });
+    store.append(id, chunk(1));
+    for (let seq = 2; seq <= 6; seq++) store.append(id, chunk(seq));
+    await sleep(APPEND_COALESCE_MS * 4);
+    const entries = (await redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId);
+    expect(entries).toEqual(['1-1', '6-1']);
+    store.append(id, chunk(7));
+    store.append(id, done(8));
+    await sleep(APPEND_COALESCE_MS * 4);
+    expect(await redis.xlen(eventsKey(id))).toBe(3);
+    // Not delivered: the full retention.
+    expect(await redis.ttl(eventsKey(id))).toBeGreaterThan(STREAM_RETENTION_S - 30);
+    expect(await store.meta(id)).toEqual({ keyId: 'key_1', model: 'm' });
+    // After event 3, inside the entry 2..6: exactly 4 to 8.
+    expect((await followAll(store, id, 3)).map((e) => e.seq)).toEqual([4, 5, 6, 7, 8]);
+    expect((await followAll(store, id, 0)).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect((await followAll(store, id, 7)).map((e) => e.kind)).toEqual(['done']);
+  });
+
+  it('writes the last batch with the short linger as soon as the client has it all, with no command after it', async () => {
+    const store = new RedisStreamStore(redis, 60);
+    const id = 'delivered-early';
+    await store.create(id, { keyId: 'key_1', model: 'm' });
+    store.append(id, chunk(1));
+    store.append(id, chunk(2));
+    store.append(id, done(3));
+    const expiresBefore = await commandCalls('expire');
+    store.delivered(id);
+    // Well before the tick.
+    await sleep(5);
+    const entries = (await redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId);
+    expect(entries).toEqual(['1-1', '3-1']);
+    const ttl = await redis.ttl(eventsKey(id));
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(DELIVERED_LINGER_S);
+    // The two of the write's own script (one per key); none to shorten it afterwards.
+    expect(await commandCalls('expire')).toBe(expiresBefore + 2);
+    await sleep(APPEND_COALESCE_MS * 3);
+    expect(await redis.xlen(eventsKey(id))).toBe(2);
+  });
+
+  it('shortens the expiry of a stream delivered after its last batch was written', async () => {
+    const store = new RedisStreamStore(redis, 60);
+    const id = 'delivered-late';
+    await store.create(id, { keyId: 'key_1', model: 'm' });
+    store.append(id, chunk(1));
+    store.append(id, done(2));
+    await sleep(APPEND_COALESCE_MS * 4);
+    expect(await redis.ttl(eventsKey(id))).toBeGreaterThan(STREAM_RETENTION_S - 30);
+    store.delivered(id);
+    await sleep(20);
+    expect(await redis.ttl(eventsKey(id))).toBeLessThanOrEqual(DELIVERED_LINGER_S);
+  });
+
+  it('reads entries of one event each, as they were once written', async () => {
+    const store = new RedisStreamStore(redis, 60);
+    const id = 'one-per-entry';
+    await redis.hset(`gw:stream:{${id}}:meta`, 'keyId', 'key_1', 'model', 'm');
+    await redis.xadd(eventsKey(id), '1-1', 'k', 'chunk', 'd', '{"n":1}');
+    await redis.xadd(eventsKey(id), '2-1', 'k', 'done', 'd', '[DONE]');
+    expect(await followAll(store, id, 0)).toEqual([chunk(1), done(2)]);
+  });
+
+  it('writes what is gathered when it closes', async () => {
+    const store = new RedisStreamStore(redis, 60);
+    const id = 'closing';
+    await store.create(id, { keyId: 'key_1', model: 'm' });
+    store.append(id, chunk(1));
+    store.append(id, chunk(2));
+    await store.close();
+    expect((await redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId)).toEqual(['1-1', '2-1']);
+  });
+});
