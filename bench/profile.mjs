@@ -1,7 +1,8 @@
 // CPU profiles of the gateway under load: `npm run build && node bench/profile.mjs [seconds] [--prod]`.
 // One gateway process per load (0 ms non-streaming, then streaming), each started with --cpu-prof
 // and stopped with SIGTERM so that V8 writes its profile; summaries go to stdout and bench/results/.
-// Default: the embedded setup (PGlite, in-process limiter); --prod: PostgreSQL + Redis; PROFILE_ONLY=stream (or http-0ms): one load only.
+// Default: the embedded setup (PGlite, in-process limiter); --prod: PostgreSQL + Redis; PROFILE_ONLY=stream (or http-0ms): one load only;
+// KEEP=1 keeps the run's directory (the gateway's log) in the system's temporary directory.
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -91,7 +92,7 @@ async function main() {
     await upstream.stop();
     await redis?.kill();
     await postgres?.stop();
-    if (!failed) rmSync(dir, { recursive: true, force: true });
+    if (!failed && !process.env.KEEP) rmSync(dir, { recursive: true, force: true });
   }
 }
 

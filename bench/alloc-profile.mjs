@@ -1,0 +1,193 @@
+// Where the gateway allocates under load: `npm run build && node bench/alloc-profile.mjs [seconds] [--prod]`.
+// The gateway runs with --inspect; V8's sampling heap profiler counts every sampled allocation,
+// including objects the young and old generation collections have already freed, so the bytes per
+// request by allocation site are what drives the collector (unlike a heap snapshot, which holds
+// only survivors). `burst` is the other way round: what 1,000 open streams hold, sampled
+// once all are open, after a full collection, so only live objects count.
+// PROFILE_ONLY=stream (http-0ms, burst): one load only. Summaries go to stdout and bench/results/.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runHttpLoad } from './lib/http-load.mjs';
+import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
+import { startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
+import { runStreamBurst, runStreamLoad } from './lib/stream-driver.mjs';
+import { gatewayModelId } from './upstream/profiles.mjs';
+
+const ROOT = new URL('../', import.meta.url).pathname;
+const seconds = Number(process.argv.find((a) => /^\d+$/.test(a)) ?? 5);
+const prod = process.argv.includes('--prod');
+const INSPECT_PORT = 9339;
+
+const LOADS = {
+  'http-0ms': async (gateway, durationS) => {
+    const r = await runHttpLoad({ ...request(gateway, 'fixed-0ms', false), connections: 50, durationS });
+    return { done: r.ok + r.failed, text: `${r.rps.toFixed(0)} req/s, ${r.failed} failed` };
+  },
+  stream: async (gateway, durationS) => {
+    const r = await runStreamLoad({ ...request(gateway, 'stream-50ms-20x10ms', true), concurrency: 50, durationS });
+    return { done: r.ok + r.failed, text: `${r.streamsPerS.toFixed(0)} streams/s, ${r.failed} failed` };
+  },
+};
+
+/** Live objects at the moment `count` streams are open at once. */
+async function liveAtBurstPeak(gateway, cdp, count) {
+  await cdp.send('HeapProfiler.startSampling', { samplingInterval: 1024 });
+  let peak = null;
+  const burst = await runStreamBurst({
+    ...request(gateway, 'stream-50ms-20x100ms', true),
+    count,
+    onSample: (open) => {
+      if (peak || open < count) return;
+      peak = cdp.send('HeapProfiler.collectGarbage').then(() => cdp.send('HeapProfiler.getSamplingProfile'));
+    },
+  });
+  await cdp.send('HeapProfiler.stopSampling');
+  if (!peak) throw new Error(`the streams were never all open at once (at most ${burst.peakOpen} of ${count})`);
+  return { profile: (await peak).profile, done: count, text: `${burst.ok} of ${count} streams completed, all open at once` };
+}
+
+function request(gateway, upstreamModel, stream) {
+  const body = { model: gatewayModelId(upstreamModel), messages: [{ role: 'user', content: 'Say something short about foxes.' }], max_tokens: 64 };
+  if (stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+  return {
+    url: `${gateway.url}/v1/chat/completions`,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${gateway.key}` },
+    body: JSON.stringify(body),
+  };
+}
+
+/** A minimal Chrome DevTools Protocol client over the inspector's WebSocket. */
+async function devtools(port) {
+  const [target] = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => {
+    ws.onopen = resolve;
+    ws.onerror = reject;
+  });
+  let nextId = 1;
+  const waiting = new Map();
+  ws.onmessage = (event) => {
+    const msg = JSON.parse(event.data);
+    const call = waiting.get(msg.id);
+    if (!call) return;
+    waiting.delete(msg.id);
+    if (msg.error) call.reject(new Error(msg.error.message));
+    else call.resolve(msg.result);
+  };
+  return {
+    send: (method, params = {}) =>
+      new Promise((resolve, reject) => {
+        const id = nextId++;
+        waiting.set(id, { resolve, reject });
+        ws.send(JSON.stringify({ id, method, params }));
+      }),
+    close: () => ws.close(),
+  };
+}
+
+function where(frame) {
+  const url = frame.url
+    .replace(/^file:\/\//, '')
+    .replace(/^.*\/node_modules\//, '')
+    .replace(/^.*\/packages\//, 'packages/');
+  return `${frame.functionName || '(anonymous)'}  ${url ? `${url}:${frame.lineNumber + 1}` : ''}`;
+}
+
+/** Bytes by allocating function (self), and by function with its callers' chain (three deep), per unit of work. */
+function summarise(profile, units) {
+  const self = new Map();
+  const chains = new Map();
+  const walk = (node, stack) => {
+    const here = [where(node.callFrame), ...stack];
+    if (node.selfSize > 0) {
+      self.set(here[0], (self.get(here[0]) ?? 0) + node.selfSize);
+      const chain = here.slice(0, 4).join('  <  ');
+      chains.set(chain, (chains.get(chain) ?? 0) + node.selfSize);
+    }
+    for (const child of node.children) walk(child, here);
+  };
+  walk(profile.head, []);
+  const total = [...self.values()].reduce((a, b) => a + b, 0);
+  const rank = (map, n) =>
+    [...map.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(
+        ([k, bytes], i) =>
+          `${String(i + 1).padStart(3)}. ${(bytes / units / 1024).toFixed(2).padStart(7)} KB  ${((bytes / total) * 100).toFixed(1).padStart(5)} %  ${k}`,
+      );
+  return [
+    `sampled ${(total / 1024 / 1024).toFixed(0)} MB over ${units} units of work: ${(total / units / 1024).toFixed(1)} KB each`,
+    '',
+    'bytes per unit by allocating function',
+    ...rank(self, 30),
+    '',
+    'bytes per unit by allocation site with callers',
+    ...rank(chains, 30),
+  ].join('\n');
+}
+
+async function profileOne(name, dir, upstream, backends) {
+  const gateway = await startGateway({
+    core: 0,
+    dir,
+    name: `gateway-${name}`,
+    upstreamUrl: upstream.url,
+    ...backends,
+    nodeFlags: [`--inspect=127.0.0.1:${INSPECT_PORT}`],
+  });
+  let cdp;
+  try {
+    await LOADS[name === 'burst' ? 'stream' : name](gateway, 2);
+    cdp = await devtools(INSPECT_PORT);
+    await cdp.send('HeapProfiler.enable');
+    if (name === 'burst') return report(name, await liveAtBurstPeak(gateway, cdp, 1000));
+    await cdp.send('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+    const outcome = await LOADS[name](gateway, seconds);
+    const { profile } = await cdp.send('HeapProfiler.stopSampling');
+    return report(name, { ...outcome, profile });
+  } finally {
+    cdp?.close();
+    await gateway.stop();
+  }
+}
+
+function report(name, { profile, done, text: outcome }) {
+  {
+    const what = name === 'burst' ? 'live objects' : 'allocations';
+    const text = `== gateway ${what} (${prod ? 'PostgreSQL + Redis' : 'embedded'}) under ${name} load: ${outcome} ==\n${summarise(profile, done)}`;
+    mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
+    const base = join(ROOT, `bench/results/alloc-${name}${prod ? '-prod' : ''}`);
+    writeFileSync(`${base}.txt`, `${text}\n`);
+    // The whole sampling profile, for Chrome DevTools (Memory > Load profile).
+    writeFileSync(`${base}.heapprofile`, JSON.stringify(profile));
+    return text;
+  }
+}
+
+async function main() {
+  killChildrenOnExit();
+  pinSelf(1);
+  const dir = mkdtempSync(join(tmpdir(), 'gw-alloc-'));
+  removeIfInterrupted(dir);
+  const upstream = await startUpstream({ core: 1, dir });
+  const postgres = prod ? await startPostgresPinned({ core: 1 }) : null;
+  const redis = prod ? await startRedis({ core: 1, dir }) : null;
+  const backends = { redisUrl: redis?.url ?? null, databaseUrl: postgres?.url ?? null };
+  try {
+    for (const name of [...Object.keys(LOADS), 'burst'].filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY))
+      process.stdout.write(`${await profileOne(name, dir, upstream, backends)}\n\n`);
+    return 0;
+  } catch (err) {
+    process.stderr.write(`[alloc-profile] failed: ${err instanceof Error ? err.stack : err}\n  logs: ${dir}\n`);
+    return 1;
+  } finally {
+    await upstream.stop();
+    await redis?.kill();
+    await postgres?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+process.exitCode = await main();
