@@ -14,9 +14,10 @@ function quiet(command, args) {
   }
 }
 
-function packageVersion(name) {
+/** A package's version as `from` (a package.json, relative to the repository) resolves it: the gateway's own, by default. */
+function packageVersion(name, from = 'packages/server/package.json') {
   try {
-    const file = createRequire(`${ROOT}package.json`).resolve(`${name}/package.json`);
+    const file = createRequire(`${ROOT}${from}`).resolve(`${name}/package.json`);
     return JSON.parse(readFileSync(file, 'utf8')).version;
   } catch {
     return 'unknown';
@@ -35,7 +36,7 @@ export function machineFacts() {
     totalMemGiB: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10,
     os: `${os.type()} ${os.release()} ${os.arch()}`,
     node: process.version,
-    autocannon: packageVersion('autocannon'),
+    autocannon: packageVersion('autocannon', 'package.json'),
     fastify: packageVersion('fastify'),
     undici: packageVersion('undici'),
     nodeFlags: START_CONFIG.nodeFlags,

@@ -6,8 +6,12 @@
 // written this way costs at the least, on this machine. A streamed call (node-http only) is relayed
 // byte for byte as the upstream's reads land, headers included at once: no SSE parsing at all.
 import { createServer } from 'node:http';
+import { createRequire } from 'node:module';
 import Fastify from 'fastify';
-import { Pool } from 'undici';
+
+// The gateway's own undici, not whichever version other packages hoisted to the root: undici 7.29
+// deferred every request on a reused keep-alive connection behind a setTimeout(0), about 1 ms.
+const { Pool } = createRequire(new URL('../../packages/server/package.json', import.meta.url))('undici');
 
 const [kind, upstreamUrl] = process.argv.slice(2);
 const pool = new Pool(upstreamUrl, { connections: 4096 });
