@@ -40,7 +40,7 @@ export interface StreamStore {
 export const STREAM_RETENTION_S = 600;
 /** How long one that a client received whole (its last event written to the socket) stays resumable. */
 export const DELIVERED_LINGER_S = 10;
-/** At most this many events are kept per stream in Redis (MAXLEN). */
+/** At most this many events are kept per stream in memory, and this many entries (each a batch of events) in Redis (MAXLEN). */
 export const MAX_STREAM_EVENTS = 200_000;
 /** At most this much event data is buffered per stream; past it the stream ends with an error. */
 export const MAX_STREAM_BYTES = 32 * 1024 * 1024;
