@@ -2,7 +2,7 @@
 // One gateway process per load (0 ms non-streaming, then streaming), each started with --cpu-prof
 // and stopped with SIGTERM so that V8 writes its profile; summaries go to stdout and bench/results/.
 // Default: the embedded setup (PGlite, in-process limiter); --prod: PostgreSQL + Redis; PROFILE_ONLY=stream (or http-0ms): one load only;
-// KEEP=1 keeps the run's directory (the gateway's log) in the system's temporary directory.
+// PROFILE_STREAM_MODEL: the upstream profile the streams use (bench/upstream/profiles.mjs); KEEP=1 keeps the run's directory (the gateway's log) in the system's temporary directory.
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,7 +23,7 @@ const LOADS = {
       (r) => `${r.rps.toFixed(0)} req/s, ${r.failed} failed ${JSON.stringify(r.failures)}`,
     ),
   stream: (gateway, durationS) =>
-    runStreamLoad({ ...request(gateway, 'stream-50ms-20x10ms', true), concurrency: 50, durationS }).then(
+    runStreamLoad({ ...request(gateway, process.env.PROFILE_STREAM_MODEL ?? 'stream-50ms-20x10ms', true), concurrency: 50, durationS }).then(
       (r) => `${r.streamsPerS.toFixed(0)} streams/s, ${r.failed} failed`,
     ),
 };

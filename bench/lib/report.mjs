@@ -251,8 +251,10 @@ function method(results) {
   garbage collection and background compilation; the database thread is embedded PGlite's worker thread.
 
 Rerun: \`npm run bench\` (about ${p.expectedMinutes} minutes; needs \`taskset\`, \`redis-server\` and, for the PostgreSQL setup,
-Debian's \`postgresql\`). \`node bench/run.mjs --quick\` is the CI guard (about 30 s); \`node bench/profile.mjs\` takes CPU
-profiles of the gateway under load.`;
+Debian's \`postgresql\`). \`node bench/run.mjs --quick\` is the CI guard (about 30 s). Tools for finding where the cost goes:
+\`node bench/profile.mjs\` (CPU profiles under load), \`node bench/alloc-profile.mjs\` (bytes allocated per request or stream by
+allocation site, and what 1,000 open streams hold), \`node bench/chunk-cost.mjs\` (CPU per relayed chunk, gateway beside the
+node:http floor) and \`node bench/ab.mjs\` (two builds loaded together on the core, CPU per request or stream).`;
 }
 
 const READING = `## Reading the figures

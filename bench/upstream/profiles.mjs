@@ -11,6 +11,7 @@ export const UPSTREAM_PROFILES = Object.freeze({
   'fixed-50ms': { latencyMs: 50, ttftMs: 50, chunks: 20, gapMs: 0 },
   'stream-50ms-20x10ms': { latencyMs: 250, ttftMs: 50, chunks: 20, gapMs: 10 },
   'stream-50ms-20x100ms': { latencyMs: 2000, ttftMs: 50, chunks: 20, gapMs: 100 },
+  'stream-50ms-200x10ms': { latencyMs: 2050, ttftMs: 50, chunks: 200, gapMs: 10 },
 });
 
 export const UPSTREAM_MODELS = Object.keys(UPSTREAM_PROFILES);
