@@ -4,38 +4,25 @@
 // request by allocation site are what drives the collector (unlike a heap snapshot, which holds
 // only survivors). `burst` is the other way round: what 1,000 open streams hold, sampled
 // once all are open, after a full collection, so only live objects count.
-// PROFILE_ONLY=stream (http-0ms, burst): one load only. Summaries go to stdout and bench/results/.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+// PROFILE_ONLY=stream (http-0ms, burst): one load only; PROFILE_STREAM_MODEL and KEEP=1 as for profile.mjs.
+// Summaries go to stdout and bench/results/.
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { runHttpLoad } from './lib/http-load.mjs';
-import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
-import { startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
-import { runStreamBurst, runStreamLoad } from './lib/stream-driver.mjs';
-import { gatewayModelId } from './upstream/profiles.mjs';
+import { chatRequest, PROFILE_LOADS, runProfiles } from './lib/profile-runs.mjs';
+import { startGateway } from './lib/services.mjs';
+import { runStreamBurst } from './lib/stream-driver.mjs';
 
 const ROOT = new URL('../', import.meta.url).pathname;
 const seconds = Number(process.argv.find((a) => /^\d+$/.test(a)) ?? 5);
 const prod = process.argv.includes('--prod');
 const INSPECT_PORT = 9339;
 
-const LOADS = {
-  'http-0ms': async (gateway, durationS) => {
-    const r = await runHttpLoad({ ...request(gateway, 'fixed-0ms', false), connections: 50, durationS });
-    return { done: r.ok + r.failed, text: `${r.rps.toFixed(0)} req/s, ${r.failed} failed` };
-  },
-  stream: async (gateway, durationS) => {
-    const r = await runStreamLoad({ ...request(gateway, 'stream-50ms-20x10ms', true), concurrency: 50, durationS });
-    return { done: r.ok + r.failed, text: `${r.streamsPerS.toFixed(0)} streams/s, ${r.failed} failed` };
-  },
-};
-
 /** Live objects at the moment `count` streams are open at once. */
 async function liveAtBurstPeak(gateway, cdp, count) {
   await cdp.send('HeapProfiler.startSampling', { samplingInterval: 1024 });
   let peak = null;
   const burst = await runStreamBurst({
-    ...request(gateway, 'stream-50ms-20x100ms', true),
+    ...chatRequest(gateway, 'stream-50ms-20x100ms', true),
     count,
     onSample: (open) => {
       if (peak || open < count) return;
@@ -45,16 +32,6 @@ async function liveAtBurstPeak(gateway, cdp, count) {
   await cdp.send('HeapProfiler.stopSampling');
   if (!peak) throw new Error(`the streams were never all open at once (at most ${burst.peakOpen} of ${count})`);
   return { profile: (await peak).profile, done: count, text: `${burst.ok} of ${count} streams completed, all open at once` };
-}
-
-function request(gateway, upstreamModel, stream) {
-  const body = { model: gatewayModelId(upstreamModel), messages: [{ role: 'user', content: 'Say something short about foxes.' }], max_tokens: 64 };
-  if (stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
-  return {
-    url: `${gateway.url}/v1/chat/completions`,
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${gateway.key}` },
-    body: JSON.stringify(body),
-  };
 }
 
 /** A minimal Chrome DevTools Protocol client over the inspector's WebSocket. */
@@ -139,12 +116,12 @@ async function profileOne(name, dir, upstream, backends) {
   });
   let cdp;
   try {
-    await LOADS[name === 'burst' ? 'stream' : name](gateway, 2);
+    await PROFILE_LOADS[name === 'burst' ? 'stream' : name](gateway, 2);
     cdp = await devtools(INSPECT_PORT);
     await cdp.send('HeapProfiler.enable');
     if (name === 'burst') return report(name, await liveAtBurstPeak(gateway, cdp, 1000));
     await cdp.send('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
-    const outcome = await LOADS[name](gateway, seconds);
+    const outcome = await PROFILE_LOADS[name](gateway, seconds);
     const { profile } = await cdp.send('HeapProfiler.stopSampling');
     return report(name, { ...outcome, profile });
   } finally {
@@ -154,40 +131,14 @@ async function profileOne(name, dir, upstream, backends) {
 }
 
 function report(name, { profile, done, text: outcome }) {
-  {
-    const what = name === 'burst' ? 'live objects' : 'allocations';
-    const text = `== gateway ${what} (${prod ? 'PostgreSQL + Redis' : 'embedded'}) under ${name} load: ${outcome} ==\n${summarise(profile, done)}`;
-    mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
-    const base = join(ROOT, `bench/results/alloc-${name}${prod ? '-prod' : ''}`);
-    writeFileSync(`${base}.txt`, `${text}\n`);
-    // The whole sampling profile, for Chrome DevTools (Memory > Load profile).
-    writeFileSync(`${base}.heapprofile`, JSON.stringify(profile));
-    return text;
-  }
+  const what = name === 'burst' ? 'live objects' : 'allocations';
+  const text = `== gateway ${what} (${prod ? 'PostgreSQL + Redis' : 'embedded'}) under ${name} load: ${outcome} ==\n${summarise(profile, done)}`;
+  mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
+  const base = join(ROOT, `bench/results/alloc-${name}${prod ? '-prod' : ''}`);
+  writeFileSync(`${base}.txt`, `${text}\n`);
+  // The whole sampling profile, for Chrome DevTools (Memory > Load profile).
+  writeFileSync(`${base}.heapprofile`, JSON.stringify(profile));
+  return text;
 }
 
-async function main() {
-  killChildrenOnExit();
-  pinSelf(1);
-  const dir = mkdtempSync(join(tmpdir(), 'gw-alloc-'));
-  removeIfInterrupted(dir);
-  const upstream = await startUpstream({ core: 1, dir });
-  const postgres = prod ? await startPostgresPinned({ core: 1 }) : null;
-  const redis = prod ? await startRedis({ core: 1, dir }) : null;
-  const backends = { redisUrl: redis?.url ?? null, databaseUrl: postgres?.url ?? null };
-  try {
-    for (const name of [...Object.keys(LOADS), 'burst'].filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY))
-      process.stdout.write(`${await profileOne(name, dir, upstream, backends)}\n\n`);
-    return 0;
-  } catch (err) {
-    process.stderr.write(`[alloc-profile] failed: ${err instanceof Error ? err.stack : err}\n  logs: ${dir}\n`);
-    return 1;
-  } finally {
-    await upstream.stop();
-    await redis?.kill();
-    await postgres?.stop();
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-process.exitCode = await main();
+process.exitCode = await runProfiles({ tool: 'alloc-profile', prod, names: [...Object.keys(PROFILE_LOADS), 'burst'] }, profileOne);

@@ -1,73 +1,61 @@
-import { type RedisServer, startRedis } from '@gw/testkit';
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { toNano } from '../src/limits/budget-types.js';
 import { RedisLedger } from '../src/limits/redis-ledger.js';
+import { useRedis } from './helpers/redis.js';
 
-let server: RedisServer;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const fixture = useRedis();
 
 const base = (tag: string) => `gw:budget:{${tag}}:key:k1`;
 const scope = (limit: number) => ({ id: 'key:k1', limit, loadSpent: async () => 0 });
 
 describe('the Redis budget ledger keeps a running sum of its holds', () => {
   it('adds each hold and takes it off when settled; the sum decides like the holds would', async () => {
-    const ledger = new RedisLedger(redis);
+    const ledger = new RedisLedger(fixture.redis);
     const tag = 'sum-basic';
     const a = await ledger.reserve(tag, [scope(1)], 0.3, 'req_a');
     const b = await ledger.reserve(tag, [scope(1)], 0.4, 'req_b');
     expect(a.ok && b.ok).toBe(true);
-    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.7));
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.7));
     // 0.7 held of 1: a third hold of 0.4 does not fit.
     expect((await ledger.reserve(tag, [scope(1)], 0.4, 'req_c')).ok).toBe(false);
     if (a.ok) await ledger.settle(a.reservation, 0.1);
-    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.4));
-    expect(Number(await redis.get(`${base(tag)}:spent`))).toBe(toNano(0.1));
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.4));
+    expect(Number(await fixture.redis.get(`${base(tag)}:spent`))).toBe(toNano(0.1));
     // Settling twice takes nothing off twice.
     if (a.ok) await ledger.settle(a.reservation, 0.1);
-    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.4));
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.4));
     expect((await ledger.reserve(tag, [scope(1)], 0.4, 'req_d')).ok).toBe(true);
   });
 
   it('takes expired holds (of instances that died) off the sum', async () => {
-    const ledger = new RedisLedger(redis);
+    const ledger = new RedisLedger(fixture.redis);
     const tag = 'sum-expiry';
     expect((await ledger.reserve(tag, [scope(1)], 0.9, 'req_live')).ok).toBe(true);
     // A hold whose request never settled, already past its expiry.
-    await redis.zadd(`${base(tag)}:holds`, Date.now() - 1000, `req_dead:${toNano(0.5)}`);
-    await redis.incrby(`${base(tag)}:held`, toNano(0.5));
+    await fixture.redis.zadd(`${base(tag)}:holds`, Date.now() - 1000, `req_dead:${toNano(0.5)}`);
+    await fixture.redis.incrby(`${base(tag)}:held`, toNano(0.5));
     const r = await ledger.reserve(tag, [scope(1.05)], 0.1, 'req_next');
     expect(r.ok).toBe(true);
-    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(1.0));
-    expect(await redis.zscore(`${base(tag)}:holds`, `req_dead:${toNano(0.5)}`)).toBeNull();
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(1.0));
+    expect(await fixture.redis.zscore(`${base(tag)}:holds`, `req_dead:${toNano(0.5)}`)).toBeNull();
   });
 
   it('rebuilds a missing sum from the holds, and drops a sum whose holds are gone', async () => {
-    const ledger = new RedisLedger(redis);
+    const ledger = new RedisLedger(fixture.redis);
     const tag = 'sum-rebuild';
     expect((await ledger.reserve(tag, [scope(1)], 0.6, 'req_1')).ok).toBe(true);
-    await redis.del(`${base(tag)}:held`);
+    await fixture.redis.del(`${base(tag)}:held`);
     // Rebuilt: 0.6 is still held, so 0.5 more does not fit.
     expect((await ledger.reserve(tag, [scope(1)], 0.5, 'req_2')).ok).toBe(false);
-    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.6));
-    await redis.del(`${base(tag)}:holds`);
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.6));
+    await fixture.redis.del(`${base(tag)}:holds`);
     // No hold left: the stale sum holds nothing back.
     expect((await ledger.reserve(tag, [scope(1)], 0.9, 'req_3')).ok).toBe(true);
-    expect(Number(await redis.get(`${base(tag)}:held`))).toBe(toNano(0.9));
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.9));
   });
 
   it('settles of one turn of the event loop go as one script call per set of scopes, each exact', async () => {
-    const ledger = new RedisLedger(redis);
+    const ledger = new RedisLedger(fixture.redis);
     const tags = ['batch-a', 'batch-b'];
     const held = [];
     for (const tag of tags) {
@@ -80,7 +68,7 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
     // Once first, so that the script is loaded and every call below is one EVALSHA.
     const warm = await ledger.reserve('batch-warm', [scope(100)], 0.5, 'req_warm');
     if (warm.ok) await ledger.settle(warm.reservation, 0);
-    const monitor = await redis.duplicate().monitor();
+    const monitor = await fixture.redis.duplicate().monitor();
     const evals: string[] = [];
     monitor.on('monitor', (_time: string, args: string[]) => {
       if (/^evalsha$/i.test(args[0] ?? '')) evals.push(args.join(' '));
@@ -89,15 +77,15 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
     await Promise.all([...held, held[0]].map((r) => (r ? ledger.settle(r, 0.01) : null)));
     // MONITOR reports a moment later: wait for a marker sent after the settles.
     const seen = new Promise<void>((resolve) => monitor.on('monitor', (_t: string, args: string[]) => args[1] === 'batch-marker' && resolve()));
-    await redis.echo('batch-marker');
+    await fixture.redis.echo('batch-marker');
     await seen;
     await monitor.disconnect();
     expect(evals.filter((e) => e.includes('batch-a')).length).toBe(1);
     expect(evals.filter((e) => e.includes('batch-b')).length).toBe(1);
     for (const tag of tags) {
-      expect(Number(await redis.get(`${base(tag)}:held`))).toBe(0);
-      expect(Number(await redis.get(`${base(tag)}:spent`))).toBe(toNano(20 * 0.01));
-      expect(await redis.zcard(`${base(tag)}:holds`)).toBe(0);
+      expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(0);
+      expect(Number(await fixture.redis.get(`${base(tag)}:spent`))).toBe(toNano(20 * 0.01));
+      expect(await fixture.redis.zcard(`${base(tag)}:holds`)).toBe(0);
     }
   });
 });

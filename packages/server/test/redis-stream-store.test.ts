@@ -1,22 +1,10 @@
-import { type RedisServer, startRedis } from '@gw/testkit';
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { decodeEvents, encodeEvents } from '../src/streaming/event-batch.js';
 import { APPEND_COALESCE_MS, RedisStreamStore } from '../src/streaming/redis-stream-store.js';
 import { DELIVERED_LINGER_S, STREAM_RETENTION_S, type StreamEvent } from '../src/streaming/types.js';
+import { useRedis } from './helpers/redis.js';
 
-let server: RedisServer;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const fixture = useRedis();
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const chunk = (seq: number, data = `{"n":${seq}}`): StreamEvent => ({ seq, kind: 'chunk', data });
@@ -31,7 +19,7 @@ async function followAll(store: RedisStreamStore, id: string, afterSeq: number):
 
 /** How many times Redis has run one command so far (INFO commandstats). */
 async function commandCalls(name: string): Promise<number> {
-  const info = await redis.info('commandstats');
+  const info = await fixture.redis.info('commandstats');
   return Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
 }
 
@@ -51,8 +39,8 @@ describe('a batch of events as one string', () => {
   });
 
   it('keeps its lengths through Redis, multi-byte characters included', async () => {
-    await redis.xadd('batch-roundtrip', '8-1', 'e', encodeEvents(tricky));
-    const [[, fields]] = (await redis.xrange('batch-roundtrip', '-', '+')) as [string, string[]][];
+    await fixture.redis.xadd('batch-roundtrip', '8-1', 'e', encodeEvents(tricky));
+    const [[, fields]] = (await fixture.redis.xrange('batch-roundtrip', '-', '+')) as [string, string[]][];
     expect(decodeEvents(fields[1] as string)).toEqual(tricky);
   });
 
@@ -65,20 +53,20 @@ describe('a batch of events as one string', () => {
 
 describe('the Redis resume buffer', () => {
   it('writes the first event at once and the rest as one entry per tick, resumable from inside an entry', async () => {
-    const store = new RedisStreamStore(redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60);
     const id = 'batched';
     await store.create(id, { keyId: 'key_1', model: 'm' });
     store.append(id, chunk(1));
     for (let seq = 2; seq <= 6; seq++) store.append(id, chunk(seq));
     await sleep(APPEND_COALESCE_MS * 4);
-    const entries = (await redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId);
+    const entries = (await fixture.redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId);
     expect(entries).toEqual(['1-1', '6-1']);
     store.append(id, chunk(7));
     store.append(id, done(8));
     await sleep(APPEND_COALESCE_MS * 4);
-    expect(await redis.xlen(eventsKey(id))).toBe(3);
+    expect(await fixture.redis.xlen(eventsKey(id))).toBe(3);
     // Not delivered: the full retention.
-    expect(await redis.ttl(eventsKey(id))).toBeGreaterThan(STREAM_RETENTION_S - 30);
+    expect(await fixture.redis.ttl(eventsKey(id))).toBeGreaterThan(STREAM_RETENTION_S - 30);
     expect(await store.meta(id)).toEqual({ keyId: 'key_1', model: 'm' });
     // After event 3, inside the entry 2..6: exactly 4 to 8.
     expect((await followAll(store, id, 3)).map((e) => e.seq)).toEqual([4, 5, 6, 7, 8]);
@@ -87,7 +75,7 @@ describe('the Redis resume buffer', () => {
   });
 
   it('writes the last batch with the short linger as soon as the client has it all, with no command after it', async () => {
-    const store = new RedisStreamStore(redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60);
     const id = 'delivered-early';
     await store.create(id, { keyId: 'key_1', model: 'm' });
     store.append(id, chunk(1));
@@ -97,46 +85,46 @@ describe('the Redis resume buffer', () => {
     store.delivered(id);
     // Well before the tick.
     await sleep(5);
-    const entries = (await redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId);
+    const entries = (await fixture.redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId);
     expect(entries).toEqual(['1-1', '3-1']);
-    const ttl = await redis.ttl(eventsKey(id));
+    const ttl = await fixture.redis.ttl(eventsKey(id));
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(DELIVERED_LINGER_S);
     // The two of the write's own script (one per key); none to shorten it afterwards.
     expect(await commandCalls('expire')).toBe(expiresBefore + 2);
     await sleep(APPEND_COALESCE_MS * 3);
-    expect(await redis.xlen(eventsKey(id))).toBe(2);
+    expect(await fixture.redis.xlen(eventsKey(id))).toBe(2);
   });
 
   it('shortens the expiry of a stream delivered after its last batch was written', async () => {
-    const store = new RedisStreamStore(redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60);
     const id = 'delivered-late';
     await store.create(id, { keyId: 'key_1', model: 'm' });
     store.append(id, chunk(1));
     store.append(id, done(2));
     await sleep(APPEND_COALESCE_MS * 4);
-    expect(await redis.ttl(eventsKey(id))).toBeGreaterThan(STREAM_RETENTION_S - 30);
+    expect(await fixture.redis.ttl(eventsKey(id))).toBeGreaterThan(STREAM_RETENTION_S - 30);
     store.delivered(id);
     await sleep(20);
-    expect(await redis.ttl(eventsKey(id))).toBeLessThanOrEqual(DELIVERED_LINGER_S);
+    expect(await fixture.redis.ttl(eventsKey(id))).toBeLessThanOrEqual(DELIVERED_LINGER_S);
   });
 
   it('reads entries of one event each, as they were once written', async () => {
-    const store = new RedisStreamStore(redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60);
     const id = 'one-per-entry';
-    await redis.hset(`gw:stream:{${id}}:meta`, 'keyId', 'key_1', 'model', 'm');
-    await redis.xadd(eventsKey(id), '1-1', 'k', 'chunk', 'd', '{"n":1}');
-    await redis.xadd(eventsKey(id), '2-1', 'k', 'done', 'd', '[DONE]');
+    await fixture.redis.hset(`gw:stream:{${id}}:meta`, 'keyId', 'key_1', 'model', 'm');
+    await fixture.redis.xadd(eventsKey(id), '1-1', 'k', 'chunk', 'd', '{"n":1}');
+    await fixture.redis.xadd(eventsKey(id), '2-1', 'k', 'done', 'd', '[DONE]');
     expect(await followAll(store, id, 0)).toEqual([chunk(1), done(2)]);
   });
 
   it('writes what is gathered when it closes', async () => {
-    const store = new RedisStreamStore(redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60);
     const id = 'closing';
     await store.create(id, { keyId: 'key_1', model: 'm' });
     store.append(id, chunk(1));
     store.append(id, chunk(2));
     await store.close();
-    expect((await redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId)).toEqual(['1-1', '2-1']);
+    expect((await fixture.redis.xrange(eventsKey(id), '-', '+')).map(([entryId]) => entryId)).toEqual(['1-1', '2-1']);
   });
 });
