@@ -6,9 +6,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
+import { chatRequest } from './lib/profile-runs.mjs';
 import { startFloorProxy, startGateway, startUpstream } from './lib/services.mjs';
 import { runStreamLoad } from './lib/stream-driver.mjs';
-import { gatewayModelId } from './upstream/profiles.mjs';
 
 const rounds = Number(process.argv[2] ?? 2);
 const SHORT = 'stream-50ms-20x10ms';
@@ -26,11 +26,8 @@ const cpuSeconds = (proxy) => Object.values(proxy.threadCpu()).reduce((a, b) => 
 
 /** CPU µs per stream of `model` through `proxy`, 50 at a time for `seconds`. */
 async function cpuPerStream(proxy, model, seconds) {
-  const request = {
-    url: `${proxy.url}/v1/chat/completions`,
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${gateway.key}` },
-    body: JSON.stringify({ model: gatewayModelId(model), messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } }),
-  };
+  // The floor ignores the key; both take the gateway's model id.
+  const request = chatRequest({ url: proxy.url, key: gateway.key }, model, true);
   await runStreamLoad({ ...request, concurrency: 50, durationS: 1 });
   const before = cpuSeconds(proxy);
   const r = await runStreamLoad({ ...request, concurrency: 50, durationS: seconds });

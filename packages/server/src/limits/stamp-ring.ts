@@ -3,8 +3,9 @@
  * doubles its capacity when full. Dropping the oldest and adding the newest
  * are O(1) whatever the window holds: a busy key at 5,000 requests/s keeps
  * 300,000 stamps in its minute, where shifting a plain array's whole
- * backing store once per millisecond cost about 6 µs per request. The doubles live outside V8's heap, so the
- * collector neither scans nor copies them.
+ * backing store once per millisecond cost about 6 µs per request. The
+ * doubles live outside V8's heap, so the collector neither scans nor copies
+ * them.
  */
 export class StampRing {
   private buf: Float64Array;

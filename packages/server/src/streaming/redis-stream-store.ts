@@ -71,10 +71,13 @@ export class RedisStreamStore implements StreamStore {
   /** Meta records of streams whose first event is not written yet: they go in the same call. */
   private readonly newMeta = new Map<string, StreamMeta>();
   private tick: NodeJS.Timeout | null = null;
-  private readonly flushAll = () => {
+  /** Writes every stream's gathered batch (the tick, and shutdown). */
+  private readonly flushAll = async (): Promise<void> => {
+    if (this.tick) clearTimeout(this.tick);
     this.tick = null;
-    for (const [streamId, events] of this.pending) void this.write(streamId, events, false);
+    const writes = [...this.pending].map(([streamId, events]) => this.write(streamId, events, false));
     this.pending.clear();
+    await Promise.all(writes);
   };
 
   constructor(
@@ -182,11 +185,7 @@ export class RedisStreamStore implements StreamStore {
 
   /** Writes what is gathered (shutdown). */
   async close(): Promise<void> {
-    if (this.tick) clearTimeout(this.tick);
-    this.tick = null;
-    const batches = [...this.pending];
-    this.pending.clear();
-    await Promise.all(batches.map(([streamId, events]) => this.write(streamId, events, false)));
+    await this.flushAll();
   }
 }
 
