@@ -9,7 +9,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chatRequest, PROFILE_LOADS, runProfiles } from './lib/profile-runs.mjs';
-import { startGateway } from './lib/services.mjs';
 import { runStreamBurst } from './lib/stream-driver.mjs';
 
 const ROOT = new URL('../', import.meta.url).pathname;
@@ -105,15 +104,8 @@ function summarise(profile, units) {
   ].join('\n');
 }
 
-async function profileOne(name, dir, upstream, backends) {
-  const gateway = await startGateway({
-    core: 0,
-    dir,
-    name: `gateway-${name}`,
-    upstreamUrl: upstream.url,
-    ...backends,
-    nodeFlags: [`--inspect=127.0.0.1:${INSPECT_PORT}`],
-  });
+async function profileOne(name, { startGateway }) {
+  const gateway = await startGateway([`--inspect=127.0.0.1:${INSPECT_PORT}`]);
   let cdp;
   try {
     await PROFILE_LOADS[name === 'burst' ? 'stream' : name](gateway, 2);

@@ -7,23 +7,15 @@ import { copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } fro
 import { join } from 'node:path';
 import { renderProfile, summariseProfile } from './cpuprofile-top.mjs';
 import { PROFILE_LOADS, runProfiles } from './lib/profile-runs.mjs';
-import { startGateway } from './lib/services.mjs';
 
 const ROOT = new URL('../', import.meta.url).pathname;
 const seconds = Number(process.argv.find((a) => /^\d+$/.test(a)) ?? 10);
 const prod = process.argv.includes('--prod');
 
-async function profileOne(name, dir, upstream, backends) {
+async function profileOne(name, { dir, startGateway }) {
   const profDir = join(dir, `prof-${name}`);
   const spawnedAt = performance.now();
-  const gateway = await startGateway({
-    core: 0,
-    dir,
-    name: `gateway-${name}`,
-    upstreamUrl: upstream.url,
-    ...backends,
-    nodeFlags: ['--cpu-prof', `--cpu-prof-dir=${profDir}`],
-  });
+  const gateway = await startGateway(['--cpu-prof', `--cpu-prof-dir=${profDir}`]);
   const loadWindow = {};
   try {
     await PROFILE_LOADS[name](gateway, 2);

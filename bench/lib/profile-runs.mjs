@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { gatewayModelId } from '../upstream/profiles.mjs';
 import { runHttpLoad } from './http-load.mjs';
 import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './processes.mjs';
-import { startPostgresPinned, startRedis, startUpstream } from './services.mjs';
+import { startGateway, startPostgresPinned, startRedis, startUpstream } from './services.mjs';
 import { runStreamLoad } from './stream-driver.mjs';
 
 /** A chat completion request to the gateway for one upstream profile (bench/upstream/profiles.mjs). */
@@ -35,9 +35,10 @@ export const PROFILE_LOADS = {
 };
 
 /**
- * Starts what the gateway talks to, then runs `profileOne(name, dir, upstream, backends)` for each
- * of `names` (PROFILE_ONLY: that one only), printing what it returns. Returns the exit code. The
- * run's directory (the gateway's log) is removed, unless the run failed or KEEP=1.
+ * Starts what the gateway talks to, then runs `profileOne(name, { dir, startGateway })` for each of
+ * `names` (PROFILE_ONLY: that one only), printing what it returns; `startGateway(nodeFlags)` starts a
+ * gateway for that load on core 0, wired to those services. Returns the exit code. The run's
+ * directory (the gateway's log) is removed, unless the run failed or KEEP=1.
  */
 export async function runProfiles({ tool, prod, names }, profileOne) {
   killChildrenOnExit();
@@ -51,7 +52,12 @@ export async function runProfiles({ tool, prod, names }, profileOne) {
   let failed = false;
   try {
     for (const name of names.filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY))
-      process.stdout.write(`${await profileOne(name, dir, upstream, backends)}\n\n`);
+      process.stdout.write(
+        `${await profileOne(name, {
+          dir,
+          startGateway: (nodeFlags) => startGateway({ core: 0, dir, name: `gateway-${name}`, upstreamUrl: upstream.url, ...backends, nodeFlags }),
+        })}\n\n`,
+      );
     return 0;
   } catch (err) {
     process.stderr.write(`[${tool}] failed: ${err instanceof Error ? err.stack : err}\n  logs: ${dir}\n`);
