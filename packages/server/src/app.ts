@@ -17,7 +17,7 @@ import type { Services } from './http/services.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
 import { UsageWriter } from './jobs/usage-writer.js';
 import { MemoryBus } from './kv/memory.js';
-import { connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
+import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
@@ -80,7 +80,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();
   const ledger = redis ? new FallbackLedger(new RedisLedger(redis)) : new MemoryLedger();
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
-  const streams = redis ? new RedisStreamStore(redis, config.streamGraceS) : new MemoryStreamStore(config.streamGraceS);
+  // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command.
+  const streamRedis = config.redisUrl ? await connectRedis(config.redisUrl, BATCHING_OPTIONS) : null;
+  const streams = streamRedis ? new RedisStreamStore(streamRedis, config.streamGraceS) : new MemoryStreamStore(config.streamGraceS);
   const sessions = new StreamSessions();
   const offerStats = new OfferStats({ failures: config.circuitFailures, openMs: config.circuitOpenMs, remeasureMs: config.remeasureMs });
   // With Redis, every instance learns what the others see of each offer; without it, each keeps its own.
@@ -157,6 +159,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await idempotency.close();
       await bus.close();
       redis?.disconnect();
+      streamRedis?.disconnect();
       if (limiter instanceof MemoryWindowLimiter) limiter.close();
       if (betaQuota instanceof MemoryBetaQuota) betaQuota.close();
       await closeStore(store);

@@ -1,7 +1,7 @@
 import { type RedisServer, startRedis } from '@gw/testkit';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectRedis, FAST_FAIL_OPTIONS } from '../src/kv/redis.js';
+import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS } from '../src/kv/redis.js';
 
 let server: RedisServer;
 let redis: Redis;
@@ -36,8 +36,7 @@ describe('the request-path Redis client times commands out, tolerating event-loo
 
   it('does not fail a command whose reply came while the event loop was stalled past the timeout', async () => {
     const pending = redis.set('stalled', '1');
-    // Auto-pipelining writes the command in a setImmediate; the stall is queued right after it, so the
-    // command is on the wire and its reply arrives during the 150 ms stall, read only after it.
+    // The command is on the wire at once; its reply arrives during the 150 ms stall, read only after it.
     await new Promise<void>((resolve) =>
       setImmediate(() => {
         const until = performance.now() + 150;
@@ -51,5 +50,32 @@ describe('the request-path Redis client times commands out, tolerating event-loo
     // Commands sent after a timed-out one still time out on their own schedule.
     const many = await Promise.all(Array.from({ length: 200 }, (_, i) => redis.set(`k${i}`, String(i))));
     expect(many.every((r) => r === 'OK')).toBe(true);
+  });
+});
+
+describe('when a command goes on the wire', () => {
+  const written = (client: Redis) => (client as unknown as { stream: { bytesWritten: number } }).stream.bytesWritten;
+
+  it('the request-path client writes each command as it is issued, not after the turn of the event loop', async () => {
+    const before = written(redis);
+    const pending = redis.incr('request-path');
+    const first = written(redis);
+    const second = redis.incr('request-path');
+    expect(first).toBeGreaterThan(before);
+    expect(written(redis)).toBeGreaterThan(first);
+    expect(await Promise.all([pending, second])).toEqual([1, 2]);
+  });
+
+  it('the batching client (the resume buffer) holds the commands of one turn and writes them together', async () => {
+    const batching = await connectRedis(server.url, BATCHING_OPTIONS);
+    try {
+      const before = written(batching);
+      const pending = Promise.all([batching.incr('batched'), batching.incr('batched')]);
+      expect(written(batching)).toBe(before);
+      expect(await pending).toEqual([1, 2]);
+      expect(written(batching)).toBeGreaterThan(before);
+    } finally {
+      batching.disconnect();
+    }
   });
 });

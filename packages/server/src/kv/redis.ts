@@ -10,12 +10,20 @@ export const FAST_FAIL_OPTIONS: RedisOptions = {
   enableOfflineQueue: false,
   maxRetriesPerRequest: 0,
   commandTimeout: 50,
-  // Commands issued in the same tick (concurrent requests) go out in one socket write.
-  enableAutoPipelining: true,
+  // Each request's command is written as soon as it is issued. Auto-pipelining would hold it until
+  // every request read in the same turn of the event loop has issued its own (setImmediate): under
+  // a burst of requests, each waited for the whole burst's work before its limiter count left.
+  enableAutoPipelining: false,
   lazyConnect: true,
   connectTimeout: 1000,
   retryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 6), 2000),
 };
+
+/**
+ * For background writers (the stream resume buffer): every command of one turn of the event loop
+ * goes out in one socket write, since none of them is on a request's path.
+ */
+export const BATCHING_OPTIONS: RedisOptions = { ...FAST_FAIL_OPTIONS, enableAutoPipelining: true };
 
 export async function connectRedis(url: string, options: RedisOptions = FAST_FAIL_OPTIONS): Promise<Redis> {
   const { commandTimeout, ...rest } = options;
