@@ -262,7 +262,8 @@ const READING = `## Reading the figures
 - **added** latency is the gateway's cost as a client sees it: its own work, one more loopback hop each way, and waiting behind
   other requests on its single core. The "no queueing" row (one connection) is the per-request cost alone.
 - **p99** on one core follows the longest event-loop stalls (garbage collection, a batch of usage records written, a busy moment
-  of another process): compare it with the "loop stall" column.
+  of another process): compare it with the "loop stall" column, the time by which the gateway's 10 ms event-loop timer fired
+  late (prom-client's histogram of whole intervals, less the 10 ms).
 - **first byte** through the gateway comes with the first content chunk: the gateway answers only once the upstream has started
   (so that a provider failing before its first byte can still fail over). Direct, headers arrive at once.
 - **most open at once** through the gateway is below the count when its one core sets streams up more slowly than they come:

@@ -147,6 +147,13 @@ export async function startFloorProxy({ core, dir, kind, upstreamUrl }) {
 }
 
 /**
+ * prom-client samples the event loop with a 10 ms timer and records each
+ * whole interval (an idle gateway reports a p99 of about 10.4 ms), so a
+ * stall is what an interval took beyond it.
+ */
+const EVENT_LOOP_SAMPLE_MS = 10;
+
+/**
  * The gateway's own process figures from GET /metrics (prom-client defaults).
  * The event-loop delay histogram is reset by every scrape, so a scrape right
  * before and right after a round gives that round's stalls.
@@ -157,8 +164,8 @@ export async function scrapeMetrics(url) {
   return {
     heapUsedBytes: read('nodejs_heap_size_used_bytes'),
     externalBytes: read('nodejs_external_memory_bytes'),
-    eventLoopP99Ms: read('nodejs_eventloop_lag_p99_seconds') * 1000,
-    eventLoopMaxMs: read('nodejs_eventloop_lag_max_seconds') * 1000,
+    eventLoopP99Ms: Math.max(0, read('nodejs_eventloop_lag_p99_seconds') * 1000 - EVENT_LOOP_SAMPLE_MS),
+    eventLoopMaxMs: Math.max(0, read('nodejs_eventloop_lag_max_seconds') * 1000 - EVENT_LOOP_SAMPLE_MS),
   };
 }
 
