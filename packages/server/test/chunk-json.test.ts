@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chunkJson, spliceModel } from '../src/providers/chunk-json.js';
+import { chunkJson, keepWireText, spliceModel } from '../src/providers/chunk-json.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
 import { SSE_DONE } from '../src/providers/sse-chunk-stream.js';
 import type { ChatChunk } from '../src/providers/types.js';
@@ -31,6 +31,16 @@ describe('relaying a chunk without serialising it again', () => {
     expect(content.usage).toBeNull();
     expect(usage.choices).toEqual([]);
     expect(usage.model).toBe('gw/model');
+  });
+
+  it('serialises a copy of a kept chunk that changed it, and never shows the kept text in the chunk', () => {
+    const wire = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"old"}}]}';
+    const kept = keepWireText(JSON.parse(wire) as ChatChunk, wire);
+    expect(chunkJson(kept, 'x')).toBe(wire.replace('"model":"m"', '"model":"x"'));
+    const changed: ChatChunk = { ...kept, choices: [{ index: 0, delta: { content: 'new' } }] };
+    expect(JSON.parse(chunkJson(changed, 'x')).choices[0].delta.content).toBe('new');
+    expect(Object.keys(kept)).toEqual(['id', 'object', 'created', 'model', 'choices']);
+    expect(JSON.stringify(kept)).toBe(wire);
   });
 
   it('splices only a single top-level compact model pair, and never into text with a line break', () => {
