@@ -94,11 +94,17 @@ interface ReserveArgs {
  * loaded from the store the first time a scope is met (and again after a
  * Redis restart); holds expire on their own if their instance dies.
  */
+/**
+ * The keys a reservation of this instance touches, worked out once when it
+ * is made: a non-enumerable property of the reservation (a WeakMap entry
+ * per request cost the collector ephemeron work).
+ */
+const SETTLE_KEYS = Symbol('settleKeys');
+
+type KeyedReservation = Reservation & { [SETTLE_KEYS]?: { keys: string[]; group: string } };
+
 export class RedisLedger implements BudgetLedger {
   private readonly settling = new Map<string, SettleBatch>();
-  /** The keys each reservation of this instance touches, worked out once when it is made. */
-  private readonly keysOfReservation = new WeakMap<Reservation, { keys: string[]; group: string }>();
-
   private readonly argsOfScopes = new WeakMap<BudgetScope[], ReserveArgs>();
   private readonly reserveCmd: Cmd;
   private readonly settleCmd: Cmd;
@@ -118,7 +124,7 @@ export class RedisLedger implements BudgetLedger {
       const res = await this.reserveCmd(keys.length, ...keys, nano, requestId, RESERVATION_TTL_MS, ...limits);
       if (res === 0) {
         const reservation = { id: `${requestId}:${nano}`, nano, scopes: ids, tag };
-        this.keysOfReservation.set(reservation, args);
+        Object.defineProperty(reservation, SETTLE_KEYS, { value: args });
         return { ok: true, reservation };
       }
       if (res > 0) return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
@@ -135,7 +141,7 @@ export class RedisLedger implements BudgetLedger {
    * hold still counts, so a reservation meanwhile sees less left, never more.
    */
   settle(r: Reservation, actualEur: number): Promise<void> {
-    const { keys, group } = this.keysOfReservation.get(r) ?? settleKeys(r);
+    const { keys, group } = (r as KeyedReservation)[SETTLE_KEYS] ?? settleKeys(r);
     let batch = this.settling.get(group);
     if (!batch) {
       batch = { keys, args: [], waiters: [] };
