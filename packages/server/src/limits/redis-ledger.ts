@@ -90,11 +90,6 @@ interface ReserveArgs {
 }
 
 /**
- * The budget ledger in Redis, shared by every instance. Spent totals are
- * loaded from the store the first time a scope is met (and again after a
- * Redis restart); holds expire on their own if their instance dies.
- */
-/**
  * The keys a reservation of this instance touches, worked out once when it
  * is made: a non-enumerable property of the reservation (a WeakMap entry
  * per request cost the collector ephemeron work).
@@ -103,6 +98,11 @@ const SETTLE_KEYS = Symbol('settleKeys');
 
 type KeyedReservation = Reservation & { [SETTLE_KEYS]?: { keys: string[]; group: string } };
 
+/**
+ * The budget ledger in Redis, shared by every instance. Spent totals are
+ * loaded from the store the first time a scope is met (and again after a
+ * Redis restart); holds expire on their own if their instance dies.
+ */
 export class RedisLedger implements BudgetLedger {
   private readonly settling = new Map<string, SettleBatch>();
   private readonly argsOfScopes = new WeakMap<BudgetScope[], ReserveArgs>();
