@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { hiddenSlot } from '../lib/hidden-slot.js';
 import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
 // Per scope three keys: its spent total, its holds (sorted set, member "<request>:<nano>", score: expiry)
@@ -89,14 +90,8 @@ interface ReserveArgs {
   group: string;
 }
 
-/**
- * The keys a reservation of this instance touches, worked out once when it
- * is made: a non-enumerable property of the reservation (a WeakMap entry
- * per request cost the collector ephemeron work).
- */
-const SETTLE_KEYS = Symbol('settleKeys');
-
-type KeyedReservation = Reservation & { [SETTLE_KEYS]?: { keys: string[]; group: string } };
+/** The keys a reservation of this instance touches, worked out once when it is made. */
+const settleKeysOf = hiddenSlot<Reservation, { keys: string[]; group: string }>('settleKeys');
 
 /**
  * The budget ledger in Redis, shared by every instance. Spent totals are
@@ -124,7 +119,7 @@ export class RedisLedger implements BudgetLedger {
       const res = await this.reserveCmd(keys.length, ...keys, nano, requestId, RESERVATION_TTL_MS, ...limits);
       if (res === 0) {
         const reservation = { id: `${requestId}:${nano}`, nano, scopes: ids, tag };
-        Object.defineProperty(reservation, SETTLE_KEYS, { value: args });
+        settleKeysOf.set(reservation, args);
         return { ok: true, reservation };
       }
       if (res > 0) return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
@@ -141,7 +136,7 @@ export class RedisLedger implements BudgetLedger {
    * hold still counts, so a reservation meanwhile sees less left, never more.
    */
   settle(r: Reservation, actualEur: number): Promise<void> {
-    const { keys, group } = (r as KeyedReservation)[SETTLE_KEYS] ?? settleKeys(r);
+    const { keys, group } = settleKeysOf.get(r) ?? settleKeys(r);
     let batch = this.settling.get(group);
     if (!batch) {
       batch = { keys, args: [], waiters: [] };

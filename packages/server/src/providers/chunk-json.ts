@@ -1,20 +1,16 @@
+import { hiddenSlot } from '../lib/hidden-slot.js';
 import type { ChatChunk } from './types.js';
 
 /**
- * The provider's own JSON of a chunk an adapter passed on unchanged, kept
- * on the chunk under a non-enumerable symbol: a spread copy (a changed
- * chunk) and serialisation never see it. A WeakMap did the same for about
- * 1.5-3 µs more per chunk, most of it in the collector, which treats every
- * entry with a young key as an ephemeron.
+ * The provider's own JSON of a chunk an adapter passed on unchanged: a
+ * spread copy (a changed chunk) and serialisation never see it. As a
+ * WeakMap it cost about 1.5-3 µs more per chunk, mostly in the collector.
  */
-const WIRE_TEXT = Symbol('wireText');
-
-type WithWireText = ChatChunk & { [WIRE_TEXT]?: string };
+const wireText = hiddenSlot<ChatChunk, string>('wireText');
 
 /** Marks `chunk` as exactly what `text` says, so it can be relayed without being serialised again. */
 export function keepWireText(chunk: ChatChunk, text: string): ChatChunk {
-  Object.defineProperty(chunk, WIRE_TEXT, { value: text });
-  return chunk;
+  return wireText.set(chunk, text);
 }
 
 /**
@@ -23,7 +19,7 @@ export function keepWireText(chunk: ChatChunk, text: string): ChatChunk {
  * top-level model name spliced in; any other is serialised.
  */
 export function chunkJson(chunk: ChatChunk, model: string): string {
-  const text = (chunk as WithWireText)[WIRE_TEXT];
+  const text = wireText.get(chunk);
   if (text !== undefined) {
     const spliced = spliceModel(text, chunk.model, model);
     if (spliced !== null) return spliced;
