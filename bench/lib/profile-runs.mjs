@@ -26,6 +26,11 @@ export const PROFILE_LOADS = {
     const r = await runHttpLoad({ ...chatRequest(gateway, 'fixed-0ms', false), connections: 50, durationS });
     return { done: r.ok + r.failed, text: `${r.rps.toFixed(0)} req/s, ${r.failed} failed ${JSON.stringify(r.failures)}` };
   },
+  // The latency scenario: about 1,000 requests/s, the gateway's core about a third busy.
+  'http-50ms': async (gateway, durationS) => {
+    const r = await runHttpLoad({ ...chatRequest(gateway, 'fixed-50ms', false), connections: 50, durationS });
+    return { done: r.ok + r.failed, text: `${r.rps.toFixed(0)} req/s, ${r.failed} failed ${JSON.stringify(r.failures)}` };
+  },
   // PROFILE_STREAM_MODEL: another upstream profile for the streams (stream-50ms-200x10ms: mostly chunks).
   stream: async (gateway, durationS) => {
     const model = process.env.PROFILE_STREAM_MODEL ?? 'stream-50ms-20x10ms';

@@ -212,6 +212,17 @@ export function renderTables(results) {
     .join('\n\n');
 }
 
+/** How long each process's 0 ms scenario warmed the gateway (or floor) up. */
+function warmedUp(s) {
+  const rows = [
+    ['embedded', s.http0],
+    ['PostgreSQL + Redis', s.prodHttp0],
+    ['node:http floor', s.floorNodeHttp],
+    ['Fastify floor', s.floorFastify],
+  ].filter(([, sc]) => sc?.warmupS?.gateway !== undefined);
+  return rows.length === 0 ? 'n/a' : `this run: ${rows.map(([name, sc]) => `${name} ${sc.warmupS.gateway} s`).join(', ')}`;
+}
+
 function method(results) {
   const m = results.machine;
   const p = results.plan;
@@ -242,7 +253,10 @@ function method(results) {
   (TTFT) and \`[DONE]\`.
 - **Direct against gateway in the same run, interleaved**: after ${p.warmupS} s of warm-up per side (0 ms: ${p.warmupS * 2} s), rounds
   alternate D G, G D, …: ${p.rounds} rounds of ${p.roundS} s per side on the embedded setup, ${p.prodRounds ?? 'n/a'} of ${p.prodRoundS ?? 'n/a'} s on the other. Percentiles are
-  over every sample of all rounds; added = gateway minus direct at the same percentile. "Loop stall" is the gateway's own event-loop
+  over every sample of all rounds; added = gateway minus direct at the same percentile. The 0 ms scenario is each process's
+  first: a fresh gateway compiles its request path for its first 5-10 s under load (V8's helper threads take up to a third of its
+  core), so its warm-up goes on in 2 s windows until those threads use under 3% of its CPU in one, at most ${p.warmupMaxS ?? 'n/a'} s
+  (${warmedUp(results.scenarios)}): capacity is that of a running server, not of one starting. "Loop stall" is the gateway's own event-loop
   delay (prom-client's histogram, 10 ms resolution) over its rounds, from \`/metrics\`. Per-round figures: \`bench/results/latest.json\`.
 - **1,000 streams**: requested at once, direct then through the gateway; the gateway's RSS (\`/proc/<pid>/status\` VmRSS) before,
   sampled every 50 ms, and ${p.settleS} s after the last one ended; heap and external memory from \`/metrics\`.
