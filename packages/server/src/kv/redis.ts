@@ -10,9 +10,10 @@ export const FAST_FAIL_OPTIONS: RedisOptions = {
   enableOfflineQueue: false,
   maxRetriesPerRequest: 0,
   commandTimeout: 50,
-  // Each request's command is written as soon as it is issued. Auto-pipelining would hold it until
-  // every request read in the same turn of the event loop has issued its own (setImmediate): under
-  // a burst of requests, each waited for the whole burst's work before its limiter count left.
+  // A request's commands are written as soon as the code that issued them returns (writeTogetherPerRun).
+  // Auto-pipelining would hold them until every request read in the same turn of the event loop has
+  // issued its own (setImmediate): under a burst of requests, each waited for the whole burst's work
+  // before its limiter count left.
   enableAutoPipelining: false,
   lazyConnect: true,
   connectTimeout: 1000,
@@ -29,6 +30,7 @@ export async function connectRedis(url: string, options: RedisOptions = FAST_FAI
   const { commandTimeout, ...rest } = options;
   const client = new Redis(url, rest);
   if (commandTimeout !== undefined) applyLagTolerantTimeout(client, commandTimeout);
+  if (!rest.enableAutoPipelining) writeTogetherPerRun(client);
   // Errors are expected while Redis is away; callers see failed commands, not crashes.
   client.on('error', () => {});
   try {
@@ -37,6 +39,31 @@ export async function connectRedis(url: string, options: RedisOptions = FAST_FAI
     // Start anyway: the client keeps reconnecting, and callers fail open meanwhile.
   }
   return client;
+}
+
+/**
+ * The commands issued in one run of code (a request's limiter count and
+ * budget hold, say) leave in one socket write: the socket is corked at the
+ * first and uncorked on `process.nextTick`, which runs as soon as that code
+ * returns, before the event loop reads or runs anything else. Unlike
+ * auto-pipelining, nothing waits for other requests' work.
+ */
+function writeTogetherPerRun(client: Redis): void {
+  const send = client.sendCommand.bind(client);
+  let corked: Redis['stream'] | null = null;
+  const uncork = () => {
+    const socket = corked;
+    corked = null;
+    socket?.uncork();
+  };
+  client.sendCommand = (command: Command, stream?: Parameters<Redis['sendCommand']>[1]) => {
+    if (corked === null && client.status === 'ready' && client.stream) {
+      corked = client.stream;
+      corked.cork();
+      process.nextTick(uncork);
+    }
+    return send(command, stream);
+  };
 }
 
 /**
