@@ -26,9 +26,9 @@ const PLANS = {
     floorRoundS: 3,
     burst: 1000,
     settleS: 3,
-    expectedMinutes: 4,
+    expectedMinutes: 5,
     streamConcurrency: 50,
-    warmupMaxS: 16,
+    warmupMaxS: 14,
   },
   // Quick streams run 10 at a time: at 50 the gateway's core is busy enough that queueing makes the TTFT ratio noisy.
   quick: { rounds: 2, roundS: 2, warmupS: 1, streamConcurrency: 10, warmupMaxS: 7 },

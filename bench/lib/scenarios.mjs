@@ -113,10 +113,6 @@ function pick({ p50, p99 }) {
   return { p50, p99 };
 }
 
-/**
- * Warms both sides up, then loads them in interleaved rounds; `summary` turns each side's rounds into
- * its figures, `what` names the scenario in the result (and in a failed consistency check).
- */
 /** Warm-up windows last this long; the gateway is warm once V8's helper threads use under {@link STEADY_V8_SHARE} of its CPU in one. */
 const WARMUP_WINDOW_S = 2;
 const STEADY_V8_SHARE = 0.03;
@@ -142,6 +138,10 @@ async function warmGateway(gateway, load, warmupS, warmupMaxS) {
   return warmedS;
 }
 
+/**
+ * Warms both sides up, then loads them in interleaved rounds; `summary` turns each side's rounds into
+ * its figures, `what` names the scenario in the result (and in a failed consistency check).
+ */
 async function compareSides({ gateway, monitor, rounds, roundS, warmupS, warmupMaxS = warmupS }, { kind, what, label, load, summary }) {
   await load('direct', warmupS);
   const warmedS = await warmGateway(gateway, (s) => load('gateway', s), warmupS, warmupMaxS);
