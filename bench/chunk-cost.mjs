@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
 import { chatRequest } from './lib/profile-runs.mjs';
 import { startFloorProxy, startGateway, startUpstream } from './lib/services.mjs';
+import { sum } from './lib/stats.mjs';
 import { runStreamLoad } from './lib/stream-driver.mjs';
 
 const rounds = Number(process.argv[2] ?? 2);
@@ -22,7 +23,7 @@ const upstream = await startUpstream({ core: 1, dir });
 const gateway = await startGateway({ core: 0, dir, name: 'gateway', upstreamUrl: upstream.url });
 const floor = await startFloorProxy({ core: 0, dir, kind: 'node-http', upstreamUrl: upstream.url });
 
-const cpuSeconds = (proxy) => Object.values(proxy.threadCpu()).reduce((a, b) => a + b, 0);
+const cpuSeconds = (proxy) => sum(Object.values(proxy.threadCpu()));
 
 /** CPU µs per stream of `model` through `proxy`, 50 at a time for `seconds`. */
 async function cpuPerStream(proxy, model, seconds) {

@@ -20,17 +20,17 @@ export function chatRequest(gateway, upstreamModel, stream) {
   };
 }
 
+/** Non-streamed chat completions of `upstreamModel` at 50 connections. */
+const httpLoad = (upstreamModel) => async (gateway, durationS) => {
+  const r = await runHttpLoad({ ...chatRequest(gateway, upstreamModel, false), connections: 50, durationS });
+  return { done: r.ok + r.failed, text: `${r.rps.toFixed(0)} req/s, ${r.failed} failed ${JSON.stringify(r.failures)}` };
+};
+
 /** The loads, each for `durationS`: how many requests or streams were done, and a line saying how it went. */
 export const PROFILE_LOADS = {
-  'http-0ms': async (gateway, durationS) => {
-    const r = await runHttpLoad({ ...chatRequest(gateway, 'fixed-0ms', false), connections: 50, durationS });
-    return { done: r.ok + r.failed, text: `${r.rps.toFixed(0)} req/s, ${r.failed} failed ${JSON.stringify(r.failures)}` };
-  },
+  'http-0ms': httpLoad('fixed-0ms'),
   // The latency scenario: about 1,000 requests/s, the gateway's core about a third busy.
-  'http-50ms': async (gateway, durationS) => {
-    const r = await runHttpLoad({ ...chatRequest(gateway, 'fixed-50ms', false), connections: 50, durationS });
-    return { done: r.ok + r.failed, text: `${r.rps.toFixed(0)} req/s, ${r.failed} failed ${JSON.stringify(r.failures)}` };
-  },
+  'http-50ms': httpLoad('fixed-50ms'),
   // PROFILE_STREAM_MODEL: another upstream profile for the streams (stream-50ms-200x10ms: mostly chunks).
   stream: async (gateway, durationS) => {
     const model = process.env.PROFILE_STREAM_MODEL ?? 'stream-50ms-20x10ms';

@@ -132,7 +132,7 @@ async function warmGateway(gateway, load, warmupS, warmupMaxS) {
     await load(WARMUP_WINDOW_S);
     warmedS += WARMUP_WINDOW_S;
     const used = cpuSince(before, gateway.threadCpu());
-    const total = Object.values(used).reduce((a, b) => a + b, 0);
+    const total = sum(Object.values(used));
     if (total > 0 && used.v8 / total < STEADY_V8_SHARE) break;
   }
   return warmedS;
