@@ -4,7 +4,8 @@
 // request by allocation site are what drives the collector (unlike a heap snapshot, which holds
 // only survivors). `burst` is the other way round: what 1,000 open streams hold, sampled
 // once all are open, after a full collection, so only live objects count.
-// PROFILE_ONLY=stream (http-0ms, burst): one load only; PROFILE_STREAM_MODEL and KEEP=1 as for profile.mjs.
+// PROFILE_ONLY=stream (http-0ms, burst): one load only; PROFILE_STREAM_MODEL and KEEP=1 as for profile.mjs;
+// PROMOTED=1: only what outlived a young-generation collection (what was promoted, and drives the major ones).
 // Summaries go to stdout and bench/results/.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -112,7 +113,10 @@ async function profileOne(name, { startGateway }) {
     cdp = await devtools(INSPECT_PORT);
     await cdp.send('HeapProfiler.enable');
     if (name === 'burst') return report(name, await liveAtBurstPeak(gateway, cdp, 1000));
-    await cdp.send('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+    // PROMOTED=1 leaves out what the young generation's collections freed: what is left is what was
+    // promoted to the old generation (and what the major collections then had to mark and sweep).
+    const promotedOnly = process.env.PROMOTED === '1';
+    await cdp.send('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !promotedOnly });
     const outcome = await PROFILE_LOADS[name](gateway, seconds);
     const { profile } = await cdp.send('HeapProfiler.stopSampling');
     return report(name, { ...outcome, profile });
