@@ -116,7 +116,11 @@ async function profileOne(name, { startGateway }) {
     // PROMOTED=1 leaves out what the young generation's collections freed: what is left is what was
     // promoted to the old generation (and what the major collections then had to mark and sweep).
     const promotedOnly = process.env.PROMOTED === '1';
-    await cdp.send('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !promotedOnly });
+    await cdp.send('HeapProfiler.startSampling', {
+      samplingInterval: 1024,
+      includeObjectsCollectedByMajorGC: true,
+      includeObjectsCollectedByMinorGC: !promotedOnly,
+    });
     const outcome = await PROFILE_LOADS[name](gateway, seconds);
     const { profile } = await cdp.send('HeapProfiler.stopSampling');
     return report(name, { ...outcome, profile });
