@@ -176,13 +176,19 @@ function floorLatencyTable(s) {
   );
 }
 
+function verdict(t, amount) {
+  if (t.noVerdict) return 'no verdict: direct was slower here (a stall on the load side); rerun';
+  if (t.met === null) return 'not run';
+  return t.met ? 'met' : `**missed** by ${amount(t, t.miss)}`;
+}
+
 function targetsTable(s) {
   const amount = (t, v) => `${t.unit === 'req/s' || t.unit === 'streams' ? int(v) : v.toFixed(2)} ${t.unit}`;
   const rows = evaluateTargets(s).map((t) => [
     t.label,
     `${t.bound === 'max' ? '≤' : '≥'} ${t.limit.toLocaleString('en-GB')} ${t.unit}`,
     t.value === null ? 'n/a' : amount(t, t.value),
-    t.met === null ? 'not run' : t.met ? 'met' : `**missed** by ${amount(t, t.miss)}`,
+    verdict(t, amount),
     t.floor === null ? '' : amount(t, t.floor),
   ]);
   return table(['target', 'bound', 'measured', 'verdict', 'node:http floor, same figure'], rows);
@@ -279,7 +285,8 @@ const READING = `## Reading the figures
   response queue poisoning): at 50 ms upstream, about half of the gateway's added p50 (docs/decisions.md).
 - **p99** on one core follows the longest event-loop stalls (garbage collection, a batch of usage records written, a busy moment
   of another process): compare it with the "loop stall" column, the time by which the gateway's 10 ms event-loop timer fired
-  late (prom-client's histogram of whole intervals, less the 10 ms).
+  late (prom-client's histogram of whole intervals, less the 10 ms). A negative added figure is the direct side's stall (its
+  driver and upstream share the other core), not a gateway faster than direct: a target read from one gets no verdict.
 - **first byte** through the gateway comes with the first content chunk: the gateway answers only once the upstream has started
   (so that a provider failing before its first byte can still fail over). Direct, headers arrive at once.
 - **most open at once** through the gateway is below the count when its one core sets streams up more slowly than they come:
