@@ -258,6 +258,33 @@ for (const driver of drivers) {
       expect(await store.usage.list({ requestId: record.requestId })).toEqual([record]);
     });
 
+    it('insertMany keeps text with quotes, commas, line breaks and empty strings as it is', async () => {
+      const record = usage({
+        requestId: uid('req'),
+        keyId: uid('key'),
+        model: 'a "quoted", model\nwith a line break, a tab\t and \\N',
+        provider: 'p,q',
+        errorCode: '',
+      });
+      await store.usage.insertMany([record, usage({ requestId: uid('req'), keyId: record.keyId, model: '""' })]);
+      const rows = await store.usage.list({ keyId: record.keyId });
+      expect(rows.find((r) => r.requestId === record.requestId)).toEqual(record);
+      expect(rows.map((r) => r.model).sort()).toEqual(['""', record.model].sort());
+    });
+
+    it('insertMany adds each cost to the spend as the column stores it (12 decimals, half away from zero)', async () => {
+      const key = await store.keys.create({ id: uid('key'), name: 'k', workspaceId: null, hash: uid('hash'), rateLimitRpm: 60, budget: null });
+      await store.usage.insertMany([
+        usage({ requestId: uid('req'), keyId: key.id, cost: 5e-13 }),
+        usage({ requestId: uid('req'), keyId: key.id, cost: 5e-13 }),
+        usage({ requestId: uid('req'), keyId: key.id, cost: 4e-13 }),
+        usage({ requestId: uid('req'), keyId: key.id, cost: 1.0000000000005 }),
+      ]);
+      const stored = (await store.usage.list({ keyId: key.id })).map((r) => r.cost).sort((a, b) => a - b);
+      expect(stored).toEqual([0, 1e-12, 1e-12, 1.000000000001]);
+      expect((await store.keys.getById(key.id))?.spent).toBe(1.000000000003);
+    });
+
     it('insertMany adds the cost of the rows it stored to their key and workspace, once', async () => {
       const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: null });
       const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });

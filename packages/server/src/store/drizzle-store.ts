@@ -7,7 +7,9 @@
  *   write: PostgreSQL loses concurrent RMW updates (PGlite serialises
  *   everything, so only PostgreSQL tests show it);
  * - no transactions: a statement on the root db inside a transaction hangs
- *   PGlite, and every operation here is a single statement anyway;
+ *   PGlite, and every operation here is a single statement anyway (the one
+ *   exception, embedded usage rows through COPY, runs its transaction in
+ *   the database thread itself: `copyRows`);
  * - each method is one statement (settings.setIfAbsent: at most two).
  */
 import type { SQL } from 'drizzle-orm';
@@ -31,6 +33,7 @@ import type {
   Workspace,
   WorkspaceRepo,
 } from './types.js';
+import { spendOf, USAGE_COLUMNS, usageCsv } from './usage-copy.js';
 
 const { and, count, desc, eq, gte, lt, sql } = orm;
 
@@ -141,9 +144,6 @@ class DrizzleKeyRepo implements KeyRepo {
   }
 }
 
-const USAGE_COLUMNS = sql.raw(`request_id, key_id, workspace_id, kind, model, provider, prompt_tokens, completion_tokens,
-  total_tokens, units, cost, latency_ms, status, error_code, streamed, created_at`);
-
 /** The rows of a chunk as one JSON parameter (PostgreSQL). */
 function rowsFromJson(chunk: UsageRecord[]): SQL {
   return sql`SELECT * FROM json_to_recordset(${usageJson(chunk)}::json) AS r(request_id text, key_id text, workspace_id text,
@@ -174,7 +174,7 @@ function rowsFromArrays(chunk: UsageRecord[]): SQL {
 function withSpend(rows: SQL): SQL {
   return sql`
     WITH stored AS (
-      INSERT INTO usage_records (${USAGE_COLUMNS}) ${rows}
+      INSERT INTO usage_records (${sql.raw(USAGE_COLUMNS)}) ${rows}
       ON CONFLICT (request_id) DO NOTHING
       RETURNING key_id, workspace_id, cost
     ), paid AS (
@@ -193,10 +193,20 @@ function withSpend(rows: SQL): SQL {
     WHERE workspaces.id = s.workspace_id`;
 }
 
+/** Runs `COPY ... FROM` over `csv`, then `then`, in one transaction (the embedded database thread). */
+export type CopyRows = (copySql: string, csv: string, then: { sql: string; params: unknown[] }[]) => Promise<void>;
+
+const COPY_USAGE = `COPY usage_records (${USAGE_COLUMNS}) FROM '/dev/blob' WITH (FORMAT csv)`;
+const ADD_KEY_SPEND = 'UPDATE api_keys SET spent = api_keys.spent + s.total FROM unnest($1::text[], $2::numeric[]) AS s(id, total) WHERE api_keys.id = s.id';
+const ADD_WORKSPACE_SPEND =
+  'UPDATE workspaces SET spent = workspaces.spent + s.total FROM unnest($1::text[], $2::numeric[]) AS s(id, total) WHERE workspaces.id = s.id';
+const UNIQUE_VIOLATION = '23505';
+
 class DrizzleUsageRepo implements UsageRepo {
   constructor(
     private readonly db: Db,
     private readonly kind: Store['kind'],
+    private readonly copyRows?: CopyRows,
   ) {}
 
   /**
@@ -214,7 +224,31 @@ class DrizzleUsageRepo implements UsageRepo {
   async insertMany(records: UsageRecord[]): Promise<void> {
     for (let i = 0; i < records.length; i += USAGE_INSERT_CHUNK) {
       const chunk = records.slice(i, i + USAGE_INSERT_CHUNK);
+      if (this.copyRows && (await this.copyChunk(this.copyRows, chunk))) continue;
       await this.db.execute(withSpend(this.kind === 'postgres' ? rowsFromJson(chunk) : rowsFromArrays(chunk)));
+    }
+  }
+
+  /**
+   * Embedded: the rows through COPY, and their cost added from sums made
+   * here, in one transaction; about a third less of the database thread's
+   * time per row than the statement below (docs/decisions.md). COPY takes
+   * all rows or none: false when one was already stored (a retried batch,
+   * a repeated request id), and the statement that skips stored rows then
+   * takes the chunk.
+   */
+  private async copyChunk(copyRows: CopyRows, chunk: UsageRecord[]): Promise<boolean> {
+    // Before anything is sent: a cost that is not a finite number is refused here, as moneyText refuses it.
+    const spend = spendOf(chunk);
+    const then: { sql: string; params: unknown[] }[] = [];
+    if (spend.keys[0].length > 0) then.push({ sql: ADD_KEY_SPEND, params: spend.keys });
+    if (spend.workspaces[0].length > 0) then.push({ sql: ADD_WORKSPACE_SPEND, params: spend.workspaces });
+    try {
+      await copyRows(COPY_USAGE, usageCsv(chunk), then);
+      return true;
+    } catch (err) {
+      if ((err as { code?: unknown }).code === UNIQUE_VIOLATION) return false;
+      throw err;
     }
   }
 
@@ -265,6 +299,8 @@ class DrizzleSettingsRepo implements SettingsRepo {
 /** What a driver supplies besides the Drizzle database. */
 export interface DriverHooks {
   kind: Store['kind'];
+  /** Embedded PGlite: usage rows go through COPY (see DrizzleUsageRepo). */
+  copyRows?: CopyRows;
   migrate(): Promise<void>;
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -285,7 +321,7 @@ export class DrizzleStore implements Store {
     this.#hooks = hooks;
     this.workspaces = new DrizzleWorkspaceRepo(db);
     this.keys = new DrizzleKeyRepo(db);
-    this.usage = new DrizzleUsageRepo(db, hooks.kind);
+    this.usage = new DrizzleUsageRepo(db, hooks.kind, hooks.copyRows);
     this.settings = new DrizzleSettingsRepo(db);
     this.idempotency = new DrizzleIdempotencyRepo(db);
   }

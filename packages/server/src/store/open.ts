@@ -131,6 +131,7 @@ async function openPglite(dataDir: string): Promise<Store> {
   });
   return new DrizzleStore(db, {
     kind: 'pglite',
+    copyRows: (copySql, csv, then) => thread.copy(copySql, csv, then),
     migrate: () => thread.migrate(),
     ping: () => thread.ping(),
     async close() {

@@ -56,6 +56,11 @@ export class PgliteThread {
     return this.call({ op: 'query', sql, params, rows });
   }
 
+  /** `COPY ... FROM '/dev/blob'` reading `csv`, then `then`, in one transaction. */
+  async copy(sql: string, csv: string, then: { sql: string; params: unknown[] }[]): Promise<void> {
+    await this.call({ op: 'copy', sql, csv, then });
+  }
+
   async migrate(): Promise<void> {
     await this.call({ op: 'migrate' });
   }

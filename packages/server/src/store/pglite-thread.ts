@@ -29,7 +29,11 @@ interface ThreadData {
   migrationsFolder: string;
 }
 
-type Call = { id: number; op: 'query'; sql: string; params: unknown[]; rows: 'array' | 'object' } | { id: number; op: 'migrate' | 'ping' | 'close' };
+type Statement = { sql: string; params: unknown[] };
+type Call =
+  | ({ id: number; op: 'query'; rows: 'array' | 'object' } & Statement)
+  | { id: number; op: 'copy'; sql: string; csv: string; then: Statement[] }
+  | { id: number; op: 'migrate' | 'ping' | 'close' };
 
 /** As drizzle's PGlite driver reads them: dates, times and numeric arrays stay text for drizzle to map. */
 const RAW = (value: string) => value;
@@ -89,6 +93,13 @@ async function answer(client: Pglite.PGlite, call: Call): Promise<unknown[]> {
     case 'query': {
       return (await client.query(call.sql, call.params, { rowMode: call.rows, parsers: PARSERS })).rows as unknown[];
     }
+    case 'copy':
+      // COPY reads the rows from PGlite's /dev/blob; the statements after it share its transaction.
+      await client.transaction(async (tx) => {
+        await tx.query(call.sql, [], { blob: new Blob([call.csv]) });
+        for (const s of call.then) await tx.query(s.sql, s.params);
+      });
+      return [];
     case 'migrate':
       await migrate(drizzle({ client }), { migrationsFolder });
       collectStartupGarbage();

@@ -1,0 +1,65 @@
+import { describe, expect, it } from 'vitest';
+import type { UsageRecord } from '../src/store/types.js';
+import { picoText, spendOf, storedPico, usageCsv } from '../src/store/usage-copy.js';
+
+const record = (overrides: Partial<UsageRecord>): UsageRecord => ({
+  requestId: 'req_1',
+  keyId: 'key_1',
+  workspaceId: null,
+  kind: 'chat',
+  model: 'm',
+  provider: null,
+  promptTokens: 1,
+  completionTokens: 2,
+  totalTokens: 3,
+  units: 0,
+  cost: 0.5,
+  latencyMs: 7,
+  status: 200,
+  errorCode: null,
+  streamed: false,
+  createdAt: new Date('2026-01-02T03:04:05.678Z'),
+  ...overrides,
+});
+
+describe('usage rows for COPY', () => {
+  it('rounds a cost to 12 decimals half away from zero, from the text the other path sends', () => {
+    expect(storedPico(0)).toBe(0n);
+    expect(storedPico(1)).toBe(1_000_000_000_000n);
+    expect(storedPico(0.0000002)).toBe(200_000n); // String() gives '2e-7'
+    expect(storedPico(1.23e-7)).toBe(123_000n);
+    expect(storedPico(5e-13)).toBe(1n);
+    expect(storedPico(4.9e-13)).toBe(0n);
+    expect(storedPico(1.0000000000005)).toBe(1_000_000_000_001n);
+    expect(storedPico(-5e-13)).toBe(-1n);
+    expect(storedPico(123456789012.5)).toBe(123_456_789_012_500_000_000_000n);
+    expect(() => storedPico(Number.NaN)).toThrow(RangeError);
+    expect(() => storedPico(Number.POSITIVE_INFINITY)).toThrow(RangeError);
+  });
+
+  it('writes sums as numeric text', () => {
+    expect(picoText(0n)).toBe('0.000000000000');
+    expect(picoText(1_000_000_000_003n)).toBe('1.000000000003');
+    expect(picoText(-1n)).toBe('-0.000000000001');
+  });
+
+  it('sums the cost per key and per workspace, leaving out rows that cost nothing', () => {
+    const spend = spendOf([
+      record({ keyId: 'b', workspaceId: 'w', cost: 0.1 }),
+      record({ keyId: 'a', workspaceId: 'w', cost: 0.2 }),
+      record({ keyId: 'b', workspaceId: null, cost: 0.1 }),
+      record({ keyId: 'c', workspaceId: 'v', cost: 0 }),
+    ]);
+    expect(spend.keys).toEqual([
+      ['a', 'b'],
+      ['0.200000000000', '0.200000000000'],
+    ]);
+    expect(spend.workspaces).toEqual([['w'], ['0.300000000000']]);
+  });
+
+  it('quotes text, doubles quotes and writes NULL as an empty unquoted field', () => {
+    expect(usageCsv([record({ model: 'say "hi", twice', workspaceId: 'ws', errorCode: '' })])).toBe(
+      '"req_1","key_1","ws","chat","say ""hi"", twice",,1,2,3,0,0.5,7,200,"",f,2026-01-02T03:04:05.678Z\n',
+    );
+  });
+});
