@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../src/store/types.js';
-import { picoText, spendOf, storedPico, usageCsv } from '../src/store/usage-copy.js';
+import { picoText, spendOf, storedPico, USAGE_COLUMNS, usageCopyScript, usageCsv } from '../src/store/usage-copy.js';
 
 const record = (overrides: Partial<UsageRecord>): UsageRecord => ({
   requestId: 'req_1',
@@ -51,10 +51,22 @@ describe('usage rows for COPY', () => {
       record({ keyId: 'c', workspaceId: 'v', cost: 0 }),
     ]);
     expect(spend.keys).toEqual([
-      ['a', 'b'],
-      ['0.200000000000', '0.200000000000'],
+      ['a', '0.200000000000'],
+      ['b', '0.200000000000'],
     ]);
-    expect(spend.workspaces).toEqual([['w'], ['0.300000000000']]);
+    expect(spend.workspaces).toEqual([['w', '0.300000000000']]);
+  });
+
+  it('writes one script: the COPY, then the spend of each key and workspace, ids quoted as literals', () => {
+    const script = usageCopyScript([record({ keyId: "k'1", workspaceId: 'w', cost: 0.25 }), record({ keyId: 'k2', cost: 0 })]);
+    expect(script.sql.split(';\n')).toEqual([
+      `COPY usage_records (${USAGE_COLUMNS}) FROM '/dev/blob' WITH (FORMAT csv)`,
+      "UPDATE api_keys SET spent = api_keys.spent + s.total FROM (VALUES ('k''1', '0.250000000000'::numeric)) AS s(id, total) WHERE api_keys.id = s.id",
+      "UPDATE workspaces SET spent = workspaces.spent + s.total FROM (VALUES ('w', '0.250000000000'::numeric)) AS s(id, total) WHERE workspaces.id = s.id",
+    ]);
+    expect(script.csv.split('\n')).toHaveLength(3);
+    expect(usageCopyScript([record({ cost: 0 })]).sql).not.toContain('UPDATE');
+    expect(() => usageCopyScript([record({ cost: Number.NaN })])).toThrow(RangeError);
   });
 
   it('quotes text, doubles quotes and writes NULL as an empty unquoted field', () => {

@@ -33,7 +33,7 @@ import type {
   Workspace,
   WorkspaceRepo,
 } from './types.js';
-import { spendOf, USAGE_COLUMNS, usageCsv } from './usage-copy.js';
+import { USAGE_COLUMNS, usageCopyScript } from './usage-copy.js';
 
 const { and, count, desc, eq, gte, lt, sql } = orm;
 
@@ -193,13 +193,9 @@ function withSpend(rows: SQL): SQL {
     WHERE workspaces.id = s.workspace_id`;
 }
 
-/** Runs `COPY ... FROM` over `csv`, then `then`, in one transaction (the embedded database thread). */
-export type CopyRows = (copySql: string, csv: string, then: { sql: string; params: unknown[] }[]) => Promise<void>;
+/** Runs `sql`, one script whose COPY reads `csv`, as one transaction (the embedded database thread). */
+export type CopyRows = (sql: string, csv: string) => Promise<void>;
 
-const COPY_USAGE = `COPY usage_records (${USAGE_COLUMNS}) FROM '/dev/blob' WITH (FORMAT csv)`;
-const ADD_KEY_SPEND = 'UPDATE api_keys SET spent = api_keys.spent + s.total FROM unnest($1::text[], $2::numeric[]) AS s(id, total) WHERE api_keys.id = s.id';
-const ADD_WORKSPACE_SPEND =
-  'UPDATE workspaces SET spent = workspaces.spent + s.total FROM unnest($1::text[], $2::numeric[]) AS s(id, total) WHERE workspaces.id = s.id';
 const UNIQUE_VIOLATION = '23505';
 
 class DrizzleUsageRepo implements UsageRepo {
@@ -231,20 +227,16 @@ class DrizzleUsageRepo implements UsageRepo {
 
   /**
    * Embedded: the rows through COPY, and their cost added from sums made
-   * here, in one transaction; about a third less of the database thread's
-   * time per row than the statement below (docs/decisions.md). COPY takes
-   * all rows or none: false when one was already stored (a retried batch,
-   * a repeated request id), and the statement that skips stored rows then
-   * takes the chunk.
+   * here, in one transaction (usage-copy.ts); about a third less of the
+   * database thread's time per row than the statement below, and half the
+   * fixed cost per chunk (docs/decisions.md). COPY takes all rows or none:
+   * false when one was already stored (a retried batch, a repeated request
+   * id), and the statement that skips stored rows then takes the chunk.
    */
   private async copyChunk(copyRows: CopyRows, chunk: UsageRecord[]): Promise<boolean> {
-    // Before anything is sent: a cost that is not a finite number is refused here, as moneyText refuses it.
-    const spend = spendOf(chunk);
-    const then: { sql: string; params: unknown[] }[] = [];
-    if (spend.keys[0].length > 0) then.push({ sql: ADD_KEY_SPEND, params: spend.keys });
-    if (spend.workspaces[0].length > 0) then.push({ sql: ADD_WORKSPACE_SPEND, params: spend.workspaces });
+    const script = usageCopyScript(chunk);
     try {
-      await copyRows(COPY_USAGE, usageCsv(chunk), then);
+      await copyRows(script.sql, script.csv);
       return true;
     } catch (err) {
       if ((err as { code?: unknown }).code === UNIQUE_VIOLATION) return false;

@@ -131,7 +131,7 @@ async function openPglite(dataDir: string): Promise<Store> {
   });
   return new DrizzleStore(db, {
     kind: 'pglite',
-    copyRows: (copySql, csv, then) => thread.copy(copySql, csv, then),
+    copyRows: (sql, csv) => thread.copy(sql, csv),
     migrate: () => thread.migrate(),
     ping: () => thread.ping(),
     async close() {

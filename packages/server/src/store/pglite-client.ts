@@ -56,9 +56,9 @@ export class PgliteThread {
     return this.call({ op: 'query', sql, params, rows });
   }
 
-  /** `COPY ... FROM '/dev/blob'` reading `csv`, then `then`, in one transaction. */
-  async copy(sql: string, csv: string, then: { sql: string; params: unknown[] }[]): Promise<void> {
-    await this.call({ op: 'copy', sql, csv, then });
+  /** Runs `sql` (a script of statements, without parameters) as one simple query, its `COPY ... FROM '/dev/blob'` reading `csv`. */
+  async copy(sql: string, csv: string): Promise<void> {
+    await this.call({ op: 'copy', sql, csv });
   }
 
   async migrate(): Promise<void> {

@@ -29,10 +29,9 @@ interface ThreadData {
   migrationsFolder: string;
 }
 
-type Statement = { sql: string; params: unknown[] };
 type Call =
-  | ({ id: number; op: 'query'; rows: 'array' | 'object' } & Statement)
-  | { id: number; op: 'copy'; sql: string; csv: string; then: Statement[] }
+  | { id: number; op: 'query'; sql: string; params: unknown[]; rows: 'array' | 'object' }
+  | { id: number; op: 'copy'; sql: string; csv: string }
   | { id: number; op: 'migrate' | 'ping' | 'close' };
 
 /** As drizzle's PGlite driver reads them: dates, times and numeric arrays stay text for drizzle to map. */
@@ -94,11 +93,8 @@ async function answer(client: Pglite.PGlite, call: Call): Promise<unknown[]> {
       return (await client.query(call.sql, call.params, { rowMode: call.rows, parsers: PARSERS })).rows as unknown[];
     }
     case 'copy':
-      // COPY reads the rows from PGlite's /dev/blob; the statements after it share its transaction.
-      await client.transaction(async (tx) => {
-        await tx.query(call.sql, [], { blob: new Blob([call.csv]) });
-        for (const s of call.then) await tx.query(s.sql, s.params);
-      });
+      // One simple query, so one implicit transaction; its COPY reads the rows from PGlite's /dev/blob.
+      await client.exec(call.sql, { blob: new Blob([call.csv]) });
       return [];
     case 'migrate':
       await migrate(drizzle({ client }), { migrationsFolder });

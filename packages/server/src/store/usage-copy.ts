@@ -63,7 +63,7 @@ export function picoText(pico: bigint): string {
 }
 
 /** The cost of `records` per key and per workspace (only those that cost something), in id order. */
-export function spendOf(records: readonly UsageRecord[]): { keys: [string[], string[]]; workspaces: [string[], string[]] } {
+export function spendOf(records: readonly UsageRecord[]): { keys: [string, string][]; workspaces: [string, string][] } {
   const byKey = new Map<string, bigint>();
   const byWorkspace = new Map<string, bigint>();
   for (const r of records) {
@@ -72,10 +72,38 @@ export function spendOf(records: readonly UsageRecord[]): { keys: [string[], str
     byKey.set(r.keyId, (byKey.get(r.keyId) ?? 0n) + pico);
     if (r.workspaceId !== null) byWorkspace.set(r.workspaceId, (byWorkspace.get(r.workspaceId) ?? 0n) + pico);
   }
-  return { keys: columns(byKey), workspaces: columns(byWorkspace) };
+  return { keys: sorted(byKey), workspaces: sorted(byWorkspace) };
 }
 
-function columns(sums: Map<string, bigint>): [string[], string[]] {
-  const ids = [...sums.keys()].sort();
-  return [ids, ids.map((id) => picoText(sums.get(id) as bigint))];
+function sorted(sums: Map<string, bigint>): [string, string][] {
+  return [...sums.keys()].sort().map((id) => [id, picoText(sums.get(id) as bigint)]);
+}
+
+/**
+ * One script for a chunk of usage rows: COPY reads them (the CSV goes as
+ * PGlite's /dev/blob), and the spend of their keys and workspaces grows by
+ * their sums. Sent as one simple query, it is one implicit transaction:
+ * all of it is stored, or none (a row already stored fails the COPY).
+ * Its only values are ids and decimal sums, written as quoted literals:
+ * one call instead of five statements, at about half the fixed cost per
+ * chunk (what small chunks, at low traffic, mostly pay).
+ */
+export function usageCopyScript(records: readonly UsageRecord[]): { sql: string; csv: string } {
+  // First: a cost that is not a finite number is refused before anything is built.
+  const spend = spendOf(records);
+  let sql = `COPY usage_records (${USAGE_COLUMNS}) FROM '/dev/blob' WITH (FORMAT csv)`;
+  for (const [table, sums] of [
+    ['api_keys', spend.keys],
+    ['workspaces', spend.workspaces],
+  ] as const) {
+    if (sums.length === 0) continue;
+    const values = sums.map(([id, total]) => `(${literal(id)}, ${literal(total)}::numeric)`).join(', ');
+    sql += `;\nUPDATE ${table} SET spent = ${table}.spent + s.total FROM (VALUES ${values}) AS s(id, total) WHERE ${table}.id = s.id`;
+  }
+  return { sql, csv: usageCsv(records) };
+}
+
+/** A string literal (standard_conforming_strings, PostgreSQL's default: only the quote is special). */
+function literal(value: string): string {
+  return `'${value.replaceAll("'", "''")}'`;
 }
