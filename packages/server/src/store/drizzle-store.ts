@@ -8,8 +8,9 @@
  *   everything, so only PostgreSQL tests show it);
  * - no transactions: a statement on the root db inside a transaction hangs
  *   PGlite, and every operation here is a single statement anyway (the one
- *   exception, embedded usage rows through COPY, runs its transaction in
- *   the database thread itself: `copyRows`);
+ *   exception, embedded usage rows through COPY, is a script the database
+ *   thread runs as one simple query, so one implicit transaction:
+ *   `copyRows`);
  * - each method is one statement (settings.setIfAbsent: at most two).
  */
 import type { SQL } from 'drizzle-orm';
@@ -193,7 +194,7 @@ function withSpend(rows: SQL): SQL {
     WHERE workspaces.id = s.workspace_id`;
 }
 
-/** Runs `sql`, one script whose COPY reads `csv`, as one transaction (the embedded database thread). */
+/** Runs `sql`, one script whose COPY reads `csv`, as one simple query: one transaction (the embedded database thread). */
 export type CopyRows = (sql: string, csv: string) => Promise<void>;
 
 const UNIQUE_VIOLATION = '23505';
