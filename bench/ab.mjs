@@ -1,6 +1,7 @@
 // Two builds of the gateway side by side, in alternating rounds on the same core:
 // `node bench/ab.mjs <other dist/main.js> [seconds] [rounds] [--stream | --50ms] [--prod]`.
-// A is the other build, B the working tree's; prints throughput and CPU per unit of work for each round.
+// A is the other build, B the working tree's; prints throughput and CPU per unit of work for each round (all threads, and the
+// event loop and database thread apart).
 // AB_STREAM_MODEL: the upstream profile the streams use (bench/upstream/profiles.mjs; fixed-0ms sends its 20 chunks at once).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -65,6 +66,10 @@ const request = (gateway, model, stream) => {
 };
 const pct = (xs, p) => [...xs].sort((x, y) => x - y)[Math.floor(p * (xs.length - 1))];
 const cpu = (g) => Object.values(threadCpuSeconds(g.pid)).reduce((s, v) => s + v, 0);
+// The split by thread (event loop, database thread): a change to one thread shows there even when the machine's
+// speed moves the totals more than the change does.
+const threadsOf = (g) => threadCpuSeconds(g.pid);
+const splitPerUnit = (t0, t1, units) => `loop ${(((t1.main - t0.main) * 1e6) / units).toFixed(0)} db ${(((t1.worker - t0.worker) * 1e6) / units).toFixed(0)}`;
 
 const stream = process.argv.includes('--stream');
 const upstreamModel = process.argv.includes('--50ms') ? 'fixed-50ms' : 'fixed-0ms';
@@ -112,12 +117,14 @@ for (let i = 0; i < rounds; i++) {
   const cpuOf = {};
   for (const [name, g] of order) {
     const c0 = cpu(g);
+    const t0 = threadsOf(g);
     const r = await load(g);
     const perUnit = ((cpu(g) - c0) * 1e6) / r.ok;
+    const split = splitPerUnit(t0, threadsOf(g), r.ok);
     cpuOf[name] = perUnit;
     line[name] = stream
-      ? `${name} ${r.streamsPerS.toFixed(0)}/s ttft+ p50 ${(pct(r.ttft, 0.5) - pct(direct.ttft, 0.5)).toFixed(1)} p99 ${(pct(r.ttft, 0.99) - pct(direct.ttft, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`
-      : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} added p50 ${(pct(r.latencies, 0.5) - pct(direct.latencies, 0.5)).toFixed(1)} p99 ${(pct(r.latencies, 0.99) - pct(direct.latencies, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us`;
+      ? `${name} ${r.streamsPerS.toFixed(0)}/s ttft+ p50 ${(pct(r.ttft, 0.5) - pct(direct.ttft, 0.5)).toFixed(1)} p99 ${(pct(r.ttft, 0.99) - pct(direct.ttft, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us (${split})`
+      : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} added p50 ${(pct(r.latencies, 0.5) - pct(direct.latencies, 0.5)).toFixed(1)} p99 ${(pct(r.latencies, 0.99) - pct(direct.latencies, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us (${split})`;
   }
   ratios.push(cpuOf.B / cpuOf.A);
   console.log(`round ${i + 1}: ${line.A} | ${line.B} | B/A cpu ${(cpuOf.B / cpuOf.A).toFixed(3)}`);
