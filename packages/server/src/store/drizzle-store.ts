@@ -212,11 +212,13 @@ class DrizzleUsageRepo implements UsageRepo {
    * chunk whose rows are already there stores nothing and adds nothing, and
    * a crash cannot leave rows without their spend. With PostgreSQL the rows
    * travel as one JSON parameter that `json_to_recordset` reads (the
-   * gateway only runs JSON.stringify; the server does the parsing); with
-   * embedded PGlite, which parses JSON slower than arrays, each column
-   * travels as one array parameter and `unnest` turns them back into rows.
-   * Building a VALUES list of 16 parameters per row cost about 8 times as
-   * much per row (query building and per-parameter encoding).
+   * gateway only runs JSON.stringify; the server does the parsing).
+   * Embedded PGlite takes a chunk through COPY first ({@link copyChunk});
+   * this statement only gets a chunk holding a row already stored, each
+   * column as one array parameter that `unnest` turns back into rows
+   * (PGlite parses JSON slower than arrays). Building a VALUES list of 16
+   * parameters per row cost about 8 times as much per row (query building
+   * and per-parameter encoding).
    */
   async insertMany(records: UsageRecord[]): Promise<void> {
     for (let i = 0; i < records.length; i += USAGE_INSERT_CHUNK) {
