@@ -65,10 +65,10 @@ const request = (gateway, model, stream) => {
   };
 };
 const pct = (xs, p) => [...xs].sort((x, y) => x - y)[Math.floor(p * (xs.length - 1))];
-const cpu = (g) => Object.values(threadCpuSeconds(g.pid)).reduce((s, v) => s + v, 0);
+const total = (threads) => Object.values(threads).reduce((s, v) => s + v, 0);
+const cpu = (g) => total(threadCpuSeconds(g.pid));
 // The split by thread (event loop, database thread): a change to one thread shows there even when the machine's
 // speed moves the totals more than the change does.
-const threadsOf = (g) => threadCpuSeconds(g.pid);
 const splitPerUnit = (t0, t1, units) => `loop ${(((t1.main - t0.main) * 1e6) / units).toFixed(0)} db ${(((t1.worker - t0.worker) * 1e6) / units).toFixed(0)}`;
 
 const stream = process.argv.includes('--stream');
@@ -116,11 +116,11 @@ for (let i = 0; i < rounds; i++) {
   const line = {};
   const cpuOf = {};
   for (const [name, g] of order) {
-    const c0 = cpu(g);
-    const t0 = threadsOf(g);
+    const t0 = threadCpuSeconds(g.pid);
     const r = await load(g);
-    const perUnit = ((cpu(g) - c0) * 1e6) / r.ok;
-    const split = splitPerUnit(t0, threadsOf(g), r.ok);
+    const t1 = threadCpuSeconds(g.pid);
+    const perUnit = ((total(t1) - total(t0)) * 1e6) / r.ok;
+    const split = splitPerUnit(t0, t1, r.ok);
     cpuOf[name] = perUnit;
     line[name] = stream
       ? `${name} ${r.streamsPerS.toFixed(0)}/s ttft+ p50 ${(pct(r.ttft, 0.5) - pct(direct.ttft, 0.5)).toFixed(1)} p99 ${(pct(r.ttft, 0.99) - pct(direct.ttft, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us (${split})`
