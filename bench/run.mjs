@@ -71,7 +71,8 @@ async function embeddedScenarios(ctx, quick, attempt = 1) {
  * The floors: the smallest proxy of the 0 ms call on node:http and on Fastify (bench/upstream/floor-proxy.mjs),
  * on the gateway's core, against direct as the gateway is: what the gateway's own work costs above them.
  * The node:http floor also takes the latency scenarios (50 ms upstream; streams, relayed byte for byte): what
- * a Node proxy that does nothing else adds there, on this core, under the same synchronised load.
+ * a Node proxy that does nothing else adds there, on this core, under the same synchronised load; and the
+ * burst of streams, for the memory it holds them with.
  */
 async function floorScenarios(ctx) {
   const { plan } = ctx;
@@ -88,6 +89,14 @@ async function floorScenarios(ctx) {
     if (kind === 'node-http') {
       s[`${id}Http50`] = await compareHttp({ ...base, upstreamModel: 'fixed-50ms', connections: 50, warmupS: plan.warmupS });
       s[`${id}Stream`] = await compareStreams({ ...base, upstreamModel: 'stream-50ms-20x10ms', concurrency: plan.streamConcurrency, warmupS: plan.warmupS });
+      // Its memory under the same burst, after its own scenarios as the gateway's is: what Node needs for them.
+      s[`${id}Burst`] = await burstOfStreams({
+        ...base,
+        upstreamModel: 'stream-50ms-20x100ms',
+        count: plan.burst,
+        settleMs: plan.settleS * 1000,
+        withDirect: false,
+      });
     }
     await proxy.stop();
   }

@@ -91,22 +91,29 @@ function streamTable(s, setups) {
   );
 }
 
+/** The gateways' bursts, and the node:http floor's (its side only: no direct burst of its own). */
+const MEMORY_ROWS = [...BURST_ROWS, ['floorNodeHttpBurst', 'floor']];
+
 function memoryTable(s, setups) {
-  const rows = BURST_ROWS.filter(([id]) => s[id]).map(([id, setup]) => {
+  const names = { ...setups, floor: 'node:http floor, nothing else' };
+  const rows = MEMORY_ROWS.filter(([id]) => s[id]).map(([id, setup]) => {
     const { memory: m, direct: d, gateway: g, count, settleMs } = s[id];
+    // A floor has no /metrics; in latest.json a missing figure reads null.
+    const heap = !Number.isFinite(m.heapUsedBefore) ? '' : ` (heap ${mb(m.heapUsedBefore)}, external ${mb(m.externalBefore)})`;
     return [
-      `${count.toLocaleString('en-GB')} streams [${setups[setup]}]`,
-      `${d.ok} / ${g.ok}`,
-      `${d.peakOpen} / ${g.peakOpen}`,
-      `${mb(m.rssBefore)} (heap ${mb(m.heapUsedBefore)}, external ${mb(m.externalBefore)})`,
+      `${count.toLocaleString('en-GB')} streams [${names[setup]}]`,
+      `${d ? d.ok : '–'} / ${g.ok}`,
+      `${d ? d.peakOpen : '–'} / ${g.peakOpen}`,
+      m.rssAtStart === undefined ? 'n/a' : mb(m.rssAtStart),
+      `${mb(m.rssBefore)}${heap}`,
       mb(m.rssPeak),
       `${mb(m.rssAfter)} after ${settleMs / 1000} s`,
       `${signed(((m.rssAfter - m.rssBefore) / m.rssBefore) * 100)} %`,
-      `${ms(d.total.max)} / ${ms(g.total.max)}`,
+      `${d ? ms(d.total.max) : '–'} / ${ms(g.total.max)}`,
     ];
   });
-  const head = ['scenario [gateway setup]', 'completed d / g', 'most open at once d / g', 'gateway RSS before, MB', 'peak RSS, MB', 'RSS after, MB'];
-  return table([...head, 'after vs before', 'slowest stream ms d / g'], rows);
+  const head = ['scenario [process]', 'completed d / g', 'most open at once d / g', 'RSS at its start, MB', 'RSS before, MB', 'peak RSS, MB'];
+  return table([...head, 'RSS after, MB', 'after vs before', 'slowest stream ms d / g'], rows);
 }
 
 /** Where the gateway's one core goes, per request or stream: the event loop, V8's helper threads, the embedded database's thread. */
@@ -205,7 +212,7 @@ export function renderTables(results) {
     httpTable(s, setups),
     '### Streaming (ms from the request; TTFT = first content token)',
     streamTable(s, setups),
-    '### Memory of the gateway process',
+    '### Memory of the gateway process (and of the node:http floor under the same burst)',
     memoryTable(s, setups),
     "### Gateway CPU by thread (µs of CPU per request or stream, user + system, from /proc; all of them share the gateway's one core)",
     cpuTable(s, setups),
@@ -265,7 +272,9 @@ function method(results) {
   (${warmedUp(results.scenarios)}): capacity is that of a running server, not of one starting. "Loop stall" is the gateway's own event-loop
   delay (prom-client's histogram, 10 ms resolution) over its rounds, from \`/metrics\`. Per-round figures: \`bench/results/latest.json\`.
 - **1,000 streams**: requested at once, direct then through the gateway; the gateway's RSS (\`/proc/<pid>/status\` VmRSS) before,
-  sampled every 50 ms, and ${p.settleS} s after the last one ended; heap and external memory from \`/metrics\`.
+  sampled every 50 ms, and ${p.settleS} s after the last one ended; heap and external memory from \`/metrics\`. "RSS at its start" is
+  the same process once it served, before any load. The node:http floor takes the same burst after its own scenarios
+  (its side only).
 - **CPU by thread**: user + system time of each of the gateway's threads (\`/proc/<pid>/task/*/stat\`) over its rounds, divided by
   the requests or streams completed in them. The event loop is the main thread; V8's platform workers do parallel and concurrent
   garbage collection and background compilation; the database thread is embedded PGlite's worker thread.
@@ -293,7 +302,9 @@ const READING = `## Reading the figures
   the first ones end before the last have started, which shows as their time to first token.
 - **RSS before** is the process after the earlier scenarios, not a fresh one: it includes the heap that V8 has grown and not
   given back (the gateway hands it back after 30 s without requests, which the scenarios never leave it; docs/decisions.md).
-  Embedded, it includes PGlite's memory.
+  Embedded, it includes PGlite's memory, which "RSS at its start" shows before any load. The node:http floor's row is what
+  Node itself needs for the same 1,000 streams after the same kind of load, with nothing of the gateway's: the targets table
+  gives its peak beside the gateway's.
 - **Floors** put the gateway's figures in proportion: the same call through a proxy that does nothing else, on node:http and on
   Fastify, measured the same way. The gateway's CPU per request minus Fastify's floor is the cost of its own work (auth, limiter,
   budget, routing, usage, metrics); the node:http floor bounds what any Node proxy of this call reaches on this core.

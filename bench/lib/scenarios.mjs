@@ -186,13 +186,17 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 /**
  * `count` streams opened at once, direct then through the gateway, with the
  * gateway's resident memory before, at peak (sampled every 50 ms) and
- * `settleMs` after the last stream ended.
+ * `settleMs` after the last stream ended, beside what it had at its start.
+ * `withDirect` false: the gateway's side only (a floor proxy, whose memory is all that is compared).
  */
-export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel, count, settleMs }) {
+export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel, count, settleMs, withDirect = true }) {
   const burst = (side, onSample) => runStreamBurst({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: true }), count, onSample });
-  await monitor.waitForQuiet();
-  const direct = await burst('direct');
-  await sleep(1000);
+  let direct = null;
+  if (withDirect) {
+    await monitor.waitForQuiet();
+    direct = await burst('direct');
+    await sleep(1000);
+  }
   await monitor.waitForQuiet();
   const before = await gateway.scrape();
   const rssBefore = gateway.rss();
@@ -214,6 +218,7 @@ export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel
     total: summarise(r.total),
   });
   const memory = {
+    rssAtStart: gateway.rssAtStart,
     rssBefore,
     rssPeak,
     rssAfter,
@@ -221,5 +226,5 @@ export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel
     heapUsedAfter: after.heapUsedBytes,
     externalBefore: before.externalBytes,
   };
-  return { kind: 'burst', upstreamModel, count, settleMs, direct: side(direct), gateway: side(viaGateway), memory };
+  return { kind: 'burst', upstreamModel, count, settleMs, direct: direct && side(direct), gateway: side(viaGateway), memory };
 }

@@ -115,14 +115,19 @@ export async function startGateway({
     logFile: join(dir, `${name}.log`),
   });
   const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 60_000, `the gateway (${name})`);
-  return { ...measured(child, url, 30_000), key: await createKey(url), scrape: () => scrapeMetrics(url) };
+  const key = await createKey(url);
+  return { ...measured(child, url, 30_000), key, scrape: () => scrapeMetrics(url) };
 }
 
-/** What the scenarios read of a process they load: its address, memory and CPU by thread, and how to stop it. */
+/**
+ * What the scenarios read of a process they load: its address, memory and CPU by thread, and how to stop it.
+ * `rssAtStart`: its resident memory once it serves, before any load (the gateway: its bench key created).
+ */
 function measured(child, url, stopTimeoutMs) {
   return {
     url,
     pid: child.pid,
+    rssAtStart: rssBytes(child.pid),
     rss: () => rssBytes(child.pid),
     threadCpu: () => threadCpuSeconds(child.pid),
     stop: () => stopChild(child, { timeoutMs: stopTimeoutMs }),

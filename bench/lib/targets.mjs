@@ -27,11 +27,31 @@ function addedTarget(label, max, measure, gatewayId, floorId, p) {
   return { label, unit: 'ms', max, read: (s) => measure(s[gatewayId], p), floor, added: true };
 }
 
+/** The burst's targets; the floor's figures are those of the node:http floor under the same burst, after its own scenarios. */
 function burstTargets(setup, pick) {
+  const floor = (s) => s.floorNodeHttpBurst;
   return [
-    { label: `1,000 concurrent streams (${setup}): completed`, unit: 'streams', min: 1000, read: (s) => pick(s)?.gateway.ok },
-    { label: `1,000 concurrent streams (${setup}): peak RSS`, unit: 'MB', max: 250, read: (s) => mb(pick(s)?.memory.rssPeak) },
-    { label: `1,000 concurrent streams (${setup}): RSS after vs start`, unit: '%', max: 10, read: (s) => rssGrowthPct(pick(s)?.memory) },
+    {
+      label: `1,000 concurrent streams (${setup}): completed`,
+      unit: 'streams',
+      min: 1000,
+      read: (s) => pick(s)?.gateway.ok,
+      floor: (s) => floor(s)?.gateway.ok,
+    },
+    {
+      label: `1,000 concurrent streams (${setup}): peak RSS`,
+      unit: 'MB',
+      max: 250,
+      read: (s) => mb(pick(s)?.memory.rssPeak),
+      floor: (s) => mb(floor(s)?.memory.rssPeak),
+    },
+    {
+      label: `1,000 concurrent streams (${setup}): RSS after vs start`,
+      unit: '%',
+      max: 10,
+      read: (s) => rssGrowthPct(pick(s)?.memory),
+      floor: (s) => rssGrowthPct(floor(s)?.memory),
+    },
   ];
 }
 
