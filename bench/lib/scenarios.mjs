@@ -74,6 +74,8 @@ function httpSide(rounds, label) {
     cpuUs: cpuPerUnit(rounds),
     failures: mergeCounts(rounds.map((r) => r.failures)),
     otherCores: Math.max(...rounds.map((r) => r.otherCores)),
+    // Each connection's first response, left out above (http-load.mjs): kept here to be seen.
+    firstResponse: summarise(mergeSamples(rounds, 'firstLatencies')),
     perRound: rounds.map((r) => ({ rps: r.rps, otherCores: r.otherCores, ...pick(summarise(r.latencies)) })),
   };
   assertMergedWithinRounds(`${label} latency`, side.latency, side.perRound);
@@ -92,6 +94,7 @@ function streamSide(rounds, label) {
     eventLoop: eventLoop(rounds),
     cpuUs: cpuPerUnit(rounds),
     otherCores: Math.max(...rounds.map((r) => r.otherCores)),
+    firstTtft: summarise(mergeSamples(rounds, 'firstTtft')),
     perRound: rounds.map((r) => ({ streamsPerS: r.streamsPerS, otherCores: r.otherCores, ttft: pick(summarise(r.ttft)) })),
   };
   assertMergedWithinRounds(

@@ -61,28 +61,37 @@ function failureReasons(results) {
   return reasons;
 }
 
+/** Counts and timings of the streams that ended well; those marked `first` (a connection's first) go in `firstTtft` only. */
 function collect(results, elapsedS) {
   const ok = results.filter((r) => r.ok);
+  const steady = ok.filter((r) => !r.first);
   return {
     ok: ok.length,
     failed: results.length - ok.length,
     failures: failureReasons(results),
     elapsedS,
     streamsPerS: ok.length / elapsedS,
-    ttfb: ok.map((r) => r.ttfbMs),
-    ttft: ok.map((r) => r.ttftMs),
-    total: ok.map((r) => r.totalMs),
+    ttfb: steady.map((r) => r.ttfbMs),
+    ttft: steady.map((r) => r.ttftMs),
+    total: steady.map((r) => r.totalMs),
+    firstTtft: ok.filter((r) => r.first).map((r) => r.ttftMs),
   };
 }
 
-/** `concurrency` streams at all times, each worker starting its next stream when one ends, for `durationS`. */
+/**
+ * `concurrency` streams at all times, each worker starting its next stream when one ends, for `durationS`.
+ * Each worker's first stream opens its connection, all of them at once: as in runHttpLoad, those are kept
+ * apart from the steady-state timings (`firstTtft`).
+ */
 export async function runStreamLoad({ url, headers, body, concurrency, durationS, maxStreams = 1_000_000 }) {
   const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
   const results = [];
   const started = performance.now();
   const deadline = started + durationS * 1000;
   const worker = async () => {
-    while (performance.now() < deadline && results.length < maxStreams) results.push(await streamOnce({ agent, url, headers, body }));
+    for (let first = true; performance.now() < deadline && results.length < maxStreams; first = false) {
+      results.push({ ...(await streamOnce({ agent, url, headers, body })), first });
+    }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
   agent.destroy();
