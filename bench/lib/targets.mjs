@@ -46,7 +46,7 @@ function burstTargets(setup, pick) {
       floor: (s) => mb(floor(s)?.memory.rssPeak),
     },
     {
-      label: `1,000 concurrent streams (${setup}): RSS after vs start`,
+      label: `1,000 concurrent streams (${setup}): RSS after vs before the burst`,
       unit: '%',
       max: 10,
       read: (s) => rssGrowthPct(pick(s)?.memory),
