@@ -274,7 +274,7 @@ function method(results) {
   histogram rounds to whole ms). Streams: a node:http driver timing the first byte (response headers), the first content token
   (TTFT) and \`[DONE]\`. Each round opens its connections anew, and each connection's first response (streams: its first stream)
   is left out of the latency and TTFT percentiles: it carries the connection's setup and the load generator starting its round
-  cold, all connections at once, one wave per round, which was the p99 of direct rounds on their own (50 ms upstream: 57-72 ms
+  cold, all connections at once, one wave per round, which was the p99 of direct rounds on their own (50 ms upstream: 57-75 ms
   with it, 53-55 without). They count in requests/s and streams/s; ${firstWave(results.scenarios)}.
 - **Direct against gateway in the same run, interleaved**: after ${p.warmupS} s of warm-up per side (0 ms: ${p.warmupS * 2} s), rounds
   alternate D G, G D, …: ${p.rounds} rounds of ${p.roundS} s per side on the embedded setup, ${p.prodRounds ?? 'n/a'} of ${p.prodRoundS ?? 'n/a'} s on the other. Percentiles are
