@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { closeSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, closeSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 
 /** Every child this run started, so that all of them are killed at the end, even on failure. */
@@ -15,7 +15,11 @@ export function spawnPinned({ core, command, args, env = process.env, logFile })
   const child = spawn('taskset', ['-c', String(core), command, ...args], { env, stdio: ['pipe', fd, fd] });
   closeSync(fd);
   children.add(child);
-  child.once('exit', () => children.delete(child));
+  child.once('exit', (code, signal) => {
+    children.delete(child);
+    // How it ended, after whatever it wrote itself: a process killed by a signal writes nothing.
+    appendFileSync(logFile, `[bench] process ${child.pid} exited: ${signal ? `signal ${signal}` : `code ${code}`}\n`);
+  });
   child.logFile = logFile;
   return child;
 }

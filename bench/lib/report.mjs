@@ -276,8 +276,10 @@ function method(results) {
   is left out of the latency and TTFT percentiles: it carries the connection's setup and the load generator starting its round
   cold, all connections at once, one wave per round, which was the p99 of direct rounds on their own (50 ms upstream: 57-75 ms
   with it, 53-55 without). They count in requests/s and streams/s; ${firstWave(results.scenarios)}.
-- **Direct against gateway in the same run, interleaved**: after ${p.warmupS} s of warm-up per side (0 ms: ${p.warmupS * 2} s), rounds
-  alternate D G, G D, …: ${p.rounds} rounds of ${p.roundS} s per side on the embedded setup, ${p.prodRounds ?? 'n/a'} of ${p.prodRoundS ?? 'n/a'} s on the other. Percentiles are
+- **Direct against gateway in the same run, interleaved**: after ${p.warmupS} s of warm-up per side (0 ms: ${p.warmupS * 2} s; the direct
+  side ${p.directRewarmS ?? p.warmupS} s for non-streamed load once the upstream and the load driver have served it earlier in the run), rounds
+  alternate D G, G D, …: ${p.rounds} rounds of ${p.roundS} s per side on the embedded setup, ${p.prodRounds ?? 'n/a'} of ${p.prodRoundS ?? 'n/a'} s on the other
+  (floors: ${p.floorRounds ?? 'n/a'} of ${p.floorRoundS ?? 'n/a'} s; the Fastify floor, which has only the 0 ms row, ${p.fastifyRoundS ?? 'n/a'} s). Percentiles are
   over every sample of all rounds; added = gateway minus direct at the same percentile. The 0 ms scenario is each process's
   first: a fresh gateway compiles its request path for its first 5-10 s under load (V8's helper threads take up to a third of its
   core), so its warm-up goes on in 2 s windows until those threads use under 3% of its CPU in one, at most ${p.warmupMaxS ?? 'n/a'} s
@@ -291,7 +293,8 @@ function method(results) {
   the requests or streams completed in them. The event loop is the main thread; V8's platform workers do parallel and concurrent
   garbage collection and background compilation; the database thread is embedded PGlite's worker thread.
 
-Rerun: \`npm run bench\` (about ${p.expectedMinutes} minutes; needs \`taskset\`, \`redis-server\` and, for the PostgreSQL setup,
+Rerun: \`npm run bench\` (about ${p.expectedMinutes} minutes on a quiet machine, this run ${results.durationS.toFixed(0)} s; rounds wait at most
+${p.quietBudgetS} s in all for other processes to quieten; needs \`taskset\`, \`redis-server\` and, for the PostgreSQL setup,
 Debian's \`postgresql\`). \`node bench/run.mjs --quick\` is the CI guard (about 30 s). Tools for finding where the cost goes:
 \`node bench/profile.mjs\` (CPU profiles under load), \`node bench/alloc-profile.mjs\` (bytes allocated per request or stream by
 allocation site, and what 1,000 open streams hold), \`node bench/chunk-cost.mjs\` (CPU per relayed chunk, gateway beside the

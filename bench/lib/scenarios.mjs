@@ -144,9 +144,12 @@ async function warmGateway(gateway, load, warmupS, warmupMaxS) {
 /**
  * Warms both sides up, then loads them in interleaved rounds; `summary` turns each side's rounds into
  * its figures, `what` names the scenario in the result (and in a failed consistency check).
+ * `directWarm(kind, warmupS)`: the direct side's warm-up in seconds (run.mjs shortens it for
+ * non-streamed load once the upstream and the load driver have served it earlier in the run).
  */
-async function compareSides({ gateway, monitor, rounds, roundS, warmupS, warmupMaxS = warmupS }, { kind, what, label, load, summary }) {
-  await load('direct', warmupS);
+async function compareSides({ gateway, monitor, rounds, roundS, warmupS, warmupMaxS = warmupS, directWarm }, { kind, what, label, load, summary }) {
+  const directWarmupS = directWarm ? directWarm(kind, warmupS) : warmupS;
+  await load('direct', directWarmupS);
   const warmedS = await warmGateway(gateway, (s) => load('gateway', s), warmupS, warmupMaxS);
   const raw = await interleave({ rounds, gateway, monitor }, (side) => load(side, roundS));
   return {
@@ -154,7 +157,7 @@ async function compareSides({ gateway, monitor, rounds, roundS, warmupS, warmupM
     ...what,
     rounds,
     roundS,
-    warmupS: { direct: warmupS, gateway: warmedS },
+    warmupS: { direct: directWarmupS, gateway: warmedS },
     direct: summary(raw.direct, `${label} direct`),
     gateway: summary(raw.gateway, `${label} gateway`),
   };

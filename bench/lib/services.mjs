@@ -128,7 +128,12 @@ function measured(child, url, stopTimeoutMs) {
     url,
     pid: child.pid,
     rssAtStart: rssBytes(child.pid),
-    rss: () => rssBytes(child.pid),
+    rss: () => {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        throw new Error(`process ${child.pid} exited (${child.signalCode ?? `code ${child.exitCode}`}) in the middle of the run; see ${child.logFile}`);
+      }
+      return rssBytes(child.pid);
+    },
     threadCpu: () => threadCpuSeconds(child.pid),
     stop: () => stopChild(child, { timeoutMs: stopTimeoutMs }),
   };
