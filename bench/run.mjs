@@ -32,8 +32,8 @@ const PLANS = {
     // more waiting for other processes to quieten.
     expectedMinutes: 4.6,
     quietBudgetS: 10,
-    // The direct side's warm-up for non-streamed load once the upstream and the load driver have served it.
-    // Streams keep their full warm-up: after 1 s, direct TTFT p99s came out 4-8 ms above the floor proxy's.
+    // The direct side's warm-up for non-streamed load once the upstream and the load driver have served it;
+    // streams keep their full warm-up (docs/decisions.md, "The full bench stays under 5 minutes").
     directRewarmS: 1,
     streamConcurrency: 50,
     warmupMaxS: 14,

@@ -18,7 +18,11 @@ export function spawnPinned({ core, command, args, env = process.env, logFile })
   child.once('exit', (code, signal) => {
     children.delete(child);
     // How it ended, after whatever it wrote itself: a process killed by a signal writes nothing.
-    appendFileSync(logFile, `[bench] process ${child.pid} exited: ${signal ? `signal ${signal}` : `code ${code}`}\n`);
+    try {
+      appendFileSync(logFile, `[bench] process ${child.pid} exited: ${signal ? `signal ${signal}` : `code ${code}`}\n`);
+    } catch {
+      // The run's directory is already gone: nothing left to tell.
+    }
   });
   child.logFile = logFile;
   return child;
