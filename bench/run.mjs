@@ -85,17 +85,17 @@ async function embeddedScenarios(ctx, quick, attempt = 1) {
 async function floorScenarios(ctx) {
   const { plan } = ctx;
   const s = {};
-  for (const [id, kind] of [
-    ['floorNodeHttp', 'node-http'],
-    ['floorFastify', 'fastify'],
+  // The node:http floor runs every scenario the gateway's is compared on; the Fastify floor only the 0 ms row.
+  for (const { id, kind, roundS, allScenarios } of [
+    { id: 'floorNodeHttp', kind: 'node-http', roundS: plan.floorRoundS, allScenarios: true },
+    { id: 'floorFastify', kind: 'fastify', roundS: plan.fastifyRoundS, allScenarios: false },
   ]) {
     log(`floor: ${kind}`);
     const proxy = await startFloorProxy({ core: GATEWAY_CORE, dir: ctx.dir, kind, upstreamUrl: ctx.upstream.url });
     ctx.stops.push(proxy.stop);
-    const roundS = kind === 'fastify' ? plan.fastifyRoundS : plan.floorRoundS;
     const base = { upstream: ctx.upstream, gateway: proxy, monitor: ctx.monitor, rounds: plan.floorRounds, roundS, directWarm: ctx.directWarm };
     s[id] = await compareHttp({ ...base, upstreamModel: 'fixed-0ms', connections: 50, warmupS: plan.warmupS, warmupMaxS: plan.warmupMaxS });
-    if (kind === 'node-http') {
+    if (allScenarios) {
       s[`${id}Http50`] = await compareHttp({ ...base, upstreamModel: 'fixed-50ms', connections: 50, warmupS: plan.warmupS });
       s[`${id}Stream`] = await compareStreams({ ...base, upstreamModel: 'stream-50ms-20x10ms', concurrency: plan.streamConcurrency, warmupS: plan.warmupS });
       // Its memory under the same burst, after its own scenarios as the gateway's is: what Node needs for them.
