@@ -36,7 +36,7 @@ const PLANS = {
     // streams keep their full warm-up (docs/decisions.md, "The full bench stays under 5 minutes").
     directRewarmS: 1,
     streamConcurrency: 50,
-    warmupMaxS: 14,
+    warmupMaxS: 10,
   },
   // Quick streams run 10 at a time: at 50 the gateway's core is busy enough that queueing makes the TTFT ratio noisy.
   quick: { rounds: 2, roundS: 2, warmupS: 1, streamConcurrency: 10, warmupMaxS: 7, quietBudgetS: 15 },

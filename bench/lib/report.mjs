@@ -253,8 +253,7 @@ function method(results) {
 - **Machine**: ${m.cpuModel}, ${m.cores} cores, ${m.totalMemGiB} GiB; ${m.os}.
 - **Software**: Node ${m.node} (the pinned \`node\` package), fastify ${m.fastify}, undici ${m.undici}, autocannon ${m.autocannon},
   redis-server ${m.redis}; commit ${m.commit}.
-- **Started as \`npm start\` starts it**: package.json \`config.nodeFlags\` (\`${m.nodeFlags}\`), \`config.processEnv\` (\`${m.processEnv}\`)
-  and, the gateway being on one core, \`${m.oneCoreFlags}\` (\`scripts/core-flags.mjs\`).
+- **Started as \`npm start\` starts it**: package.json \`config.nodeFlags\` (\`${m.nodeFlags}\`) and \`config.processEnv\` (\`${m.processEnv}\`)${m.oneCoreFlags === 'no flag' ? '' : `, and for this run \`${m.oneCoreFlags}\` (\`GW_BENCH_ONE_CORE_FLAGS\`)`}.
 - **Pinning** (\`taskset\`): the gateway (\`packages/server/dist/main.js\`, its own process) on core 0; everything else on core 1:
   the bench runner (autocannon and the stream driver; \`taskset -a -p\`), the fake upstream (its own process), redis-server and
   PostgreSQL. Other processes on the machine are watched (/proc) and reported above the tables.
@@ -282,7 +281,8 @@ function method(results) {
   (floors: ${p.floorRounds ?? 'n/a'} of ${p.floorRoundS ?? 'n/a'} s; the Fastify floor, which has only the 0 ms row, ${p.fastifyRoundS ?? 'n/a'} s). Percentiles are
   over every sample of all rounds; added = gateway minus direct at the same percentile. The 0 ms scenario is each process's
   first: a fresh gateway compiles its request path for its first 5-10 s under load (V8's helper threads take up to a third of its
-  core), so its warm-up goes on in 2 s windows until those threads use under 3% of its CPU in one, at most ${p.warmupMaxS ?? 'n/a'} s
+  core), so its warm-up goes on in 2 s windows until those threads use under 3% of its CPU in one, at most ${p.warmupMaxS ?? 'n/a'} s (they
+  also collect garbage concurrently, and may not fall that low)
   (${warmedUp(results.scenarios)}): capacity is that of a running server, not of one starting. "Loop stall" is the gateway's own event-loop
   delay (prom-client's histogram, 10 ms resolution) over its rounds, from \`/metrics\`. Per-round figures: \`bench/results/latest.json\`.
 - **1,000 streams**: requested at once, direct then through the gateway; the gateway's RSS (\`/proc/<pid>/status\` VmRSS) before,

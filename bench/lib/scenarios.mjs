@@ -116,7 +116,11 @@ function pick({ p50, p99 }) {
   return { p50, p99 };
 }
 
-/** Warm-up windows last this long; the gateway is warm once V8's helper threads use under {@link STEADY_V8_SHARE} of its CPU in one. */
+/**
+ * Warm-up windows last this long; the gateway is warm once V8's helper threads use under {@link STEADY_V8_SHARE}
+ * of its CPU in one. They also mark and sweep concurrently, so under saturating load they may stay above it
+ * once compiling is done: `warmupMaxS` bounds the wait.
+ */
 const WARMUP_WINDOW_S = 2;
 const STEADY_V8_SHARE = 0.03;
 

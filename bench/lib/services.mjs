@@ -1,6 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { coreFlags } from '../../scripts/core-flags.mjs';
 import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
 import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
@@ -8,12 +7,11 @@ const ROOT = new URL('../../', import.meta.url).pathname;
 /** package.json `config`: the flags and environment `npm start` runs the gateway with. */
 export const START_CONFIG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config;
 /**
- * What `npm start` adds on one core (scripts/core-flags.mjs), or, to compare another setting in a full run,
- * GW_BENCH_ONE_CORE_FLAGS (space-separated; empty for none). The report names the flags used.
+ * Flags added to the gateway's and the floors' own for one run, to compare a setting on their one core
+ * (GW_BENCH_ONE_CORE_FLAGS, space-separated; `npm start` adds none). The report names them.
  */
 export function benchOneCoreFlags() {
-  const override = process.env.GW_BENCH_ONE_CORE_FLAGS;
-  return override === undefined ? coreFlags(1) : override.split(/\s+/).filter(Boolean);
+  return (process.env.GW_BENCH_ONE_CORE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 }
 
 /** The V8 flags `npm start` runs the gateway with (package.json `config.nodeFlags`): measured as it is run. */
@@ -103,7 +101,7 @@ export async function startGateway({
   processEnv = PRODUCTION_PROCESS_ENV,
   oneCoreFlags = benchOneCoreFlags(),
 }) {
-  // Pinned to one core, it gets what `npm start` adds on one core (`oneCoreFlags`: to compare without them).
+  // As `npm start` runs it, plus a run's flags under comparison (`oneCoreFlags`).
   const flags = [...PRODUCTION_NODE_FLAGS, ...oneCoreFlags, ...nodeFlags];
   const configFile = join(dir, `${name}-config.json`);
   writeFileSync(configFile, JSON.stringify(gatewayCatalogue(upstreamUrl), null, 2));
