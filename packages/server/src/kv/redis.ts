@@ -77,12 +77,14 @@ function writeTogetherPerRun(client: Redis): void {
 function applyLagTolerantTimeout(client: Redis, ms: number): void {
   const send = client.sendCommand.bind(client);
   // Commands in the order they were sent, so in the order they fall due: one timer for the oldest
-  // unsettled one, instead of a timer and a promise reaction for every command.
-  const waiting: { command: Command; due: number }[] = [];
+  // unsettled one, instead of a timer and a promise reaction for every command. A slot is emptied
+  // as the head passes it: a settled command kept here until the next compaction outlived young
+  // collections and was promoted with its arguments and promise (about 1.8 KB per request).
+  const waiting: ({ command: Command; due: number } | undefined)[] = [];
   let head = 0;
   let timer: NodeJS.Timeout | null = null;
   const arm = () => {
-    while (head < waiting.length && (waiting[head] as { command: Command }).command.isSettled) head++;
+    while (head < waiting.length && (waiting[head] as { command: Command }).command.isSettled) waiting[head++] = undefined;
     if (head > 1024 && head * 2 > waiting.length) {
       waiting.splice(0, head);
       head = 0;
@@ -95,7 +97,8 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
     setImmediate(() => {
       const now = performance.now();
       while (head < waiting.length && (waiting[head] as { due: number }).due <= now) {
-        const { command } = waiting[head++] as { command: Command };
+        const { command } = waiting[head] as { command: Command };
+        waiting[head++] = undefined;
         if (!command.isSettled) command.reject(new Error('Command timed out'));
       }
       arm();
