@@ -79,7 +79,7 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
   // Commands in the order they were sent, so in the order they fall due: one timer for the oldest
   // unsettled one, instead of a timer and a promise reaction for every command. A slot is emptied
   // as the head passes it: a settled command kept here until the next compaction outlived young
-  // collections and was promoted with its arguments and promise (about 1.8 KB per request).
+  // collections with its arguments and promise (0.6 KB of the 8.6 KB per request that outlived one).
   const waiting: ({ command: Command; due: number } | undefined)[] = [];
   let head = 0;
   let timer: NodeJS.Timeout | null = null;
