@@ -41,7 +41,7 @@ export function machineFacts() {
     undici: packageVersion('undici'),
     nodeFlags: START_CONFIG.nodeFlags,
     processEnv: START_CONFIG.processEnv,
-    oneCoreFlags: benchOneCoreFlags().join(' ') || 'no flag',
+    oneCoreFlags: benchOneCoreFlags().join(' '),
     redis: /v=(\S+)/.exec(quiet('/usr/bin/redis-server', ['--version']))?.[1] ?? 'unknown',
     commit: `${quiet('git', ['rev-parse', '--short', 'HEAD'])}${dirty ? ' + uncommitted changes' : ''}`,
   };

@@ -99,10 +99,9 @@ export async function startGateway({
   nodeFlags = [],
   mainFile = join(ROOT, 'packages/server/dist/main.js'),
   processEnv = PRODUCTION_PROCESS_ENV,
-  oneCoreFlags = benchOneCoreFlags(),
 }) {
-  // As `npm start` runs it, plus a run's flags under comparison (`oneCoreFlags`).
-  const flags = [...PRODUCTION_NODE_FLAGS, ...oneCoreFlags, ...nodeFlags];
+  // As `npm start` runs it, plus a run's flags under comparison.
+  const flags = [...PRODUCTION_NODE_FLAGS, ...benchOneCoreFlags(), ...nodeFlags];
   const configFile = join(dir, `${name}-config.json`);
   writeFileSync(configFile, JSON.stringify(gatewayCatalogue(upstreamUrl), null, 2));
   const child = spawnPinned({

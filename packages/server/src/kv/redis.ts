@@ -83,8 +83,13 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
   const waiting: ({ command: Command; due: number } | undefined)[] = [];
   let head = 0;
   let timer: NodeJS.Timeout | null = null;
+  const takeHead = () => {
+    const entry = waiting[head] as { command: Command; due: number };
+    waiting[head++] = undefined;
+    return entry;
+  };
   const arm = () => {
-    while (head < waiting.length && (waiting[head] as { command: Command }).command.isSettled) waiting[head++] = undefined;
+    while (head < waiting.length && (waiting[head] as { command: Command }).command.isSettled) takeHead();
     if (head > 1024 && head * 2 > waiting.length) {
       waiting.splice(0, head);
       head = 0;
@@ -97,8 +102,7 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
     setImmediate(() => {
       const now = performance.now();
       while (head < waiting.length && (waiting[head] as { due: number }).due <= now) {
-        const { command } = waiting[head] as { command: Command };
-        waiting[head++] = undefined;
+        const { command } = takeHead();
         if (!command.isSettled) command.reject(new Error('Command timed out'));
       }
       arm();
