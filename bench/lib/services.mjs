@@ -1,5 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
+import { mallocEnv } from '../../scripts/malloc-env.mjs';
 import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
 import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
@@ -16,13 +17,8 @@ export function benchOneCoreFlags() {
 
 /** The V8 flags `npm start` runs the gateway with (package.json `config.nodeFlags`): measured as it is run. */
 export const PRODUCTION_NODE_FLAGS = START_CONFIG.nodeFlags.split(/\s+/).filter(Boolean);
-/** The environment `npm start` adds (package.json `config.processEnv`, NAME=value pairs), for the same reason. */
-export const PRODUCTION_PROCESS_ENV = Object.fromEntries(
-  START_CONFIG.processEnv
-    .split(/\s+/)
-    .filter(Boolean)
-    .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
-);
+/** The allocator's environment `npm start` adds (scripts/malloc-env.mjs), for the same reason. */
+export const PRODUCTION_PROCESS_ENV = mallocEnv(process.env);
 const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 /** High enough never to refuse a bench request, low enough to keep the limiter and the budget on the request path. */
 export const BENCH_KEY = { name: 'bench', rateLimitRpm: 1_000_000, budget: 1_000_000_000 };
@@ -41,6 +37,15 @@ export async function startRedis({ core, dir }) {
   const child = spawnPinned({ core, command: '/usr/bin/redis-server', args, logFile: join(dir, 'redis.log') });
   await waitForLine(child, /Ready to accept connections/, 10_000, 'redis-server');
   return { url: `redis://127.0.0.1:${port}`, pid: child.pid, kill: () => stopChild(child, { signal: 'SIGKILL' }) };
+}
+
+/** A run measures the allocator it names: fail when the library it preloads is not mapped into the process. */
+function assertAllocatorLoaded(pid, processEnv) {
+  if (!processEnv.LD_PRELOAD) return;
+  const library = basename(processEnv.LD_PRELOAD);
+  if (!readFileSync(`/proc/${pid}/maps`, 'utf8').includes(`/${library}`)) {
+    throw new Error(`process ${pid} was started with LD_PRELOAD=${processEnv.LD_PRELOAD} but has not loaded ${library}`);
+  }
 }
 
 function gatewayCatalogue(upstreamUrl) {
@@ -112,6 +117,7 @@ export async function startGateway({
     logFile: join(dir, `${name}.log`),
   });
   const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 60_000, `the gateway (${name})`);
+  assertAllocatorLoaded(child.pid, processEnv);
   const key = await createKey(url);
   return { ...measured(child, url, 30_000), key, scrape: () => scrapeMetrics(url) };
 }
@@ -150,6 +156,7 @@ export async function startFloorProxy({ core, dir, kind, upstreamUrl }) {
     logFile: join(dir, `floor-${kind}.log`),
   });
   const [, url] = await waitForLine(child, /listening on (http:\/\/[\d.]+:\d+)/, 30_000, `the ${kind} floor proxy`);
+  assertAllocatorLoaded(child.pid, PRODUCTION_PROCESS_ENV);
   return { ...measured(child, url, 10_000), key: 'floor', scrape: async () => ({ eventLoopP99Ms: Number.NaN, eventLoopMaxMs: Number.NaN }) };
 }
 
