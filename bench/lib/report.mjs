@@ -253,7 +253,7 @@ function method(results) {
 - **Machine**: ${m.cpuModel}, ${m.cores} cores, ${m.totalMemGiB} GiB; ${m.os}.
 - **Software**: Node ${m.node} (the pinned \`node\` package), fastify ${m.fastify}, undici ${m.undici}, autocannon ${m.autocannon},
   redis-server ${m.redis}; commit ${m.commit}.
-- **Started as \`npm start\` starts it**: package.json \`config.nodeFlags\` (\`${m.nodeFlags}\`) and the allocator's environment from scripts/malloc-env.mjs (\`${m.processEnv || 'none: the operator set LD_PRELOAD'}\`; jemalloc where the system has it)${m.oneCoreFlags ? `, and for this run \`${m.oneCoreFlags}\` (\`GW_BENCH_ONE_CORE_FLAGS\`)` : ''}.
+- **Started as \`npm start\` starts it**: package.json \`config.nodeFlags\` (\`${m.nodeFlags}\`) ${m.processEnv ? `and the allocator's environment from scripts/malloc-env.mjs (\`${m.processEnv}\`: jemalloc where the system has it)` : 'on the allocator of the LD_PRELOAD already set in the environment (scripts/malloc-env.mjs adds none then)'}${m.oneCoreFlags ? `, and for this run \`${m.oneCoreFlags}\` (\`GW_BENCH_ONE_CORE_FLAGS\`)` : ''}.
 - **Pinning** (\`taskset\`): the gateway (\`packages/server/dist/main.js\`, its own process) on core 0; everything else on core 1:
   the bench runner (autocannon and the stream driver; \`taskset -a -p\`), the fake upstream (its own process), redis-server and
   PostgreSQL. Other processes on the machine are watched (/proc) and reported above the tables.
