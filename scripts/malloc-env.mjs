@@ -9,9 +9,9 @@ import { pathToFileURL } from 'node:url';
 
 const JEMALLOC = 'libjemalloc.so.2';
 /** Freed pages go back after 1 s unused, from jemalloc's own thread rather than the next allocation. */
-export const JEMALLOC_CONF = 'background_thread:true,dirty_decay_ms:1000';
+const JEMALLOC_CONF = 'background_thread:true,dirty_decay_ms:1000';
 /** On glibc: a fixed mmap threshold, so that freed large buffers are unmapped rather than kept in an arena. */
-export const GLIBC_ENV = { MALLOC_MMAP_THRESHOLD_: '131072' };
+const GLIBC_ENV = { MALLOC_MMAP_THRESHOLD_: '131072' };
 
 /** ldconfig's tag for a library of this process's architecture (ldconfig -p: `libx.so (libc6,x86-64) => /path`). */
 const ARCH_TAGS = { x64: 'x86-64', arm64: 'AArch64' };
@@ -43,10 +43,11 @@ export function mallocEnv(env = process.env) {
   return { LD_PRELOAD: lib, MALLOC_CONF: env.MALLOC_CONF ?? JEMALLOC_CONF };
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  console.log(
-    Object.entries(mallocEnv())
-      .map(([name, value]) => `${name}=${value}`)
-      .join(' '),
-  );
+/** `NAME=value` pairs, space-separated, as `env` takes them (the values hold no spaces). */
+export function formatEnv(vars) {
+  return Object.entries(vars)
+    .map(([name, value]) => `${name}=${value}`)
+    .join(' ');
 }
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) console.log(formatEnv(mallocEnv()));

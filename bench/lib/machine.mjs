@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
+import { formatEnv } from '../../scripts/malloc-env.mjs';
 import { benchOneCoreFlags, PRODUCTION_PROCESS_ENV, START_CONFIG } from './services.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -40,9 +41,7 @@ export function machineFacts() {
     fastify: packageVersion('fastify'),
     undici: packageVersion('undici'),
     nodeFlags: START_CONFIG.nodeFlags,
-    processEnv: Object.entries(PRODUCTION_PROCESS_ENV)
-      .map(([name, value]) => `${name}=${value}`)
-      .join(' '),
+    processEnv: formatEnv(PRODUCTION_PROCESS_ENV),
     oneCoreFlags: benchOneCoreFlags().join(' '),
     redis: /v=(\S+)/.exec(quiet('/usr/bin/redis-server', ['--version']))?.[1] ?? 'unknown',
     commit: `${quiet('git', ['rev-parse', '--short', 'HEAD'])}${dirty ? ' + uncommitted changes' : ''}`,

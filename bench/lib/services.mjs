@@ -5,7 +5,7 @@ import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
 import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
-/** package.json `config`: the flags and environment `npm start` runs the gateway with. */
+/** package.json `config`: the V8 flags `npm start` runs the gateway with. */
 export const START_CONFIG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config;
 /**
  * Flags added to the gateway's and the floors' own for one run, to compare a setting on their one core
