@@ -131,8 +131,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const memoryRelease = new IdleMemoryRelease({
     ...IDLE_MEMORY_RELEASE,
     traffic: () => ({ started: services.lifecycle.apiRequests, inFlight: services.lifecycle.inFlight }),
-    onRelease: (from, to, ms) =>
-      app.log.info(`idle: handed memory back to the system, resident ${(from / 2 ** 20).toFixed(0)} -> ${(to / 2 ** 20).toFixed(0)} MB (${ms.toFixed(0)} ms)`),
+    onRelease: (from, to, ms) => {
+      metrics.memoryReleases.inc();
+      app.log.info(`idle: handed memory back to the system, resident ${(from / 2 ** 20).toFixed(0)} -> ${(to / 2 ** 20).toFixed(0)} MB (${ms.toFixed(0)} ms)`);
+    },
   });
   memoryRelease.start();
   const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'));

@@ -29,6 +29,11 @@ export class Metrics {
     help: 'Failed usage batch writes (records are kept and retried)',
     registers: [this.registry],
   });
+  readonly memoryReleases = new Counter({
+    name: 'gw_idle_memory_releases_total',
+    help: 'Times the idle gateway handed its pooled memory back to the system',
+    registers: [this.registry],
+  });
 
   // Label sets seen so far, resolved once to their series.
   private readonly requestChildren = new Map<string, { count: { inc(): void }; time: { observe(v: number): void } }>();
