@@ -8,7 +8,7 @@ import { checkGuard } from './lib/guard.mjs';
 import { machineFacts } from './lib/machine.mjs';
 import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
 import { renderMarkdown, renderTables } from './lib/report.mjs';
-import { burstOfStreams, compareHttp, compareStreams } from './lib/scenarios.mjs';
+import { burstOfStreams, compareHttp, compareStreams, readOnceIdle } from './lib/scenarios.mjs';
 import { startFloorProxy, startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
 
 const ROOT = new URL('../', import.meta.url).pathname;
@@ -28,9 +28,12 @@ const PLANS = {
     fastifyRoundS: 2,
     burst: 1000,
     settleS: 3,
-    // Under 5 minutes: about 4.6 of load and set-up on a quiet machine, and at most `quietBudgetS`
+    // The gateway hands memory back after 30 s without a request; its idle check runs once a second (at once
+    // when overdue), and what it hands back settles in about a second (jemalloc purges what is unused for 1 s).
+    onceIdle: { idleS: 32, waitS: 1.5, settleS: 2 },
+    // Under 5 minutes: about 4.8 of load and set-up on a quiet machine, and at most `quietBudgetS`
     // more waiting for other processes to quieten.
-    expectedMinutes: 4.6,
+    expectedMinutes: 4.8,
     quietBudgetS: 10,
     // The direct side's warm-up for non-streamed load once the upstream and the load driver have served it;
     // streams keep their full warm-up (docs/decisions.md, "The full bench stays under 5 minutes").
@@ -55,7 +58,15 @@ async function runSet({ ctx, gateway, prefix, rounds, roundS, warmupS, only }) {
     http50: () => compareHttp({ ...base, upstreamModel: 'fixed-50ms', connections: 50 }),
     http0c1: () => compareHttp({ ...base, upstreamModel: 'fixed-0ms', connections: 1, rounds: 2, roundS: 2, warmupS: 1 }),
     stream: () => compareStreams({ ...base, upstreamModel: 'stream-50ms-20x10ms', concurrency: ctx.plan.streamConcurrency }),
-    burst: () => burstOfStreams({ ...base, upstreamModel: 'stream-50ms-20x100ms', count: ctx.plan.burst, settleMs: ctx.plan.settleS * 1000 }),
+    // In the full plan the gateway is then held until readOnceIdle (see main).
+    burst: () =>
+      burstOfStreams({
+        ...base,
+        upstreamModel: 'stream-50ms-20x100ms',
+        count: ctx.plan.burst,
+        settleMs: ctx.plan.settleS * 1000,
+        holdForHandBack: ctx.plan.onceIdle !== undefined,
+      }),
   };
   for (const id of only) {
     log(`${prefix || 'embedded'}: ${id}`);
@@ -71,9 +82,15 @@ async function embeddedScenarios(ctx, quick, attempt = 1) {
   ctx.stops.push(gateway.stop);
   const only = quick ? ['http0', 'stream'] : ['http0', 'http50', 'http0c1', 'stream', 'burst'];
   const s = await runSet({ ctx, gateway, prefix: '', rounds: plan.rounds, roundS: plan.roundS, warmupS: plan.warmupS, only });
-  await gateway.stop();
+  if (quick) await gateway.stop();
+  else
+    ctx.afterHandBack.push(async () => {
+      await readOnceIdle(gateway, s.burst, plan.onceIdle);
+      await gateway.stop();
+    });
   return s;
 }
+
 
 /**
  * The floors: the smallest proxy of the 0 ms call on node:http and on Fastify (bench/upstream/floor-proxy.mjs),
@@ -112,7 +129,11 @@ async function floorScenarios(ctx) {
   return s;
 }
 
-/** The scaled-out setup: PostgreSQL store and Redis (limiter, ledger, stream buffers, revocations); then Redis killed. */
+/**
+ * The scaled-out setup: PostgreSQL store and Redis (limiter, ledger, stream buffers, revocations). After
+ * its burst the gateway is held; once it has handed memory back, Redis is killed and the last scenario
+ * runs (pushed to ctx.afterHandBack).
+ */
 async function productionScenarios(ctx) {
   const { plan } = ctx;
   const postgres = await startPostgresPinned({ core: LOAD_CORE });
@@ -131,10 +152,15 @@ async function productionScenarios(ctx) {
   ctx.stops.push(gateway.stop);
   const set = { ctx, gateway, prefix: 'prod', rounds: plan.prodRounds, roundS: plan.prodRoundS, warmupS: plan.warmupS };
   const s = await runSet({ ...set, only: ['http0', 'http50', 'stream', 'burst'] });
-  await redis.kill();
-  Object.assign(s, await runSet({ ...set, prefix: 'redisDown', only: ['http50'] }));
-  await gateway.stop();
-  await postgres?.stop();
+  // After the hand-back: Redis killed, the last scenario (whose results the closure returns).
+  ctx.afterHandBack.push(async () => {
+    await readOnceIdle(gateway, s.prodBurst, plan.onceIdle);
+    await redis.kill();
+    const down = await runSet({ ...set, prefix: 'redisDown', only: ['http50'] });
+    await gateway.stop();
+    await postgres?.stop();
+    return down;
+  });
   return s;
 }
 
@@ -174,7 +200,14 @@ async function main() {
   killChildrenOnExit();
   pinSelf(LOAD_CORE);
   const plan = quick ? PLANS.quick : PLANS.full;
-  const ctx = { plan, dir: mkdtempSync(join(tmpdir(), 'gw-bench-')), stops: [], setups: { embedded: 'PGlite + in-process' }, directWarm: directWarmup(plan) };
+  const ctx = {
+    plan,
+    dir: mkdtempSync(join(tmpdir(), 'gw-bench-')),
+    stops: [],
+    afterHandBack: [],
+    setups: { embedded: 'PGlite + in-process' },
+    directWarm: directWarmup(plan),
+  };
   removeIfInterrupted(ctx.dir);
   const started = performance.now();
   const monitor = startCpuMonitor({ budgetMs: plan.quietBudgetS * 1000 });
@@ -188,7 +221,11 @@ async function main() {
       log('guard failed once; measuring again');
       scenarios = await embeddedScenarios(ctx, quick, 2);
     }
-    if (!quick) Object.assign(scenarios, await floorScenarios(ctx), await productionScenarios(ctx));
+    if (!quick) {
+      // Each gateway is held after its burst while the next setups run on its core, then read once it has handed memory back.
+      Object.assign(scenarios, await productionScenarios(ctx), await floorScenarios(ctx));
+      for (const finish of ctx.afterHandBack) Object.assign(scenarios, await finish());
+    }
     const otherCpu = monitor.stop();
     const results = {
       mode: quick ? 'quick' : 'full',

@@ -46,6 +46,8 @@ export async function stopChild(child, { signal = 'SIGTERM', timeoutMs = 15_000 
   if (child.exitCode !== null || child.signalCode !== null) return { code: child.exitCode, signal: child.signalCode };
   const exited = new Promise((resolve) => child.once('exit', (code, sig) => resolve({ code, signal: sig })));
   child.kill(signal);
+  // A held (stopped) child acts on the signal only once it goes on.
+  child.kill('SIGCONT');
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
   const result = await exited;
   clearTimeout(timer);

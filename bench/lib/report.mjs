@@ -109,11 +109,13 @@ function memoryTable(s, setups) {
       mb(m.rssPeak),
       `${mb(m.rssAfter)} after ${settleMs / 1000} s`,
       `${signed(((m.rssAfter - m.rssBefore) / m.rssBefore) * 100)} %`,
+      m.rssOnceIdle === undefined ? '–' : `${mb(m.rssOnceIdle)} after ${m.onceIdleAfterS.toFixed(0)} s (${m.handedBack ? 'handed back' : 'no hand-back'})`,
+      m.rssOnceIdle === undefined ? '–' : `${signed(((m.rssOnceIdle - m.rssBefore) / m.rssBefore) * 100)} %`,
       `${d ? ms(d.total.max) : '–'} / ${ms(g.total.max)}`,
     ];
   });
   const head = ['scenario [process]', 'completed d / g', 'most open at once d / g', 'RSS at its start, MB', 'RSS before, MB', 'peak RSS, MB'];
-  return table([...head, 'RSS after, MB', 'after vs before', 'slowest stream ms d / g'], rows);
+  return table([...head, 'RSS after, MB', 'after vs before', 'RSS once idle, MB', 'once idle vs before', 'slowest stream ms d / g'], rows);
 }
 
 /** Where the gateway's one core goes, per request or stream: the event loop, V8's helper threads, the embedded database's thread. */
@@ -287,8 +289,13 @@ function method(results) {
   delay (prom-client's histogram, 10 ms resolution) over its rounds, from \`/metrics\`. Per-round figures: \`bench/results/latest.json\`.
 - **1,000 streams**: requested at once, direct then through the gateway; the gateway's RSS (\`/proc/<pid>/status\` VmRSS) before,
   sampled every 50 ms, and ${p.settleS} s after the last one ended; heap and external memory from \`/metrics\`. "RSS at its start" is
-  the same process once it served, before any load. The node:http floor takes the same burst after its own scenarios
-  (its side only).
+  the same process once it served, before any load. "Once idle": the gateway hands the memory a burst leaves behind back to the
+  system after 30 s without a request (docs/decisions.md); the bench holds it (SIGSTOP, so that the hand-back's pause does not
+  land on the core while the next setups are measured there) until ${p.onceIdle?.idleS ?? 'n/a'} s after the burst, lets it go on, waits
+  for the hand-back in \`/metrics\` (\`gw_idle_memory_releases_total\`) and reads its RSS ${p.onceIdle?.settleS ?? 'n/a'} s later (${p.onceIdle?.waitS ?? 'n/a'} s
+  after it went on if it did not hand back: it does so only once it has grown by 32 MB since its start or last hand-back). The
+  target's "after" is that reading. The node:http floor takes the same burst after its own scenarios (its side only; it has no hand-back, so its
+  "after" is the reading ${p.settleS} s after).
 - **CPU by thread**: user + system time of each of the gateway's threads (\`/proc/<pid>/task/*/stat\`) over its rounds, divided by
   the requests or streams completed in them. The event loop is the main thread; V8's platform workers do parallel and concurrent
   garbage collection and background compilation; the database thread is embedded PGlite's worker thread.
@@ -316,7 +323,8 @@ const READING = `## Reading the figures
 - **most open at once** through the gateway is below the count when its one core sets streams up more slowly than they come:
   the first ones end before the last have started, which shows as their time to first token.
 - **RSS before** is the process after the earlier scenarios, not a fresh one: it includes the heap that V8 has grown and not
-  given back (the gateway hands it back after 30 s without requests, which the scenarios never leave it; docs/decisions.md).
+  given back (the gateway hands it back after 30 s without requests, which the scenarios never leave it before a burst:
+  "once idle" is after one; docs/decisions.md).
   Embedded, it includes PGlite's memory, which "RSS at its start" shows before any load. The node:http floor's row is what
   Node itself needs for the same 1,000 streams after the same kind of load, with nothing of the gateway's: the targets table
   gives its peak beside the gateway's.

@@ -138,6 +138,9 @@ function measured(child, url, stopTimeoutMs) {
       return rssBytes(child.pid);
     },
     threadCpu: () => threadCpuSeconds(child.pid),
+    // Held: stopped (SIGSTOP), every thread of it, until released; it keeps what it holds and uses no CPU.
+    hold: () => child.kill('SIGSTOP'),
+    release: () => child.kill('SIGCONT'),
     stop: () => stopChild(child, { timeoutMs: stopTimeoutMs }),
   };
 }
@@ -180,6 +183,7 @@ export async function scrapeMetrics(url) {
     externalBytes: read('nodejs_external_memory_bytes'),
     eventLoopP99Ms: Math.max(0, read('nodejs_eventloop_lag_p99_seconds') * 1000 - EVENT_LOOP_SAMPLE_MS),
     eventLoopMaxMs: Math.max(0, read('nodejs_eventloop_lag_max_seconds') * 1000 - EVENT_LOOP_SAMPLE_MS),
+    memoryReleases: read('idle_memory_releases_total'),
   };
 }
 
