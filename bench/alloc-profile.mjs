@@ -5,6 +5,7 @@
 // only survivors). `burst` is the other way round: what 1,000 open streams hold, sampled
 // once all are open, after a full collection, so only live objects count.
 // PROFILE_ONLY=stream (http-0ms, burst): one load only; PROFILE_STREAM_MODEL and KEEP=1 as for profile.mjs;
+// PROFILE_REDIS_KILLED=1 with --prod: Redis killed once the gateway is up (one load only);
 // PROMOTED=1: only what outlived a young-generation collection (what was promoted, and drives the major ones).
 // Summaries go to stdout and bench/results/.
 import { mkdirSync, writeFileSync } from 'node:fs';

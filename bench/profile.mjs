@@ -2,6 +2,7 @@
 // One gateway process per load (0 ms non-streaming, then streaming), each started with --cpu-prof
 // and stopped with SIGTERM so that V8 writes its profile; summaries go to stdout and bench/results/.
 // Default: the embedded setup (PGlite, in-process limiter); --prod: PostgreSQL + Redis; PROFILE_ONLY=stream (or http-0ms): one load only;
+// PROFILE_REDIS_KILLED=1 with --prod: Redis killed once the gateway is up, as in the bench's last scenario (one load only);
 // PROFILE_STREAM_MODEL: the upstream profile the streams use (bench/upstream/profiles.mjs); KEEP=1 keeps the run's directory (the gateway's log) in the system's temporary directory.
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

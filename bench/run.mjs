@@ -8,7 +8,7 @@ import { checkGuard } from './lib/guard.mjs';
 import { machineFacts } from './lib/machine.mjs';
 import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
 import { renderMarkdown, renderTables } from './lib/report.mjs';
-import { burstOfStreams, compareHttp, compareStreams, readOnceIdle } from './lib/scenarios.mjs';
+import { burstOfStreams, compareHttp, compareStreams, holdIdle, readOnceIdle } from './lib/scenarios.mjs';
 import { startFloorProxy, startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
 
 const ROOT = new URL('../', import.meta.url).pathname;
@@ -58,15 +58,7 @@ async function runSet({ ctx, gateway, prefix, rounds, roundS, warmupS, only }) {
     http50: () => compareHttp({ ...base, upstreamModel: 'fixed-50ms', connections: 50 }),
     http0c1: () => compareHttp({ ...base, upstreamModel: 'fixed-0ms', connections: 1, rounds: 2, roundS: 2, warmupS: 1 }),
     stream: () => compareStreams({ ...base, upstreamModel: 'stream-50ms-20x10ms', concurrency: ctx.plan.streamConcurrency }),
-    // In the full plan the gateway is then held until readOnceIdle (see main).
-    burst: () =>
-      burstOfStreams({
-        ...base,
-        upstreamModel: 'stream-50ms-20x100ms',
-        count: ctx.plan.burst,
-        settleMs: ctx.plan.settleS * 1000,
-        holdForHandBack: ctx.plan.onceIdle !== undefined,
-      }),
+    burst: () => burstOfStreams({ ...base, upstreamModel: 'stream-50ms-20x100ms', count: ctx.plan.burst, settleMs: ctx.plan.settleS * 1000 }),
   };
   for (const id of only) {
     log(`${prefix || 'embedded'}: ${id}`);
@@ -83,14 +75,9 @@ async function embeddedScenarios(ctx, quick, attempt = 1) {
   const only = quick ? ['http0', 'stream'] : ['http0', 'http50', 'http0c1', 'stream', 'burst'];
   const s = await runSet({ ctx, gateway, prefix: '', rounds: plan.rounds, roundS: plan.roundS, warmupS: plan.warmupS, only });
   if (quick) await gateway.stop();
-  else
-    ctx.afterHandBack.push(async () => {
-      await readOnceIdle(gateway, s.burst, plan.onceIdle);
-      await gateway.stop();
-    });
+  else await readLaterOnceIdle(ctx, gateway, s.burst.memory, gateway.stop);
   return s;
 }
-
 
 /**
  * The floors: the smallest proxy of the 0 ms call on node:http and on Fastify (bench/upstream/floor-proxy.mjs),
@@ -130,10 +117,18 @@ async function floorScenarios(ctx) {
 }
 
 /**
- * The scaled-out setup: PostgreSQL store and Redis (limiter, ledger, stream buffers, revocations). After
- * its burst the gateway is held; once it has handed memory back, Redis is killed and the last scenario
- * runs (pushed to ctx.afterHandBack).
+ * Holds a gateway after its last scenario while the next setups are measured on its core; main reads its
+ * memory once idle (into `memory`: its burst's) and then calls `stop`.
  */
+async function readLaterOnceIdle(ctx, gateway, memory, stop) {
+  const held = await holdIdle(gateway);
+  ctx.afterHandBack.push(async () => {
+    await readOnceIdle(gateway, memory, held, ctx.plan.onceIdle);
+    await stop();
+  });
+}
+
+/** The scaled-out setup: PostgreSQL store and Redis (limiter, ledger, stream buffers, revocations); then Redis killed. */
 async function productionScenarios(ctx) {
   const { plan } = ctx;
   const postgres = await startPostgresPinned({ core: LOAD_CORE });
@@ -152,14 +147,12 @@ async function productionScenarios(ctx) {
   ctx.stops.push(gateway.stop);
   const set = { ctx, gateway, prefix: 'prod', rounds: plan.prodRounds, roundS: plan.prodRoundS, warmupS: plan.warmupS };
   const s = await runSet({ ...set, only: ['http0', 'http50', 'stream', 'burst'] });
-  // After the hand-back: Redis killed, the last scenario (whose results the closure returns).
-  ctx.afterHandBack.push(async () => {
-    await readOnceIdle(gateway, s.prodBurst, plan.onceIdle);
-    await redis.kill();
-    const down = await runSet({ ...set, prefix: 'redisDown', only: ['http50'] });
+  await redis.kill();
+  Object.assign(s, await runSet({ ...set, prefix: 'redisDown', only: ['http50'] }));
+  // Its memory once idle is read after its last scenario, Redis killed; PostgreSQL stays for it.
+  await readLaterOnceIdle(ctx, gateway, s.prodBurst.memory, async () => {
     await gateway.stop();
     await postgres?.stop();
-    return down;
   });
   return s;
 }
@@ -222,9 +215,9 @@ async function main() {
       scenarios = await embeddedScenarios(ctx, quick, 2);
     }
     if (!quick) {
-      // Each gateway is held after its burst while the next setups run on its core, then read once it has handed memory back.
+      // Each gateway is held after its last scenario while the next setups run on its core, then read once idle.
       Object.assign(scenarios, await productionScenarios(ctx), await floorScenarios(ctx));
-      for (const finish of ctx.afterHandBack) Object.assign(scenarios, await finish());
+      for (const finish of ctx.afterHandBack) await finish();
     }
     const otherCpu = monitor.stop();
     const results = {

@@ -43,7 +43,8 @@ export const PROFILE_LOADS = {
  * Starts what the gateway talks to, then runs `profileOne(name, { dir, startGateway })` for each of
  * `names` (PROFILE_ONLY: that one only), printing what it returns; `startGateway(nodeFlags)` starts a
  * gateway for that load on core 0, wired to those services. Returns the exit code. The run's
- * directory (the gateway's log) is removed, unless the run failed or KEEP=1.
+ * directory (the gateway's log) is removed, unless the run failed or KEEP=1. With `prod` and
+ * PROFILE_REDIS_KILLED=1 (one load only), Redis is killed once the gateway has started.
  */
 export async function runProfiles({ tool, prod, names }, profileOne) {
   killChildrenOnExit();
@@ -54,13 +55,21 @@ export async function runProfiles({ tool, prod, names }, profileOne) {
   const postgres = prod ? await startPostgresPinned({ core: 1 }) : null;
   const redis = prod ? await startRedis({ core: 1, dir }) : null;
   const backends = { redisUrl: redis?.url ?? null, databaseUrl: postgres?.url ?? null };
+  const redisKilled = prod && process.env.PROFILE_REDIS_KILLED === '1';
+  if (redisKilled && names.filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY).length > 1)
+    throw new Error('PROFILE_REDIS_KILLED=1 takes one load (PROFILE_ONLY)');
   let failed = false;
   try {
     for (const name of names.filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY))
       process.stdout.write(
         `${await profileOne(name, {
           dir,
-          startGateway: (nodeFlags) => startGateway({ core: 0, dir, name: `gateway-${name}`, upstreamUrl: upstream.url, ...backends, nodeFlags }),
+          startGateway: async (nodeFlags) => {
+            const gateway = await startGateway({ core: 0, dir, name: `gateway-${name}`, upstreamUrl: upstream.url, ...backends, nodeFlags });
+            // The bench's last scenario: Redis gone under a running gateway, which fails open.
+            if (redisKilled) await redis?.kill();
+            return gateway;
+          },
         })}\n\n`,
       );
     return 0;

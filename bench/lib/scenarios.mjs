@@ -198,9 +198,8 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * gateway's resident memory before, at peak (sampled every 50 ms) and
  * `settleMs` after the last stream ended, beside what it had at its start.
  * `withDirect` false: the gateway's side only (a floor proxy, whose memory is all that is compared).
- * `holdForHandBack`: the gateway is then held, for {@link readOnceIdle} to read it once idle.
  */
-export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel, count, settleMs, withDirect = true, holdForHandBack = false }) {
+export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel, count, settleMs, withDirect = true }) {
   const burst = (side, onSample) => runStreamBurst({ ...endpoint(side, { upstream, gateway, upstreamModel, stream: true }), count, onSample });
   let direct = null;
   if (withDirect) {
@@ -216,7 +215,6 @@ export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel
     rssPeak = Math.max(rssPeak, gateway.rss());
   });
   rssPeak = Math.max(rssPeak, gateway.rss());
-  const endedAt = performance.now();
   await sleep(settleMs);
   const rssAfter = gateway.rss();
   const after = await gateway.scrape();
@@ -238,23 +236,29 @@ export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel
     heapUsedAfter: after.heapUsedBytes,
     externalBefore: before.externalBytes,
   };
-  const result = { kind: 'burst', upstreamModel, count, settleMs, direct: direct && side(direct), gateway: side(viaGateway), memory };
-  if (!holdForHandBack) return result;
-  gateway.hold();
-  return Object.assign(result, { held: { endedAt, releasesBefore: after.memoryReleases } });
+  return { kind: 'burst', upstreamModel, count, settleMs, direct: direct && side(direct), gateway: side(viaGateway), memory };
 }
 
 /**
- * The last reading of a burst taken with `holdForHandBack`: once the gateway has been idle for
- * `idleS` since the burst's last stream ended, it is let go on and its idle check (once a second, and
- * at once when overdue) finds it idle. It hands its memory back (counted in /metrics) if it grew enough
- * since the last time (app.ts); its RSS is read `settleS` after that, or after `waitS` if it did not.
- * Held (SIGSTOP) meanwhile, so that the hand-back's pause does not land on the core while something
- * else is measured there; its clock goes on, so it counts all of that time as idle, as it would have.
+ * Holds (SIGSTOP) a gateway that has served its last request, for {@link readOnceIdle}: held, the
+ * hand-back's pause cannot land on the core while something else is measured there, and its clock
+ * goes on, so once let go on it counts all of that time as idle, as it would have.
  */
-export async function readOnceIdle(gateway, burst, { idleS, waitS, settleS }) {
-  const { endedAt, releasesBefore } = burst.held;
-  await sleep(Math.max(0, endedAt + idleS * 1000 - performance.now()));
+export async function holdIdle(gateway) {
+  const { memoryReleases } = await gateway.scrape();
+  gateway.hold();
+  return { since: performance.now(), releasesBefore: memoryReleases };
+}
+
+/**
+ * A burst's last reading (into `memory`), of a gateway held by {@link holdIdle}: once it has been idle
+ * for `idleS`, it is let go on and its idle check (once a second, and at once when overdue) finds it
+ * idle. It hands its memory back (counted in /metrics) if it grew enough since the last time (app.ts);
+ * its RSS is read `settleS` after that, or after `waitS` if it did not.
+ */
+export async function readOnceIdle(gateway, memory, held, { idleS, waitS, settleS }) {
+  const { since, releasesBefore } = held;
+  await sleep(Math.max(0, since + idleS * 1000 - performance.now()));
   gateway.release();
   const deadline = performance.now() + waitS * 1000;
   let handedBack = false;
@@ -263,11 +267,10 @@ export async function readOnceIdle(gateway, burst, { idleS, waitS, settleS }) {
     handedBack = (await gateway.scrape()).memoryReleases > releasesBefore;
   }
   if (handedBack) await sleep(settleS * 1000);
-  delete burst.held;
-  Object.assign(burst.memory, {
+  Object.assign(memory, {
     handedBack,
     rssOnceIdle: gateway.rss(),
     heapUsedOnceIdle: (await gateway.scrape()).heapUsedBytes,
-    onceIdleAfterS: (performance.now() - endedAt) / 1000,
+    onceIdleAfterS: (performance.now() - since) / 1000,
   });
 }
