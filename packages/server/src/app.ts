@@ -53,6 +53,8 @@ export interface GatewayOptions {
   catalogue: GatewayFileConfig;
   /** false silences request logs (tests); default: pino at config.logLevel. */
   logger?: boolean;
+  /** When idle memory is handed back (tests shorten it); default IDLE_MEMORY_RELEASE. */
+  idleMemoryRelease?: Partial<typeof IDLE_MEMORY_RELEASE>;
 }
 
 export interface Gateway {
@@ -130,6 +132,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   };
   const memoryRelease = new IdleMemoryRelease({
     ...IDLE_MEMORY_RELEASE,
+    ...options.idleMemoryRelease,
     traffic: () => ({ started: services.lifecycle.apiRequests, inFlight: services.lifecycle.inFlight }),
     onRelease: (from, to, ms) => {
       metrics.memoryReleases.inc();

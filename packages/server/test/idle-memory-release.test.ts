@@ -105,3 +105,24 @@ describe('what keeps the gateway from being idle', () => {
     }
   });
 });
+
+describe('the idle gateway', () => {
+  it('hands memory back once idle, and counts it in /metrics', async () => {
+    const gw = await startGateway({ idleMemoryRelease: { checkEveryMs: 50, idleForMs: 300, minGrowthBytes: 1 } });
+    try {
+      const releases = async () => {
+        const text = await (await fetch(`${gw.url}/metrics`)).text();
+        return Number(/^gw_idle_memory_releases_total (\S+)$/m.exec(text)?.[1]);
+      };
+      const { key } = await gw.createKey();
+      expect((await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+      const afterRequest = await releases();
+      expect(afterRequest).toBeGreaterThanOrEqual(0);
+      const deadline = Date.now() + 10_000;
+      while ((await releases()) <= afterRequest && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      expect(await releases()).toBeGreaterThan(afterRequest);
+    } finally {
+      await gw.close();
+    }
+  });
+});

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { GatewayFileConfig } from '@gw/schema';
 import { type Simulator, startSimulator } from '@gw/simulator';
-import { createGateway, type Gateway } from '../../src/app.js';
+import { createGateway, type Gateway, type GatewayOptions } from '../../src/app.js';
 import { loadConfig } from '../../src/config/index.js';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789';
@@ -26,6 +26,7 @@ export interface StartOptions {
   env?: Record<string, string>;
   /** Adjusts the demo catalogue before the gateway starts (e.g. a short provider timeout). */
   catalogue?: (c: GatewayFileConfig) => GatewayFileConfig;
+  idleMemoryRelease?: GatewayOptions['idleMemoryRelease'];
 }
 
 /** A real gateway on a free loopback port, over the simulator's demo catalogue. */
@@ -40,7 +41,7 @@ export async function startGateway(options: StartOptions = {}): Promise<TestGate
     ...options.env,
   });
   const catalogue = options.catalogue ? options.catalogue(structuredClone(sim.demoConfig())) : sim.demoConfig();
-  const gateway = await createGateway({ config, catalogue, logger: false });
+  const gateway = await createGateway({ config, catalogue, logger: false, idleMemoryRelease: options.idleMemoryRelease });
   await gateway.app.listen({ host: '127.0.0.1', port: 0 });
   const port = (gateway.app.server.address() as { port: number }).port;
   const url = `http://127.0.0.1:${port}`;
