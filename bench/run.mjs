@@ -122,7 +122,7 @@ async function floorScenarios(ctx) {
  */
 async function readLaterOnceIdle(ctx, gateway, memory, stop) {
   const held = await holdIdle(gateway);
-  ctx.afterHandBack.push(async () => {
+  ctx.onceIdleReadings.push(async () => {
     await readOnceIdle(gateway, memory, held, ctx.plan.onceIdle);
     await stop();
   });
@@ -197,7 +197,7 @@ async function main() {
     plan,
     dir: mkdtempSync(join(tmpdir(), 'gw-bench-')),
     stops: [],
-    afterHandBack: [],
+    onceIdleReadings: [],
     setups: { embedded: 'PGlite + in-process' },
     directWarm: directWarmup(plan),
   };
@@ -217,7 +217,7 @@ async function main() {
     if (!quick) {
       // Each gateway is held after its last scenario while the next setups run on its core, then read once idle.
       Object.assign(scenarios, await productionScenarios(ctx), await floorScenarios(ctx));
-      for (const finish of ctx.afterHandBack) await finish();
+      for (const finish of ctx.onceIdleReadings) await finish();
     }
     const otherCpu = monitor.stop();
     const results = {
