@@ -291,11 +291,12 @@ function method(results) {
   sampled every 50 ms, and ${p.settleS} s after the last one ended; heap and external memory from \`/metrics\`. "RSS at its start" is
   the same process once it served, before any load. "Once idle": the gateway hands the memory a burst leaves behind back to the
   system after 30 s without a request (docs/decisions.md); the bench holds it (SIGSTOP, so that the hand-back's pause does not
-  land on the core while the next setups are measured there) from its last request until ${p.onceIdle?.idleS ?? 'n/a'} s later (embedded, the
-  burst's last stream; with PostgreSQL + Redis, the Redis-killed scenario that follows its burst), lets it go on, waits
-  for the hand-back in \`/metrics\` (\`gw_idle_memory_releases_total\`) and reads its RSS ${p.onceIdle?.settleS ?? 'n/a'} s later (${p.onceIdle?.waitS ?? 'n/a'} s
-  after it went on if it did not hand back: it does so only once it has grown by 32 MB since its start or last hand-back). The
-  target's "after" is that reading. The node:http floor takes the same burst after its own scenarios (its side only; it has no hand-back, so its
+  land on the core while the next setups are measured there) from its last request (embedded, the burst's last stream; with
+  PostgreSQL + Redis, the Redis-killed scenario that follows its burst) until those setups are done, at least
+  ${p.onceIdle?.idleS ?? 'n/a'} s (the table gives how long), lets it go on, waits for the hand-back in \`/metrics\`
+  (\`gw_idle_memory_releases_total\`) and reads its RSS ${p.onceIdle?.settleS ?? 'n/a'} s later (${p.onceIdle?.waitS ?? 'n/a'} s after it went on if it did
+  not hand back: it does so only once it has grown by 32 MB since its start or last hand-back; after 100 s without a collection, V8's own
+  memory reducer runs a memory-reducing one, docs/decisions.md). The target's "after" is that reading. The node:http floor takes the same burst after its own scenarios (its side only; it has no hand-back, so its
   "after" is the reading ${p.settleS} s after).
 - **CPU by thread**: user + system time of each of the gateway's threads (\`/proc/<pid>/task/*/stat\`) over its rounds, divided by
   the requests or streams completed in them. The event loop is the main thread; V8's platform workers do parallel and concurrent
