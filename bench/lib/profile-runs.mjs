@@ -55,12 +55,12 @@ export async function runProfiles({ tool, prod, names }, profileOne) {
   const postgres = prod ? await startPostgresPinned({ core: 1 }) : null;
   const redis = prod ? await startRedis({ core: 1, dir }) : null;
   const backends = { redisUrl: redis?.url ?? null, databaseUrl: postgres?.url ?? null };
+  const selected = names.filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY);
   const redisKilled = prod && process.env.PROFILE_REDIS_KILLED === '1';
-  if (redisKilled && names.filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY).length > 1)
-    throw new Error('PROFILE_REDIS_KILLED=1 takes one load (PROFILE_ONLY)');
+  if (redisKilled && selected.length > 1) throw new Error('PROFILE_REDIS_KILLED=1 takes one load (PROFILE_ONLY)');
   let failed = false;
   try {
-    for (const name of names.filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY))
+    for (const name of selected)
       process.stdout.write(
         `${await profileOne(name, {
           dir,
