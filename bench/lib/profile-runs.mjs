@@ -47,6 +47,9 @@ export const PROFILE_LOADS = {
  * PROFILE_REDIS_KILLED=1 (one load only), Redis is killed once the gateway has started.
  */
 export async function runProfiles({ tool, prod, names }, profileOne) {
+  const selected = names.filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY);
+  const redisKilled = prod && process.env.PROFILE_REDIS_KILLED === '1';
+  if (redisKilled && selected.length > 1) throw new Error('PROFILE_REDIS_KILLED=1 takes one load (PROFILE_ONLY)');
   killChildrenOnExit();
   pinSelf(1);
   const dir = mkdtempSync(join(tmpdir(), `gw-${tool}-`));
@@ -55,9 +58,6 @@ export async function runProfiles({ tool, prod, names }, profileOne) {
   const postgres = prod ? await startPostgresPinned({ core: 1 }) : null;
   const redis = prod ? await startRedis({ core: 1, dir }) : null;
   const backends = { redisUrl: redis?.url ?? null, databaseUrl: postgres?.url ?? null };
-  const selected = names.filter((n) => !process.env.PROFILE_ONLY || n === process.env.PROFILE_ONLY);
-  const redisKilled = prod && process.env.PROFILE_REDIS_KILLED === '1';
-  if (redisKilled && selected.length > 1) throw new Error('PROFILE_REDIS_KILLED=1 takes one load (PROFILE_ONLY)');
   let failed = false;
   try {
     for (const name of selected)
