@@ -1,5 +1,6 @@
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import { connect, type Socket } from 'node:net';
+import { finished } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { RelayGate } from '../src/providers/chunk-relay.js';
 import type { ChatChunk, ChunkSink } from '../src/providers/types.js';
@@ -101,17 +102,21 @@ describe('live SSE frames from a session', () => {
     expect(aborted()).toBe(true);
   });
 
-  describe('written straight to the response socket', () => {
+  // Piped: the stream is the response's body (Fastify's send). Owned: it writes the response itself (writeTo).
+  describe.each(['piped', 'owned'] as const)('written straight to the response socket, %s', (mode) => {
     /**
-     * A real HTTP server sending `frames` as the gateway does: headers set on the response, the stream
-     * piped to it. `writes.n` counts its sockets' writes where they reach the system (one syscall each).
+     * A real HTTP server sending `frames` as the gateway does: headers set on the response and the stream
+     * piped to it, or the head and frames written by the stream. `writes.n` counts its sockets' writes
+     * where they reach the system (one syscall each).
      */
-    async function serve(frames: () => LiveFrames): Promise<{ server: Server; port: number; responses: ServerResponse[]; writes: { n: number } }> {
+    async function serve(frames: () => LiveFrames, delayMs = 0): Promise<{ server: Server; port: number; responses: ServerResponse[]; writes: { n: number } }> {
       const responses: ServerResponse[] = [];
       const writes = { n: 0 };
-      const server = createServer((_req, res) => {
+      const server = createServer(async (_req, res) => {
         responses.push(res);
-        const handle = (res.socket as unknown as { _handle: Record<string, unknown> })._handle;
+        // As the gateway waits for the first upstream chunk before it answers.
+        if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+        const handle = (res.socket as unknown as { _handle: Record<string, unknown> } | null)?._handle ?? {};
         for (const name of ['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString', 'writeUcs2String']) {
           const original = handle[name];
           if (typeof original !== 'function') continue;
@@ -120,8 +125,16 @@ describe('live SSE frames from a session', () => {
             return original.apply(this, args);
           };
         }
-        res.setHeader('content-type', 'text/event-stream');
-        frames().sendThrough(res).pipe(res);
+        if (mode === 'owned') frames().writeTo(res, 200, { 'content-type': 'text/event-stream' });
+        else {
+          res.setHeader('content-type', 'text/event-stream');
+          const piped = frames().sendThrough(res);
+          // As Fastify's send does: a response closed before the stream ended (or already) destroys the stream.
+          finished(res, () => {
+            if (!piped.readableEnded) piped.destroy();
+          });
+          piped.pipe(res);
+        }
       });
       await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
       return { server, port: (server.address() as { port: number }).port, responses, writes };
@@ -264,6 +277,42 @@ describe('live SSE frames from a session', () => {
         expect(body.startsWith(`id: ${ID}:1\n`)).toBe(true);
         expect(body.match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:3`]);
         expect(body.endsWith('data: [DONE]\n\n')).toBe(true);
+      } finally {
+        server.close();
+      }
+    });
+
+    it('detaches when the client leaves mid-stream, and the session stops the upstream after its grace period', async () => {
+      const { session, sink, aborted } = await handFed();
+      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      try {
+        const socket = request(port, '1.1');
+        const head = await new Promise<string>((r) => socket.once('data', (b: Buffer) => r(b.toString('utf8'))));
+        expect(head).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*content-type: text\/event-stream/i);
+        socket.destroy();
+        await new Promise((r) => setTimeout(r, 30));
+        sink.chunk(content('nobody reads this'));
+        expect(aborted()).toBe(false);
+        await new Promise((r) => setTimeout(r, 150));
+        expect(aborted()).toBe(true);
+      } finally {
+        server.close();
+      }
+    });
+
+    it('detaches at once when the client left before the answer began', async () => {
+      const { session, aborted } = await handFed();
+      const { server, port, responses } = await serve(() => new LiveFrames(session, 0, false, 60_000), 60);
+      try {
+        const socket = request(port, '1.1');
+        while (responses.length === 0) await new Promise((r) => setTimeout(r, 5));
+        socket.destroy();
+        // The answer begins (writeTo, or the pipe) after the client left.
+        await new Promise((r) => setTimeout(r, 90));
+        expect(responses[0]?.destroyed).toBe(true);
+        expect(aborted()).toBe(false);
+        await new Promise((r) => setTimeout(r, 150));
+        expect(aborted()).toBe(true);
       } finally {
         server.close();
       }

@@ -33,14 +33,25 @@ async function usageOf(requestId: string) {
   return gw.gateway.services.store.usage.list({ requestId });
 }
 
+/** Answered chat completions on variant A with status 200, as /metrics counts them. */
+async function streamsCounted(): Promise<number> {
+  const text = await (await fetch(`${gw.url}/metrics`)).text();
+  const line = text
+    .split('\n')
+    .find((l) => l.startsWith('gw_http_requests_total{') && l.includes('route="/v1/chat/completions"') && l.includes('status="200"'));
+  return Number(line?.split(' ').at(-1) ?? 0);
+}
+
 describe('streaming chat with the official openai SDK', () => {
   it('relays chunks with the gateway model id, the SSE headers, and bills from the provider’s count', async () => {
+    const before = await streamsCounted();
     const { data: stream, response } = await a.chat.completions.create({ model: MODEL, messages, stream: true }).withResponse();
     expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
     expect(response.headers.get('cache-control')).toBe('no-cache');
     expect(response.headers.get('x-accel-buffering')).toBe('no');
     expect(response.headers.get('x-gateway-provider')).toBe('scaleway');
     expect(response.headers.get('x-ratelimit-limit')).toBe('1000');
+    expect(response.headers.get('server-timing')).toMatch(/^gw;desc="gateway";dur=[\d.]+, upstream;dur=[\d.]+, total;dur=[\d.]+$/);
     let text = '';
     let usageChunks = 0;
     for await (const chunk of stream) {
@@ -55,6 +66,8 @@ describe('streaming chat with the official openai SDK', () => {
     expect((sim.providers.scaleway?.stats().last?.body as { stream_options?: unknown } | undefined)?.stream_options).toEqual({ include_usage: true });
     const [record] = await usageOf(response.headers.get('x-request-id') as string);
     expect(record).toMatchObject({ streamed: true, provider: 'scaleway', status: 200, errorCode: null });
+    // The stream, written by the route itself, still ran the end-of-response hooks (the metrics count it).
+    expect(await streamsCounted()).toBe(before + 1);
     expect(record?.completionTokens).toBeGreaterThan(0);
   });
 

@@ -1,5 +1,5 @@
 import { H } from '@gw/schema';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { lingerOnClose } from '../lingering-close.js';
 import type { Services } from '../services.js';
 
@@ -31,14 +31,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     done();
   });
   app.addHook('onSend', (request, reply, payload, done) => {
-    const total = performance.now() - request.gw.startedAt;
-    const upstream = request.gw.upstreamMs;
-    reply.header(H.serverTiming, `gw;desc="gateway";dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`);
-    // While draining, close each connection after its answer so shutdown is not held by keep-alive;
-    // and an answer given before its request's body ended (a refused upload) closes rather than reads the rest.
-    const bodyUnread = !request.raw.complete;
-    if (bodyUnread) lingerOnClose(request.raw);
-    if (services.lifecycle.draining || bodyUnread) reply.header('connection', 'close');
+    setAnswerHeaders(services, request, reply);
     done(null, payload);
   });
   app.addHook('onResponse', (request, reply, done) => {
@@ -46,4 +39,20 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     services.metrics.observeRequest(route, request.gw.variant, reply.statusCode, (performance.now() - request.gw.startedAt) / 1000);
     done();
   });
+}
+
+/**
+ * What every answer gets as it goes out (the onSend hook, or a route that
+ * writes its answer itself): Server-Timing, and `connection: close` while
+ * draining or when the request's body was not read to its end.
+ */
+export function setAnswerHeaders(services: Services, request: FastifyRequest, reply: FastifyReply): void {
+  const total = performance.now() - request.gw.startedAt;
+  const upstream = request.gw.upstreamMs;
+  reply.header(H.serverTiming, `gw;desc="gateway";dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`);
+  // While draining, close each connection after its answer so shutdown is not held by keep-alive;
+  // and an answer given before its request's body ended (a refused upload) closes rather than reads the rest.
+  const bodyUnread = !request.raw.complete;
+  if (bodyUnread) lingerOnClose(request.raw);
+  if (services.lifecycle.draining || bodyUnread) reply.header('connection', 'close');
 }

@@ -1,3 +1,4 @@
+import type { OutgoingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
 import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -12,6 +13,7 @@ import { LiveFrames } from '../../streaming/live-frames.js';
 import type { StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { sseFrames } from '../../streaming/sse-frames.js';
+import { setAnswerHeaders } from '../plugins/request-context.js';
 import type { Services } from '../services.js';
 import { callUpstream, setRoutingHeaders } from '../upstream-call.js';
 
@@ -101,7 +103,7 @@ export async function startStream(
     },
   });
   setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
-  return sendFrames(services, reply, request.id, new LiveFrames(session, 0, includeUsage(body), services.config.streamHeartbeatMs));
+  return sendFrames(services, request, reply, request.id, new LiveFrames(session, 0, includeUsage(body), services.config.streamHeartbeatMs));
 }
 
 /** Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge. */
@@ -120,13 +122,14 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   request.gw.usage = null;
   const local = services.sessions.get(parsed.streamId);
   const heartbeatMs = services.config.streamHeartbeatMs;
-  if (local) return sendFrames(services, reply, parsed.streamId, new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs));
+  if (local) return sendFrames(services, request, reply, parsed.streamId, new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs));
   // Another instance's stream: read from the shared buffer until the client goes.
   const abort = new AbortController();
   reply.raw.once('close', () => abort.abort());
   const events = services.streams.follow(parsed.streamId, parsed.seq, abort.signal);
   return sendFrames(
     services,
+    request,
     reply,
     parsed.streamId,
     Readable.from(sseFrames(events, parsed.streamId, includeUsage(body), heartbeatMs), { objectMode: false }),
@@ -138,10 +141,26 @@ function includeUsage(body: ChatBody): boolean {
   return opts?.include_usage === true;
 }
 
-function sendFrames(services: Services, reply: FastifyReply, streamId: string, frames: Readable) {
+function sendFrames(services: Services, request: FastifyRequest, reply: FastifyReply, streamId: string, frames: Readable) {
   streamHeaders(reply);
   // 'finish': the whole stream, its last event included, went to the client's socket.
   reply.raw.once('finish', () => services.streams.delivered(streamId));
+  if (frames instanceof LiveFrames && writesItself(request)) {
+    // What the onSend hooks would do: an idempotency claim (settled there) takes the path below instead.
+    setAnswerHeaders(services, request, reply);
+    reply.hijack();
+    frames.writeTo(reply.raw, reply.statusCode, reply.getHeaders() as OutgoingHttpHeaders);
+    return reply;
+  }
   if (frames instanceof LiveFrames) frames.sendThrough(reply.raw);
   return reply.send(frames);
+}
+
+/**
+ * Whether the stream can be written without Fastify's send: no idempotency
+ * key (its answer is stored in an onSend hook) and the limiter's decision
+ * already applied (its onSend check would otherwise apply it).
+ */
+function writesItself(request: FastifyRequest): boolean {
+  return request.headers[H.idempotencyKey] === undefined && request.gw.limit === null;
 }
