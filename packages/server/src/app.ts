@@ -102,7 +102,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   await auth.start();
   const app = buildFastify(config, options.logger ?? true);
   const usage = new UsageWriter(store, {
-    flushIntervalMs: 100,
+    // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid
+    // every interval, and at 100 ms it was half the database thread's CPU per request (docs/decisions.md).
+    flushIntervalMs: 500,
     // Embedded PGlite runs on its own thread: a chunk of 500 rows takes it about 15 ms, off the event loop.
     maxBatch: config.databaseUrl ? 1000 : 500,
     onError: (err) => {
