@@ -3,24 +3,15 @@
 // A is the other build, B the working tree's; prints throughput and CPU per unit of work for each round (all threads, and the
 // event loop and database thread apart).
 // AB_STREAM_MODEL: the upstream profile the streams use (bench/upstream/profiles.mjs; fixed-0ms sends its 20 chunks at once).
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { runHttpLoad } from './lib/http-load.mjs';
+import { packageVersion } from './lib/machine.mjs';
 import { killChildrenOnExit, pinSelf, threadCpuSeconds } from './lib/processes.mjs';
-import { startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
+import { GATEWAY_MAIN, startGateway, startPostgresPinned, startRedis, startUpstream } from './lib/services.mjs';
 import { runStreamLoad } from './lib/stream-driver.mjs';
 import { gatewayModelId } from './upstream/profiles.mjs';
-
-const ROOT = new URL('../', import.meta.url).pathname;
-
-/** The version of undici a gateway build at `mainFile` loads. */
-function undiciVersion(mainFile) {
-  let dir = dirname(createRequire(mainFile).resolve('undici'));
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir);
-  return JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).version;
-}
 
 killChildrenOnExit();
 pinSelf(1);
@@ -30,9 +21,10 @@ let rounds = Number(roundsArg ?? 3);
 const prod = process.argv.includes('--prod');
 // A checkout of another build must resolve the gateway's own undici (packages/server/node_modules), not the
 // older one other packages hoist to the root: undici 7 delays each request on a reused connection by a 1 ms timer.
-const bMain = process.env.AB_B_MAIN ? resolve(process.env.AB_B_MAIN) : join(ROOT, 'packages/server/dist/main.js');
-if (undiciVersion(resolve(otherMain)) !== undiciVersion(bMain)) {
-  console.error(`A resolves undici ${undiciVersion(resolve(otherMain))}, B ${undiciVersion(bMain)}: link A's packages/server/node_modules`);
+const bMain = process.env.AB_B_MAIN ? resolve(process.env.AB_B_MAIN) : GATEWAY_MAIN;
+const undici = { a: packageVersion('undici', resolve(otherMain)), b: packageVersion('undici', bMain) };
+if (undici.a !== undici.b) {
+  console.error(`A resolves undici ${undici.a}, B ${undici.b}: link A's packages/server/node_modules`);
   process.exit(2);
 }
 const dir = mkdtempSync(join(tmpdir(), 'ab-'));

@@ -16,9 +16,10 @@ function quiet(command, args) {
 }
 
 /** A package's version as `from` (a package.json, relative to the repository) resolves it: the gateway's own, by default. */
-function packageVersion(name, from = 'packages/server/package.json') {
+/** The version of package `name` as `from` (a file, relative to the repository or absolute) resolves it. */
+export function packageVersion(name, from = 'packages/server/package.json') {
   try {
-    const file = createRequire(`${ROOT}${from}`).resolve(`${name}/package.json`);
+    const file = createRequire(from.startsWith('/') ? from : `${ROOT}${from}`).resolve(`${name}/package.json`);
     return JSON.parse(readFileSync(file, 'utf8')).version;
   } catch {
     return 'unknown';

@@ -5,6 +5,8 @@ import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
 import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
+/** The gateway's build in this checkout. */
+export const GATEWAY_MAIN = join(ROOT, 'packages/server/dist/main.js');
 /** package.json `config`: the V8 flags `npm start` runs the gateway with. */
 export const START_CONFIG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).config;
 /**
@@ -102,7 +104,7 @@ export async function startGateway({
   redisUrl = null,
   databaseUrl = null,
   nodeFlags = [],
-  mainFile = join(ROOT, 'packages/server/dist/main.js'),
+  mainFile = GATEWAY_MAIN,
   processEnv = PRODUCTION_PROCESS_ENV,
 }) {
   // As `npm start` runs it, plus a run's flags under comparison.

@@ -78,26 +78,23 @@ export class LiveFrames extends Readable {
     res.once('close', () => {
       if (!this.stopped) this.destroy();
     });
-    const onDrain = () => {
-      this.wanting = true;
-      this.flush();
-    };
-    this.direct = socketWriter(res, onDrain, { status, headers }) ?? responseWriter(res, onDrain, status, headers);
-    this.wanting = true;
-    this.flush();
+    this.direct = socketWriter(res, this.drained, { status, headers }) ?? responseWriter(res, this.drained, status, headers);
+    this.drained();
   }
 
   override _read(): void {
     if (this.response) {
-      this.direct = socketWriter(this.response, () => {
-        this.wanting = true;
-        this.flush();
-      });
+      this.direct = socketWriter(this.response, this.drained);
       this.response = null;
     }
+    this.drained();
+  }
+
+  /** The client can take more (its socket drained, or the first read): write what waits. */
+  private readonly drained = (): void => {
     this.wanting = true;
     this.flush();
-  }
+  };
 
   override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
     this.stop();
