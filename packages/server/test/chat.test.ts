@@ -102,7 +102,30 @@ describe('chat completions through the official openai SDK', () => {
       expect(err.code).toBe('upstream_timeout');
     }
   });
+
+  it('ends the upstream call when the client leaves before the answer, and tries no other provider', async () => {
+    const scaleway = gw.sim.providers.scaleway;
+    scaleway?.setFault({ kind: 'hang' });
+    const left = new AbortController();
+    const call = a.chat.completions.create(ask, { signal: left.signal }).catch((e: unknown) => e);
+    await until(() => scaleway?.stats().inFlight === 1);
+    left.abort();
+    expect(await call).toBeInstanceOf(OpenAI.APIUserAbortError);
+    // The hung request ends only because the gateway ended it (its provider timeout is far away).
+    await until(() => scaleway?.stats().inFlight === 0);
+    expect(scaleway?.stats().total).toBe(1);
+    expect(gw.sim.providers.ovh?.stats().total).toBe(0);
+    expect(gw.sim.providers.nebius?.stats().total).toBe(0);
+  });
 });
+
+async function until(done: () => boolean, timeoutMs = 3000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!done()) {
+    if (Date.now() > end) throw new Error('timed out waiting for the condition');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 describe('models', () => {
   it('variant A lists models with kind and filters by kind', async () => {

@@ -1,6 +1,8 @@
+import type { ServerResponse } from 'node:http';
 import { H, type Strategy } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { UpstreamError } from '../errors/upstream-error.js';
+import type { CancelSignal } from '../providers/http-client.js';
 import type { ProviderAdapter } from '../providers/types.js';
 import type { LatencyMode, OfferStats } from '../routing/offer-stats.js';
 import type { Offer } from '../routing/registry.js';
@@ -48,12 +50,48 @@ function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: num
 }
 
 /** Aborts upstream work when the client goes away before the answer. */
-export function clientAbortSignal(reply: FastifyReply): AbortSignal {
-  const controller = new AbortController();
-  reply.raw.once('close', () => {
-    if (!reply.raw.writableFinished) controller.abort();
-  });
-  return controller.signal;
+export function clientAbortSignal(reply: FastifyReply): CancelSignal {
+  return new ClientGone(reply.raw);
+}
+
+/**
+ * Aborts when the response closes before it finished: the client left.
+ * One 'close' listener and a plain list, where an AbortController and an
+ * EventTarget listener cost a request about 4 µs in place (CPU profile at
+ * 50 ms upstream): most requests are answered, and their signal never fires.
+ */
+class ClientGone implements CancelSignal {
+  aborted = false;
+  reason: Error | undefined = undefined;
+  private listeners: (() => void)[] = [];
+
+  constructor(res: ServerResponse) {
+    // A client that left while the request was still being read has closed already: its 'close' has fired.
+    if (res.closed && !res.writableFinished) {
+      this.abort();
+      return;
+    }
+    res.once('close', () => {
+      if (!res.writableFinished) this.abort();
+    });
+  }
+
+  addEventListener(_type: 'abort', listener: () => void): void {
+    this.listeners.push(listener);
+  }
+
+  removeEventListener(_type: 'abort', listener: () => void): void {
+    const at = this.listeners.indexOf(listener);
+    if (at >= 0) this.listeners.splice(at, 1);
+  }
+
+  private abort(): void {
+    this.aborted = true;
+    this.reason = new Error('the client closed the connection');
+    const listeners = this.listeners;
+    this.listeners = [];
+    for (const listener of listeners) listener();
+  }
 }
 
 export function setRoutingHeaders(reply: FastifyReply, request: FastifyRequest, offer: Offer, strategy: Strategy, hops: number): void {

@@ -8,13 +8,24 @@ export interface JsonResponse {
   body: unknown;
 }
 
+/**
+ * What a call's cancellation needs of a signal. An AbortSignal has it, and
+ * so does a route's lighter {@link ClientGone}.
+ */
+export interface CancelSignal {
+  readonly aborted: boolean;
+  readonly reason?: unknown;
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
+
 export interface UpstreamRequest {
   method: 'GET' | 'POST';
   path: string;
   headers: Record<string, string>;
   /** A stream for uploads (multipart audio), built anew for every attempt. */
   body?: string | Readable;
-  signal?: AbortSignal;
+  signal?: CancelSignal | undefined;
 }
 
 const MAX_CONNECTIONS_PER_ORIGIN = 4096;
@@ -148,7 +159,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   constructor(
     private readonly resolve: (res: JsonResponse) => void,
     private readonly reject: (err: unknown) => void,
-    private readonly signal: AbortSignal | undefined,
+    private readonly signal: CancelSignal | undefined,
   ) {
     if (!signal) return;
     if (signal.aborted) {
@@ -249,7 +260,7 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
   constructor(
     private readonly answer: (res: StreamAnswer) => void,
     reject: (err: unknown) => void,
-    signal: AbortSignal | undefined,
+    signal: CancelSignal | undefined,
   ) {
     super((res) => answer({ ok: false, ...res }), reject, signal);
   }
@@ -306,6 +317,6 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
   }
 }
 
-function abortReason(signal: AbortSignal | undefined): Error {
+function abortReason(signal: CancelSignal | undefined): Error {
   return new undiciErrors.RequestAbortedError(signal?.reason instanceof Error ? signal.reason.message : undefined);
 }

@@ -1,4 +1,5 @@
 import type { ProviderConfig, ProviderType } from '@gw/schema';
+import type { CancelSignal } from './http-client.js';
 
 export interface TokenUsage {
   prompt_tokens: number;
@@ -55,7 +56,8 @@ export type ChatBody = Record<string, unknown> & { model: string; messages: unkn
 
 export interface UpstreamCall {
   upstreamModel: string;
-  signal: AbortSignal;
+  /** Ends the call on the wire when it aborts (the client left); a stream, which outlives its client, has none. */
+  signal?: CancelSignal;
   requestId: string;
 }
 

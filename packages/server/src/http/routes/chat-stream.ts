@@ -43,7 +43,7 @@ export async function startStream(
   const model = request.gw.usage?.model as string;
   const result = await executePlan(plan, (offer) =>
     callUpstream(services, request, offer, async (adapter): Promise<Started> => {
-      const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, signal: new AbortController().signal, requestId: request.id });
+      const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id });
       const source = new RelayGate(
         upstream,
         () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` }),
