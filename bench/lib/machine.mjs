@@ -15,8 +15,7 @@ function quiet(command, args) {
   }
 }
 
-/** A package's version as `from` (a package.json, relative to the repository) resolves it: the gateway's own, by default. */
-/** The version of package `name` as `from` (a file, relative to the repository or absolute) resolves it. */
+/** The version of package `name` as `from` (a file, relative to the repository or absolute) resolves it: the gateway's own, by default. */
 export function packageVersion(name, from = 'packages/server/package.json') {
   try {
     const file = createRequire(from.startsWith('/') ? from : `${ROOT}${from}`).resolve(`${name}/package.json`);
