@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import { formatEnv } from '../../scripts/malloc-env.mjs';
+import { undiciIdleCheckPatched } from '../../scripts/patch-undici.mjs';
 import { benchOneCoreFlags, PRODUCTION_PROCESS_ENV, START_CONFIG } from './services.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -39,7 +40,7 @@ export function machineFacts() {
     node: process.version,
     autocannon: packageVersion('autocannon', 'package.json'),
     fastify: packageVersion('fastify'),
-    undici: packageVersion('undici'),
+    undici: `${packageVersion('undici')}${undiciIdleCheckPatched() ? ' (idle-socket check at response end, scripts/patch-undici.mjs)' : ' (as published)'}`,
     nodeFlags: START_CONFIG.nodeFlags,
     processEnv: formatEnv(PRODUCTION_PROCESS_ENV),
     oneCoreFlags: benchOneCoreFlags().join(' '),

@@ -314,8 +314,9 @@ const READING = `## Reading the figures
 
 - **added** latency is the gateway's cost as a client sees it: its own work, one more loopback hop each way, and waiting behind
   other requests on its single core. The "no queueing" row (one connection) is the per-request cost alone.
-  It includes undici's wait before writing a request on a reused upstream connection (until the loop's turn is over, against
-  response queue poisoning): at 50 ms upstream, about half of the gateway's added p50 (docs/decisions.md).
+  A reused upstream connection is checked for bytes nobody asked for (response queue poisoning) in the loop's turn in which
+  its previous answer ended, so a request is written as it is dispatched (scripts/patch-undici.mjs); stock undici waits at each
+  dispatch for the turn to end, about half of the gateway's added p50 at 50 ms upstream (docs/decisions.md).
 - **p99** on one core follows the longest event-loop stalls (garbage collection, a batch of usage records written, a busy moment
   of another process): compare it with the "loop stall" column, the time by which the gateway's 10 ms event-loop timer fired
   late (prom-client's histogram of whole intervals, less the 10 ms). A negative added figure is the direct side's stall (its
