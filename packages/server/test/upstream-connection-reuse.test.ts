@@ -81,25 +81,18 @@ describe('a reused upstream connection', () => {
     expect(upstream.connections).toBe(1);
   });
 
-  it('never hands a response nobody asked for to the next request (sent with the answer)', async () => {
+  it.each([
+    { when: 'with the answer', inject: (socket: Socket) => socket.write(INJECTED), idleMs: 20 },
+    { when: 'while the connection is idle', inject: (socket: Socket) => setTimeout(() => socket.write(INJECTED), 10), idleMs: 40 },
+  ])('never hands a response nobody asked for to the next request (sent $when)', async ({ inject, idleMs }) => {
     const upstream = await rawUpstream((socket, n) => {
-      if (n === 1) socket.write(INJECTED);
+      if (n === 1) inject(socket);
     });
     const http = await clientFor(upstream);
     expect((await call(http)).body).toEqual({ n: 1 });
-    await pause(20);
+    await pause(idleMs);
     expect((await call(http)).body).toEqual({ n: 2 });
-    expect(upstream.connections).toBe(2);
-  });
-
-  it('never hands a response nobody asked for to the next request (sent while the connection is idle)', async () => {
-    const upstream = await rawUpstream((socket, n) => {
-      if (n === 1) setTimeout(() => socket.write(INJECTED), 10);
-    });
-    const http = await clientFor(upstream);
-    expect((await call(http)).body).toEqual({ n: 1 });
-    await pause(40);
-    expect((await call(http)).body).toEqual({ n: 2 });
+    // The connection that carried the injected bytes was dropped.
     expect(upstream.connections).toBe(2);
   });
 
