@@ -133,7 +133,7 @@ for (let i = 0; i < rounds; i++) {
     cpuOf[name] = perUnit;
     line[name] = stream
       ? `${name} ${r.streamsPerS.toFixed(0)}/s ttft+ p50 ${(pct(r.ttft, 0.5) - pct(direct.ttft, 0.5)).toFixed(1)} p99 ${(pct(r.ttft, 0.99) - pct(direct.ttft, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us (${split})`
-      : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} added p50 ${(pct(r.latencies, 0.5) - pct(direct.latencies, 0.5)).toFixed(1)} p99 ${(pct(r.latencies, 0.99) - pct(direct.latencies, 0.99)).toFixed(1)} cpu ${perUnit.toFixed(0)}us (${split})`;
+      : `${name} ${r.rps.toFixed(0)} req/s ratio ${(r.rps / direct.rps).toFixed(3)} added p50 ${(pct(r.latencies, 0.5) - pct(direct.latencies, 0.5)).toFixed(2)} p99 ${(pct(r.latencies, 0.99) - pct(direct.latencies, 0.99)).toFixed(2)} cpu ${perUnit.toFixed(0)}us (${split})`;
   }
   ratios.push(cpuOf.B / cpuOf.A);
   console.log(`round ${i + 1}: ${line.A} | ${line.B} | B/A cpu ${(cpuOf.B / cpuOf.A).toFixed(3)}`);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../src/store/types.js';
-import { picoText, spendOf, storedPico, USAGE_COLUMNS, usageCopyScript, usageCsv } from '../src/store/usage-copy.js';
+import { picoText, ROWS_PER_TURN, spendOf, storedPico, USAGE_COLUMNS, usageCopyScript, usageCsvLine } from '../src/store/usage-copy.js';
 
 const record = (overrides: Partial<UsageRecord>): UsageRecord => ({
   requestId: 'req_1',
@@ -57,21 +57,44 @@ describe('usage rows for COPY', () => {
     expect(spend.workspaces).toEqual([['w', '0.300000000000']]);
   });
 
-  it('writes one script: the COPY, then the spend of each key and workspace, ids quoted as literals', () => {
-    const script = usageCopyScript([record({ keyId: "k'1", workspaceId: 'w', cost: 0.25 }), record({ keyId: 'k2', cost: 0 })]);
+  it('writes one script: the COPY, then the spend of each key and workspace, ids quoted as literals', async () => {
+    const script = await usageCopyScript([record({ keyId: "k'1", workspaceId: 'w', cost: 0.25 }), record({ keyId: 'k2', cost: 0 })]);
     expect(script.sql.split(';\n')).toEqual([
       `COPY usage_records (${USAGE_COLUMNS}) FROM '/dev/blob' WITH (FORMAT csv)`,
       "UPDATE api_keys SET spent = api_keys.spent + s.total FROM (VALUES ('k''1', '0.250000000000'::numeric)) AS s(id, total) WHERE api_keys.id = s.id",
       "UPDATE workspaces SET spent = workspaces.spent + s.total FROM (VALUES ('w', '0.250000000000'::numeric)) AS s(id, total) WHERE workspaces.id = s.id",
     ]);
     expect(script.csv.split('\n')).toHaveLength(3);
-    expect(usageCopyScript([record({ cost: 0 })]).sql).not.toContain('UPDATE');
-    expect(() => usageCopyScript([record({ cost: Number.NaN })])).toThrow(RangeError);
+    expect((await usageCopyScript([record({ cost: 0 })])).sql).not.toContain('UPDATE');
+    await expect(usageCopyScript([record({ cost: 0.1 }), record({ cost: Number.NaN })])).rejects.toThrow(RangeError);
   });
 
   it('quotes text, doubles quotes and writes NULL as an empty unquoted field', () => {
-    expect(usageCsv([record({ model: 'say "hi", twice', workspaceId: 'ws', errorCode: '' })])).toBe(
+    expect(usageCsvLine(record({ model: 'say "hi", twice', workspaceId: 'ws', errorCode: '' }))).toBe(
       '"req_1","key_1","ws","chat","say ""hi"", twice",,1,2,3,0,0.5,7,200,"",f,2026-01-02T03:04:05.678Z\n',
     );
+  });
+
+  it('builds a large chunk a slice at a time, letting the event loop run between slices', async () => {
+    const rows = Array.from({ length: ROWS_PER_TURN * 4 + 1 }, (_, i) => record({ requestId: `req_${i}`, keyId: `key_${i % 3}`, cost: 0.001 }));
+    // Counts the turns of the event loop that pass while the chunk is built.
+    let turns = 0;
+    let building = true;
+    const count = () => {
+      turns++;
+      if (building) setImmediate(count);
+    };
+    setImmediate(count);
+    const script = await usageCopyScript(rows);
+    building = false;
+    // Other callbacks ran while the chunk was built: one between each two slices at least.
+    expect(turns).toBeGreaterThanOrEqual(4);
+    expect(
+      script.csv
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => line.split(',')[0]),
+    ).toEqual(rows.map((r) => `"${r.requestId}"`));
+    expect(script.sql).toContain("('key_0', '0.067000000000'::numeric), ('key_1', '0.067000000000'::numeric), ('key_2', '0.067000000000'::numeric)");
   });
 });

@@ -15,6 +15,7 @@
  */
 import type { SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { forEachInTurns } from '../lib/event-loop-turns.js';
 import { orm } from './drizzle-cjs.js';
 import { DrizzleIdempotencyRepo } from './idempotency-repo.js';
 import type * as schema from './schema.js';
@@ -34,7 +35,7 @@ import type {
   Workspace,
   WorkspaceRepo,
 } from './types.js';
-import { USAGE_COLUMNS, usageCopyScript } from './usage-copy.js';
+import { ROWS_PER_TURN, USAGE_COLUMNS, usageCopyScript } from './usage-copy.js';
 
 const { and, count, desc, eq, gte, lt, sql } = orm;
 
@@ -45,28 +46,35 @@ export type Db = PgDatabase<PgQueryResultHKT, Schema>;
 export const USAGE_LIST_DEFAULT_LIMIT = 1_000;
 export const USAGE_LIST_MAX_LIMIT = 10_000;
 
-/** Usage rows as `json_to_recordset` reads them; money as decimal text, so no float reaches `numeric`. */
-function usageJson(records: UsageRecord[]): string {
-  return JSON.stringify(
-    records.map((r) => ({
-      request_id: r.requestId,
-      key_id: r.keyId,
-      workspace_id: r.workspaceId,
-      kind: r.kind,
-      model: r.model,
-      provider: r.provider,
-      prompt_tokens: r.promptTokens,
-      completion_tokens: r.completionTokens,
-      total_tokens: r.totalTokens,
-      units: r.units,
-      cost: moneyText(r.cost),
-      latency_ms: r.latencyMs,
-      status: r.status,
-      error_code: r.errorCode,
-      streamed: r.streamed,
-      created_at: r.createdAt.toISOString(),
-    })),
-  );
+/**
+ * Usage rows as `json_to_recordset` reads them; money as decimal text, so no float reaches `numeric`.
+ * Built {@link ROWS_PER_TURN} rows per turn of the event loop, so that a flush does not hold it.
+ */
+async function usageJson(records: UsageRecord[]): Promise<string> {
+  const rows: string[] = [];
+  await forEachInTurns(records, ROWS_PER_TURN, (r) => {
+    rows.push(
+      JSON.stringify({
+        request_id: r.requestId,
+        key_id: r.keyId,
+        workspace_id: r.workspaceId,
+        kind: r.kind,
+        model: r.model,
+        provider: r.provider,
+        prompt_tokens: r.promptTokens,
+        completion_tokens: r.completionTokens,
+        total_tokens: r.totalTokens,
+        units: r.units,
+        cost: moneyText(r.cost),
+        latency_ms: r.latencyMs,
+        status: r.status,
+        error_code: r.errorCode,
+        streamed: r.streamed,
+        created_at: r.createdAt.toISOString(),
+      }),
+    );
+  });
+  return `[${rows.join(',')}]`;
 }
 
 /** Rows per INSERT in `usage.insertMany`: a bigger batch is split into statements of this size. */
@@ -146,8 +154,8 @@ class DrizzleKeyRepo implements KeyRepo {
 }
 
 /** The rows of a chunk as one JSON parameter (PostgreSQL). */
-function rowsFromJson(chunk: UsageRecord[]): SQL {
-  return sql`SELECT * FROM json_to_recordset(${usageJson(chunk)}::json) AS r(request_id text, key_id text, workspace_id text,
+async function rowsFromJson(chunk: UsageRecord[]): Promise<SQL> {
+  return sql`SELECT * FROM json_to_recordset(${await usageJson(chunk)}::json) AS r(request_id text, key_id text, workspace_id text,
     kind text, model text, provider text, prompt_tokens int4, completion_tokens int4, total_tokens int4, units float8,
     cost numeric, latency_ms int4, status int4, error_code text, streamed bool, created_at timestamptz)`;
 }
@@ -224,7 +232,7 @@ class DrizzleUsageRepo implements UsageRepo {
     for (let i = 0; i < records.length; i += USAGE_INSERT_CHUNK) {
       const chunk = records.slice(i, i + USAGE_INSERT_CHUNK);
       if (this.copyRows && (await this.copyChunk(this.copyRows, chunk))) continue;
-      await this.db.execute(withSpend(this.kind === 'postgres' ? rowsFromJson(chunk) : rowsFromArrays(chunk)));
+      await this.db.execute(withSpend(this.kind === 'postgres' ? await rowsFromJson(chunk) : rowsFromArrays(chunk)));
     }
   }
 
@@ -237,7 +245,7 @@ class DrizzleUsageRepo implements UsageRepo {
    * id), and the statement that skips stored rows then takes the chunk.
    */
   private async copyChunk(copyRows: CopyRows, chunk: UsageRecord[]): Promise<boolean> {
-    const script = usageCopyScript(chunk);
+    const script = await usageCopyScript(chunk);
     try {
       await copyRows(script.sql, script.csv);
       return true;
