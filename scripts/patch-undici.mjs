@@ -15,18 +15,19 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 const MARKER = 'gw: idle socket check at response end';
 const ANCHOR = `      // We must wait a full event loop cycle to reuse this socket to make sure
       // that non-spec compliant servers are not closing the connection even if they
       // said they won't.
       setImmediate(client[kResume])`;
-const REPLACEMENT = `      // We must wait a full event loop cycle to reuse this socket to make sure
-      // that non-spec compliant servers are not closing the connection even if they
-      // said they won't.
-      // ${MARKER} (scripts/patch-undici.mjs): that cycle's check phase also
+const REPLACEMENT = ANCHOR.replace(
+  'setImmediate(client[kResume])',
+  `// ${MARKER} (scripts/patch-undici.mjs): that cycle's check phase also
       // validates the idle socket, so that a request dispatched later is written at once.
-      setImmediate(resumeIdleChecked, client, socket)`;
+      setImmediate(resumeIdleChecked, client, socket)`,
+);
 const HELPER = `
 // ${MARKER} (scripts/patch-undici.mjs). Runs in the check phase after the poll
 // phase in which the socket's last response completed: bytes, FIN or RST pending on it by then were read
@@ -40,7 +41,7 @@ function resumeIdleChecked (client, socket) {
 `;
 
 /** The client-h1.js of the undici that the server package resolves. */
-export function undiciClientH1() {
+function undiciClientH1() {
   const requireFromServer = createRequire(new URL('../packages/server/package.json', import.meta.url));
   const pkgPath = requireFromServer.resolve('undici/package.json');
   const version = JSON.parse(readFileSync(pkgPath, 'utf8')).version;
@@ -75,7 +76,7 @@ export function patchUndici() {
   return 'patched';
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const outcome = patchUndici();
   if (outcome === 'patched' || outcome === 'already') console.log(`undici: idle keep-alive socket check at response end (${outcome})`);
   else console.warn(`undici left as installed: ${outcome}; requests on reused upstream connections wait one loop turn (docs/decisions.md)`);

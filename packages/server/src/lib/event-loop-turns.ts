@@ -1,5 +1,5 @@
 /** Resolves in a later turn of the event loop, once the I/O waiting now has been handled. */
-export function nextTurn(): Promise<void> {
+function nextTurn(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
