@@ -248,7 +248,8 @@ async function main() {
   } finally {
     monitor.stop();
     for (const stop of ctx.stops.reverse()) await stop().catch(() => {});
-    if (!ctx.keepDir) rmSync(ctx.dir, { recursive: true, force: true });
+    if (ctx.keepDir || process.env.GW_BENCH_KEEP_LOGS) log(`logs of the processes: ${ctx.dir}`);
+    else rmSync(ctx.dir, { recursive: true, force: true });
   }
 }
 

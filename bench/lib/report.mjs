@@ -307,7 +307,9 @@ ${p.quietBudgetS} s in all for other processes to quieten; needs \`taskset\`, \`
 Debian's \`postgresql\`). \`node bench/run.mjs --quick\` is the CI guard (about 30 s). Tools for finding where the cost goes:
 \`node bench/profile.mjs\` (CPU profiles under load), \`node bench/alloc-profile.mjs\` (bytes allocated per request or stream by
 allocation site, and what 1,000 open streams hold), \`node bench/chunk-cost.mjs\` (CPU per relayed chunk, gateway beside the
-node:http floor) and \`node bench/ab.mjs\` (two builds loaded together on the core, CPU per request or stream).`;
+node:http floor) and \`node bench/ab.mjs\` (two builds loaded together on the core, CPU per request or stream).
+\`GW_BENCH_ONE_CORE_FLAGS\` adds node flags to the gateway's and the floors' for one run (\`--trace-gc\`, say), and
+\`GW_BENCH_KEEP_LOGS=1\` keeps every process's log (the gateways' with what those flags print) and names its directory.`;
 }
 
 const READING = `## Reading the figures
