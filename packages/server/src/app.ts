@@ -28,6 +28,7 @@ import { MemoryWindowLimiter } from './limits/memory-window.js';
 import { RedisBetaQuota } from './limits/redis-beta-quota.js';
 import { RedisLedger } from './limits/redis-ledger.js';
 import { RedisWindowLimiter } from './limits/redis-window.js';
+import { SqlLedger } from './limits/sql-ledger.js';
 import { createAdapter } from './providers/index.js';
 import type { ProviderAdapter } from './providers/types.js';
 import { type IdempotencyBackend, IdempotencyService } from './routing/idempotency.js';
@@ -80,7 +81,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const bus: Bus = config.redisUrl ? await RedisBus.connect(config.redisUrl) : new MemoryBus();
   const redis = config.redisUrl ? await connectRedis(config.redisUrl) : null;
   const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();
-  const ledger = redis ? new FallbackLedger(new RedisLedger(redis)) : new MemoryLedger();
+  // While Redis is away, instances sharing PostgreSQL hold budgets there; one embedded instance needs no more than its own ledger.
+  const ledger = redis ? new FallbackLedger(new RedisLedger(redis), store.kind === 'postgres' ? new SqlLedger(store.budgetHolds) : null) : new MemoryLedger();
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command.
   const streamRedis = config.redisUrl ? await connectRedis(config.redisUrl, BATCHING_OPTIONS) : null;

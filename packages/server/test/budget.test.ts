@@ -11,19 +11,27 @@ let sim: Simulator;
 let one: TestGateway;
 let two: TestGateway;
 let solo: TestGateway;
+// Two more instances on the same PostgreSQL, whose Redis is stopped once they are up.
+let gone: RedisServer;
+let three: TestGateway;
+let four: TestGateway;
 
 beforeAll(async () => {
-  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  [redis, gone, pg, sim] = await Promise.all([startRedis(), startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
   const databaseUrl = await pg.createDatabase();
   one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
   two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
   solo = await startGateway({ sim });
+  const sharedUrl = await pg.createDatabase();
+  three = await startGateway({ sim, redisUrl: gone.url, databaseUrl: sharedUrl });
+  four = await startGateway({ sim, redisUrl: gone.url, databaseUrl: sharedUrl });
+  await gone.stop();
   // A little upstream latency keeps the 50 requests truly concurrent.
   sim.providers.scaleway?.configure({ latencyMs: 30 });
 }, 60_000);
 
 afterAll(async () => {
-  await Promise.all([one?.close(), two?.close(), solo?.close()]);
+  await Promise.all([one?.close(), two?.close(), solo?.close(), three?.close(), four?.close()]);
   await sim?.close();
   await redis?.stop();
   await pg?.stop();
@@ -43,13 +51,15 @@ function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A') {
 }
 
 async function spentOf(gw: TestGateway, id: string): Promise<number> {
-  await Promise.all([one.gateway.services.usage.flush(), two.gateway.services.usage.flush(), gw.gateway.services.usage.flush()]);
+  await Promise.all([one, two, three, four, gw].map((g) => g.gateway.services.usage.flush()));
   return ((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body as { spent: number }).spent;
 }
 
 describe.each([
   ['two instances sharing Redis and PostgreSQL', () => [one, two] as const],
   ['one instance, in-process ledger', () => [solo, solo] as const],
+  // The limiter fails open without Redis; the budget does not: the instances hold it in PostgreSQL.
+  ['two instances sharing PostgreSQL, their Redis stopped', () => [three, four] as const],
 ])('budgets (%s)', (_name, gws) => {
   it('50 concurrent requests against a budget that fits 10 never spend more than the budget', async () => {
     const [g1, g2] = gws();
@@ -70,7 +80,32 @@ describe.each([
     // Overshoot, the figure that must be 0:
     expect(Math.max(0, spent - budget)).toBe(0);
   }, 30_000);
+});
 
+describe('budgets while Redis is away', () => {
+  it('instances sharing PostgreSQL hold one budget between them: of 50 requests at once, exactly as many as fit go through', async () => {
+    // Answers slower than all 50 reservations take, so no hold is settled (and its room given back) before the last reservation.
+    sim.providers.scaleway?.configure({ latencyMs: 600 });
+    try {
+      const budget = worst * 10 + 1e-9;
+      const { id, key } = await three.createKey({ budget, rateLimitRpm: 1000 });
+      const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => chat(i % 2 ? four : three, key)));
+      // Each instance alone would have let 10 through.
+      expect(responses.filter((r) => r.status === 200)).toHaveLength(10);
+      expect(responses.filter((r) => r.status === 402)).toHaveLength(40);
+      expect(responses.every((r) => r.headers.get('x-ratelimit-enforced') !== 'true')).toBe(true);
+      expect(await spentOf(three, id)).toBeLessThanOrEqual(budget);
+    } finally {
+      sim.providers.scaleway?.configure({ latencyMs: 30 });
+    }
+  }, 30_000);
+});
+
+// With the limiter up (it fails open without Redis).
+describe.each([
+  ['two instances sharing Redis and PostgreSQL', () => [one, two] as const],
+  ['one instance, in-process ledger', () => [solo, solo] as const],
+])('budgets and the limiter (%s)', (_name, gws) => {
   it('a request the rate limit refuses is a 429 before any budget refusal, and its budget hold is released', async () => {
     const [g1] = gws();
     // A budget too small for any request: the first is counted by the limiter and refused by the budget; after it both refuse, and the limiter's answer wins.

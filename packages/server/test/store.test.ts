@@ -423,3 +423,45 @@ describe.skipIf(!postgresOk)('store on postgres: server trouble', () => {
     }
   });
 });
+
+// Taken only with PostgreSQL (limits/sql-ledger.ts): an embedded store serves one instance, whose own ledger holds its budgets.
+describe.skipIf(!postgresOk)('store on postgres: budget holds', () => {
+  let store: Store;
+  beforeAll(async () => {
+    store = await (drivers[1] as Driver).fresh();
+    await store.migrate();
+  });
+  afterAll(async () => {
+    await store?.close();
+  });
+
+  it('budget holds: reservations at once never exceed a budget; a stored usage record turns its hold into spend', async () => {
+    const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: 1 });
+    const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: 0.5 });
+    const scopes = [`ws:${ws.id}`, `key:${key.id}`];
+    const nano = (eur: number) => Math.round(eur * 1e9);
+    const ids = Array.from({ length: 20 }, (_, i) => `${key.id}-r${i}`);
+    const results = await Promise.all(ids.map((id) => store.budgetHolds.reserve(scopes, nano(0.1), id, 60_000)));
+    // 0.5 of the key's budget fits five holds of 0.1, exactly.
+    expect(results.filter((r) => r === null)).toHaveLength(5);
+    expect(new Set(results.filter((r) => r !== null))).toEqual(new Set([`key:${key.id}`]));
+    const held = ids.filter((_, i) => results[i] === null);
+    const [first, ...rest] = held as [string, ...string[]];
+    // Settled at its real cost, the hold counts that until the usage record is stored, which moves it to `spent`.
+    await store.budgetHolds.settle(first, nano(0.05));
+    await store.usage.insertMany([usage({ requestId: first, keyId: key.id, workspaceId: ws.id, cost: 0.05 })]);
+    expect((await store.keys.getById(key.id))?.spent).toBe(0.05);
+    // 0.05 spent and 0.4 held: room for 0.05 more and not a nano-euro beyond.
+    expect(await store.budgetHolds.reserve(scopes, nano(0.05) + 1, `${key.id}-over`, 60_000)).toBe(`key:${key.id}`);
+    expect(await store.budgetHolds.reserve(scopes, nano(0.05), `${key.id}-fits`, 60_000)).toBeNull();
+    // Released holds give their room back; an expired one (its instance died) counts for nothing.
+    for (const id of [...rest, `${key.id}-fits`]) await store.budgetHolds.settle(id, 0);
+    expect(await store.budgetHolds.reserve(scopes, nano(0.45), `${key.id}-short`, 1)).toBeNull();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(await store.budgetHolds.reserve(scopes, nano(0.45), `${key.id}-after`, 60_000)).toBeNull();
+    // The workspace's own budget holds too: 0.05 spent and 0.45 held of 1.
+    const other = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
+    expect(await store.budgetHolds.reserve([`ws:${ws.id}`, `key:${other.id}`], nano(0.51), `${other.id}-big`, 60_000)).toBe(`ws:${ws.id}`);
+    expect(await store.budgetHolds.reserve([`ws:${ws.id}`, `key:${other.id}`], nano(0.5), `${other.id}-fits`, 60_000)).toBeNull();
+  });
+});

@@ -3,16 +3,23 @@ import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryLedger } from './memory-ledger.js';
 
 /**
- * The shared ledger while it answers; this instance's own ledger (loaded
- * from the store's totals) while it does not, so budgets still hold per
- * instance when Redis is away.
+ * The shared ledger (Redis) while it answers. While it does not, the
+ * database's (`database`, with PostgreSQL), which every instance shares
+ * too, so a budget still holds across instances; and only while that is
+ * away as well, this instance's own ledger (loaded from the store's
+ * totals), which holds a budget per instance.
  */
 export class FallbackLedger implements BudgetLedger {
   private readonly local = new MemoryLedger();
   private readonly breaker = new CircuitBreaker(1000);
-  private readonly localReservations = new WeakSet<Reservation>();
+  private readonly databaseBreaker = new CircuitBreaker(1000);
+  /** Reservations not made in the shared ledger, by the ledger that holds them. */
+  private readonly heldBy = new WeakMap<Reservation, BudgetLedger>();
 
-  constructor(private readonly shared: BudgetLedger) {}
+  constructor(
+    private readonly shared: BudgetLedger,
+    private readonly database: BudgetLedger | null = null,
+  ) {}
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
     if (this.breaker.allow()) {
@@ -24,17 +31,27 @@ export class FallbackLedger implements BudgetLedger {
         this.breaker.failure();
       }
     }
+    if (this.database && this.databaseBreaker.allow()) {
+      try {
+        const res = await this.database.reserve(tag, scopes, eur, requestId);
+        this.databaseBreaker.success();
+        if (res.ok) this.heldBy.set(res.reservation, this.database);
+        return res;
+      } catch {
+        this.databaseBreaker.failure();
+      }
+    }
     const res = await this.local.reserve(tag, scopes, eur, requestId);
-    if (res.ok) this.localReservations.add(res.reservation);
+    if (res.ok) this.heldBy.set(res.reservation, this.local);
     return res;
   }
 
   async settle(r: Reservation, actualEur: number): Promise<void> {
-    if (this.localReservations.has(r)) return this.local.settle(r, actualEur);
+    const ledger = this.heldBy.get(r) ?? this.shared;
     try {
-      await this.shared.settle(r, actualEur);
+      await ledger.settle(r, actualEur);
     } catch {
-      // The hold expires by itself; the spend reaches the store through the usage record.
+      // The hold expires by itself (in the database: it goes when the usage record is stored); the spend reaches the store through the usage record.
     }
   }
 

@@ -17,7 +17,7 @@
  */
 import { pgCore } from './drizzle-cjs.js';
 
-const { boolean, doublePrecision, index, integer, jsonb, numeric, pgTable, text, timestamp, uniqueIndex } = pgCore;
+const { bigint, boolean, doublePrecision, index, integer, jsonb, numeric, pgTable, primaryKey, text, timestamp, uniqueIndex } = pgCore;
 
 const money = (name: string) => numeric(name, { precision: 24, scale: 12, mode: 'number' });
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
@@ -76,6 +76,26 @@ export const usageRecords = pgTable(
     createdAt: createdAt(),
   },
   (t) => [index('usage_records_key_created_idx').on(t.keyId, t.createdAt), index('usage_records_workspace_created_idx').on(t.workspaceId, t.createdAt)],
+);
+
+/**
+ * Budget holds in the database, taken only while Redis (where holds
+ * normally live) is unreachable, so that instances sharing PostgreSQL still
+ * hold one budget between them. `scope_id` is `key:<id>` or `ws:<id>`;
+ * `nano` the held (then settled) cost in 1e-9 EUR. A hold counts until the
+ * request's usage record is stored, which adds its cost to `spent` and
+ * deletes the hold in the same statement, or until `expires_at` (an
+ * instance that died).
+ */
+export const budgetHolds = pgTable(
+  'budget_holds',
+  {
+    scopeId: text('scope_id').notNull(),
+    requestId: text('request_id').notNull(),
+    nano: bigint('nano', { mode: 'number' }).notNull(),
+    expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.scopeId, t.requestId] }), index('budget_holds_request_idx').on(t.requestId)],
 );
 
 export const settings = pgTable('settings', {

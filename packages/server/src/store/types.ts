@@ -122,6 +122,26 @@ export interface IdempotencyRow {
   answer: unknown;
 }
 
+/**
+ * Budget holds in the database, for when the shared ledger in Redis is
+ * away (limits/sql-ledger.ts). A hold counts against its scopes until the
+ * request's usage record is stored (the same statement adds the cost to
+ * `spent` and deletes the hold) or it expires. PostgreSQL only: embedded
+ * usage rows go in through COPY, which leaves holds alone, as one embedded
+ * instance holds its budgets in its own ledger.
+ */
+export interface BudgetHoldRepo {
+  /**
+   * Holds `nano` (1e-9 EUR) on every scope (`key:<id>`, `ws:<id>`) if each
+   * has room for it under its stored budget, counting its stored spend and
+   * live holds; otherwise holds nothing and returns the scope that has no
+   * room. Atomic across instances.
+   */
+  reserve(scopeIds: string[], nano: number, requestId: string, ttlMs: number): Promise<string | null>;
+  /** The request's holds now count its actual cost until its usage record is stored; 0 deletes them. */
+  settle(requestId: string, nano: number): Promise<void>;
+}
+
 export interface IdempotencyRepo {
   /**
    * Claims `scope` for `owner` (a pending row living `ttlMs`) unless a live
@@ -149,6 +169,7 @@ export interface Store {
   readonly usage: UsageRepo;
   readonly settings: SettingsRepo;
   readonly idempotency: IdempotencyRepo;
+  readonly budgetHolds: BudgetHoldRepo;
   /** Applies pending migrations. */
   migrate(): Promise<void>;
   /** Resolves when the database answers a trivial query. */
