@@ -215,6 +215,8 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
 }
 
 async function mountRoutes(app: FastifyInstance, services: Services): Promise<void> {
+  // JSON only: Fastify would also parse text/plain, whose string then failed the schema with a 400 instead of a 415.
+  app.removeContentTypeParser('text/plain');
   await registerOpenApi(app, services.version);
   registerRequestContext(app, services);
   app.setErrorHandler((err, request, reply) => sendError(err, request, reply, 'a'));

@@ -26,6 +26,18 @@ describe('admin API', () => {
     expect(revoked.body).toMatchObject({ revoked: true });
   });
 
+  it('routes without a body take an empty one labelled application/json; routes with one still require it', async () => {
+    const { id } = await gw.createKey();
+    const send = (path: string) =>
+      fetch(`${gw.url}/admin/v1${path}`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' } });
+    const revoked = await send(`/keys/${id}/revoke`);
+    expect(revoked.status).toBe(200);
+    expect(((await revoked.json()) as { revoked: boolean }).revoked).toBe(true);
+    const empty = await send('/keys');
+    expect(empty.status).toBe(400);
+    expect(((await empty.json()) as { error: { code: string } }).error.code).toBe('validation_error');
+  });
+
   it('stores only a hash of the key', async () => {
     const { id, key } = await gw.createKey();
     const rec = await gw.gateway.services.store.keys.getById(id);

@@ -136,7 +136,7 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
   it('validates the body: input, encoding_format, dimensions and unknown fields', async () => {
     for (const [body, param] of [
       [{ model: 'baai/bge-m3', input: [] }, 'input'],
-      [{ model: 'baai/bge-m3', input: [1, 2, 3] }, 'input'],
+      [{ model: 'baai/bge-m3', input: [1, 2, 3] }, 'input.0'],
       [{ model: 'baai/bge-m3', input: 'x', encoding_format: 'int8' }, 'encoding_format'],
       [{ model: 'baai/bge-m3', input: 'x', dimensions: 0 }, 'dimensions'],
       [{ model: 'baai/bge-m3', input: 'x', dimension: 5 }, 'dimension'],

@@ -41,12 +41,60 @@ describe('errors in each variant’s envelope', () => {
     expect(role.body.error.param).toBe('messages.0.role');
     const stringNumber = await post(gw.baseA, '/chat/completions', chat({ max_tokens: '12' }));
     expect(stringNumber.status).toBe(400);
+    // A value that fits none of a union's shapes is named by the shape it came closest to.
+    const content = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'user', content: 5 }] }));
+    expect([content.body.error.param, content.body.error.message]).toEqual([
+      'messages.0.content',
+      "Invalid body: 'messages.0.content' must be string or array or null.",
+    ]);
+    const emptyInput = await post(gw.baseB, '/embeddings', { model: 'mistral/embed', input: [] });
+    expect([emptyInput.status, emptyInput.body.error.param]).toEqual([400, 'input']);
+    expect(emptyInput.body.error.message).toContain('fewer than 1 items');
+    const numberInput = await post(gw.baseA, '/embeddings', { model: 'mistral/embed', input: [5] });
+    expect([numberInput.body.error.param, numberInput.body.error.message]).toEqual(['input.0', "Invalid body: 'input.0' must be string."]);
+    // Every message but an assistant's (which may carry only tool calls) says something.
+    for (const role of ['user', 'system', 'tool']) {
+      const silent = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'user', content: 'hi' }, { role }] }));
+      expect([role, silent.status, silent.body.error.param]).toEqual([role, 400, 'messages.1.content']);
+    }
+    const toolCall = { id: 'call_1', type: 'function', function: { name: 'f', arguments: '{}' } };
+    const assistant = await post(
+      gw.baseA,
+      '/chat/completions',
+      chat({
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', tool_calls: [toolCall] },
+          { role: 'tool', tool_call_id: 'call_1', content: 'done' },
+        ],
+      }),
+    );
+    expect(assistant.status).toBe(200);
   });
 
   it('a body that is not JSON is a 400 in the envelope', async () => {
     const r = await post(gw.baseB, '/chat/completions', '{"model": ');
     expect(r.status).toBe(400);
     expect(r.body.error.code).toBe('invalid_request');
+  });
+
+  it('a body that is not application/json is 415 unsupported_media_type; a JSON body where a form is expected too', async () => {
+    for (const type of ['text/plain', 'text/plain;charset=UTF-8', 'application/xml', 'application/x-www-form-urlencoded']) {
+      for (const base of [gw.baseA, gw.baseB]) {
+        const r = await post(base, '/chat/completions', JSON.stringify(chat()), { 'content-type': type });
+        expect([type, r.status, r.body.error.code]).toEqual([type, 415, 'unsupported_media_type']);
+      }
+    }
+    // fetch labels a string body text/plain when no Content-Type is given.
+    const unlabelled = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}` },
+      body: JSON.stringify(chat()),
+    });
+    expect(unlabelled.status).toBe(415);
+    const form = await post(gw.baseB, '/audio/transcriptions', { model: 'mistral/voxtral-mini', file: 'a.mp3' });
+    expect([form.status, form.body.error.code]).toEqual([415, 'unsupported_media_type']);
+    expect(form.body.error.message).toContain('multipart/form-data');
   });
 
   it('an unknown model is 404 (A) / 400 (B) model_not_found; a retired one is 410 model_deprecated (A)', async () => {

@@ -79,6 +79,9 @@ describe('while the database is unreachable', () => {
       expect(Date.now() - started).toBeLessThan(4000);
       const refusedB = await fetch(`${one.baseB}/models`, { headers: { authorization: `Bearer ${unknown.key}` } });
       expect(refusedB.status).toBe(503);
+      // The admin API says the same of the store: retry shortly, not an internal error.
+      const creating = await one.admin<{ error: { code: string } }>('POST', '/keys', { name: 'during-outage' });
+      expect([creating.status, creating.body.error.code]).toEqual([503, 'service_unavailable']);
       pg.resume();
       await eventually(async () => expect((await models(one, unknown.key)).status).toBe(200), 20_000);
       await eventually(async () => {

@@ -291,6 +291,11 @@ describe('the form, validated', () => {
       expect(res.status, JSON.stringify(fields)).toBe(400);
       expect(res.error.param, JSON.stringify(fields)).toBe(param);
     }
+    const empty = new FormData();
+    empty.append('model', model);
+    empty.append('file', new Blob([], { type: 'audio/wav' }), 'empty.wav');
+    const refused = await send(empty);
+    expect([refused.status, refused.error.param, refused.error.message]).toEqual([400, 'file', "Invalid body: 'file' is empty."]);
     const unknown = await send(form({ model: 'ghost/whisper' }));
     expect([unknown.status, unknown.error.code]).toEqual([404, 'model_not_found']);
     await eventually(() => expect(spools()).toEqual([]));

@@ -33,9 +33,28 @@ interface AjvError {
   params: Record<string, unknown>;
 }
 
+/**
+ * The error to name. A value that matches none of a union's shapes gets
+ * one error per shape and then the union's: the shape it came closest to
+ * (a deeper path, or a rule other than its type, as `[]` for "a text or a
+ * non-empty list") says more than the first shape's "must be string".
+ */
+function mostTelling(errors: AjvError[]): AjvError {
+  const first = errors[0] as AjvError;
+  const union = errors.find((x) => x.keyword === 'anyOf' && x.instancePath === first.instancePath);
+  if (!union) return first;
+  const branches = errors.filter((x) => x !== union && x.instancePath.startsWith(first.instancePath));
+  const deeper = branches.filter((x) => x.instancePath !== first.instancePath);
+  if (deeper.length > 0) return deeper.reduce((a, b) => (b.instancePath.length > a.instancePath.length ? b : a));
+  const rule = branches.find((x) => x.keyword !== 'type');
+  if (rule) return rule;
+  const types = [...new Set(branches.map((x) => x.params['type']).filter((t) => typeof t === 'string'))];
+  return types.length > 1 ? { ...first, message: `must be ${types.join(' or ')}` } : first;
+}
+
 /** Turns Ajv's first error into a message naming the field, e.g. `'temperature' must be <= 2`. */
 function validationError(e: FastifyError): GatewayError {
-  const first = (e.validation as unknown as AjvError[])[0] as AjvError;
+  const first = mostTelling(e.validation as unknown as AjvError[]);
   const where = (e as { validationContext?: string }).validationContext ?? 'body';
   const path = first.instancePath.replace(/^\//, '').replace(/\//g, '.');
   const missing = first.params['missingProperty'];

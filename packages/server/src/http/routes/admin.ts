@@ -2,13 +2,28 @@ import { CreatedKey, CreateKeyBody, CreateWorkspaceBody, KeyParams, KeyView, Pat
 import type { FastifyInstance } from 'fastify';
 import { checkAdminToken } from '../../auth/admin-token.js';
 import { generateApiKey } from '../../auth/api-keys.js';
-import { GatewayError } from '../../errors/gateway-error.js';
+import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
 import type { Services } from '../services.js';
 
 export const DEFAULT_RPM = 60;
+
+/**
+ * An error no route expected, while the store does not answer: the store's
+ * outage (503, retry), not a fault of the gateway's (500).
+ */
+async function unlessStoreDown(err: unknown, services: Services): Promise<unknown> {
+  const known = isGatewayError(err) || (typeof (err as { statusCode?: unknown }).statusCode === 'number' && (err as { statusCode: number }).statusCode < 500);
+  if (known) return err;
+  try {
+    await services.store.ping();
+    return err;
+  } catch {
+    return new GatewayError('store_unavailable', 'The store is unreachable; please retry shortly.', { retryAfterS: 1, cause: err });
+  }
+}
 
 function keyView(k: ApiKeyRecord) {
   return { id: k.id, name: k.name, workspaceId: k.workspaceId, rateLimitRpm: k.rateLimitRpm, budget: k.budget, spent: k.spent, revoked: k.revoked };
@@ -20,7 +35,13 @@ function op(id: string, summary: string, schema: Record<string, unknown>) {
 
 /** The operator API of INTERFACES.md, under /admin/v1, behind GW_ADMIN_TOKEN. */
 export async function adminRoutes(app: FastifyInstance, services: Services & { adminToken: string }): Promise<void> {
-  app.setErrorHandler((err, request, reply) => sendError(err, request, reply, 'a'));
+  app.setErrorHandler(async (err, request, reply) => sendError(await unlessStoreDown(err, services), request, reply, 'a'));
+  // Routes without a body (revoke, rebuild) are often called with `Content-Type: application/json` and nothing after it.
+  const json = app.getDefaultJsonParser('error', 'error');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if (body === '' && request.routeOptions.schema?.body === undefined) done(null, undefined);
+    else void json(request, body as string, done);
+  });
   app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No admin route ${request.method} ${request.url}.`), request, reply, 'a'));
   app.addHook('onRequest', async (request) => checkAdminToken(request.headers.authorization, services.adminToken));
 

@@ -1,5 +1,6 @@
 import { ChatCompletionRequest, ChatCompletionResponse } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { expectedCost, planOffers } from '../../routing/plan.js';
@@ -34,6 +35,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
+      requireContent(body.messages);
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       request.gw.usage = newUsageDraft('chat', model.id);
@@ -59,6 +61,19 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       return completion;
     },
   );
+}
+
+/** Roles whose messages must say something, as OpenAI's API has it (an assistant's may carry only tool calls). */
+const CONTENT_REQUIRED = new Set(['system', 'developer', 'user', 'tool']);
+
+function requireContent(messages: ChatCompletionRequest['messages']): void {
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i] as { role: string; content?: unknown };
+    if ((m.content === undefined || m.content === null) && CONTENT_REQUIRED.has(m.role)) {
+      const param = `messages.${i}.content`;
+      throw new GatewayError('validation', `Invalid body: '${param}' is required in a ${m.role} message.`, { param });
+    }
+  }
 }
 
 function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion): void {

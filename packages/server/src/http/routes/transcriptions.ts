@@ -61,6 +61,8 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
       async (request, reply) => {
         const file = request.spool?.file;
         if (!file) throw new GatewayError('validation', "Invalid body: 'file' must be an audio file part.", { param: 'file' });
+        // Nothing to transcribe: refused here rather than sent (and billed) to a provider.
+        if (file.size === 0) throw new GatewayError('validation', "Invalid body: 'file' is empty.", { param: 'file' });
         const body = request.body;
         const model = await resolveModel(services, request, body.model, 'audio');
         request.gw.usage = newUsageDraft('audio', model.id);
@@ -103,6 +105,11 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     reply.raw.once('close', () => {
       spool.dispose().catch((err: unknown) => request.log.warn({ err }, 'upload spool removal failed'));
     });
+  });
+  // Only a form: a JSON (or any other) body is the wrong media type here, not a body that fails the form's schema.
+  scope.removeAllContentTypeParsers();
+  scope.addContentTypeParser('*', async (request: FastifyRequest) => {
+    throw new GatewayError('unsupported_media_type', `Unsupported Content-Type '${request.headers['content-type'] ?? ''}': send multipart/form-data.`);
   });
   scope.addContentTypeParser('multipart/form-data', async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
     const declared = Number(request.headers['content-length']);
