@@ -23,12 +23,12 @@ import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
+import { LeaseLedger } from './limits/lease-ledger.js';
 import { MemoryLedger } from './limits/memory-ledger.js';
 import { MemoryWindowLimiter } from './limits/memory-window.js';
 import { RedisBetaQuota } from './limits/redis-beta-quota.js';
 import { RedisLedger } from './limits/redis-ledger.js';
 import { RedisWindowLimiter } from './limits/redis-window.js';
-import { SqlLedger } from './limits/sql-ledger.js';
 import { createAdapter } from './providers/index.js';
 import type { ProviderAdapter } from './providers/types.js';
 import { type IdempotencyBackend, IdempotencyService } from './routing/idempotency.js';
@@ -81,8 +81,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const bus: Bus = config.redisUrl ? await RedisBus.connect(config.redisUrl) : new MemoryBus();
   const redis = config.redisUrl ? await connectRedis(config.redisUrl) : null;
   const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();
-  // While Redis is away, instances sharing PostgreSQL hold budgets there; one embedded instance needs no more than its own ledger.
-  const ledger = redis ? new FallbackLedger(new RedisLedger(redis), store.kind === 'postgres' ? new SqlLedger(store.budgetHolds) : null) : new MemoryLedger();
+  // While Redis is away, instances sharing PostgreSQL lease budgets there; one embedded instance needs no more than its own ledger.
+  const leases = redis && store.kind === 'postgres' ? new LeaseLedger(store.budgetLeases, { storedBefore: () => usage.storedBefore }) : null;
+  const ledger = redis ? new FallbackLedger(new RedisLedger(redis), leases) : new MemoryLedger();
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command.
   const streamRedis = config.redisUrl ? await connectRedis(config.redisUrl, BATCHING_OPTIONS) : null;
@@ -153,6 +154,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       services.lifecycle.draining = true;
       stopRebuild();
       memoryRelease.stop();
+      leases?.stop();
       // Once no request is in flight, every connection left (idle, or opened and never used) is closed.
       const closing = app.close();
       const deadline = Date.now() + config.shutdownTimeoutMs;

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type PostgresServer, requireBinary, startPostgres } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LeaseLedger } from '../src/limits/lease-ledger.js';
 import { openStore, type Store, type UsageRecord } from '../src/store/index.js';
 
 const postgresOk = requireBinary('postgres', 'packages/server store tests');
@@ -425,7 +426,7 @@ describe.skipIf(!postgresOk)('store on postgres: server trouble', () => {
 });
 
 // Taken only with PostgreSQL (limits/sql-ledger.ts): an embedded store serves one instance, whose own ledger holds its budgets.
-describe.skipIf(!postgresOk)('store on postgres: budget holds', () => {
+describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
   let store: Store;
   beforeAll(async () => {
     store = await (drivers[1] as Driver).fresh();
@@ -435,33 +436,72 @@ describe.skipIf(!postgresOk)('store on postgres: budget holds', () => {
     await store?.close();
   });
 
-  it('budget holds: reservations at once never exceed a budget; a stored usage record turns its hold into spend', async () => {
+  it('leases at once never add up to more than a budget; stored spend and expired leases make room, a shrink gives it back', async () => {
     const ws = await store.workspaces.create({ id: uid('ws'), name: 'W', enabledModels: null, budget: 1 });
     const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: 0.5 });
-    const scopes = [`ws:${ws.id}`, `key:${key.id}`];
+    const scope = `key:${key.id}`;
     const nano = (eur: number) => Math.round(eur * 1e9);
-    const ids = Array.from({ length: 20 }, (_, i) => `${key.id}-r${i}`);
-    const results = await Promise.all(ids.map((id) => store.budgetHolds.reserve(scopes, nano(0.1), id, 60_000)));
-    // 0.5 of the key's budget fits five holds of 0.1, exactly.
-    expect(results.filter((r) => r === null)).toHaveLength(5);
-    expect(new Set(results.filter((r) => r !== null))).toEqual(new Set([`key:${key.id}`]));
-    const held = ids.filter((_, i) => results[i] === null);
-    const [first, ...rest] = held as [string, ...string[]];
-    // Settled at its real cost, the hold counts that until the usage record is stored, which moves it to `spent`.
-    await store.budgetHolds.settle(first, nano(0.05));
-    await store.usage.insertMany([usage({ requestId: first, keyId: key.id, workspaceId: ws.id, cost: 0.05 })]);
-    expect((await store.keys.getById(key.id))?.spent).toBe(0.05);
-    // 0.05 spent and 0.4 held: room for 0.05 more and not a nano-euro beyond.
-    expect(await store.budgetHolds.reserve(scopes, nano(0.05) + 1, `${key.id}-over`, 60_000)).toBe(`key:${key.id}`);
-    expect(await store.budgetHolds.reserve(scopes, nano(0.05), `${key.id}-fits`, 60_000)).toBeNull();
-    // Released holds give their room back; an expired one (its instance died) counts for nothing.
-    for (const id of [...rest, `${key.id}-fits`]) await store.budgetHolds.settle(id, 0);
-    expect(await store.budgetHolds.reserve(scopes, nano(0.45), `${key.id}-short`, 1)).toBeNull();
+    // Twenty instances ask at once for 0.1 each: 0.5 holds exactly five.
+    const granted = await Promise.all(Array.from({ length: 20 }, (_, i) => store.budgetLeases.grow(scope, `lease:i${i}`, nano(0.1), nano(0.1), 60_000)));
+    expect(granted.filter((g) => g === nano(0.1))).toHaveLength(5);
+    expect(granted.filter((g) => g === 0)).toHaveLength(15);
+    // A lease takes what is left when that is less than it asked for, and nothing below its minimum.
+    const holder = `lease:i${granted.indexOf(nano(0.1))}`;
+    await store.budgetLeases.shrink(scope, holder, nano(0.04), 60_000);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.05), nano(0.3), 60_000)).toBe(0);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.01), nano(0.3), 60_000)).toBe(nano(0.04));
+    // Spend that reaches `spent` is room taken for good: with the holder's lease shrunk by it, the sum is unchanged.
+    await store.usage.insertMany([usage({ requestId: uid('req'), keyId: key.id, workspaceId: ws.id, cost: 0.06 })]);
+    await store.budgetLeases.shrink(scope, holder, nano(0.06), 60_000);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', 1, nano(0.3), 60_000)).toBe(0);
+    // An expired lease (its instance died) counts for nothing.
+    const other = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: 0.2 });
+    expect(await store.budgetLeases.grow(`key:${other.id}`, 'lease:dies', nano(0.2), nano(0.2), 1)).toBe(nano(0.2));
     await new Promise((r) => setTimeout(r, 20));
-    expect(await store.budgetHolds.reserve(scopes, nano(0.45), `${key.id}-after`, 60_000)).toBeNull();
-    // The workspace's own budget holds too: 0.05 spent and 0.45 held of 1.
-    const other = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
-    expect(await store.budgetHolds.reserve([`ws:${ws.id}`, `key:${other.id}`], nano(0.51), `${other.id}-big`, 60_000)).toBe(`ws:${ws.id}`);
-    expect(await store.budgetHolds.reserve([`ws:${ws.id}`, `key:${other.id}`], nano(0.5), `${other.id}-fits`, 60_000)).toBeNull();
+    expect(await store.budgetLeases.grow(`key:${other.id}`, 'lease:next', nano(0.2), nano(0.2), 60_000)).toBe(nano(0.2));
+    // The workspace's budget holds across its keys: 0.06 spent of 1.
+    expect(await store.budgetLeases.grow(`ws:${ws.id}`, 'lease:ws', nano(0.95), nano(2), 60_000)).toBe(0);
+    expect(await store.budgetLeases.grow(`ws:${ws.id}`, 'lease:ws', nano(0.9), nano(2), 60_000)).toBe(nano(0.94));
+  });
+
+  it('two lease ledgers admit no more than the budget between them, take stored costs off, and give idle room back', async () => {
+    const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash: uid('h'), rateLimitRpm: 60, budget: 1 });
+    const scopes = [{ id: `key:${key.id}`, limit: 1, loadSpent: async () => 0 }];
+    let now = 1_000_000;
+    let storedBefore = 0;
+    const options = { now: () => now, storedBefore: () => storedBefore };
+    const a = new LeaseLedger(store.budgetLeases, options);
+    const b = new LeaseLedger(store.budgetLeases, options);
+    try {
+      // The first request leases all of the room (room for 64 was asked); 39 more at once over both instances.
+      const first = await a.reserve('t', scopes, 0.05, 'r0');
+      const rest = await Promise.all(Array.from({ length: 39 }, (_, i) => (i % 2 ? a : b).reserve('t', scopes, 0.05, `r${i + 1}`)));
+      const results = [first, ...rest];
+      // 1 EUR holds 20 of 0.05 between them, all through the instance that leased it.
+      const admitted = results.filter((r) => r.ok);
+      expect(admitted).toHaveLength(20);
+      expect(rest.filter((r, i) => r.ok && i % 2 === 0)).toHaveLength(0);
+      // Settled at 0.02 each: within the lease, 0.6 of room is free again at once (never more).
+      for (const r of admitted) if (r.ok) await a.settle(r.reservation, 0.02);
+      const again = await Promise.all(Array.from({ length: 20 }, (_, i) => a.reserve('t', scopes, 0.05, `e${i}`)));
+      expect(again.filter((r) => r.ok)).toHaveLength(12);
+      for (const r of again) if (r.ok) await a.release(r.reservation);
+      expect((await b.reserve('t', scopes, 0.05, 'b-early')).ok).toBe(false);
+      // The other instance gets room once the costs are stored in `spent` (taken off the lease) and the unused
+      // rest has gone back after a while without use.
+      await store.usage.insertMany(admitted.map((_, n) => usage({ requestId: uid(`paid${n}`), keyId: key.id, cost: 0.02 })));
+      now += 1;
+      storedBefore = now;
+      await a.tend();
+      expect((await b.reserve('t', scopes, 0.05, 'b-stored')).ok).toBe(false);
+      now += 6_000;
+      await a.tend();
+      const after = await Promise.all(Array.from({ length: 14 }, (_, i) => b.reserve('t', scopes, 0.05, `s${i}`)));
+      // 1 - 20 x 0.02 spent = 0.6: twelve more of 0.05, now through the other instance.
+      expect(after.filter((r) => r.ok)).toHaveLength(12);
+    } finally {
+      a.stop();
+      b.stop();
+    }
   });
 });

@@ -19,6 +19,7 @@ export class UsageWriter {
   private buffer: UsageRecord[] = [];
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
+  private allStoredBefore = 0;
 
   constructor(
     private readonly store: Store,
@@ -39,6 +40,11 @@ export class UsageWriter {
 
   get pending(): number {
     return this.buffer.length;
+  }
+
+  /** A time (Date.now()) before which every record made is stored: the budget leases take costs off once they are in `spent`. */
+  get storedBefore(): number {
+    return this.buffer.length === 0 && !this.flushing ? Date.now() : this.allStoredBefore;
   }
 
   /**
@@ -68,6 +74,7 @@ export class UsageWriter {
     // Only the records there when the flush began: those recorded during its writes wait for the next
     // tick. Chasing them kept the database busy with a stream of small inserts (about 14 rows each at
     // one connection), each paying a statement's fixed cost, instead of one batch per interval.
+    const startedAt = Date.now();
     let left = this.buffer.length;
     while (left > 0) {
       const batch = this.buffer.slice(0, Math.min(left, this.options.maxBatch));
@@ -80,5 +87,7 @@ export class UsageWriter {
       this.buffer = this.buffer.slice(batch.length);
       left -= batch.length;
     }
+    // Every record made before this flush began was in the buffer then, and all of those are written.
+    if (left === 0) this.allStoredBefore = startedAt;
   }
 }

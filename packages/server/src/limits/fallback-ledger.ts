@@ -3,8 +3,8 @@ import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryLedger } from './memory-ledger.js';
 
 /**
- * The shared ledger (Redis) while it answers. While it does not, the
- * database's (`database`, with PostgreSQL), which every instance shares
+ * The shared ledger (Redis) while it answers. While it does not, leases in
+ * the database (`database`, with PostgreSQL), which every instance shares
  * too, so a budget still holds across instances; and only while that is
  * away as well, this instance's own ledger (loaded from the store's
  * totals), which holds a budget per instance.

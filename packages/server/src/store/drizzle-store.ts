@@ -16,14 +16,14 @@
 import type { SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { forEachInTurns } from '../lib/event-loop-turns.js';
-import { DrizzleBudgetHoldRepo } from './budget-hold-repo.js';
+import { DrizzleBudgetLeaseRepo } from './budget-lease-repo.js';
 import { orm } from './drizzle-cjs.js';
 import { DrizzleIdempotencyRepo } from './idempotency-repo.js';
 import type * as schema from './schema.js';
 import { apiKeys, settings, usageRecords, workspaces } from './schema.js';
 import type {
   ApiKeyRecord,
-  BudgetHoldRepo,
+  BudgetLeaseRepo,
   IdempotencyRepo,
   KeyPatch,
   KeyRepo,
@@ -180,19 +180,14 @@ function rowsFromArrays(chunk: UsageRecord[]): SQL {
  * same time wait for each other instead of deadlocking. The inserted rows are
  * summed once per key and workspace pair, and the rest works on those few
  * sums: reading every inserted row three more times cost embedded PGlite
- * about 2 µs per row (7% of the statement). The budget holds of the stored
- * requests (taken in the database while Redis was away) go in the same
- * statement, so a reservation sees each cost either held or spent, never
- * both or neither.
+ * about 2 µs per row (7% of the statement).
  */
 function withSpend(rows: SQL): SQL {
   return sql`
     WITH stored AS (
       INSERT INTO usage_records (${sql.raw(USAGE_COLUMNS)}) ${rows}
       ON CONFLICT (request_id) DO NOTHING
-      RETURNING request_id, key_id, workspace_id, cost
-    ), settled AS (
-      DELETE FROM budget_holds WHERE request_id IN (SELECT request_id FROM stored)
+      RETURNING key_id, workspace_id, cost
     ), paid AS (
       SELECT key_id, workspace_id, sum(cost) AS total FROM stored WHERE cost > 0 GROUP BY key_id, workspace_id
     ), ws_locked AS (
@@ -323,7 +318,7 @@ export class DrizzleStore implements Store {
   readonly usage: UsageRepo;
   readonly settings: SettingsRepo;
   readonly idempotency: IdempotencyRepo;
-  readonly budgetHolds: BudgetHoldRepo;
+  readonly budgetLeases: BudgetLeaseRepo;
   readonly #hooks: DriverHooks;
   #closed: Promise<void> | undefined;
 
@@ -335,7 +330,7 @@ export class DrizzleStore implements Store {
     this.usage = new DrizzleUsageRepo(db, hooks.kind, hooks.copyRows);
     this.settings = new DrizzleSettingsRepo(db);
     this.idempotency = new DrizzleIdempotencyRepo(db);
-    this.budgetHolds = new DrizzleBudgetHoldRepo(db);
+    this.budgetLeases = new DrizzleBudgetLeaseRepo(db);
   }
 
   migrate(): Promise<void> {

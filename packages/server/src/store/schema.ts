@@ -79,23 +79,23 @@ export const usageRecords = pgTable(
 );
 
 /**
- * Budget holds in the database, taken only while Redis (where holds
- * normally live) is unreachable, so that instances sharing PostgreSQL still
- * hold one budget between them. `scope_id` is `key:<id>` or `ws:<id>`;
- * `nano` the held (then settled) cost in 1e-9 EUR. A hold counts until the
- * request's usage record is stored, which adds its cost to `spent` and
- * deletes the hold in the same statement, or until `expires_at` (an
- * instance that died).
+ * Budget leases, taken only while Redis (where budgets are normally held)
+ * is unreachable, so that instances sharing PostgreSQL still hold one
+ * budget between them: each instance leases a slice of a scope's room and
+ * admits requests from it in memory (limits/lease-ledger.ts). `scope_id` is
+ * `key:<id>` or `ws:<id>`; `nano` the slice in 1e-9 EUR. A lease counts
+ * against the scope until `expires_at`; the costs it covered reach `spent`
+ * through the usage records before then.
  */
-export const budgetHolds = pgTable(
-  'budget_holds',
+export const budgetLeases = pgTable(
+  'budget_leases',
   {
     scopeId: text('scope_id').notNull(),
-    requestId: text('request_id').notNull(),
+    leaseId: text('lease_id').notNull(),
     nano: bigint('nano', { mode: 'number' }).notNull(),
     expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
   },
-  (t) => [primaryKey({ columns: [t.scopeId, t.requestId] }), index('budget_holds_request_idx').on(t.requestId)],
+  (t) => [primaryKey({ columns: [t.scopeId, t.leaseId] })],
 );
 
 export const settings = pgTable('settings', {

@@ -123,23 +123,23 @@ export interface IdempotencyRow {
 }
 
 /**
- * Budget holds in the database, for when the shared ledger in Redis is
- * away (limits/sql-ledger.ts). A hold counts against its scopes until the
- * request's usage record is stored (the same statement adds the cost to
- * `spent` and deletes the hold) or it expires. PostgreSQL only: embedded
- * usage rows go in through COPY, which leaves holds alone, as one embedded
- * instance holds its budgets in its own ledger.
+ * Budget leases in the database, for when the shared ledger in Redis is
+ * away (limits/lease-ledger.ts): one per instance and scope (`key:<id>`,
+ * `ws:<id>`), in 1e-9 EUR.
  */
-export interface BudgetHoldRepo {
+export interface BudgetLeaseRepo {
   /**
-   * Holds `nano` (1e-9 EUR) on every scope (`key:<id>`, `ws:<id>`) if each
-   * has room for it under its stored budget, counting its stored spend and
-   * live holds; otherwise holds nothing and returns the scope that has no
-   * room. Atomic across instances.
+   * Adds between `minNano` and `maxNano` to the lease, as much as the
+   * scope's room allows (its stored budget less its stored spend and every
+   * live lease); returns what was added, 0 when not even `minNano` is left.
+   * The lease then lives `ttlMs`. Atomic across instances.
    */
-  reserve(scopeIds: string[], nano: number, requestId: string, ttlMs: number): Promise<string | null>;
-  /** The request's holds now count its actual cost until its usage record is stored; 0 deletes them. */
-  settle(requestId: string, nano: number): Promise<void>;
+  grow(scopeId: string, leaseId: string, minNano: number, maxNano: number, ttlMs: number): Promise<number>;
+  /**
+   * Takes `nano` off the lease (costs now in `spent`, or room handed back)
+   * and renews it for `ttlMs`; false when it had already run out.
+   */
+  shrink(scopeId: string, leaseId: string, nano: number, ttlMs: number): Promise<boolean>;
 }
 
 export interface IdempotencyRepo {
@@ -169,7 +169,7 @@ export interface Store {
   readonly usage: UsageRepo;
   readonly settings: SettingsRepo;
   readonly idempotency: IdempotencyRepo;
-  readonly budgetHolds: BudgetHoldRepo;
+  readonly budgetLeases: BudgetLeaseRepo;
   /** Applies pending migrations. */
   migrate(): Promise<void>;
   /** Resolves when the database answers a trivial query. */

@@ -1,0 +1,235 @@
+import { randomBytes } from 'node:crypto';
+import type { BudgetLeaseRepo } from '../store/types.js';
+import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
+import { toNano } from './budget-types.js';
+
+/** How long a lease counts in the database unless renewed (an instance that died gives its leases back after this). */
+export const LEASE_TTL_MS = 30_000;
+/** This instance stops counting on a lease this long before its last renewal runs out. */
+const LEASE_MARGIN_MS = 10_000;
+/** A lease grows by room for this many requests like the one that needs it, or what is left if less. */
+const LEASE_REQUESTS = 64;
+/** Room not used for this long goes back to the database, for the other instances. */
+const IDLE_RETURN_MS = 5_000;
+const TEND_EVERY_MS = 1_000;
+
+export interface LeaseLedgerOptions {
+  /** A time before which every usage record made is stored (so its cost is in `spent`). */
+  storedBefore: () => number;
+  now?: () => number;
+}
+
+interface ScopeLease {
+  /** The lease's row in the database (a new one after a lease lapsed). */
+  leaseId: string;
+  /** What this instance holds in its lease. */
+  leased: number;
+  /** The worst cases of the requests admitted and not yet settled. */
+  inflight: number;
+  /** Costs settled but perhaps not yet in `spent`: still counted in the lease. */
+  settled: { at: number; nano: number }[];
+  settledSum: number;
+  /** Local time until which the lease is known to live in the database. */
+  validUntil: number;
+  lastUse: number;
+  growing: Promise<boolean> | null;
+  tending: boolean;
+}
+
+/**
+ * Budgets held in the database every instance shares, for when Redis is
+ * away, without a database call per request. Each instance leases a slice
+ * of a scope's room (room for {@link LEASE_REQUESTS} requests like the one
+ * at hand, or what is left) and admits requests from it in memory,
+ * growing the lease when it runs out. The leases never add up to more than
+ * the budget less the stored spend, so neither does what the instances
+ * admit. Costs stay in the lease until their usage records are stored
+ * (then they are in `spent`); room unused for {@link IDLE_RETURN_MS} goes
+ * back. A lease is renewed while used and lapses {@link LEASE_TTL_MS} after
+ * its instance stops. Near a budget's end, room one instance leased is
+ * refused to the others until it comes back.
+ */
+export class LeaseLedger implements BudgetLedger {
+  private readonly scopes = new Map<string, ScopeLease>();
+  private readonly instance = randomBytes(6).toString('hex');
+  private generation = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private readonly now: () => number;
+
+  constructor(
+    private readonly leases: BudgetLeaseRepo,
+    private readonly options: LeaseLedgerOptions,
+  ) {
+    this.now = options.now ?? Date.now;
+  }
+
+  async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
+    const nano = toNano(eur);
+    const taken: ScopeLease[] = [];
+    const undo = () => {
+      for (const t of taken) t.inflight -= nano;
+    };
+    // A scope without a budget has nothing to hold.
+    const limited = scopes.filter((s) => s.limit !== null);
+    for (const scope of limited) {
+      const state = this.state(scope.id);
+      let admitted: boolean;
+      try {
+        admitted = await this.take(scope.id, state, nano);
+      } catch (err) {
+        undo();
+        throw err;
+      }
+      if (!admitted) {
+        undo();
+        return { ok: false, scope: scope.id };
+      }
+      taken.push(state);
+    }
+    return { ok: true, reservation: { id: requestId, nano, scopes: limited.map((s) => s.id), tag } };
+  }
+
+  async settle(r: Reservation, actualEur: number): Promise<void> {
+    const actual = toNano(actualEur);
+    const at = this.now();
+    for (const id of r.scopes) {
+      const state = this.scopes.get(id);
+      if (!state) continue;
+      state.inflight -= r.nano;
+      if (actual > 0) {
+        state.settled.push({ at, nano: actual });
+        state.settledSum += actual;
+      }
+    }
+  }
+
+  release(r: Reservation): Promise<void> {
+    return this.settle(r, 0);
+  }
+
+  /** Not kept here: the store's `spent` is what the admin API shows. */
+  async peek(): Promise<{ spent: number; reserved: number } | null> {
+    return null;
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  private state(id: string): ScopeLease {
+    let state = this.scopes.get(id);
+    if (!state) {
+      state = {
+        leaseId: this.newLeaseId(),
+        leased: 0,
+        inflight: 0,
+        settled: [],
+        settledSum: 0,
+        validUntil: 0,
+        lastUse: 0,
+        growing: null,
+        tending: false,
+      };
+      this.scopes.set(id, state);
+    }
+    return state;
+  }
+
+  private newLeaseId(): string {
+    return `lease:${this.instance}:${++this.generation}`;
+  }
+
+  /** Counts `nano` in the scope's lease, growing it when it lacks room; false when the database has none left. */
+  private async take(id: string, state: ScopeLease, nano: number): Promise<boolean> {
+    for (;;) {
+      const now = this.now();
+      state.lastUse = now;
+      if (state.leased > 0 && now >= state.validUntil) this.lapse(state);
+      if (state.leased - state.inflight - state.settledSum >= nano) {
+        state.inflight += nano;
+        return true;
+      }
+      if (state.growing) {
+        await state.growing;
+        continue;
+      }
+      state.growing = this.grow(id, state, nano).finally(() => {
+        state.growing = null;
+      });
+      if (!(await state.growing)) return false;
+    }
+  }
+
+  /**
+   * A lease not renewed in time may have run out in the database: it is
+   * left to expire there, and what it covered must be covered anew, by a
+   * new row. Costs settled meanwhile are in `spent` or on their way.
+   */
+  private lapse(state: ScopeLease): void {
+    state.leaseId = this.newLeaseId();
+    state.leased = 0;
+    state.settled = [];
+    state.settledSum = 0;
+  }
+
+  private async grow(id: string, state: ScopeLease, nano: number): Promise<boolean> {
+    const need = nano - (state.leased - state.inflight - state.settledSum);
+    const leaseId = state.leaseId;
+    const granted = await this.leases.grow(id, leaseId, need, need + (LEASE_REQUESTS - 1) * nano, LEASE_TTL_MS);
+    if (granted <= 0) return false;
+    if (state.leaseId === leaseId) {
+      state.leased += granted;
+      state.validUntil = this.now() + LEASE_TTL_MS - LEASE_MARGIN_MS;
+    }
+    this.timer ??= setInterval(() => void this.tend(), TEND_EVERY_MS).unref();
+    return true;
+  }
+
+  /** Takes stored costs and idle room off each lease, and renews the leases in use (once a second; public for tests). */
+  async tend(): Promise<void> {
+    const calls: Promise<void>[] = [];
+    const now = this.now();
+    const storedBefore = this.options.storedBefore();
+    for (const [id, state] of this.scopes) {
+      if (state.tending || state.growing) continue;
+      if (state.leased === 0 && state.inflight === 0) {
+        this.scopes.delete(id);
+        continue;
+      }
+      let stored = 0;
+      let keep = 0;
+      while (keep < state.settled.length && (state.settled[keep] as { at: number }).at < storedBefore)
+        stored += (state.settled[keep++] as { nano: number }).nano;
+      const idle = now - state.lastUse >= IDLE_RETURN_MS;
+      const unused = idle ? state.leased - state.inflight - state.settledSum : 0;
+      const renew = state.validUntil - now < LEASE_TTL_MS / 2;
+      if (stored === 0 && unused <= 0 && !renew) continue;
+      // Taken off here first, so that nothing is admitted against room on its way back; if the call fails,
+      // the database keeps more than this instance counts on, which only holds others back.
+      const back = stored + Math.max(0, unused);
+      state.settled.splice(0, keep);
+      state.settledSum -= stored;
+      state.leased -= back;
+      const leaseId = state.leaseId;
+      state.tending = true;
+      const call = this.leases
+        .shrink(id, leaseId, back, LEASE_TTL_MS)
+        .then((kept) => {
+          if (state.leaseId !== leaseId) return;
+          // Run out in the database (renewals failed for too long): nothing of it may be counted on.
+          if (kept) state.validUntil = now + LEASE_TTL_MS - LEASE_MARGIN_MS;
+          else this.lapse(state);
+        })
+        .catch(() => {
+          // Not renewed: if renewals keep failing, the lease lapses (above) and is not counted on.
+        })
+        .finally(() => {
+          state.tending = false;
+        });
+      calls.push(call);
+    }
+    if (this.scopes.size === 0) this.stop();
+    await Promise.all(calls);
+  }
+}

@@ -1,0 +1,33 @@
+import { orm } from './drizzle-cjs.js';
+import type { Db } from './drizzle-store.js';
+import type { BudgetLeaseRepo } from './types.js';
+
+const { sql } = orm;
+
+const ttl = (ms: number) => Math.max(1, Math.round(ms));
+
+/** node-postgres answers { rows }, the embedded database thread's client the rows themselves. */
+function rowsOf<T>(result: unknown): T[] {
+  return ((Array.isArray(result) ? result : (result as { rows?: unknown[] }).rows) ?? []) as T[];
+}
+
+/** Budget leases in the database: the migration's `gw_budget_lease_grow` checks and grants in one call. */
+export class DrizzleBudgetLeaseRepo implements BudgetLeaseRepo {
+  constructor(private readonly db: Db) {}
+
+  async grow(scopeId: string, leaseId: string, minNano: number, maxNano: number, ttlMs: number): Promise<number> {
+    const result = await this.db.execute(
+      sql`SELECT gw_budget_lease_grow(${scopeId}, ${leaseId}, ${minNano}::bigint, ${maxNano}::bigint, ${ttl(ttlMs)}::integer) AS granted`,
+    );
+    const [row] = rowsOf<{ granted: string | number }>(result);
+    return Number(row?.granted ?? 0);
+  }
+
+  async shrink(scopeId: string, leaseId: string, nano: number, ttlMs: number): Promise<boolean> {
+    const result = await this.db.execute(
+      sql`UPDATE budget_leases SET nano = greatest(nano - ${nano}::bigint, 0), expires_at = now() + ${ttl(ttlMs)}::integer * interval '1 millisecond'
+        WHERE scope_id = ${scopeId} AND lease_id = ${leaseId} AND expires_at > now() RETURNING 1 AS kept`,
+    );
+    return rowsOf(result).length > 0;
+  }
+}
