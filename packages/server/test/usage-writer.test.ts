@@ -110,13 +110,21 @@ describe('the usage writer', () => {
       },
     } as Store;
     const writer = new UsageWriter(flaky, { flushIntervalMs: 60_000, maxBatch: 500, onError: (e) => errors.push(e) });
+    const before = Date.now();
+    expect(writer.storedBefore).toBeGreaterThanOrEqual(before);
     writer.record({ ...record('req_retry_1', 0.25), keyId: key.id });
+    const recordedAt = Date.now();
     writer.record({ ...record('req_retry_2', 0.5), keyId: key.id });
+    // Not stored yet: nothing recorded since `before` counts as stored (the budget leases wait for it).
+    expect(writer.storedBefore).toBeLessThan(before + 1);
     await writer.flush();
     await writer.flush();
     expect(writer.pending).toBe(2);
+    expect(writer.storedBefore).toBeLessThan(before + 1);
+    await new Promise((r) => setTimeout(r, 2));
     await writer.flush();
     expect(writer.pending).toBe(0);
+    expect(writer.storedBefore).toBeGreaterThan(recordedAt);
     expect(errors).toHaveLength(2);
     expect((await store.usage.list({ keyId: key.id })).map((r) => r.requestId).sort()).toEqual(['req_retry_1', 'req_retry_2']);
     expect((await store.keys.getById(key.id))?.spent).toBe(0.75);
