@@ -263,7 +263,8 @@ function method(results) {
   - *${results.setups.embedded}*: the defaults of one instance: PGlite on its own thread of the gateway's process (store and usage records), in-process
     limiter, budget ledger and stream buffers.
   - *${results.setups.prod ?? 'n/a'}*: the scaled-out setup: \`DATABASE_URL\` (a throwaway PostgreSQL) and \`REDIS_URL\` (sliding
-    window as a Lua script, budget ledger, stream buffers, revocation bus). "Redis killed" is redis-server after SIGKILL, same gateway.
+    window as a Lua script, budget ledger, stream buffers, revocation bus). "Redis killed" is redis-server after SIGKILL, same gateway:
+    the limiter fails open, and budgets are held by leases in PostgreSQL (one lease call per 64 requests, not one per request).
 - **As in production**: API key auth (sha256 lookup, cached), the rate limiter, a budget hold per request (key budget €1e9) settled
   at the end, usage records written in batches, metrics, \`X-Request-Id\` and \`Server-Timing\`. The key has \`rateLimitRpm\`
   1,000,000, so the limiter runs but refuses nothing. \`GW_LOG_LEVEL=warn\`: pino is on, Fastify's per-request \`info\` lines are
