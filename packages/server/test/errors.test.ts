@@ -156,6 +156,16 @@ describe('errors in each variant’s envelope', () => {
     const r = await fetch(`${gw.baseB}/batches`, { headers: { authorization: `Bearer ${key}` } });
     expect(r.status).toBe(501);
     expect(((await r.json()) as Envelope).error.code).toBe('not_implemented');
+    expect(r.headers.get('x-should-retry')).toBe('false');
+    // So the SDK, which retries a 5xx twice by default, asks once.
+    let attempts = 0;
+    const counting: typeof fetch = (input, init) => {
+      attempts++;
+      return fetch(input, init);
+    };
+    const sdk = new OpenAI({ apiKey: key, baseURL: gw.baseA, fetch: counting });
+    await expect(sdk.files.list()).rejects.toBeInstanceOf(OpenAI.APIError);
+    expect(attempts).toBe(1);
     const nf = await fetch(`${gw.url}/v2/nothing`);
     expect(nf.status).toBe(404);
     expect(((await nf.json()) as Envelope).error.code).toBe('not_found');

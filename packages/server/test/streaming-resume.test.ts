@@ -47,13 +47,24 @@ describe('resume across instances sharing Redis', () => {
     const requestId = res.headers.get('x-request-id') as string;
     const head = await readSse(res, 4);
     controller.abort();
-    const rest = await readSse(await streamRequest(two.baseA, key, body, { 'Last-Event-ID': head[3]?.id as string }));
+    const resumed = await streamRequest(two.baseA, key, body, { 'Last-Event-ID': head[3]?.id as string });
+    // The resumed answer names where the stream was routed, as the first answer did.
+    expect(resumed.headers.get('x-gateway-provider')).toBe(res.headers.get('x-gateway-provider'));
+    expect(resumed.headers.get('x-gateway-provider')).toBe('scaleway');
+    const rest = await readSse(resumed);
     expect([...head, ...rest].map(strip)).toEqual(full.map(strip));
     expect(rest.at(-1)?.data).toBe('[DONE]');
     expect(sim.providers.scaleway?.stats().byEndpoint.chat).toBe(1);
     await eventually(async () => expect(await usage(one, requestId)).toHaveLength(1));
     // Resuming again from the very start replays everything, still without a new upstream call.
-    const replay = await readSse(await streamRequest(two.baseB, key, body, { 'Last-Event-ID': `${requestId}:0` }));
+    const replayed = await streamRequest(two.baseB, key, body, { 'Last-Event-ID': `${requestId}:0` });
+    expect(['x-gateway-provider', 'x-gateway-region', 'x-gateway-strategy', 'x-gateway-routing-hops'].map((h) => replayed.headers.get(h) !== null)).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
+    const replay = await readSse(replayed);
     expect(replay.map(strip)).toEqual(full.map(strip));
     expect(sim.providers.scaleway?.stats().byEndpoint.chat).toBe(1);
   });

@@ -82,7 +82,8 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
   if (request.gw) request.gw.errorCode = g.code;
   for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
   if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
-  if (g.code === 'budget_exceeded') reply.header(H.shouldRetry, 'false');
+  // Errors a retry cannot fix: the OpenAI SDK retries every 5xx (and would spend the key's limit on each) unless told not to.
+  if (g.code === 'budget_exceeded' || g.code === 'not_implemented') reply.header(H.shouldRetry, 'false');
   return reply
     .code(status)
     .type('application/json; charset=utf-8')

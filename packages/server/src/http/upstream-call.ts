@@ -6,6 +6,7 @@ import type { CancelSignal } from '../providers/http-client.js';
 import type { ProviderAdapter } from '../providers/types.js';
 import type { LatencyMode, OfferStats } from '../routing/offer-stats.js';
 import type { Offer } from '../routing/registry.js';
+import type { StreamRouting } from '../streaming/types.js';
 import type { Services } from './services.js';
 
 /**
@@ -95,10 +96,15 @@ class ClientGone implements CancelSignal {
 }
 
 export function setRoutingHeaders(reply: FastifyReply, request: FastifyRequest, offer: Offer, strategy: Strategy, hops: number): void {
-  reply.header(H.provider, offer.provider);
+  routingHeaders(reply, request, { provider: offer.provider, region: offer.region, strategy, hops });
+}
+
+/** The routing headers of an answer (a resumed stream's are those of the request that started it). */
+export function routingHeaders(reply: FastifyReply, request: FastifyRequest, routing: StreamRouting): void {
+  reply.header(H.provider, routing.provider);
   if (request.gw.variant === 'b') {
-    reply.header(H.region, offer.region);
-    reply.header(H.strategy, strategy);
-    reply.header(H.routingHops, String(hops));
+    reply.header(H.region, routing.region);
+    reply.header(H.strategy, routing.strategy);
+    reply.header(H.routingHops, String(routing.hops));
   }
 }

@@ -7,6 +7,7 @@ import {
   type StreamEvent,
   type StreamEventKind,
   type StreamMeta,
+  type StreamRouting,
   type StreamStore,
 } from './types.js';
 
@@ -20,11 +21,11 @@ export const APPEND_COALESCE_MS = 100;
  * A batch of one stream's events as one entry (one slot: both keys share
  * the stream's hash tag), with the stream's meta record when it is new.
  * ARGV: max length, ttl (0: leave it), owner key id ('' : no meta), model,
- * entry id, the events (see {@link encodeEvents}).
+ * entry id, the events (see {@link encodeEvents}), routing (JSON, '' : none).
  */
 const APPEND_EVENTS = `
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[2], 'keyId', ARGV[3], 'model', ARGV[4])
+  redis.call('HSET', KEYS[2], 'keyId', ARGV[3], 'model', ARGV[4], 'routing', ARGV[7])
 end
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[5], 'e', ARGV[6])
 local ttl = tonumber(ARGV[2])
@@ -44,6 +45,7 @@ type AppendEvents = (
   model: string,
   entryId: string,
   batch: string,
+  routing: string,
 ) => Promise<unknown>;
 
 const ends = (e: StreamEvent | undefined) => e?.kind === 'done' || e?.kind === 'error';
@@ -129,13 +131,17 @@ export class RedisStreamStore implements StreamStore {
         meta?.model ?? '',
         `${last.seq}-1`,
         encodeEvents(events),
+        meta?.routing ? JSON.stringify(meta.routing) : '',
       )
       .catch(() => {});
   }
 
   async meta(streamId: string): Promise<StreamMeta | null> {
     const m = await this.redis.hgetall(metaKey(streamId));
-    return m['keyId'] ? { keyId: m['keyId'], model: m['model'] ?? '' } : null;
+    if (!m['keyId']) return null;
+    const meta: StreamMeta = { keyId: m['keyId'], model: m['model'] ?? '' };
+    if (m['routing']) meta.routing = JSON.parse(m['routing']) as StreamRouting;
+    return meta;
   }
 
   delivered(streamId: string): void {

@@ -13,6 +13,15 @@ export interface StreamMeta {
   /** The API key that started the stream; only it may resume. */
   keyId: string;
   model: string;
+  /** Where the stream was routed, for a resumed stream's headers (records written before it have none). */
+  routing?: StreamRouting;
+}
+
+export interface StreamRouting {
+  provider: string;
+  region: string;
+  strategy: string;
+  hops: number;
 }
 
 /**

@@ -15,7 +15,7 @@ import { parseEventId } from '../../streaming/sse-format.js';
 import { sseFrames } from '../../streaming/sse-frames.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import type { Services } from '../services.js';
-import { callUpstream, setRoutingHeaders } from '../upstream-call.js';
+import { callUpstream, routingHeaders } from '../upstream-call.js';
 
 interface Started {
   upstream: ChatStream;
@@ -66,7 +66,8 @@ export async function startStream(
   request.gw.usage = null;
   // Not awaited: the resume record must not delay the first chunk. It is written no later than the
   // stream's first event (Redis: in the same call); if it fails, only resume degrades.
-  services.streams.create(request.id, { keyId: key.id, model }).catch((err: unknown) => {
+  const routing = { provider: result.offer.provider, region: result.offer.region, strategy: options.strategy, hops: result.hops };
+  services.streams.create(request.id, { keyId: key.id, model, routing }).catch((err: unknown) => {
     request.log.warn({ err: (err as Error).message }, 'stream resume record not written; resume unavailable for this stream');
   });
   const started = performance.now();
@@ -102,7 +103,7 @@ export async function startStream(
       services.metrics.observeUpstream(result.offer.provider, outcome.error ? 'stream_error' : 'stream_ok', (performance.now() - started) / 1000);
     },
   });
-  setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
+  routingHeaders(reply, request, routing);
   return sendFrames(services, request, reply, request.id, new LiveFrames(session, 0, includeUsage(body), services.config.streamHeartbeatMs));
 }
 
@@ -120,6 +121,7 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
     );
   }
   request.gw.usage = null;
+  if (meta.routing) routingHeaders(reply, request, meta.routing);
   const local = services.sessions.get(parsed.streamId);
   const heartbeatMs = services.config.streamHeartbeatMs;
   if (local) return sendFrames(services, request, reply, parsed.streamId, new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs));
