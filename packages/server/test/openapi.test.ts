@@ -100,8 +100,26 @@ describe('OpenAPI 3.1', () => {
       const sent = [...res.headers.keys()].filter((h) => /^x-(gateway|ratelimit|request)-/.test(h));
       expect(documented, variant).toEqual(expect.arrayContaining(sent));
     }
-    // Models are listed, not routed: no routing headers there.
+    // Models are listed, not routed: no routing headers there; nor limit headers, as the list is not counted.
     const models = doc.paths['/v1/models']?.get as Op;
     expect(models.parameters ?? []).not.toContainEqual(expect.objectContaining({ name: 'X-Gateway-Strategy' }));
+    expect(Object.keys(models.responses['200']?.headers ?? {})).toEqual(['X-Request-Id']);
+    const listed = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } });
+    expect([...listed.headers.keys()].filter((h) => h.startsWith('x-ratelimit-'))).toEqual([]);
+  });
+
+  it('documents every answer a route gives: a transcription, and a chat completion as an event stream', async () => {
+    type Answer = { content?: Record<string, unknown>; headers?: Record<string, unknown> };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, { responses: Record<string, Answer> }>> };
+    for (const prefix of ['/v1', '/alt/v1']) {
+      const transcription = doc.paths[`${prefix}/audio/transcriptions`]?.post?.responses['200'];
+      expect(Object.keys(transcription?.content ?? {}).sort(), prefix).toEqual(['application/json', 'text/plain']);
+      expect(Object.keys(transcription?.headers ?? {}), prefix).toContain('X-Gateway-Provider');
+      const chat = doc.paths[`${prefix}/chat/completions`]?.post?.responses['200'];
+      expect(Object.keys(chat?.content ?? {}).sort(), prefix).toEqual(['application/json', 'text/event-stream']);
+    }
+    // Each variant its own headers: B's routing headers are not on A's transcription.
+    expect(Object.keys(doc.paths['/v1/audio/transcriptions']?.post?.responses['200']?.headers ?? {})).not.toContain('X-Gateway-Region');
+    expect(Object.keys(doc.paths['/alt/v1/audio/transcriptions']?.post?.responses['200']?.headers ?? {})).toContain('X-Gateway-Region');
   });
 });

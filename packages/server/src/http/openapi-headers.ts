@@ -7,9 +7,14 @@ import { STRATEGIES } from '@gw/schema';
  * check them), so they are added to the generated document instead.
  */
 
+interface Response {
+  description?: string;
+  headers?: Record<string, unknown>;
+  content?: Record<string, { schema: unknown }>;
+}
 interface Operation {
   parameters?: unknown[];
-  responses?: Record<string, { description?: string; headers?: Record<string, unknown> } | undefined>;
+  responses?: Record<string, Response | undefined>;
 }
 interface Document {
   paths?: Record<string, Record<string, Operation | undefined> | undefined>;
@@ -45,14 +50,17 @@ const LAST_EVENT_ID = headerParam('Last-Event-ID', 'Resumes an interrupted event
 const text = (description: string) => ({ description, schema: { type: 'string' } });
 const int = (description: string) => ({ description, schema: { type: 'integer' } });
 
-function answerHeaders(variant: 'a' | 'b', routed: boolean): Record<string, unknown> {
-  const headers: Record<string, unknown> = {
-    'X-Request-Id': text('The request identifier, for correlating logs.'),
-    'X-RateLimit-Limit': int("The key's cap, requests per minute."),
-    'X-RateLimit-Remaining': int('Requests left in the current window.'),
-    'X-RateLimit-Reset': int('Seconds until the oldest request in the window ages out.'),
-    'X-RateLimit-Enforced': { description: 'false when the limiter backend was unreachable (the request was let through).', schema: { type: 'boolean' } },
-  };
+function answerHeaders(variant: 'a' | 'b', routed: boolean, limited: boolean): Record<string, unknown> {
+  const headers: Record<string, unknown> = { 'X-Request-Id': text('The request identifier, for correlating logs.') };
+  if (limited) {
+    headers['X-RateLimit-Limit'] = int("The key's cap, requests per minute.");
+    headers['X-RateLimit-Remaining'] = int('Requests left in the current window.');
+    headers['X-RateLimit-Reset'] = int('Seconds until the oldest request in the window ages out.');
+    headers['X-RateLimit-Enforced'] = {
+      description: 'false when the limiter backend was unreachable (the request was let through).',
+      schema: { type: 'boolean' },
+    };
+  }
   if (!routed) return headers;
   headers['X-Gateway-Provider'] = text('The provider that served the request.');
   if (variant === 'b') {
@@ -62,6 +70,29 @@ function answerHeaders(variant: 'a' | 'b', routed: boolean): Record<string, unkn
   }
   return headers;
 }
+
+/**
+ * A transcription's answer is built per `response_format` (json, verbose_json, text, srt, vtt), so its
+ * route has no response schema for Fastify to serialise with; the document describes it here.
+ */
+const TRANSCRIPTION_ANSWER: Response = {
+  description:
+    'The transcript: JSON for json and verbose_json (with task, language, duration, segments and words on request), plain text for text, srt and vtt.',
+  content: {
+    'application/json': { schema: { type: 'object', required: ['text'], properties: { text: { type: 'string' } }, additionalProperties: true } },
+    'text/plain': { schema: { type: 'string' } },
+  },
+};
+
+const EVENT_STREAM = {
+  schema: {
+    type: 'string',
+    description:
+      'With stream: true. Server-sent events: each `data:` a chat.completion.chunk object (the usage chunk, with empty choices, only with ' +
+      'stream_options.include_usage), then `data: [DONE]`; a failure mid-stream is a `data:` error object. Each event has an id ' +
+      '`<request id>:<n>` to resume from with Last-Event-ID. Sent with X-Accel-Buffering: no and Cache-Control: no-cache.',
+  },
+};
 
 /** Adds request and answer headers to the public API's operations (/v1 and /alt/v1) in place. */
 export function documentHeaders(doc: Document): Document {
@@ -76,8 +107,12 @@ export function documentHeaders(doc: Document): Document {
       if (method === 'post') extra.push(IDEMPOTENCY);
       if (path.endsWith('/chat/completions')) extra.push(LAST_EVENT_ID);
       if (extra.length > 0) op.parameters = [...(op.parameters ?? []), ...extra];
+      // The models list is not counted against the limit (SPEC.md), so it carries no limit headers.
+      const limited = !/\/models(\/|$)/.test(path);
+      if (path.endsWith('/audio/transcriptions')) op.responses['200'] ??= structuredClone(TRANSCRIPTION_ANSWER);
       const ok = op.responses['200'];
-      if (ok) ok.headers = { ...(ok.headers ?? {}), ...answerHeaders(variant, routed) };
+      if (ok) ok.headers = { ...(ok.headers ?? {}), ...answerHeaders(variant, routed, limited) };
+      if (ok?.content && path.endsWith('/chat/completions')) ok.content['text/event-stream'] = EVENT_STREAM;
     }
   }
   return doc;
