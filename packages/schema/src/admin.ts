@@ -1,6 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox';
 
-const Money = Type.Number({ minimum: 0 });
+// EUR; the store keeps 12 digits before the decimal point (numeric(24, 12)).
+const Money = Type.Number({ minimum: 0, exclusiveMaximum: 1e12 });
 const ModelId = Type.String({ minLength: 1, maxLength: 200 });
 
 export const CreateWorkspaceBody = Type.Object(

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { GatewayFileConfig } from '@gw/schema';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Redis } from 'ioredis';
 import { ApiKeyAuthenticator } from './auth/api-keys.js';
 import { WorkspaceCache } from './auth/workspace-cache.js';
 import type { GatewayConfig } from './config/index.js';
@@ -19,8 +20,10 @@ import { UsageWriter } from './jobs/usage-writer.js';
 import { MemoryBus } from './kv/memory.js';
 import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
+import { errorSummary } from './lib/error-summary.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
+import { registerSecret } from './lib/redact.js';
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
 import { LeaseLedger } from './limits/lease-ledger.js';
@@ -97,13 +100,17 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     claimTtlMs: config.idempotencyClaimTtlMs,
   });
   const adapters = new Map<string, ProviderAdapter>();
-  for (const p of catalogue.providers) adapters.set(p.id, createAdapter(p));
+  for (const p of catalogue.providers) {
+    registerSecret(p.apiKey);
+    adapters.set(p.id, createAdapter(p));
+  }
   const registry = new ModelRegistry(catalogue, adapters);
   await registry.rebuild();
   const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
   const app = buildFastify(config, options.logger ?? true);
+  if (redis) logRedisState(redis, app.log);
   const usage = new UsageWriter(store, {
     // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid
     // every interval, and at 100 ms it was half the database thread's CPU per request (docs/decisions.md).
@@ -112,7 +119,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     maxBatch: config.databaseUrl ? 1000 : 500,
     onError: (err) => {
       metrics.usagePending.inc();
-      app.log.warn({ err: (err as Error).message }, 'usage write failed; records kept for retry');
+      app.log.warn({ err: errorSummary(err) }, 'usage write failed; records kept for retry');
     },
   });
   usage.start();
@@ -231,4 +238,23 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
   await app.register(publicApi, { prefix: '/alt/v1', services, variant: 'b' });
   const adminToken = services.config.adminToken;
   if (adminToken) await app.register((admin) => adminRoutes(admin, { ...services, adminToken }), { prefix: '/admin/v1' });
+}
+
+/**
+ * Says when Redis goes away and when it is back, once each: while it is
+ * away the limiter fails open, budgets are leased in the database, and a
+ * revocation reaches other instances only through their key cache's expiry.
+ */
+function logRedisState(redis: Redis, log: FastifyBaseLogger): void {
+  let lost = false;
+  redis.on('close', () => {
+    if (lost) return;
+    lost = true;
+    log.warn('redis unreachable: the rate limiter fails open and budgets are held without it until it is back; revocations reach other instances within GW_KEY_CACHE_TTL_MS');
+  });
+  redis.on('ready', () => {
+    if (!lost) return;
+    lost = false;
+    log.info('redis reachable again');
+  });
 }

@@ -26,6 +26,20 @@ describe('admin API', () => {
     expect(revoked.body).toMatchObject({ revoked: true });
   });
 
+  it('refuses a budget the store cannot hold with a 400 naming it, not a 500', async () => {
+    for (const [path, body] of [
+      ['/keys', { budget: 1e12 }],
+      ['/workspaces', { name: 'huge', budget: 1e308 }],
+    ] as const) {
+      const res = await gw.admin<{ error: { code: string; param: string } }>('POST', path, body);
+      expect([path, res.status, res.body.error.code, res.body.error.param]).toEqual([path, 400, 'validation_error', 'budget']);
+    }
+    const { id } = await gw.createKey();
+    const patched = await gw.admin<{ error: { code: string } }>('PATCH', `/keys/${id}`, { budget: 5e12 });
+    expect([patched.status, patched.body.error.code]).toEqual([400, 'validation_error']);
+    expect((await gw.admin('POST', '/keys', { budget: 999_999_999_999 })).status).toBe(201);
+  });
+
   it('routes without a body take an empty one labelled application/json; routes with one still require it', async () => {
     const { id } = await gw.createKey();
     const send = (path: string) =>

@@ -57,6 +57,10 @@ describe('config file', () => {
   it('validates the environment', () => {
     expect(() => loadConfig({ PORT: 'eighty' })).toThrowError(ConfigError);
     expect(() => loadConfig({ DATABASE_URL: 'mysql://x' })).toThrowError(/DATABASE_URL: expected a postgres:\/\/ URL/);
+    expect(() => loadConfig({ GW_LOG_LEVEL: 'verbose' })).toThrowError(
+      /GW_LOG_LEVEL: expected one of fatal, error, warn, info, debug, trace, silent, not "verbose"/,
+    );
+    expect(loadConfig({ GW_LOG_LEVEL: 'warn' }).logLevel).toBe('warn');
     expect(loadConfig({}).port).toBe(8080);
     expect(loadConfig({}).registryIntervalS).toBe(21_600);
   });

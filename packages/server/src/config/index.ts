@@ -53,6 +53,14 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number
   return n;
 }
 
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function logLevel(env: NodeJS.ProcessEnv): string {
+  const level = str(env, 'GW_LOG_LEVEL') ?? 'info';
+  if (!LOG_LEVELS.includes(level)) throw new ConfigError('environment', 'GW_LOG_LEVEL', `one of ${LOG_LEVELS.join(', ')}, not ${JSON.stringify(level)}`);
+  return level;
+}
+
 function str(env: NodeJS.ProcessEnv, name: string): string | null {
   const v = env[name];
   return v === undefined || v === '' ? null : v;
@@ -80,7 +88,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     bodyLimitBytes: int(env, 'GW_BODY_LIMIT_BYTES', 4 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     uploadLimitBytes: int(env, 'GW_UPLOAD_LIMIT_BYTES', 25 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     uploadDir: str(env, 'GW_UPLOAD_DIR'),
-    logLevel: str(env, 'GW_LOG_LEVEL') ?? 'info',
+    logLevel: logLevel(env),
     shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 600_000),
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
     streamGraceS: int(env, 'GW_STREAM_GRACE_S', 300, 0, 86_400),

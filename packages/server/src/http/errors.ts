@@ -1,6 +1,8 @@
 import { H, type Variant, wireError } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
+import { errorSummary } from '../lib/error-summary.js';
+import { redactSecrets } from '../lib/redact.js';
 
 /** Normalises anything thrown in a request into a GatewayError. */
 export function toGatewayError(err: unknown): GatewayError {
@@ -78,7 +80,7 @@ function validationError(e: FastifyError): GatewayError {
 export function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply, variant: Variant): FastifyReply {
   const g = toGatewayError(err);
   const { status, code, type } = wireError(g.code, variant);
-  if (status >= 500 && g.code === 'internal') request.log.error({ err }, 'unhandled error');
+  if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
   if (request.gw) request.gw.errorCode = g.code;
   for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
   if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
@@ -87,5 +89,5 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
   return reply
     .code(status)
     .type('application/json; charset=utf-8')
-    .send(JSON.stringify({ error: { message: g.message, type, code, param: g.param } }));
+    .send(JSON.stringify({ error: { message: redactSecrets(g.message), type, code, param: g.param } }));
 }

@@ -2,6 +2,7 @@ import type { ServerResponse } from 'node:http';
 import { H, type Strategy } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { UpstreamError } from '../errors/upstream-error.js';
+import { redactSecrets } from '../lib/redact.js';
 import type { CancelSignal } from '../providers/http-client.js';
 import type { ProviderAdapter } from '../providers/types.js';
 import type { LatencyMode, OfferStats } from '../routing/offer-stats.js';
@@ -31,6 +32,13 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
   } catch (err) {
     outcome = err instanceof UpstreamError ? err.kind : 'error';
     learnFromFailure(stats, offer, err, performance.now() - started, mode);
+    // What the provider did, for the operator (the client sees the gateway's own code); secrets taken out as for the client.
+    if (err instanceof UpstreamError && err.retryable) {
+      request.log.warn(
+        { provider: offer.provider, upstreamModel: offer.upstreamModel, kind: err.kind, status: err.status, ms: Math.round(performance.now() - started) },
+        `upstream attempt failed: ${redactSecrets(err.message)}`,
+      );
+    }
     throw err;
   } finally {
     const ms = performance.now() - started;

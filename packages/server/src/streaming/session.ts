@@ -1,3 +1,4 @@
+import { redactSecrets } from '../lib/redact.js';
 import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
 import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamStore } from './types.js';
@@ -145,7 +146,9 @@ export class StreamSession {
     if (error === null) {
       this.push('done', '[DONE]');
     } else {
-      const message = this.abandoned ? 'The stream was abandoned by its client and stopped.' : `The upstream provider failed mid-stream: ${error.message}`;
+      const message = this.abandoned
+        ? 'The stream was abandoned by its client and stopped.'
+        : `The upstream provider failed mid-stream: ${redactSecrets(error.message)}`;
       // OpenAI's SDK throws on a data object with an `error` key, so clients see the failure.
       this.push('error', JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } }));
     }

@@ -1,0 +1,17 @@
+/**
+ * An error as a log line should carry it. A failed database query's error
+ * (Drizzle's) repeats the whole statement and its parameters in its
+ * message (kilobytes of usage rows, key hashes) and keeps the reason (a
+ * refused connection, an overflow) only in its cause: the line gets the
+ * reason, and the statement's first words to say which one failed.
+ */
+export function errorSummary(err: unknown): { message: string; code?: string; stack?: string } {
+  if (!(err instanceof Error)) return { message: String(err) };
+  const cause = err.cause instanceof Error ? (err.cause as Error & { code?: unknown }) : null;
+  if (cause && err.message.startsWith('Failed query:')) {
+    const statement = err.message.slice('Failed query:'.length).trim().split(/\s+/).slice(0, 4).join(' ');
+    return { message: `database query failed (${statement} …): ${cause.message}`, ...(typeof cause.code === 'string' ? { code: cause.code } : {}) };
+  }
+  const code = (err as { code?: unknown }).code;
+  return { message: err.message, ...(typeof code === 'string' ? { code } : {}), ...(err.stack ? { stack: err.stack } : {}) };
+}

@@ -1,0 +1,42 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+const PROVIDER_KEY = 'scw-provider-key-7f3a9c2e1d';
+
+let sim: Simulator;
+let gw: TestGateway;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0, apiKeys: { scaleway: PROVIDER_KEY } });
+  gw = await startGateway({ sim, env: { GW_CIRCUIT_FAILURES: '1000' } });
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+});
+
+describe('secrets in provider errors', () => {
+  it('a provider that echoes its key or a bearer token in an error does not pass it on to the client, in either variant', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 500, message: `internal failure; you sent Bearer ${PROVIDER_KEY} (sk-live-abcdef0123456789)` });
+    try {
+      for (const base of [gw.baseA, gw.baseB]) {
+        const res = await fetch(`${base}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+          body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] }),
+        });
+        const text = await res.text();
+        expect(res.status).toBeGreaterThanOrEqual(500);
+        // The provider's own words stay (they help), its secrets do not.
+        expect(text).toContain('internal failure');
+        expect(text).not.toContain(PROVIDER_KEY);
+        expect(text).not.toContain('sk-live-abcdef0123456789');
+        expect(text).toContain('[redacted]');
+      }
+    } finally {
+      sim.providers.scaleway?.clearFaults();
+    }
+  });
+});
