@@ -250,7 +250,9 @@ function logRedisState(redis: Redis, log: FastifyBaseLogger): void {
   redis.on('close', () => {
     if (lost) return;
     lost = true;
-    log.warn('redis unreachable: the rate limiter fails open and budgets are held without it until it is back; revocations reach other instances within GW_KEY_CACHE_TTL_MS');
+    log.warn(
+      'redis unreachable: the rate limiter fails open and budgets are held without it until it is back; revocations reach other instances within GW_KEY_CACHE_TTL_MS',
+    );
   });
   redis.on('ready', () => {
     if (!lost) return;

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type PostgresServer, requireBinary, startPostgres } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureFirstKey } from '../src/auth/first-key.js';
 import { LeaseLedger } from '../src/limits/lease-ledger.js';
 import { openStore, type Store, type UsageRecord } from '../src/store/index.js';
 
@@ -426,6 +427,23 @@ describe.skipIf(!postgresOk)('store on postgres: server trouble', () => {
 });
 
 // Taken only with PostgreSQL (limits/sql-ledger.ts): an embedded store serves one instance, whose own ledger holds its budgets.
+describe.skipIf(!postgresOk)('store on postgres: the first key', () => {
+  it('instances starting together on an empty database create one first key between them', async () => {
+    const url = await (await getServer()).createDatabase();
+    const stores = await Promise.all([1, 2, 3].map(() => openStore({ databaseUrl: url, dataDir: tempDir() })));
+    try {
+      await Promise.all(stores.map((s) => s.migrate()));
+      const created = await Promise.all(stores.map((s) => ensureFirstKey(s)));
+      expect(created.filter((c) => c !== null)).toHaveLength(1);
+      expect(await (stores[0] as Store).keys.count()).toBe(1);
+      // Once there is a key, no start makes another.
+      expect(await ensureFirstKey(stores[1] as Store)).toBeNull();
+    } finally {
+      await Promise.all(stores.map((s) => s.close()));
+    }
+  });
+});
+
 describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
   let store: Store;
   beforeAll(async () => {
