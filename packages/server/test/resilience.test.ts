@@ -61,6 +61,36 @@ describe('two instances sharing PostgreSQL and Redis', () => {
   }, 30_000);
 });
 
+describe('Redis away when an instance starts', () => {
+  it('the instance starts and serves (the limiter failing open), and hears revocations once Redis is up', async () => {
+    const late = await startRedis();
+    await late.kill();
+    const databaseUrl = await pg.createDatabase();
+    const three = await startGateway({ databaseUrl, redisUrl: late.url, sim });
+    const four = await startGateway({ databaseUrl, redisUrl: late.url, sim });
+    try {
+      const { id, key } = await three.createKey();
+      const res = await chat(four, key);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-ratelimit-enforced')).toBe('false');
+      await late.restart();
+      // Subscribed once Redis is back: a revocation on one reaches the other through it.
+      await eventually(async () => expect((await chat(four, key)).headers.get('x-ratelimit-enforced')).toBe('true'), 10_000);
+      await eventually(async () => {
+        const probe = await three.createKey();
+        expect((await models(four, probe.key)).status).toBe(200);
+        await three.admin('POST', `/keys/${probe.id}/revoke`);
+        expect((await models(four, probe.key)).status).toBe(401);
+      }, 10_000);
+      await three.admin('POST', `/keys/${id}/revoke`);
+      await eventually(async () => expect((await models(four, key)).status).toBe(401), 1000);
+    } finally {
+      await Promise.all([three.close(), four.close()]);
+      await late.stop();
+    }
+  }, 60_000);
+});
+
 describe('while the database is unreachable', () => {
   it('known keys keep working, unknown keys get 503 (never 401), usage is kept, and all recovers', async () => {
     const known = await one.createKey();

@@ -148,7 +148,8 @@ export class RedisBus implements Bus {
       if (ch === channel) handler(msg);
     });
     this.channels.add(channel);
-    await this.sub.subscribe(channel);
+    // Redis away at start: the gateway starts anyway (callers fail open), and the 'ready' handler subscribes once it is back.
+    await this.sub.subscribe(channel).catch(() => {});
   }
 
   async close(): Promise<void> {
