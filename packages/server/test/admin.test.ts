@@ -40,16 +40,22 @@ describe('admin API', () => {
     expect((await gw.admin('POST', '/keys', { budget: 999_999_999_999 })).status).toBe(201);
   });
 
-  it('routes without a body take an empty one labelled application/json; routes with one still require it', async () => {
+  it('routes without a body take an empty one labelled application/json; an all-optional body may be left out', async () => {
     const { id } = await gw.createKey();
     const send = (path: string) =>
       fetch(`${gw.url}/admin/v1${path}`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' } });
     const revoked = await send(`/keys/${id}/revoke`);
     expect(revoked.status).toBe(200);
     expect(((await revoked.json()) as { revoked: boolean }).revoked).toBe(true);
+    // A body whose fields are all optional may be left out, labelled or not; a required field is then named.
     const empty = await send('/keys');
-    expect(empty.status).toBe(400);
-    expect(((await empty.json()) as { error: { code: string } }).error.code).toBe('validation_error');
+    expect(empty.status).toBe(201);
+    expect(await empty.json()).toMatchObject({ rateLimitRpm: 60, budget: null, workspaceId: null });
+    const bare = await fetch(`${gw.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(bare.status).toBe(201);
+    const nameless = await send('/workspaces');
+    expect(nameless.status).toBe(400);
+    expect(((await nameless.json()) as { error: { param: string } }).error.param).toBe('name');
   });
 
   it('stores only a hash of the key', async () => {
