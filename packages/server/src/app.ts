@@ -242,8 +242,9 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
 
 /**
  * Says when Redis goes away and when it is back, once each: while it is
- * away the limiter fails open, budgets are leased in the database, and a
- * revocation reaches other instances only through their key cache's expiry.
+ * away the limiter fails open, budgets are held without it (leased in
+ * PostgreSQL, or in memory), and a revocation reaches other instances only
+ * through their key cache's expiry.
  */
 function logRedisState(redis: Redis, log: FastifyBaseLogger): void {
   let lost = false;

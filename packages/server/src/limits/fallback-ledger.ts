@@ -51,7 +51,7 @@ export class FallbackLedger implements BudgetLedger {
     try {
       await ledger.settle(r, actualEur);
     } catch {
-      // The hold expires by itself (in the database: it goes when the usage record is stored); the spend reaches the store through the usage record.
+      // The hold expires by itself; the spend reaches the store through the usage record.
     }
   }
 

@@ -1,10 +1,9 @@
 import { orm } from './drizzle-cjs.js';
 import type { Db } from './drizzle-store.js';
+import { inMs, wholeMs } from './sql-time.js';
 import type { BudgetLeaseRepo } from './types.js';
 
 const { sql } = orm;
-
-const ttl = (ms: number) => Math.max(1, Math.round(ms));
 
 /** node-postgres answers { rows }, the embedded database thread's client the rows themselves. */
 function rowsOf<T>(result: unknown): T[] {
@@ -17,7 +16,7 @@ export class DrizzleBudgetLeaseRepo implements BudgetLeaseRepo {
 
   async grow(scopeId: string, leaseId: string, minNano: number, maxNano: number, ttlMs: number): Promise<number> {
     const result = await this.db.execute(
-      sql`SELECT gw_budget_lease_grow(${scopeId}, ${leaseId}, ${minNano}::bigint, ${maxNano}::bigint, ${ttl(ttlMs)}::integer) AS granted`,
+      sql`SELECT gw_budget_lease_grow(${scopeId}, ${leaseId}, ${minNano}::bigint, ${maxNano}::bigint, ${wholeMs(ttlMs)}::integer) AS granted`,
     );
     const [row] = rowsOf<{ granted: string | number }>(result);
     return Number(row?.granted ?? 0);
@@ -25,7 +24,7 @@ export class DrizzleBudgetLeaseRepo implements BudgetLeaseRepo {
 
   async shrink(scopeId: string, leaseId: string, nano: number, ttlMs: number): Promise<boolean> {
     const result = await this.db.execute(
-      sql`UPDATE budget_leases SET nano = greatest(nano - ${nano}::bigint, 0), expires_at = now() + ${ttl(ttlMs)}::integer * interval '1 millisecond'
+      sql`UPDATE budget_leases SET nano = greatest(nano - ${nano}::bigint, 0), expires_at = ${inMs(ttlMs)}
         WHERE scope_id = ${scopeId} AND lease_id = ${leaseId} AND expires_at > now() RETURNING 1 AS kept`,
     );
     return rowsOf(result).length > 0;

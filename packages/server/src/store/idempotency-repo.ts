@@ -1,13 +1,11 @@
-import type { SQL } from 'drizzle-orm';
 import { orm } from './drizzle-cjs.js';
 import type { Db } from './drizzle-store.js';
 import { idempotencyKeys } from './schema.js';
+import { inMs } from './sql-time.js';
 import type { IdempotencyRepo, IdempotencyRow } from './types.js';
 
 const { and, eq, gt, lte, sql } = orm;
 
-/** The database's own clock decides expiry, so instances with skewed clocks agree. */
-const inMs = (ms: number): SQL => sql`now() + ${Math.max(1, Math.round(ms))}::integer * interval '1 millisecond'`;
 const live = () => gt(idempotencyKeys.expiresAt, sql`now()`);
 
 function toRow(r: { scope: string; fingerprint: string; owner: string; state: string; answer: unknown }): IdempotencyRow {

@@ -37,12 +37,12 @@ function op(id: string, summary: string, schema: Record<string, unknown>) {
 export async function adminRoutes(app: FastifyInstance, services: Services & { adminToken: string }): Promise<void> {
   app.setErrorHandler(async (err, request, reply) => sendError(await unlessStoreDown(err, services), request, reply, 'a'));
   // Routes without a body (revoke, rebuild) are often called with `Content-Type: application/json` and nothing after it.
-  // A route whose body fields are all optional (POST /keys) takes none at all as `{}`; one with required fields then names them.
   const json = app.getDefaultJsonParser('error', 'error');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if (body === '') done(null, request.routeOptions.schema?.body === undefined ? undefined : {});
+    if (body === '') done(null, undefined);
     else void json(request, body as string, done);
   });
+  // A route whose body fields are all optional (POST /keys) takes none at all, labelled or not, as `{}`; one with required fields then names them.
   app.addHook('preValidation', (request, _reply, done) => {
     if (request.body === undefined && request.routeOptions.schema?.body !== undefined) request.body = {};
     done();
