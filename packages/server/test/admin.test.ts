@@ -26,6 +26,17 @@ describe('admin API', () => {
     expect(revoked.body).toMatchObject({ revoked: true });
   });
 
+  it('refuses enabledModels naming a model the registry does not know, and stores an alias as the model id', async () => {
+    const typo = await gw.admin<{ error: { code: string; param: string; message: string } }>('POST', '/workspaces', {
+      name: 'typo',
+      enabledModels: ['mistral/small', 'mistral/smal', 'nope/x'],
+    });
+    expect([typo.status, typo.body.error.code, typo.body.error.param]).toEqual([400, 'validation_error', 'enabledModels']);
+    expect(typo.body.error.message).toContain("'mistral/smal', 'nope/x'");
+    const alias = await gw.admin<{ enabledModels: string[] }>('POST', '/workspaces', { name: 'alias', enabledModels: ['mistral/small:eu', 'mistral/small'] });
+    expect([alias.status, alias.body.enabledModels]).toEqual([201, ['mistral/small']]);
+  });
+
   it('refuses a budget the store cannot hold with a 400 naming it, not a 500', async () => {
     for (const [path, body] of [
       ['/keys', { budget: 1e12 }],

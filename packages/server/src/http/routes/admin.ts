@@ -29,6 +29,23 @@ function keyView(k: ApiKeyRecord) {
   return { id: k.id, name: k.name, workspaceId: k.workspaceId, rateLimitRpm: k.rateLimitRpm, budget: k.budget, spent: k.spent, revoked: k.revoked };
 }
 
+/**
+ * A workspace's allow-list as the registry names its models: an id the
+ * registry does not know (a typo) is refused rather than kept as a silent
+ * no-op, and an alias such as `family/model:eu` is stored as the model's id.
+ */
+function knownModels(services: Services, ids: readonly string[] | null): string[] | null {
+  if (ids === null) return null;
+  const unknown = ids.filter((id) => !services.registry.get(id));
+  if (unknown.length > 0) {
+    const names = unknown.map((id) => `'${id}'`).join(', ');
+    throw new GatewayError('validation', `Unknown model${unknown.length > 1 ? 's' : ''} in enabledModels: ${names} (GET /v1/models lists them).`, {
+      param: 'enabledModels',
+    });
+  }
+  return [...new Set(ids.map((id) => (services.registry.get(id) as { id: string }).id))];
+}
+
 function op(id: string, summary: string, schema: Record<string, unknown>) {
   return { ...schema, operationId: `admin_${id}`, summary, tags: ['Admin'], security: [{ adminToken: [] }] };
 }
@@ -58,7 +75,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       const ws = await services.store.workspaces.create({
         id: newId('ws'),
         name: body.name,
-        enabledModels: body.enabledModels ?? null,
+        enabledModels: knownModels(services, body.enabledModels ?? null),
         budget: body.budget ?? null,
       });
       return reply.code(201).send({ id: ws.id, name: ws.name, enabledModels: ws.enabledModels, budget: ws.budget, spent: ws.spent });
