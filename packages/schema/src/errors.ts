@@ -20,7 +20,7 @@ export const CANONICAL_ERRORS = {
   internal: { a: [500, 'internal_error'], b: [500, 'internal_error'] },
   not_implemented: { a: [501, 'not_implemented'], b: [501, 'not_implemented'] },
   upstream_failed: { a: [502, 'provider_down'], b: [502, 'upstream_unavailable'] },
-  no_healthy_provider: { a: [503, 'provider_down'], b: [503, 'upstream_unavailable'] },
+  no_healthy_provider: { a: [503, 'provider_down'], b: [502, 'upstream_unavailable'] },
   store_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   idempotency_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   upstream_timeout: { a: [504, 'upstream_timeout'], b: [504, 'upstream_timeout'] },

@@ -228,9 +228,11 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
   app.removeContentTypeParser('text/plain');
   await registerOpenApi(app, services.version);
   registerRequestContext(app, services);
-  app.setErrorHandler((err, request, reply) => sendError(err, request, reply, 'a'));
+  // Under /alt (variant B's mount) even an unknown path answers in B's envelope.
+  const variantOf = (url: string) => (url === '/alt' || url.startsWith('/alt/') || url.startsWith('/alt?') ? 'b' : 'a');
+  app.setErrorHandler((err, request, reply) => sendError(err, request, reply, variantOf(request.url)));
   app.setNotFoundHandler((request, reply) =>
-    sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, 'a'),
+    sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variantOf(request.url)),
   );
   opsRoutes(app, services);
   openApiRoutes(app);

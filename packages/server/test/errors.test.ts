@@ -170,6 +170,18 @@ describe('errors in each variant’s envelope', () => {
     expect(nf.status).toBe(404);
     expect(((await nf.json()) as Envelope).error.code).toBe('not_found');
     expect(nf.headers.get('x-request-id')).toMatch(/^req_/);
+    // Each mount its own envelope, even for a path it does not have.
+    const types = [];
+    for (const path of ['/v2/nothing', '/alt/nothing', '/alt/v2/x', '/alt/v1/nope']) {
+      const res = await fetch(`${gw.url}${path}`, { headers: { authorization: `Bearer ${key}` } });
+      types.push([path, res.status, ((await res.json()) as { error: { type: string } }).error.type]);
+    }
+    expect(types).toEqual([
+      ['/v2/nothing', 404, 'not_found'],
+      ['/alt/nothing', 404, 'invalid_request_error'],
+      ['/alt/v2/x', 404, 'invalid_request_error'],
+      ['/alt/v1/nope', 404, 'invalid_request_error'],
+    ]);
   });
 
   it('never reflects an arbitrary Origin', async () => {

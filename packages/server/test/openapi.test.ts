@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { validate } from '@scalar/openapi-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { wav } from './helpers/audio.js';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
 
 let gw: TestGateway;
@@ -113,10 +114,22 @@ describe('OpenAPI 3.1', () => {
     const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, { responses: Record<string, Answer> }>> };
     for (const prefix of ['/v1', '/alt/v1']) {
       const transcription = doc.paths[`${prefix}/audio/transcriptions`]?.post?.responses['200'];
-      expect(Object.keys(transcription?.content ?? {}).sort(), prefix).toEqual(['application/json', 'text/plain']);
+      expect(Object.keys(transcription?.content ?? {}).sort(), prefix).toEqual(['application/json', 'text/plain', 'text/vtt']);
       expect(Object.keys(transcription?.headers ?? {}), prefix).toContain('X-Gateway-Provider');
       const chat = doc.paths[`${prefix}/chat/completions`]?.post?.responses['200'];
       expect(Object.keys(chat?.content ?? {}).sort(), prefix).toEqual(['application/json', 'text/event-stream']);
+    }
+    // Every response_format answers with a content type the document lists.
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    const documented = Object.keys(doc.paths['/v1/audio/transcriptions']?.post?.responses['200']?.content ?? {});
+    for (const format of ['json', 'verbose_json', 'text', 'srt', 'vtt']) {
+      const form = new FormData();
+      form.set('file', new Blob([wav(1)], { type: 'audio/wav' }), 'a.wav');
+      form.set('model', 'openai/whisper-large-v3');
+      form.set('response_format', format);
+      const res = await fetch(`${gw.baseA}/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+      await res.arrayBuffer();
+      expect([format, res.status, documented.includes(res.headers.get('content-type')?.split(';')[0] ?? '')]).toEqual([format, 200, true]);
     }
     // Each variant its own headers: B's routing headers are not on A's transcription.
     expect(Object.keys(doc.paths['/v1/audio/transcriptions']?.post?.responses['200']?.headers ?? {})).not.toContain('X-Gateway-Region');

@@ -39,4 +39,17 @@ describe('secrets in provider errors', () => {
       sim.providers.scaleway?.clearFaults();
     }
   });
+
+  it("the gateway's own 401 guidance is not taken for a secret: it names the header to send", async () => {
+    for (const [headers, start] of [
+      [{}, 'Missing API key: send the header Authorization: Bearer gw_live_…'],
+      [{ authorization: 'Basic abc' }, 'Malformed API key: expected Authorization: Bearer gw_live_…'],
+    ] as const) {
+      for (const base of [gw.baseA, gw.baseB]) {
+        const res = await fetch(`${base}/models`, { headers });
+        const body = (await res.json()) as { error: { message: string } };
+        expect([res.status, body.error.message]).toEqual([401, start]);
+      }
+    }
+  });
 });

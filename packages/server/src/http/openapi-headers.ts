@@ -77,10 +77,11 @@ function answerHeaders(variant: 'a' | 'b', routed: boolean, limited: boolean): R
  */
 const TRANSCRIPTION_ANSWER: Response = {
   description:
-    'The transcript: JSON for json and verbose_json (with task, language, duration, segments and words on request), plain text for text, srt and vtt.',
+    'The transcript: JSON for json and verbose_json (with task, language, duration, segments and words on request), plain text for text and srt, WebVTT for vtt.',
   content: {
     'application/json': { schema: { type: 'object', required: ['text'], properties: { text: { type: 'string' } }, additionalProperties: true } },
     'text/plain': { schema: { type: 'string' } },
+    'text/vtt': { schema: { type: 'string' } },
   },
 };
 

@@ -12,7 +12,9 @@ export function registerSecret(value: string | undefined): void {
   if (value && value.length >= 8) known.add(value);
 }
 
-const SHAPES = [/\bBearer\s+[A-Za-z0-9._~+/=-]+/gi, /\b(?:sk|pk|rk|gw_live|key)[-_][A-Za-z0-9_-]{8,}/g];
+// A bearer token is at least 16 characters: shorter is a placeholder, such as the
+// gateway's own 'Authorization: Bearer gw_live_…' in its 401 answers, not a secret.
+const SHAPES = [/\bBearer\s+[A-Za-z0-9._~+/=-]{16,}/gi, /\b(?:sk|pk|rk|gw_live|key)[-_][A-Za-z0-9_-]{8,}/g];
 
 export function redactSecrets(text: string): string {
   let out = text;

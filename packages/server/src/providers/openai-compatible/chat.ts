@@ -38,11 +38,23 @@ export function parseChatCompletion(provider: string, res: JsonResponse): ChatCo
   };
 }
 
-/** vLLM's newer `reasoning` becomes `reasoning_content`, the field most clients read. */
+/**
+ * vLLM's newer `reasoning` becomes `reasoning_content`, the field most
+ * clients read; vLLM's empty `tool_calls` list is left out, as OpenAI does
+ * when there are none (a client testing `message.tool_calls` would take
+ * `[]` for calls).
+ */
 function normaliseChoice(choice: unknown): unknown {
   const c = choice as { message?: Record<string, unknown> } | null;
   const message = c?.message;
-  if (!message || typeof message['reasoning'] !== 'string' || 'reasoning_content' in message) return choice;
-  const { reasoning, ...rest } = message;
-  return { ...c, message: { ...rest, reasoning_content: reasoning } };
+  if (!message) return choice;
+  const calls = message['tool_calls'];
+  const emptyCalls = calls === null || (Array.isArray(calls) && calls.length === 0);
+  const renameReasoning = typeof message['reasoning'] === 'string' && !('reasoning_content' in message);
+  if (!emptyCalls && !renameReasoning) return choice;
+  const { reasoning, tool_calls, ...rest } = message;
+  return {
+    ...c,
+    message: { ...rest, ...(emptyCalls ? {} : { tool_calls }), ...(renameReasoning ? { reasoning_content: reasoning } : reasoning === undefined ? {} : { reasoning }) },
+  };
 }
