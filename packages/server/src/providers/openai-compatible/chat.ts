@@ -55,6 +55,10 @@ function normaliseChoice(choice: unknown): unknown {
   const { reasoning, tool_calls, ...rest } = message;
   return {
     ...c,
-    message: { ...rest, ...(emptyCalls ? {} : { tool_calls }), ...(renameReasoning ? { reasoning_content: reasoning } : reasoning === undefined ? {} : { reasoning }) },
+    message: {
+      ...rest,
+      ...(emptyCalls ? {} : { tool_calls }),
+      ...(renameReasoning ? { reasoning_content: reasoning } : reasoning === undefined ? {} : { reasoning }),
+    },
   };
 }
