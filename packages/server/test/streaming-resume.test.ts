@@ -1,9 +1,13 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DELIVERED_LINGER_S, STREAM_RETENTION_S } from '../src/streaming/types.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { spawnGateway } from './helpers/process.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
 let redis: RedisServer;
@@ -12,10 +16,11 @@ let sim: Simulator;
 let one: TestGateway;
 let two: TestGateway;
 let noGrace: TestGateway;
+let databaseUrl: string;
 
 beforeAll(async () => {
   [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  const databaseUrl = await pg.createDatabase();
+  databaseUrl = await pg.createDatabase();
   one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
   two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
   noGrace = await startGateway({ sim, env: { GW_STREAM_GRACE_S: '0' } });
@@ -95,6 +100,50 @@ describe('resume across instances sharing Redis', () => {
     }
   });
 
+  it('a resume at or past the end of a finished stream answers at once with nothing, and the stream stays resumable', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 1000 });
+    const events = await readSse(await streamRequest(one.baseA, key, body));
+    const lastId = events.at(-1)?.id as string;
+    const [streamId, lastSeq] = lastId.split(':') as [string, string];
+    for (const gw of [one, two]) {
+      for (const after of [lastSeq, String(Number(lastSeq) + 40)]) {
+        const started = performance.now();
+        const res = await streamRequest(gw.baseA, key, body, { 'Last-Event-ID': `${streamId}:${after}` });
+        expect([res.status, (await readSse(res)).length]).toEqual([200, 0]);
+        expect(performance.now() - started).toBeLessThan(1000);
+      }
+    }
+    const again = await readSse(await streamRequest(two.baseA, key, body, { 'Last-Event-ID': `${streamId}:3` }));
+    expect(again.map(strip)).toEqual(events.slice(3).map(strip));
+  });
+
+  it('a resume elsewhere of a stream whose instance was killed ends with an error event, not a wait', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-killed-'));
+    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+    const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
+    sim.providers.scaleway?.configure({ chunkGapMs: 200 });
+    try {
+      const { key } = await one.createKey({ rateLimitRpm: 1000 });
+      const res = await streamRequest(`${doomed.url}/v1`, key, body);
+      const head = await readSse(res, 3);
+      doomed.child.kill('SIGKILL');
+      await doomed.exited;
+      const started = performance.now();
+      const rest = await readSse(await streamRequest(two.baseA, key, body, { 'Last-Event-ID': head[2]?.id as string }));
+      const waited = performance.now() - started;
+      const last = JSON.parse(rest.at(-1)?.data ?? '{}') as { error?: { code: string; message: string } };
+      expect(last.error?.code).toBe('upstream_error');
+      expect(last.error?.message).toMatch(/instance that was relaying this stream stopped/);
+      expect(rest.map((e) => e.data)).not.toContain('[DONE]');
+      // The instance's liveness lapses within 6 s, and a quiet resume checks on it every 2 s.
+      expect(waited).toBeLessThan(12_000);
+    } finally {
+      sim.providers.scaleway?.configure({ chunkGapMs: 15 });
+      if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 40_000);
+
   it('only the key that started a stream can resume it, on any instance', async () => {
     const owner = await one.createKey({ rateLimitRpm: 1000 });
     const stranger = await two.createKey({ rateLimitRpm: 1000 });
@@ -120,6 +169,30 @@ describe('a client that goes away', () => {
       expect(record?.errorCode).toBeNull();
       expect(record?.completionTokens).toBe(reference?.completionTokens);
     }, 5000);
+  });
+
+  it('one that leaves before its answer: the upstream call stops, the request is recorded (499, cost 0) and its budget hold let go, streamed or not', async () => {
+    const scaleway = sim.providers.scaleway;
+    for (const stream of [false, true]) {
+      const { id, key } = await one.createKey({ rateLimitRpm: 1000, budget: 5 });
+      scaleway?.setFault({ kind: 'latency', ms: 1500 });
+      scaleway?.resetStats();
+      try {
+        const controller = new AbortController();
+        const sent = streamRequest(one.baseA, key, { ...body, stream }, { 'X-Gateway-Provider': 'scaleway' }, controller.signal);
+        await eventually(() => expect(scaleway?.stats().inFlight).toBe(1));
+        controller.abort();
+        await expect(sent).rejects.toThrow();
+        // Without its id (sent with the first byte) the client could never resume the stream: nothing runs on for it.
+        await eventually(() => expect(scaleway?.stats().inFlight).toBe(0), 1000);
+        await one.gateway.services.usage.flush();
+        const records = await one.gateway.services.store.usage.list({ keyId: id });
+        expect(records.map((r) => [r.status, r.errorCode, r.cost, r.completionTokens])).toEqual([[499, 'client_closed', 0, 0]]);
+        expect(await one.gateway.services.ledger.peek(`key:${id}`, `key:${id}`)).toMatchObject({ reserved: 0 });
+      } finally {
+        scaleway?.clearFaults();
+      }
+    }
   });
 
   it('past the grace period, the upstream is aborted and the stream billed from what was relayed', async () => {

@@ -3,6 +3,7 @@ import { GatewayError } from '../errors/gateway-error.js';
 import type { BudgetScope } from '../limits/budget-types.js';
 import type { ApiKeyRecord, Workspace } from '../store/types.js';
 import { applyRateLimit } from './plugins/rate-limit.js';
+import { recordClientGone } from './plugins/usage-recording.js';
 import type { Services } from './services.js';
 
 /**
@@ -53,6 +54,8 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
     );
   }
   request.gw.reservation = res.reservation;
+  // The client left while the hold was being taken: its connection's close has passed already, so it is recorded here.
+  if (request.raw.socket?.destroyed) recordClientGone(services, request);
 }
 
 /**

@@ -20,6 +20,12 @@ export interface RequestState {
   reservation: Reservation | null;
   /** The rate limiter's decision while it is on its way, until it is applied (see plugins/rate-limit.ts). */
   limit: LimitDecision | Promise<LimitDecision> | null;
+  /**
+   * A stream with an idempotency key goes on when its client leaves before
+   * the first byte (a retry with the key gets it whole), and its session
+   * records it; any other request is recorded when its client leaves.
+   */
+  outlivesClient: boolean;
 }
 
 export interface UsageDraft {

@@ -58,8 +58,8 @@ function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: num
   else stats.record(offer, err.kind === 'timeout' ? 'timeout' : 'error', ms, mode);
 }
 
-/** Aborts upstream work when the client goes away before the answer. */
-export function clientAbortSignal(reply: FastifyReply): CancelSignal {
+/** Aborts upstream work when the client goes away before the answer (until disarmed: a stream that started goes on). */
+export function clientAbortSignal(reply: FastifyReply): CancelSignal & { disarm(): void } {
   return new ClientGone(reply.raw);
 }
 
@@ -73,6 +73,7 @@ class ClientGone implements CancelSignal {
   aborted = false;
   reason: Error | undefined = undefined;
   private listeners: (() => void)[] = [];
+  private armed = true;
 
   constructor(res: ServerResponse) {
     // A client that left while the request was still being read has closed already: its 'close' has fired.
@@ -94,7 +95,14 @@ class ClientGone implements CancelSignal {
     if (at >= 0) this.listeners.splice(at, 1);
   }
 
+  /** From now on the client's leaving aborts nothing. */
+  disarm(): void {
+    this.armed = false;
+    this.listeners = [];
+  }
+
   private abort(): void {
+    if (!this.armed) return;
     this.aborted = true;
     this.reason = new Error('the client closed the connection');
     const listeners = this.listeners;

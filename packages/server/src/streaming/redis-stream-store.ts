@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { decodeEvents, encodeEvents } from './event-batch.js';
 import {
@@ -13,6 +14,13 @@ import {
 
 const eventsKey = (id: string) => `gw:stream:{${id}}:events`;
 const metaKey = (id: string) => `gw:stream:{${id}}:meta`;
+const instanceKey = (id: string) => `gw:instance:${id}`;
+
+/** Each instance says it is alive this often, for this long: a resume elsewhere tells a dead relay from a quiet one. */
+const ALIVE_EVERY_MS = 2_000;
+const ALIVE_TTL_MS = 6_000;
+/** A resume on another instance waits this long for new events before it checks on the instance relaying the stream. */
+const FOLLOW_BLOCK_MS = 2_000;
 
 /** How long a stream's events may wait to be written together (its first event is written at once). */
 export const APPEND_COALESCE_MS = 100;
@@ -21,11 +29,12 @@ export const APPEND_COALESCE_MS = 100;
  * A batch of one stream's events as one entry (one slot: both keys share
  * the stream's hash tag), with the stream's meta record when it is new.
  * ARGV: max length, ttl (0: leave it), owner key id ('' : no meta), model,
- * entry id, the events (see {@link encodeEvents}), routing (JSON, '' : none).
+ * entry id, the events (see {@link encodeEvents}), routing (JSON, '' : none),
+ * the relaying instance.
  */
 const APPEND_EVENTS = `
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[2], 'keyId', ARGV[3], 'model', ARGV[4], 'routing', ARGV[7])
+  redis.call('HSET', KEYS[2], 'keyId', ARGV[3], 'model', ARGV[4], 'routing', ARGV[7], 'instance', ARGV[8])
 end
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[5], 'e', ARGV[6])
 local ttl = tonumber(ARGV[2])
@@ -46,9 +55,16 @@ type AppendEvents = (
   entryId: string,
   batch: string,
   routing: string,
+  instance: string,
 ) => Promise<unknown>;
 
 const ends = (e: StreamEvent | undefined) => e?.kind === 'done' || e?.kind === 'error';
+
+/** What a resume elsewhere ends with when the instance relaying its stream is gone: the rest of the stream went with it. */
+function relayLostEvent(seq: number): StreamEvent {
+  const message = 'The gateway instance that was relaying this stream stopped; the rest of the stream is lost. Send the request again.';
+  return { seq, kind: 'error', data: JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } }) };
+}
 
 /**
  * The resume buffer in Redis Streams, shared by every instance. Each entry
@@ -73,6 +89,9 @@ export class RedisStreamStore implements StreamStore {
   /** Meta records of streams whose first event is not written yet: they go in the same call. */
   private readonly newMeta = new Map<string, StreamMeta>();
   private tick: NodeJS.Timeout | null = null;
+  /** This instance, named in the meta record of every stream it relays. */
+  private readonly instance = randomBytes(9).toString('base64url');
+  private readonly alive: NodeJS.Timeout;
   /** Writes every stream's gathered batch (the tick, and shutdown). */
   private readonly flushAll = async (): Promise<void> => {
     if (this.tick) clearTimeout(this.tick);
@@ -87,6 +106,13 @@ export class RedisStreamStore implements StreamStore {
     private readonly graceS: number,
   ) {
     redis.defineCommand('gwAppendEvents', { numberOfKeys: 2, lua: APPEND_EVENTS });
+    this.sayAlive();
+    this.alive = setInterval(() => this.sayAlive(), ALIVE_EVERY_MS);
+    this.alive.unref();
+  }
+
+  private sayAlive(): void {
+    this.redis.set(instanceKey(this.instance), '1', 'PX', ALIVE_TTL_MS).catch(() => {});
   }
 
   /** The meta record is written with the first event (a session starts with its first chunk in hand). */
@@ -132,6 +158,7 @@ export class RedisStreamStore implements StreamStore {
         `${last.seq}-1`,
         encodeEvents(events),
         meta?.routing ? JSON.stringify(meta.routing) : '',
+        this.instance,
       )
       .catch(() => {});
   }
@@ -165,22 +192,37 @@ export class RedisStreamStore implements StreamStore {
     const stop = () => reader.disconnect();
     signal.addEventListener('abort', stop);
     try {
+      // Resumed at or past the end of a stream that ended: nothing is left to send.
+      const [tail] = (await reader.xrevrange(eventsKey(streamId), '+', '-', 'COUNT', 1)) as [string, string[]][];
+      const lastEvent = tail ? entryEvents(tail[0], tail[1]).at(-1) : undefined;
+      if (lastEvent && ends(lastEvent) && lastEvent.seq <= afterSeq) return;
       let last = `${afterSeq}-1`;
+      let seen = afterSeq;
       for (;;) {
         if (signal.aborted) return;
-        const res = (await reader.xread('COUNT', 500, 'BLOCK', 5000, 'STREAMS', eventsKey(streamId), last)) as [string, [string, string[]][]][] | null;
+        const res = (await reader.xread('COUNT', 500, 'BLOCK', FOLLOW_BLOCK_MS, 'STREAMS', eventsKey(streamId), last)) as
+          | [string, [string, string[]][]][]
+          | null;
         if (!res) {
-          if ((await reader.exists(metaKey(streamId))) === 0) return;
-          continue;
+          const relay = await this.relayOf(reader, streamId);
+          if (relay === 'expired') return;
+          if (relay === 'alive') continue;
         }
-        for (const [id, fields] of res[0]?.[1] ?? []) {
+        // When the relay is gone, what it wrote before it went (a last batch may have come since the read) and then the loss.
+        const entries = res ?? ((await reader.xread('COUNT', 500, 'STREAMS', eventsKey(streamId), last)) as typeof res);
+        for (const [id, fields] of entries?.[0]?.[1] ?? []) {
           last = id;
           for (const event of entryEvents(id, fields)) {
             // The first entry may begin before the resume point.
             if (event.seq <= afterSeq) continue;
+            seen = event.seq;
             yield event;
             if (ends(event)) return;
           }
+        }
+        if (!res && !entries?.[0]?.[1]?.length) {
+          yield relayLostEvent(seen + 1);
+          return;
         }
       }
     } finally {
@@ -189,9 +231,19 @@ export class RedisStreamStore implements StreamStore {
     }
   }
 
+  /** Whether the stream is still relayed: its record expired, its instance is alive, or that instance is gone. */
+  private async relayOf(reader: Redis, streamId: string): Promise<'expired' | 'alive' | 'gone'> {
+    const instance = await reader.hget(metaKey(streamId), 'instance');
+    // A record without the field (written before instances named themselves) cannot say: it waits for its expiry.
+    if (instance === null) return (await reader.exists(metaKey(streamId))) === 0 ? 'expired' : 'alive';
+    return (await reader.exists(instanceKey(instance))) === 1 ? 'alive' : 'gone';
+  }
+
   /** Writes what is gathered (shutdown). */
   async close(): Promise<void> {
     await this.flushAll();
+    clearInterval(this.alive);
+    await this.redis.del(instanceKey(this.instance)).catch(() => {});
   }
 }
 

@@ -2,6 +2,7 @@ import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { lingerOnClose } from '../lingering-close.js';
 import type { Services } from '../services.js';
+import { recordClientGone } from './usage-recording.js';
 
 /**
  * Every request gets our own X-Request-Id, a state object, a Server-Timing
@@ -22,11 +23,13 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       errorCode: null,
       reservation: null,
       limit: null,
+      outlivesClient: false,
     };
     reply.header(H.requestId, request.id);
     services.lifecycle.inFlight++;
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
+      if (!reply.raw.writableFinished) recordClientGone(services, request);
     });
     done();
   });

@@ -12,8 +12,31 @@ export function registerUsageRecording(app: FastifyInstance, services: Services)
   });
 }
 
+/** nginx's status for a request whose client closed the connection before the answer. */
+export const CLIENT_CLOSED_STATUS = 499;
+
+/**
+ * The client closed the connection before its answer was written: the
+ * response will never finish (no onResponse), so the request is recorded
+ * now, with what it had cost so far (0 unless the upstream had answered),
+ * and its budget hold settled. A stream that already started is not here:
+ * its session records it when the upstream ends.
+ */
+export function recordClientGone(services: Services, request: FastifyRequest): void {
+  if (request.gw.outlivesClient || (request.gw.usage === null && request.gw.reservation === null)) return;
+  request.gw.errorCode = 'client_closed';
+  record(services, request, CLIENT_CLOSED_STATUS);
+}
+
 function recordUsage(services: Services, request: FastifyRequest, reply: FastifyReply): void {
+  record(services, request, reply.statusCode);
+}
+
+/** Records the request once: its draft and hold are taken off it. */
+function record(services: Services, request: FastifyRequest, status: number): void {
   const { key, usage, reservation } = request.gw;
+  request.gw.usage = null;
+  request.gw.reservation = null;
   if (reservation) {
     services.ledger.settle(reservation, usage?.cost ?? 0).catch((err: unknown) => request.log.warn({ err }, 'budget settle failed'));
   }
@@ -31,7 +54,7 @@ function recordUsage(services: Services, request: FastifyRequest, reply: Fastify
     units: usage.units,
     cost: usage.cost,
     latencyMs: Math.round(performance.now() - request.gw.startedAt),
-    status: reply.statusCode,
+    status,
     errorCode: request.gw.errorCode,
     streamed: usage.streamed,
     createdAt: new Date(),

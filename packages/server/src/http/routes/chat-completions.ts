@@ -1,4 +1,4 @@
-import { ChatCompletionRequest, ChatCompletionResponse } from '@gw/schema';
+import { ChatCompletionRequest, ChatCompletionResponse, H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
@@ -39,6 +39,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       request.gw.usage = newUsageDraft('chat', model.id);
+      request.gw.outlivesClient = body.stream === true && request.headers[H.idempotencyKey] !== undefined;
       const lastEventId = request.headers['last-event-id'];
       if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
         await applyRateLimit(request, reply);

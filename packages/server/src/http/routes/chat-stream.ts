@@ -14,8 +14,9 @@ import type { StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { sseFrames } from '../../streaming/sse-frames.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
+import { recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
-import { callUpstream, routingHeaders } from '../upstream-call.js';
+import { callUpstream, clientAbortSignal, routingHeaders } from '../upstream-call.js';
 
 interface Started {
   upstream: ChatStream;
@@ -41,9 +42,12 @@ export async function startStream(
 ) {
   const { body, plan, options } = args;
   const model = request.gw.usage?.model as string;
+  // Until its first event is written, a client that leaves never learnt the stream's id and cannot resume it: the
+  // upstream is stopped. With an idempotency key it goes on (a retry with the key gets it whole).
+  const gone = request.gw.outlivesClient ? undefined : clientAbortSignal(reply);
   const result = await executePlan(plan, (offer) =>
     callUpstream(services, request, offer, async (adapter): Promise<Started> => {
-      const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id });
+      const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone });
       const source = new RelayGate(
         upstream,
         () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` }),
@@ -56,7 +60,20 @@ export async function startStream(
         throw err;
       }
     }),
-  );
+  ).catch((err: unknown) => {
+    // A stream that would have outlived its client never began: it is recorded as the client's leaving, as any other.
+    if (request.gw.outlivesClient && reply.raw.closed && !reply.raw.writableFinished) {
+      request.gw.outlivesClient = false;
+      recordClientGone(services, request);
+    }
+    throw err;
+  });
+  if (gone?.aborted) {
+    result.value.upstream.abort();
+    // Nobody reads this answer; the request was recorded when its client left (usage-recording.ts).
+    throw new GatewayError('upstream_failed', 'The client closed the connection before the stream began.');
+  }
+  gone?.disarm();
   const key = request.gw.key;
   if (!key) throw new GatewayError('unauthorized', 'Missing API key.');
   // The session bills the stream when the upstream ends, not when the client leaves.
