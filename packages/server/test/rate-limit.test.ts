@@ -138,7 +138,7 @@ describe('fail-open', () => {
         expect(res.status).toBe(200);
         expect(res.headers.get('x-ratelimit-enforced')).toBe('false');
       }
-      // One command timeout (50 ms) opens the breaker; the rest skip Redis.
+      // One command timeout (500 ms) opens the breaker; the rest skip Redis.
       times.sort((x, y) => x - y);
       expect(times[Math.floor(times.length / 2)]).toBeLessThan(50);
     } finally {
@@ -151,6 +151,20 @@ describe('fail-open', () => {
       expect(afterRestart.status).toBe(200);
       expect(afterRestart.headers.get('x-ratelimit-enforced')).toBe('true');
     }, 5000);
+  }, 30_000);
+
+  it('a Redis that is slow for a moment (paused 200 ms under a burst) is waited for: the limit stays exact and enforced', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 30 });
+    redis.pause();
+    const resumed = new Promise((r) => setTimeout(r, 200)).then(() => redis.resume());
+    try {
+      const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => chat(i % 2 === 0 ? one.baseA : two.baseA, key)));
+      expect(answers.filter((r) => r.status === 200)).toHaveLength(30);
+      expect(answers.filter((r) => r.status === 429)).toHaveLength(30);
+      expect(answers.map((r) => r.headers.get('x-ratelimit-enforced')).filter((e) => e !== 'true')).toEqual([]);
+    } finally {
+      await resumed;
+    }
   }, 30_000);
 
   it('a dead Redis lets requests through marked unenforced', async () => {

@@ -3,6 +3,7 @@ import { type RedisServer, startRedis } from '@gw/testkit';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS } from '../src/kv/redis.js';
+import { eventually } from './helpers/gateway.js';
 
 let server: RedisServer;
 let redis: Redis;
@@ -31,8 +32,25 @@ describe('the request-path Redis client times commands out, tolerating event-loo
     ]);
     expect(took).toBeGreaterThanOrEqual(45);
     expect(took).toBeLessThan(1_000);
-    await new Promise((r) => setTimeout(r, 100));
-    expect(await redis.ping()).toBe('PONG');
+    // Three in a row with no reply between: the connection is taken for dead and made anew.
+    await eventually(async () => expect(await redis.ping()).toBe('PONG'), 5000);
+  });
+
+  it('takes a connection on which commands keep timing out for dead: it reconnects, and commands fail at once meanwhile', async () => {
+    const reconnects: string[] = [];
+    redis.on('reconnecting', () => reconnects.push('reconnecting'));
+    server.pause();
+    try {
+      await Promise.allSettled([redis.get('x'), redis.get('y'), redis.get('z')]);
+      await eventually(() => expect(redis.status).not.toBe('ready'), 2000);
+      const started = performance.now();
+      await expect(redis.get('w')).rejects.toThrow();
+      expect(performance.now() - started).toBeLessThan(40);
+    } finally {
+      server.resume();
+    }
+    await eventually(async () => expect(await redis.ping()).toBe('PONG'), 5000);
+    expect(reconnects.length).toBeGreaterThan(0);
   });
 
   it('does not fail a command whose reply came while the event loop was stalled past the timeout', async () => {
@@ -48,7 +66,6 @@ describe('the request-path Redis client times commands out, tolerating event-loo
       }),
     );
     await expect(pending).resolves.toBe('OK');
-    // Commands sent after a timed-out one still time out on their own schedule.
     const many = await Promise.all(Array.from({ length: 200 }, (_, i) => redis.set(`k${i}`, String(i))));
     expect(many.every((r) => r === 'OK')).toBe(true);
   });

@@ -3,13 +3,20 @@ import type { Bus } from './types.js';
 
 /**
  * Options for the request-path client: no offline queue and no retries per
- * command, so a dead Redis fails a call at once instead of queueing it
- * (the limiter then fails open). Reconnects back off instead of storming.
+ * command, so a Redis that is gone (its connection closed or refused)
+ * fails a call at once instead of queueing it (the limiter then fails
+ * open). A Redis that is there but slow (a burst on a busy machine) is
+ * waited for: the command timeout is 500 ms, since failing open on a slow
+ * reply let bursts past the limit (and budgets past their ledger) while
+ * Redis was up. A Redis that stops answering on an open connection (a
+ * network partition) is taken for gone after a few commands in a row time
+ * out: the connection is dropped, and commands fail at once until it is
+ * back. Reconnects back off instead of storming.
  */
 export const FAST_FAIL_OPTIONS: RedisOptions = {
   enableOfflineQueue: false,
   maxRetriesPerRequest: 0,
-  commandTimeout: 50,
+  commandTimeout: 500,
   // A request's commands are written as soon as the code that issued them returns (writeTogetherPerRun).
   // Auto-pipelining would hold them until every request read in the same turn of the event loop has
   // issued its own (setImmediate): under a burst of requests, each waited for the whole burst's work
@@ -74,6 +81,8 @@ function writeTogetherPerRun(client: Redis): void {
  * due, waits one turn of the loop (setImmediate runs after the socket
  * reads), so only a reply that truly has not come counts as a timeout.
  */
+const DEAD_AFTER_TIMEOUTS = 3;
+
 function applyLagTolerantTimeout(client: Redis, ms: number): void {
   const send = client.sendCommand.bind(client);
   // Commands in the order they were sent, so in the order they fall due: one timer for the oldest
@@ -83,13 +92,18 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
   const waiting: ({ command: Command; due: number } | undefined)[] = [];
   let head = 0;
   let timer: NodeJS.Timeout | null = null;
+  // Commands timed out in a row, with no reply between them: past a few, the connection is dead.
+  let timedOutInARow = 0;
   const takeHead = () => {
     const entry = waiting[head] as { command: Command; due: number };
     waiting[head++] = undefined;
     return entry;
   };
   const arm = () => {
-    while (head < waiting.length && (waiting[head] as { command: Command }).command.isSettled) takeHead();
+    while (head < waiting.length && (waiting[head] as { command: Command }).command.isSettled) {
+      takeHead();
+      timedOutInARow = 0;
+    }
     if (head > 1024 && head * 2 > waiting.length) {
       waiting.splice(0, head);
       head = 0;
@@ -103,7 +117,15 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
       const now = performance.now();
       while (head < waiting.length && (waiting[head] as { due: number }).due <= now) {
         const { command } = takeHead();
-        if (!command.isSettled) command.reject(new Error('Command timed out'));
+        if (!command.isSettled) {
+          command.reject(new Error('Command timed out'));
+          timedOutInARow++;
+        }
+      }
+      if (timedOutInARow >= DEAD_AFTER_TIMEOUTS) {
+        timedOutInARow = 0;
+        // Reconnects (retryStrategy): meanwhile commands fail at once, without their timeout.
+        client.disconnect(true);
       }
       arm();
     });
