@@ -3,7 +3,7 @@ import { type PostgresServer, type RedisServer, startPostgres, startRedis } from
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let redis: RedisServer;
 let pg: PostgresServer;
@@ -99,6 +99,36 @@ describe('budgets while Redis is away', () => {
       sim.providers.scaleway?.configure({ latencyMs: 30 });
     }
   }, 30_000);
+});
+
+describe('budgets when Redis stalls and comes back', () => {
+  it('costs settled elsewhere while Redis did not answer reach its totals: spending on to the end never passes the budget, and no hold is left', async () => {
+    const budget = worst * 20 + 1e-9;
+    const { id, key } = await one.createKey({ budget, rateLimitRpm: 100_000 });
+    const tag = `key:${id}`;
+    const batch = async (n: number, gws = [one, two]) =>
+      (await Promise.all(Array.from({ length: n }, (_, i) => chat(gws[i % gws.length] as TestGateway, key)))).map((r) => r.status);
+    expect(await batch(6)).toEqual([200, 200, 200, 200, 200, 200]);
+    // Longer than the command timeout: the ledger gives up on Redis and holds the budget in PostgreSQL meanwhile
+    // (on one instance: near a budget's end, room one instance leased there is refused to the others for a while).
+    redis.pause();
+    let during: number[];
+    try {
+      during = await batch(8, [one]);
+    } finally {
+      redis.resume();
+    }
+    expect(during).toEqual([200, 200, 200, 200, 200, 200, 200, 200]);
+    let statuses: number[] = [];
+    for (let round = 0; round < 30 && !statuses.every((s) => s === 402); round++) statuses = await batch(6);
+    expect(statuses.every((s) => s === 402)).toBe(true);
+    expect(await spentOf(one, id)).toBeLessThanOrEqual(budget);
+    // Holds whose settle or reserve Redis missed were let go once it answered.
+    await eventually(async () => expect((await one.gateway.services.ledger.peek(tag, tag))?.reserved).toBe(0), 5000);
+    // Both instances enforce the rate limit again before the tests after this one.
+    const probe = await one.createKey({ rateLimitRpm: 100_000 });
+    for (const gw of [one, two]) await eventually(async () => expect((await chat(gw, probe.key)).headers.get('x-ratelimit-enforced')).toBe('true'), 5000);
+  }, 60_000);
 });
 
 // With the limiter up (it fails open without Redis).

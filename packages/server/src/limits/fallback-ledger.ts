@@ -1,6 +1,17 @@
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
+import { toNano } from './budget-types.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryLedger } from './memory-ledger.js';
+
+/** What the shared ledger (Redis) offers to be brought up to date after it was away. */
+export interface SharedLedger extends BudgetLedger {
+  reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation;
+  addSpent(tag: string, scopeIds: string[], nano: number): Promise<void>;
+}
+
+const CATCH_UP_EVERY_MS = 1_000;
+/** At most this many holds and costs wait to be brought to the shared ledger; past it the oldest go (holds expire by themselves). */
+const MAX_WAITING = 100_000;
 
 /**
  * The shared ledger (Redis) while it answers. While it does not, leases in
@@ -8,6 +19,13 @@ import { MemoryLedger } from './memory-ledger.js';
  * too, so a budget still holds across instances; and only while that is
  * away as well, this instance's own ledger (loaded from the store's
  * totals), which holds a budget per instance.
+ *
+ * What happened meanwhile is brought to the shared ledger once it answers
+ * again, so that it does not admit against a total that misses it: the
+ * costs settled in the other ledgers are added to its totals, settles it
+ * missed are sent again (a settle removes its hold only once, so a repeat
+ * adds nothing twice), and holds whose reserve call failed (it may have
+ * run all the same) are released.
  */
 export class FallbackLedger implements BudgetLedger {
   private readonly local = new MemoryLedger();
@@ -15,20 +33,29 @@ export class FallbackLedger implements BudgetLedger {
   private readonly databaseBreaker = new CircuitBreaker(1000);
   /** Reservations not made in the shared ledger, by the ledger that holds them. */
   private readonly heldBy = new WeakMap<Reservation, BudgetLedger>();
+  /** Costs settled outside the shared ledger, by tag and scopes, not yet added to it. */
+  private readonly owed = new Map<string, { tag: string; scopeIds: string[]; nano: number }>();
+  private missedSettles: { r: Reservation; eur: number }[] = [];
+  private strayHolds: Reservation[] = [];
+  private catchUpTimer: NodeJS.Timeout | null = null;
+  private catchUpRun: Promise<void> | null = null;
 
   constructor(
-    private readonly shared: BudgetLedger,
+    private readonly shared: SharedLedger,
     private readonly database: BudgetLedger | null = null,
   ) {}
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
     if (this.breaker.allow()) {
       try {
+        // Back after an outage: what it missed first, so that it does not admit against totals that lack it.
+        if (this.behind) await this.catchUp();
         const res = await this.shared.reserve(tag, scopes, eur, requestId);
         this.breaker.success();
         return res;
       } catch {
         this.breaker.failure();
+        this.later(() => this.strayHolds.push(this.shared.reservationOf(tag, scopes, eur, requestId)));
       }
     }
     if (this.database && this.databaseBreaker.allow()) {
@@ -47,11 +74,21 @@ export class FallbackLedger implements BudgetLedger {
   }
 
   async settle(r: Reservation, actualEur: number): Promise<void> {
-    const ledger = this.heldBy.get(r) ?? this.shared;
+    const elsewhere = this.heldBy.get(r);
+    if (elsewhere) {
+      const nano = toNano(actualEur);
+      if (nano > 0) this.later(() => this.owe(r.tag, r.scopes, nano));
+      try {
+        await elsewhere.settle(r, actualEur);
+      } catch {
+        // Its hold lapses by itself; the spend reaches the store through the usage record.
+      }
+      return;
+    }
     try {
-      await ledger.settle(r, actualEur);
+      await this.shared.settle(r, actualEur);
     } catch {
-      // The hold expires by itself; the spend reaches the store through the usage record.
+      this.later(() => this.missedSettles.push({ r, eur: actualEur }));
     }
   }
 
@@ -61,5 +98,60 @@ export class FallbackLedger implements BudgetLedger {
 
   peek(tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null> {
     return this.shared.peek(tag, scopeId);
+  }
+
+  private owe(tag: string, scopeIds: string[], nano: number): void {
+    const id = `${tag} ${scopeIds.join(' ')}`;
+    const entry = this.owed.get(id);
+    if (entry) entry.nano += nano;
+    else this.owed.set(id, { tag, scopeIds, nano });
+  }
+
+  /** Notes something to bring to the shared ledger, and makes sure it is tried every second until it is. */
+  private later(note: () => void): void {
+    note();
+    if (this.missedSettles.length > MAX_WAITING) this.missedSettles.splice(0, this.missedSettles.length - MAX_WAITING);
+    if (this.strayHolds.length > MAX_WAITING) this.strayHolds.splice(0, this.strayHolds.length - MAX_WAITING);
+    if (this.catchUpTimer) return;
+    this.catchUpTimer = setInterval(() => this.catchUp().catch(() => {}), CATCH_UP_EVERY_MS);
+    this.catchUpTimer.unref();
+  }
+
+  private get behind(): boolean {
+    return this.owed.size > 0 || this.missedSettles.length > 0 || this.strayHolds.length > 0;
+  }
+
+  /** Brings the shared ledger up to date (one run at a time, which every caller waits for); rejects if it does not answer. */
+  private catchUp(): Promise<void> {
+    this.catchUpRun ??= this.runCatchUp().finally(() => {
+      this.catchUpRun = null;
+      if (!this.behind && this.catchUpTimer) {
+        clearInterval(this.catchUpTimer);
+        this.catchUpTimer = null;
+      }
+    });
+    return this.catchUpRun;
+  }
+
+  /** Costs first, then the missed settles and the stray holds; what fails stays for the next run. */
+  private async runCatchUp(): Promise<void> {
+    const owed = [...this.owed.values()];
+    this.owed.clear();
+    for (const [i, entry] of owed.entries()) {
+      try {
+        await this.shared.addSpent(entry.tag, entry.scopeIds, entry.nano);
+      } catch (err) {
+        for (const rest of owed.slice(i)) this.owe(rest.tag, rest.scopeIds, rest.nano);
+        throw err;
+      }
+    }
+    const settles = this.missedSettles;
+    const strays = this.strayHolds;
+    this.missedSettles = [];
+    this.strayHolds = [];
+    const failed = await Promise.all(settles.map((m) => this.shared.settle(m.r, m.eur).then(() => null, () => m)));
+    const stuck = await Promise.all(strays.map((r) => this.shared.release(r).then(() => null, () => r)));
+    for (const m of failed) if (m) this.missedSettles.push(m);
+    for (const r of stuck) if (r) this.strayHolds.push(r);
   }
 }

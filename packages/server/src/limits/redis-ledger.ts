@@ -73,6 +73,15 @@ end
 return 0
 `;
 
+// KEYS: spent keys. ARGV: nano. Costs settled elsewhere while Redis was away; a total not loaded yet
+// will be read from the store, which has them (or will, once their usage records are written).
+const ADD_SPENT = `
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], ARGV[1]) end
+end
+return 0
+`;
+
 /** Settles waiting for the next turn of the event loop, grouped by the keys they touch. */
 interface SettleBatch {
   keys: string[];
@@ -103,12 +112,27 @@ export class RedisLedger implements BudgetLedger {
   private readonly argsOfScopes = new WeakMap<BudgetScope[], ReserveArgs>();
   private readonly reserveCmd: Cmd;
   private readonly settleCmd: Cmd;
+  private readonly addSpentCmd: Cmd;
 
   constructor(private readonly redis: Redis) {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
     redis.defineCommand('gwBudgetSettle', { lua: SETTLE });
     this.reserveCmd = this.cmd('gwBudgetReserve');
     this.settleCmd = this.cmd('gwBudgetSettle');
+    redis.defineCommand('gwBudgetAddSpent', { lua: ADD_SPENT });
+    this.addSpentCmd = this.cmd('gwBudgetAddSpent');
+  }
+
+  /** The reservation `reserve` would have made: to release a hold whose reserve call failed yet may have run. */
+  reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation {
+    const nano = toNano(eur);
+    return { id: `${requestId}:${nano}`, nano, scopes: scopes.map((s) => s.id), tag };
+  }
+
+  /** Adds costs settled in another ledger (while this one was away) to the scopes' totals. */
+  async addSpent(tag: string, scopeIds: string[], nano: number): Promise<void> {
+    const keys = scopeIds.map((id) => keysOf(tag, id)[0]);
+    await this.addSpentCmd(keys.length, ...keys, nano);
   }
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
