@@ -149,9 +149,12 @@ export class FallbackLedger implements BudgetLedger {
     const strays = this.strayHolds;
     this.missedSettles = [];
     this.strayHolds = [];
-    const failed = await Promise.all(settles.map((m) => this.shared.settle(m.r, m.eur).then(() => null, () => m)));
-    const stuck = await Promise.all(strays.map((r) => this.shared.release(r).then(() => null, () => r)));
+    const retry = <T>(item: T, sent: Promise<void>) => sent.then(noneLeft, () => item);
+    const failed = await Promise.all(settles.map((m) => retry(m, this.shared.settle(m.r, m.eur))));
+    const stuck = await Promise.all(strays.map((r) => retry(r, this.shared.release(r))));
     for (const m of failed) if (m) this.missedSettles.push(m);
     for (const r of stuck) if (r) this.strayHolds.push(r);
   }
 }
+
+const noneLeft = (): null => null;
