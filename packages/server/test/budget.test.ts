@@ -101,6 +101,34 @@ describe('budgets while Redis is away', () => {
   }, 30_000);
 });
 
+describe('budgets when Redis and PostgreSQL are both away', () => {
+  it('a key with a budget is refused with 503 and Retry-After rather than admitted against totals no instance can check; a key without one goes on', async () => {
+    const own = await startPostgres();
+    let five: TestGateway | undefined;
+    try {
+      // Its Redis is the one stopped above.
+      five = await startGateway({ sim, redisUrl: gone.url, databaseUrl: await own.createDatabase() });
+      const budgeted = await five.createKey({ budget: worst * 100, rateLimitRpm: 1000 });
+      const free = await five.createKey({ rateLimitRpm: 1000 });
+      // Both keys are known to the instance (cached) before the database goes; the budgeted one has leased no room yet
+      // (an instance admits from the room it leased while it lasts, database or not).
+      const listed = await fetch(`${five.baseA}/models`, { headers: { authorization: `Bearer ${budgeted.key}` } });
+      expect([listed.status, (await chat(five, free.key)).status]).toEqual([200, 200]);
+      await own.kill();
+      for (const base of ['A', 'B'] as const) {
+        const refused = await chat(five, budgeted.key, base);
+        const body = (await refused.json()) as { error: { code: string; message: string } };
+        expect([refused.status, body.error.code, refused.headers.get('retry-after')]).toEqual([503, 'service_unavailable', '1']);
+        expect(body.error.message).toMatch(/budget/);
+      }
+      expect((await chat(five, free.key)).status).toBe(200);
+    } finally {
+      await five?.close();
+      await own.stop().catch(() => {});
+    }
+  }, 60_000);
+});
+
 describe('budgets when Redis stalls and comes back', () => {
   it('costs settled elsewhere while Redis did not answer reach its totals: spending on to the end never passes the budget, and no hold is left', async () => {
     const budget = worst * 20 + 1e-9;

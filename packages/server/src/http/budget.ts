@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { BudgetScope } from '../limits/budget-types.js';
+import { BudgetsUnavailableError } from '../limits/fallback-ledger.js';
 import type { ApiKeyRecord, Workspace } from '../store/types.js';
 import { applyRateLimit } from './plugins/rate-limit.js';
 import { recordClientGone } from './plugins/usage-recording.js';
@@ -45,7 +46,13 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
   const scopes = budgetScopes(services, key, ws);
   if (scopes.length === 0) return;
   const tag = key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;
-  const res = await services.ledger.reserve(tag, scopes, worstEur, request.id);
+  const res = await services.ledger.reserve(tag, scopes, worstEur, request.id).catch((err: unknown) => {
+    if (!(err instanceof BudgetsUnavailableError)) throw err;
+    throw new GatewayError('store_unavailable', 'The budget of this key cannot be checked right now (its stores are unreachable); please retry shortly.', {
+      retryAfterS: 1,
+      cause: err,
+    });
+  });
   if (!res.ok) {
     const what = res.scope.startsWith('ws:') ? 'workspace' : 'API key';
     throw new GatewayError(

@@ -13,12 +13,22 @@ const CATCH_UP_EVERY_MS = 1_000;
 /** At most this many holds and costs wait to be brought to the shared ledger; past it the oldest go (holds expire by themselves). */
 const MAX_WAITING = 100_000;
 
+/** Neither Redis nor the database can hold a budget right now: the request is refused, to be retried. */
+export class BudgetsUnavailableError extends Error {
+  constructor(cause: unknown) {
+    super('neither Redis nor the database could hold the budget', { cause });
+  }
+}
+
 /**
  * The shared ledger (Redis) while it answers. While it does not, leases in
  * the database (`database`, with PostgreSQL), which every instance shares
- * too, so a budget still holds across instances; and only while that is
- * away as well, this instance's own ledger (loaded from the store's
- * totals), which holds a budget per instance.
+ * too, so a budget still holds across instances. When that fails as well,
+ * a request with a budget is refused ({@link BudgetsUnavailableError}):
+ * each instance's own ledger would admit, against the last total it read,
+ * the whole remainder, and so would every other instance's. Only without
+ * a shared database (the embedded store, one instance) is this instance's
+ * own ledger the last tier.
  *
  * What happened meanwhile is brought to the shared ledger once it answers
  * again, so that it does not admit against a total that misses it: the
@@ -58,14 +68,16 @@ export class FallbackLedger implements BudgetLedger {
         this.later(() => this.strayHolds.push(this.shared.reservationOf(tag, scopes, eur, requestId)));
       }
     }
-    if (this.database && this.databaseBreaker.allow()) {
+    if (this.database) {
+      if (!this.databaseBreaker.allow()) throw new BudgetsUnavailableError(null);
       try {
         const res = await this.database.reserve(tag, scopes, eur, requestId);
         this.databaseBreaker.success();
         if (res.ok) this.heldBy.set(res.reservation, this.database);
         return res;
-      } catch {
+      } catch (err) {
         this.databaseBreaker.failure();
+        throw new BudgetsUnavailableError(err);
       }
     }
     const res = await this.local.reserve(tag, scopes, eur, requestId);
