@@ -17,6 +17,7 @@ import { opsRoutes } from './http/routes/ops.js';
 import type { Services } from './http/services.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
 import { UsageWriter } from './jobs/usage-writer.js';
+import { InstancePresence } from './kv/instance-presence.js';
 import { MemoryBus } from './kv/memory.js';
 import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
@@ -86,11 +87,13 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();
   // While Redis is away, instances sharing PostgreSQL lease budgets there; one embedded instance needs no more than its own ledger.
   const leases = redis && store.kind === 'postgres' ? new LeaseLedger(store.budgetLeases, { storedBefore: () => usage.storedBefore }) : null;
-  const ledger = redis ? new FallbackLedger(new RedisLedger(redis), leases) : new MemoryLedger();
+  // What this instance leaves in Redis (budget holds, stream buffers) names it, so that others can tell when it died.
+  const presence = redis ? new InstancePresence(redis) : null;
+  const ledger = redis && presence ? new FallbackLedger(new RedisLedger(redis, presence), leases) : new MemoryLedger();
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command.
   const streamRedis = config.redisUrl ? await connectRedis(config.redisUrl, BATCHING_OPTIONS) : null;
-  const streams = streamRedis ? new RedisStreamStore(streamRedis, config.streamGraceS) : new MemoryStreamStore(config.streamGraceS);
+  const streams = streamRedis && presence ? new RedisStreamStore(streamRedis, config.streamGraceS, presence) : new MemoryStreamStore(config.streamGraceS);
   const sessions = new StreamSessions();
   const offerStats = new OfferStats({ failures: config.circuitFailures, openMs: config.circuitOpenMs, remeasureMs: config.remeasureMs });
   // With Redis, every instance learns what the others see of each offer; without it, each keeps its own.
@@ -173,6 +176,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await usage.stop();
       await Promise.all([...adapters.values()].map((a) => a.close()));
       await streams.close();
+      await presence?.close();
       sharing?.close();
       await idempotency.close();
       await bus.close();

@@ -1,9 +1,13 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { spawnGateway } from './helpers/process.js';
 
 let redis: RedisServer;
 let pg: PostgresServer;
@@ -15,10 +19,11 @@ let solo: TestGateway;
 let gone: RedisServer;
 let three: TestGateway;
 let four: TestGateway;
+let databaseUrl: string;
 
 beforeAll(async () => {
   [redis, gone, pg, sim] = await Promise.all([startRedis(), startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  const databaseUrl = await pg.createDatabase();
+  databaseUrl = await pg.createDatabase();
   one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
   two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
   solo = await startGateway({ sim });
@@ -99,6 +104,39 @@ describe('budgets while Redis is away', () => {
       sim.providers.scaleway?.configure({ latencyMs: 30 });
     }
   }, 30_000);
+});
+
+describe('budget holds of an instance that died', () => {
+  it('are let go once it stops saying it is alive, instead of refusing the room they held for 15 minutes', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-'));
+    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+    const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
+    const scaleway = sim.providers.scaleway;
+    try {
+      // Room for one request's worst case.
+      const { key } = await one.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
+      scaleway?.configure({ latencyMs: 5000 });
+      scaleway?.resetStats();
+      const held = fetch(`${doomed.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
+      }).catch(() => null);
+      await eventually(() => expect(scaleway?.stats().inFlight).toBe(1), 5000);
+      doomed.child.kill('SIGKILL');
+      await doomed.exited;
+      await held;
+      scaleway?.configure({ latencyMs: 30 });
+      // Its hold still counts while its word that it is alive lasts (at least 4 s of 6)…
+      expect((await chat(one, key)).status).toBe(402);
+      // …then the next refusal finds it dead and lets its hold go.
+      await eventually(async () => expect((await chat(one, key)).status).toBe(200), 10_000);
+    } finally {
+      scaleway?.configure({ latencyMs: 30 });
+      if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
 
 describe('budgets when Redis and PostgreSQL are both away', () => {

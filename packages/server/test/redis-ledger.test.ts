@@ -1,16 +1,18 @@
 import { describe, expect, it } from 'vitest';
+import { InstancePresence } from '../src/kv/instance-presence.js';
 import { toNano } from '../src/limits/budget-types.js';
 import { RedisLedger } from '../src/limits/redis-ledger.js';
 import { useRedis } from './helpers/redis.js';
 
 const fixture = useRedis();
+const ledgerOf = (presence = new InstancePresence(fixture.redis)) => new RedisLedger(fixture.redis, presence);
 
 const base = (tag: string) => `gw:budget:{${tag}}:key:k1`;
 const scope = (limit: number) => ({ id: 'key:k1', limit, loadSpent: async () => 0 });
 
 describe('the Redis budget ledger keeps a running sum of its holds', () => {
   it('adds each hold and takes it off when settled; the sum decides like the holds would', async () => {
-    const ledger = new RedisLedger(fixture.redis);
+    const ledger = ledgerOf();
     const tag = 'sum-basic';
     const a = await ledger.reserve(tag, [scope(1)], 0.3, 'req_a');
     const b = await ledger.reserve(tag, [scope(1)], 0.4, 'req_b');
@@ -28,7 +30,7 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
   });
 
   it('takes expired holds (of instances that died) off the sum', async () => {
-    const ledger = new RedisLedger(fixture.redis);
+    const ledger = ledgerOf();
     const tag = 'sum-expiry';
     expect((await ledger.reserve(tag, [scope(1)], 0.9, 'req_live')).ok).toBe(true);
     // A hold whose request never settled, already past its expiry.
@@ -40,8 +42,26 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
     expect(await fixture.redis.zscore(`${base(tag)}:holds`, `req_dead:${toNano(0.5)}`)).toBeNull();
   });
 
+  it('a refusal first lets go of holds whose instance is no longer alive; a live instance keeps its holds', async () => {
+    const tag = 'dead-holder';
+    const doomed = new InstancePresence(fixture.redis);
+    const living = new InstancePresence(fixture.redis);
+    expect((await ledgerOf(doomed).reserve(tag, [scope(1)], 0.5, 'req_doomed')).ok).toBe(true);
+    expect((await ledgerOf(living).reserve(tag, [scope(1)], 0.4, 'req_living')).ok).toBe(true);
+    const ledger = ledgerOf();
+    // Both holders alive: 0.9 of 1 is held, and 0.3 more does not fit.
+    expect((await ledger.reserve(tag, [scope(1)], 0.3, 'req_next')).ok).toBe(false);
+    // The first instance stops saying it is alive (as one killed outright does once its word lapses).
+    await doomed.close();
+    expect((await ledger.reserve(tag, [scope(1)], 0.3, 'req_next')).ok).toBe(true);
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.7));
+    // The live instance's hold is still there: 0.4 + 0.3 held, so 0.4 more does not fit.
+    expect((await ledger.reserve(tag, [scope(1)], 0.4, 'req_more')).ok).toBe(false);
+    await living.close();
+  });
+
   it('rebuilds a missing sum from the holds, and drops a sum whose holds are gone', async () => {
-    const ledger = new RedisLedger(fixture.redis);
+    const ledger = ledgerOf();
     const tag = 'sum-rebuild';
     expect((await ledger.reserve(tag, [scope(1)], 0.6, 'req_1')).ok).toBe(true);
     await fixture.redis.del(`${base(tag)}:held`);
@@ -55,7 +75,7 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
   });
 
   it('settles of one turn of the event loop go as one script call per set of scopes, each exact', async () => {
-    const ledger = new RedisLedger(fixture.redis);
+    const ledger = ledgerOf();
     const tags = ['batch-a', 'batch-b'];
     const held = [];
     for (const tag of tags) {

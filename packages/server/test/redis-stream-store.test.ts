@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { InstancePresence } from '../src/kv/instance-presence.js';
 import { decodeEvents, encodeEvents } from '../src/streaming/event-batch.js';
 import { APPEND_COALESCE_MS, RedisStreamStore } from '../src/streaming/redis-stream-store.js';
 import { DELIVERED_LINGER_S, STREAM_RETENTION_S, type StreamEvent } from '../src/streaming/types.js';
@@ -53,7 +54,7 @@ describe('a batch of events as one string', () => {
 
 describe('the Redis resume buffer', () => {
   it('writes the first event at once and the rest as one entry per tick, resumable from inside an entry', async () => {
-    const store = new RedisStreamStore(fixture.redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60, new InstancePresence(fixture.redis));
     const id = 'batched';
     await store.create(id, { keyId: 'key_1', model: 'm' });
     store.append(id, chunk(1));
@@ -75,7 +76,7 @@ describe('the Redis resume buffer', () => {
   });
 
   it('writes the last batch with the short linger as soon as the client has it all, with no command after it', async () => {
-    const store = new RedisStreamStore(fixture.redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60, new InstancePresence(fixture.redis));
     const id = 'delivered-early';
     await store.create(id, { keyId: 'key_1', model: 'm' });
     store.append(id, chunk(1));
@@ -97,7 +98,7 @@ describe('the Redis resume buffer', () => {
   });
 
   it('shortens the expiry of a stream delivered after its last batch was written', async () => {
-    const store = new RedisStreamStore(fixture.redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60, new InstancePresence(fixture.redis));
     const id = 'delivered-late';
     await store.create(id, { keyId: 'key_1', model: 'm' });
     store.append(id, chunk(1));
@@ -110,7 +111,7 @@ describe('the Redis resume buffer', () => {
   });
 
   it('reads entries of one event each, as they were once written', async () => {
-    const store = new RedisStreamStore(fixture.redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60, new InstancePresence(fixture.redis));
     const id = 'one-per-entry';
     await fixture.redis.hset(`gw:stream:{${id}}:meta`, 'keyId', 'key_1', 'model', 'm');
     await fixture.redis.xadd(eventsKey(id), '1-1', 'k', 'chunk', 'd', '{"n":1}');
@@ -119,7 +120,7 @@ describe('the Redis resume buffer', () => {
   });
 
   it('writes what is gathered when it closes', async () => {
-    const store = new RedisStreamStore(fixture.redis, 60);
+    const store = new RedisStreamStore(fixture.redis, 60, new InstancePresence(fixture.redis));
     const id = 'closing';
     await store.create(id, { keyId: 'key_1', model: 'm' });
     store.append(id, chunk(1));

@@ -1,8 +1,9 @@
 import type { Redis } from 'ioredis';
+import type { InstancePresence } from '../kv/instance-presence.js';
 import { hiddenSlot } from '../lib/hidden-slot.js';
 import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
-// Per scope three keys: its spent total, its holds (sorted set, member "<request>:<nano>", score: expiry)
+// Per scope three keys: its spent total, its holds (sorted set, member "<request>@<instance>:<nano>", score: expiry)
 // and the running sum of those holds, so that a reservation does not walk every hold in flight
 // (with 1,000 streams open that walk was 1,000 string matches inside Redis per request).
 // A sum key that is missing while holds exist (older data, eviction) is rebuilt from the holds.
@@ -114,7 +115,11 @@ export class RedisLedger implements BudgetLedger {
   private readonly settleCmd: Cmd;
   private readonly addSpentCmd: Cmd;
 
-  constructor(private readonly redis: Redis) {
+  constructor(
+    private readonly redis: Redis,
+    /** Names this instance in its holds; a refusal first lets go of holds whose instance died. */
+    private readonly presence: InstancePresence,
+  ) {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
     redis.defineCommand('gwBudgetSettle', { lua: SETTLE });
     this.reserveCmd = this.cmd('gwBudgetReserve');
@@ -126,7 +131,34 @@ export class RedisLedger implements BudgetLedger {
   /** The reservation `reserve` would have made: to release a hold whose reserve call failed yet may have run. */
   reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation {
     const nano = toNano(eur);
-    return { id: `${requestId}:${nano}`, nano, scopes: scopes.map((s) => s.id), tag };
+    return { id: `${this.holder(requestId)}:${nano}`, nano, scopes: scopes.map((s) => s.id), tag };
+  }
+
+  private holder(requestId: string): string {
+    return `${requestId}@${this.presence.id}`;
+  }
+
+  /**
+   * Lets go of the holds, in these scopes, of instances that are no longer
+   * alive (their requests died with them, unbilled); true if there were
+   * any. Only on a refusal, so the holds are read only near a budget's end.
+   */
+  private async dropHoldsOfTheDead(args: ReserveArgs): Promise<boolean> {
+    const members = new Set<string>();
+    for (let i = 1; i < args.keys.length; i += 3) {
+      for (const m of await this.redis.zrange(args.keys[i] as string, '0', '-1')) members.add(m);
+    }
+    const instanceOf = (m: string) => {
+      const at = m.lastIndexOf('@');
+      return at < 0 ? null : m.slice(at + 1, m.lastIndexOf(':'));
+    };
+    const named = [...members].filter((m) => instanceOf(m) !== null);
+    if (named.length === 0) return false;
+    const alive = await this.presence.alive(named.map((m) => instanceOf(m) as string));
+    const dead = named.filter((m) => !alive.has(instanceOf(m) as string));
+    if (dead.length === 0) return false;
+    await this.settleCmd(args.keys.length, ...args.keys, ...dead.flatMap((m) => [m, 0]));
+    return true;
   }
 
   /** Adds costs settled in another ledger (while this one was away) to the scopes' totals. */
@@ -139,14 +171,23 @@ export class RedisLedger implements BudgetLedger {
     const nano = toNano(eur);
     const args = this.reserveArgs(tag, scopes);
     const { keys, limits, ids } = args;
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const res = await this.reserveCmd(keys.length, ...keys, nano, requestId, RESERVATION_TTL_MS, ...limits);
+    const holder = this.holder(requestId);
+    let swept = false;
+    for (let attempt = 0; attempt < 4; attempt++) {
+      const res = await this.reserveCmd(keys.length, ...keys, nano, holder, RESERVATION_TTL_MS, ...limits);
       if (res === 0) {
-        const reservation = { id: `${requestId}:${nano}`, nano, scopes: ids, tag };
+        const reservation = { id: `${holder}:${nano}`, nano, scopes: ids, tag };
         settleKeysOf.set(reservation, args);
         return { ok: true, reservation };
       }
-      if (res > 0) return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
+      if (res > 0) {
+        // Refused: once, holds an instance left when it died (they would stand for 15 minutes) go first.
+        if (!swept && (await this.dropHoldsOfTheDead(args))) {
+          swept = true;
+          continue;
+        }
+        return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
+      }
       const scope = scopes[-res - 1] as BudgetScope;
       await this.redis.set(keysOf(tag, scope.id)[0] as string, String(toNano(await scope.loadSpent())), 'NX');
     }

@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { type InstancePresence, instanceKey } from '../kv/instance-presence.js';
 import { decodeEvents, encodeEvents } from './event-batch.js';
 import {
   DELIVERED_LINGER_S,
@@ -14,11 +14,6 @@ import {
 
 const eventsKey = (id: string) => `gw:stream:{${id}}:events`;
 const metaKey = (id: string) => `gw:stream:{${id}}:meta`;
-const instanceKey = (id: string) => `gw:instance:${id}`;
-
-/** Each instance says it is alive this often, for this long: a resume elsewhere tells a dead relay from a quiet one. */
-const ALIVE_EVERY_MS = 2_000;
-const ALIVE_TTL_MS = 6_000;
 /** A resume on another instance waits this long for new events before it checks on the instance relaying the stream. */
 const FOLLOW_BLOCK_MS = 2_000;
 
@@ -89,9 +84,7 @@ export class RedisStreamStore implements StreamStore {
   /** Meta records of streams whose first event is not written yet: they go in the same call. */
   private readonly newMeta = new Map<string, StreamMeta>();
   private tick: NodeJS.Timeout | null = null;
-  /** This instance, named in the meta record of every stream it relays. */
-  private readonly instance = randomBytes(9).toString('base64url');
-  private readonly alive: NodeJS.Timeout;
+
   /** Writes every stream's gathered batch (the tick, and shutdown). */
   private readonly flushAll = async (): Promise<void> => {
     if (this.tick) clearTimeout(this.tick);
@@ -104,15 +97,10 @@ export class RedisStreamStore implements StreamStore {
   constructor(
     private readonly redis: Redis,
     private readonly graceS: number,
+    /** This instance, named in the meta record of every stream it relays: a resume elsewhere tells a dead relay from a quiet one. */
+    private readonly presence: InstancePresence,
   ) {
     redis.defineCommand('gwAppendEvents', { numberOfKeys: 2, lua: APPEND_EVENTS });
-    this.sayAlive();
-    this.alive = setInterval(() => this.sayAlive(), ALIVE_EVERY_MS);
-    this.alive.unref();
-  }
-
-  private sayAlive(): void {
-    this.redis.set(instanceKey(this.instance), '1', 'PX', ALIVE_TTL_MS).catch(() => {});
   }
 
   /** The meta record is written with the first event (a session starts with its first chunk in hand). */
@@ -158,7 +146,7 @@ export class RedisStreamStore implements StreamStore {
         `${last.seq}-1`,
         encodeEvents(events),
         meta?.routing ? JSON.stringify(meta.routing) : '',
-        this.instance,
+        this.presence.id,
       )
       .catch(() => {});
   }
@@ -242,8 +230,6 @@ export class RedisStreamStore implements StreamStore {
   /** Writes what is gathered (shutdown). */
   async close(): Promise<void> {
     await this.flushAll();
-    clearInterval(this.alive);
-    await this.redis.del(instanceKey(this.instance)).catch(() => {});
   }
 }
 

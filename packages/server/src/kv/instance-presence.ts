@@ -1,0 +1,46 @@
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+
+/** Each instance says it is alive this often, for this long. */
+const ALIVE_EVERY_MS = 2_000;
+const ALIVE_TTL_MS = 6_000;
+
+export const instanceKey = (id: string): string => `gw:instance:${id}`;
+
+/**
+ * This instance's name in Redis, and its word that it is alive, renewed
+ * every 2 s for 6 s: what it leaves behind there (a stream's buffer, a
+ * budget hold) names it, so that another instance can tell what a dead
+ * one left from what a live one is still working on.
+ */
+export class InstancePresence {
+  /** No '@' or ':' (base64url): it sits inside budget hold names. */
+  readonly id = randomBytes(9).toString('base64url');
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(private readonly redis: Redis) {
+    this.sayAlive();
+    this.timer = setInterval(() => this.sayAlive(), ALIVE_EVERY_MS);
+    this.timer.unref();
+  }
+
+  private sayAlive(): void {
+    this.redis.set(instanceKey(this.id), '1', 'PX', ALIVE_TTL_MS).catch(() => {});
+  }
+
+  /** Which of these instances are alive (this one always is). */
+  async alive(ids: Iterable<string>): Promise<Set<string>> {
+    const others = [...new Set(ids)].filter((id) => id !== this.id);
+    const live = new Set<string>([this.id]);
+    const answers = await Promise.all(others.map((id) => this.redis.exists(instanceKey(id))));
+    others.forEach((id, i) => {
+      if (answers[i] === 1) live.add(id);
+    });
+    return live;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.redis.del(instanceKey(this.id)).catch(() => {});
+  }
+}
