@@ -197,6 +197,16 @@ describe('budgets when Redis stalls and comes back', () => {
   }, 60_000);
 });
 
+describe('budgets while Redis is away, near their end', () => {
+  it('the first instance to lease does not take all that is left: requests taking turns on two instances go through while the budget has room', async () => {
+    const budget = worst * 8 + 1e-9;
+    const { key } = await three.createKey({ budget, rateLimitRpm: 1000 });
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) statuses.push((await chat(i % 2 ? four : three, key)).status);
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 200]);
+  }, 30_000);
+});
+
 // With the limiter up (it fails open without Redis).
 describe.each([
   ['two instances sharing Redis and PostgreSQL', () => [one, two] as const],

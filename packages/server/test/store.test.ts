@@ -467,19 +467,21 @@ describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
     const holder = `lease:i${granted.indexOf(nano(0.1))}`;
     await store.budgetLeases.shrink(scope, holder, nano(0.04), 60_000);
     expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.05), nano(0.3), 60_000)).toBe(0);
-    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.01), nano(0.3), 60_000)).toBe(nano(0.04));
-    // Spend that reaches `spent` is room taken for good: with the holder's lease shrunk by it, the sum is unchanged.
+    // At most half of what is left (0.04), so that the next instance finds some too.
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.01), nano(0.3), 60_000)).toBe(nano(0.02));
+    // Spend that reaches `spent` is room taken for good: with the holder's lease shrunk by it, the room (0.02) is unchanged.
     await store.usage.insertMany([usage({ requestId: uid('req'), keyId: key.id, workspaceId: ws.id, cost: 0.06 })]);
     await store.budgetLeases.shrink(scope, holder, nano(0.06), 60_000);
-    expect(await store.budgetLeases.grow(scope, 'lease:more', 1, nano(0.3), 60_000)).toBe(0);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', 1, nano(0.3), 60_000)).toBe(nano(0.01));
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.011), nano(0.3), 60_000)).toBe(0);
     // An expired lease (its instance died) counts for nothing.
     const other = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: 0.2 });
     expect(await store.budgetLeases.grow(`key:${other.id}`, 'lease:dies', nano(0.2), nano(0.2), 1)).toBe(nano(0.2));
     await new Promise((r) => setTimeout(r, 20));
     expect(await store.budgetLeases.grow(`key:${other.id}`, 'lease:next', nano(0.2), nano(0.2), 60_000)).toBe(nano(0.2));
-    // The workspace's budget holds across its keys: 0.06 spent of 1.
+    // The workspace's budget holds across its keys: 0.06 spent of 1; a lease takes its minimum when that is more than half.
     expect(await store.budgetLeases.grow(`ws:${ws.id}`, 'lease:ws', nano(0.95), nano(2), 60_000)).toBe(0);
-    expect(await store.budgetLeases.grow(`ws:${ws.id}`, 'lease:ws', nano(0.9), nano(2), 60_000)).toBe(nano(0.94));
+    expect(await store.budgetLeases.grow(`ws:${ws.id}`, 'lease:ws', nano(0.9), nano(2), 60_000)).toBe(nano(0.9));
   });
 
   it('two lease ledgers admit no more than the budget between them, take stored costs off, and give idle room back', async () => {
@@ -491,32 +493,27 @@ describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
     const a = new LeaseLedger(store.budgetLeases, options);
     const b = new LeaseLedger(store.budgetLeases, options);
     try {
-      // The first request leases all of the room (room for 64 was asked); 39 more at once over both instances.
-      const first = await a.reserve('t', scopes, 0.05, 'r0');
-      const rest = await Promise.all(Array.from({ length: 39 }, (_, i) => (i % 2 ? a : b).reserve('t', scopes, 0.05, `r${i + 1}`)));
-      const results = [first, ...rest];
-      // 1 EUR holds 20 of 0.05 between them, all through the instance that leased it.
-      const admitted = results.filter((r) => r.ok);
-      expect(admitted).toHaveLength(20);
-      expect(rest.filter((r, i) => r.ok && i % 2 === 0)).toHaveLength(0);
-      // Settled at 0.02 each: within the lease, 0.6 of room is free again at once (never more).
-      for (const r of admitted) if (r.ok) await a.settle(r.reservation, 0.02);
-      const again = await Promise.all(Array.from({ length: 20 }, (_, i) => a.reserve('t', scopes, 0.05, `e${i}`)));
-      expect(again.filter((r) => r.ok)).toHaveLength(12);
-      for (const r of again) if (r.ok) await a.release(r.reservation);
-      expect((await b.reserve('t', scopes, 0.05, 'b-early')).ok).toBe(false);
-      // The other instance gets room once the costs are stored in `spent` (taken off the lease) and the unused
-      // rest has gone back after a while without use.
+      // Each grow leases at most half of what is left (room for 64 was asked); 40 at once over both instances.
+      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? b : a).reserve('t', scopes, 0.05, `r${i}`)));
+      const admitted = results.map((r, i) => ({ r, by: i % 2 ? b : a })).filter((x) => x.r.ok);
+      // 1 EUR holds 20 of 0.05: never more; at most one request's worth per instance may sit unused in a lease's remainder.
+      expect(admitted.length).toBeLessThanOrEqual(20);
+      expect(admitted.length).toBeGreaterThanOrEqual(18);
+      // Both instances admit: the first to lease did not take it all.
+      expect([a, b].map((l) => admitted.filter((x) => x.by === l).length > 0)).toEqual([true, true]);
+      // Settled at 0.02 each, the costs stored in `spent` (taken off the leases), and the unused room back after a while without use.
+      for (const x of admitted) if (x.r.ok) await x.by.settle(x.r.reservation, 0.02);
       await store.usage.insertMany(admitted.map((_, n) => usage({ requestId: uid(`paid${n}`), keyId: key.id, cost: 0.02 })));
       now += 1;
       storedBefore = now;
-      await a.tend();
-      expect((await b.reserve('t', scopes, 0.05, 'b-stored')).ok).toBe(false);
+      await Promise.all([a.tend(), b.tend()]);
       now += 6_000;
-      await a.tend();
-      const after = await Promise.all(Array.from({ length: 14 }, (_, i) => b.reserve('t', scopes, 0.05, `s${i}`)));
-      // 1 - 20 x 0.02 spent = 0.6: twelve more of 0.05, now through the other instance.
-      expect(after.filter((r) => r.ok)).toHaveLength(12);
+      await Promise.all([a.tend(), b.tend()]);
+      const room = 1 - admitted.length * 0.02;
+      const after = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 ? b : a).reserve('t', scopes, 0.05, `s${i}`)));
+      const fit = Math.floor(room / 0.05 + 1e-9);
+      expect(after.filter((r) => r.ok).length).toBeLessThanOrEqual(fit);
+      expect(after.filter((r) => r.ok).length).toBeGreaterThanOrEqual(fit - 2);
     } finally {
       a.stop();
       b.stop();

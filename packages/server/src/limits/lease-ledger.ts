@@ -157,8 +157,35 @@ export class LeaseLedger implements BudgetLedger {
       state.growing = this.grow(id, state, nano).finally(() => {
         state.growing = null;
       });
-      if (!(await state.growing)) return false;
+      if (!(await state.growing)) {
+        this.giveBackUnused(id, state);
+        return false;
+      }
     }
+  }
+
+  /**
+   * The database had no room for a request: what this lease holds unused
+   * (less than that request needed) goes back at once, so that another
+   * instance whose own remainder falls short can put the two together.
+   */
+  private giveBackUnused(id: string, state: ScopeLease): void {
+    const unused = state.leased - state.inflight - state.settledSum;
+    if (unused <= 0 || state.growing || state.tending) return;
+    state.leased -= unused;
+    const leaseId = state.leaseId;
+    state.tending = true;
+    this.leases
+      .shrink(id, leaseId, unused, LEASE_TTL_MS)
+      .then((kept) => {
+        if (state.leaseId === leaseId && !kept) this.lapse(state);
+      })
+      .catch(() => {
+        // The database keeps more than this instance counts on, which only holds others back.
+      })
+      .finally(() => {
+        state.tending = false;
+      });
   }
 
   /**
