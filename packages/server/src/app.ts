@@ -120,6 +120,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     flushIntervalMs: 500,
     // Embedded PGlite runs on its own thread: a chunk of 500 rows takes it about 15 ms, off the event loop.
     maxBatch: config.databaseUrl ? 1000 : 500,
+    // Costs now in `spent` leave the budget leases at once: until then they count twice against the room left.
+    onStored: () => void leases?.tend(),
     onError: (err) => {
       metrics.usagePending.inc();
       app.log.warn({ err: errorSummary(err) }, 'usage write failed; records kept for retry');

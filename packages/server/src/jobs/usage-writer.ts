@@ -5,6 +5,8 @@ export interface UsageWriterOptions {
   /** Rows per insert statement. */
   maxBatch: number;
   onError: (err: unknown) => void;
+  /** After a flush that stored every record made before it began (the budget leases take their costs off then). */
+  onStored?: () => void;
 }
 
 /**
@@ -88,6 +90,9 @@ export class UsageWriter {
       left -= batch.length;
     }
     // Every record made before this flush began was in the buffer then, and all of those are written.
-    if (left === 0) this.allStoredBefore = startedAt;
+    if (left === 0) {
+      this.allStoredBefore = startedAt;
+      this.options.onStored?.();
+    }
   }
 }

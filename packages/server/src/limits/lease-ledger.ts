@@ -12,6 +12,8 @@ const LEASE_REQUESTS = 64;
 /** Room not used for this long goes back to the database, for the other instances. */
 const IDLE_RETURN_MS = 5_000;
 const TEND_EVERY_MS = 1_000;
+/** A request the database had no room for, near a budget's end, asks once more after this long. */
+const RETRY_NEAR_END_MS = 25;
 
 export interface LeaseLedgerOptions {
   /** A time before which every usage record made is stored (so its cost is in `spent`). */
@@ -34,6 +36,13 @@ interface ScopeLease {
   lastUse: number;
   growing: Promise<boolean> | null;
   tending: boolean;
+  /**
+   * Its last grow got less than it asked for: the budget is near its end,
+   * and what the lease holds unused (a request's worst case less its real
+   * cost, once settled) goes back after each settle, so that no room sits
+   * idle in one instance's lease while another is refused.
+   */
+  tight: boolean;
 }
 
 /**
@@ -100,6 +109,7 @@ export class LeaseLedger implements BudgetLedger {
         state.settled.push({ at, nano: actual });
         state.settledSum += actual;
       }
+      if (state.tight) this.giveBackUnused(id, state);
     }
   }
 
@@ -130,6 +140,7 @@ export class LeaseLedger implements BudgetLedger {
         lastUse: 0,
         growing: null,
         tending: false,
+        tight: false,
       };
       this.scopes.set(id, state);
     }
@@ -142,6 +153,7 @@ export class LeaseLedger implements BudgetLedger {
 
   /** Counts `nano` in the scope's lease, growing it when it lacks room; false when the database has none left. */
   private async take(id: string, state: ScopeLease, nano: number): Promise<boolean> {
+    let waited = false;
     for (;;) {
       const now = this.now();
       state.lastUse = now;
@@ -158,6 +170,12 @@ export class LeaseLedger implements BudgetLedger {
         state.growing = null;
       });
       if (!(await state.growing)) {
+        // Near the end, another instance may be giving room back that very moment (after its settle): one more try.
+        if (state.tight && !waited) {
+          waited = true;
+          await new Promise((resolve) => setTimeout(resolve, RETRY_NEAR_END_MS));
+          continue;
+        }
         this.giveBackUnused(id, state);
         return false;
       }
@@ -165,9 +183,10 @@ export class LeaseLedger implements BudgetLedger {
   }
 
   /**
-   * The database had no room for a request: what this lease holds unused
-   * (less than that request needed) goes back at once, so that another
-   * instance whose own remainder falls short can put the two together.
+   * What this lease holds unused goes back at once: when the database had
+   * no room for a request (the remainder was less than it needed), so that
+   * another instance whose own remainder falls short can put the two
+   * together; and after each settle near a budget's end (`tight`).
    */
   private giveBackUnused(id: string, state: ScopeLease): void {
     const unused = state.leased - state.inflight - state.settledSum;
@@ -205,6 +224,7 @@ export class LeaseLedger implements BudgetLedger {
     const leaseId = state.leaseId;
     const granted = await this.leases.grow(id, leaseId, need, need + (LEASE_REQUESTS - 1) * nano, LEASE_TTL_MS);
     if (granted <= 0) return false;
+    state.tight = granted < need + (LEASE_REQUESTS - 1) * nano;
     if (state.leaseId === leaseId) {
       state.leased += granted;
       state.validUntil = this.now() + LEASE_TTL_MS - LEASE_MARGIN_MS;
