@@ -24,7 +24,7 @@ import type { Bus } from './kv/types.js';
 import { errorSummary } from './lib/error-summary.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
-import { registerSecret } from './lib/redact.js';
+import { redactSecrets, registerSecret } from './lib/redact.js';
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
 import { LeaseLedger } from './limits/lease-ledger.js';
@@ -108,11 +108,21 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     adapters.set(p.id, createAdapter(p));
   }
   const registry = new ModelRegistry(catalogue, adapters);
+  // The first rebuild runs before the logger exists: its failures are told once it does.
+  const firstListFailures: [string, unknown, boolean][] = [];
+  registry.onListFailure = (...failure) => firstListFailures.push(failure);
   await registry.rebuild();
   const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
   const app = buildFastify(config, options.logger ?? true);
+  const logListFailure = (provider: string, err: unknown, kept: boolean) =>
+    app.log.warn(
+      { provider },
+      `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
+    );
+  for (const failure of firstListFailures) logListFailure(...failure);
+  registry.onListFailure = logListFailure;
   if (redis) logRedisState(redis, app.log);
   const usage = new UsageWriter(store, {
     // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid
@@ -175,7 +185,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       app.server.closeAllConnections();
       await closing;
       app.log.info('http closed; writing pending usage');
-      await usage.stop();
+      // Retried until just before the deadline (the database may be coming back); what is left then is lost, and said so.
+      let unwritten: unknown = null;
+      await usage.stop(Math.max(Date.now() + 1_000, deadline - 250)).catch((err: unknown) => {
+        unwritten = err;
+        app.log.error({ unwrittenUsageRecords: usage.pending }, (err as Error).message);
+      });
       await Promise.all([...adapters.values()].map((a) => a.close()));
       await streams.close();
       await presence?.close();
@@ -187,6 +202,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       if (limiter instanceof MemoryWindowLimiter) limiter.close();
       if (betaQuota instanceof MemoryBetaQuota) betaQuota.close();
       await closeStore(store);
+      if (unwritten) throw unwritten;
       app.log.info('stopped');
     },
   };

@@ -46,11 +46,15 @@ async function main(): Promise<void> {
 
   let stopping = false;
   const shutdown = (signal: string) => {
-    if (stopping) return;
+    // A second signal (an impatient Ctrl-C, a supervisor repeating itself) does not cut the drain short.
+    if (stopping) {
+      app.log.warn({ signal }, 'already draining; the signal is ignored');
+      return;
+    }
     stopping = true;
     app.log.info({ signal }, 'draining: finishing in-flight requests');
     const force = setTimeout(() => {
-      app.log.error('shutdown timed out; exiting');
+      app.log.error({ unwrittenUsageRecords: gateway.services.usage.pending }, 'shutdown timed out; exiting');
       process.exit(1);
     }, config.shutdownTimeoutMs);
     force.unref();
@@ -65,8 +69,8 @@ async function main(): Promise<void> {
         },
       );
   };
-  process.once('SIGTERM', () => shutdown('SIGTERM'));
-  process.once('SIGINT', () => shutdown('SIGINT'));
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
 main().catch((err: unknown) => {

@@ -145,7 +145,7 @@ describe('budgets when Redis and PostgreSQL are both away', () => {
     let five: TestGateway | undefined;
     try {
       // Its Redis is the one stopped above.
-      five = await startGateway({ sim, redisUrl: gone.url, databaseUrl: await own.createDatabase() });
+      five = await startGateway({ sim, redisUrl: gone.url, databaseUrl: await own.createDatabase(), env: { GW_SHUTDOWN_TIMEOUT_MS: '1000' } });
       const budgeted = await five.createKey({ budget: worst * 100, rateLimitRpm: 1000 });
       const free = await five.createKey({ rateLimitRpm: 1000 });
       // Both keys are known to the instance (cached) before the database goes; the budgeted one has leased no room yet
@@ -161,7 +161,8 @@ describe('budgets when Redis and PostgreSQL are both away', () => {
       }
       expect((await chat(five, free.key)).status).toBe(200);
     } finally {
-      await five?.close();
+      // Its usage cannot be written with the database gone: the close says so (and rejects).
+      await five?.close().catch(() => {});
       await own.stop().catch(() => {});
     }
   }, 60_000);

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -63,6 +63,21 @@ describe('config file', () => {
     expect(loadConfig({ GW_LOG_LEVEL: 'warn' }).logLevel).toBe('warn');
     expect(loadConfig({}).port).toBe(8080);
     expect(loadConfig({}).registryIntervalS).toBe(21_600);
+    // Longer than a Node timer can wait, it would fire every millisecond.
+    expect(loadConfig({ GW_REGISTRY_INTERVAL_S: '2147483' }).registryIntervalS).toBe(2_147_483);
+    expect(() => loadConfig({ GW_REGISTRY_INTERVAL_S: '2147484' })).toThrowError(/GW_REGISTRY_INTERVAL_S: expected an integer from 1 to 2147483/);
+  });
+
+  it('makes GW_UPLOAD_DIR at start, and stops the start if it cannot', () => {
+    const base = mkdtempSync(join(tmpdir(), 'gw-upload-dir-'));
+    const dir = join(base, 'spool', 'uploads');
+    expect(loadConfig({ GW_UPLOAD_DIR: dir }).uploadDir).toBe(dir);
+    expect(existsSync(dir)).toBe(true);
+    writeFileSync(join(base, 'a-file'), '');
+    expect(() => loadConfig({ GW_UPLOAD_DIR: join(base, 'a-file', 'below') })).toThrowError(
+      /GW_UPLOAD_DIR: expected a directory the gateway can create and write to/,
+    );
+    rmSync(base, { recursive: true, force: true });
   });
 
   it('a bad config stops the process with a clear message, a non-zero exit and no secret', async () => {

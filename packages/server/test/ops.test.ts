@@ -56,7 +56,10 @@ describe('operations', () => {
     const inFlight = fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body });
     await new Promise((r) => setTimeout(r, 300));
     proc.child.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 200));
+    await new Promise((r) => setTimeout(r, 100));
+    // A second signal does not cut the drain short.
+    proc.child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 100));
     const late = await fetch(`${proc.url}/healthz`).then(
       (r) => r.status,
       () => 'refused',
@@ -74,6 +77,7 @@ describe('operations', () => {
     expect(logs).not.toContain(key);
     expect(logs).not.toContain(sim.providers.scaleway?.apiKey as string);
     expect(logs).toMatch(/"msg":"draining/);
+    expect(logs).toMatch(/"msg":"already draining; the signal is ignored"/);
 
     // The usage of the drained request was written before the process exited.
     const store = await openStore({ dataDir });

@@ -1,3 +1,4 @@
+import { accessSync, constants, mkdirSync } from 'node:fs';
 import type { GatewayFileConfig } from '@gw/schema';
 import { ConfigError } from './config-error.js';
 import { loadConfigFile } from './load-file.js';
@@ -61,6 +62,23 @@ function logLevel(env: NodeJS.ProcessEnv): string {
   return level;
 }
 
+/** A directory the gateway writes to: made if missing, and checked now rather than at the first upload. */
+function writableDir(env: NodeJS.ProcessEnv, name: string): string | null {
+  const dir = str(env, name);
+  if (dir === null) return null;
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    throw new ConfigError(
+      'environment',
+      name,
+      `a directory the gateway can create and write to, not ${JSON.stringify(dir)} (${(err as { code?: string }).code ?? String(err)})`,
+    );
+  }
+  return dir;
+}
+
 function str(env: NodeJS.ProcessEnv, name: string): string | null {
   const v = env[name];
   return v === undefined || v === '' ? null : v;
@@ -84,10 +102,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     redisUrl,
     adminToken,
     secret: str(env, 'GW_SECRET'),
-    registryIntervalS: int(env, 'GW_REGISTRY_INTERVAL_S', 21_600, 1, 31_536_000),
+    // At most what a Node timer can wait (2^31 - 1 ms, about 24.8 days): a longer one would fire at once, every millisecond.
+    registryIntervalS: int(env, 'GW_REGISTRY_INTERVAL_S', 21_600, 1, 2_147_483),
     bodyLimitBytes: int(env, 'GW_BODY_LIMIT_BYTES', 4 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     uploadLimitBytes: int(env, 'GW_UPLOAD_LIMIT_BYTES', 25 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
-    uploadDir: str(env, 'GW_UPLOAD_DIR'),
+    uploadDir: writableDir(env, 'GW_UPLOAD_DIR'),
     logLevel: logLevel(env),
     shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 600_000),
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),

@@ -9,6 +9,14 @@ export interface UsageWriterOptions {
   onStored?: () => void;
 }
 
+const STOP_RETRY_MS = 250;
+
+export class UnwrittenUsageError extends Error {
+  constructor(readonly count: number) {
+    super(`${count} usage records could not be written before the shutdown deadline (the database is unreachable); they are lost`);
+  }
+}
+
 /**
  * Buffers usage records and writes them in batches (one statement per
  * chunk) on a timer, never on a request's path. A failed write keeps the
@@ -63,12 +71,19 @@ export class UsageWriter {
     await this.flushing;
   }
 
-  /** Stops the timer and writes everything, retrying a few times. */
-  async stop(): Promise<void> {
+  /**
+   * Stops the timer and writes everything, retrying (the database may be
+   * on its way back) until `deadline` (Date.now() time). Rejects, saying
+   * how many records are left unwritten, if it could not: a stop must not
+   * pass for clean while records are lost.
+   */
+  async stop(deadline = Date.now() + 1_000): Promise<void> {
     if (this.timer) clearInterval(this.timer);
-    for (let i = 0; i < 5 && this.buffer.length > 0; i++) {
+    for (;;) {
       await this.flush();
-      if (this.buffer.length > 0) await new Promise((r) => setTimeout(r, 200));
+      if (this.buffer.length === 0) return;
+      if (Date.now() + STOP_RETRY_MS > deadline) throw new UnwrittenUsageError(this.buffer.length);
+      await new Promise((r) => setTimeout(r, STOP_RETRY_MS));
     }
   }
 

@@ -43,6 +43,8 @@ export class ModelRegistry {
   private readonly lists = new Map<string, Set<string>>();
   private readonly firstSeen = new Map<string, number>();
   private inFlight: Promise<RebuildReport> | null = null;
+  /** Told of each provider whose list could not be fetched (`kept`: its last good list stays). */
+  onListFailure: ((provider: string, err: unknown, kept: boolean) => void) | null = null;
 
   constructor(
     private readonly catalogue: GatewayFileConfig,
@@ -52,6 +54,12 @@ export class ModelRegistry {
   get(id: string): RegistryModel | undefined {
     // `:eu` asks for EU hosting, which every offer here already is.
     return this.models.get(id) ?? (id.endsWith(':eu') ? this.models.get(id.slice(0, -3)) : undefined);
+  }
+
+  /** The id of a model the configuration names (`:eu` allowed), whether or not a provider lists it right now. */
+  configuredId(id: string): string | undefined {
+    const bare = id.endsWith(':eu') ? id.slice(0, -3) : id;
+    return this.catalogue.models.find((m) => m.id === id || m.id === bare)?.id;
   }
 
   list(): RegistryModel[] {
@@ -80,8 +88,9 @@ export class ModelRegistry {
           const ids = await adapter.listModels(AbortSignal.timeout(LIST_TIMEOUT_MS));
           this.lists.set(p.id, new Set(ids));
           providers[p.id] = 'ok';
-        } catch {
+        } catch (err) {
           providers[p.id] = this.lists.has(p.id) ? 'stale' : 'error';
+          this.onListFailure?.(p.id, err, this.lists.has(p.id));
         }
       }),
     );

@@ -30,20 +30,22 @@ function keyView(k: ApiKeyRecord) {
 }
 
 /**
- * A workspace's allow-list as the registry names its models: an id the
- * registry does not know (a typo) is refused rather than kept as a silent
- * no-op, and an alias such as `family/model:eu` is stored as the model's id.
+ * A workspace's allow-list as the configuration names its models: an id
+ * it does not know (a typo) is refused rather than kept as a silent no-op,
+ * whether or not a provider lists the model right now, and an alias such
+ * as `family/model:eu` is stored as the model's id.
  */
 function knownModels(services: Services, ids: readonly string[] | null): string[] | null {
   if (ids === null) return null;
-  const unknown = ids.filter((id) => !services.registry.get(id));
+  const idOf = (id: string) => services.registry.get(id)?.id ?? services.registry.configuredId(id);
+  const unknown = ids.filter((id) => idOf(id) === undefined);
   if (unknown.length > 0) {
     const names = unknown.map((id) => `'${id}'`).join(', ');
     throw new GatewayError('validation', `Unknown model${unknown.length > 1 ? 's' : ''} in enabledModels: ${names} (GET /v1/models lists them).`, {
       param: 'enabledModels',
     });
   }
-  return [...new Set(ids.map((id) => (services.registry.get(id) as { id: string }).id))];
+  return [...new Set(ids.map((id) => idOf(id) as string))];
 }
 
 function op(id: string, summary: string, schema: Record<string, unknown>) {
