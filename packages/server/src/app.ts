@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { GatewayFileConfig } from '@gw/schema';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import { ApiKeyAuthenticator } from './auth/api-keys.js';
 import { WorkspaceCache } from './auth/workspace-cache.js';
@@ -231,6 +231,16 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
           redact: {
             paths: ['req.headers.authorization', 'req.headers["api-key"]', 'req.headers["x-api-key"]', '*.apiKey', '*.key', '*.password'],
             censor: '[redacted]',
+          },
+          serializers: {
+            // Fastify's own fields, with anything shaped like a key taken out of the URL (a client may put one in a query).
+            req: (req: FastifyRequest) => ({
+              method: req.method,
+              url: redactSecrets(req.url),
+              host: req.host,
+              remoteAddress: req.ip,
+              remotePort: req.socket?.remotePort,
+            }),
           },
         }
       : false,

@@ -137,6 +137,9 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     for (const [body, param] of [
       [{ model: 'baai/bge-m3', input: [] }, 'input'],
       [{ model: 'baai/bge-m3', input: [1, 2, 3] }, 'input.0'],
+      // Nothing to embed is refused, as OpenAI does, rather than billed.
+      [{ model: 'baai/bge-m3', input: '' }, 'input'],
+      [{ model: 'baai/bge-m3', input: ['a', ''] }, 'input.1'],
       [{ model: 'baai/bge-m3', input: 'x', encoding_format: 'int8' }, 'encoding_format'],
       [{ model: 'baai/bge-m3', input: 'x', dimensions: 0 }, 'dimensions'],
       [{ model: 'baai/bge-m3', input: 'x', dimension: 5 }, 'dimension'],

@@ -51,6 +51,8 @@ describe('operations', () => {
     const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'slow one' }] });
     expect((await fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body })).status).toBe(200);
     await fetch(`${proc.url}/v1/models`, { headers: { authorization: 'Bearer gw_live_wrong' } });
+    // A key put in a query string (not a way to authenticate) stays out of the logged URL too.
+    await fetch(`${proc.url}/v1/models?api_key=${key}`);
 
     sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1500 });
     const inFlight = fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body });

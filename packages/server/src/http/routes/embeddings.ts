@@ -16,7 +16,9 @@ import type { RouteDocs } from './docs.js';
 export const EmbeddingsBody = Type.Object(
   {
     model: Type.String({ minLength: 1, maxLength: 200 }),
-    input: Type.Union([Type.String(), Type.Array(Type.String(), { minItems: 1, maxItems: 2048 })], { description: 'A text, or up to 2048 texts' }),
+    input: Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1, maxItems: 2048 })], {
+      description: 'A text, or up to 2048 texts; none of them empty (as OpenAI refuses)',
+    }),
     encoding_format: Type.Optional(Type.Union([Type.Literal('float'), Type.Literal('base64')], { default: 'float' })),
     dimensions: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536, description: 'Passed to providers that support it; a 400 where the model cannot' })),
     user: Type.Optional(Type.String({ maxLength: 256, description: 'Accepted for OpenAI compatibility; never sent upstream' })),
