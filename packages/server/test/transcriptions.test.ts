@@ -298,6 +298,13 @@ describe('the form, validated', () => {
     expect([refused.status, refused.error.param, refused.error.message]).toEqual([400, 'file', "Invalid body: 'file' is empty."]);
     const unknown = await send(form({ model: 'ghost/whisper' }));
     expect([unknown.status, unknown.error.code]).toEqual([404, 'model_not_found']);
+    // Two values for one field: which to use is not guessed.
+    const twice = new FormData();
+    twice.append('model', model);
+    twice.append('model', 'mistral/voxtral-mini');
+    twice.append('file', new Blob([wav(1)], { type: 'audio/wav' }), 'a.wav');
+    const repeated = await send(twice);
+    expect([repeated.status, repeated.error.param]).toEqual([400, 'model']);
     await eventually(() => expect(spools()).toEqual([]));
   });
 

@@ -126,6 +126,10 @@ function formBody(form: ParsedForm): Record<string, unknown> {
   const body: Record<string, unknown> = {};
   for (const [raw, value] of form.fields) {
     const name = raw.endsWith('[]') ? raw.slice(0, -2) : raw;
+    // One value per field (but the list): which of two models or formats to use is not for the gateway to guess.
+    if (name !== 'timestamp_granularities' && name in body) {
+      throw new GatewayError('validation', `Invalid form: the field '${name}' is sent more than once.`, { param: name });
+    }
     if (name === 'timestamp_granularities') body[name] = [...((body[name] as string[] | undefined) ?? []), value];
     else if (name === 'temperature') body[name] = value.trim() !== '' && Number.isFinite(Number(value)) ? Number(value) : value;
     else if (name === 'stream') body[name] = value === 'true' ? true : value === 'false' ? false : value;
