@@ -107,22 +107,17 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     registerSecret(p.apiKey);
     adapters.set(p.id, createAdapter(p));
   }
-  const registry = new ModelRegistry(catalogue, adapters);
-  // The first rebuild runs before the logger exists: its failures are told once it does.
-  const firstListFailures: [string, unknown, boolean][] = [];
-  registry.onListFailure = (...failure) => firstListFailures.push(failure);
+  const app = buildFastify(config, options.logger ?? true);
+  const registry = new ModelRegistry(catalogue, adapters, (provider, err, kept) =>
+    app.log.warn(
+      { provider },
+      `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
+    ),
+  );
   await registry.rebuild();
   const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
-  const app = buildFastify(config, options.logger ?? true);
-  const logListFailure = (provider: string, err: unknown, kept: boolean) =>
-    app.log.warn(
-      { provider },
-      `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
-    );
-  for (const failure of firstListFailures) logListFailure(...failure);
-  registry.onListFailure = logListFailure;
   if (redis) logRedisState(redis, app.log);
   const usage = new UsageWriter(store, {
     // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid

@@ -58,6 +58,11 @@ function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: num
   else stats.record(offer, err.kind === 'timeout' ? 'timeout' : 'error', ms, mode);
 }
 
+/** The client closed the connection before its answer was written whole. */
+export function leftBeforeAnswer(res: ServerResponse): boolean {
+  return res.closed && !res.writableFinished;
+}
+
 /** Aborts upstream work when the client goes away before the answer (until disarmed: a stream that started goes on). */
 export function clientAbortSignal(reply: FastifyReply): CancelSignal & { disarm(): void } {
   return new ClientGone(reply.raw);
@@ -77,12 +82,12 @@ class ClientGone implements CancelSignal {
 
   constructor(res: ServerResponse) {
     // A client that left while the request was still being read has closed already: its 'close' has fired.
-    if (res.closed && !res.writableFinished) {
+    if (leftBeforeAnswer(res)) {
       this.abort();
       return;
     }
     res.once('close', () => {
-      if (!res.writableFinished) this.abort();
+      if (leftBeforeAnswer(res)) this.abort();
     });
   }
 

@@ -65,7 +65,8 @@ export class FallbackLedger implements BudgetLedger {
         return res;
       } catch {
         this.breaker.failure();
-        this.later(() => this.strayHolds.push(this.shared.reservationOf(tag, scopes, eur, requestId)));
+        this.strayHolds.push(this.shared.reservationOf(tag, scopes, eur, requestId));
+        this.scheduleCatchUp();
       }
     }
     if (this.database) {
@@ -89,7 +90,10 @@ export class FallbackLedger implements BudgetLedger {
     const elsewhere = this.heldBy.get(r);
     if (elsewhere) {
       const nano = toNano(actualEur);
-      if (nano > 0) this.later(() => this.owe(r.tag, r.scopes, nano));
+      if (nano > 0) {
+        this.owe(r.tag, r.scopes, nano);
+        this.scheduleCatchUp();
+      }
       try {
         await elsewhere.settle(r, actualEur);
       } catch {
@@ -100,7 +104,8 @@ export class FallbackLedger implements BudgetLedger {
     try {
       await this.shared.settle(r, actualEur);
     } catch {
-      this.later(() => this.missedSettles.push({ r, eur: actualEur }));
+      this.missedSettles.push({ r, eur: actualEur });
+      this.scheduleCatchUp();
     }
   }
 
@@ -119,9 +124,8 @@ export class FallbackLedger implements BudgetLedger {
     else this.owed.set(id, { tag, scopeIds, nano });
   }
 
-  /** Notes something to bring to the shared ledger, and makes sure it is tried every second until it is. */
-  private later(note: () => void): void {
-    note();
+  /** Something waits to be brought to the shared ledger: it is tried every second until it is. */
+  private scheduleCatchUp(): void {
     if (this.missedSettles.length > MAX_WAITING) this.missedSettles.splice(0, this.missedSettles.length - MAX_WAITING);
     if (this.strayHolds.length > MAX_WAITING) this.strayHolds.splice(0, this.strayHolds.length - MAX_WAITING);
     if (this.catchUpTimer) return;

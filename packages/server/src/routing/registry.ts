@@ -43,12 +43,12 @@ export class ModelRegistry {
   private readonly lists = new Map<string, Set<string>>();
   private readonly firstSeen = new Map<string, number>();
   private inFlight: Promise<RebuildReport> | null = null;
-  /** Told of each provider whose list could not be fetched (`kept`: its last good list stays). */
-  onListFailure: ((provider: string, err: unknown, kept: boolean) => void) | null = null;
 
   constructor(
     private readonly catalogue: GatewayFileConfig,
     private readonly adapters: ReadonlyMap<string, ProviderAdapter>,
+    /** Told of each provider whose list could not be fetched (`kept`: its last good list stays). */
+    private readonly onListFailure: (provider: string, err: unknown, kept: boolean) => void = () => {},
   ) {}
 
   get(id: string): RegistryModel | undefined {
@@ -90,7 +90,7 @@ export class ModelRegistry {
           providers[p.id] = 'ok';
         } catch (err) {
           providers[p.id] = this.lists.has(p.id) ? 'stale' : 'error';
-          this.onListFailure?.(p.id, err, this.lists.has(p.id));
+          this.onListFailure(p.id, err, this.lists.has(p.id));
         }
       }),
     );

@@ -2,6 +2,7 @@ import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { lingerOnClose } from '../lingering-close.js';
 import type { Services } from '../services.js';
+import { leftBeforeAnswer } from '../upstream-call.js';
 import { recordClientGone } from './usage-recording.js';
 
 /**
@@ -29,7 +30,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     services.lifecycle.inFlight++;
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
-      if (!reply.raw.writableFinished) recordClientGone(services, request);
+      if (leftBeforeAnswer(reply.raw)) recordClientGone(services, request);
     });
     done();
   });

@@ -16,7 +16,7 @@ import { sseFrames } from '../../streaming/sse-frames.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
-import { callUpstream, clientAbortSignal, routingHeaders } from '../upstream-call.js';
+import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } from '../upstream-call.js';
 
 interface Started {
   upstream: ChatStream;
@@ -62,7 +62,7 @@ export async function startStream(
     }),
   ).catch((err: unknown) => {
     // A stream that would have outlived its client never began: it is recorded as the client's leaving, as any other.
-    if (request.gw.outlivesClient && reply.raw.closed && !reply.raw.writableFinished) {
+    if (request.gw.outlivesClient && leftBeforeAnswer(reply.raw)) {
       request.gw.outlivesClient = false;
       recordClientGone(services, request);
     }
