@@ -40,9 +40,12 @@ if (prod) {
 // AB_A_ENV: the environment `npm start` adds, replaced for A (JSON), to compare settings rather than builds.
 const aEnv = process.env.AB_A_ENV ? { processEnv: JSON.parse(process.env.AB_A_ENV) } : {};
 if (process.env.AB_A_FLAGS) aEnv.nodeFlags = process.env.AB_A_FLAGS.split(' ');
+// AB_A_NODE, AB_B_NODE: another Node.js binary for A or B, to compare runtimes.
+if (process.env.AB_A_NODE) aEnv.nodeBinary = resolve(process.env.AB_A_NODE);
 const a = await startGateway({ core: 0, dir, name: 'a', upstreamUrl: upstream.url, mainFile: resolve(otherMain), ...aEnv, ...backends });
 // AB_A_FLAGS, AB_B_FLAGS: extra node flags for A or B (space-separated), to compare V8 settings.
 const bFlags = process.env.AB_B_FLAGS ? { nodeFlags: process.env.AB_B_FLAGS.split(' ') } : {};
+if (process.env.AB_B_NODE) bFlags.nodeBinary = resolve(process.env.AB_B_NODE);
 const b = await startGateway({
   ...bFlags,
   core: 0,

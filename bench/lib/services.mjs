@@ -106,6 +106,7 @@ export async function startGateway({
   nodeFlags = [],
   mainFile = GATEWAY_MAIN,
   processEnv = PRODUCTION_PROCESS_ENV,
+  nodeBinary = process.execPath,
 }) {
   // As `npm start` runs it, plus a run's flags under comparison.
   const flags = [...PRODUCTION_NODE_FLAGS, ...benchOneCoreFlags(), ...nodeFlags];
@@ -113,7 +114,7 @@ export async function startGateway({
   writeFileSync(configFile, JSON.stringify(gatewayCatalogue(upstreamUrl), null, 2));
   const child = spawnPinned({
     core,
-    command: process.execPath,
+    command: nodeBinary,
     args: [...flags, mainFile],
     env: gatewayEnv({ dir, name, configFile, redisUrl, databaseUrl, processEnv }),
     logFile: join(dir, `${name}.log`),
