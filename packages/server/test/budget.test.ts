@@ -76,7 +76,12 @@ describe.each([
     expect(ok + refused.length).toBe(50);
     expect(ok).toBeGreaterThanOrEqual(10);
     expect(refused.length).toBeGreaterThan(0);
-    for (const r of refused) expect(r.headers.get('x-should-retry')).toBe('false');
+    // Refused while holds of requests in flight take the room: retry shortly; refused with the budget spent: do not.
+    for (const r of refused) {
+      const retry = r.headers.get('x-should-retry');
+      expect(['true', 'false']).toContain(retry);
+      if (retry === 'true') expect(r.headers.get('retry-after')).toBe('1');
+    }
     const codes = new Set(await Promise.all(refused.map(async (r) => ((await r.json()) as { error: { code: string } }).error.code)));
     expect([...codes].every((c) => c === 'budget_exceeded' || c === 'quota_exceeded')).toBe(true);
     const spent = await spentOf(g1, id);
@@ -277,6 +282,28 @@ describe('budget edges', () => {
     await new Promise((r) => setTimeout(r, 100));
     statuses = [(await chat(two, key)).status];
     expect(statuses).toEqual([200]);
+  });
+
+  it('a request refused only because requests in flight hold the room is told to retry shortly, and a retry then goes through', async () => {
+    const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 400 });
+    try {
+      const first = chat(solo, key);
+      await new Promise((r) => setTimeout(r, 100));
+      const refused = await chat(solo, key);
+      expect(refused.status).toBe(402);
+      expect(refused.headers.get('x-should-retry')).toBe('true');
+      expect(refused.headers.get('retry-after')).toBe('1');
+      expect(((await refused.json()) as { error: { code: string; message: string } }).error).toMatchObject({
+        code: 'budget_exceeded',
+        message: expect.stringMatching(/requests in flight .* retry shortly/),
+      });
+      expect((await first).status).toBe(200);
+      // The hold settled to what the first answer cost, well under its worst case: room for one more.
+      expect((await chat(solo, key)).status).toBe(200);
+    } finally {
+      sim.providers.scaleway?.configure({ latencyMs: 30 });
+    }
   });
 
   it('a workspace budget holds across all of its keys', async () => {

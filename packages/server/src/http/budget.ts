@@ -1,3 +1,4 @@
+import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { BudgetScope } from '../limits/budget-types.js';
@@ -55,14 +56,31 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
   });
   if (!res.ok) {
     const what = res.scope.startsWith('ws:') ? 'workspace' : 'API key';
+    const worst = `€${worstEur.toFixed(6)}`;
+    if (await heldByRequestsInFlight(services, tag, scopes, res.scope, worstEur)) {
+      // Not used up: the holds of requests in flight are settled to what they really cost when they end.
+      throw new GatewayError(
+        'budget_exceeded',
+        `Too little of the budget of this ${what} is free while its requests in flight hold their worst cases (this one's is ${worst}); retry shortly.`,
+        { retryAfterS: 1, headers: { [H.shouldRetry]: 'true' } },
+      );
+    }
     throw new GatewayError(
       'budget_exceeded',
-      `The budget of this ${what} is used up, or too little of it is left for this request (its worst case is €${worstEur.toFixed(6)}).`,
+      `The budget of this ${what} is used up, or too little of it is left for this request (its worst case is ${worst}).`,
     );
   }
   request.gw.reservation = res.reservation;
   // The client left while the hold was being taken: its connection's close has passed already, so it is recorded here.
   if (request.raw.socket?.destroyed) recordClientGone(services, request);
+}
+
+/** Whether the request would fit in what its budget has left once the holds of requests in flight are let go. */
+async function heldByRequestsInFlight(services: Services, tag: string, scopes: BudgetScope[], scopeId: string, worstEur: number): Promise<boolean> {
+  const scope = scopes.find((s) => s.id === scopeId);
+  const seen = await services.ledger.peek(tag, scopeId).catch(() => null);
+  if (!scope || scope.limit === null || !seen || seen.reserved <= 0) return false;
+  return seen.spent + worstEur <= scope.limit;
 }
 
 /**

@@ -85,7 +85,7 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
   for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
   if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
   // Errors a retry cannot fix: the OpenAI SDK retries every 5xx (and would spend the key's limit on each) unless told not to.
-  if (g.code === 'budget_exceeded' || g.code === 'not_implemented') reply.header(H.shouldRetry, 'false');
+  if ((g.code === 'budget_exceeded' || g.code === 'not_implemented') && g.headers[H.shouldRetry] === undefined) reply.header(H.shouldRetry, 'false');
   return reply
     .code(status)
     .type('application/json; charset=utf-8')
