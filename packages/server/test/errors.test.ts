@@ -97,6 +97,20 @@ describe('errors in each variant’s envelope', () => {
     expect(form.body.error.message).toContain('multipart/form-data');
   });
 
+  it('a gzipped body is 415 naming Content-Encoding, not a JSON syntax error', async () => {
+    const { gzipSync } = await import('node:zlib');
+    for (const base of [gw.baseA, gw.baseB]) {
+      const r = await fetch(`${base}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-encoding': 'gzip' },
+        body: gzipSync(JSON.stringify(chat())),
+      });
+      const body = (await r.json()) as { error: { code: string; message: string } };
+      expect([r.status, body.error.code]).toEqual([415, 'unsupported_media_type']);
+      expect(body.error.message).toContain("Content-Encoding 'gzip'");
+    }
+  });
+
   it('an unknown model is 404 (A) / 400 (B) model_not_found; a retired one is 410 model_deprecated (A)', async () => {
     const ra = await post(gw.baseA, '/chat/completions', chat({ model: 'nobody/nothing' }));
     expect([ra.status, ra.body.error.code]).toEqual([404, 'model_not_found']);
@@ -155,7 +169,10 @@ describe('errors in each variant’s envelope', () => {
   it('routes still to come answer 501 not_implemented in the envelope; unknown routes 404', async () => {
     const r = await fetch(`${gw.baseB}/batches`, { headers: { authorization: `Bearer ${key}` } });
     expect(r.status).toBe(501);
-    expect(((await r.json()) as Envelope).error.code).toBe('not_implemented');
+    const body = (await r.json()) as Envelope;
+    expect(body.error.code).toBe('not_implemented');
+    // It names the path as the client sent it, under B's mount.
+    expect(body.error.message).toMatch(/^GET \/alt\/v1\/batches /);
     expect(r.headers.get('x-should-retry')).toBe('false');
     // So the SDK, which retries a 5xx twice by default, asks once.
     let attempts = 0;

@@ -5,7 +5,7 @@ import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
 
 /** Normalises anything thrown in a request into a GatewayError. */
-export function toGatewayError(err: unknown): GatewayError {
+export function toGatewayError(err: unknown, contentEncoding?: string | string[]): GatewayError {
   if (isGatewayError(err)) return err;
   const e = err as FastifyError;
   if (e.validation && e.validation.length > 0) return validationError(e);
@@ -20,6 +20,11 @@ export function toGatewayError(err: unknown): GatewayError {
       return new GatewayError('validation', 'Content-Length does not match the body.');
   }
   if (e instanceof SyntaxError || e.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
+    // A compressed body is what failed to parse: say so, rather than send the client looking at its JSON.
+    const coding = String(contentEncoding ?? '').trim();
+    if (coding && coding.toLowerCase() !== 'identity') {
+      return new GatewayError('unsupported_media_type', `Content-Encoding '${coding}' is not supported: send the request body uncompressed.`);
+    }
     return new GatewayError('validation', `The request body is not valid JSON: ${e.message}`);
   }
   if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
@@ -78,7 +83,7 @@ function validationError(e: FastifyError): GatewayError {
 
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */
 export function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply, variant: Variant): FastifyReply {
-  const g = toGatewayError(err);
+  const g = toGatewayError(err, request.headers['content-encoding']);
   const { status, code, type } = wireError(g.code, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
   if (request.gw) request.gw.errorCode = g.code;

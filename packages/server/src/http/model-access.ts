@@ -13,9 +13,15 @@ export function resolveModel(services: Services, request: FastifyRequest, id: st
   const model = services.registry.get(id);
   if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
-  if (model.kind !== kind) throw new GatewayError('validation', `The model '${id}' is a ${model.kind} model, not a ${kind} model.`, { param: 'model' });
+  if (model.kind !== kind)
+    throw new GatewayError('validation', `The model '${id}' is ${kindPhrase(model.kind)} model, not ${kindPhrase(kind)} model.`, { param: 'model' });
   const enabled = enabledModels(services, request);
   return enabled instanceof Promise ? enabled.then((list) => checkEnabled(model, id, list)) : checkEnabled(model, id, enabled);
+}
+
+/** 'a chat', 'an embedding', 'a rerank', 'an audio'. */
+function kindPhrase(kind: ModelKind): string {
+  return `${/^[aeiou]/.test(kind) ? 'an' : 'a'} ${kind}`;
 }
 
 function checkEnabled(model: RegistryModel, id: string, enabled: readonly string[] | null): RegistryModel {

@@ -52,8 +52,9 @@ export function planOffers(model: RegistryModel, options: RouteOptions, size: Re
 /** Every offer's circuit is open: 503, retry once the first of them lets a probe through. */
 function noHealthyOffer(model: RegistryModel, offers: Offer[], view: OfferStatsView | undefined): GatewayError {
   const waitMs = Math.min(...offers.map((o) => view?.remainingMs(o) ?? 0));
-  const providers = [...new Set(offers.map((o) => o.provider))].join(', ');
-  return new GatewayError('no_healthy_provider', `No provider of '${model.id}' is healthy right now (${providers} failed recently and are paused).`, {
+  const providers = [...new Set(offers.map((o) => o.provider))];
+  const paused = `${providers.join(', ')} ${providers.length === 1 ? 'failed recently and is' : 'failed recently and are'} paused`;
+  return new GatewayError('no_healthy_provider', `No provider of '${model.id}' is healthy right now (${paused}).`, {
     retryAfterS: Math.max(1, Math.ceil(waitMs / 1000)),
   });
 }

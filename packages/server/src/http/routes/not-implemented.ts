@@ -29,7 +29,7 @@ export function notImplementedRoutes(app: FastifyInstance, docs: RouteDocs): voi
       url,
       schema: docs.operation(id, `${summary} (not implemented yet: answers 501)`, params),
       handler: async () => {
-        throw new GatewayError('not_implemented', `${method} /v1${url.replace(':id', '{id}')} is not implemented on this gateway yet.`);
+        throw new GatewayError('not_implemented', `${method} ${app.prefix}${url.replace(':id', '{id}')} is not implemented on this gateway yet.`);
       },
     });
   }
