@@ -168,6 +168,18 @@ describe('failover and X-Gateway-Max-Hops', () => {
     expect(errA.message).toContain('tried: scaleway, ovh, nebius');
     const errB = await fail(b, {});
     expect([errB.status, errB.code]).toEqual([502, 'upstream_unavailable']);
+    // A 500 names no wait, so neither does the answer.
+    expect(errB.headers?.get('retry-after')).toBeNull();
+  });
+
+  it('when the last offer to fail was an overloaded provider naming its wait (503 Retry-After: 7), the answer passes the wait on', async () => {
+    for (const id of ['scaleway', 'ovh']) sim.providers[id]?.setFault({ kind: 'status', status: 500 });
+    sim.providers['nebius']?.setFault({ kind: 'status', status: 503, retryAfter: 7 });
+    for (const client of [a, b]) {
+      const err = await fail(client, {});
+      expect(err.status).toBe(502);
+      expect(err.headers?.get('retry-after')).toBe('7');
+    }
   });
 });
 

@@ -53,9 +53,14 @@ function finalError(attempts: Attempt[], last: UpstreamError | null): GatewayErr
   if (last?.kind === 'timeout') {
     return new GatewayError('upstream_timeout', `The upstream provider did not answer in time (tried: ${tried}).`, { cause: last });
   }
-  const retryAfterS = last?.status === 429 ? (last.retryAfterS ?? 1) : undefined;
-  return new GatewayError('upstream_failed', `Every provider failed for this request (tried: ${tried}); last error: ${last?.message ?? 'unknown'}.`, {
-    cause: last,
-    ...(retryAfterS === undefined ? {} : { retryAfterS }),
-  });
+  // The provider's own wait, when it gave one (a 503 while it is overloaded too); a 429 always tells the client to wait.
+  const retryAfterS = last?.retryAfterS ?? (last?.status === 429 ? 1 : undefined);
+  return new GatewayError(
+    'upstream_failed',
+    `Every provider failed for this request (tried: ${tried}); last error: ${(last?.message ?? 'unknown').replace(/\.+$/, '')}.`,
+    {
+      cause: last,
+      ...(retryAfterS === undefined ? {} : { retryAfterS }),
+    },
+  );
 }
