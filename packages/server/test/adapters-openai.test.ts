@@ -3,11 +3,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { chunkJson } from '../src/providers/chunk-json.js';
 import { parseVerboseTranscription, transcriptionFields } from '../src/providers/openai-compatible/audio.js';
+import { parseChatCompletion } from '../src/providers/openai-compatible/chat.js';
 import { parseEmbeddingsList, toUpstreamEmbeddingsBody } from '../src/providers/openai-compatible/embeddings.js';
 import { OpenAICompatibleAdapter } from '../src/providers/openai-compatible/index.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
-import type { SpooledUpload } from '../src/providers/types.js';
+import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
+import type { ChatChunk, SpooledUpload } from '../src/providers/types.js';
 import { answer, call, providerConfig, upstreamError } from './helpers/adapters.js';
 import { wav } from './helpers/audio.js';
 
@@ -120,6 +123,52 @@ describe('OpenAI-compatible adapter fixtures: embeddings, rerank, transcription'
     });
     const tokenBilled = parseVerboseTranscription('x', answer(200, { text: 'a', duration: 2.1, usage: { type: 'tokens', input_tokens: 3 } }));
     expect(tokenBilled.billedSeconds).toBe(3);
+  });
+});
+
+describe('OpenAI-compatible chat answers in OpenAI’s shape', () => {
+  it('maps finish reasons OpenAI’s clients do not know, turns object arguments into JSON text, and refuses an answer without choices', () => {
+    const parsed = parseChatCompletion(
+      'ovh',
+      answer(200, {
+        id: 'x',
+        object: 'chat.completion',
+        created: 1,
+        model: 'm',
+        choices: [
+          { index: 0, message: { role: 'assistant', content: 'cut' }, finish_reason: 'model_length' },
+          {
+            index: 1,
+            message: { role: 'assistant', content: null, tool_calls: [{ id: 't', type: 'function', function: { name: 'f', arguments: { a: 1 } } }] },
+            finish_reason: 'tool_calls',
+          },
+        ],
+      }),
+    );
+    expect(parsed.choices).toMatchObject([
+      { finish_reason: 'length', message: { content: 'cut' } },
+      { finish_reason: 'tool_calls', message: { tool_calls: [{ function: { name: 'f', arguments: '{"a":1}' } }] } },
+    ]);
+    const failed = answer(200, { id: 'x', choices: [{ index: 0, message: { role: 'assistant', content: '' }, finish_reason: 'error' }] });
+    expect(() => parseChatCompletion('ovh', failed)).toThrow(/finish_reason "error"/);
+    expect(() => parseChatCompletion('ovh', answer(200, { id: 'x', choices: [] }))).toThrow(/without choices/);
+    expect(() => parseChatCompletion('ovh', answer(200, '<html>oops</html>'))).toThrow(/not JSON/);
+  });
+
+  it('maps a streamed model_length finish to length, and leaves OpenAI’s own chunks as they came', () => {
+    const decode = openAiDecoder('ovh');
+    const chunk = (finish: string | null) => ({
+      id: 'c',
+      object: 'chat.completion.chunk',
+      created: 1,
+      model: 'm',
+      choices: [{ index: 0, delta: {}, finish_reason: finish }],
+    });
+    const [mapped] = decode({ data: JSON.stringify(chunk('model_length')), event: undefined, id: undefined }) as ChatChunk[];
+    expect(mapped?.choices[0]).toMatchObject({ finish_reason: 'length' });
+    const data = JSON.stringify(chunk('stop'));
+    const [kept] = decode({ data, event: undefined, id: undefined }) as ChatChunk[];
+    expect(chunkJson(kept as ChatChunk, 'm')).toBe(data);
   });
 });
 

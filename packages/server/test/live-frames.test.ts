@@ -29,7 +29,16 @@ async function handFed() {
   const push = sink as unknown as ChunkSink;
   push.chunk(content('first'));
   await source.first;
-  const session = new StreamSession({ streamId: ID, model: 'gw/m', upstream, source, store: new MemoryStreamStore(60), graceMs: 50, onEnd: () => {} });
+  const session = new StreamSession({
+    streamId: ID,
+    model: 'gw/m',
+    upstream,
+    source,
+    store: new MemoryStreamStore(60),
+    graceMs: 50,
+    promptTokens: 0,
+    onEnd: () => {},
+  });
   return { session, sink: push, aborted: () => aborted };
 }
 
@@ -78,7 +87,8 @@ describe('live SSE frames from a session', () => {
     sink.chunk(content('third'));
     sink.end(null);
     const text = await readAll(new LiveFrames(session, 2, false, 60_000));
-    expect(text.match(/^id: .*$/gm)).toEqual([`id: ${ID}:3`, `id: ${ID}:4`]);
+    // Event 4 is the usage chunk, which this client did not ask for.
+    expect(text.match(/^id: .*$/gm)).toEqual([`id: ${ID}:3`, `id: ${ID}:5`]);
   });
 
   it('sends a heartbeat comment after each silence', async () => {
@@ -238,7 +248,8 @@ describe('live SSE frames from a session', () => {
         const raw = await readToEnd(socket);
         expect(raw.slice(0, raw.indexOf('\r\n\r\n'))).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*transfer-encoding: chunked/i);
         const pieces = httpChunks(raw.slice(raw.indexOf('\r\n\r\n') + 4));
-        expect(pieces.join('').match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:3`]);
+        // Event 3, the usage chunk, was not asked for.
+        expect(pieces.join('').match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:4`]);
       } finally {
         server.close();
       }
@@ -258,7 +269,7 @@ describe('live SSE frames from a session', () => {
         sink.end(null);
         const raw = await readToEnd(socket);
         const pieces = httpChunks(raw.slice(raw.indexOf('\r\n\r\n') + 4)).map((p) => (p.match(/^id: .*$/gm) ?? []).map((l) => l.slice(l.lastIndexOf(':') + 1)));
-        expect(pieces).toEqual([['1'], ['2', '3', '4'], ['5'], ['6']]);
+        expect(pieces).toEqual([['1'], ['2', '3', '4'], ['5'], ['7']]);
       } finally {
         server.close();
       }
@@ -275,7 +286,7 @@ describe('live SSE frames from a session', () => {
         const raw = await readToEnd(socket);
         const body = raw.slice(raw.indexOf('\r\n\r\n') + 4);
         expect(body.startsWith(`id: ${ID}:1\n`)).toBe(true);
-        expect(body.match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:3`]);
+        expect(body.match(/^id: .*$/gm)).toEqual([`id: ${ID}:1`, `id: ${ID}:2`, `id: ${ID}:4`]);
         expect(body.endsWith('data: [DONE]\n\n')).toBe(true);
       } finally {
         server.close();

@@ -71,4 +71,19 @@ describe('pushing an upstream SSE body to a sink', () => {
     thrower.write(`data: ${chunk('a')}\n\n`);
     expect((await result)?.message).toBe('sink bug');
   });
+
+  it('fails on vLLM’s mid-stream error object, which comes without an error key and is followed by [DONE], and lets a null error field pass', async () => {
+    const body = new PassThrough();
+    const { seen, ended } = relay(body);
+    body.write(
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', error: null, choices: [{ index: 0, delta: { content: 'The answer is' } }] })}\n\n`,
+    );
+    body.end(
+      `data: ${JSON.stringify({ object: 'error', message: 'Internal server error.', type: 'InternalServerError', param: null, code: 500 })}\n\ndata: [DONE]\n\n`,
+    );
+    const err = await ended;
+    expect(err).toBeInstanceOf(UpstreamError);
+    expect((err as UpstreamError).message).toMatch(/failed mid-stream: Internal server error\./);
+    expect(seen).toHaveLength(1);
+  });
 });

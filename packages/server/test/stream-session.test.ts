@@ -37,6 +37,7 @@ async function start(up: ReturnType<typeof upstream>, graceMs: number) {
     source,
     store,
     graceMs,
+    promptTokens: 7,
     onEnd: (o) => {
       outcome = o;
     },
@@ -57,7 +58,47 @@ describe('a relayed stream', () => {
         expect(up.produced).toBe(50);
       }
     }
-    expect(seen).toEqual(Array.from({ length: 51 }, (_, i) => i + 1));
+    // 50 chunks, the usage chunk, [DONE].
+    expect(seen).toEqual(Array.from({ length: 52 }, (_, i) => i + 1));
+  });
+
+  it('sends one usage chunk, the last count, just before [DONE] when the provider put usage on every chunk', async () => {
+    async function* gen(): AsyncGenerator<ChatChunk> {
+      for (let i = 1; i <= 3; i++) {
+        yield { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content: 'ab' } }], usage: null };
+        yield {
+          id: 'c',
+          object: 'chat.completion.chunk',
+          created: 1,
+          model: 'up',
+          choices: [],
+          usage: { prompt_tokens: 5, completion_tokens: i, total_tokens: 5 + i },
+        };
+      }
+    }
+    const { session, outcome } = await start(chatStreamFromChunks(gen(), () => {}) as Parameters<typeof start>[0], 10_000);
+    await session.finished;
+    const events = [];
+    for await (const e of session.follow(0)) events.push(e);
+    expect(events.map((e) => e.kind)).toEqual(['chunk', 'chunk', 'chunk', 'usage', 'done']);
+    expect(JSON.parse(events[3]?.data ?? '')).toMatchObject({
+      model: 'gw/model',
+      choices: [],
+      usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 },
+    });
+    expect(outcome()?.usage).toEqual({ prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 });
+  });
+
+  it('sends the counts it bills at as the usage chunk when the provider reported none', async () => {
+    const up = upstream(3, 10);
+    const { session, outcome } = await start(up, 10_000);
+    await session.finished;
+    const events = [];
+    for await (const e of session.follow(0)) events.push(e);
+    expect(events.map((e) => e.kind)).toEqual(['chunk', 'chunk', 'chunk', 'usage', 'done']);
+    // 30 characters relayed: 8 tokens at about 4 characters each; the prompt as the gateway counted it.
+    expect(JSON.parse(events[3]?.data ?? '')).toMatchObject({ id: 'c', choices: [], usage: { prompt_tokens: 7, completion_tokens: 8, total_tokens: 15 } });
+    expect(outcome()?.usage).toBeNull();
   });
 
   it('stops a stream that outgrows the bounded buffer, with an error event', async () => {

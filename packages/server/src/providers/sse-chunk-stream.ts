@@ -14,6 +14,14 @@ export const SSE_DONE = Symbol('sse-done');
  */
 export type SseDecoder = (event: EventSourceMessage) => ChatChunk[] | typeof SSE_DONE;
 
+/**
+ * An event that reports a failure instead of a chunk: an `error` key (OpenAI), vLLM's and
+ * Mistral's `{"object": "error", "message": ...}`, or a bare message or detail with no choices.
+ */
+export function isStreamErrorObject(raw: Record<string, unknown>): boolean {
+  return raw['object'] === 'error' || raw['error'] != null || (!('choices' in raw) && ('message' in raw || 'detail' in raw));
+}
+
 /** How long the rest of a response after `[DONE]` (normally just its end) is waited for before the connection is let go. */
 const AFTER_DONE_MS = 1000;
 

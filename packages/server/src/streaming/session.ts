@@ -22,6 +22,8 @@ export interface SessionInit {
   source: { attach(sink: ChunkSink): void };
   store: StreamStore;
   graceMs: number;
+  /** The gateway's count of the prompt, for the usage chunk of a stream whose provider reported none. */
+  promptTokens: number;
   onEnd: (outcome: StreamOutcome) => void;
 }
 
@@ -43,6 +45,9 @@ export class StreamSession {
   private graceTimer: NodeJS.Timeout | null = null;
   private abandoned = false;
   private usage: TokenUsage | null = null;
+  /** The provider's last usage chunk, held back: a stream carries one, just before `[DONE]`, as OpenAI's do. */
+  private usageChunk: ChatChunk | null = null;
+  private lastChunk: ChatChunk | null = null;
   private relayedChars = 0;
   private bufferedBytes = 0;
   private wakeQueued = false;
@@ -135,15 +140,31 @@ export class StreamSession {
       this.init.upstream.abort();
       return;
     }
-    const isUsage = c.choices.length === 0 && c.usage;
-    if (isUsage) this.usage = c.usage ?? null;
+    if (c.choices.length === 0 && c.usage) {
+      // Some hosts put usage on every chunk: only the last count is sent, once, at the end.
+      this.usage = c.usage;
+      this.usageChunk = c;
+      return;
+    }
+    this.lastChunk = c;
     this.relayedChars += contentChars(c);
-    this.push(isUsage ? 'usage' : 'chunk', chunkJson(c, this.init.model));
+    this.push('chunk', chunkJson(c, this.init.model));
+  }
+
+  /** The provider's usage chunk, or, when it sent none, one with the counts the stream is billed at. */
+  private finalUsageChunk(): ChatChunk | null {
+    if (this.usageChunk) return this.usageChunk;
+    const last = this.lastChunk;
+    if (!last) return null;
+    const usage = estimatedUsage(this.init.promptTokens, this.relayedChars);
+    return { id: last.id, object: 'chat.completion.chunk', created: last.created, model: last.model, choices: [], usage };
   }
 
   private end(error: Error | null): void {
     if (this.done) return;
     if (error === null) {
+      const usage = this.finalUsageChunk();
+      if (usage) this.push('usage', chunkJson(usage, this.init.model));
       this.push('done', '[DONE]');
     } else {
       const message = this.abandoned
@@ -174,6 +195,12 @@ export class StreamSession {
   private notify(): void {
     for (const listener of this.listeners) listener();
   }
+}
+
+/** What a stream is billed at when its provider reported no usage: the prompt as counted, about 4 characters a token relayed. */
+export function estimatedUsage(promptTokens: number, relayedChars: number): TokenUsage {
+  const completion = Math.ceil(relayedChars / 4);
+  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
 }
 
 function contentChars(c: ChatChunk): number {

@@ -10,7 +10,7 @@ import { executePlan } from '../../routing/execute.js';
 import type { RouteOptions } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { LiveFrames } from '../../streaming/live-frames.js';
-import type { StreamOutcome } from '../../streaming/session.js';
+import { estimatedUsage, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { sseFrames } from '../../streaming/sse-frames.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
@@ -94,9 +94,11 @@ export async function startStream(
     ...result.value,
     store: services.streams,
     graceMs: services.config.streamGraceS * 1000,
+    promptTokens: args.promptTokens,
     onEnd: (outcome: StreamOutcome) => {
-      const prompt = outcome.usage?.prompt_tokens ?? args.promptTokens;
-      const completion = outcome.usage?.completion_tokens ?? Math.ceil(outcome.relayedChars / 4);
+      const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars);
+      const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
+      const completion = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
       const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
       if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
       services.usage.record({

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
+import { mapFinishReason, mapToolCalls } from '../openai-shape.js';
 import type { ChatBody, ChatCompletion, TokenUsage } from '../types.js';
 import { mistralError } from './errors.js';
 
@@ -94,24 +95,6 @@ export function splitContent(content: unknown): { content: string | null; reason
     }
   }
   return { content: text, reasoning: thinking };
-}
-
-/** `model_length` is Mistral's `length`; `error` is a failed generation, raised so routing can retry elsewhere. */
-export function mapFinishReason(provider: string, reason: unknown): unknown {
-  if (reason === 'model_length') return 'length';
-  if (reason === 'error')
-    throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} ended the generation with finish_reason "error"` });
-  return reason;
-}
-
-/** Tool calls arrive whole; `arguments` may be an object in Mistral's schema, OpenAI's is a string. */
-export function mapToolCalls(calls: unknown): unknown {
-  if (!Array.isArray(calls)) return calls;
-  return calls.map((call) => {
-    const c = (call ?? {}) as { function?: { name?: unknown; arguments?: unknown } };
-    const args = c.function?.arguments;
-    return { ...c, function: { ...c.function, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) } };
-  });
 }
 
 /** Usage without Mistral's extra keys (`num_cached_tokens`, `prompt_audio_seconds`). */

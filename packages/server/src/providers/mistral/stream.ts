@@ -1,8 +1,9 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
-import { SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
+import { mapFinishReason, mapToolCalls } from '../openai-shape.js';
+import { isStreamErrorObject, SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
-import { cleanUsage, mapFinishReason, mapToolCalls, splitContent } from './chat.js';
+import { cleanUsage, splitContent } from './chat.js';
 import { mistralMessage } from './errors.js';
 
 /**
@@ -17,7 +18,7 @@ export function mistralChunkStream(http: UpstreamHttp, body: UpstreamBody): Chat
   return sseChunkStream(http, body, (event) => {
     if (event.data === '[DONE]') return SSE_DONE;
     const raw = parse(provider, event.data);
-    if (event.event === 'error' || isErrorObject(raw)) {
+    if (event.event === 'error' || isStreamErrorObject(raw)) {
       throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${mistralMessage(raw)}` });
     }
     return mapMistralChunk(provider, raw);
@@ -32,10 +33,6 @@ function parse(provider: string, data: string): Record<string, unknown> {
     // Reported below.
   }
   throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
-}
-
-function isErrorObject(raw: Record<string, unknown>): boolean {
-  return raw['object'] === 'error' || 'error' in raw || (!('choices' in raw) && ('message' in raw || 'detail' in raw));
 }
 
 export function mapMistralChunk(provider: string, raw: Record<string, unknown>): ChatChunk[] {

@@ -1,5 +1,6 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
+import { isOpenAiFinishReason, mapFinishReason, mapToolCalls } from '../openai-shape.js';
 import type { ChatBody, ChatCompletion } from '../types.js';
 import { httpError } from './errors.js';
 
@@ -25,7 +26,10 @@ function stripReasoning(message: unknown): unknown {
 export function parseChatCompletion(provider: string, res: JsonResponse): ChatCompletion {
   if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
   const body = res.body as Partial<ChatCompletion> | null;
-  if (!body || typeof body !== 'object' || !Array.isArray(body.choices)) {
+  if (typeof body === 'string') {
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion with a body that is not JSON` });
+  }
+  if (!body || typeof body !== 'object' || !Array.isArray(body.choices) || body.choices.length === 0) {
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
   }
   return {
@@ -34,7 +38,7 @@ export function parseChatCompletion(provider: string, res: JsonResponse): ChatCo
     object: 'chat.completion',
     created: typeof body.created === 'number' ? body.created : Math.floor(Date.now() / 1000),
     model: String(body.model ?? ''),
-    choices: body.choices.map(normaliseChoice),
+    choices: body.choices.map((choice) => normaliseChoice(provider, choice)),
   };
 }
 
@@ -42,23 +46,29 @@ export function parseChatCompletion(provider: string, res: JsonResponse): ChatCo
  * vLLM's newer `reasoning` becomes `reasoning_content`, the field most
  * clients read; vLLM's empty `tool_calls` list is left out, as OpenAI does
  * when there are none (a client testing `message.tool_calls` would take
- * `[]` for calls).
+ * `[]` for calls); tool-call arguments sent as an object become the JSON
+ * string OpenAI's clients parse, and finish reasons are OpenAI's.
  */
-function normaliseChoice(choice: unknown): unknown {
-  const c = choice as { message?: Record<string, unknown> } | null;
+function normaliseChoice(provider: string, choice: unknown): unknown {
+  const c = choice as { message?: Record<string, unknown>; finish_reason?: unknown } | null;
   const message = c?.message;
   if (!message) return choice;
   const calls = message['tool_calls'];
   const emptyCalls = calls === null || (Array.isArray(calls) && calls.length === 0);
+  const objectArguments =
+    Array.isArray(calls) && calls.some((call) => typeof (call as { function?: { arguments?: unknown } })?.function?.arguments !== 'string');
   const renameReasoning = typeof message['reasoning'] === 'string' && !('reasoning_content' in message);
-  if (!emptyCalls && !renameReasoning) return choice;
+  const finish = c.finish_reason;
+  const otherFinish = !isOpenAiFinishReason(finish);
+  if (!emptyCalls && !renameReasoning && !objectArguments && !otherFinish) return choice;
   const { reasoning, tool_calls, ...rest } = message;
   return {
     ...c,
     message: {
       ...rest,
-      ...(emptyCalls ? {} : { tool_calls }),
+      ...(emptyCalls ? {} : { tool_calls: objectArguments ? mapToolCalls(tool_calls) : tool_calls }),
       ...(renameReasoning ? { reasoning_content: reasoning } : reasoning === undefined ? {} : { reasoning }),
     },
+    ...(otherFinish ? { finish_reason: mapFinishReason(provider, finish) } : {}),
   };
 }

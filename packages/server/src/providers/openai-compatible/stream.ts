@@ -2,13 +2,16 @@ import { UpstreamError } from '../../errors/upstream-error.js';
 import { keepWireText } from '../chunk-json.js';
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
-import { SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
+import { isOpenAiFinishReason, mapFinishReason } from '../openai-shape.js';
+import { isStreamErrorObject, SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 
 /**
  * Turns an OpenAI-style SSE body into normalised chunks: vLLM's `reasoning`
  * becomes `reasoning_content`, usage riding on a content chunk is split
- * into its own `choices: []` chunk, an `error` object mid-stream or an end
+ * into its own `choices: []` chunk, an error object mid-stream (OpenAI's
+ * `error` key, or vLLM's `"object": "error"`, which it follows with
+ * `[DONE]`) or an end
  * without `[DONE]` fails the stream.
  */
 export function openAiChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatStream {
@@ -22,12 +25,15 @@ export function openAiDecoder(provider: string): SseDecoder {
     try {
       parsed = JSON.parse(event.data) as RawChunk;
     } catch {
-      throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not JSON` });
+      parsed = null as unknown as RawChunk;
     }
-    if (event.event === 'error' || parsed.error !== undefined) {
+    if (parsed === null || typeof parsed !== 'object') {
+      throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
+    }
+    if (event.event === 'error' || isStreamErrorObject(parsed)) {
       throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
     }
-    if (!alreadyNormal(parsed)) return normalise(parsed);
+    if (!alreadyNormal(parsed)) return normalise(provider, parsed);
     // Passed on as it came: relayed as the provider wrote it (only the model name is rewritten).
     parsed.usage ??= null;
     return [keepWireText(parsed, event.data)];
@@ -40,7 +46,9 @@ function alreadyNormal(raw: RawChunk): raw is RawChunk & ChatChunk {
   if (!Array.isArray(raw.choices)) return false;
   const usage = raw.usage;
   if (usage !== undefined && usage !== null && (typeof usage !== 'object' || raw.choices.length > 0)) return false;
-  for (const choice of raw.choices) if (renameReasoning(choice) !== choice) return false;
+  for (const choice of raw.choices) {
+    if (renameReasoning(choice) !== choice || !isOpenAiFinishReason((choice as { finish_reason?: unknown } | null)?.finish_reason)) return false;
+  }
   return true;
 }
 
@@ -54,8 +62,8 @@ interface RawChunk {
   [extra: string]: unknown;
 }
 
-function normalise(raw: RawChunk): ChatChunk[] {
-  const choices = Array.isArray(raw.choices) ? raw.choices.map(renameReasoning) : [];
+function normalise(provider: string, raw: RawChunk): ChatChunk[] {
+  const choices = Array.isArray(raw.choices) ? raw.choices.map((choice) => withOpenAiFinish(provider, renameReasoning(choice))) : [];
   const base = {
     ...raw,
     id: typeof raw.id === 'string' ? raw.id : '',
@@ -71,6 +79,12 @@ function normalise(raw: RawChunk): ChatChunk[] {
     ];
   }
   return [{ ...base, choices, usage }];
+}
+
+function withOpenAiFinish(provider: string, choice: unknown): unknown {
+  const c = choice as { finish_reason?: unknown } | null;
+  if (!c || isOpenAiFinishReason(c.finish_reason)) return choice;
+  return { ...c, finish_reason: mapFinishReason(provider, c.finish_reason) };
 }
 
 function renameReasoning(choice: unknown): unknown {

@@ -1,0 +1,30 @@
+import { UpstreamError } from '../errors/upstream-error.js';
+
+/** The finish reasons OpenAI's clients know. */
+const OPENAI_FINISH_REASONS = new Set(['stop', 'length', 'tool_calls', 'content_filter', 'function_call']);
+
+/** Whether a finish reason needs {@link mapFinishReason} (null, the usual one mid-stream, does not). */
+export function isOpenAiFinishReason(reason: unknown): boolean {
+  return reason === null || reason === undefined || OPENAI_FINISH_REASONS.has(reason as string);
+}
+
+/**
+ * Finish reasons in OpenAI's words: Mistral's (and some vLLM hosts') `model_length` is `length`; an
+ * `error` finish is a failed generation, raised so routing can retry elsewhere.
+ */
+export function mapFinishReason(provider: string, reason: unknown): unknown {
+  if (reason === 'model_length') return 'length';
+  if (reason === 'error')
+    throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} ended the generation with finish_reason "error"` });
+  return reason;
+}
+
+/** Tool calls arrive whole; `arguments` may be an object in Mistral's schema, OpenAI's is a string. */
+export function mapToolCalls(calls: unknown): unknown {
+  if (!Array.isArray(calls)) return calls;
+  return calls.map((call) => {
+    const c = (call ?? {}) as { function?: { name?: unknown; arguments?: unknown } };
+    const args = c.function?.arguments;
+    return { ...c, function: { ...c.function, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) } };
+  });
+}
