@@ -7,6 +7,7 @@ import { WorkspaceCache } from './auth/workspace-cache.js';
 import type { GatewayConfig } from './config/index.js';
 import { GatewayError } from './errors/gateway-error.js';
 import { sendError } from './http/errors.js';
+import { clientErrorHandler, frameworkErrors, variantOfUrl } from './http/framework-errors.js';
 import { lazyChildLogger } from './http/lazy-request-logger.js';
 import { Metrics } from './http/metrics.js';
 import { openApiRoutes, registerOpenApi } from './http/openapi.js';
@@ -241,6 +242,15 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
       : false,
     ...(logger ? { childLoggerFactory: lazyChildLogger } : {}),
     bodyLimit: config.bodyLimitBytes,
+    // A client trickling its request (a slow body after valid headers) cannot hold a connection for ever.
+    // Node's server reads this deadline when it is made (Fastify sets it on the server after, which Node's check ignores),
+    // and checks it (and the headers') on connectionsCheckingInterval, 30 s by default: the bound holds within 5 s.
+    requestTimeout: config.requestTimeoutMs,
+    http: { requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: 5000 },
+    // Model ids travel in paths (GET /alt/v1/models/{id}): a long one is a 404 model_not_found, not a framework 414.
+    maxParamLength: 1000,
+    frameworkErrors,
+    clientErrorHandler,
     genReqId: () => newRequestId(),
     requestIdHeader: false,
     return503OnClosing: true,
@@ -255,11 +265,9 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
   app.removeContentTypeParser('text/plain');
   await registerOpenApi(app, services.version);
   registerRequestContext(app, services);
-  // Under /alt (variant B's mount) even an unknown path answers in B's envelope.
-  const variantOf = (url: string) => (url === '/alt' || url.startsWith('/alt/') || url.startsWith('/alt?') ? 'b' : 'a');
-  app.setErrorHandler((err, request, reply) => sendError(err, request, reply, variantOf(request.url)));
+  app.setErrorHandler((err, request, reply) => sendError(err, request, reply, variantOfUrl(request.url)));
   app.setNotFoundHandler((request, reply) =>
-    sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variantOf(request.url)),
+    sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variantOfUrl(request.url)),
   );
   opsRoutes(app, services);
   openApiRoutes(app);

@@ -26,6 +26,8 @@ export interface GatewayConfig {
   /** Where uploads are spooled while a request is in flight (null: the OS temp dir). */
   readonly uploadDir: string | null;
   readonly logLevel: string;
+  /** How long a client may take to send its whole request (headers and body); past it, 408 and the connection is closed. */
+  readonly requestTimeoutMs: number;
   /** How long a SIGTERM waits for in-flight requests. */
   readonly shutdownTimeoutMs: number;
   /** How long a cached key is trusted before it is re-read from the store. */
@@ -109,6 +111,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     uploadDir: writableDir(env, 'GW_UPLOAD_DIR'),
     logLevel: logLevel(env),
     shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 600_000),
+    requestTimeoutMs: int(env, 'GW_REQUEST_TIMEOUT_MS', 120_000, 1_000, 3_600_000),
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
     streamGraceS: int(env, 'GW_STREAM_GRACE_S', 300, 0, 86_400),
     streamHeartbeatMs: int(env, 'GW_STREAM_HEARTBEAT_MS', 10_000, 100, 15_000),

@@ -27,6 +27,10 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
     }
     return new GatewayError('validation', `The request body is not valid JSON: ${e.message}`);
   }
+  // JSON.parse takes any depth; serialising it again (to the provider, or to hash an idempotent body) recurses.
+  if (err instanceof RangeError && /call stack/i.test(err.message)) {
+    return new GatewayError('validation', 'The request body is nested too deeply to be handled.');
+  }
   if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
     return new GatewayError('validation', e.message);
   }

@@ -39,6 +39,15 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       request.gw.usage = newUsageDraft('chat', model.id);
+      if (body.max_tokens !== undefined && body.max_tokens > model.context_window) {
+        throw new GatewayError(
+          'validation',
+          `'max_tokens' is ${body.max_tokens}, more than the ${model.context_window}-token context window of '${model.id}'.`,
+          {
+            param: 'max_tokens',
+          },
+        );
+      }
       request.gw.outlivesClient = body.stream === true && request.headers[H.idempotencyKey] !== undefined;
       const lastEventId = request.headers['last-event-id'];
       if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {

@@ -1,0 +1,52 @@
+import type { Socket } from 'node:net';
+import { H, type Variant, wireError } from '@gw/schema';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../errors/gateway-error.js';
+import { newRequestId } from '../lib/ids.js';
+import { sendError, toGatewayError } from './errors.js';
+
+/** Under /alt (variant B's mount) even an unknown path answers in B's envelope. */
+export function variantOfUrl(url: string): Variant {
+  return url === '/alt' || url.startsWith('/alt/') || url.startsWith('/alt?') ? 'b' : 'a';
+}
+
+/**
+ * Errors Fastify meets before a route runs (a bad percent-escape, an overlong path parameter), in the
+ * variant's envelope with a request id, like every other answer; Fastify's own is a bare
+ * `{"error": "Bad Request"}` that SDKs cannot read.
+ */
+export function frameworkErrors(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  reply.header(H.requestId, request.id);
+  const path = request.url.split('?')[0] ?? '';
+  let error: GatewayError;
+  if (err.code === 'FST_ERR_BAD_URL') error = new GatewayError('validation', `The path '${path}' has an invalid percent-escape.`);
+  else if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') error = new GatewayError('validation', 'A path parameter is longer than this gateway accepts.');
+  else error = toGatewayError(err);
+  sendError(error, request, reply, variantOfUrl(request.url));
+}
+
+/**
+ * What Node's HTTP parser refuses before there is a request (malformed or smuggling-shaped framing,
+ * oversized headers, a request not sent in time): answered in variant A's envelope, since the path
+ * may not be known, and the connection closed.
+ */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const error =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? new GatewayError('request_timeout', 'The request was not received in time (GW_REQUEST_TIMEOUT_MS); the connection is closed.')
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? new GatewayError('headers_too_large', 'The request headers are larger than this gateway accepts.')
+        : new GatewayError('validation', 'The request is not valid HTTP/1.1.');
+  const { status, code, type } = wireError(error.code, 'a');
+  const body = JSON.stringify({ error: { message: error.message, type, code, param: null } });
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
+        `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${newRequestId()}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
+}
+
+const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };

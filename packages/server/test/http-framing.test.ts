@@ -1,0 +1,103 @@
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+let gw: TestGateway;
+let key: string;
+let port: number;
+
+beforeAll(async () => {
+  gw = await startGateway({ env: { GW_REQUEST_TIMEOUT_MS: '1000' } });
+  key = (await gw.createKey({ rateLimitRpm: 1000 })).key;
+  port = Number(new URL(gw.url).port);
+});
+afterAll(() => gw?.close());
+
+interface Envelope {
+  error: { message: string; type: string; code: string; param: string | null };
+}
+
+/** Writes `text` on a fresh connection (then `more` every `dripMs`, if given) and reads until the gateway closes it. */
+function raw(text: string, drip?: { more: string; everyMs: number }): Promise<{ head: string; body: string; ms: number }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    const started = Date.now();
+    let out = '';
+    const timer = drip ? setInterval(() => socket.writable && socket.write(drip.more), drip.everyMs) : null;
+    socket.on('data', (d) => {
+      out += String(d);
+    });
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      if (timer) clearInterval(timer);
+      const at = out.indexOf('\r\n\r\n');
+      if (at === -1) reject(new Error(`closed with no answer: ${JSON.stringify(out)}`));
+      resolve({ head: out.slice(0, at), body: out.slice(at + 4), ms: Date.now() - started });
+    });
+    socket.write(text);
+    // Without a drip the client is done sending; the gateway answers and closes.
+    if (!drip) setTimeout(() => socket.end(), 300);
+  });
+}
+
+function envelopeOf(body: string): Envelope['error'] {
+  return (JSON.parse(body) as Envelope).error;
+}
+
+describe('what Node or Fastify refuses before a route runs, in the envelope', () => {
+  it('a smuggling-shaped request (Content-Length and Transfer-Encoding) is 400 in the envelope, and the connection is closed', async () => {
+    const r = await raw('GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n');
+    expect(r.head).toMatch(/^HTTP\/1\.1 400 /);
+    expect(r.head).toMatch(/\r\nx-request-id: req_/i);
+    expect(envelopeOf(r.body)).toMatchObject({ code: 'validation_error', type: 'validation_error' });
+  });
+
+  it('oversized headers are 431 headers_too_large in the envelope', async () => {
+    const r = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(40_000)}\r\n\r\n`);
+    expect(r.head).toMatch(/^HTTP\/1\.1 431 /);
+    expect(envelopeOf(r.body)).toMatchObject({ code: 'headers_too_large' });
+  });
+
+  it('a body trickled in slower than GW_REQUEST_TIMEOUT_MS is cut with 408 request_timeout, whatever the key', async () => {
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"m`;
+    const r = await raw(head, { more: ' ', everyMs: 200 });
+    expect(r.head).toMatch(/^HTTP\/1\.1 408 /);
+    expect(envelopeOf(r.body)).toMatchObject({ code: 'request_timeout' });
+    // The deadline (1 s) plus at most one 5 s checking period.
+    expect(r.ms).toBeLessThan(7_000);
+  }, 15_000);
+
+  it('a bad percent-escape is 400 in the variant’s envelope with a request id; an overlong model id is model_not_found', async () => {
+    for (const [base, code] of [
+      [gw.baseA, 'validation_error'],
+      [gw.baseB, 'invalid_request'],
+    ] as const) {
+      const r = await fetch(`${base}/models/%ZZ`, { headers: { authorization: `Bearer ${key}` } });
+      expect(r.status).toBe(400);
+      expect(r.headers.get('x-request-id')).toMatch(/^req_/);
+      expect(((await r.json()) as Envelope).error).toMatchObject({ code, message: expect.stringContaining('percent-escape') });
+    }
+    const long = await fetch(`${gw.baseB}/models/${'x'.repeat(300)}`, { headers: { authorization: `Bearer ${key}` } });
+    expect([long.status, ((await long.json()) as Envelope).error.code]).toEqual([400, 'model_not_found']);
+  });
+});
+
+describe('bodies the gateway cannot pass on', () => {
+  const post = (body: string) =>
+    fetch(`${gw.baseA}/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body });
+
+  it('JSON nested too deeply to serialise again is a 400, not a 500', async () => {
+    const depth = 50_000;
+    const schema = `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`;
+    const body = `{"model":"meta/llama-3.3-70b","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":${schema}}}}`;
+    const r = await post(body);
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as Envelope).error).toMatchObject({ code: 'validation_error', message: expect.stringContaining('nested too deeply') });
+  });
+
+  it('max_tokens beyond the model’s context window is a 400 naming it', async () => {
+    const r = await post(JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10_000_000 }));
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as Envelope).error).toMatchObject({ param: 'max_tokens', message: expect.stringContaining('context window') });
+  });
+});
