@@ -197,7 +197,7 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
     expect([model.status, model.retryable, model.clientFault]).toEqual([404, true, false]);
     const limited = mistralError('mistral', answer(429, { message: 'Requests rate limit exceeded' }, { 'retry-after': '7' }));
     expect([limited.status, limited.retryAfterS, limited.retryable]).toEqual([429, 7, true]);
-    expect(mistralError('mistral', answer(401, { detail: 'Unauthorized' })).message).toContain('Unauthorized');
+    expect(mistralError('mistral', answer(401, { detail: 'Unauthorized' })).detail).toContain('Unauthorized');
     expect(parseMistralModels('mistral', answer(200, { object: 'list', data: [{ id: 'a-2506', aliases: ['a-latest'] }, { id: 'b' }] }))).toEqual([
       'a-2506',
       'a-latest',

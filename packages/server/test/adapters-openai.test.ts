@@ -7,6 +7,7 @@ import { chunkJson } from '../src/providers/chunk-json.js';
 import { parseVerboseTranscription, transcriptionFields } from '../src/providers/openai-compatible/audio.js';
 import { parseChatCompletion } from '../src/providers/openai-compatible/chat.js';
 import { parseEmbeddingsList, toUpstreamEmbeddingsBody } from '../src/providers/openai-compatible/embeddings.js';
+import { httpError } from '../src/providers/openai-compatible/errors.js';
 import { OpenAICompatibleAdapter } from '../src/providers/openai-compatible/index.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
@@ -153,6 +154,15 @@ describe('OpenAI-compatible chat answers in OpenAI’s shape', () => {
     expect(() => parseChatCompletion('ovh', failed)).toThrow(/finish_reason "error"/);
     expect(() => parseChatCompletion('ovh', answer(200, { id: 'x', choices: [] }))).toThrow(/without choices/);
     expect(() => parseChatCompletion('ovh', answer(200, '<html>oops</html>'))).toThrow(/not JSON/);
+  });
+
+  it('tells clients a provider refused the gateway’s credentials without its words, and at most 300 characters of any other message; the log gets them', () => {
+    const refused = httpError('scaleway', answer(401, { error: { message: 'Invalid key sk-scw-1234****abcd for project p-42' } }));
+    expect(refused.message).toBe("scaleway answered 401: it refused the gateway's credentials");
+    expect(refused.detail).toContain('sk-scw-1234****abcd');
+    const long = httpError('scaleway', answer(400, { error: { message: 'x'.repeat(5000) } }));
+    expect(long.message.length).toBeLessThan(340);
+    expect(long.detail.length).toBeGreaterThan(4000);
   });
 
   it('maps a streamed model_length finish to length, and leaves OpenAI’s own chunks as they came', () => {

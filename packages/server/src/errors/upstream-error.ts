@@ -7,6 +7,8 @@ export interface UpstreamErrorInit {
   message: string;
   status?: number;
   retryAfterS?: number;
+  /** What the provider said in full, for the operator's log when the message clients get is shorter. */
+  detail?: string;
   cause?: unknown;
 }
 
@@ -15,6 +17,7 @@ export class UpstreamError extends Error {
   readonly provider: string;
   readonly status: number | undefined;
   readonly retryAfterS: number | undefined;
+  readonly detail: string;
 
   constructor(init: UpstreamErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -23,6 +26,7 @@ export class UpstreamError extends Error {
     this.provider = init.provider;
     this.status = init.status;
     this.retryAfterS = init.retryAfterS;
+    this.detail = init.detail ?? init.message;
   }
 
   /** Worth trying the next offer: the provider, not the request, is at fault. */

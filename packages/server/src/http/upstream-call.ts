@@ -36,7 +36,7 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
     if (err instanceof UpstreamError && err.retryable) {
       request.log.warn(
         { provider: offer.provider, upstreamModel: offer.upstreamModel, kind: err.kind, status: err.status, ms: Math.round(performance.now() - started) },
-        `upstream attempt failed: ${redactSecrets(err.message)}`,
+        `upstream attempt failed: ${redactSecrets(err.detail)}`,
       );
     }
     throw err;

@@ -9,6 +9,20 @@ export function routableStatus(status: number): number {
   return status >= 500 || ROUTABLE.has(status) ? status : 502;
 }
 
+/** The longest provider message passed on to clients; the whole of it goes to the log. */
+const MAX_RELAYED_CHARS = 300;
+const MAX_LOGGED_CHARS = 4000;
+
+/**
+ * What a client is told of a provider's answer: a 401 or 403 is about the gateway's own credentials
+ * there (an operator's matter, and what the provider says of them is not the client's business);
+ * any other message at most MAX_RELAYED_CHARS long.
+ */
+function clientVisible(status: number, message: string): string {
+  if (status === 401 || status === 403) return "it refused the gateway's credentials";
+  return message.length > MAX_RELAYED_CHARS ? `${message.slice(0, MAX_RELAYED_CHARS)}…` : message;
+}
+
 /** An UpstreamError for a non-2xx answer, with the provider's Retry-After (or a fallback the adapter read elsewhere). */
 export function upstreamHttpError(provider: string, res: JsonResponse, status: number, message: string, retryAfterS?: number): UpstreamError {
   const retry = retryAfterSeconds(res.headers) ?? retryAfterS;
@@ -16,7 +30,8 @@ export function upstreamHttpError(provider: string, res: JsonResponse, status: n
     kind: 'http',
     provider,
     status: routableStatus(status),
-    message: `${provider} answered ${res.status}: ${message}`,
+    message: `${provider} answered ${res.status}: ${clientVisible(res.status, message)}`,
+    detail: `${provider} answered ${res.status}: ${message.slice(0, MAX_LOGGED_CHARS)}`,
     ...(retry === undefined ? {} : { retryAfterS: retry }),
   });
 }
