@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { InstancePresence } from '../src/kv/instance-presence.js';
 import { decodeEvents, encodeEvents } from '../src/streaming/event-batch.js';
 import { APPEND_COALESCE_MS, RedisStreamStore } from '../src/streaming/redis-stream-store.js';
-import { DELIVERED_LINGER_S, STREAM_RETENTION_S, type StreamEvent } from '../src/streaming/types.js';
+import { DELIVERED_LINGER_S, STREAM_RETENTION_S, type StreamEvent, SYNTHETIC_SEQ } from '../src/streaming/types.js';
 import { useRedis } from './helpers/redis.js';
 
 const fixture = useRedis();
@@ -73,6 +73,42 @@ describe('the Redis resume buffer', () => {
     expect((await followAll(store, id, 3)).map((e) => e.seq)).toEqual([4, 5, 6, 7, 8]);
     expect((await followAll(store, id, 0)).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     expect((await followAll(store, id, 7)).map((e) => e.kind)).toEqual(['done']);
+  });
+
+  it('writes again what failed to be written, in order, so a reader elsewhere meets no hole', async () => {
+    const client = fixture.redis.duplicate({ enableOfflineQueue: false });
+    await new Promise((resolve) => client.once('ready', resolve));
+    const store = new RedisStreamStore(client, 60, new InstancePresence(fixture.redis));
+    const id = 'written-again';
+    try {
+      await store.create(id, { keyId: 'key_1', model: 'm' });
+      for (let seq = 1; seq <= 3; seq++) store.append(id, chunk(seq));
+      await sleep(APPEND_COALESCE_MS * 3);
+      // Redis unreachable for a few ticks: every write of the stream fails meanwhile.
+      client.disconnect();
+      for (let seq = 4; seq <= 6; seq++) {
+        store.append(id, chunk(seq));
+        await sleep(APPEND_COALESCE_MS * 1.5);
+      }
+      await client.connect();
+      store.append(id, done(7));
+      await sleep(APPEND_COALESCE_MS * 4);
+      expect((await followAll(store, id, 0)).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('ends a resume that meets a hole in the buffer with an error event that has no id, rather than skip the missing events', async () => {
+    const store = new RedisStreamStore(fixture.redis, 60, new InstancePresence(fixture.redis));
+    const id = 'with-a-hole';
+    await fixture.redis.hset(`gw:stream:{${id}}:meta`, 'keyId', 'key_1', 'model', 'm');
+    await fixture.redis.xadd(eventsKey(id), '2-1', 'e', encodeEvents([chunk(1), chunk(2)]));
+    await fixture.redis.xadd(eventsKey(id), '6-1', 'e', encodeEvents([chunk(5), done(6)]));
+    const events = await followAll(store, id, 0);
+    expect(events.map((e) => e.seq)).toEqual([1, 2, SYNTHETIC_SEQ]);
+    expect(events.at(-1)?.kind).toBe('error');
+    expect(events.at(-1)?.data).toContain('missing events 3 to 4');
   });
 
   it('writes the last batch with the short linger as soon as the client has it all, with no command after it', async () => {

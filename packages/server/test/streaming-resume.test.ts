@@ -133,7 +133,9 @@ describe('resume across instances sharing Redis', () => {
       const waited = performance.now() - started;
       const last = JSON.parse(rest.at(-1)?.data ?? '{}') as { error?: { code: string; message: string } };
       expect(last.error?.code).toBe('upstream_error');
-      expect(last.error?.message).toMatch(/instance that was relaying this stream stopped/);
+      expect(last.error?.message).toMatch(/instance relaying this stream is not answering/);
+      // The gateway's own event carries no id: a client's last event id stays the stream's last real one.
+      expect(rest.at(-1)?.id).toBeFalsy();
       expect(rest.map((e) => e.data)).not.toContain('[DONE]');
       // The instance's liveness lapses within 6 s, and a quiet resume checks on it every 2 s.
       expect(waited).toBeLessThan(12_000);
@@ -143,6 +145,28 @@ describe('resume across instances sharing Redis', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   }, 40_000);
+
+  it('with Redis gone, a stream is resumed from the instance relaying it; a stream it cannot look up is a 503 to retry, not a 500', async () => {
+    const own = await startRedis();
+    const gw = await startGateway({ sim, redisUrl: own.url });
+    sim.providers.scaleway?.configure({ chunkGapMs: 100 });
+    try {
+      const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+      const controller = new AbortController();
+      const head = await readSse(await streamRequest(gw.baseA, key, body, {}, controller.signal), 3);
+      controller.abort();
+      await own.stop();
+      const rest = await readSse(await streamRequest(gw.baseA, key, body, { 'Last-Event-ID': head[2]?.id as string }));
+      expect(rest[0]?.id).toBe(`${(head[2]?.id as string).split(':')[0]}:4`);
+      expect(rest.at(-1)?.data).toBe('[DONE]');
+      const unknown = await streamRequest(gw.baseA, key, body, { 'Last-Event-ID': 'req_0123456789abcdef01234567:3' });
+      expect([unknown.status, unknown.headers.get('retry-after')]).toEqual([503, '1']);
+    } finally {
+      sim.providers.scaleway?.configure({ chunkGapMs: 15 });
+      await gw.close();
+      await own.stop().catch(() => {});
+    }
+  }, 30_000);
 
   it('only the key that started a stream can resume it, on any instance', async () => {
     const owner = await one.createKey({ rateLimitRpm: 1000 });

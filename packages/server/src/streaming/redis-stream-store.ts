@@ -10,6 +10,7 @@ import {
   type StreamMeta,
   type StreamRouting,
   type StreamStore,
+  SYNTHETIC_SEQ,
 } from './types.js';
 
 const eventsKey = (id: string) => `gw:stream:{${id}}:events`;
@@ -17,12 +18,18 @@ const metaKey = (id: string) => `gw:stream:{${id}}:meta`;
 /** A resume on another instance waits this long for new events before it checks on the instance relaying the stream. */
 const FOLLOW_BLOCK_MS = 2_000;
 
+/** How long a stream whose buffer writes fail keeps its events to try again. */
+const RETRY_FOR_MS = 60_000;
+
 /** How long a stream's events may wait to be written together (its first event is written at once). */
 export const APPEND_COALESCE_MS = 100;
 
 /**
  * A batch of one stream's events as one entry (one slot: both keys share
- * the stream's hash tag), with the stream's meta record when it is new.
+ * the stream's hash tag), with the stream's meta record when it is new,
+ * unless the stream has an entry as far on (a retry of a batch that went
+ * in although its call failed: readers skip events they have seen, so a
+ * retried batch may overlap the entry before it).
  * ARGV: max length, ttl (0: leave it), owner key id ('' : no meta), model,
  * entry id, the events (see {@link encodeEvents}), routing (JSON, '' : none),
  * the relaying instance.
@@ -31,7 +38,12 @@ const APPEND_EVENTS = `
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], 'keyId', ARGV[3], 'model', ARGV[4], 'routing', ARGV[7], 'instance', ARGV[8])
 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[5], 'e', ARGV[6])
+local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+local topSeq = top and tonumber(string.match(top[1], '^(%d+)')) or 0
+-- A retried batch whose first try ran after all (its call timed out here, not there) is in already.
+if topSeq < tonumber(string.match(ARGV[5], '^(%d+)')) then
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[5], 'e', ARGV[6])
+end
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
@@ -55,10 +67,23 @@ type AppendEvents = (
 
 const ends = (e: StreamEvent | undefined) => e?.kind === 'done' || e?.kind === 'error';
 
-/** What a resume elsewhere ends with when the instance relaying its stream is gone: the rest of the stream went with it. */
-function relayLostEvent(seq: number): StreamEvent {
-  const message = 'The gateway instance that was relaying this stream stopped; the rest of the stream is lost. Send the request again.';
-  return { seq, kind: 'error', data: JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } }) };
+/**
+ * What a resume elsewhere ends with when the instance relaying its stream is gone: the rest of the stream went
+ * with it. Numbered SYNTHETIC_SEQ, so that its frame carries no id: a client's last id stays the last real event's.
+ */
+function relayLostEvent(): StreamEvent {
+  const message = 'The gateway instance relaying this stream is not answering; the rest of the stream cannot be sent from here.';
+  return syntheticError(message);
+}
+
+/** A resume that meets events missing from the buffer (lost in a long Redis outage) ends here instead of skipping them. */
+function bufferGapEvent(from: number, to: number): StreamEvent {
+  const which = from === to ? `event ${from}` : `events ${from} to ${to}`;
+  return syntheticError(`The shared resume buffer is missing ${which} of this stream; it cannot be resumed whole from here.`);
+}
+
+function syntheticError(message: string): StreamEvent {
+  return { seq: SYNTHETIC_SEQ, kind: 'error', data: JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } }) };
 }
 
 /**
@@ -83,6 +108,8 @@ export class RedisStreamStore implements StreamStore {
   private readonly pending = new Map<string, StreamEvent[]>();
   /** Meta records of streams whose first event is not written yet: they go in the same call. */
   private readonly newMeta = new Map<string, StreamMeta>();
+  /** Streams whose write failed: since when, so that a long outage gives up on them rather than hold their events. */
+  private readonly failingSince = new Map<string, number>();
   private tick: NodeJS.Timeout | null = null;
 
   /** Writes every stream's gathered batch (the tick, and shutdown). */
@@ -116,10 +143,39 @@ export class RedisStreamStore implements StreamStore {
     const events = this.pending.get(streamId);
     if (events) events.push(event);
     else this.pending.set(streamId, [event]);
+    this.schedule();
+  }
+
+  private schedule(): void {
     if (!this.tick) {
       this.tick = setTimeout(this.flushAll, APPEND_COALESCE_MS);
       this.tick.unref();
     }
+  }
+
+  /**
+   * A write that failed goes back before what was gathered since, with its meta record, and is
+   * tried again with the next tick: a reader elsewhere must not step over a hole in the stream.
+   * A stream whose writes keep failing for RETRY_FOR_MS is given up (its resume elsewhere ends with an error).
+   */
+  private retry(streamId: string, events: StreamEvent[], meta: StreamMeta | undefined): void {
+    const now = Date.now();
+    const since = this.failingSince.get(streamId) ?? now;
+    if (now - since > RETRY_FOR_MS) {
+      this.failingSince.delete(streamId);
+      this.pending.delete(streamId);
+      return;
+    }
+    this.failingSince.set(streamId, since);
+    if (meta && !this.newMeta.has(streamId)) this.newMeta.set(streamId, meta);
+    // Several writes of the stream may have failed together, and in any order: put them back in the stream's own.
+    const bySeq = new Map<number, StreamEvent>();
+    for (const e of [...events, ...(this.pending.get(streamId) ?? [])]) bySeq.set(e.seq, e);
+    this.pending.set(
+      streamId,
+      [...bySeq.values()].sort((a, b) => a.seq - b.seq),
+    );
+    this.schedule();
   }
 
   /**
@@ -148,7 +204,10 @@ export class RedisStreamStore implements StreamStore {
         meta?.routing ? JSON.stringify(meta.routing) : '',
         this.presence.id,
       )
-      .catch(() => {});
+      .then(
+        () => this.failingSince.delete(streamId),
+        () => this.retry(streamId, events, meta),
+      );
   }
 
   async meta(streamId: string): Promise<StreamMeta | null> {
@@ -201,15 +260,20 @@ export class RedisStreamStore implements StreamStore {
         for (const [id, fields] of entries?.[0]?.[1] ?? []) {
           last = id;
           for (const event of entryEvents(id, fields)) {
-            // The first entry may begin before the resume point.
-            if (event.seq <= afterSeq) continue;
+            // The first entry may begin before the resume point, and a retried batch may repeat events.
+            if (event.seq <= seen) continue;
+            if (event.seq !== seen + 1) {
+              // Events that never reached the buffer: the client is told, rather than given a stream with a hole.
+              yield bufferGapEvent(seen + 1, event.seq - 1);
+              return;
+            }
             seen = event.seq;
             yield event;
             if (ends(event)) return;
           }
         }
         if (!res && !entries?.[0]?.[1]?.length) {
-          yield relayLostEvent(seen + 1);
+          yield relayLostEvent();
           return;
         }
       }

@@ -1,7 +1,7 @@
 import { redactSecrets } from '../lib/redact.js';
 import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
-import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamStore } from './types.js';
+import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamMeta, type StreamStore } from './types.js';
 
 export interface StreamOutcome {
   /** The provider's own count, when it arrived. */
@@ -15,6 +15,8 @@ export interface StreamOutcome {
 
 export interface SessionInit {
   streamId: string;
+  /** Who started the stream and where it went: a resume on this instance needs nothing from the shared buffer. */
+  owner?: StreamMeta;
   /** The gateway's model id, written into every chunk in place of the provider's name. */
   model: string;
   upstream: ChatStream;
@@ -64,6 +66,11 @@ export class StreamSession {
       this.resolveFinished = resolve;
     });
     init.source.attach({ chunk: (c) => this.chunk(c), end: (error) => this.end(error) });
+  }
+
+  /** The stream's record as the resume buffer has it (null: not given, as in tests). */
+  get owner(): StreamMeta | null {
+    return this.init.owner ?? null;
   }
 
   /** Every event so far, in order (event `seq` n is at index n - 1). */

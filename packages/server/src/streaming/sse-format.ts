@@ -4,6 +4,11 @@ export function sseEvent(id: string, data: string): string {
   return `id: ${id}\ndata: ${data}\n\n`;
 }
 
+/** An SSE event without an id: the client's last event id stays the one before it. */
+export function sseData(data: string): string {
+  return `data: ${data}\n\n`;
+}
+
 /** An SSE comment, ignored by clients, that keeps proxies from dropping a silent stream. */
 export const SSE_HEARTBEAT = ': keep-alive\n\n';
 

@@ -1,5 +1,5 @@
-import { eventId, SSE_HEARTBEAT, sseEvent } from './sse-format.js';
-import type { StreamEvent } from './types.js';
+import { eventId, SSE_HEARTBEAT, sseData, sseEvent } from './sse-format.js';
+import { type StreamEvent, SYNTHETIC_SEQ } from './types.js';
 
 /**
  * SSE text for a client: one frame per event (the usage chunk only if the
@@ -51,7 +51,7 @@ export async function* sseFrames(events: AsyncIterable<StreamEvent>, streamId: s
         timer.refresh();
         request();
         if (r.value.kind === 'usage' && !includeUsage) continue;
-        yield sseEvent(eventId(streamId, r.value.seq), r.value.data);
+        yield r.value.seq === SYNTHETIC_SEQ ? sseData(r.value.data) : sseEvent(eventId(streamId, r.value.seq), r.value.data);
         continue;
       }
       // Silence for heartbeatMs: a comment keeps proxies and clients from timing out.

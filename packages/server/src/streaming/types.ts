@@ -1,8 +1,11 @@
 /** What one buffered event of a relayed stream is. */
 export type StreamEventKind = 'chunk' | 'usage' | 'done' | 'error';
 
+/** The position of an event the gateway adds to a resumed stream (an error): not one of the stream's, so its frame has no id. */
+export const SYNTHETIC_SEQ = 0;
+
 export interface StreamEvent {
-  /** Position in the stream, from 1. */
+  /** Position in the stream, from 1 (SYNTHETIC_SEQ: an event of the gateway's own, outside the stream). */
   seq: number;
   kind: StreamEventKind;
   /** The SSE `data:` payload: a chunk's JSON, `[DONE]`, or an error object's JSON. */

@@ -13,6 +13,7 @@ import { LiveFrames } from '../../streaming/live-frames.js';
 import { estimatedUsage, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { sseFrames } from '../../streaming/sse-frames.js';
+import type { StreamMeta } from '../../streaming/types.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
@@ -84,12 +85,14 @@ export async function startStream(
   // Not awaited: the resume record must not delay the first chunk. It is written no later than the
   // stream's first event (Redis: in the same call); if it fails, only resume degrades.
   const routing = { provider: result.offer.provider, region: result.offer.region, strategy: options.strategy, hops: result.hops };
-  services.streams.create(request.id, { keyId: key.id, model, routing }).catch((err: unknown) => {
+  const owner = { keyId: key.id, model, routing };
+  services.streams.create(request.id, owner).catch((err: unknown) => {
     request.log.warn({ err: (err as Error).message }, 'stream resume record not written; resume unavailable for this stream');
   });
   const started = performance.now();
   const session = services.sessions.start({
     streamId: request.id,
+    owner,
     model,
     ...result.value,
     store: services.streams,
@@ -130,7 +133,9 @@ export async function startStream(
 export async function resumeStream(services: Services, request: FastifyRequest, reply: FastifyReply, lastEventId: string, body: ChatBody) {
   const parsed = parseEventId(lastEventId);
   const key = request.gw.key;
-  const meta = parsed ? await services.streams.meta(parsed.streamId) : null;
+  // A stream this instance relays is resumed from its session, whether or not the shared buffer has it.
+  const local = parsed ? services.sessions.get(parsed.streamId) : undefined;
+  const meta = local?.owner ?? (parsed ? await sharedMeta(services, parsed.streamId) : null);
   // Another key's stream looks exactly like an unknown one.
   if (!parsed || !meta || !key || meta.keyId !== key.id) {
     throw new GatewayError(
@@ -141,7 +146,6 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   }
   request.gw.usage = null;
   if (meta.routing) routingHeaders(reply, request, meta.routing);
-  const local = services.sessions.get(parsed.streamId);
   const heartbeatMs = services.config.streamHeartbeatMs;
   if (local) return sendFrames(services, request, reply, parsed.streamId, new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs));
   // Another instance's stream: read from the shared buffer until the client goes.
@@ -155,6 +159,15 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
     parsed.streamId,
     Readable.from(sseFrames(events, parsed.streamId, includeUsage(body), heartbeatMs), { objectMode: false }),
   );
+}
+
+/** The stream's record in the resume buffer; a buffer that cannot be read is a 503 to retry, not a 500. */
+async function sharedMeta(services: Services, streamId: string): Promise<StreamMeta | null> {
+  try {
+    return await services.streams.meta(streamId);
+  } catch (err) {
+    throw new GatewayError('store_unavailable', 'The stream resume buffer cannot be read right now; retry shortly.', { retryAfterS: 1, cause: err });
+  }
 }
 
 function includeUsage(body: ChatBody): boolean {
