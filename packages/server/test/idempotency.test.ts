@@ -184,6 +184,9 @@ describe('X-Idempotency-Key', () => {
     for await (const c of replay) chunks.push(c);
     expect(response.headers.get('idempotent-replayed')).toBe('true');
     expect(chunks.map((c) => JSON.stringify(c))).toEqual(first.slice(0, -1).map((e) => JSON.stringify(JSON.parse(e.data))));
+    // A repeat that also names an event of this stream in Last-Event-ID gets only what follows it, as a resume would.
+    const after = await readSse(await streamRequest(gw.baseA, own.key, body, { ...headers, 'Last-Event-ID': first[2]?.id as string }));
+    expect(after.map((e) => e.id)).toEqual(first.slice(3).map((e) => e.id));
     expect(chats()).toBe(1);
     expect(await usageOf([gw], own.id)).toHaveLength(1);
   });

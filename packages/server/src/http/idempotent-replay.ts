@@ -3,6 +3,7 @@ import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { StoredAnswer } from '../routing/idempotency.js';
+import { parseEventId } from '../streaming/sse-format.js';
 import { sseFrames } from '../streaming/sse-frames.js';
 import type { StreamEvent } from '../streaming/types.js';
 import type { Services } from './services.js';
@@ -23,7 +24,7 @@ export const REPLAYED_HEADERS = [
 /** The first answer's status, headers and body (or its stream), marked `Idempotent-Replayed: true`; no upstream call, no charge. */
 export async function sendReplay(services: Services, request: FastifyRequest, reply: FastifyReply, answer: StoredAnswer): Promise<FastifyReply> {
   request.gw.usage = null;
-  const events = answer.stream ? await replayEvents(services, reply, answer.stream) : null;
+  const events = answer.stream ? await replayEvents(services, reply, answer.stream, resumeAfter(request, answer.stream.id)) : null;
   for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
   reply.header(H.idempotentReplayed, 'true');
   reply.code(answer.status);
@@ -42,16 +43,28 @@ export async function replayable(services: Services, answer: StoredAnswer): Prom
 }
 
 /** A finished stream from its stored events; one still running (or just ended) from the resume buffer, live. */
-async function replayEvents(services: Services, reply: FastifyReply, stream: NonNullable<StoredAnswer['stream']>): Promise<AsyncIterable<StreamEvent>> {
-  if (stream.events) return fromArray(stream.events);
+async function replayEvents(
+  services: Services,
+  reply: FastifyReply,
+  stream: NonNullable<StoredAnswer['stream']>,
+  afterSeq: number,
+): Promise<AsyncIterable<StreamEvent>> {
+  if (stream.events) return fromArray(stream.events.filter((e) => e.seq > afterSeq));
   const local = services.sessions.get(stream.id);
-  if (local) return local.follow(0);
+  if (local) return local.follow(afterSeq);
   if (!(await services.streams.meta(stream.id))) {
     throw new GatewayError('stream_not_found', 'The stream first answered to this X-Idempotency-Key is no longer available.', { param: 'X-Idempotency-Key' });
   }
   const abort = new AbortController();
   reply.raw.once('close', () => abort.abort());
-  return services.streams.follow(stream.id, 0, abort.signal);
+  return services.streams.follow(stream.id, afterSeq, abort.signal);
+}
+
+/** A repeat that also carries `Last-Event-ID` of this very stream wants only what follows that event, as any resume does. */
+function resumeAfter(request: FastifyRequest, streamId: string): number {
+  const raw = request.headers['last-event-id'];
+  const parsed = typeof raw === 'string' ? parseEventId(raw) : null;
+  return parsed && parsed.streamId === streamId ? parsed.seq : 0;
 }
 
 async function* fromArray(events: StreamEvent[]): AsyncGenerator<StreamEvent> {
