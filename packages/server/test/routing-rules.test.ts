@@ -161,6 +161,28 @@ describe('plans', () => {
     expect(providers(planOffers(model, best, size))).toEqual(['c', 'b', 'a']);
   });
 
+  it('a measure left stale by lost traffic gives way fast to what a re-measure finds: a timeout or an error is not remembered for minutes', () => {
+    const { clock, stats } = clockStats(30_000);
+    stats.record(C, 'ok', 20, 'full');
+    // One timeout at 2 s: c's average jumps, and with its traffic gone only a re-measure every 30 s or so samples it again.
+    stats.record(C, 'timeout', 2000, 'full');
+    const afterTimeout = stats.latencyMs(C, 'full') as number;
+    expect(afterTimeout).toBeCloseTo(20 + LATENCY_ALPHA * 1980, 6);
+    clock.now += 60_000;
+    stats.record(C, 'ok', 20, 'full');
+    // A fresh measure would move by LATENCY_ALPHA (to about 432 ms); one 60 s old moves by 1 - 0.7^3 = 0.657 (to about 222 ms).
+    expect(stats.latencyMs(C, 'full')).toBeCloseTo(afterTimeout + (1 - (1 - LATENCY_ALPHA) ** 3) * (20 - afterTimeout), 6);
+    // The same for the success rate after one error.
+    stats.record(A, 'ok', 5, 'full');
+    stats.record(A, 'error', 1, 'full');
+    clock.now += 60_000;
+    stats.record(A, 'ok', 5, 'full');
+    expect(stats.successRate(A)).toBeCloseTo(0.8 + (1 - 0.8 ** 3) * 0.2, 6);
+    // Traffic keeps a measure fresh: back to the plain weight.
+    stats.record(A, 'error', 1, 'full');
+    expect(stats.successRate(A)).toBeCloseTo((0.8 + (1 - 0.8 ** 3) * 0.2) * 0.8, 6);
+  });
+
   it('a pin keeps one offer and never fails over; prefer goes first; max hops cut the plan', () => {
     expect(providers(planOffers(model, opts({ pin: 'b' }), size))).toEqual(['b']);
     expect(() => planOffers(model, opts({ pin: 'z' }), size)).toThrowError(expect.objectContaining({ code: 'provider_unsupported' }));

@@ -18,6 +18,18 @@ interface Rate {
   /** Exponentially weighted moving share of attempts that answered, 0 to 1. */
   ewma: number;
   samples: number;
+  at: number;
+}
+
+/**
+ * The weight of a new sample against a measure last moved `ageMs` ago: `alpha` for a measure kept
+ * fresh by traffic, more for one that went unmeasured (an offer that lost its traffic after a timeout
+ * or an error is only re-measured every `remeasureMs`; its old figure should not outweigh what the
+ * re-measure finds for minutes). Each remeasure period of age counts as one sample's decay.
+ */
+export function stalenessWeight(alpha: number, ageMs: number, remeasureMs: number): number {
+  if (!(ageMs > 0) || remeasureMs <= 0) return alpha;
+  return 1 - (1 - alpha) ** (1 + ageMs / remeasureMs);
 }
 
 /**
@@ -47,14 +59,16 @@ export class MeasureBook {
   addLatency(key: string, mode: LatencyMode, ms: number, now: number): void {
     const id = `${mode}|${key}`;
     const m = this.latency.get(id);
-    // The first sample is the measure; later ones move it by LATENCY_ALPHA.
-    this.latency.set(id, { ewmaMs: m ? m.ewmaMs + LATENCY_ALPHA * (ms - m.ewmaMs) : ms, measuredAt: now });
+    // The first sample is the measure; later ones move it by LATENCY_ALPHA, more when the measure is stale.
+    const weight = m ? stalenessWeight(LATENCY_ALPHA, now - m.measuredAt, this.remeasureMs) : 1;
+    this.latency.set(id, { ewmaMs: m ? m.ewmaMs + weight * (ms - m.ewmaMs) : ms, measuredAt: now });
   }
 
-  addOutcome(key: string, ok: boolean): void {
+  addOutcome(key: string, ok: boolean, now: number): void {
     const r = this.rates.get(key);
     const x = ok ? 1 : 0;
-    this.rates.set(key, r ? { ewma: r.ewma + SUCCESS_ALPHA * (x - r.ewma), samples: r.samples + 1 } : { ewma: x, samples: 1 });
+    const weight = r ? stalenessWeight(SUCCESS_ALPHA, now - r.at, this.remeasureMs) : 1;
+    this.rates.set(key, r ? { ewma: r.ewma + weight * (x - r.ewma), samples: r.samples + 1, at: now } : { ewma: x, samples: 1, at: now });
   }
 
   /** Not measured (nor put first for measuring) in this mode for `remeasureMs`; never measured counts as due. */

@@ -117,7 +117,7 @@ export class OfferStats implements OfferStatsView {
     const now = this.now();
     if (o.outcome === 'ok') this.circuits.success(o.offer);
     else this.circuits.failure(o.offer, now);
-    this.measures.addOutcome(o.offer, o.outcome === 'ok');
+    this.measures.addOutcome(o.offer, o.outcome === 'ok', now);
     // A plain error says nothing about speed (it may fail fast); a timeout says the offer is slow.
     if (o.outcome !== 'error') this.measures.addLatency(o.offer, o.mode, o.ms, now);
   }
