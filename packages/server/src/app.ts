@@ -248,7 +248,7 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
     requestTimeout: config.requestTimeoutMs,
     http: { requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: 5000 },
     // Model ids travel in paths (GET /alt/v1/models/{id}): a long one is a 404 model_not_found, not a framework 414.
-    maxParamLength: 1000,
+    routerOptions: { maxParamLength: 1000 },
     frameworkErrors,
     clientErrorHandler,
     genReqId: () => newRequestId(),

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
@@ -109,6 +110,48 @@ describe('budgets while Redis is away', () => {
       sim.providers.scaleway?.configure({ latencyMs: 30 });
     }
   }, 30_000);
+});
+
+describe('budgets when Redis restarts empty', () => {
+  it('costs settled during the outage are counted once: the totals are loaded again from PostgreSQL, not added to one another instance loaded already', async () => {
+    const own = await startRedis();
+    const url = await pg.createDatabase();
+    const [g1, g2] = [await startGateway({ sim, redisUrl: own.url, databaseUrl: url }), await startGateway({ sim, redisUrl: own.url, databaseUrl: url })];
+    const probe = new Redis(own.url, { maxRetriesPerRequest: 1 });
+    probe.on('error', () => {});
+    try {
+      const { id, key } = await g1.createKey({ budget: worst * 100, rateLimitRpm: 1000 });
+      const { workspaceId } = (await g1.admin<{ workspaceId: string | null }>('GET', `/keys/${id}`)).body;
+      const tag = workspaceId ? `ws:${workspaceId}` : `key:${id}`;
+      const spentKey = `gw:budget:{${tag}}:key:${id}:spent`;
+      for (const g of [g1, g2]) expect((await chat(g, key)).status).toBe(200);
+      await own.kill();
+      // Settled in PostgreSQL leases while Redis is away: owed to Redis's total.
+      for (let i = 0; i < 5; i++) expect((await chat(g1, key)).status).toBe(200);
+      await g1.gateway.services.usage.flush();
+      await own.restart();
+      // The other instance finds no total in the new Redis and loads it from PostgreSQL, the outage's costs included…
+      await eventually(async () => {
+        expect((await chat(g2, key)).status).toBe(200);
+        expect(await probe.exists(spentKey)).toBe(1);
+      }, 15_000);
+      // What the reload takes is what PostgreSQL has: costs whose usage records wait for the writer's next flush (at most
+      // 500 ms of them) are the bound on what it may miss. Here they are written first.
+      await g2.gateway.services.usage.flush();
+      // …and the first one, catching up once its Redis answers again, must not add them a second time.
+      await eventually(async () => {
+        expect((await chat(g1, key)).status).toBe(200);
+        await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+        const stored = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+        expect(Number(await probe.get(spentKey)) / 1e9).toBeCloseTo(stored, 12);
+        expect(await probe.exists(spentKey)).toBe(1);
+      }, 15_000);
+    } finally {
+      probe.disconnect();
+      await Promise.all([g1.close(), g2.close()]);
+      await own.stop();
+    }
+  }, 60_000);
 });
 
 describe('budget holds of an instance that died', () => {

@@ -156,8 +156,9 @@ describe('resume across instances sharing Redis', () => {
       const head = await readSse(await streamRequest(gw.baseA, key, body, {}, controller.signal), 3);
       controller.abort();
       await own.stop();
-      const rest = await readSse(await streamRequest(gw.baseA, key, body, { 'Last-Event-ID': head[2]?.id as string }));
-      expect(rest[0]?.id).toBe(`${(head[2]?.id as string).split(':')[0]}:4`);
+      const lastId = head[2]?.id ?? '';
+      const rest = await readSse(await streamRequest(gw.baseA, key, body, { 'Last-Event-ID': lastId }));
+      expect(rest[0]?.id).toBe(`${lastId.split(':')[0]}:4`);
       expect(rest.at(-1)?.data).toBe('[DONE]');
       const unknown = await streamRequest(gw.baseA, key, body, { 'Last-Event-ID': 'req_0123456789abcdef01234567:3' });
       expect([unknown.status, unknown.headers.get('retry-after')]).toEqual([503, '1']);

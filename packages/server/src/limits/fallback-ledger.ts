@@ -7,6 +7,10 @@ import { MemoryLedger } from './memory-ledger.js';
 export interface SharedLedger extends BudgetLedger {
   reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation;
   addSpent(tag: string, scopeIds: string[], nano: number): Promise<void>;
+  /** Changes when the shared ledger lost what it held (Redis restarted). */
+  epoch(): Promise<string>;
+  /** Drops the scopes' totals, to be loaded again from the store. */
+  reloadSpent(tag: string, scopeIds: string[]): Promise<void>;
 }
 
 const CATCH_UP_EVERY_MS = 1_000;
@@ -35,7 +39,12 @@ export class BudgetsUnavailableError extends Error {
  * costs settled in the other ledgers are added to its totals, settles it
  * missed are sent again (a settle removes its hold only once, so a repeat
  * adds nothing twice), and holds whose reserve call failed (it may have
- * run all the same) are released.
+ * run all the same) are released. If Redis restarted meanwhile (its run
+ * id changed, or this instance never saw it), its totals are not the ones
+ * those costs are missing from: another instance may have loaded them
+ * from the store, costs included, already. They are dropped instead, to
+ * be loaded again from the store, which has every cost whose usage record
+ * is written (all but the last flush interval's).
  */
 export class FallbackLedger implements BudgetLedger {
   private readonly local = new MemoryLedger();
@@ -49,6 +58,9 @@ export class FallbackLedger implements BudgetLedger {
   private strayHolds: Reservation[] = [];
   private catchUpTimer: NodeJS.Timeout | null = null;
   private catchUpRun: Promise<void> | null = null;
+  /** The shared ledger's run id as last seen answering (null: not yet), read once at the first reservation and at each catch-up. */
+  private sharedEpoch: string | null = null;
+  private epochRead: Promise<void> | null = null;
 
   constructor(
     private readonly shared: SharedLedger,
@@ -62,6 +74,7 @@ export class FallbackLedger implements BudgetLedger {
         if (this.behind) await this.catchUp();
         const res = await this.shared.reserve(tag, scopes, eur, requestId);
         this.breaker.success();
+        if (this.sharedEpoch === null) this.readEpoch();
         return res;
       } catch {
         this.breaker.failure();
@@ -149,18 +162,36 @@ export class FallbackLedger implements BudgetLedger {
     return this.catchUpRun;
   }
 
+  /** Notes the shared ledger's run id, off the request path; a failure leaves it unknown (a catch-up then reloads). */
+  private readEpoch(): void {
+    this.epochRead ??= this.shared
+      .epoch()
+      .then((epoch) => {
+        this.sharedEpoch ??= epoch;
+      })
+      .catch(() => {})
+      .finally(() => {
+        this.epochRead = null;
+      });
+  }
+
   /** Costs first, then the missed settles and the stray holds; what fails stays for the next run. */
   private async runCatchUp(): Promise<void> {
+    const epoch = await this.shared.epoch();
+    const restarted = this.sharedEpoch !== epoch;
     const owed = [...this.owed.values()];
     this.owed.clear();
     for (const [i, entry] of owed.entries()) {
       try {
-        await this.shared.addSpent(entry.tag, entry.scopeIds, entry.nano);
+        if (restarted) await this.shared.reloadSpent(entry.tag, entry.scopeIds);
+        else await this.shared.addSpent(entry.tag, entry.scopeIds, entry.nano);
       } catch (err) {
         for (const rest of owed.slice(i)) this.owe(rest.tag, rest.scopeIds, rest.nano);
         throw err;
       }
     }
+    // Only now: a run cut short compares with the run id from before the outage again.
+    this.sharedEpoch = epoch;
     const settles = this.missedSettles;
     const strays = this.strayHolds;
     this.missedSettles = [];

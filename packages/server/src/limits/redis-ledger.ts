@@ -167,6 +167,17 @@ export class RedisLedger implements BudgetLedger {
     await this.addSpentCmd(keys.length, ...keys, nano);
   }
 
+  /** Redis's run id: a restart changes it, and takes every total Redis held with it. */
+  async epoch(): Promise<string> {
+    const info = await this.redis.info('server');
+    return /run_id:(\w+)/.exec(info)?.[1] ?? '';
+  }
+
+  /** Drops the scopes' totals: the next reservation loads them from the store, which has every cost whose usage record is stored. */
+  async reloadSpent(tag: string, scopeIds: string[]): Promise<void> {
+    await this.redis.del(...scopeIds.map((id) => keysOf(tag, id)[0] as string));
+  }
+
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
     const nano = toNano(eur);
     const args = this.reserveArgs(tag, scopes);
