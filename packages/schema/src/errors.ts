@@ -25,6 +25,7 @@ export const CANONICAL_ERRORS = {
   no_healthy_provider: { a: [503, 'provider_down'], b: [502, 'upstream_unavailable'] },
   store_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   idempotency_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
+  shutting_down: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   upstream_timeout: { a: [504, 'upstream_timeout'], b: [504, 'upstream_timeout'] },
 } as const satisfies Record<string, { a: readonly [number, string]; b: readonly [number, string] }>;
 
@@ -60,6 +61,7 @@ const B_TYPES: Record<CanonicalCode, string> = {
   no_healthy_provider: 'upstream_error',
   store_unavailable: 'server_error',
   idempotency_unavailable: 'server_error',
+  shutting_down: 'server_error',
   upstream_timeout: 'upstream_error',
 };
 

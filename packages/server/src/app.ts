@@ -119,7 +119,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
-  if (redis) logRedisState(redis, app.log);
+  const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
   const usage = new UsageWriter(store, {
     // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid
     // every interval, and at 100 ms it was half the database thread's CPU per request (docs/decisions.md).
@@ -152,6 +152,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     offerStats,
     idempotency,
     lifecycle: { draining: false, inFlight: 0, apiRequests: 0 },
+    redisHealth,
   };
   const memoryRelease = new IdleMemoryRelease({
     ...IDLE_MEMORY_RELEASE,
@@ -253,7 +254,8 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
     clientErrorHandler,
     genReqId: () => newRequestId(),
     requestIdHeader: false,
-    return503OnClosing: true,
+    // Our own 503 while draining (request-context.ts), in the variant's envelope with Retry-After, not Fastify's bare one.
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
     // Inputs are validated, never coerced or rewritten (a string "0.5" is not a temperature).
     ajv: { customOptions: { coerceTypes: false, useDefaults: false, removeAdditional: false, allErrors: false } },
@@ -278,14 +280,20 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
 }
 
 /**
- * Says when Redis goes away and when it is back, once each: while it is
+ * Says when Redis goes away and when it is back, once each, in the log, in
+ * `gw_redis_up` and in /readyz: while it is
  * away the limiter fails open, budgets are held without it (leased in
  * PostgreSQL, or in memory), and a revocation reaches other instances only
  * through their key cache's expiry.
  */
-function logRedisState(redis: Redis, log: FastifyBaseLogger): void {
+function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { reachable: boolean } {
+  const health = { reachable: redis.status === 'ready' };
+  const gauge = metrics.redisUp();
+  gauge.set(health.reachable ? 1 : 0);
   let lost = false;
   redis.on('close', () => {
+    health.reachable = false;
+    gauge.set(0);
     if (lost) return;
     lost = true;
     log.warn(
@@ -293,8 +301,11 @@ function logRedisState(redis: Redis, log: FastifyBaseLogger): void {
     );
   });
   redis.on('ready', () => {
+    health.reachable = true;
+    gauge.set(1);
     if (!lost) return;
     lost = false;
     log.info('redis reachable again');
   });
+  return health;
 }

@@ -39,10 +39,43 @@ describe('operations', () => {
     expect((await fetch(`${proc.url}/healthz`)).status).toBe(200);
     const ready = await fetch(`${proc.url}/readyz`);
     expect(ready.status).toBe(200);
-    expect(await ready.json()).toMatchObject({ status: 'ready', store: 'ok' });
+    // No Redis configured: nothing to be unreachable.
+    expect(await ready.json()).toMatchObject({ status: 'ready', store: 'ok', redis: 'none' });
     const metrics = await (await fetch(`${proc.url}/metrics`)).text();
     expect(metrics).toContain('gw_http_requests_total');
     expect(metrics).toContain('gw_process_resident_memory_bytes');
+  });
+
+  it('counts in /metrics the streams that write their own answer and the requests whose client left (as 499)', async () => {
+    const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
+    const count = async (status: number) => {
+      const text = await (await fetch(`${proc.url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`gw_http_requests_total{route="/v1/chat/completions",variant="a",status="${status}"}`));
+      return Number(line?.split(' ').at(-1) ?? 0);
+    };
+    const [ok, gone] = [await count(200), await count(499)];
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    const stream = await fetch(`${proc.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'stream' }], stream: true }),
+    });
+    await stream.text();
+    sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1000, times: 1 });
+    const leaving = new AbortController();
+    const left = fetch(`${proc.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...headers, 'x-gateway-provider': 'scaleway' },
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'never mind' }] }),
+      signal: leaving.signal,
+    }).catch(() => null);
+    await new Promise((r) => setTimeout(r, 200));
+    leaving.abort();
+    await left;
+    await new Promise((r) => setTimeout(r, 100));
+    expect(await count(200)).toBe(ok + 1);
+    expect(await count(499)).toBe(gone + 1);
+    sim.providers.scaleway?.clearFaults();
   });
 
   it('keeps keys and secrets out of the logs, and drains in-flight work on SIGTERM', async () => {

@@ -155,7 +155,11 @@ describe('resume across instances sharing Redis', () => {
       const controller = new AbortController();
       const head = await readSse(await streamRequest(gw.baseA, key, body, {}, controller.signal), 3);
       controller.abort();
+      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' });
       await own.stop();
+      // Operators see it: /readyz says so (the instance still serves, its limits failing open) and gw_redis_up drops to 0.
+      await eventually(async () => expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ status: 'ready', redis: 'unreachable' }));
+      expect(await (await fetch(`${gw.url}/metrics`)).text()).toMatch(/^gw_redis_up 0$/m);
       const lastId = head[2]?.id ?? '';
       const rest = await readSse(await streamRequest(gw.baseA, key, body, { 'Last-Event-ID': lastId }));
       expect(rest[0]?.id).toBe(`${lastId.split(':')[0]}:4`);

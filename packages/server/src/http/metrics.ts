@@ -1,4 +1,4 @@
-import { Counter, collectDefaultMetrics, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import { LabelledCounter, LabelledHistogram } from './labelled-metrics.js';
 
 /** Prometheus metrics of one gateway instance (its own registry, so tests can run several). */
@@ -34,6 +34,17 @@ export class Metrics {
     help: 'Times the idle gateway handed its pooled memory back to the system',
     registers: [this.registry],
   });
+
+  /** Registered only where Redis is configured: 1 while it answers, 0 while limits fail open and budgets are held without it. */
+  redisUp(): Gauge {
+    this.redisGauge ??= new Gauge({
+      name: 'gw_redis_up',
+      help: 'Whether Redis answers (0: the rate limiter fails open, budgets are held in PostgreSQL or memory)',
+      registers: [this.registry],
+    });
+    return this.redisGauge;
+  }
+  private redisGauge: Gauge | null = null;
 
   // Label sets seen so far, resolved once to their series.
   private readonly requestChildren = new Map<string, { count: { inc(): void }; time: { observe(v: number): void } }>();

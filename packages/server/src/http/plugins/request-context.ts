@@ -1,5 +1,6 @@
 import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../../errors/gateway-error.js';
 import { lingerOnClose } from '../lingering-close.js';
 import type { Services } from '../services.js';
 import { leftBeforeAnswer } from '../upstream-call.js';
@@ -30,18 +31,24 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     services.lifecycle.inFlight++;
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
-      if (leftBeforeAnswer(reply.raw)) recordClientGone(services, request);
+      const gone = leftBeforeAnswer(reply.raw);
+      if (gone) recordClientGone(services, request);
+      // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
+      const status = reply.raw.writableFinished ? reply.raw.statusCode : 499;
+      services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, (performance.now() - request.gw.startedAt) / 1000);
     });
+    // A request that reaches a draining instance on a connection it already had: the envelope, a wait, and the connection closed.
+    if (services.lifecycle.draining) {
+      done(
+        new GatewayError('shutting_down', 'This gateway instance is shutting down; send the request again (another instance answers it).', { retryAfterS: 1 }),
+      );
+      return;
+    }
     done();
   });
   app.addHook('onSend', (request, reply, payload, done) => {
     setAnswerHeaders(services, request, reply);
     done(null, payload);
-  });
-  app.addHook('onResponse', (request, reply, done) => {
-    const route = request.routeOptions.url ?? 'unmatched';
-    services.metrics.observeRequest(route, request.gw.variant, reply.statusCode, (performance.now() - request.gw.startedAt) / 1000);
-    done();
   });
 }
 

@@ -11,7 +11,9 @@ export function opsRoutes(app: FastifyInstance, services: Services): void {
       () => 'ok',
       () => 'unreachable',
     );
-    return { status: 'ready', store, models: services.registry.list().length };
+    // Ready either way: without Redis the gateway serves on, its limits failing open (the field says so).
+    const redis = services.redisHealth === null ? 'none' : services.redisHealth.reachable ? 'ok' : 'unreachable';
+    return { status: 'ready', store, redis, models: services.registry.list().length };
   });
   app.get('/metrics', hide, async (_request, reply) => {
     reply.type(services.metrics.registry.contentType);
