@@ -1,3 +1,5 @@
+import { startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { InstancePresence } from '../src/kv/instance-presence.js';
 import { decodeEvents, encodeEvents } from '../src/streaming/event-batch.js';
@@ -109,6 +111,29 @@ describe('the Redis resume buffer', () => {
     expect(events.map((e) => e.seq)).toEqual([1, 2, SYNTHETIC_SEQ]);
     expect(events.at(-1)?.kind).toBe('error');
     expect(events.at(-1)?.data).toContain('missing events 3 to 4');
+  });
+
+  it('ends a resume with an error event, not a silent cut, when Redis goes away while it waits', async () => {
+    const own = await startRedis();
+    const redis = new Redis(own.url);
+    redis.on('error', () => {});
+    try {
+      const presence = new InstancePresence(redis);
+      const store = new RedisStreamStore(redis, 60, presence);
+      const id = 'redis-goes';
+      await store.create(id, { keyId: 'key_1', model: 'm' });
+      store.append(id, chunk(1));
+      await sleep(APPEND_COALESCE_MS);
+      const reading = followAll(store, id, 1);
+      await sleep(200);
+      await own.kill();
+      const events = await reading;
+      expect(events.map((e) => [e.seq, e.kind])).toEqual([[SYNTHETIC_SEQ, 'error']]);
+      expect(events[0]?.data).toContain('became unreachable');
+    } finally {
+      redis.disconnect();
+      await own.kill();
+    }
   });
 
   it('writes the last batch with the short linger as soon as the client has it all, with no command after it', async () => {

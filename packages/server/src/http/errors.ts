@@ -87,6 +87,11 @@ function validationError(e: FastifyError): GatewayError {
 
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */
 export function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply, variant: Variant): FastifyReply {
+  // A client that left while a piped answer (a replayed stream) was being written: nothing to answer, nothing gone wrong here.
+  if ((err as { code?: unknown } | null)?.code === 'ERR_STREAM_PREMATURE_CLOSE' && reply.raw.headersSent) {
+    request.log.debug('the client left while its answer was being written');
+    return reply;
+  }
   const g = toGatewayError(err, request.headers['content-encoding']);
   const { status, code, type } = wireError(g.code, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');

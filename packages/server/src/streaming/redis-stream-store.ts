@@ -277,6 +277,9 @@ export class RedisStreamStore implements StreamStore {
           return;
         }
       }
+    } catch {
+      // Redis went away mid-read: the client is told (and may resume again), rather than cut off without a word.
+      if (!signal.aborted) yield syntheticError('The shared resume buffer became unreachable; resume again shortly from the last event received.');
     } finally {
       signal.removeEventListener('abort', stop);
       reader.disconnect();
