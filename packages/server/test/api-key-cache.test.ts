@@ -55,4 +55,24 @@ describe('the API key cache', () => {
     expect((await auth.authenticate(`Bearer ${key}`)).revoked).toBe(false);
     expect(reads).toBe(1);
   });
+
+  it('answers a key the store does not know 401 without reading the store again for a while', async () => {
+    const auth = new ApiKeyAuthenticator(store, new MemoryBus(), 60_000);
+    await auth.start();
+    const wrong = `gw_live_${'x'.repeat(43)}`;
+    reads = 0;
+    for (let i = 0; i < 20; i++) {
+      const outcome = await Promise.resolve()
+        .then(() => auth.authenticate(`Bearer ${wrong}`))
+        .then(
+          () => 'ok',
+          (e: { code?: string }) => e.code,
+        );
+      expect(outcome).toBe('unauthorized');
+    }
+    expect(reads).toBe(1);
+    // A real key is read as before.
+    expect((await auth.authenticate(`Bearer ${key}`)).revoked).toBe(false);
+    expect(reads).toBe(2);
+  });
 });

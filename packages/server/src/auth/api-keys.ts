@@ -7,6 +7,9 @@ import type { ApiKeyRecord, Store } from '../store/types.js';
 const KEY_PATTERN = /^gw_live_[A-Za-z0-9_-]{43}$/;
 const CHANNEL = 'gw:keys';
 const MAX_CACHED = 100_000;
+/** How long a key the store does not know is answered 401 without asking it again, and how many such keys are kept. */
+const UNKNOWN_TTL_MS = 10_000;
+const MAX_UNKNOWN = 50_000;
 
 export function generateApiKey(): { key: string; hash: string } {
   const key = `${KEY_PREFIX}${randomToken(32)}`;
@@ -31,6 +34,11 @@ export class ApiKeyAuthenticator {
   private readonly byHash = new Map<string, Cached>();
   private readonly hashById = new Map<string, string>();
   private readonly lookups = new Map<string, Promise<ApiKeyRecord | null>>();
+  /**
+   * Keys the store did not know, by hash, until when: a client (or an attacker) repeating a wrong key costs no
+   * database read each time. A new key cannot be among them: its 256-bit secret was never presented before.
+   */
+  private readonly unknown = new Map<string, number>();
 
   constructor(
     private readonly store: Store,
@@ -56,6 +64,11 @@ export class ApiKeyAuthenticator {
       if (Date.now() - cached.fetchedAt > this.ttlMs) this.refreshInBackground(hash, cached);
       return checkUsable(cached.record);
     }
+    const unknownUntil = this.unknown.get(hash);
+    if (unknownUntil !== undefined) {
+      if (unknownUntil > Date.now()) throw new GatewayError('unauthorized', 'Invalid API key.');
+      this.unknown.delete(hash);
+    }
     return this.authenticateFromStore(hash);
   }
 
@@ -66,7 +79,10 @@ export class ApiKeyAuthenticator {
     } catch (err) {
       throw new GatewayError('store_unavailable', 'The key store is unreachable; please retry shortly.', { retryAfterS: 1, cause: err });
     }
-    if (!record) throw new GatewayError('unauthorized', 'Invalid API key.');
+    if (!record) {
+      this.rememberUnknown(hash);
+      throw new GatewayError('unauthorized', 'Invalid API key.');
+    }
     this.remember(record);
     return checkUsable(record);
   }
@@ -114,6 +130,12 @@ export class ApiKeyAuthenticator {
       this.byHash.delete(hash);
       this.hashById.delete(event.id);
     }
+  }
+
+  private rememberUnknown(hash: string): void {
+    // Oldest first out: a flood of distinct random keys cannot grow the map past its bound.
+    if (this.unknown.size >= MAX_UNKNOWN) this.unknown.delete(this.unknown.keys().next().value as string);
+    this.unknown.set(hash, Date.now() + UNKNOWN_TTL_MS);
   }
 
   private remember(record: ApiKeyRecord): void {
