@@ -47,9 +47,11 @@ export class StreamSession {
   private graceTimer: NodeJS.Timeout | null = null;
   private abandoned = false;
   private usage: TokenUsage | null = null;
-  /** The provider's last usage chunk, held back: a stream carries one, just before `[DONE]`, as OpenAI's do. */
-  private usageChunk: ChatChunk | null = null;
-  private lastChunk: ChatChunk | null = null;
+  /** The provider's last usage chunk as sent, held back: a stream carries one, just before `[DONE]`, as OpenAI's do. */
+  private usageData: string | null = null;
+  /** Of the last chunk, what an estimated usage chunk repeats (not the chunk: a thousand streams would each keep one). */
+  private lastId: string | null = null;
+  private lastCreated = 0;
   private relayedChars = 0;
   private bufferedBytes = 0;
   private wakeQueued = false;
@@ -150,28 +152,29 @@ export class StreamSession {
     if (c.choices.length === 0 && c.usage) {
       // Some hosts put usage on every chunk: only the last count is sent, once, at the end.
       this.usage = c.usage;
-      this.usageChunk = c;
+      this.usageData = chunkJson(c, this.init.model);
       return;
     }
-    this.lastChunk = c;
+    this.lastId = c.id;
+    this.lastCreated = c.created;
     this.relayedChars += contentChars(c);
     this.push('chunk', chunkJson(c, this.init.model));
   }
 
   /** The provider's usage chunk, or, when it sent none, one with the counts the stream is billed at. */
-  private finalUsageChunk(): ChatChunk | null {
-    if (this.usageChunk) return this.usageChunk;
-    const last = this.lastChunk;
-    if (!last) return null;
+  private finalUsageData(): string | null {
+    if (this.usageData !== null) return this.usageData;
+    if (this.lastId === null) return null;
     const usage = estimatedUsage(this.init.promptTokens, this.relayedChars);
-    return { id: last.id, object: 'chat.completion.chunk', created: last.created, model: last.model, choices: [], usage };
+    const chunk: ChatChunk = { id: this.lastId, object: 'chat.completion.chunk', created: this.lastCreated, model: this.init.model, choices: [], usage };
+    return JSON.stringify(chunk);
   }
 
   private end(error: Error | null): void {
     if (this.done) return;
     if (error === null) {
-      const usage = this.finalUsageChunk();
-      if (usage) this.push('usage', chunkJson(usage, this.init.model));
+      const usage = this.finalUsageData();
+      if (usage !== null) this.push('usage', usage);
       this.push('done', '[DONE]');
     } else {
       const message = this.abandoned
