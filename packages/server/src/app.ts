@@ -90,7 +90,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const leases = redis && store.kind === 'postgres' ? new LeaseLedger(store.budgetLeases, { storedBefore: () => usage.storedBefore }) : null;
   // What this instance leaves in Redis (budget holds, stream buffers) names it, so that others can tell when it died.
   const presence = redis ? new InstancePresence(redis) : null;
-  const ledger = redis && presence ? new FallbackLedger(new RedisLedger(redis, presence), leases) : new MemoryLedger();
+  // Before it has Redis reload totals from the store, the ledger has this instance's own usage records written there.
+  const ledger = redis && presence ? new FallbackLedger(new RedisLedger(redis, presence), leases, () => usage.flush()) : new MemoryLedger();
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command.
   const streamRedis = config.redisUrl ? await connectRedis(config.redisUrl, BATCHING_OPTIONS) : null;

@@ -125,6 +125,9 @@ describe('budgets when Redis restarts empty', () => {
       const tag = workspaceId ? `ws:${workspaceId}` : `key:${id}`;
       const spentKey = `gw:budget:{${tag}}:key:${id}:spent`;
       for (const g of [g1, g2]) expect((await chat(g, key)).status).toBe(200);
+      await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+      // The simulator answers every request alike: what one costs.
+      const perRequest = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent / 2;
       await own.kill();
       // Settled in PostgreSQL leases while Redis is away: owed to Redis's total.
       for (let i = 0; i < 5; i++) expect((await chat(g1, key)).status).toBe(200);
@@ -138,14 +141,22 @@ describe('budgets when Redis restarts empty', () => {
       // What the reload takes is what PostgreSQL has: costs whose usage records wait for the writer's next flush (at most
       // 500 ms of them) are the bound on what it may miss. Here they are written first.
       await g2.gateway.services.usage.flush();
-      // …and the first one, catching up once its Redis answers again, must not add them a second time.
+      // …and the first one, catching up once its Redis answers again (its limiter enforces again, and its budget
+      // breaker lets a call through a second after its last failure), must not add them a second time.
       await eventually(async () => {
-        expect((await chat(g1, key)).status).toBe(200);
-        await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
-        const stored = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
-        expect(Number(await probe.get(spentKey)) / 1e9).toBeCloseTo(stored, 12);
-        expect(await probe.exists(spentKey)).toBe(1);
+        const res = await chat(g1, key);
+        expect([res.status, res.headers.get('x-ratelimit-enforced')]).toEqual([200, 'true']);
       }, 15_000);
+      await new Promise((r) => setTimeout(r, 1200));
+      for (let i = 0; i < 2; i++) expect((await chat(g1, key)).status).toBe(200);
+      // Each answer's cost is settled in Redis as it ends, and written to PostgreSQL with the next flush. Never more
+      // in Redis than stored (the outage's costs counted twice were the defect); at most a request or two less,
+      // settled on one instance while another raised the total to what it read from the store (the documented bound).
+      await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+      const stored = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+      const inRedis = Number(await probe.get(spentKey)) / 1e9;
+      expect(inRedis).toBeLessThanOrEqual(stored + 1e-12);
+      expect(inRedis).toBeGreaterThanOrEqual(stored - 2 * perRequest - 1e-12);
     } finally {
       probe.disconnect();
       await Promise.all([g1.close(), g2.close()]);

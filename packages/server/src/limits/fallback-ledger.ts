@@ -9,8 +9,8 @@ export interface SharedLedger extends BudgetLedger {
   addSpent(tag: string, scopeIds: string[], nano: number): Promise<void>;
   /** Changes when the shared ledger lost what it held (Redis restarted). */
   epoch(): Promise<string>;
-  /** Drops the scopes' totals, to be loaded again from the store. */
-  reloadSpent(tag: string, scopeIds: string[]): Promise<void>;
+  /** Raises a scope's total to the store's, if it holds less; never lowers or drops it. */
+  raiseSpent(tag: string, scopeId: string, storeEur: number): Promise<void>;
 }
 
 const CATCH_UP_EVERY_MS = 1_000;
@@ -42,9 +42,10 @@ export class BudgetsUnavailableError extends Error {
  * run all the same) are released. If Redis restarted meanwhile (its run
  * id changed, or this instance never saw it), its totals are not the ones
  * those costs are missing from: another instance may have loaded them
- * from the store, costs included, already. They are dropped instead, to
- * be loaded again from the store, which has every cost whose usage record
- * is written (all but the last flush interval's).
+ * from the store, costs included, already. Once this instance's own usage
+ * records are written there, each total is raised to the store's instead
+ * (what neither had yet, the last flush interval's records of other
+ * instances, is the bound).
  */
 export class FallbackLedger implements BudgetLedger {
   private readonly local = new MemoryLedger();
@@ -58,6 +59,8 @@ export class FallbackLedger implements BudgetLedger {
   private strayHolds: Reservation[] = [];
   private catchUpTimer: NodeJS.Timeout | null = null;
   private catchUpRun: Promise<void> | null = null;
+  /** The scopes seen in reservations, by id: their totals in the store, for a catch-up after Redis restarted. */
+  private readonly scopesById = new Map<string, BudgetScope>();
   /** The shared ledger's run id as last seen answering (null: not yet), read once at the first reservation and at each catch-up. */
   private sharedEpoch: string | null = null;
   private epochRead: Promise<void> | null = null;
@@ -65,9 +68,12 @@ export class FallbackLedger implements BudgetLedger {
   constructor(
     private readonly shared: SharedLedger,
     private readonly database: BudgetLedger | null = null,
+    /** Writes this instance's pending usage records to the store, so that a total reloaded from it has their costs. */
+    private readonly flushUsage: () => Promise<void> = async () => {},
   ) {}
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
+    for (const scope of scopes) if (this.scopesById.get(scope.id) !== scope) this.scopesById.set(scope.id, scope);
     if (this.breaker.allow()) {
       try {
         // Back after an outage: what it missed first, so that it does not admit against totals that lack it.
@@ -162,7 +168,20 @@ export class FallbackLedger implements BudgetLedger {
     return this.catchUpRun;
   }
 
-  /** Notes the shared ledger's run id, off the request path; a failure leaves it unknown (a catch-up then reloads). */
+  /**
+   * After a restart of Redis, its totals were loaded from the store by whichever instance came first, with or
+   * without the costs this one owes (stored before or after that load). Each is raised to the store's total,
+   * read now that those costs are in it: the higher of two totals that each may miss some costs, never both
+   * counted (adding them counted twice what the load had), and settles in flight still land.
+   */
+  private async raiseToStore(tag: string, scopeIds: string[]): Promise<void> {
+    for (const id of scopeIds) {
+      const scope = this.scopesById.get(id);
+      if (scope) await this.shared.raiseSpent(tag, id, await scope.loadSpent());
+    }
+  }
+
+  /** Notes the shared ledger's run id, off the request path; a failure leaves it unknown (a catch-up then raises totals to the store's). */
   private readEpoch(): void {
     this.epochRead ??= this.shared
       .epoch()
@@ -179,11 +198,13 @@ export class FallbackLedger implements BudgetLedger {
   private async runCatchUp(): Promise<void> {
     const epoch = await this.shared.epoch();
     const restarted = this.sharedEpoch !== epoch;
+    // The costs owed are reloaded from the store rather than added: they must be in it first.
+    if (restarted && this.owed.size > 0) await this.flushUsage().catch(() => {});
     const owed = [...this.owed.values()];
     this.owed.clear();
     for (const [i, entry] of owed.entries()) {
       try {
-        if (restarted) await this.shared.reloadSpent(entry.tag, entry.scopeIds);
+        if (restarted) await this.raiseToStore(entry.tag, entry.scopeIds);
         else await this.shared.addSpent(entry.tag, entry.scopeIds, entry.nano);
       } catch (err) {
         for (const rest of owed.slice(i)) this.owe(rest.tag, rest.scopeIds, rest.nano);

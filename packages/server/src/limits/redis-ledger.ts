@@ -74,6 +74,13 @@ end
 return 0
 `;
 
+// KEYS: a spent key. ARGV: the store's total, nano. The higher of the two stays; a missing total stays missing.
+const RAISE_SPENT = `
+local have = redis.call('GET', KEYS[1])
+if have and tonumber(have) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 0
+`;
+
 // KEYS: spent keys. ARGV: nano. Costs settled elsewhere while Redis was away; a total not loaded yet
 // will be read from the store, which has them (or will, once their usage records are written).
 const ADD_SPENT = `
@@ -114,6 +121,7 @@ export class RedisLedger implements BudgetLedger {
   private readonly reserveCmd: Cmd;
   private readonly settleCmd: Cmd;
   private readonly addSpentCmd: Cmd;
+  private readonly raiseSpentCmd: Cmd;
 
   constructor(
     private readonly redis: Redis,
@@ -126,6 +134,8 @@ export class RedisLedger implements BudgetLedger {
     this.settleCmd = this.cmd('gwBudgetSettle');
     redis.defineCommand('gwBudgetAddSpent', { lua: ADD_SPENT });
     this.addSpentCmd = this.cmd('gwBudgetAddSpent');
+    redis.defineCommand('gwBudgetRaiseSpent', { lua: RAISE_SPENT });
+    this.raiseSpentCmd = this.cmd('gwBudgetRaiseSpent');
   }
 
   /** The reservation `reserve` would have made: to release a hold whose reserve call failed yet may have run. */
@@ -173,9 +183,12 @@ export class RedisLedger implements BudgetLedger {
     return /run_id:(\w+)/.exec(info)?.[1] ?? '';
   }
 
-  /** Drops the scopes' totals: the next reservation loads them from the store, which has every cost whose usage record is stored. */
-  async reloadSpent(tag: string, scopeIds: string[]): Promise<void> {
-    await this.redis.del(...scopeIds.map((id) => keysOf(tag, id)[0] as string));
+  /**
+   * Raises a scope's total to what the store has, if it holds less (a total it does not hold is loaded from
+   * the store at the next reservation anyway). Never lowers it, and never drops it: settles in flight still land.
+   */
+  async raiseSpent(tag: string, scopeId: string, storeEur: number): Promise<void> {
+    await this.raiseSpentCmd(1, keysOf(tag, scopeId)[0] as string, toNano(storeEur));
   }
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
