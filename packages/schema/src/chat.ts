@@ -55,6 +55,8 @@ export const ChatCompletionRequest = Type.Object(
     stream_options: Type.Optional(Type.Union([Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }), Type.Null()])),
     temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2, default: 1 })),
     max_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
+    // OpenAI's newer name for the same cap; taken as max_tokens where max_tokens is not given.
+    max_completion_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
     top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: 1 })),
     tools: Type.Optional(Type.Array(ChatTool)),
     tool_choice: Type.Optional(

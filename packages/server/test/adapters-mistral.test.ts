@@ -198,6 +198,9 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
     const limited = mistralError('mistral', answer(429, { message: 'Requests rate limit exceeded' }, { 'retry-after': '7' }));
     expect([limited.status, limited.retryAfterS, limited.retryable]).toEqual([429, 7, true]);
     expect(mistralError('mistral', answer(401, { detail: 'Unauthorized' })).detail).toContain('Unauthorized');
+    // An answer without choices, or not JSON, is the provider failing: it fails over.
+    expect(() => parseMistralCompletion('mistral', answer(200, { id: 'x', choices: [] }))).toThrow(/without choices/);
+    expect(() => parseMistralCompletion('mistral', answer(200, '<html>'))).toThrow(/not JSON/);
     expect(parseMistralModels('mistral', answer(200, { object: 'list', data: [{ id: 'a-2506', aliases: ['a-latest'] }, { id: 'b' }] }))).toEqual([
       'a-2506',
       'a-latest',

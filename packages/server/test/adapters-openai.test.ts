@@ -176,6 +176,17 @@ describe('OpenAI-compatible chat answers in OpenAI’s shape', () => {
     });
     const [mapped] = decode({ data: JSON.stringify(chunk('model_length')), event: undefined, id: undefined }) as ChatChunk[];
     expect(mapped?.choices[0]).toMatchObject({ finish_reason: 'length' });
+    const toolDelta = {
+      id: 'c',
+      object: 'chat.completion.chunk',
+      created: 1,
+      model: 'm',
+      choices: [
+        { index: 0, delta: { tool_calls: [{ index: 0, id: 't', type: 'function', function: { name: 'f', arguments: { a: 1 } } }] }, finish_reason: null },
+      ],
+    };
+    const [tool] = decode({ data: JSON.stringify(toolDelta), event: undefined, id: undefined }) as ChatChunk[];
+    expect(tool?.choices[0]).toMatchObject({ delta: { tool_calls: [{ function: { name: 'f', arguments: '{"a":1}' } }] } });
     const data = JSON.stringify(chunk('stop'));
     const [kept] = decode({ data, event: undefined, id: undefined }) as ChatChunk[];
     expect(chunkJson(kept as ChatChunk, 'm')).toBe(data);

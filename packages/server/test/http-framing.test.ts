@@ -95,9 +95,13 @@ describe('bodies the gateway cannot pass on', () => {
     expect(((await r.json()) as Envelope).error).toMatchObject({ code: 'validation_error', message: expect.stringContaining('nested too deeply') });
   });
 
-  it('max_tokens beyond the model’s context window is a 400 naming it', async () => {
+  it('max_tokens (or max_completion_tokens) beyond the model’s context window is a 400 naming it', async () => {
     const r = await post(JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10_000_000 }));
     expect(r.status).toBe(400);
     expect(((await r.json()) as Envelope).error).toMatchObject({ param: 'max_tokens', message: expect.stringContaining('context window') });
+    const newer = await post(JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: 10_000_000 }));
+    expect(((await newer.json()) as Envelope).error).toMatchObject({ param: 'max_completion_tokens' });
+    const negative = await post(JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: -1 }));
+    expect([negative.status, ((await negative.json()) as Envelope).error.param]).toEqual([400, 'max_completion_tokens']);
   });
 });

@@ -39,14 +39,10 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       request.gw.usage = newUsageDraft('chat', model.id);
-      if (body.max_tokens !== undefined && body.max_tokens > model.context_window) {
-        throw new GatewayError(
-          'validation',
-          `'max_tokens' is ${body.max_tokens}, more than the ${model.context_window}-token context window of '${model.id}'.`,
-          {
-            param: 'max_tokens',
-          },
-        );
+      const cap = completionCap(body);
+      if (cap !== undefined && cap.tokens > model.context_window) {
+        const message = `'${cap.field}' is ${cap.tokens}, more than the ${model.context_window}-token context window of '${model.id}'.`;
+        throw new GatewayError('validation', message, { param: cap.field });
       }
       request.gw.outlivesClient = body.stream === true && request.headers[H.idempotencyKey] !== undefined;
       const lastEventId = request.headers['last-event-id'];
@@ -56,8 +52,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       }
       const options = routeOptions(services, request);
       const promptTokens = estimatePromptTokens(body.messages);
-      // Without max_tokens the completion can fill the rest of the context window: that is its worst case.
-      const size = { promptTokens, maxTokens: body.max_tokens ?? Math.max(1, model.context_window - promptTokens) };
+      // Without a cap the completion can fill the rest of the context window: that is its worst case.
+      const size = { promptTokens, maxTokens: cap?.tokens ?? Math.max(1, model.context_window - promptTokens) };
       const plan = planOffers(model, options, size);
       await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens });
@@ -71,6 +67,13 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       return completion;
     },
   );
+}
+
+/** The completion's cap as the client set it: `max_tokens`, else OpenAI's newer `max_completion_tokens`. */
+function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'max_completion_tokens'; tokens: number } | undefined {
+  if (body.max_tokens !== undefined) return { field: 'max_tokens', tokens: body.max_tokens };
+  if (body.max_completion_tokens !== undefined) return { field: 'max_completion_tokens', tokens: body.max_completion_tokens };
+  return undefined;
 }
 
 /** Roles whose messages must say something, as OpenAI's API has it (an assistant's may carry only tool calls). */

@@ -114,8 +114,11 @@ export function cleanUsage(usage: unknown): TokenUsage | null {
 
 export function parseMistralCompletion(provider: string, res: JsonResponse): ChatCompletion {
   if (res.status < 200 || res.status >= 300) throw mistralError(provider, res);
-  const body = res.body as Record<string, unknown> | null;
-  if (!body || !Array.isArray(body['choices']))
+  const body = res.body as Record<string, unknown> | string | null;
+  if (typeof body === 'string') {
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion with a body that is not JSON` });
+  }
+  if (!body || !Array.isArray(body['choices']) || body['choices'].length === 0)
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
   const usage = cleanUsage(body['usage']);
   return {

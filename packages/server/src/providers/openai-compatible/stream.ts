@@ -2,7 +2,7 @@ import { UpstreamError } from '../../errors/upstream-error.js';
 import { keepWireText } from '../chunk-json.js';
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
-import { isOpenAiFinishReason, mapFinishReason } from '../openai-shape.js';
+import { isOpenAiFinishReason, mapFinishReason, mapToolCalls } from '../openai-shape.js';
 import { isStreamErrorObject, SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 
@@ -47,9 +47,19 @@ function alreadyNormal(raw: RawChunk): raw is RawChunk & ChatChunk {
   const usage = raw.usage;
   if (usage !== undefined && usage !== null && (typeof usage !== 'object' || raw.choices.length > 0)) return false;
   for (const choice of raw.choices) {
-    if (renameReasoning(choice) !== choice || !isOpenAiFinishReason((choice as { finish_reason?: unknown } | null)?.finish_reason)) return false;
+    const c = choice as { finish_reason?: unknown; delta?: { tool_calls?: unknown } } | null;
+    if (renameReasoning(choice) !== choice || !isOpenAiFinishReason(c?.finish_reason) || hasObjectArguments(c?.delta?.tool_calls)) return false;
   }
   return true;
+}
+
+/** Tool-call deltas whose arguments some hosts send as an object: OpenAI's clients concatenate strings. */
+function hasObjectArguments(calls: unknown): boolean {
+  if (!Array.isArray(calls)) return false;
+  return calls.some((call) => {
+    const args = (call as { function?: { arguments?: unknown } } | null)?.function?.arguments;
+    return args !== undefined && typeof args !== 'string';
+  });
 }
 
 interface RawChunk {
@@ -82,9 +92,11 @@ function normalise(provider: string, raw: RawChunk): ChatChunk[] {
 }
 
 function withOpenAiFinish(provider: string, choice: unknown): unknown {
-  const c = choice as { finish_reason?: unknown } | null;
-  if (!c || isOpenAiFinishReason(c.finish_reason)) return choice;
-  return { ...c, finish_reason: mapFinishReason(provider, c.finish_reason) };
+  const c = choice as { finish_reason?: unknown; delta?: Record<string, unknown> } | null;
+  if (!c) return choice;
+  const mapped = isOpenAiFinishReason(c.finish_reason) ? c : { ...c, finish_reason: mapFinishReason(provider, c.finish_reason) };
+  const calls = c.delta?.['tool_calls'];
+  return hasObjectArguments(calls) ? { ...mapped, delta: { ...c.delta, tool_calls: mapToolCalls(calls) } } : mapped;
 }
 
 function renameReasoning(choice: unknown): unknown {
