@@ -14,6 +14,8 @@ export interface SharedLedger extends BudgetLedger {
 }
 
 const CATCH_UP_EVERY_MS = 1_000;
+/** After a restart of Redis, when the totals this instance owed to are raised to the store's again. */
+const HEAL_AFTER_MS = [2_000, 10_000];
 /** At most this many holds and costs wait to be brought to the shared ledger; past it the oldest go (holds expire by themselves). */
 const MAX_WAITING = 100_000;
 
@@ -181,6 +183,20 @@ export class FallbackLedger implements BudgetLedger {
     }
   }
 
+  /**
+   * Once more a little later, when every instance has written the usage records it held at the restart:
+   * a total that missed costs then (settled while another instance raised it, or not written yet when it
+   * was loaded) comes up to the store's, instead of staying short for as long as Redis keeps it.
+   */
+  private raiseAgainLater(entries: { tag: string; scopeIds: string[] }[]): void {
+    for (const delayMs of HEAL_AFTER_MS) {
+      const timer = setTimeout(() => {
+        for (const e of entries) this.raiseToStore(e.tag, e.scopeIds).catch(() => {});
+      }, delayMs);
+      timer.unref();
+    }
+  }
+
   /** Notes the shared ledger's run id, off the request path; a failure leaves it unknown (a catch-up then raises totals to the store's). */
   private readEpoch(): void {
     this.epochRead ??= this.shared
@@ -213,6 +229,7 @@ export class FallbackLedger implements BudgetLedger {
     }
     // Only now: a run cut short compares with the run id from before the outage again.
     this.sharedEpoch = epoch;
+    if (restarted) this.raiseAgainLater(owed);
     const settles = this.missedSettles;
     const strays = this.strayHolds;
     this.missedSettles = [];
