@@ -101,6 +101,23 @@ describe('the Redis resume buffer', () => {
     }
   });
 
+  it('writes the stream’s record again with a later batch when Redis lost it (a restart without persistence)', async () => {
+    const store = new RedisStreamStore(fixture.redis, 60, new InstancePresence(fixture.redis));
+    const id = 'record-lost';
+    await store.create(id, { keyId: 'key_1', model: 'm' });
+    for (let seq = 1; seq <= 3; seq++) store.append(id, chunk(seq));
+    await sleep(APPEND_COALESCE_MS * 3);
+    await fixture.redis.del(eventsKey(id), `gw:stream:{${id}}:meta`);
+    for (let seq = 4; seq <= 6; seq++) store.append(id, chunk(seq));
+    store.append(id, done(7));
+    await sleep(APPEND_COALESCE_MS * 3);
+    expect(await store.meta(id)).toEqual({ keyId: 'key_1', model: 'm' });
+    expect(await fixture.redis.ttl(`gw:stream:{${id}}:meta`)).toBeGreaterThan(0);
+    // After the last event a client had: the rest; from the start, the loss is said, not skipped.
+    expect((await followAll(store, id, 3)).map((e) => e.seq)).toEqual([4, 5, 6, 7]);
+    expect((await followAll(store, id, 0)).map((e) => e.seq)).toEqual([SYNTHETIC_SEQ]);
+  });
+
   it('ends a resume that meets a hole in the buffer with an error event that has no id, rather than skip the missing events', async () => {
     const store = new RedisStreamStore(fixture.redis, 60, new InstancePresence(fixture.redis));
     const id = 'with-a-hole';

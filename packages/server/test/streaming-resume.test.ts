@@ -5,6 +5,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeEvents } from '../src/streaming/event-batch.js';
 import { DELIVERED_LINGER_S, STREAM_RETENTION_S } from '../src/streaming/types.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { spawnGateway } from './helpers/process.js';
@@ -172,6 +173,27 @@ describe('resume across instances sharing Redis', () => {
       await own.stop().catch(() => {});
     }
   }, 30_000);
+
+  it('a resume elsewhere waits a moment for a stream whose record is not in Redis yet (its first write held up), instead of a final 404', async () => {
+    const { id, key } = await one.createKey({ rateLimitRpm: 1000 });
+    const streamId = `req_${'ab12'.repeat(6)}`;
+    const resumed = streamRequest(two.baseA, key, body, { 'Last-Event-ID': `${streamId}:0` });
+    await new Promise((r) => setTimeout(r, 800));
+    const probe = new Redis(redis.url);
+    try {
+      await probe.hset(`gw:stream:{${streamId}}:meta`, 'keyId', id, 'model', body.model);
+      const events = [
+        { seq: 1, kind: 'chunk' as const, data: '{"choices":[]}' },
+        { seq: 2, kind: 'done' as const, data: '[DONE]' },
+      ];
+      await probe.xadd(`gw:stream:{${streamId}}:events`, '2-1', 'e', encodeEvents(events));
+    } finally {
+      probe.disconnect();
+    }
+    const res = await resumed;
+    expect(res.status).toBe(200);
+    expect((await readSse(res)).map((e) => e.id)).toEqual([`${streamId}:1`, `${streamId}:2`]);
+  });
 
   it('only the key that started a stream can resume it, on any instance', async () => {
     const owner = await one.createKey({ rateLimitRpm: 1000 });

@@ -26,23 +26,28 @@ export const APPEND_COALESCE_MS = 100;
 
 /**
  * A batch of one stream's events as one entry (one slot: both keys share
- * the stream's hash tag), with the stream's meta record when it is new,
- * unless the stream has an entry as far on (a retry of a batch that went
- * in although its call failed: readers skip events they have seen, so a
- * retried batch may overlap the entry before it).
+ * the stream's hash tag), unless the stream has an entry as far on (a
+ * retry of a batch that went in although its call failed: readers skip
+ * events they have seen, so a retried batch may overlap the entry before
+ * it). Every batch carries the stream's meta record, written when Redis
+ * has none (the first batch, or any after Redis lost its data), and a key
+ * made by the batch gets the expiry of a running stream.
  * ARGV: max length, ttl (0: leave it), owner key id ('' : no meta), model,
  * entry id, the events (see {@link encodeEvents}), routing (JSON, '' : none),
- * the relaying instance.
+ * the relaying instance, the expiry (s) of a key the batch makes.
  */
 const APPEND_EVENTS = `
-if ARGV[3] ~= '' then
+local keep = tonumber(ARGV[9])
+if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'keyId', ARGV[3], 'model', ARGV[4], 'routing', ARGV[7], 'instance', ARGV[8])
+  redis.call('EXPIRE', KEYS[2], keep)
 end
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
 local topSeq = top and tonumber(string.match(top[1], '^(%d+)')) or 0
 -- A retried batch whose first try ran after all (its call timed out here, not there) is in already.
 if topSeq < tonumber(string.match(ARGV[5], '^(%d+)')) then
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[5], 'e', ARGV[6])
+  if not top then redis.call('EXPIRE', KEYS[1], keep) end
 end
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
@@ -63,6 +68,7 @@ type AppendEvents = (
   batch: string,
   routing: string,
   instance: string,
+  keep: number,
 ) => Promise<unknown>;
 
 const ends = (e: StreamEvent | undefined) => e?.kind === 'done' || e?.kind === 'error';
@@ -106,8 +112,8 @@ function syntheticError(message: string): StreamEvent {
  */
 export class RedisStreamStore implements StreamStore {
   private readonly pending = new Map<string, StreamEvent[]>();
-  /** Meta records of streams whose first event is not written yet: they go in the same call. */
-  private readonly newMeta = new Map<string, StreamMeta>();
+  /** Meta records of the streams being written, sent with each batch: Redis may have lost them since the first. */
+  private readonly metaOf = new Map<string, StreamMeta>();
   /** Streams whose write failed: since when, so that a long outage gives up on them rather than hold their events. */
   private readonly failingSince = new Map<string, number>();
   private tick: NodeJS.Timeout | null = null;
@@ -130,9 +136,9 @@ export class RedisStreamStore implements StreamStore {
     redis.defineCommand('gwAppendEvents', { numberOfKeys: 2, lua: APPEND_EVENTS });
   }
 
-  /** The meta record is written with the first event (a session starts with its first chunk in hand). */
+  /** The meta record is written with the first event (a session starts with its first chunk in hand), and kept for the later batches. */
   async create(streamId: string, meta: StreamMeta): Promise<void> {
-    this.newMeta.set(streamId, meta);
+    this.metaOf.set(streamId, meta);
   }
 
   append(streamId: string, event: StreamEvent): void {
@@ -164,10 +170,11 @@ export class RedisStreamStore implements StreamStore {
     if (now - since > RETRY_FOR_MS) {
       this.failingSince.delete(streamId);
       this.pending.delete(streamId);
+      this.metaOf.delete(streamId);
       return;
     }
     this.failingSince.set(streamId, since);
-    if (meta && !this.newMeta.has(streamId)) this.newMeta.set(streamId, meta);
+    if (meta && !this.metaOf.has(streamId)) this.metaOf.set(streamId, meta);
     // Several writes of the stream may have failed together, and in any order: put them back in the stream's own.
     const bySeq = new Map<number, StreamEvent>();
     for (const e of [...events, ...(this.pending.get(streamId) ?? [])]) bySeq.set(e.seq, e);
@@ -187,8 +194,9 @@ export class RedisStreamStore implements StreamStore {
     const last = events[events.length - 1] as StreamEvent;
     // The expiry is set by the first event and moved by the last; the events between leave it.
     const ttl = ends(last) ? (delivered ? DELIVERED_LINGER_S : STREAM_RETENTION_S) : events[0]?.seq === 1 ? this.graceS + STREAM_RETENTION_S : 0;
-    const meta = this.newMeta.get(streamId);
-    if (meta) this.newMeta.delete(streamId);
+    const meta = this.metaOf.get(streamId);
+    // The stream's last batch: its record is no longer needed here once it is written (a retry puts it back).
+    if (ends(last)) this.metaOf.delete(streamId);
     const run = (this.redis as unknown as { gwAppendEvents: AppendEvents }).gwAppendEvents;
     await run
       .call(
@@ -203,6 +211,7 @@ export class RedisStreamStore implements StreamStore {
         encodeEvents(events),
         meta?.routing ? JSON.stringify(meta.routing) : '',
         this.presence.id,
+        this.graceS + STREAM_RETENTION_S,
       )
       .then(
         () => this.failingSince.delete(streamId),

@@ -161,14 +161,26 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   );
 }
 
-/** The stream's record in the resume buffer; a buffer that cannot be read is a 503 to retry, not a 500. */
+/**
+ * The stream's record in the resume buffer; a buffer that cannot be read is a 503 to retry, not a 500.
+ * With Redis, a record not found is looked for again for up to META_PATIENCE_MS: the instance relaying the
+ * stream may be retrying its first write through a stall, and a 404 would tell the client to give up.
+ */
 async function sharedMeta(services: Services, streamId: string): Promise<StreamMeta | null> {
-  try {
-    return await services.streams.meta(streamId);
-  } catch (err) {
-    throw new GatewayError('store_unavailable', 'The stream resume buffer cannot be read right now; retry shortly.', { retryAfterS: 1, cause: err });
+  const until = performance.now() + (services.config.redisUrl ? META_PATIENCE_MS : 0);
+  for (;;) {
+    let meta: StreamMeta | null;
+    try {
+      meta = await services.streams.meta(streamId);
+    } catch (err) {
+      throw new GatewayError('store_unavailable', 'The stream resume buffer cannot be read right now; retry shortly.', { retryAfterS: 1, cause: err });
+    }
+    if (meta || performance.now() >= until) return meta;
+    await new Promise((resolve) => setTimeout(resolve, 250));
   }
 }
+
+const META_PATIENCE_MS = 3_000;
 
 function includeUsage(body: ChatBody): boolean {
   const opts = body['stream_options'] as { include_usage?: unknown } | null | undefined;
