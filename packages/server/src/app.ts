@@ -276,6 +276,8 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
   openApiRoutes(app);
   await app.register(publicApi, { prefix: '/v1', services, variant: 'a' });
   await app.register(publicApi, { prefix: '/alt/v1', services, variant: 'b' });
+  await app.register(publicApi, { prefix: '/v2', services, variant: 'a', cohereV2: true });
+  await app.register(publicApi, { prefix: '/alt/v2', services, variant: 'b', cohereV2: true });
   const adminToken = services.config.adminToken;
   if (adminToken) await app.register((admin) => adminRoutes(admin, { ...services, adminToken }), { prefix: '/admin/v1' });
 }

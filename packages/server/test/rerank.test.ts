@@ -1,5 +1,5 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
-import { Cohere, CohereClient, type CohereError } from 'cohere-ai';
+import { Cohere, CohereClient, CohereClientV2, type CohereError } from 'cohere-ai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
@@ -82,6 +82,18 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
     const sent = sim.providers.cohere?.stats().last;
     expect(sent?.path).toBe('/v2/rerank');
     expect(sent?.body).toEqual({ model: 'rerank-v3.5', query, documents, top_n: 3 });
+  });
+
+  it('answers Cohere’s current SDK (CohereClientV2), which posts to /v2/rerank, in both variants', async () => {
+    for (const base of [gw.url, `${gw.url}/alt`]) {
+      const v2 = new CohereClientV2({ token: key, environment: base, maxRetries: 0 });
+      const answer = await v2.rerank({ model: MODEL, query, documents, topN: 2 });
+      expect(answer.results.map((r) => r.index)).toEqual([1, 0]);
+      expect(answer.meta?.billedUnits?.searchUnits).toBe(1);
+      // Its errors reach the SDK's classes as well.
+      const err = (await v2.rerank({ model: 'nobody/nothing', query, documents }).catch((e: unknown) => e)) as CohereError;
+      expect([400, 404]).toContain(err.statusCode);
+    }
   });
 
   it('takes Cohere’s object documents, ranking `text` or the named rank_fields', async () => {

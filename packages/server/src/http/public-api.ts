@@ -15,8 +15,11 @@ import { rerankRoute } from './routes/rerank.js';
 import { transcriptionsRoute } from './routes/transcriptions.js';
 import type { Services } from './services.js';
 
-/** One variant of the public API (mounted at /v1 and /alt/v1): the same routes, its own error codes, headers and model fields. */
-export async function publicApi(app: FastifyInstance, opts: { services: Services; variant: Variant }): Promise<void> {
+/**
+ * One variant of the public API (mounted at /v1 and /alt/v1): the same routes, its own error codes, headers and
+ * model fields. `cohereV2`: the mount at /v2 and /alt/v2, with rerank only, for Cohere's v2 SDK.
+ */
+export async function publicApi(app: FastifyInstance, opts: { services: Services; variant: Variant; cohereV2?: boolean }): Promise<void> {
   const { services, variant } = opts;
   // Response schemas document the API; bodies are relayed as the provider shaped them, so no field is dropped.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
@@ -41,6 +44,11 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
   registerRateLimit(app, services);
   registerUsageRecording(app, services);
   registerIdempotency(app, services);
+  if (opts.cohereV2) {
+    // Cohere's current SDK (CohereClientV2) posts to {base}/v2/rerank, with a body /v1/rerank takes as it is.
+    rerankRoute(app, services, routeDocs(variant, { idPrefix: 'cohere_v2_', tag: "Cohere's v2 path" }));
+    return;
+  }
   const docs = routeDocs(variant);
   modelsRoutes(app, services, docs);
   chatCompletionsRoute(app, services, docs);

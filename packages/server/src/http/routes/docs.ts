@@ -7,15 +7,16 @@ export interface RouteDocs {
   operation(id: string, summary: string, schema: FastifySchema & { response?: Record<string, unknown> }, tags?: string[]): FastifySchema;
 }
 
-export function routeDocs(variant: Variant): RouteDocs {
+/** `mount`: a second mount of some routes (Cohere's v2 paths), whose operations get ids and a tag of their own. */
+export function routeDocs(variant: Variant, mount?: { idPrefix: string; tag: string }): RouteDocs {
   const error = errorEnvelopeSchema(variant);
-  const tag = variant === 'a' ? 'Variant A' : 'Variant B';
+  const tag = `${variant === 'a' ? 'Variant A' : 'Variant B'}${mount ? `: ${mount.tag}` : ''}`;
   return {
     variant,
     operation(id, summary, schema, tags = [tag]) {
       return {
         ...schema,
-        operationId: `${variant}_${id}`,
+        operationId: `${variant}_${mount?.idPrefix ?? ''}${id}`,
         summary,
         tags,
         security: [{ bearerAuth: [] }],
