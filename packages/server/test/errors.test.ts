@@ -183,20 +183,20 @@ describe('errors in each variant’s envelope', () => {
     const sdk = new OpenAI({ apiKey: key, baseURL: gw.baseA, fetch: counting });
     await expect(sdk.files.list()).rejects.toBeInstanceOf(OpenAI.APIError);
     expect(attempts).toBe(1);
-    const nf = await fetch(`${gw.url}/v2/nothing`);
+    const nf = await fetch(`${gw.url}/v3/nothing`);
     expect(nf.status).toBe(404);
     expect(((await nf.json()) as Envelope).error.code).toBe('not_found');
     expect(nf.headers.get('x-request-id')).toMatch(/^req_/);
     // Each mount its own envelope, even for a path it does not have.
     const types = [];
-    for (const path of ['/v2/nothing', '/alt/nothing', '/alt/v2/x', '/alt/v1/nope']) {
+    for (const path of ['/v3/nothing', '/alt/nothing', '/alt/v3/x', '/alt/v1/nope']) {
       const res = await fetch(`${gw.url}${path}`, { headers: { authorization: `Bearer ${key}` } });
       types.push([path, res.status, ((await res.json()) as { error: { type: string } }).error.type]);
     }
     expect(types).toEqual([
-      ['/v2/nothing', 404, 'not_found'],
+      ['/v3/nothing', 404, 'not_found'],
       ['/alt/nothing', 404, 'invalid_request_error'],
-      ['/alt/v2/x', 404, 'invalid_request_error'],
+      ['/alt/v3/x', 404, 'invalid_request_error'],
       ['/alt/v1/nope', 404, 'invalid_request_error'],
     ]);
   });
