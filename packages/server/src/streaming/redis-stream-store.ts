@@ -112,8 +112,8 @@ function syntheticError(message: string): StreamEvent {
  */
 export class RedisStreamStore implements StreamStore {
   private readonly pending = new Map<string, StreamEvent[]>();
-  /** Meta records of the streams being written, sent with each batch: Redis may have lost them since the first. */
-  private readonly metaOf = new Map<string, StreamMeta>();
+  /** Meta records of the streams being written, sent with each batch (Redis may have lost them since the first), routing as JSON once. */
+  private readonly metaOf = new Map<string, { meta: StreamMeta; routing: string }>();
   /** Streams whose write failed: since when, so that a long outage gives up on them rather than hold their events. */
   private readonly failingSince = new Map<string, number>();
   private tick: NodeJS.Timeout | null = null;
@@ -138,7 +138,7 @@ export class RedisStreamStore implements StreamStore {
 
   /** The meta record is written with the first event (a session starts with its first chunk in hand), and kept for the later batches. */
   async create(streamId: string, meta: StreamMeta): Promise<void> {
-    this.metaOf.set(streamId, meta);
+    this.metaOf.set(streamId, { meta, routing: meta.routing ? JSON.stringify(meta.routing) : '' });
   }
 
   append(streamId: string, event: StreamEvent): void {
@@ -164,7 +164,7 @@ export class RedisStreamStore implements StreamStore {
    * tried again with the next tick: a reader elsewhere must not step over a hole in the stream.
    * A stream whose writes keep failing for RETRY_FOR_MS is given up (its resume elsewhere ends with an error).
    */
-  private retry(streamId: string, events: StreamEvent[], meta: StreamMeta | undefined): void {
+  private retry(streamId: string, events: StreamEvent[], meta: { meta: StreamMeta; routing: string } | undefined): void {
     const now = Date.now();
     const since = this.failingSince.get(streamId) ?? now;
     if (now - since > RETRY_FOR_MS) {
@@ -194,7 +194,8 @@ export class RedisStreamStore implements StreamStore {
     const last = events[events.length - 1] as StreamEvent;
     // The expiry is set by the first event and moved by the last; the events between leave it.
     const ttl = ends(last) ? (delivered ? DELIVERED_LINGER_S : STREAM_RETENTION_S) : events[0]?.seq === 1 ? this.graceS + STREAM_RETENTION_S : 0;
-    const meta = this.metaOf.get(streamId);
+    const record = this.metaOf.get(streamId);
+    const meta = record?.meta;
     // The stream's last batch: its record is no longer needed here once it is written (a retry puts it back).
     if (ends(last)) this.metaOf.delete(streamId);
     const run = (this.redis as unknown as { gwAppendEvents: AppendEvents }).gwAppendEvents;
@@ -209,13 +210,13 @@ export class RedisStreamStore implements StreamStore {
         meta?.model ?? '',
         `${last.seq}-1`,
         encodeEvents(events),
-        meta?.routing ? JSON.stringify(meta.routing) : '',
+        record?.routing ?? '',
         this.presence.id,
         this.graceS + STREAM_RETENTION_S,
       )
       .then(
         () => this.failingSince.delete(streamId),
-        () => this.retry(streamId, events, meta),
+        () => this.retry(streamId, events, record),
       );
   }
 
