@@ -52,6 +52,21 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect(envelopeOf(r.body)).toMatchObject({ code: 'validation_error', type: 'validation_error' });
   });
 
+  it('two Authorization headers are a 401, whichever of them is the good key', async () => {
+    for (const [first, second] of [
+      [key, 'gw_live_wrong'],
+      ['gw_live_wrong', key],
+    ]) {
+      const r = await raw(
+        `GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${first}\r\nAuthorization: Bearer ${second}\r\nConnection: close\r\n\r\n`,
+      );
+      expect(r.head).toMatch(/^HTTP\/1\.1 401 /);
+      expect(envelopeOf(r.body)).toMatchObject({ code: 'unauthorized', message: expect.stringContaining('exactly one Authorization') });
+    }
+    const one = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`);
+    expect(one.head).toMatch(/^HTTP\/1\.1 200 /);
+  });
+
   it('oversized headers are 431 headers_too_large in the envelope', async () => {
     const r = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(40_000)}\r\n\r\n`);
     expect(r.head).toMatch(/^HTTP\/1\.1 431 /);
