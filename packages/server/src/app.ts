@@ -7,6 +7,7 @@ import { WorkspaceCache } from './auth/workspace-cache.js';
 import type { GatewayConfig } from './config/index.js';
 import { GatewayError } from './errors/gateway-error.js';
 import { sendError } from './http/errors.js';
+import { checkBeforeContinue } from './http/expect-continue.js';
 import { clientErrorHandler, frameworkErrors, variantOfUrl } from './http/framework-errors.js';
 import { lazyChildLogger } from './http/lazy-request-logger.js';
 import { Metrics } from './http/metrics.js';
@@ -120,6 +121,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
+  checkBeforeContinue(app.server, auth, config);
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
   const usage = new UsageWriter(store, {
     // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid

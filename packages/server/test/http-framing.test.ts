@@ -67,6 +67,31 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect(one.head).toMatch(/^HTTP\/1\.1 200 /);
   });
 
+  it('Expect: 100-continue: a wrong key or a declared size over the limit is refused before the body is asked for; a good request gets 100 first', async () => {
+    const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] });
+    const head = (auth: string, length: number, path = '/v1/chat/completions') =>
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${auth}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`;
+    // Only the headers are sent: the refusal must come without the body.
+    const wrong = await raw(head('gw_live_wrong', Buffer.byteLength(body), '/alt/v1/chat/completions'));
+    expect(wrong.head).toMatch(/^HTTP\/1\.1 401 /);
+    expect(envelopeOf(wrong.body)).toMatchObject({ code: 'invalid_api_key' });
+    const huge = await raw(head(key, 30 * 1024 * 1024, '/v1/audio/transcriptions'));
+    expect(huge.head).toMatch(/^HTTP\/1\.1 413 /);
+    expect(envelopeOf(huge.body)).toMatchObject({ code: 'payload_too_large' });
+    // A good one is told to go on, then answered.
+    const answer = await new Promise<string>((resolve) => {
+      const socket = connect(port, '127.0.0.1');
+      let out = '';
+      socket.on('data', (d) => {
+        out += String(d);
+        if (out.startsWith('HTTP/1.1 100') && !out.includes('\r\n\r\nHTTP/1.1') && out.endsWith('\r\n\r\n')) socket.write(body);
+      });
+      socket.on('close', () => resolve(out));
+      socket.write(head(key, Buffer.byteLength(body)).replace('Expect:', 'Connection: close\r\nExpect:'));
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
+  });
+
   it('oversized headers are 431 headers_too_large in the envelope', async () => {
     const r = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(40_000)}\r\n\r\n`);
     expect(r.head).toMatch(/^HTTP\/1\.1 431 /);
