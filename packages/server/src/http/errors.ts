@@ -85,6 +85,12 @@ function validationError(e: FastifyError): GatewayError {
   return new GatewayError('validation', `Invalid ${where}: ${label} ${detail}.`, { param: field || null });
 }
 
+/** An error's status and envelope (OpenAI's shape) in a variant: every answer of an error is made of these. */
+export function errorEnvelope(g: GatewayError, variant: Variant): { status: number; body: string } {
+  const { status, code, type } = wireError(g.code, variant);
+  return { status, body: JSON.stringify({ error: { message: redactSecrets(g.message), type, code, param: g.param } }) };
+}
+
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */
 export function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply, variant: Variant): FastifyReply {
   // A client that left while a piped answer (a replayed stream) was being written: nothing to answer, nothing gone wrong here.
@@ -93,15 +99,12 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
     return reply;
   }
   const g = toGatewayError(err, request.headers['content-encoding']);
-  const { status, code, type } = wireError(g.code, variant);
+  const { status, body } = errorEnvelope(g, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
   if (request.gw) request.gw.errorCode = g.code;
   for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
   if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
   // Errors a retry cannot fix: the OpenAI SDK retries every 5xx (and would spend the key's limit on each) unless told not to.
   if ((g.code === 'budget_exceeded' || g.code === 'not_implemented') && g.headers[H.shouldRetry] === undefined) reply.header(H.shouldRetry, 'false');
-  return reply
-    .code(status)
-    .type('application/json; charset=utf-8')
-    .send(JSON.stringify({ error: { message: redactSecrets(g.message), type, code, param: g.param } }));
+  return reply.code(status).type('application/json; charset=utf-8').send(body);
 }

@@ -1,9 +1,9 @@
 import type { Socket } from 'node:net';
-import { H, type Variant, wireError } from '@gw/schema';
+import { H, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
-import { sendError, toGatewayError } from './errors.js';
+import { errorEnvelope, sendError, toGatewayError } from './errors.js';
 
 /** Under /alt (variant B's mount) even an unknown path answers in B's envelope. */
 export function variantOfUrl(url: string): Variant {
@@ -38,8 +38,7 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
       : err.code === 'HPE_HEADER_OVERFLOW'
         ? new GatewayError('headers_too_large', 'The request headers are larger than this gateway accepts.')
         : new GatewayError('validation', 'The request is not valid HTTP/1.1.');
-  const { status, code, type } = wireError(error.code, 'a');
-  const body = JSON.stringify({ error: { message: error.message, type, code, param: null } });
+  const { status, body } = errorEnvelope(error, 'a');
   if (socket.writable) {
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +

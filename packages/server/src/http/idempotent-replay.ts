@@ -4,7 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { StoredAnswer } from '../routing/idempotency.js';
 import { parseEventId } from '../streaming/sse-format.js';
-import { sseFrames } from '../streaming/sse-frames.js';
+import { includeUsage, sseFrames } from '../streaming/sse-frames.js';
 import type { StreamEvent } from '../streaming/types.js';
 import type { Services } from './services.js';
 
@@ -69,9 +69,4 @@ function resumeAfter(request: FastifyRequest, streamId: string): number {
 
 async function* fromArray(events: StreamEvent[]): AsyncGenerator<StreamEvent> {
   yield* events;
-}
-
-function includeUsage(body: unknown): boolean {
-  const opts = (body as { stream_options?: { include_usage?: unknown } | null } | null)?.stream_options;
-  return opts?.include_usage === true;
 }

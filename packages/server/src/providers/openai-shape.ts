@@ -1,5 +1,17 @@
 import { UpstreamError } from '../errors/upstream-error.js';
 
+/** A chat completion's body, or the provider fault it is: not JSON, or no choices (a 200 without an answer). */
+export function withChoices(provider: string, body: unknown): Record<string, unknown> & { choices: unknown[] } {
+  if (typeof body === 'string') {
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion with a body that is not JSON` });
+  }
+  const b = body as Record<string, unknown> | null;
+  if (!b || typeof b !== 'object' || !Array.isArray(b['choices']) || b['choices'].length === 0) {
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
+  }
+  return b as Record<string, unknown> & { choices: unknown[] };
+}
+
 /** The finish reasons OpenAI's clients know. */
 const OPENAI_FINISH_REASONS = new Set(['stop', 'length', 'tool_calls', 'content_filter', 'function_call']);
 

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { type InstancePresence, instanceKey } from '../kv/instance-presence.js';
 import { decodeEvents, encodeEvents } from './event-batch.js';
+import { streamErrorData } from './sse-format.js';
 import {
   DELIVERED_LINGER_S,
   MAX_STREAM_EVENTS,
@@ -89,7 +90,7 @@ function bufferGapEvent(from: number, to: number): StreamEvent {
 }
 
 function syntheticError(message: string): StreamEvent {
-  return { seq: SYNTHETIC_SEQ, kind: 'error', data: JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } }) };
+  return { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message) };
 }
 
 /**

@@ -1,6 +1,7 @@
 import { redactSecrets } from '../lib/redact.js';
 import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
+import { streamErrorData } from './sse-format.js';
 import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamMeta, type StreamStore } from './types.js';
 
 export interface StreamOutcome {
@@ -180,8 +181,7 @@ export class StreamSession {
       const message = this.abandoned
         ? 'The stream was abandoned by its client and stopped.'
         : `The upstream provider failed mid-stream: ${redactSecrets(error.message)}`;
-      // OpenAI's SDK throws on a data object with an `error` key, so clients see the failure.
-      this.push('error', JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } }));
+      this.push('error', streamErrorData(message));
     }
     this.done = true;
     if (this.graceTimer) clearTimeout(this.graceTimer);

@@ -4,6 +4,11 @@ export function sseEvent(id: string, data: string): string {
   return `id: ${id}\ndata: ${data}\n\n`;
 }
 
+/** An error event's data (OpenAI's SDK throws on a data object with an `error` key, so clients see the failure). */
+export function streamErrorData(message: string): string {
+  return JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } });
+}
+
 /** An SSE event without an id: the client's last event id stays the one before it. */
 export function sseData(data: string): string {
   return `data: ${data}\n\n`;

@@ -1,6 +1,12 @@
 import { eventId, SSE_HEARTBEAT, sseData, sseEvent } from './sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from './types.js';
 
+/** Whether the request asked for the usage chunk (`stream_options.include_usage`). */
+export function includeUsage(body: unknown): boolean {
+  const opts = (body as { stream_options?: { include_usage?: unknown } | null } | null)?.stream_options;
+  return opts?.include_usage === true;
+}
+
 /**
  * SSE text for a client: one frame per event (the usage chunk only if the
  * client asked for it), and a comment after every `heartbeatMs` of silence.

@@ -34,7 +34,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const gone = leftBeforeAnswer(reply.raw);
       if (gone) recordClientGone(services, request);
       // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
-      const status = reply.raw.writableFinished ? reply.raw.statusCode : 499;
+      const status = gone ? 499 : reply.raw.statusCode;
       services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, (performance.now() - request.gw.startedAt) / 1000);
     });
     // A request that reaches a draining instance on a connection it already had: the envelope, a wait, and the connection closed.

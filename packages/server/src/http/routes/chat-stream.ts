@@ -12,7 +12,7 @@ import type { Offer } from '../../routing/registry.js';
 import { LiveFrames } from '../../streaming/live-frames.js';
 import { estimatedUsage, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
-import { sseFrames } from '../../streaming/sse-frames.js';
+import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import type { StreamMeta } from '../../streaming/types.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { recordClientGone } from '../plugins/usage-recording.js';
@@ -181,11 +181,6 @@ async function sharedMeta(services: Services, streamId: string): Promise<StreamM
 }
 
 const META_PATIENCE_MS = 3_000;
-
-function includeUsage(body: ChatBody): boolean {
-  const opts = body['stream_options'] as { include_usage?: unknown } | null | undefined;
-  return opts?.include_usage === true;
-}
 
 function sendFrames(services: Services, request: FastifyRequest, reply: FastifyReply, streamId: string, frames: Readable) {
   streamHeaders(reply);

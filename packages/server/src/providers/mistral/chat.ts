@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
-import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
-import { mapFinishReason, mapToolCalls } from '../openai-shape.js';
+import { mapFinishReason, mapToolCalls, withChoices } from '../openai-shape.js';
 import type { ChatBody, ChatCompletion, TokenUsage } from '../types.js';
 import { mistralError } from './errors.js';
 
@@ -114,12 +113,7 @@ export function cleanUsage(usage: unknown): TokenUsage | null {
 
 export function parseMistralCompletion(provider: string, res: JsonResponse): ChatCompletion {
   if (res.status < 200 || res.status >= 300) throw mistralError(provider, res);
-  const body = res.body as Record<string, unknown> | string | null;
-  if (typeof body === 'string') {
-    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion with a body that is not JSON` });
-  }
-  if (!body || !Array.isArray(body['choices']) || body['choices'].length === 0)
-    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
+  const body = withChoices(provider, res.body);
   const usage = cleanUsage(body['usage']);
   return {
     id: typeof body['id'] === 'string' ? body['id'] : `chatcmpl-${Date.now()}`,

@@ -1,6 +1,5 @@
-import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
-import { isOpenAiFinishReason, mapFinishReason, mapToolCalls } from '../openai-shape.js';
+import { isOpenAiFinishReason, mapFinishReason, mapToolCalls, withChoices } from '../openai-shape.js';
 import type { ChatBody, ChatCompletion } from '../types.js';
 import { httpError } from './errors.js';
 
@@ -25,13 +24,7 @@ function stripReasoning(message: unknown): unknown {
 
 export function parseChatCompletion(provider: string, res: JsonResponse): ChatCompletion {
   if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
-  const body = res.body as Partial<ChatCompletion> | null;
-  if (typeof body === 'string') {
-    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion with a body that is not JSON` });
-  }
-  if (!body || typeof body !== 'object' || !Array.isArray(body.choices) || body.choices.length === 0) {
-    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
-  }
+  const body = withChoices(provider, res.body) as Partial<ChatCompletion> & { choices: unknown[] };
   return {
     ...body,
     id: typeof body.id === 'string' ? body.id : `chatcmpl-${Date.now()}`,
