@@ -51,8 +51,8 @@ async function readAll(frames: LiveFrames): Promise<string> {
 describe('live SSE frames from a session', () => {
   it('writes each event as it lands, numbered, with usage only when asked for', async () => {
     const { session, sink } = await handFed();
-    const withUsage = new LiveFrames(session, 0, true, 60_000);
-    const without = new LiveFrames(session, 0, false, 60_000);
+    const withUsage = new LiveFrames(session, 0, true, 60_000, 'a');
+    const without = new LiveFrames(session, 0, false, 60_000, 'a');
     sink.chunk(content('second'));
     sink.chunk({ ...content(''), choices: [], usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } });
     sink.end(null);
@@ -68,7 +68,7 @@ describe('live SSE frames from a session', () => {
 
   it('leaves frames in the session while the client does not read, not in its own buffer', async () => {
     const { session, sink } = await handFed();
-    const frames = new LiveFrames(session, 0, false, 60_000);
+    const frames = new LiveFrames(session, 0, false, 60_000, 'a');
     // The stream asks for data once, then nobody reads.
     frames.read(0);
     const big = 'y'.repeat(4096);
@@ -86,14 +86,14 @@ describe('live SSE frames from a session', () => {
     sink.chunk(content('second'));
     sink.chunk(content('third'));
     sink.end(null);
-    const text = await readAll(new LiveFrames(session, 2, false, 60_000));
+    const text = await readAll(new LiveFrames(session, 2, false, 60_000, 'a'));
     // Event 4 is the usage chunk, which this client did not ask for.
     expect(text.match(/^id: .*$/gm)).toEqual([`id: ${ID}:3`, `id: ${ID}:5`]);
   });
 
   it('sends a heartbeat comment after each silence', async () => {
     const { session, sink } = await handFed();
-    const frames = new LiveFrames(session, 0, false, 40);
+    const frames = new LiveFrames(session, 0, false, 40, 'a');
     const seen: string[] = [];
     frames.on('data', (piece) => seen.push(String(piece)));
     await new Promise((r) => setTimeout(r, 150));
@@ -104,7 +104,7 @@ describe('live SSE frames from a session', () => {
 
   it('detaches when the client goes, and the session stops the upstream after its grace period', async () => {
     const { session, aborted } = await handFed();
-    const frames = new LiveFrames(session, 0, false, 60_000);
+    const frames = new LiveFrames(session, 0, false, 60_000, 'a');
     frames.resume();
     frames.destroy();
     expect(aborted()).toBe(false);
@@ -185,7 +185,7 @@ describe('live SSE frames from a session', () => {
 
     it('holds frames in the session while the client does not read, then sends them all, each an exact HTTP chunk', async () => {
       const { session, sink } = await handFed();
-      const { server, port, responses } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      const { server, port, responses } = await serve(() => new LiveFrames(session, 0, false, 60_000, 'a'));
       try {
         const socket = request(port, '1.1');
         socket.pause();
@@ -213,7 +213,7 @@ describe('live SSE frames from a session', () => {
 
     it('sends the last events and the end of the body in one write, and a stream that came whole in one write altogether', async () => {
       const { session, sink } = await handFed();
-      const { server, port, writes } = await serve(() => new LiveFrames(session, 0, true, 60_000));
+      const { server, port, writes } = await serve(() => new LiveFrames(session, 0, true, 60_000, 'a'));
       try {
         const socket = request(port, '1.1');
         await new Promise((r) => setTimeout(r, 50));
@@ -238,7 +238,7 @@ describe('live SSE frames from a session', () => {
 
     it('sends the head with the first events, in one write', async () => {
       const { session, sink } = await handFed();
-      const { server, port, writes } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      const { server, port, writes } = await serve(() => new LiveFrames(session, 0, false, 60_000, 'a'));
       try {
         const socket = request(port, '1.1');
         await new Promise((r) => setTimeout(r, 50));
@@ -257,7 +257,7 @@ describe('live SSE frames from a session', () => {
 
     it('sends the events of one upstream read in one write, and each later read in its own', async () => {
       const { session, sink } = await handFed();
-      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000, 'a'));
       try {
         const socket = request(port, '1.1');
         await new Promise((r) => setTimeout(r, 50));
@@ -277,7 +277,7 @@ describe('live SSE frames from a session', () => {
 
     it('writes the body unframed to an HTTP/1.0 client, and ends it by closing', async () => {
       const { session, sink } = await handFed();
-      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000, 'a'));
       try {
         const socket = request(port, '1.0');
         await new Promise((r) => setTimeout(r, 50));
@@ -295,7 +295,7 @@ describe('live SSE frames from a session', () => {
 
     it('detaches when the client leaves mid-stream, and the session stops the upstream after its grace period', async () => {
       const { session, sink, aborted } = await handFed();
-      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000));
+      const { server, port } = await serve(() => new LiveFrames(session, 0, false, 60_000, 'a'));
       try {
         const socket = request(port, '1.1');
         const head = await new Promise<string>((r) => socket.once('data', (b: Buffer) => r(b.toString('utf8'))));
@@ -313,7 +313,7 @@ describe('live SSE frames from a session', () => {
 
     it('detaches at once when the client left before the answer began', async () => {
       const { session, aborted } = await handFed();
-      const { server, port, responses } = await serve(() => new LiveFrames(session, 0, false, 60_000), 60);
+      const { server, port, responses } = await serve(() => new LiveFrames(session, 0, false, 60_000, 'a'), 60);
       try {
         const socket = request(port, '1.1');
         while (responses.length === 0) await new Promise((r) => setTimeout(r, 5));

@@ -217,6 +217,7 @@ describe('timeouts', () => {
     })().catch((e: unknown) => e);
     expect(chunks).toBeGreaterThan(0);
     expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect((err as InstanceType<typeof OpenAI.APIError>).code).toBe('upstream_timeout');
     expect(chats('scaleway') + chats('ovh')).toBe(0);
     await eventually(() => expect(sim.providers.nebius?.stats().inFlight).toBe(0));
   });

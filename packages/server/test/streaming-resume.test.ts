@@ -133,7 +133,7 @@ describe('resume across instances sharing Redis', () => {
       const rest = await readSse(await streamRequest(two.baseA, key, body, { 'Last-Event-ID': head[2]?.id as string }));
       const waited = performance.now() - started;
       const last = JSON.parse(rest.at(-1)?.data ?? '{}') as { error?: { code: string; message: string } };
-      expect(last.error?.code).toBe('upstream_error');
+      expect(last.error?.code).toBe('service_unavailable');
       expect(last.error?.message).toMatch(/instance relaying this stream is not answering/);
       // The gateway's own event carries no id: a client's last event id stays the stream's last real one.
       expect(rest.at(-1)?.id).toBeFalsy();

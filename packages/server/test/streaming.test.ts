@@ -111,8 +111,18 @@ describe('streaming chat with the official openai SDK', () => {
     })().catch((e: unknown) => e);
     expect(got).toBeGreaterThan(0);
     expect(err).toBeInstanceOf(OpenAI.APIError);
+    // The error event speaks the variant's codes, as its errors before the first byte do.
+    expect((err as InstanceType<typeof OpenAI.APIError>).code).toBe('provider_down');
+    expect((err as InstanceType<typeof OpenAI.APIError>).type).toBe('provider_down');
     const [record] = await usageOf(response.headers.get('x-request-id') as string);
     expect(record?.errorCode).toBe('upstream_failed');
+    const errB = await (async () => {
+      for await (const _ of await b.chat.completions.create({ model: MODEL, messages, stream: true })) {
+        // drain until the error event
+      }
+    })().catch((e: unknown) => e);
+    expect((errB as InstanceType<typeof OpenAI.APIError>).code).toBe('upstream_unavailable');
+    expect((errB as InstanceType<typeof OpenAI.APIError>).type).toBe('upstream_error');
   });
 
   it('fails over when a provider dies before its first chunk', async () => {

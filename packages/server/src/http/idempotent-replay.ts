@@ -29,7 +29,7 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
   reply.header(H.idempotentReplayed, 'true');
   reply.code(answer.status);
   if (events && answer.stream) {
-    const frames = sseFrames(events, answer.stream.id, includeUsage(request.body), services.config.streamHeartbeatMs);
+    const frames = sseFrames(events, answer.stream.id, includeUsage(request.body), services.config.streamHeartbeatMs, request.gw.variant);
     return reply.send(Readable.from(frames, { objectMode: false }));
   }
   return reply.send(answer.body ?? '');

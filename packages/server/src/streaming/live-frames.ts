@@ -1,7 +1,8 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { Variant } from '@gw/schema';
 import { Readable } from 'node:stream';
 import type { StreamSession } from './session.js';
-import { eventId, SSE_HEARTBEAT, sseEvent } from './sse-format.js';
+import { clientEventData, eventId, SSE_HEARTBEAT, sseEvent } from './sse-format.js';
 
 /** The most text one write carries (a single larger event still goes whole). */
 const WRITE_MAX_CHARS = 16 * 1024;
@@ -45,6 +46,8 @@ export class LiveFrames extends Readable {
     afterSeq: number,
     private readonly includeUsage: boolean,
     heartbeatMs: number,
+    /** The base the client asked on: an error event comes in its envelope. */
+    private readonly variant: Variant,
   ) {
     super({ highWaterMark: 16 * 1024 });
     this.next = afterSeq;
@@ -115,7 +118,7 @@ export class LiveFrames extends Readable {
       while (this.next < log.length && text.length < WRITE_MAX_CHARS) {
         const e = log[this.next++];
         if (e === undefined || (e.kind === 'usage' && !this.includeUsage)) continue;
-        text += sseEvent(eventId(this.session.streamId, e.seq), e.data);
+        text += sseEvent(eventId(this.session.streamId, e.seq), clientEventData(e, this.variant));
       }
       if (text === '') break;
       this.heartbeat.refresh();

@@ -90,7 +90,8 @@ function bufferGapEvent(from: number, to: number): StreamEvent {
 }
 
 function syntheticError(message: string): StreamEvent {
-  return { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message) };
+  // The shared buffer cannot give the rest: the gateway's side failed, not the provider's.
+  return { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message, 'store_unavailable') };
 }
 
 /**

@@ -1,3 +1,4 @@
+import { UpstreamError } from '../errors/upstream-error.js';
 import { redactSecrets } from '../lib/redact.js';
 import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
@@ -178,10 +179,7 @@ export class StreamSession {
       if (usage !== null) this.push('usage', usage);
       this.push('done', '[DONE]');
     } else {
-      const message = this.abandoned
-        ? 'The stream was abandoned by its client and stopped.'
-        : `The upstream provider failed mid-stream: ${redactSecrets(error.message)}`;
-      this.push('error', streamErrorData(message));
+      this.push('error', this.abandoned ? streamErrorData('The stream was abandoned by its client and stopped; it cannot be resumed whole.', 'stream_not_found') : upstreamFailure(error));
     }
     this.done = true;
     if (this.graceTimer) clearTimeout(this.graceTimer);
@@ -221,4 +219,10 @@ function contentChars(c: ChatChunk): number {
     if (typeof delta?.reasoning_content === 'string') n += delta.reasoning_content.length;
   }
   return n;
+}
+
+/** A provider that failed or stalled after the first chunk: the variant's code for an upstream failure, or for its timeout. */
+function upstreamFailure(error: Error): string {
+  const timedOut = error instanceof UpstreamError && error.kind === 'timeout';
+  return streamErrorData(`The upstream provider failed mid-stream: ${redactSecrets(error.message)}`, timedOut ? 'upstream_timeout' : 'upstream_failed');
 }

@@ -1,12 +1,43 @@
+import { CANONICAL_ERRORS, type CanonicalCode, type Variant, wireError } from '@gw/schema';
+import type { StreamEvent } from './types.js';
+
 /** One SSE event. `id` must not contain CR or LF, or a client would read a forged field. */
 export function sseEvent(id: string, data: string): string {
   if (/[\r\n]/.test(id)) throw new Error('SSE id must not contain CR or LF');
   return `id: ${id}\ndata: ${data}\n\n`;
 }
 
-/** An error event's data (OpenAI's SDK throws on a data object with an `error` key, so clients see the failure). */
-export function streamErrorData(message: string): string {
-  return JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream_error' } });
+/**
+ * An error event as it is kept (in the session, the resume buffer and the
+ * idempotency archive): its canonical code and message. Each client gets it
+ * in its own variant's envelope ({@link clientEventData}), since a stream
+ * started on one base may be resumed on the other.
+ */
+export function streamErrorData(message: string, code: CanonicalCode): string {
+  return JSON.stringify({ code, message });
+}
+
+/**
+ * An event's data as a client of `variant` reads it: an error event in the
+ * variant's envelope, with its code (OpenAI's SDK throws on a data object
+ * with an `error` key, so clients see the failure); any other as kept.
+ */
+export function clientEventData(e: StreamEvent, variant: Variant): string {
+  if (e.kind !== 'error') return e.data;
+  const kept = parseKeptError(e.data);
+  if (kept === null) return e.data;
+  const { code, type } = wireError(kept.code, variant);
+  return JSON.stringify({ error: { message: kept.message, type, code, param: null } });
+}
+
+function parseKeptError(data: string): { code: CanonicalCode; message: string } | null {
+  try {
+    const v = JSON.parse(data) as { code?: unknown; message?: unknown };
+    if (typeof v.code !== 'string' || !Object.hasOwn(CANONICAL_ERRORS, v.code) || typeof v.message !== 'string') return null;
+    return { code: v.code as CanonicalCode, message: v.message };
+  } catch {
+    return null;
+  }
 }
 
 /** An SSE event without an id: the client's last event id stays the one before it. */

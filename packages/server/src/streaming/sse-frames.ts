@@ -1,4 +1,5 @@
-import { eventId, SSE_HEARTBEAT, sseData, sseEvent } from './sse-format.js';
+import type { Variant } from '@gw/schema';
+import { clientEventData, eventId, SSE_HEARTBEAT, sseData, sseEvent } from './sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from './types.js';
 
 /** Whether the request asked for the usage chunk (`stream_options.include_usage`). */
@@ -17,7 +18,13 @@ export function includeUsage(body: unknown): boolean {
  * promise per event and left a reaction on the heartbeat promise for every
  * event until it fired.
  */
-export async function* sseFrames(events: AsyncIterable<StreamEvent>, streamId: string, includeUsage: boolean, heartbeatMs: number): AsyncGenerator<string> {
+export async function* sseFrames(
+  events: AsyncIterable<StreamEvent>,
+  streamId: string,
+  includeUsage: boolean,
+  heartbeatMs: number,
+  variant: Variant,
+): AsyncGenerator<string> {
   const it = events[Symbol.asyncIterator]();
   let next: IteratorResult<StreamEvent> | null = null;
   let failure: { error: unknown } | null = null;
@@ -57,7 +64,8 @@ export async function* sseFrames(events: AsyncIterable<StreamEvent>, streamId: s
         timer.refresh();
         request();
         if (r.value.kind === 'usage' && !includeUsage) continue;
-        yield r.value.seq === SYNTHETIC_SEQ ? sseData(r.value.data) : sseEvent(eventId(streamId, r.value.seq), r.value.data);
+        const data = clientEventData(r.value, variant);
+        yield r.value.seq === SYNTHETIC_SEQ ? sseData(data) : sseEvent(eventId(streamId, r.value.seq), data);
         continue;
       }
       // Silence for heartbeatMs: a comment keeps proxies and clients from timing out.

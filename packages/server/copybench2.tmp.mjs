@@ -1,0 +1,20 @@
+import { PGlite } from '@electric-sql/pglite';
+import { readFileSync, rmSync } from 'node:fs';
+const variant = process.argv[2] ?? 'default';
+const dir = variant.includes('mem') ? undefined : `/tmp/pgb/data2-${variant}`; if (dir) rmSync(dir, { recursive: true, force: true });
+const conf = ['shared_buffers = 8MB'];
+if (variant.includes('async')) conf.push('synchronous_commit = off');
+const db = await PGlite.create({ dataDir: dir, postgresqlconf: conf, relaxedDurability: variant.includes('relaxed') });
+for (const s of readFileSync('/work/main/packages/server/drizzle/0000_init.sql', 'utf8').split('--> statement-breakpoint')) await db.exec(s);
+await db.exec(`INSERT INTO api_keys (id, name, hash, rate_limit_rpm) VALUES ('key_1','b','h',100)`);
+async function t(name, fn, reps = 50) { for (let i=0;i<5;i++) await fn(); const t0 = performance.now(); for (let i=0;i<reps;i++) await fn(); console.log(variant, name, ((performance.now()-t0)*1000/reps).toFixed(0), 'us'); }
+await t('select1 query', () => db.query('SELECT 1'));
+await t('select1 exec', () => db.exec('SELECT 1'));
+await t('update commit', () => db.exec(`UPDATE api_keys SET spent = spent + 1 WHERE id='key_1'`));
+await t('update in query', () => db.query(`UPDATE api_keys SET spent = spent + 1 WHERE id='key_1'`));
+let n=0; const cols = `request_id, key_id, workspace_id, kind, model, provider, prompt_tokens, completion_tokens, total_tokens, units, cost, latency_ms, status, error_code, streamed, created_at`;
+const row = () => `"req_${String(++n).padStart(24,'0')}","key_1",,"chat","bench/fixed-0ms","bench",12,20,32,0,0.0000144,3,200,,f,${new Date().toISOString()}\n`;
+await t('copy 1 row', () => db.exec(`COPY usage_records (${cols}) FROM '/dev/blob' WITH (FORMAT csv)`, { blob: new Blob([row()]) }));
+await t('copy 100 rows', () => { let s=''; for(let i=0;i<100;i++) s+=row(); return db.exec(`COPY usage_records (${cols}) FROM '/dev/blob' WITH (FORMAT csv)`, { blob: new Blob([s]) }); }, 20);
+await t('insert 1 row', () => db.query(`INSERT INTO usage_records (${cols}) VALUES ('r'||nextval_x(),'key_1',null,'chat','m','p',1,2,3,0,0.1,3,200,null,false,now())`).catch(()=>{}), 5);
+await db.close();
