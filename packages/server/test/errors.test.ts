@@ -183,6 +183,13 @@ describe('errors in each variant’s envelope', () => {
     const sdk = new OpenAI({ apiKey: key, baseURL: gw.baseA, fetch: counting });
     await expect(sdk.files.list()).rejects.toBeInstanceOf(OpenAI.APIError);
     expect(attempts).toBe(1);
+    // An upload the way OpenAI's files API takes it (multipart) is told the same, not sent back to JSON with a 415.
+    const upload = await sdk.files.create({ file: new File(['{"a":1}\n'], 'in.jsonl'), purpose: 'batch' }).catch((e: unknown) => e);
+    expect((upload as InstanceType<typeof OpenAI.APIError>).status).toBe(501);
+    expect((upload as InstanceType<typeof OpenAI.APIError>).code).toBe('not_implemented');
+    // The key is checked first.
+    const anonymous = await fetch(`${gw.baseA}/files`, { method: 'POST', body: new FormData() });
+    expect(anonymous.status).toBe(401);
     const nf = await fetch(`${gw.url}/v3/nothing`);
     expect(nf.status).toBe(404);
     expect(((await nf.json()) as Envelope).error.code).toBe('not_found');

@@ -24,13 +24,17 @@ const PENDING: [Method, string, string, string][] = [
 export function notImplementedRoutes(app: FastifyInstance, docs: RouteDocs): void {
   for (const [method, url, id, summary] of PENDING) {
     const params = url.includes(':id') ? { params: Type.Object({ id: Type.String() }) } : {};
+    const refuse = async () => {
+      throw new GatewayError('not_implemented', `${method} ${app.prefix}${url.replace(':id', '{id}')} is not implemented on this gateway yet.`);
+    };
     app.route({
       method,
       url,
       schema: docs.operation(id, `${summary} (not implemented yet: answers 501)`, params),
-      handler: async () => {
-        throw new GatewayError('not_implemented', `${method} ${app.prefix}${url.replace(':id', '{id}')} is not implemented on this gateway yet.`);
-      },
+      // Once the key is checked, before the body is read: an upload in any format (OpenAI's files API takes
+      // multipart) gets the 501, not a 415 for a body the route would never read.
+      onRequest: refuse,
+      handler: refuse,
     });
   }
 }
