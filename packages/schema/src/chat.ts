@@ -11,7 +11,12 @@ export const ChatMessage = Type.Object(
     tool_call_id: Type.Optional(Type.String()),
     tool_calls: Type.Optional(Type.Array(Type.Object({}, { additionalProperties: true }))),
   },
-  { additionalProperties: true },
+  {
+    additionalProperties: true,
+    // As OpenAI's API has it: only an assistant's message may leave out its content (and carry tool calls alone).
+    if: { properties: { role: { enum: ['system', 'developer', 'user', 'tool'] } } },
+    then: { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
+  },
 );
 
 export const ChatTool = Type.Object(

@@ -45,7 +45,7 @@ describe('errors in each variant’s envelope', () => {
     const content = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'user', content: 5 }] }));
     expect([content.body.error.param, content.body.error.message]).toEqual([
       'messages.0.content',
-      "Invalid body: 'messages.0.content' must be string or array or null.",
+      "Invalid body: 'messages.0.content' must be string or array.",
     ]);
     const emptyInput = await post(gw.baseB, '/embeddings', { model: 'mistral/embed', input: [] });
     expect([emptyInput.status, emptyInput.body.error.param]).toEqual([400, 'input']);
@@ -56,7 +56,12 @@ describe('errors in each variant’s envelope', () => {
     for (const role of ['user', 'system', 'tool']) {
       const silent = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'user', content: 'hi' }, { role }] }));
       expect([role, silent.status, silent.body.error.param]).toEqual([role, 400, 'messages.1.content']);
+      const empty = await post(gw.baseB, '/chat/completions', chat({ messages: [{ role: 'user', content: 'hi' }, { role, content: null }] }));
+      expect([role, empty.status, empty.body.error.param]).toEqual([role, 400, 'messages.1.content']);
     }
+    // The rule is in the published schema too, where a client's validator finds it.
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { components?: unknown; paths: Record<string, unknown> };
+    expect(JSON.stringify(doc)).toContain('"then":{"required":["content"]');
     const toolCall = { id: 'call_1', type: 'function', function: { name: 'f', arguments: '{}' } };
     const assistant = await post(
       gw.baseA,

@@ -35,7 +35,6 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
-      requireContent(body.messages);
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       request.gw.usage = newUsageDraft('chat', model.id);
@@ -74,19 +73,6 @@ function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'ma
   if (body.max_tokens !== undefined) return { field: 'max_tokens', tokens: body.max_tokens };
   if (body.max_completion_tokens !== undefined) return { field: 'max_completion_tokens', tokens: body.max_completion_tokens };
   return undefined;
-}
-
-/** Roles whose messages must say something, as OpenAI's API has it (an assistant's may carry only tool calls). */
-const CONTENT_REQUIRED = new Set(['system', 'developer', 'user', 'tool']);
-
-function requireContent(messages: ChatCompletionRequest['messages']): void {
-  for (let i = 0; i < messages.length; i++) {
-    const m = messages[i] as { role: string; content?: unknown };
-    if ((m.content === undefined || m.content === null) && CONTENT_REQUIRED.has(m.role)) {
-      const param = `messages.${i}.content`;
-      throw new GatewayError('validation', `Invalid body: '${param}' is required in a ${m.role} message.`, { param });
-    }
-  }
 }
 
 function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion): void {
