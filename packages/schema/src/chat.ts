@@ -15,6 +15,7 @@ export const ChatMessage = Type.Object(
     additionalProperties: true,
     // As OpenAI's API has it: only an assistant's message may leave out its content (and carry tool calls alone).
     if: { properties: { role: { enum: ['system', 'developer', 'user', 'tool'] } } },
+    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
     then: { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
   },
 );

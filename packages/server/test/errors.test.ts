@@ -56,7 +56,16 @@ describe('errors in each variant’s envelope', () => {
     for (const role of ['user', 'system', 'tool']) {
       const silent = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'user', content: 'hi' }, { role }] }));
       expect([role, silent.status, silent.body.error.param]).toEqual([role, 400, 'messages.1.content']);
-      const empty = await post(gw.baseB, '/chat/completions', chat({ messages: [{ role: 'user', content: 'hi' }, { role, content: null }] }));
+      const empty = await post(
+        gw.baseB,
+        '/chat/completions',
+        chat({
+          messages: [
+            { role: 'user', content: 'hi' },
+            { role, content: null },
+          ],
+        }),
+      );
       expect([role, empty.status, empty.body.error.param]).toEqual([role, 400, 'messages.1.content']);
     }
     // The rule is in the published schema too, where a client's validator finds it.

@@ -1,6 +1,6 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import type { Variant } from '@gw/schema';
 import { Readable } from 'node:stream';
+import type { Variant } from '@gw/schema';
 import type { StreamSession } from './session.js';
 import { clientEventData, eventId, SSE_HEARTBEAT, sseEvent } from './sse-format.js';
 

@@ -179,7 +179,12 @@ export class StreamSession {
       if (usage !== null) this.push('usage', usage);
       this.push('done', '[DONE]');
     } else {
-      this.push('error', this.abandoned ? streamErrorData('The stream was abandoned by its client and stopped; it cannot be resumed whole.', 'stream_not_found') : upstreamFailure(error));
+      this.push(
+        'error',
+        this.abandoned
+          ? streamErrorData('The stream was abandoned by its client and stopped; it cannot be resumed whole.', 'stream_not_found')
+          : upstreamFailure(error),
+      );
     }
     this.done = true;
     if (this.graceTimer) clearTimeout(this.graceTimer);

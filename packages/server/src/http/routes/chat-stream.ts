@@ -126,7 +126,13 @@ export async function startStream(
     },
   });
   routingHeaders(reply, request, routing);
-  return sendFrames(services, request, reply, request.id, new LiveFrames(session, 0, includeUsage(body), services.config.streamHeartbeatMs, request.gw.variant));
+  return sendFrames(
+    services,
+    request,
+    reply,
+    request.id,
+    new LiveFrames(session, 0, includeUsage(body), services.config.streamHeartbeatMs, request.gw.variant),
+  );
 }
 
 /** Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge. */
@@ -147,7 +153,8 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   request.gw.usage = null;
   if (meta.routing) routingHeaders(reply, request, meta.routing);
   const heartbeatMs = services.config.streamHeartbeatMs;
-  if (local) return sendFrames(services, request, reply, parsed.streamId, new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs, request.gw.variant));
+  if (local)
+    return sendFrames(services, request, reply, parsed.streamId, new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs, request.gw.variant));
   // Another instance's stream: read from the shared buffer until the client goes.
   const abort = new AbortController();
   reply.raw.once('close', () => abort.abort());
