@@ -78,6 +78,13 @@ export interface Gateway {
  * on a cold heap (its time to first token was 20-30% longer after 4 s).
  */
 const IDLE_MEMORY_RELEASE = { checkEveryMs: 1_000, idleForMs: 30_000, minGrowthBytes: 32 * 2 ** 20 };
+/**
+ * How long a draining instance keeps reading its kept-alive connections
+ * before it closes the idle ones: a request a client had already sent on
+ * one is answered 503 with connection: close, where closing it at once
+ * reset that request (the client cannot tell whether a POST was run).
+ */
+const DRAIN_READ_GRACE_MS = 200;
 
 /** Opens the store and connections the config names and builds the app, without listening. */
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
@@ -177,9 +184,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       stopRebuild();
       memoryRelease.stop();
       leases?.stop();
+      const deadline = Date.now() + config.shutdownTimeoutMs;
+      // Meanwhile every request is answered 503 (request-context), and /readyz says draining.
+      await new Promise((r) => setTimeout(r, Math.min(DRAIN_READ_GRACE_MS, config.shutdownTimeoutMs)));
       // Once no request is in flight, every connection left (idle, or opened and never used) is closed.
       const closing = app.close();
-      const deadline = Date.now() + config.shutdownTimeoutMs;
       await sessions.drain(config.shutdownTimeoutMs);
       while (services.lifecycle.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       app.server.closeAllConnections();

@@ -1,6 +1,6 @@
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
@@ -8,12 +8,27 @@ let gw: TestGateway;
 
 beforeAll(async () => {
   sim = await startSimulator({ latencyScale: 0 });
+});
+beforeEach(async () => {
   gw = await startGateway({ sim });
 });
-afterAll(async () => {
+afterEach(async () => {
   await gw?.close().catch(() => {});
+});
+afterAll(async () => {
   await sim?.close();
 });
+
+/** What one raw keep-alive connection has received so far, and whether it has closed. */
+function rawConnection(port: number): { socket: Socket; received: () => string; closed: Promise<void> } {
+  const socket = connect(port, '127.0.0.1');
+  let out = '';
+  socket.on('data', (d) => {
+    out += String(d);
+  });
+  socket.on('error', () => {});
+  return { socket, received: () => out, closed: new Promise((r) => socket.on('close', () => r())) };
+}
 
 describe('a draining instance', () => {
   it('answers a request that comes on a connection it already had with 503 in the envelope, Retry-After and connection: close', async () => {
@@ -47,5 +62,25 @@ describe('a draining instance', () => {
     const envelope = JSON.parse(second.slice(second.indexOf('{'))) as { error: { code: string; type: string } };
     // The second went to variant B: its envelope.
     expect(envelope.error).toMatchObject({ code: 'service_unavailable', type: 'server_error' });
+  });
+
+  it('reads what clients had already sent on idle kept-alive connections and answers it 503, rather than resetting it', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    const port = Number(new URL(gw.url).port);
+    const get = `GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`;
+    const conns = Array.from({ length: 10 }, () => rawConnection(port));
+    for (const c of conns) c.socket.write(get);
+    // Each connection answered once, and now idle.
+    while (conns.some((c) => !c.received().includes('"data"'))) await new Promise((r) => setTimeout(r, 10));
+    const firsts = conns.map((c) => c.received().length);
+    const closing = gw.close();
+    // The drain has begun; the next requests were on their way on every connection.
+    await new Promise((r) => setTimeout(r, 20));
+    for (const c of conns) c.socket.write(get);
+    await Promise.all(conns.map((c) => c.closed));
+    await closing;
+    const seconds = conns.map((c, i) => c.received().slice(firsts[i]));
+    expect(seconds.map((s) => s.slice(0, 12))).toEqual(conns.map(() => 'HTTP/1.1 503'));
+    for (const s of seconds) expect(s).toMatch(/\r\nconnection: close\r\n/i);
   });
 });
