@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { Server } from 'node:net';
 import type { GatewayFileConfig } from '@gw/schema';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
@@ -185,7 +186,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       memoryRelease.stop();
       leases?.stop();
       const deadline = Date.now() + config.shutdownTimeoutMs;
-      // Meanwhile every request is answered 503 (request-context), and /readyz says draining.
+      // New connections are refused from now on, but the kept-alive ones stay open for the grace (http.Server's own
+      // close would close the idle ones at once); every request on them is answered 503 (request-context).
+      if (app.server.listening) Server.prototype.close.call(app.server);
       await new Promise((r) => setTimeout(r, Math.min(DRAIN_READ_GRACE_MS, config.shutdownTimeoutMs)));
       // Once no request is in flight, every connection left (idle, or opened and never used) is closed.
       const closing = app.close();

@@ -77,6 +77,9 @@ describe('a draining instance', () => {
     // The drain has begun; the next requests were on their way on every connection.
     await new Promise((r) => setTimeout(r, 20));
     for (const c of conns) c.socket.write(get);
+    // While those are read, a new connection is refused.
+    const refused = await fetch(`${gw.url}/readyz`).catch((e: unknown) => e);
+    expect((refused as { cause?: { code?: string } }).cause?.code).toBe('ECONNREFUSED');
     await Promise.all(conns.map((c) => c.closed));
     await closing;
     const seconds = conns.map((c, i) => c.received().slice(firsts[i]));
