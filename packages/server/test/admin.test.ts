@@ -51,6 +51,22 @@ describe('admin API', () => {
     expect((await gw.admin('POST', '/keys', { budget: 999_999_999_999 })).status).toBe(201);
   });
 
+  it('refuses a NUL character, which the store cannot hold, with a 400 naming the field (a 404 in an id), not a 500', async () => {
+    for (const [path, body, param] of [
+      ['/keys', { name: 'a\u0000b' }, 'name'],
+      ['/workspaces', { name: 'a\u0000b' }, 'name'],
+      ['/keys', { workspaceId: 'ws\u0000' }, 'workspaceId'],
+      ['/workspaces', { name: 'w', enabledModels: ['mistral/small\u0000'] }, 'enabledModels.0'],
+    ] as const) {
+      const res = await gw.admin<{ error: { code: string; param: string } }>('POST', path, body);
+      expect([path, res.status, res.body.error.code, res.body.error.param]).toEqual([path, 400, 'validation_error', param]);
+    }
+    const byId = await gw.admin<{ error: { code: string } }>('GET', '/keys/key%00x');
+    expect([byId.status, byId.body.error.code]).toEqual([404, 'not_found']);
+    const patched = await gw.admin<{ error: { code: string } }>('PATCH', '/keys/key%00x', { rateLimitRpm: 5 });
+    expect([patched.status, patched.body.error.code]).toEqual([404, 'not_found']);
+  });
+
   it('routes without a body take an empty one labelled application/json; an all-optional body may be left out', async () => {
     const { id } = await gw.createKey();
     const send = (path: string) =>

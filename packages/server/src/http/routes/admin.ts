@@ -48,6 +48,19 @@ function knownModels(services: Services, ids: readonly string[] | null): string[
   return [...new Set(ids.map((id) => idOf(id) as string))];
 }
 
+/** The path of the first string (or key) in `value` that holds a NUL character, '' for `value` itself; null if none does. */
+function nulAt(value: unknown, path: string): string | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
+  if (typeof value !== 'object' || value === null) return null;
+  for (const [k, v] of Object.entries(value)) {
+    const at = path ? `${path}.${k}` : k;
+    if (k.includes('\u0000')) return path || 'body';
+    const found = nulAt(v, at);
+    if (found !== null) return found;
+  }
+  return null;
+}
+
 function op(id: string, summary: string, schema: Record<string, unknown>) {
   return { ...schema, operationId: `admin_${id}`, summary, tags: ['Admin'], security: [{ adminToken: [] }] };
 }
@@ -64,6 +77,12 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
   // A route whose body fields are all optional (POST /keys) takes none at all, labelled or not, as `{}`; one with required fields then names them.
   app.addHook('preValidation', (request, _reply, done) => {
     if (request.body === undefined && request.routeOptions.schema?.body !== undefined) request.body = {};
+    // PostgreSQL's text cannot hold NUL: refused here, rather than a 500 from the store. No id has one: a 404.
+    if (nulAt(request.params, '') !== null)
+      return done(new GatewayError('not_found', `No admin resource at ${request.method} ${request.routeOptions.url}: the id holds a NUL character.`));
+    const field = nulAt(request.body, '');
+    if (field !== null)
+      return done(new GatewayError('validation', `Invalid body: '${field || 'body'}' holds a NUL character (\\u0000).`, { param: field || null }));
     done();
   });
   app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No admin route ${request.method} ${request.url}.`), request, reply, 'a'));
