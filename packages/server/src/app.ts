@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Server } from 'node:net';
+import { join } from 'node:path';
 import type { GatewayFileConfig } from '@gw/schema';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
@@ -19,11 +20,13 @@ import { adminRoutes } from './http/routes/admin.js';
 import { opsRoutes } from './http/routes/ops.js';
 import type { Services } from './http/services.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
+import { UsageSpill } from './jobs/usage-spill.js';
 import { UsageWriter } from './jobs/usage-writer.js';
 import { InstancePresence } from './kv/instance-presence.js';
 import { MemoryBus } from './kv/memory.js';
 import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
+import { sha256Hex } from './lib/crypto.js';
 import { errorSummary } from './lib/error-summary.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
@@ -131,6 +134,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   await auth.start();
   checkBeforeContinue(app.server, auth, config);
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
+  // One directory per database, so that two gateways sharing GW_DATA_DIR with different databases never store each other's records.
+  const spill = await openUsageSpill(join(config.dataDir, 'usage-spill', config.databaseUrl ? databaseTag(config.databaseUrl) : 'embedded'), app.log);
   const usage = new UsageWriter(store, {
     // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid
     // every interval, and at 100 ms it was half the database thread's CPU per request (docs/decisions.md).
@@ -142,6 +147,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     onError: (err) => {
       metrics.usagePending.inc();
       app.log.warn({ err: errorSummary(err) }, 'usage write failed; records kept for retry');
+    },
+    ...(spill ? { spill } : {}),
+    onSpill: (e) => {
+      if ('spilled' in e) app.log.warn(`usage: ${e.spilled} records put in ${spill?.dir} until the database takes them`);
+      else app.log.info(`usage: ${e.replayed} records from ${spill?.dir} stored`);
     },
   });
   usage.start();
@@ -325,4 +335,29 @@ function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { r
     log.info('redis reachable again');
   });
   return health;
+}
+
+/** The usage spill directory, with what earlier runs left in it; null (records wait in memory) if it cannot be used. */
+async function openUsageSpill(dir: string, log: FastifyBaseLogger): Promise<UsageSpill | null> {
+  const spill = new UsageSpill(dir);
+  try {
+    await spill.load();
+  } catch (err) {
+    log.warn({ err: errorSummary(err) }, `usage spill directory ${dir} cannot be used; during a database outage usage records wait in memory`);
+    return null;
+  }
+  if (spill.waiting > 0) log.warn(`usage: ${spill.waiting} spill segments left in ${dir} by an earlier run; they are stored as the database takes them`);
+  return spill;
+}
+
+/** A database's name on disk: its host, port and database, hashed (the URL's password stays out of file names). */
+function databaseTag(databaseUrl: string): string {
+  let where = databaseUrl;
+  try {
+    const u = new URL(databaseUrl);
+    where = `${u.hostname}:${u.port}${u.pathname}`;
+  } catch {
+    // Not a URL (a connection string pg understands otherwise): hashed whole.
+  }
+  return `pg-${sha256Hex(where).slice(0, 16)}`;
 }

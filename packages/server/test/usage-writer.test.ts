@@ -1,7 +1,8 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { UsageSpill } from '../src/jobs/usage-spill.js';
 import { UsageWriter } from '../src/jobs/usage-writer.js';
 import { openStore, type Store, type UsageRecord } from '../src/store/index.js';
 
@@ -128,5 +129,54 @@ describe('the usage writer', () => {
     expect(errors).toHaveLength(2);
     expect((await store.usage.list({ keyId: key.id })).map((r) => r.requestId).sort()).toEqual(['req_retry_1', 'req_retry_2']);
     expect((await store.keys.getById(key.id))?.spent).toBe(0.75);
+  });
+
+  it('puts a batch the database refused on disk, keeps storedBefore behind it, and stores it once when the database answers, after a restart too', async () => {
+    const key = await store.keys.create({ id: 'key_writer_spill', name: null, workspaceId: null, hash: 'h_writer_spill', rateLimitRpm: 60, budget: null });
+    const spillDir = join(dir, 'spill');
+    let down = true;
+    const flaky: Store = {
+      ...store,
+      usage: {
+        ...store.usage,
+        insertMany: async (records: UsageRecord[]) => {
+          if (down) throw new Error('connection refused');
+          return store.usage.insertMany(records);
+        },
+      },
+    } as Store;
+    const events: unknown[] = [];
+    const options = { flushIntervalMs: 60_000, maxBatch: 2, onError: () => {}, onSpill: (e: unknown) => events.push(e) };
+    const first = new UsageWriter(flaky, { ...options, spill: new UsageSpill(spillDir) });
+    const before = Date.now();
+    for (const [i, cost] of [0.25, 0.5, 1].entries()) first.record({ ...record(`req_spill_${i}`, cost), keyId: key.id });
+    await first.flush();
+    // Out of memory, onto disk: memory holds no backlog however long the outage lasts.
+    expect(first.pending).toBe(0);
+    expect(events).toEqual([{ spilled: 3 }]);
+    expect(readdirSync(spillDir)).toHaveLength(1);
+    // Not stored: the budget leases must not take these costs off yet.
+    expect(first.storedBefore).toBeLessThanOrEqual(before + 1);
+    await first.flush();
+    expect(events).toHaveLength(1);
+    // A new process on the same directory (the first one stopped) finds the segment and stores it once the database answers.
+    const spill = new UsageSpill(spillDir);
+    await spill.load();
+    expect(spill.waiting).toBe(1);
+    const second = new UsageWriter(flaky, { ...options, spill });
+    expect(second.storedBefore).toBeLessThanOrEqual(before + 1);
+    down = false;
+    await second.flush();
+    expect(events).toEqual([{ spilled: 3 }, { replayed: 3 }]);
+    expect(readdirSync(spillDir)).toHaveLength(0);
+    expect(second.storedBefore).toBeGreaterThanOrEqual(before);
+    expect((await store.usage.list({ keyId: key.id })).map((r) => r.requestId).sort()).toEqual(['req_spill_0', 'req_spill_1', 'req_spill_2']);
+    expect((await store.keys.getById(key.id))?.spent).toBe(1.75);
+    // The same segment replayed again (a crash after its rows went in, before it was removed) adds nothing.
+    const again = new UsageSpill(spillDir);
+    await again.append([{ ...record('req_spill_1', 0.5), keyId: key.id }]);
+    await new UsageWriter(store, { ...options, spill: again }).flush();
+    expect((await store.usage.list({ keyId: key.id })).length).toBe(3);
+    expect((await store.keys.getById(key.id))?.spent).toBe(1.75);
   });
 });

@@ -1,4 +1,5 @@
 import type { Store, UsageRecord } from '../store/types.js';
+import type { UsageSpill } from './usage-spill.js';
 
 export interface UsageWriterOptions {
   flushIntervalMs: number;
@@ -7,9 +8,14 @@ export interface UsageWriterOptions {
   onError: (err: unknown) => void;
   /** After a flush that stored every record made before it began (the budget leases take their costs off then). */
   onStored?: () => void;
+  /** Where a batch the database did not take goes, until it does (memory otherwise). */
+  spill?: UsageSpill;
+  /** Records put on disk, or written from it. */
+  onSpill?: (event: { spilled: number } | { replayed: number }) => void;
 }
 
 const STOP_RETRY_MS = 250;
+const REPLAY_RETRY_MS = 2_000;
 
 export class UnwrittenUsageError extends Error {
   constructor(readonly count: number) {
@@ -22,14 +28,19 @@ export class UnwrittenUsageError extends Error {
  * chunk) on a timer, never on a request's path. A failed write keeps the
  * records and retries, so a database outage loses nothing; the statement
  * that stores records also adds their cost to the spend, so a retried
- * batch adds nothing twice and no stored record lacks its spend. A hard
- * crash loses at most the last flush interval's records.
+ * batch adds nothing twice and no stored record lacks its spend. With a
+ * spill directory, a batch the database refused goes to disk and is
+ * written from there once the database answers, a segment per interval,
+ * so that memory holds one interval of records whatever the outage's
+ * length. A hard crash loses at most the last flush interval's records.
  */
 export class UsageWriter {
   private buffer: UsageRecord[] = [];
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
   private allStoredBefore = 0;
+  /** After a replay that failed, the next waits (a segment is read whole each time). */
+  private replayNotBefore = 0;
 
   constructor(
     private readonly store: Store,
@@ -54,7 +65,9 @@ export class UsageWriter {
 
   /** A time (Date.now()) before which every record made is stored: the budget leases take costs off once they are in `spent`. */
   get storedBefore(): number {
-    return this.buffer.length === 0 && !this.flushing ? Date.now() : this.allStoredBefore;
+    const inMemory = this.buffer.length === 0 && !this.flushing ? Date.now() : this.allStoredBefore;
+    const onDisk = this.options.spill?.oldestAt ?? null;
+    return onDisk === null ? inMemory : Math.min(inMemory, onDisk);
   }
 
   /**
@@ -64,7 +77,7 @@ export class UsageWriter {
    */
   async flush(): Promise<void> {
     while (this.flushing) await this.flushing;
-    if (this.buffer.length === 0) return;
+    if (this.buffer.length === 0 && !this.options.spill?.waiting) return;
     this.flushing = this.doFlush().finally(() => {
       this.flushing = null;
     });
@@ -93,21 +106,62 @@ export class UsageWriter {
     // one connection), each paying a statement's fixed cost, instead of one batch per interval.
     const startedAt = Date.now();
     let left = this.buffer.length;
+    let refused = false;
     while (left > 0) {
       const batch = this.buffer.slice(0, Math.min(left, this.options.maxBatch));
       try {
         await this.store.usage.insertMany(batch);
       } catch (err) {
         this.options.onError(err);
+        refused = true;
         break;
       }
       this.buffer = this.buffer.slice(batch.length);
       left -= batch.length;
     }
-    // Every record made before this flush began was in the buffer then, and all of those are written.
+    if (refused) left -= await this.spillFirst(left);
+    else await this.replayOldestSpill();
+    // Every record made before this flush began was in the buffer then, and all of those are written or on disk
+    // (whose oldest record bounds `storedBefore`).
     if (left === 0) {
       this.allStoredBefore = startedAt;
       this.options.onStored?.();
     }
+  }
+
+  /** The first `count` buffered records to disk; how many went (none if the disk refused: they stay here). */
+  private async spillFirst(count: number): Promise<number> {
+    const spill = this.options.spill;
+    if (!spill || count === 0) return 0;
+    try {
+      await spill.append(this.buffer.slice(0, count));
+    } catch (err) {
+      this.options.onError(err);
+      return 0;
+    }
+    this.buffer = this.buffer.slice(count);
+    this.options.onSpill?.({ spilled: count });
+    return count;
+  }
+
+  /** Writes the oldest segment on disk, if any; it stays there (to be tried again) unless all of it went in. */
+  private async replayOldestSpill(): Promise<void> {
+    if (!this.options.spill?.waiting || Date.now() < this.replayNotBefore) return;
+    const taken = await this.options.spill.takeOldest().catch((err: unknown) => {
+      this.options.onError(err);
+      return null;
+    });
+    if (!taken) return;
+    try {
+      for (let i = 0; i < taken.records.length; i += this.options.maxBatch) {
+        await this.store.usage.insertMany(taken.records.slice(i, i + this.options.maxBatch));
+      }
+      await taken.done();
+    } catch (err) {
+      this.options.onError(err);
+      this.replayNotBefore = Date.now() + REPLAY_RETRY_MS;
+      return;
+    }
+    this.options.onSpill?.({ replayed: taken.records.length });
   }
 }

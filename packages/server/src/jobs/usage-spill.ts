@@ -1,0 +1,120 @@
+import { appendFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { UsageRecord } from '../store/types.js';
+
+/** A segment is closed for appends past this size, so that one replay reads a bounded file. */
+const SEGMENT_MAX_BYTES = 8 * 2 ** 20;
+
+const SEGMENT_NAME = /^usage-(\d+)-(\d+)-(\d+)\.ndjson$/;
+
+interface Segment {
+  name: string;
+  /** The creation time (ms) of its oldest record. */
+  oldestAt: number;
+}
+
+/**
+ * Usage records the database did not take, on disk until it does: a
+ * directory of NDJSON segments, one record per line, appended in whole
+ * batches. While the database is away the gateway's memory then holds one
+ * flush interval of records at most, however long the outage, and a crash
+ * (or a stop that times out) leaves them here for the next start instead
+ * of losing them. Replaying a segment twice stores nothing twice: usage
+ * rows are keyed by request id, and their cost is added with the rows that
+ * went in (store/drizzle-store.ts).
+ *
+ * Appends reach the OS at once (no fsync): a process crash loses none of
+ * them, a crash of the machine may lose the last ones.
+ */
+export class UsageSpill {
+  private segments: Segment[] = [];
+  /** The segment this process appends to, and its size so far. */
+  private current: { segment: Segment; bytes: number } | null = null;
+  private seq = 0;
+  private loaded = false;
+
+  constructor(readonly dir: string) {}
+
+  /** Finds the segments left by earlier runs (oldest first). The directory is made only when a batch needs it. */
+  async load(): Promise<void> {
+    const names = (
+      await readdir(this.dir).catch((err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOENT') return [];
+        throw err;
+      })
+    ).filter((n) => SEGMENT_NAME.test(n));
+    this.segments = names.map((name) => ({ name, oldestAt: Number(SEGMENT_NAME.exec(name)?.[1]) })).sort((a, b) => a.oldestAt - b.oldestAt);
+    this.loaded = true;
+  }
+
+  /** How many segments wait to be replayed. */
+  get waiting(): number {
+    return this.segments.length;
+  }
+
+  /** The creation time of the oldest record on disk; null when there is none. */
+  get oldestAt(): number | null {
+    let oldest: number | null = null;
+    for (const s of this.segments) oldest = oldest === null ? s.oldestAt : Math.min(oldest, s.oldestAt);
+    return oldest;
+  }
+
+  /** Appends `records` (a failed batch) as one write; rejects if the disk does not take them (they stay the caller's). */
+  async append(records: readonly UsageRecord[]): Promise<void> {
+    if (records.length === 0) return;
+    if (!this.loaded) await this.load();
+    const text = records
+      .map((r) => JSON.stringify(r))
+      .join('\n')
+      .concat('\n');
+    const oldestAt = Math.min(...records.map((r) => r.createdAt.getTime()));
+    if (!this.current || this.current.bytes >= SEGMENT_MAX_BYTES) {
+      const segment = { name: `usage-${oldestAt}-${process.pid}-${this.seq++}.ndjson`, oldestAt };
+      this.current = { segment, bytes: 0 };
+      this.segments.push(segment);
+    }
+    await mkdir(this.dir, { recursive: true });
+    await appendFile(join(this.dir, this.current.segment.name), text);
+    this.current.bytes += Buffer.byteLength(text);
+    this.current.segment.oldestAt = Math.min(this.current.segment.oldestAt, oldestAt);
+  }
+
+  /**
+   * The oldest segment's records, and a function that removes it once they
+   * are stored. Appends go to a new segment from here on, so none lands in
+   * one being replayed. A line that does not parse (a write cut by a crash)
+   * is left out.
+   */
+  async takeOldest(): Promise<{ records: UsageRecord[]; done: () => Promise<void> } | null> {
+    const segment = this.segments[0];
+    if (!segment) return null;
+    if (this.current?.segment === segment) this.current = null;
+    const text = await readFile(join(this.dir, segment.name), 'utf8').catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return '';
+      throw err;
+    });
+    const records = text.split('\n').flatMap((line) => {
+      const r = parseRecord(line);
+      return r ? [r] : [];
+    });
+    return {
+      records,
+      done: async () => {
+        await rm(join(this.dir, segment.name), { force: true });
+        this.segments = this.segments.filter((s) => s !== segment);
+      },
+    };
+  }
+}
+
+function parseRecord(line: string): UsageRecord | null {
+  if (line.trim() === '') return null;
+  try {
+    const r = JSON.parse(line) as Omit<UsageRecord, 'createdAt'> & { createdAt: string };
+    const createdAt = new Date(r.createdAt);
+    if (typeof r.requestId !== 'string' || Number.isNaN(createdAt.getTime())) return null;
+    return { ...r, createdAt };
+  } catch {
+    return null;
+  }
+}
