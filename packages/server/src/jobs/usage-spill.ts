@@ -67,7 +67,9 @@ export class UsageSpill {
       .map((r) => JSON.stringify(r))
       .join('\n')
       .concat('\n');
-    const oldestAt = Math.min(...records.map((r) => r.createdAt.getTime()));
+    // A loop, not Math.min(...): a batch left behind a long database stall can hold more records than a call takes arguments.
+    let oldestAt = Number.POSITIVE_INFINITY;
+    for (const r of records) oldestAt = Math.min(oldestAt, r.createdAt.getTime());
     if (!this.current || this.current.bytes >= SEGMENT_MAX_BYTES) {
       const segment = { name: `usage-${oldestAt}-${process.pid}-${this.seq++}.ndjson`, oldestAt };
       this.current = { segment, bytes: 0 };
