@@ -4,6 +4,14 @@ import type { ModelKind } from './headers.js';
 export const PROVIDER_TYPES = ['openai', 'mistral', 'azure', 'cohere'] as const;
 export type ProviderType = (typeof PROVIDER_TYPES)[number];
 
+/** What each provider type's adapter serves: a model offered by a provider of another type is refused at start. */
+export const KINDS_BY_PROVIDER_TYPE: Readonly<Record<ProviderType, readonly ModelKind[]>> = {
+  openai: ['chat', 'embedding', 'rerank', 'audio'],
+  mistral: ['chat', 'embedding', 'audio'],
+  azure: ['chat', 'embedding'],
+  cohere: ['embedding', 'rerank'],
+};
+
 export interface Pricing {
   prompt_per_1m: number;
   completion_per_1m: number;

@@ -93,7 +93,12 @@ const DRAIN_READ_GRACE_MS = 200;
 /** Opens the store and connections the config names and builds the app, without listening. */
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const { config, catalogue } = options;
-  const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir });
+  const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir }).catch((err: unknown) => {
+    const what = config.databaseUrl
+      ? `the database at DATABASE_URL (${withoutPassword(config.databaseUrl)})`
+      : `the embedded database in GW_DATA_DIR (${config.dataDir})`;
+    throw new Error(`cannot open ${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  });
   await store.migrate();
   const bus: Bus = config.redisUrl ? await RedisBus.connect(config.redisUrl) : new MemoryBus();
   const redis = config.redisUrl ? await connectRedis(config.redisUrl) : null;
@@ -360,4 +365,15 @@ function databaseTag(databaseUrl: string): string {
     // Not a URL (a connection string pg understands otherwise): hashed whole.
   }
   return `pg-${sha256Hex(where).slice(0, 16)}`;
+}
+
+/** A connection URL fit for a message: its password replaced. */
+function withoutPassword(databaseUrl: string): string {
+  try {
+    const u = new URL(databaseUrl);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return 'unparsable URL';
+  }
 }

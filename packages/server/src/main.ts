@@ -23,8 +23,11 @@ async function main(): Promise<void> {
   }
   const gateway = await createGateway({ config, catalogue });
   const { app, services } = gateway;
+  await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
+    throw new Error(`cannot listen on ${config.host}:${config.port} (HOST, PORT): ${err instanceof Error ? err.message : String(err)}`);
+  });
+  // Only once it serves: a start that fails to listen must not make the first key, which no later start prints.
   const first = await ensureFirstKey(services.store);
-  await app.listen({ host: config.host, port: config.port });
   const base = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${(app.server.address() as { port: number }).port}`;
   const lines = [
     `gw ${services.version} listening on ${base}`,

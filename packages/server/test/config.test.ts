@@ -1,9 +1,12 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { KINDS_BY_PROVIDER_TYPE, type ModelKind, PROVIDER_TYPES } from '@gw/schema';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfigText } from '../src/config/index.js';
-import { runGatewayToExit } from './helpers/process.js';
+import { createAdapter } from '../src/providers/index.js';
+import { runGatewayToExit, spawnGateway } from './helpers/process.js';
 
 const good = `
 providers:
@@ -48,15 +51,54 @@ describe('config file', () => {
       ],
       [good.replace('prompt_per_1m: 0.20', 'prompt_per_1m: cheap'), { ALPHA_API_KEY: 'k' }, /\/models\/0\/offers\/0\/pricing\/prompt_per_1m: expected number/],
       ['providers: [', {}, /gw\.yaml at \/: expected valid YAML/],
+      // Matches ^https?:// yet is no URL: named here, not an "Invalid URL" from deep in the start.
+      [
+        good.replace('http://127.0.0.1:9101/v1', 'http://127.0.0.1:99999/v1'),
+        { ALPHA_API_KEY: 'k' },
+        /\/providers\/0\/baseUrl: expected an http\(s\) URL that parses/,
+      ],
+      // A chat model offered by a rerank/embeddings provider would be a 400 on every request, blaming the client.
+      [
+        good.replace('type: openai', 'type: cohere'),
+        { ALPHA_API_KEY: 'k' },
+        /\/models\/0\/offers\/0\/provider: expected a provider that serves chat models \(alpha is of type cohere/,
+      ],
+      // Budgets add costs up in EUR.
+      [good.replace('currency: EUR', 'currency: USD'), { ALPHA_API_KEY: 'k' }, /\/models\/0\/offers\/0\/pricing\/currency/],
     ];
     for (const [text, env, message] of cases) {
       expect(() => parseConfigText(text, 'gw.yaml', env)).toThrowError(message);
     }
   });
 
+  it('knows what each provider type serves as its adapter does', async () => {
+    for (const type of PROVIDER_TYPES) {
+      const adapter = createAdapter({ id: `p_${type}`, type, baseUrl: 'http://127.0.0.1:9/v1', region: 'x' });
+      const serves = {
+        embedding: typeof adapter.embeddings === 'function',
+        rerank: typeof adapter.rerank === 'function',
+        audio: typeof adapter.transcribe === 'function',
+      };
+      for (const [kind, has] of Object.entries(serves))
+        expect([type, kind, KINDS_BY_PROVIDER_TYPE[type].includes(kind as ModelKind)]).toEqual([type, kind, has]);
+      await adapter.close();
+    }
+  });
+
+  it('reads a JSON file saved with a byte order mark', () => {
+    const json = JSON.stringify(parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: 'k' }));
+    expect(parseConfigText(`\uFEFF${json}`, 'gw.json', {}).models[0]?.id).toBe('mistral/small');
+  });
+
   it('validates the environment', () => {
     expect(() => loadConfig({ PORT: 'eighty' })).toThrowError(ConfigError);
     expect(() => loadConfig({ DATABASE_URL: 'mysql://x' })).toThrowError(/DATABASE_URL: expected a postgres:\/\/ URL/);
+    // URLs that fail only when used are named at start.
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://u:p@[bad/db' })).toThrowError(/DATABASE_URL: expected a postgres:\/\/ URL that parses/);
+    expect(() => loadConfig({ REDIS_URL: 'redis://[bad:6379' })).toThrowError(/REDIS_URL: expected a redis:\/\/ URL that parses/);
+    expect(() => loadConfig({ GW_SECRET: 'x' })).toThrowError(/GW_SECRET: expected at least 32 characters/);
+    // Set but empty (an unset variable in a deploy script) is not a request for demo mode.
+    expect(() => loadConfig({ GW_CONFIG: '' })).toThrowError(/GW_CONFIG: expected a config file path/);
     expect(() => loadConfig({ GW_LOG_LEVEL: 'verbose' })).toThrowError(
       /GW_LOG_LEVEL: expected one of fatal, error, warn, info, debug, trace, silent, not "verbose"/,
     );
@@ -77,6 +119,10 @@ describe('config file', () => {
     expect(() => loadConfig({ GW_UPLOAD_DIR: join(base, 'a-file', 'below') })).toThrowError(
       /GW_UPLOAD_DIR: expected a directory the gateway can create and write to/,
     );
+    // Embedded, the data directory is checked the same way.
+    expect(() => loadConfig({ GW_DATA_DIR: join(base, 'a-file', 'data') })).toThrowError(
+      /GW_DATA_DIR: expected a directory the gateway can create and write to/,
+    );
     rmSync(base, { recursive: true, force: true });
   });
 
@@ -91,4 +137,27 @@ describe('config file', () => {
     expect(output).toContain('expected string');
     expect(output).not.toContain('sk-secret-value-123');
   });
+
+  it('a start that cannot listen says which address, and leaves no first key behind that no later start would print', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-listen-'));
+    const busy = createServer();
+    await new Promise<void>((r) => busy.listen(0, '127.0.0.1', () => r()));
+    const port = String((busy.address() as AddressInfo).port);
+    try {
+      const failed = await runGatewayToExit({ PORT: port, GW_DATA_DIR: join(dir, 'data') });
+      expect(failed.code).toBe(1);
+      expect(failed.output).toMatch(new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port} \\(HOST, PORT\\): .*EADDRINUSE`));
+      expect(failed.output).not.toContain('first API key');
+      const next = await spawnGateway({ GW_DATA_DIR: join(dir, 'data') });
+      try {
+        expect(next.output()).toMatch(/Created the first API key \(shown once, keep it\): gw_live_/);
+      } finally {
+        next.child.kill('SIGTERM');
+        await next.exited;
+      }
+    } finally {
+      busy.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

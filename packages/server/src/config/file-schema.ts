@@ -8,7 +8,8 @@ export const PricingSchema = Type.Object(
   {
     prompt_per_1m: Price,
     completion_per_1m: Price,
-    currency: Type.String({ minLength: 3, maxLength: 3 }),
+    // Budgets and spent add costs up in EUR (INTERFACES.md): a price in another currency would be summed as if it were EUR.
+    currency: Type.Literal('EUR'),
     per_unit: Type.Optional(Price),
   },
   { additionalProperties: false },

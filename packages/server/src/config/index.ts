@@ -86,24 +86,45 @@ function str(env: NodeJS.ProcessEnv, name: string): string | null {
   return v === undefined || v === '' ? null : v;
 }
 
+/** A URL of one of `schemes` that parses (a bad port or host fails here, named, rather than at connect time). */
+function url(env: NodeJS.ProcessEnv, name: string, schemes: RegExp, expected: string): string | null {
+  const v = str(env, name);
+  if (v === null) return null;
+  if (!schemes.test(v)) throw new ConfigError('environment', name, expected);
+  try {
+    new URL(v);
+  } catch {
+    throw new ConfigError(
+      'environment',
+      name,
+      `${expected} that parses (check its host, port and any special characters in the password, which must be percent-encoded)`,
+    );
+  }
+  return v;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  // Set but empty (an unset variable in a deploy script) is a mistake, not a request for the demo catalogue.
+  if (env['GW_CONFIG'] !== undefined && env['GW_CONFIG'].trim() === '')
+    throw new ConfigError('environment', 'GW_CONFIG', 'a config file path (it is set but empty; unset it for demo mode)');
   const configFile = str(env, 'GW_CONFIG');
-  const databaseUrl = str(env, 'DATABASE_URL');
-  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError('environment', 'DATABASE_URL', 'a postgres:// URL');
-  const redisUrl = str(env, 'REDIS_URL');
-  if (redisUrl && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError('environment', 'REDIS_URL', 'a redis:// URL');
+  const databaseUrl = url(env, 'DATABASE_URL', /^postgres(ql)?:\/\//, 'a postgres:// URL');
+  const redisUrl = url(env, 'REDIS_URL', /^rediss?:\/\//, 'a redis:// URL');
   const adminToken = str(env, 'GW_ADMIN_TOKEN');
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'at least 16 characters');
+  const secret = str(env, 'GW_SECRET');
+  if (secret !== null && secret.length < 32) throw new ConfigError('environment', 'GW_SECRET', 'at least 32 characters (it keys every HMAC the gateway signs)');
   return Object.freeze({
     host: str(env, 'HOST') ?? '127.0.0.1',
     port: int(env, 'PORT', 8080, 0, 65535),
     configFile,
     file: configFile ? Object.freeze(loadConfigFile(configFile, env)) : null,
     databaseUrl,
-    dataDir: str(env, 'GW_DATA_DIR') ?? './data',
+    // Embedded, it holds the database; with PostgreSQL, only usage records the database refused (made when needed).
+    dataDir: databaseUrl ? (str(env, 'GW_DATA_DIR') ?? './data') : (writableDir(env, 'GW_DATA_DIR') ?? './data'),
     redisUrl,
     adminToken,
-    secret: str(env, 'GW_SECRET'),
+    secret,
     // At most what a Node timer can wait (2^31 - 1 ms, about 24.8 days): a longer one would fire at once, every millisecond.
     registryIntervalS: int(env, 'GW_REGISTRY_INTERVAL_S', 21_600, 1, 2_147_483),
     bodyLimitBytes: int(env, 'GW_BODY_LIMIT_BYTES', 4 * 1024 * 1024, 1024, 1024 * 1024 * 1024),

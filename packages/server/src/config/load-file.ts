@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import type { GatewayFileConfig } from '@gw/schema';
+import { type GatewayFileConfig, KINDS_BY_PROVIDER_TYPE } from '@gw/schema';
 import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError } from './config-error.js';
@@ -23,6 +23,8 @@ function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: 
 
 export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv): GatewayFileConfig {
   let raw: unknown;
+  // A byte order mark, as some editors save it: YAML skips it, JSON.parse does not.
+  if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   try {
     raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
@@ -45,9 +47,12 @@ function describeExpectation(message: string, schema: unknown): string {
 
 function checkReferences(config: GatewayFileConfig, file: string): void {
   const ids = new Set<string>();
+  const types = new Map<string, GatewayFileConfig['providers'][number]['type']>();
   config.providers.forEach((p, i) => {
     if (ids.has(p.id)) throw new ConfigError(file, `/providers/${i}/id`, `a unique provider id (${p.id} repeats)`);
     ids.add(p.id);
+    types.set(p.id, p.type);
+    if (!URL.canParse(p.baseUrl)) throw new ConfigError(file, `/providers/${i}/baseUrl`, `an http(s) URL that parses, not ${JSON.stringify(p.baseUrl)}`);
   });
   const models = new Set<string>();
   config.models.forEach((m, i) => {
@@ -56,6 +61,15 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     m.offers.forEach((o, j) => {
       if (!ids.has(o.provider))
         throw new ConfigError(file, `/models/${i}/offers/${j}/provider`, `one of the providers' ids (${[...ids].join(', ')}), not ${o.provider}`);
+      const type = types.get(o.provider) as keyof typeof KINDS_BY_PROVIDER_TYPE;
+      if (!KINDS_BY_PROVIDER_TYPE[type].includes(m.kind)) {
+        const serving = config.providers.filter((p) => KINDS_BY_PROVIDER_TYPE[p.type].includes(m.kind)).map((p) => p.id);
+        throw new ConfigError(
+          file,
+          `/models/${i}/offers/${j}/provider`,
+          `a provider that serves ${m.kind} models (${o.provider} is of type ${type}, which serves ${KINDS_BY_PROVIDER_TYPE[type].join(', ')}${serving.length ? `; these do: ${serving.join(', ')}` : ''})`,
+        );
+      }
     });
   });
 }
