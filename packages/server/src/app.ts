@@ -133,7 +133,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
     ),
   );
-  await registry.rebuild();
+  const firstRebuild = await registry.rebuild();
   const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
@@ -190,7 +190,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     },
   });
   memoryRelease.start();
-  const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'));
+  const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'), firstRebuild);
   await mountRoutes(app, services);
   return {
     app,

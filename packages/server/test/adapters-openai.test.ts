@@ -9,6 +9,7 @@ import { parseChatCompletion } from '../src/providers/openai-compatible/chat.js'
 import { parseEmbeddingsList, toUpstreamEmbeddingsBody } from '../src/providers/openai-compatible/embeddings.js';
 import { httpError } from '../src/providers/openai-compatible/errors.js';
 import { OpenAICompatibleAdapter } from '../src/providers/openai-compatible/index.js';
+import { parseModelList } from '../src/providers/openai-compatible/models.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
 import type { ChatChunk, SpooledUpload } from '../src/providers/types.js';
@@ -57,6 +58,12 @@ describe('OpenAI-compatible adapter fixtures: embeddings, rerank, transcription'
     expect(statusOf(422, { error: { message: 'input: Field required', type: 'invalid_request_error', code: 422 } })).toBe(422);
     // A status routing does not know is the provider failing: 502.
     expect(statusOf(402, { error: { message: 'Payment required', code: 402 } })).toBe(502);
+  });
+
+  it('takes a model list with entries but no model ids for a broken answer (the last good list is kept), and an empty one for empty', () => {
+    expect(() => parseModelList('tiny', answer(200, { object: 'list', data: [{ name: 'tiny-1' }, null, 5] }))).toThrow(/entries but no model ids/);
+    expect(parseModelList('tiny', answer(200, { object: 'list', data: [] }))).toEqual([]);
+    expect(parseModelList('tiny', answer(200, { data: [{ id: 'a' }, { name: 'b' }] }))).toEqual(['a']);
   });
 
   it('reads Jina-style rerank answers (document echoed, token usage) as index and score, billed as Cohere search units', () => {

@@ -88,6 +88,27 @@ describe('the live registry', () => {
     await eventually(async () => expect(await providersOf('meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh', 'nebius']), 4000);
   });
 
+  it('reads again soon the list of a provider that was down at start, not only after the interval', async () => {
+    sim.providers.ovh?.setFault({ kind: 'status', status: 500, endpoints: ['models'] });
+    // The default interval (6 hours): only the retries can bring ovh's offers back within the test.
+    const late = await startGateway({ sim });
+    try {
+      const lateKey = (await late.createKey({ rateLimitRpm: 1000 })).key;
+      const providers = async () =>
+        (
+          (await (await fetch(`${late.baseB}/models/meta%2Fllama-3.3-70b`, { headers: { authorization: `Bearer ${lateKey}` } })).json()) as {
+            providers: string[];
+          }
+        ).providers;
+      expect(await providers()).toEqual(['scaleway', 'nebius']);
+      sim.providers.ovh?.clearFaults();
+      await eventually(async () => expect(await providers()).toEqual(['scaleway', 'ovh', 'nebius']), 12_000);
+    } finally {
+      sim.providers.ovh?.clearFaults();
+      await late.close();
+    }
+  }, 30_000);
+
   it('filters B by family, capability and provider, and A by kind', async () => {
     const get = async (base: string, q: string) =>
       ((await (await fetch(`${base}/models?${q}`, { headers: auth() })).json()) as { data: Record<string, unknown>[] }).data;

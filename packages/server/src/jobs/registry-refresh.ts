@@ -1,10 +1,47 @@
-import type { ModelRegistry } from '../routing/registry.js';
+import type { ModelRegistry, RebuildReport } from '../routing/registry.js';
 
-/** Rebuilds the registry every `intervalS`; returns a stop function. */
-export function scheduleRegistryRebuild(registry: ModelRegistry, intervalS: number, onError: (err: unknown) => void): () => void {
-  const timer = setInterval(() => {
-    registry.rebuild().catch(onError);
-  }, intervalS * 1000);
-  timer.unref();
-  return () => clearInterval(timer);
+/** The first retry after a provider's list could not be read, doubling each time up to the cap (or the interval, if shorter). */
+export const LIST_RETRY_FIRST_S = 5;
+export const LIST_RETRY_MAX_S = 300;
+
+/**
+ * Rebuilds the registry every `intervalS`; returns a stop function. While a
+ * provider's model list cannot be read (a provider down at start has no
+ * last list to keep, so its models are missing), the rebuild comes again
+ * after 5 s, then 10, 20… up to 5 minutes, rather than after the whole
+ * interval (6 hours by default).
+ */
+export function scheduleRegistryRebuild(
+  registry: ModelRegistry,
+  intervalS: number,
+  onError: (err: unknown) => void,
+  first: RebuildReport | null = null,
+): () => void {
+  let timer: NodeJS.Timeout | null = null;
+  let stopped = false;
+  let failedRounds = 0;
+  const schedule = (report: RebuildReport | null) => {
+    if (stopped) return;
+    const failing = report === null || Object.values(report.providers).some((status) => status !== 'ok');
+    failedRounds = failing ? failedRounds + 1 : 0;
+    const waitS = failing ? Math.min(intervalS, LIST_RETRY_MAX_S, LIST_RETRY_FIRST_S * 2 ** Math.min(failedRounds - 1, 16)) : intervalS;
+    timer = setTimeout(run, waitS * 1000);
+    timer.unref();
+  };
+  const run = () => {
+    registry.rebuild().then(schedule, (err: unknown) => {
+      onError(err);
+      schedule(null);
+    });
+  };
+  // Without a first report, the first rebuild comes after the interval, as it always did.
+  if (first) schedule(first);
+  else {
+    timer = setTimeout(run, intervalS * 1000);
+    timer.unref();
+  }
+  return () => {
+    stopped = true;
+    if (timer) clearTimeout(timer);
+  };
 }
