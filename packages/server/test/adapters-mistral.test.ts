@@ -1,4 +1,5 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
+import { ChatCompletionStream } from 'openai/lib/ChatCompletionStream';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { UpstreamHttp } from '../src/providers/http-client.js';
 import { voxtralFields } from '../src/providers/mistral/audio.js';
@@ -164,10 +165,44 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
       [{ reasoning_content: 'Hmm' }],
       [{ content: 'Bon' }],
       [{ content: 'jour' }],
+      [{}],
       [],
     ]);
-    expect(chunks[3]).toMatchObject({ usage: null, choices: [{ finish_reason: 'stop' }] });
-    expect(chunks[4]).toMatchObject({ object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 } });
+    // As OpenAI ends a choice: the last words, then an empty delta with the reason, then the usage.
+    expect(chunks[3]).toMatchObject({ usage: null, choices: [{ finish_reason: null }] });
+    expect(chunks[4]).toMatchObject({ usage: null, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] });
+    expect(chunks[5]).toMatchObject({ object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 } });
+  });
+
+  it('ends a streamed tool call as OpenAI does, so the OpenAI SDK stream helper sees its arguments done', async () => {
+    const base = { id: 'f01', object: 'chat.completion.chunk', created: 1, model: 'mistral-small-latest' };
+    const call = { id: 'a1B2c3D4e', function: { name: 'weather', arguments: '{"city":"Paris"}' } };
+    const chunks = await collect(
+      mistralChunkStream(
+        http,
+        sseBody([
+          JSON.stringify({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] }),
+          JSON.stringify({ ...base, choices: [{ index: 0, delta: { tool_calls: [call] }, finish_reason: 'tool_calls' }] }),
+          '[DONE]',
+        ]),
+      ),
+    );
+    expect(chunks.map((c) => c.choices.map((x) => (x as { finish_reason: unknown }).finish_reason))).toEqual([[null], [null], ['tool_calls']]);
+    expect((chunks[1]?.choices[0] as { delta: { tool_calls: unknown[] } }).delta.tool_calls).toHaveLength(1);
+    expect((chunks[2]?.choices[0] as { delta: unknown }).delta).toEqual({});
+    // The OpenAI SDK's helper, fed those chunks, reports the call's arguments done.
+    const events: string[] = [];
+    const stream = ChatCompletionStream.fromReadableStream(
+      new ReadableStream({
+        start(controller) {
+          for (const c of chunks) controller.enqueue(new TextEncoder().encode(`${JSON.stringify(c)}\n`));
+          controller.close();
+        },
+      }),
+    );
+    stream.on('tool_calls.function.arguments.done', (e) => events.push(`${e.name} ${e.arguments}`));
+    await stream.finalChatCompletion();
+    expect(events).toEqual(['weather {"city":"Paris"}']);
   });
 
   it('throws on Mistral’s own error object mid-stream and on an end without [DONE]', async () => {

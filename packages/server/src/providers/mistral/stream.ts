@@ -44,16 +44,29 @@ export function mapMistralChunk(provider: string, raw: Record<string, unknown>):
   };
   const choices = Array.isArray(raw['choices']) ? raw['choices'].map((c) => mapDeltaChoice(provider, c)) : [];
   const usage = cleanUsage(raw['usage']);
-  if (usage && choices.length > 0) {
-    return [
-      { ...base, choices, usage: null },
-      { ...base, choices: [], usage },
-    ];
+  if (choices.length === 0) return [{ ...base, choices, usage }];
+  // Mistral sends the last delta (a whole tool call, or the last words) with its finish_reason; OpenAI ends a
+  // choice with a chunk of its own, an empty delta and the reason, and its SDK's stream helper relies on that
+  // (a tool call finished in the same chunk never gets its `arguments.done` event).
+  const finishing = choices.filter((c) => c.finish_reason !== null && Object.keys(c.delta).length > 0);
+  const chunks: ChatChunk[] = [];
+  if (finishing.length === 0) chunks.push({ ...base, choices, usage: null });
+  else {
+    chunks.push({ ...base, choices: choices.map((c) => (finishing.includes(c) ? { ...c, finish_reason: null } : c)), usage: null });
+    chunks.push({ ...base, choices: finishing.map((c) => ({ index: c.index, delta: {}, finish_reason: c.finish_reason })), usage: null });
   }
-  return [{ ...base, choices, usage }];
+  // The usage that rides on the last content chunk gets a `choices: []` chunk of its own.
+  if (usage) chunks.push({ ...base, choices: [], usage });
+  return chunks;
 }
 
-function mapDeltaChoice(provider: string, choice: unknown): unknown {
+interface DeltaChoice {
+  index: unknown;
+  delta: Record<string, unknown>;
+  finish_reason: ReturnType<typeof mapFinishReason>;
+}
+
+function mapDeltaChoice(provider: string, choice: unknown): DeltaChoice {
   const c = (choice ?? {}) as { index?: unknown; delta?: Record<string, unknown>; finish_reason?: unknown };
   const delta: Record<string, unknown> = { ...(c.delta ?? {}) };
   if (Array.isArray(delta['content'])) {
@@ -62,6 +75,19 @@ function mapDeltaChoice(provider: string, choice: unknown): unknown {
     if (reasoning) delta['reasoning_content'] = reasoning;
     if (content) delta['content'] = content;
   }
-  if (delta['tool_calls'] !== undefined) delta['tool_calls'] = mapToolCalls(delta['tool_calls']);
+  if (delta['tool_calls'] !== undefined) delta['tool_calls'] = withStreamIndex(mapToolCalls(delta['tool_calls']));
   return { index: c.index ?? 0, delta, finish_reason: mapFinishReason(provider, c.finish_reason ?? null) };
+}
+
+/**
+ * Streamed tool calls as OpenAI's clients read them: each with its `index`
+ * (Mistral's schema lets it out, default 0; its calls come whole, one per
+ * position) and `type: "function"`.
+ */
+function withStreamIndex(calls: unknown): unknown {
+  if (!Array.isArray(calls)) return calls;
+  return calls.map((call, i) => {
+    const c = (call ?? {}) as Record<string, unknown>;
+    return { ...c, index: typeof c['index'] === 'number' ? c['index'] : i, type: c['type'] ?? 'function' };
+  });
 }
