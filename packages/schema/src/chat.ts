@@ -73,6 +73,8 @@ export const ChatCompletionRequest = Type.Object(
     ),
     response_format: Type.Optional(ResponseFormat),
     seed: Type.Optional(Type.Integer()),
+    // OpenAI's bounds: a count outside them is refused here, not passed to a provider that may ignore it.
+    n: Type.Optional(Type.Integer({ minimum: 1, maximum: 128 })),
     reasoning_effort: Type.Optional(Type.Union(['low', 'medium', 'high'].map((e) => Type.Literal(e)))),
   },
   { additionalProperties: true },

@@ -47,6 +47,21 @@ describe('errors in each variant’s envelope', () => {
       'messages.0.content',
       "Invalid body: 'messages.0.content' must be string or array.",
     ]);
+    // What OpenAI refuses and a provider might ignore is refused here, whatever the route.
+    const tool = { type: 'function', function: { name: 'weather', parameters: { type: 'object' } } };
+    for (const [extra, param] of [
+      [{ stream_options: { include_usage: true } }, 'stream_options'],
+      [{ tool_choice: 'required' }, 'tool_choice'],
+      [{ tools: [tool], tool_choice: { type: 'function', function: { name: 'time' } } }, 'tool_choice.function.name'],
+      [{ n: 0 }, 'n'],
+      [{ n: 200 }, 'n'],
+    ] as const) {
+      const r = await post(gw.baseB, '/chat/completions', chat(extra));
+      expect([param, r.status, r.body.error.code, r.body.error.param]).toEqual([param, 400, 'invalid_request', param]);
+    }
+    expect((await post(gw.baseA, '/chat/completions', chat({ tools: [tool], tool_choice: { type: 'function', function: { name: 'weather' } } }))).status).toBe(
+      200,
+    );
     const emptyInput = await post(gw.baseB, '/embeddings', { model: 'mistral/embed', input: [] });
     expect([emptyInput.status, emptyInput.body.error.param]).toEqual([400, 'input']);
     expect(emptyInput.body.error.message).toContain('fewer than 1 items');

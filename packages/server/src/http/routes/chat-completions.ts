@@ -38,6 +38,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       request.gw.usage = newUsageDraft('chat', model.id);
+      checkRequestCoherence(body);
       const cap = completionCap(body);
       if (cap !== undefined && cap.tokens > model.context_window) {
         const message = `'${cap.field}' is ${cap.tokens}, more than the ${model.context_window}-token context window of '${model.id}'.`;
@@ -73,6 +74,30 @@ function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'ma
   if (body.max_tokens !== undefined) return { field: 'max_tokens', tokens: body.max_tokens };
   if (body.max_completion_tokens !== undefined) return { field: 'max_completion_tokens', tokens: body.max_completion_tokens };
   return undefined;
+}
+
+/**
+ * What OpenAI refuses with a 400 and a provider might instead ignore (so a
+ * request would work or not depending on where it was routed):
+ * `stream_options` without a stream, and a `tool_choice` that names no
+ * tool the request gives.
+ */
+function checkRequestCoherence(body: ChatCompletionRequest): void {
+  if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
+    throw new GatewayError('validation', "Invalid body: 'stream_options' is only allowed when 'stream' is true.", { param: 'stream_options' });
+  }
+  const choice = body.tool_choice;
+  if (choice === undefined || choice === 'none' || choice === 'auto') return;
+  const names = (body.tools ?? []).map((t) => t.function.name);
+  if (names.length === 0) {
+    throw new GatewayError('validation', "Invalid body: 'tool_choice' asks for a tool call, but 'tools' gives none.", { param: 'tool_choice' });
+  }
+  if (typeof choice === 'object' && !names.includes(choice.function.name)) {
+    const param = 'tool_choice.function.name';
+    throw new GatewayError('validation', `Invalid body: '${param}' names '${choice.function.name}', which is not among 'tools' (${names.join(', ')}).`, {
+      param,
+    });
+  }
 }
 
 function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion): void {
