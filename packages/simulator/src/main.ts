@@ -7,14 +7,35 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { startSimulator } from './index.js';
 
-const { values } = parseArgs({
-  options: {
-    port: { type: 'string', default: '0' },
-    host: { type: 'string', default: '127.0.0.1' },
-    'latency-scale': { type: 'string', default: '1' },
-    config: { type: 'string' },
-  },
-});
+const USAGE = `usage: node packages/simulator/dist/main.js [--port 9100] [--host 127.0.0.1] [--latency-scale 1] [--config gw.json]
+  --port           the first provider's port (the others follow); 0: any free ports
+  --host           the address to listen on
+  --latency-scale  1: the providers' real timings, 0: none
+  --config         write the gateway config for the simulated providers to this file (else it goes to stdout)
+`;
+
+function args() {
+  try {
+    return parseArgs({
+      options: {
+        port: { type: 'string', default: '0' },
+        host: { type: 'string', default: '127.0.0.1' },
+        'latency-scale': { type: 'string', default: '1' },
+        config: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }).values;
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n${USAGE}`);
+    process.exit(2);
+  }
+}
+
+const values = args();
+if (values.help) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 
 const sim = await startSimulator({ host: values.host, basePort: Number(values.port), latencyScale: Number(values['latency-scale']) });
 const config = JSON.stringify(sim.demoConfig(), null, 2);
