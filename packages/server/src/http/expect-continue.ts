@@ -6,6 +6,7 @@ import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
 import { errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
+import { declaredTooLarge, tooLarge } from './multipart-spool.js';
 
 /**
  * `Expect: 100-continue` (curl sends it for any body over 1 MB, such as an audio upload): the key and
@@ -26,10 +27,12 @@ async function refusal(req: IncomingMessage, auth: ApiKeyAuthenticator, config: 
   const path = (req.url ?? '').split('?')[0] ?? '';
   // Only the public API is keyed; other paths go on as usual.
   if (!/^\/(alt\/)?v\d+\//.test(path)) return null;
-  const limit = /\/audio\/transcriptions$/.test(path) ? config.uploadLimitBytes : config.bodyLimitBytes;
   const length = Number(req.headers['content-length']);
-  if (Number.isFinite(length) && length > limit) {
-    return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts (${limit} bytes).`);
+  // The same checks as the routes make once the body comes, so a body gets the same answer with Expect or without.
+  if (/\/audio\/transcriptions$/.test(path)) {
+    if (declaredTooLarge(length, config.uploadLimitBytes)) return tooLarge(config.uploadLimitBytes);
+  } else if (Number.isFinite(length) && length > config.bodyLimitBytes) {
+    return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts (${config.bodyLimitBytes} bytes).`);
   }
   try {
     await auth.authenticate(req.headers.authorization);

@@ -234,6 +234,14 @@ function malformed(why: string): GatewayError {
   return new GatewayError('validation', `The multipart/form-data body is malformed: ${why}.`);
 }
 
+/** Room for the text fields and part headers around an upload's file. */
+export const FORM_SLACK_BYTES = 256 * 1024;
+
+/** Whether a form body declared `contentLength` bytes long must hold a file over `fileLimit` (the fields get their room). */
+export function declaredTooLarge(contentLength: number, fileLimit: number): boolean {
+  return Number.isFinite(contentLength) && contentLength > fileLimit + FORM_SLACK_BYTES;
+}
+
 export function tooLarge(limit: number): GatewayError {
   return new GatewayError('payload_too_large', `The upload is larger than this gateway accepts (${limit} bytes).`, { param: 'file' });
 }

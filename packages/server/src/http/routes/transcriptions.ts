@@ -10,7 +10,7 @@ import type { Offer } from '../../routing/registry.js';
 import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
-import { boundaryOf, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
+import { boundaryOf, declaredTooLarge, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
 import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
@@ -42,9 +42,6 @@ export const TranscriptionForm = Type.Object(
   { additionalProperties: false },
 );
 export type TranscriptionForm = Static<typeof TranscriptionForm>;
-
-/** Room for the text fields and part headers around the file. */
-const FORM_SLACK_BYTES = 256 * 1024;
 
 /** POST /audio/transcriptions, in its own plugin context so the multipart parser applies to it alone. */
 export async function transcriptionsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): Promise<void> {
@@ -113,7 +110,7 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
   });
   scope.addContentTypeParser('multipart/form-data', async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
     const declared = Number(request.headers['content-length']);
-    if (Number.isFinite(declared) && declared > limit + FORM_SLACK_BYTES) throw tooLarge(limit);
+    if (declaredTooLarge(declared, limit)) throw tooLarge(limit);
     const boundary = boundaryOf(request.headers['content-type']);
     if (!boundary || !request.spool) throw new GatewayError('validation', 'The multipart/form-data body has no boundary.');
     const form = await readMultipart(payload, boundary, request.spool, { fileBytes: limit, fieldBytes: 64 * 1024, fields: 50 });
