@@ -93,13 +93,18 @@ const DRAIN_READ_GRACE_MS = 200;
 /** Opens the store and connections the config names and builds the app, without listening. */
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const { config, catalogue } = options;
-  const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir }).catch((err: unknown) => {
+  const cannotOpen = (err: unknown): never => {
     const what = config.databaseUrl
       ? `the database at DATABASE_URL (${withoutPassword(config.databaseUrl)})`
       : `the embedded database in GW_DATA_DIR (${config.dataDir})`;
     throw new Error(`cannot open ${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  };
+  const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir }).catch(cannotOpen);
+  // PostgreSQL is first reached here (a pool connects on its first query): a refused connection or login is named too.
+  await store.migrate().catch(async (err: unknown) => {
+    await store.close().catch(() => {});
+    cannotOpen(err);
   });
-  await store.migrate();
   const bus: Bus = config.redisUrl ? await RedisBus.connect(config.redisUrl) : new MemoryBus();
   const redis = config.redisUrl ? await connectRedis(config.redisUrl) : null;
   const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();

@@ -138,6 +138,18 @@ describe('config file', () => {
     expect(output).not.toContain('sk-secret-value-123');
   });
 
+  it('a database that cannot be reached stops the start naming DATABASE_URL, its password hidden', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-db-down-'));
+    try {
+      const { code, output } = await runGatewayToExit({ DATABASE_URL: 'postgres://u:hunter2secret@127.0.0.1:9/gw', GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(1);
+      expect(output).toMatch(/cannot open the database at DATABASE_URL \(postgres:\/\/u:\*\*\*@127\.0\.0\.1:9\/gw\): .*ECONNREFUSED/);
+      expect(output).not.toContain('hunter2secret');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('a start that cannot listen says which address, and leaves no first key behind that no later start would print', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-listen-'));
     const busy = createServer();

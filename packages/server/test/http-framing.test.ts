@@ -88,6 +88,11 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
       socket.write(head(key, 25 * 1024 * 1024 + 2_000, '/v1/audio/transcriptions').replace('application/json', 'multipart/form-data; boundary=b'));
     });
     expect(nearLimit).toMatch(/^HTTP\/1\.1 100 Continue/);
+    // An upload to a route still to come is told so (after the key), not that it is over the JSON body limit.
+    const file = await raw(head(key, 5 * 1024 * 1024, '/v1/files').replace('application/json', 'multipart/form-data; boundary=b'));
+    expect([file.head.slice(0, 12), envelopeOf(file.body).code]).toEqual(['HTTP/1.1 501', 'not_implemented']);
+    const anonymous = await raw(head('gw_live_wrong', 5 * 1024 * 1024, '/alt/v1/files'));
+    expect([anonymous.head.slice(0, 12), envelopeOf(anonymous.body).code]).toEqual(['HTTP/1.1 401', 'invalid_api_key']);
     // A good one is told to go on, then answered.
     const answer = await new Promise<string>((resolve) => {
       const socket = connect(port, '127.0.0.1');

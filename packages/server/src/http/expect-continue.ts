@@ -7,6 +7,7 @@ import { newRequestId } from '../lib/ids.js';
 import { errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
 import { declaredTooLarge, tooLarge } from './multipart-spool.js';
+import { pendingRouteError } from './routes/not-implemented.js';
 
 /**
  * `Expect: 100-continue` (curl sends it for any body over 1 MB, such as an audio upload): the key and
@@ -27,19 +28,22 @@ async function refusal(req: IncomingMessage, auth: ApiKeyAuthenticator, config: 
   const path = (req.url ?? '').split('?')[0] ?? '';
   // Only the public API is keyed; other paths go on as usual.
   if (!/^\/(alt\/)?v\d+\//.test(path)) return null;
+  // In the order the routes answer once the body comes (the key, a route still to come, the size), so a body
+  // gets the same answer with Expect or without.
+  try {
+    await auth.authenticate(req.headers.authorization);
+  } catch (err) {
+    if (isGatewayError(err) && (err.code === 'unauthorized' || err.code === 'store_unavailable')) return err;
+  }
+  const pending = pendingRouteError(req.method ?? '', path);
+  if (pending) return pending;
   const length = Number(req.headers['content-length']);
-  // The same checks as the routes make once the body comes, so a body gets the same answer with Expect or without.
   if (/\/audio\/transcriptions$/.test(path)) {
     if (declaredTooLarge(length, config.uploadLimitBytes)) return tooLarge(config.uploadLimitBytes);
   } else if (Number.isFinite(length) && length > config.bodyLimitBytes) {
     return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts (${config.bodyLimitBytes} bytes).`);
   }
-  try {
-    await auth.authenticate(req.headers.authorization);
-    return null;
-  } catch (err) {
-    return isGatewayError(err) && (err.code === 'unauthorized' || err.code === 'store_unavailable') ? err : null;
-  }
+  return null;
 }
 
 function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError): void {

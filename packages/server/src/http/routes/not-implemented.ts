@@ -21,11 +21,24 @@ const PENDING: [Method, string, string, string][] = [
   ['GET', '/usage/summary', 'usageSummary', 'Usage summary'],
 ];
 
+function notImplemented(method: string, prefix: string, url: string): GatewayError {
+  return new GatewayError('not_implemented', `${method} ${prefix}${url.replace(':id', '{id}')} is not implemented on this gateway yet.`);
+}
+
+/** Routes still to come, as paths of either variant (`/v1/files/abc`, `/alt/v1/batches`). */
+const PENDING_PATHS = PENDING.map(([method, url]) => ({ method, url, pattern: new RegExp(`^(/alt)?/v1${url.replace(':id', '[^/]+')}$`) }));
+
+/** The 501 a request to a route still to come gets (for checks made before Fastify routes it), or null. */
+export function pendingRouteError(method: string, path: string): GatewayError | null {
+  const found = PENDING_PATHS.find((p) => p.method === method && p.pattern.test(path));
+  return found ? notImplemented(method, path.startsWith('/alt/') ? '/alt/v1' : '/v1', found.url) : null;
+}
+
 export function notImplementedRoutes(app: FastifyInstance, docs: RouteDocs): void {
   for (const [method, url, id, summary] of PENDING) {
     const params = url.includes(':id') ? { params: Type.Object({ id: Type.String() }) } : {};
     const refuse = async () => {
-      throw new GatewayError('not_implemented', `${method} ${app.prefix}${url.replace(':id', '{id}')} is not implemented on this gateway yet.`);
+      throw notImplemented(method, app.prefix, url);
     };
     app.route({
       method,
