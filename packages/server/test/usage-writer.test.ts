@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -178,5 +178,22 @@ describe('the usage writer', () => {
     await new UsageWriter(store, { ...options, spill: again }).flush();
     expect((await store.usage.list({ keyId: key.id })).length).toBe(3);
     expect((await store.keys.getById(key.id))?.spent).toBe(1.75);
+  });
+
+  it('leaves to another running gateway the segments it is still writing, and takes those of one that has ended', async () => {
+    const spillDir = join(dir, 'spill-shared');
+    mkdirSync(spillDir, { recursive: true });
+    const line = (id: string) => `${JSON.stringify({ ...record(id, 0.1), keyId: 'k_shared' })}\n`;
+    // pid 1 is always running; 4194304 is above Linux's largest pid, so never running.
+    writeFileSync(join(spillDir, `usage-${Date.now() - 2000}-1-0.ndjson`), line('req_live_writer'));
+    writeFileSync(join(spillDir, `usage-${Date.now() - 1000}-4194304-0.ndjson`), line('req_ended_writer'));
+    const spill = new UsageSpill(spillDir);
+    await spill.load();
+    expect(spill.waiting).toBe(2);
+    const taken = await spill.takeOldest();
+    expect(taken?.records.map((r) => r.requestId)).toEqual(['req_ended_writer']);
+    await taken?.done();
+    expect(await spill.takeOldest()).toBeNull();
+    expect(readdirSync(spillDir)).toHaveLength(1);
   });
 });

@@ -11,6 +11,8 @@ interface Segment {
   name: string;
   /** The creation time (ms) of its oldest record. */
   oldestAt: number;
+  /** The process that writes it. */
+  pid: number;
 }
 
 /**
@@ -43,7 +45,12 @@ export class UsageSpill {
         throw err;
       })
     ).filter((n) => SEGMENT_NAME.test(n));
-    this.segments = names.map((name) => ({ name, oldestAt: Number(SEGMENT_NAME.exec(name)?.[1]) })).sort((a, b) => a.oldestAt - b.oldestAt);
+    this.segments = names
+      .map((name) => {
+        const m = SEGMENT_NAME.exec(name);
+        return { name, oldestAt: Number(m?.[1]), pid: Number(m?.[2]) };
+      })
+      .sort((a, b) => a.oldestAt - b.oldestAt);
     this.loaded = true;
   }
 
@@ -71,7 +78,7 @@ export class UsageSpill {
     let oldestAt = Number.POSITIVE_INFINITY;
     for (const r of records) oldestAt = Math.min(oldestAt, r.createdAt.getTime());
     if (!this.current || this.current.bytes >= SEGMENT_MAX_BYTES) {
-      const segment = { name: `usage-${oldestAt}-${process.pid}-${this.seq++}.ndjson`, oldestAt };
+      const segment = { name: `usage-${oldestAt}-${process.pid}-${this.seq++}.ndjson`, oldestAt, pid: process.pid };
       this.current = { segment, bytes: 0 };
       this.segments.push(segment);
     }
@@ -88,7 +95,8 @@ export class UsageSpill {
    * is left out.
    */
   async takeOldest(): Promise<{ records: UsageRecord[]; done: () => Promise<void> } | null> {
-    const segment = this.segments[0];
+    // Another gateway on this directory (and database) may still be appending to its own: those wait for it, or for its end.
+    const segment = this.segments.find((s) => s.pid === process.pid || !isAlive(s.pid));
     if (!segment) return null;
     if (this.current?.segment === segment) this.current = null;
     const text = await readFile(join(this.dir, segment.name), 'utf8').catch((err: NodeJS.ErrnoException) => {
@@ -118,5 +126,15 @@ function parseRecord(line: string): UsageRecord | null {
     return { ...r, createdAt };
   } catch {
     return null;
+  }
+}
+
+/** Whether a process of this machine is running (a segment's writer; pids are reused, rarely, which only delays a replay). */
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
