@@ -13,10 +13,24 @@ export const ChatMessage = Type.Object(
   },
   {
     additionalProperties: true,
-    // As OpenAI's API has it: only an assistant's message may leave out its content (and carry tool calls alone).
-    if: { properties: { role: { enum: ['system', 'developer', 'user', 'tool'] } } },
-    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
-    then: { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
+    // As OpenAI's API has it: only an assistant's message may leave out its content, and then it carries tool calls.
+    allOf: [
+      {
+        if: { properties: { role: { enum: ['system', 'developer', 'user', 'tool'] } } },
+        // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
+        then: { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
+      },
+      {
+        if: { properties: { role: { const: 'assistant' } } },
+        // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
+        then: {
+          anyOf: [
+            { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
+            { required: ['tool_calls'], properties: { tool_calls: { minItems: 1 } } },
+          ],
+        },
+      },
+    ],
   },
 );
 
@@ -58,7 +72,11 @@ export const ChatCompletionRequest = Type.Object(
     model: Type.String({ minLength: 1, maxLength: 200 }),
     messages: Type.Array(ChatMessage, { minItems: 1 }),
     stream: Type.Optional(Type.Boolean({ default: false })),
-    stream_options: Type.Optional(Type.Union([Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }), Type.Null()])),
+    stream_options: Type.Optional(
+      Type.Union([Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }), Type.Null()], {
+        description: 'Only with `stream: true` (400 `stream_options` otherwise, as OpenAI answers).',
+      }),
+    ),
     temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2, default: 1 })),
     max_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
     // OpenAI's newer name for the same cap; taken as max_tokens where max_tokens is not given.
@@ -66,10 +84,16 @@ export const ChatCompletionRequest = Type.Object(
     top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: 1 })),
     tools: Type.Optional(Type.Array(ChatTool)),
     tool_choice: Type.Optional(
-      Type.Union([
-        Type.Union(['none', 'auto', 'required'].map((c) => Type.Literal(c))),
-        Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: Type.String() }) }, { additionalProperties: true }),
-      ]),
+      Type.Union(
+        [
+          Type.Union(['none', 'auto', 'required'].map((c) => Type.Literal(c))),
+          Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: Type.String() }) }, { additionalProperties: true }),
+        ],
+        {
+          description:
+            '`required` or a named function needs `tools`, and a named function must be one of them (400 `tool_choice` or `tool_choice.function.name` otherwise, as OpenAI answers).',
+        },
+      ),
     ),
     response_format: Type.Optional(ResponseFormat),
     seed: Type.Optional(Type.Integer()),

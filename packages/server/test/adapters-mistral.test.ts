@@ -188,8 +188,9 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
       ),
     );
     expect(chunks.map((c) => c.choices.map((x) => (x as { finish_reason: unknown }).finish_reason))).toEqual([[null], [null], ['tool_calls']]);
-    expect((chunks[1]?.choices[0] as { delta: { tool_calls: unknown[] } }).delta.tool_calls).toHaveLength(1);
-    expect((chunks[2]?.choices[0] as { delta: unknown }).delta).toEqual({});
+    const deltaOf = (i: number) => (chunks[i]?.choices[0] as { delta?: { tool_calls?: unknown[] } } | undefined)?.delta;
+    expect(deltaOf(1)?.tool_calls).toHaveLength(1);
+    expect(deltaOf(2)).toEqual({});
     // The OpenAI SDK's helper, fed those chunks, reports the call's arguments done.
     const events: string[] = [];
     const stream = ChatCompletionStream.fromReadableStream(

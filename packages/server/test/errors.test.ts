@@ -86,6 +86,11 @@ describe('errors in each variant’s envelope', () => {
     // The rule is in the published schema too, where a client's validator finds it.
     const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { components?: unknown; paths: Record<string, unknown> };
     expect(JSON.stringify(doc)).toContain('"then":{"required":["content"]');
+    // An assistant's message says something or calls a tool (Mistral refuses it otherwise, other providers might not).
+    for (const silent of [{ role: 'assistant' }, { role: 'assistant', content: null, tool_calls: [] }]) {
+      const r = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'user', content: 'hi' }, silent, { role: 'user', content: 'hi' }] }));
+      expect([r.status, r.body.error.param]).toEqual([400, 'messages.1.content']);
+    }
     const toolCall = { id: 'call_1', type: 'function', function: { name: 'f', arguments: '{}' } };
     const assistant = await post(
       gw.baseA,
