@@ -1,5 +1,6 @@
 import { appendFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { isProcessAlive } from '../lib/process-alive.js';
 import type { UsageRecord } from '../store/types.js';
 
 /** A segment is closed for appends past this size, so that one replay reads a bounded file. */
@@ -96,7 +97,7 @@ export class UsageSpill {
    */
   async takeOldest(): Promise<{ records: UsageRecord[]; done: () => Promise<void> } | null> {
     // Another gateway on this directory (and database) may still be appending to its own: those wait for it, or for its end.
-    const segment = this.segments.find((s) => s.pid === process.pid || !isAlive(s.pid));
+    const segment = this.segments.find((s) => s.pid === process.pid || !isProcessAlive(s.pid));
     if (!segment) return null;
     if (this.current?.segment === segment) this.current = null;
     const text = await readFile(join(this.dir, segment.name), 'utf8').catch((err: NodeJS.ErrnoException) => {
@@ -126,15 +127,5 @@ function parseRecord(line: string): UsageRecord | null {
     return { ...r, createdAt };
   } catch {
     return null;
-  }
-}
-
-/** Whether a process of this machine is running (a segment's writer; pids are reused, rarely, which only delays a replay). */
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }

@@ -6,6 +6,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { isProcessAlive } from '../lib/process-alive.js';
 import { nodePg, nodePgMigrator, pgProxy } from './drizzle-cjs.js';
 import { type Db, DrizzleStore } from './drizzle-store.js';
 import { PgliteThread } from './pglite-client.js';
@@ -168,7 +169,7 @@ function lockDataDir(dataDir: string): () => void {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       const owner = Number.parseInt(readFileSync(lockFile, 'utf8'), 10);
-      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isAlive(owner)) {
+      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isProcessAlive(owner)) {
         throw new Error(
           `the embedded database in ${dataDir} is in use by process ${owner}; stop it, use another GW_DATA_DIR, or set DATABASE_URL to share a PostgreSQL`,
         );
@@ -180,13 +181,4 @@ function lockDataDir(dataDir: string): () => void {
     }
   }
   throw new Error(`could not lock ${lockFile}`);
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
