@@ -26,7 +26,7 @@ export const ChatMessage = Type.Object(
         then: {
           anyOf: [
             { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
-            { required: ['tool_calls'], properties: { tool_calls: { minItems: 1 } } },
+            { required: ['tool_calls'], properties: { tool_calls: { type: 'array', minItems: 1 } } },
           ],
         },
       },

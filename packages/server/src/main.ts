@@ -37,11 +37,15 @@ async function main(): Promise<void> {
       : `  providers from ${config.configFile}: ${services.registry.list().length} models`,
     `  store: ${config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`}; limiter: ${config.redisUrl ? 'Redis (REDIS_URL)' : 'in-process'}; admin API: ${config.adminToken ? 'on' : 'off (set GW_ADMIN_TOKEN)'}`,
   ];
+  // A chat model this gateway serves (the demo's mistral/small, or the config's first), so the example answers.
+  const example = services.registry.list().find((m) => m.kind === 'chat' && !m.deprecated)?.id;
   if (first) {
     lines.push(
       '',
       `  Created the first API key (shown once, keep it): ${first.key}`,
-      `  Try: curl ${base}/v1/chat/completions -H "Authorization: Bearer ${first.key}" -H "Content-Type: application/json" -d '{"model":"mistral/small","messages":[{"role":"user","content":"Bonjour"}]}'`,
+      example
+        ? `  Try: curl ${base}/v1/chat/completions -H "Authorization: Bearer ${first.key}" -H "Content-Type: application/json" -d '{"model":"${example}","messages":[{"role":"user","content":"Bonjour"}]}'`
+        : `  Try: curl ${base}/v1/models -H "Authorization: Bearer ${first.key}"`,
     );
   }
   // Plain stdout, not the structured log: the key must never reach a log pipeline.

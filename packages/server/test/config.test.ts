@@ -150,6 +150,21 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('the first start’s example request names a model this gateway serves (none yet: the model list)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-banner-'));
+    // Its only provider does not answer: no model is served yet.
+    writeFileSync(join(dir, 'gw.yaml'), good.replace('http://127.0.0.1:9101/v1', 'http://127.0.0.1:9/v1'));
+    const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.yaml'), GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: 'k' });
+    try {
+      expect(gw.output()).toMatch(/Try: curl http:\/\/127\.0\.0\.1:\d+\/v1\/models -H "Authorization: Bearer gw_live_/);
+      expect(gw.output()).not.toContain('"model":"mistral/small"');
+    } finally {
+      gw.child.kill('SIGTERM');
+      await gw.exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('a start that cannot listen says which address, and leaves no first key behind that no later start would print', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-listen-'));
     const busy = createServer();

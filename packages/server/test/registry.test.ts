@@ -103,11 +103,23 @@ describe('the live registry', () => {
       expect(await providers()).toEqual(['scaleway', 'nebius']);
       sim.providers.ovh?.clearFaults();
       await eventually(async () => expect(await providers()).toEqual(['scaleway', 'ovh', 'nebius']), 12_000);
+      // A list that an admin rebuild found unreadable is asked again soon too (seen here by a change made meanwhile).
+      sim.providers.ovh?.setFault({ kind: 'status', status: 500, endpoints: ['models'] });
+      const stale = await late.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild');
+      expect(stale.body.providers.ovh).toBe('stale');
+      const ovhModels = sim.providers.ovh?.models() ?? [];
+      sim.providers.ovh?.setModels(ovhModels.filter((m) => m !== 'Meta-Llama-3_3-70B-Instruct'));
+      sim.providers.ovh?.clearFaults();
+      try {
+        await eventually(async () => expect(await providers()).toEqual(['scaleway', 'nebius']), 12_000);
+      } finally {
+        sim.providers.ovh?.setModels(ovhModels);
+      }
     } finally {
       sim.providers.ovh?.clearFaults();
       await late.close();
     }
-  }, 30_000);
+  }, 60_000);
 
   it('filters B by family, capability and provider, and A by kind', async () => {
     const get = async (base: string, q: string) =>

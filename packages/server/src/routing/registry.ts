@@ -43,6 +43,7 @@ export class ModelRegistry {
   private readonly lists = new Map<string, Set<string>>();
   private readonly firstSeen = new Map<string, number>();
   private inFlight: Promise<RebuildReport> | null = null;
+  private readonly rebuiltListeners: ((report: RebuildReport) => void)[] = [];
 
   constructor(
     private readonly catalogue: GatewayFileConfig,
@@ -72,10 +73,20 @@ export class ModelRegistry {
 
   /** Re-reads every provider's model list; concurrent calls share one rebuild. */
   rebuild(): Promise<RebuildReport> {
-    this.inFlight ??= this.doRebuild().finally(() => {
-      this.inFlight = null;
-    });
+    this.inFlight ??= this.doRebuild()
+      .then((report) => {
+        for (const listener of this.rebuiltListeners) listener(report);
+        return report;
+      })
+      .finally(() => {
+        this.inFlight = null;
+      });
     return this.inFlight;
+  }
+
+  /** Called after every rebuild, whoever asked for it (the schedule, the admin API). */
+  onRebuilt(listener: (report: RebuildReport) => void): void {
+    this.rebuiltListeners.push(listener);
   }
 
   private async doRebuild(): Promise<RebuildReport> {
