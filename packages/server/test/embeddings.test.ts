@@ -178,6 +178,14 @@ describe('variant B: embeddings are a private beta', () => {
     expect(err.status).toBe(400);
     expect(err.code).toBe('model_not_found');
     expect(err.message).toContain('embeddings beta');
+    // Like any model_not_found, it is not counted against the key's limit.
+    const limited = await gw.createKey({ rateLimitRpm: 2 });
+    const bLimited = new OpenAI({ apiKey: limited.key, baseURL: gw.baseB, maxRetries: 0 });
+    for (let i = 0; i < 3; i++) {
+      const refused = (await bLimited.embeddings.create({ model: 'baai/bge-multilingual-gemma2', input: 'x' }).catch((e: unknown) => e)) as { status: number };
+      expect(refused.status).toBe(400);
+    }
+    expect((await bLimited.embeddings.create({ model: 'mistral/embed', input: 'x' })).data).toHaveLength(1);
     // Variant A lists embeddings as a normal endpoint.
     expect((await a.embeddings.create({ model: 'baai/bge-multilingual-gemma2', input: 'x' })).data).toHaveLength(1);
   });

@@ -103,9 +103,11 @@ export function errorAfterRateLimit(request: FastifyRequest, reply: FastifyReply
 }
 
 /** Whether the caller may use this model: at once when the caller's workspace is cached, else once it is read. */
-function modelExistsFor(services: Services, request: Parameters<typeof enabledModels>[1], id: string): boolean | Promise<boolean> {
+function modelExistsFor(services: Services, request: FastifyRequest, id: string): boolean | Promise<boolean> {
   const m = services.registry.get(id);
   if (!m) return false;
+  // Variant B's embeddings are a beta of some models: to a B client the others do not exist (its model list hides them).
+  if (request.gw.variant === 'b' && m.kind === 'embedding' && !m.beta && request.routeOptions.url?.endsWith('/embeddings')) return false;
   const allowed = (enabled: readonly string[] | null) => enabled === null || enabled.includes(m.id);
   const enabled = enabledModels(services, request);
   return enabled instanceof Promise ? enabled.then(allowed) : allowed(enabled);
