@@ -106,7 +106,8 @@ describe('stopping while the database is unreachable', () => {
     try {
       expect(second.output()).toMatch(/1 spill segments left in .* by an earlier run/);
       await eventually(async () => expect(await spentOf(second.url)).toBeCloseTo(4 * one, 12), 10_000);
-      expect(readdirSync(join(spillDir, tagged as string))).toHaveLength(0);
+      // The segment goes once all its rows are in (a moment after the spend shows them).
+      await eventually(() => expect(readdirSync(join(spillDir, tagged as string))).toHaveLength(0));
       expect(await pg.psql(`SELECT count(*) FROM usage_records WHERE key_id = '${id}'`, dbName)).toBe('4\n');
     } finally {
       second.child.kill('SIGTERM');
