@@ -27,6 +27,8 @@ export const ChatMessage = Type.Object(
           anyOf: [
             { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
             { required: ['tool_calls'], properties: { tool_calls: { type: 'array', minItems: 1 } } },
+            // OpenAI's deprecated functions API: content may be left out beside a function_call too.
+            { required: ['function_call'], properties: { function_call: { type: 'object' } } },
           ],
         },
       },

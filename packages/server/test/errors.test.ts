@@ -91,6 +91,18 @@ describe('errors in each variant’s envelope', () => {
       const r = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'user', content: 'hi' }, silent, { role: 'user', content: 'hi' }] }));
       expect([r.status, r.body.error.param]).toEqual([400, 'messages.1.content']);
     }
+    const legacy = await post(
+      gw.baseA,
+      '/chat/completions',
+      chat({
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: null, function_call: { name: 'f', arguments: '{}' } },
+          { role: 'user', content: 'hi' },
+        ],
+      }),
+    );
+    expect(legacy.status).toBe(200);
     const toolCall = { id: 'call_1', type: 'function', function: { name: 'f', arguments: '{}' } };
     const assistant = await post(
       gw.baseA,
