@@ -2,6 +2,9 @@ import { type Static, Type } from '@sinclair/typebox';
 
 const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool'].map((r) => Type.Literal(r)));
 
+/** A message with content: a string or parts (not null). */
+const SAYS_SOMETHING = { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } };
+
 /** OpenAI's message object; fields beyond role and content pass through to the provider. */
 export const ChatMessage = Type.Object(
   {
@@ -18,14 +21,14 @@ export const ChatMessage = Type.Object(
       {
         if: { properties: { role: { enum: ['system', 'developer', 'user', 'tool'] } } },
         // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
-        then: { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
+        then: SAYS_SOMETHING,
       },
       {
         if: { properties: { role: { const: 'assistant' } } },
         // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
         then: {
           anyOf: [
-            { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } },
+            SAYS_SOMETHING,
             { required: ['tool_calls'], properties: { tool_calls: { type: 'array', minItems: 1 } } },
             // OpenAI's deprecated functions API: content may be left out beside a function_call too.
             { required: ['function_call'], properties: { function_call: { type: 'object' } } },

@@ -70,3 +70,10 @@ export function wireError(code: CanonicalCode, variant: Variant): { status: numb
   // Variant A uses the code as the type (SPEC: 429 has type and code `rate_limit_exceeded`).
   return { status, code: wire, type: variant === 'a' ? wire : B_TYPES[code] };
 }
+
+/** An error's status and body (the envelope, as JSON) in a variant; `message` as the client may read it. */
+export function errorJson(code: CanonicalCode, variant: Variant, message: string, param: string | null = null): { status: number; body: string } {
+  const { status, code: wire, type } = wireError(code, variant);
+  const envelope: ErrorEnvelope = { error: { message, type, code: wire, param } };
+  return { status, body: JSON.stringify(envelope) };
+}

@@ -1,4 +1,4 @@
-import { H, type Variant, wireError } from '@gw/schema';
+import { errorJson, H, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { errorSummary } from '../lib/error-summary.js';
@@ -87,8 +87,7 @@ function validationError(e: FastifyError): GatewayError {
 
 /** An error's status and envelope (OpenAI's shape) in a variant: every answer of an error is made of these. */
 export function errorEnvelope(g: GatewayError, variant: Variant): { status: number; body: string } {
-  const { status, code, type } = wireError(g.code, variant);
-  return { status, body: JSON.stringify({ error: { message: redactSecrets(g.message), type, code, param: g.param } }) };
+  return errorJson(g.code, variant, redactSecrets(g.message), g.param);
 }
 
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */

@@ -1,4 +1,4 @@
-import { CANONICAL_ERRORS, type CanonicalCode, type Variant, wireError } from '@gw/schema';
+import { CANONICAL_ERRORS, type CanonicalCode, errorJson, type Variant } from '@gw/schema';
 import type { StreamEvent } from './types.js';
 
 /** One SSE event. `id` must not contain CR or LF, or a client would read a forged field. */
@@ -26,8 +26,7 @@ export function clientEventData(e: StreamEvent, variant: Variant): string {
   if (e.kind !== 'error') return e.data;
   const kept = parseKeptError(e.data);
   if (kept === null) return e.data;
-  const { code, type } = wireError(kept.code, variant);
-  return JSON.stringify({ error: { message: kept.message, type, code, param: null } });
+  return errorJson(kept.code, variant, kept.message).body;
 }
 
 function parseKeptError(data: string): { code: CanonicalCode; message: string } | null {
