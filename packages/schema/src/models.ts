@@ -18,7 +18,14 @@ export const ModelB = Type.Object(
     regions: Type.Array(Type.String()),
     capabilities: Type.Array(Type.String()),
     context_window: Type.Integer(),
-    pricing: Type.Object({ prompt_per_1m: Type.Number(), completion_per_1m: Type.Number(), currency: Type.String() }),
+    pricing: Type.Object({
+      prompt_per_1m: Type.Number(),
+      completion_per_1m: Type.Number(),
+      currency: Type.String(),
+      /** Rerank and audio models: the price of one `unit` (a search unit, a second of audio). */
+      per_unit: Type.Optional(Type.Number()),
+      unit: Type.Optional(Type.Union([Type.Literal('search_unit'), Type.Literal('audio_second')])),
+    }),
   },
   { additionalProperties: true },
 );

@@ -340,6 +340,20 @@ describe('budget edges', () => {
     expect(statuses).toEqual([200]);
   });
 
+  it('a request for n choices holds n times the completion: one that fits once does not fit twice', async () => {
+    const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
+    const ask = (n: number) =>
+      fetch(`${solo.baseA}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, n }),
+      });
+    const twice = await ask(2);
+    expect(twice.status).toBe(402);
+    expect(((await twice.json()) as { error: { code: string } }).error.code).toBe('budget_exceeded');
+    expect((await ask(1)).status).toBe(200);
+  });
+
   it('a request refused only because requests in flight hold the room is told to retry shortly, and a retry then goes through', async () => {
     const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 400 });

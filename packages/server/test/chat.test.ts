@@ -149,8 +149,12 @@ describe('models', () => {
     expect(m.providers).toEqual(['scaleway', 'ovh', 'nebius']);
     expect((m.regions as string[]).length).toBe(3);
     expect(m.context_window).toBeGreaterThan(0);
-    expect(m.pricing).toMatchObject({ prompt_per_1m: 0.8, completion_per_1m: 0.95, currency: 'EUR' });
+    expect(m.pricing).toEqual({ prompt_per_1m: 0.8, completion_per_1m: 0.95, currency: 'EUR' });
     expect(m.kind).toBeUndefined();
+    // Models billed per unit show that price, which would otherwise read as free.
+    const byId = (id: string) => (page.data.find((x) => x.id === id) as unknown as { pricing: Record<string, unknown> }).pricing;
+    expect(byId('cohere/rerank-v3.5')).toMatchObject({ prompt_per_1m: 0, per_unit: 0.0019, unit: 'search_unit' });
+    expect(byId('openai/whisper-large-v3')).toMatchObject({ per_unit: 0.00005, unit: 'audio_second' });
   });
 
   it('gets one model with the slash encoded as %2F, in both variants', async () => {

@@ -131,6 +131,10 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     expect(again.status).toBe(400);
     // Learned: the second refusal costs no upstream call.
     expect(sim.providers.scaleway?.stats().total).toBe(calls);
+    // The size it answers anyway is still served: only a size it cannot give is refused.
+    const native = await post(gw.baseA, { model: 'baai/bge-multilingual-gemma2', input: 'x', dimensions: 3584 }, { 'x-gateway-provider': 'scaleway' });
+    expect(native.status).toBe(200);
+    expect((native.body as unknown as { data: { embedding: number[] }[] }).data[0]?.embedding).toHaveLength(3584);
   });
 
   it('validates the body: input, encoding_format, dimensions and unknown fields', async () => {

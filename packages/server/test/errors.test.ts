@@ -1,5 +1,6 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { wav } from './helpers/audio.js';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
 
 let gw: TestGateway;
@@ -164,6 +165,30 @@ describe('errors in each variant’s envelope', () => {
     expect([rb.status, rb.body.error.code]).toEqual([400, 'model_not_found']);
     const dep = await post(gw.baseA, '/chat/completions', chat({ model: 'mistral/nemo' }));
     expect([dep.status, dep.body.error.code]).toEqual([410, 'model_deprecated']);
+  });
+
+  it('a request refused for its body or its model, in the handler as in the schema, leaves no usage record', async () => {
+    const own = await gw.createKey();
+    const as = { authorization: `Bearer ${own.key}` };
+    const refused = [
+      await post(gw.baseA, '/chat/completions', chat({ stream_options: { include_usage: true } }), as),
+      await post(gw.baseA, '/chat/completions', chat({ tool_choice: 'required' }), as),
+      await post(gw.baseA, '/chat/completions', chat({ max_tokens: 10_000_000 }), as),
+      await post(gw.baseA, '/rerank', { model: 'cohere/rerank-v3.5', query: 'q', documents: [{ title: 'x' }] }, as),
+      await post(gw.baseA, '/rerank', { model: 'cohere/rerank-v3.5', query: 'q', documents: [{ title: 'x' }], rank_fields: ['body'] }, as),
+      await post(gw.baseB, '/embeddings', { model: 'baai/bge-multilingual-gemma2', input: 'x' }, as),
+    ];
+    const form = new FormData();
+    form.append('file', new Blob([wav(1)], { type: 'audio/wav' }), 'a.wav');
+    form.append('model', 'openai/whisper-large-v3');
+    form.append('timestamp_granularities[]', 'word');
+    const audio = await fetch(`${gw.baseA}/audio/transcriptions`, { method: 'POST', headers: as, body: form });
+    expect([...refused.map((r) => r.status), audio.status]).toEqual([400, 400, 400, 400, 400, 400, 400]);
+    // A request that passed them is recorded: the check below can see a record.
+    expect((await post(gw.baseA, '/chat/completions', chat(), as)).status).toBe(200);
+    await gw.gateway.services.usage.flush();
+    const records = await gw.gateway.services.store.usage.list({ keyId: own.id });
+    expect(records.map((r) => [r.kind, r.status])).toEqual([['chat', 200]]);
   });
 
   it('the SDK maps them to its error classes', async () => {

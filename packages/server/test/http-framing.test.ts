@@ -75,6 +75,9 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     const wrong = await raw(head('gw_live_wrong', Buffer.byteLength(body), '/alt/v1/chat/completions'));
     expect(wrong.head).toMatch(/^HTTP\/1\.1 401 /);
     expect(envelopeOf(wrong.body)).toMatchObject({ code: 'invalid_api_key' });
+    // Like every answer: its request id and the gateway's time.
+    expect(wrong.head).toMatch(/\r\nx-request-id: \S+/i);
+    expect(wrong.head).toMatch(/\r\nserver-timing: gw;desc="gateway";dur=\d+\.\d\d, upstream;dur=0\.00, total;dur=\d+\.\d\d(\r\n|$)/im);
     const huge = await raw(head(key, 30 * 1024 * 1024, '/v1/audio/transcriptions'));
     expect(huge.head).toMatch(/^HTTP\/1\.1 413 /);
     expect(envelopeOf(huge.body)).toMatchObject({ code: 'payload_too_large', param: 'file' });
@@ -111,6 +114,7 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     const r = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(40_000)}\r\n\r\n`);
     expect(r.head).toMatch(/^HTTP\/1\.1 431 /);
     expect(envelopeOf(r.body)).toMatchObject({ code: 'headers_too_large' });
+    expect(r.head).toMatch(/\r\nserver-timing: gw;desc="gateway";dur=\d+\.\d\d, upstream;dur=0\.00, total;dur=\d+\.\d\d(\r\n|$)/im);
   });
 
   it('a body trickled in slower than GW_REQUEST_TIMEOUT_MS is cut with 408 request_timeout, whatever the key', async () => {

@@ -37,6 +37,7 @@ async function handFed() {
     store: new MemoryStreamStore(60),
     graceMs: 50,
     promptTokens: 0,
+    completionCap: 1000,
     onEnd: () => {},
   });
   return { session, sink: push, aborted: () => aborted };

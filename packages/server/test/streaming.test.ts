@@ -96,6 +96,23 @@ describe('streaming chat with the official openai SDK', () => {
     }
   });
 
+  it('a stream cut before its usage is billed at an estimate that never passes max_tokens, which its budget hold covered', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'truncate' });
+    const { response } = await a.chat.completions
+      .create({ model: MODEL, messages, stream: true, max_tokens: 3 }, { headers: { 'X-Gateway-Provider': 'scaleway' } })
+      .withResponse();
+    const relayed = (await response.text())
+      .split('\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => (JSON.parse(l.slice(6)) as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content ?? '')
+      .join('');
+    // More than 3 tokens' worth of text was relayed (4 characters a token): the estimate alone would say more.
+    expect(relayed.length).toBeGreaterThan(3 * 4);
+    const [record] = await usageOf(response.headers.get('x-request-id') as string);
+    expect(record?.errorCode).toBe('upstream_failed');
+    expect(record?.completionTokens).toBe(3);
+  });
+
   it('errors before the first byte answer JSON in the envelope; after it, an error event the SDK throws', async () => {
     sim.providers.scaleway?.setFault({ kind: 'status', status: 500 });
     const before = await a.chat.completions

@@ -8,6 +8,7 @@ import { errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
 import { declaredTooLarge, tooLarge } from './multipart-spool.js';
 import { pendingRouteError } from './routes/not-implemented.js';
+import { serverTiming } from './server-timing.js';
 
 /**
  * `Expect: 100-continue` (curl sends it for any body over 1 MB, such as an audio upload): the key and
@@ -16,8 +17,9 @@ import { pendingRouteError } from './routes/not-implemented.js';
  */
 export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, config: GatewayConfig): void {
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    const startedAt = performance.now();
     void refusal(req, auth, config).then((refused) => {
-      if (refused) return refuse(req, res, refused);
+      if (refused) return refuse(req, res, refused, startedAt);
       res.writeContinue();
       server.emit('request', req, res);
     });
@@ -46,13 +48,14 @@ async function refusal(req: IncomingMessage, auth: ApiKeyAuthenticator, config: 
   return null;
 }
 
-function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError): void {
+function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError, startedAt: number): void {
   const { status, body } = errorEnvelope(refused, variantOfUrl(req.url ?? ''));
   // The body was never asked for: the connection cannot be reused.
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),
     [H.requestId]: newRequestId(),
+    [H.serverTiming]: serverTiming(performance.now() - startedAt, 0),
     ...(refused.code === 'store_unavailable' ? { [H.retryAfter]: '1' } : {}),
     connection: 'close',
   });

@@ -4,6 +4,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
 import { errorEnvelope, sendError, toGatewayError } from './errors.js';
+import { serverTiming } from './server-timing.js';
 
 /** Under /alt (variant B's mount) even an unknown path answers in B's envelope. */
 export function variantOfUrl(url: string): Variant {
@@ -32,6 +33,7 @@ export function frameworkErrors(err: FastifyError, request: FastifyRequest, repl
  */
 export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const startedAt = performance.now();
   const error =
     err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? new GatewayError('request_timeout', 'The request was not received in time (GW_REQUEST_TIMEOUT_MS); the connection is closed.')
@@ -42,7 +44,8 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
   if (socket.writable) {
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-        `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${newRequestId()}\r\nconnection: close\r\n\r\n${body}`,
+        `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${newRequestId()}\r\n` +
+        `${H.serverTiming}: ${serverTiming(performance.now() - startedAt, 0)}\r\nconnection: close\r\n\r\n${body}`,
     );
   }
   socket.destroy();

@@ -28,6 +28,8 @@ export interface SessionInit {
   graceMs: number;
   /** The gateway's count of the prompt, for the usage chunk of a stream whose provider reported none. */
   promptTokens: number;
+  /** The most completion tokens the request allows (`max_tokens` times `n`): an estimate never goes past what its budget hold covered. */
+  completionCap: number;
   onEnd: (outcome: StreamOutcome) => void;
 }
 
@@ -167,7 +169,7 @@ export class StreamSession {
   private finalUsageData(): string | null {
     if (this.usageData !== null) return this.usageData;
     if (this.lastId === null) return null;
-    const usage = estimatedUsage(this.init.promptTokens, this.relayedChars);
+    const usage = estimatedUsage(this.init.promptTokens, this.relayedChars, this.init.completionCap);
     const chunk: ChatChunk = { id: this.lastId, object: 'chat.completion.chunk', created: this.lastCreated, model: this.init.model, choices: [], usage };
     return JSON.stringify(chunk);
   }
@@ -211,8 +213,8 @@ export class StreamSession {
 }
 
 /** What a stream is billed at when its provider reported no usage: the prompt as counted, about 4 characters a token relayed. */
-export function estimatedUsage(promptTokens: number, relayedChars: number): TokenUsage {
-  const completion = Math.ceil(relayedChars / 4);
+export function estimatedUsage(promptTokens: number, relayedChars: number, completionCap: number): TokenUsage {
+  const completion = Math.min(Math.ceil(relayedChars / 4), completionCap);
   return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
 }
 

@@ -2,6 +2,7 @@ import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { lingerOnClose } from '../lingering-close.js';
+import { serverTiming } from '../server-timing.js';
 import type { Services } from '../services.js';
 import { leftBeforeAnswer } from '../upstream-call.js';
 import { recordClientGone } from './usage-recording.js';
@@ -58,9 +59,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
  * draining or when the request's body was not read to its end.
  */
 export function setAnswerHeaders(services: Services, request: FastifyRequest, reply: FastifyReply): void {
-  const total = performance.now() - request.gw.startedAt;
-  const upstream = request.gw.upstreamMs;
-  reply.header(H.serverTiming, `gw;desc="gateway";dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`);
+  reply.header(H.serverTiming, serverTiming(performance.now() - request.gw.startedAt, request.gw.upstreamMs));
   // While draining, close each connection after its answer so shutdown is not held by keep-alive;
   // and an answer given before its request's body ended (a refused upload) closes rather than reads the rest.
   const bodyUnread = !request.raw.complete;

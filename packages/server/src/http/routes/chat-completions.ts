@@ -37,13 +37,14 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const body = request.body as ChatBody & ChatCompletionRequest;
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
-      request.gw.usage = newUsageDraft('chat', model.id);
       checkRequestCoherence(body);
       const cap = completionCap(body);
       if (cap !== undefined && cap.tokens > model.context_window) {
         const message = `'${cap.field}' is ${cap.tokens}, more than the ${model.context_window}-token context window of '${model.id}'.`;
         throw new GatewayError('validation', message, { param: cap.field });
       }
+      // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
+      request.gw.usage = newUsageDraft('chat', model.id);
       request.gw.outlivesClient = body.stream === true && request.headers[H.idempotencyKey] !== undefined;
       const lastEventId = request.headers['last-event-id'];
       if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
@@ -52,11 +53,11 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       }
       const options = routeOptions(services, request);
       const promptTokens = estimatePromptTokens(body.messages);
-      // Without a cap the completion can fill the rest of the context window: that is its worst case.
-      const size = { promptTokens, maxTokens: cap?.tokens ?? Math.max(1, model.context_window - promptTokens) };
+      // Without a cap the completion can fill the rest of the context window: that is its worst case, for each of the `n` choices.
+      const size = { promptTokens, maxTokens: (cap?.tokens ?? Math.max(1, model.context_window - promptTokens)) * (body.n ?? 1) };
       const plan = planOffers(model, options, size);
       await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
-      if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens });
+      if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens, completionCap: size.maxTokens });
       const signal = clientAbortSignal(reply);
       const result = await executePlan(plan, (offer: Offer) =>
         callUpstream(services, request, offer, (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id })),

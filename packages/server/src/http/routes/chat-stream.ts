@@ -39,7 +39,7 @@ export async function startStream(
   services: Services,
   request: FastifyRequest,
   reply: FastifyReply,
-  args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number },
+  args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number; completionCap: number },
 ) {
   const { body, plan, options } = args;
   const model = request.gw.usage?.model as string;
@@ -98,8 +98,9 @@ export async function startStream(
     store: services.streams,
     graceMs: services.config.streamGraceS * 1000,
     promptTokens: args.promptTokens,
+    completionCap: args.completionCap,
     onEnd: (outcome: StreamOutcome) => {
-      const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars);
+      const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
       const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
       const completion = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
       const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;

@@ -61,11 +61,12 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
     async (request, reply) => {
       const body = request.body;
       const model = await resolveModel(services, request, body.model, 'embedding');
-      request.gw.usage = newUsageDraft('embedding', model.id);
       // Variant B: embeddings are a private beta, served only for the models marked beta.
       if (request.gw.variant === 'b' && !model.beta) {
         throw new GatewayError('model_not_found', `The model '${body.model}' is not part of the embeddings beta.`, { param: 'model' });
       }
+      // Recorded from here on: a request refused above for its model is not (docs/decisions.md, usage records).
+      request.gw.usage = newUsageDraft('embedding', model.id);
       const input = typeof body.input === 'string' ? [body.input] : body.input;
       const options = routeOptions(services, request);
       const promptTokens = estimateTokens(input, 3);

@@ -57,8 +57,9 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
     async (request, reply) => {
       const body = request.body;
       const model = await resolveModel(services, request, body.model, 'rerank');
-      request.gw.usage = newUsageDraft('rerank', model.id);
       const texts = body.documents.map((d, i) => documentText(d, i, body.rank_fields));
+      // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
+      request.gw.usage = newUsageDraft('rerank', model.id);
       const options = routeOptions(services, request);
       const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
       const units = worstSearchUnits(body.query, texts);

@@ -62,7 +62,6 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
         if (file.size === 0) throw new GatewayError('validation', "Invalid body: 'file' is empty.", { param: 'file' });
         const body = request.body;
         const model = await resolveModel(services, request, body.model, 'audio');
-        request.gw.usage = newUsageDraft('audio', model.id);
         const format = body.response_format ?? 'json';
         const granularities = body.timestamp_granularities ?? [];
         if (granularities.length > 0 && format !== 'verbose_json') {
@@ -70,6 +69,8 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
             param: 'timestamp_granularities',
           });
         }
+        // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
+        request.gw.usage = newUsageDraft('audio', model.id);
         const options = routeOptions(services, request);
         const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
         const seconds = await worstCaseSeconds(file.path, file.size);

@@ -17,9 +17,16 @@ export function modelViewB(m: RegistryModel) {
       prompt_per_1m: first?.pricing.prompt_per_1m ?? 0,
       completion_per_1m: first?.pricing.completion_per_1m ?? 0,
       currency: first?.pricing.currency ?? 'EUR',
+      // Rerank and audio are billed per unit, not per token: their price would otherwise read as free.
+      ...(first?.pricing.per_unit !== undefined && m.kind in BILLING_UNIT
+        ? { per_unit: first.pricing.per_unit, unit: BILLING_UNIT[m.kind as keyof typeof BILLING_UNIT] }
+        : {}),
     },
   };
 }
+
+/** What `per_unit` prices, by model kind. */
+const BILLING_UNIT = { rerank: 'search_unit', audio: 'audio_second' } as const;
 
 export interface ModelsQueryB {
   family?: string;

@@ -76,7 +76,8 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
   async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
     const model = call.upstreamModel;
     const known = this.ignoresDimensions.get(model);
-    if (request.dimensions !== undefined && known !== undefined) throw dimensionsIgnored(this.id, model, known);
+    // Known to ignore `dimensions`: refused without a call, unless the size asked for is the one it answers anyway.
+    if (request.dimensions !== undefined && known !== undefined && request.dimensions !== known) throw dimensionsIgnored(this.id, model, known);
     const res = await this.post('/embeddings', JSON.stringify(toUpstreamEmbeddingsBody(request, model)), call);
     const result = parseEmbeddingsList(this.id, res, request.input.length);
     const got = result.vectors[0]?.length ?? 0;
