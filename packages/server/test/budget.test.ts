@@ -46,7 +46,7 @@ afterAll(async () => {
 const messages = [{ role: 'user', content: 'How much is left?' }];
 const MAX_TOKENS = 40;
 // Pinned to scaleway (0.80 / 0.95 EUR per 1M): the worst case of one request, as the gateway holds it.
-const worst = (estimatePromptTokens(messages) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
+const worst = (estimatePromptTokens({ messages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
 
 function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A') {
   return fetch(`${base === 'A' ? gw.baseA : gw.baseB}/chat/completions`, {
@@ -352,6 +352,20 @@ describe('budget edges', () => {
     expect(twice.status).toBe(402);
     expect(((await twice.json()) as { error: { code: string } }).error.code).toBe('budget_exceeded');
     expect((await ask(1)).status).toBe(200);
+  });
+
+  it('tool definitions count in the prompt a request holds, as providers count them', async () => {
+    const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
+    const description = 'Looks a word up in the dictionary. '.repeat(60);
+    const tools = [{ type: 'function', function: { name: 'lookup', description, parameters: { type: 'object', properties: {} } } }];
+    const ask = (extra: Record<string, unknown>) =>
+      fetch(`${solo.baseA}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, ...extra }),
+      });
+    expect((await ask({ tools })).status).toBe(402);
+    expect((await ask({})).status).toBe(200);
   });
 
   it('a request refused only because requests in flight hold the room is told to retry shortly, and a retry then goes through', async () => {

@@ -16,11 +16,15 @@ import type { RouteDocs } from './docs.js';
 
 /**
  * A prompt's size in tokens before the provider counts it: one token per
- * 3 characters of the messages' JSON, which overestimates every tokenizer
- * seen here, so budget holds err on the safe side.
+ * 3 characters of the JSON of the messages and of what the provider puts
+ * in the prompt beside them (tool and function definitions, a response
+ * schema), which overestimates every tokenizer seen here, so budget holds
+ * err on the safe side.
  */
-export function estimatePromptTokens(messages: unknown[]): number {
-  return Math.ceil(JSON.stringify(messages).length / 3);
+export function estimatePromptTokens(body: { messages: unknown[]; tools?: unknown; functions?: unknown; response_format?: unknown }): number {
+  let chars = JSON.stringify(body.messages).length;
+  for (const part of [body.tools, body.functions, body.response_format]) if (part !== undefined && part !== null) chars += JSON.stringify(part).length;
+  return Math.ceil(chars / 3);
 }
 
 export function chatCompletionsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
@@ -52,7 +56,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         return resumeStream(services, request, reply, lastEventId, body);
       }
       const options = routeOptions(services, request);
-      const promptTokens = estimatePromptTokens(body.messages);
+      const promptTokens = estimatePromptTokens(body);
       // Without a cap the completion can fill the rest of the context window: that is its worst case, for each of the `n` choices.
       const size = { promptTokens, maxTokens: (cap?.tokens ?? Math.max(1, model.context_window - promptTokens)) * (body.n ?? 1) };
       const plan = planOffers(model, options, size);
