@@ -66,6 +66,16 @@ describe('OpenAPI 3.1', () => {
     expect(a).not.toContain('invalid_request');
     expect(b).toContain('invalid_request');
     expect(b).toContain('provider_unsupported');
+    // The admin API's errors (in A's envelope) are documented as well.
+    for (const [path, method] of [
+      ['/admin/v1/keys', 'post'],
+      ['/admin/v1/keys/{id}', 'get'],
+      ['/admin/v1/keys/{id}', 'patch'],
+    ] as const) {
+      const responses = doc.paths[path]?.[method]?.responses ?? {};
+      expect(Object.keys(responses), `${method} ${path}`).toEqual(expect.arrayContaining(['4XX', '5XX']));
+      expect(JSON.stringify(responses['4XX'])).toContain('not_found');
+    }
   });
 
   it('documents the request headers of SPEC.md and the headers each variant answers with, as the gateway sends them', async () => {

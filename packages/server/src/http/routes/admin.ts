@@ -1,4 +1,4 @@
-import { CreatedKey, CreateKeyBody, CreateWorkspaceBody, KeyParams, KeyView, PatchKeyBody, RebuildResult, Workspace } from '@gw/schema';
+import { CreatedKey, CreateKeyBody, CreateWorkspaceBody, errorEnvelopeSchema, KeyParams, KeyView, PatchKeyBody, RebuildResult, Workspace } from '@gw/schema';
 import type { FastifyInstance } from 'fastify';
 import { checkAdminToken } from '../../auth/admin-token.js';
 import { generateApiKey } from '../../auth/api-keys.js';
@@ -61,8 +61,12 @@ function nulAt(value: unknown, path: string): string | null {
   return null;
 }
 
-function op(id: string, summary: string, schema: Record<string, unknown>) {
-  return { ...schema, operationId: `admin_${id}`, summary, tags: ['Admin'], security: [{ adminToken: [] }] };
+/** Admin errors are in variant A's envelope (the admin API is not under /alt): documented as the public routes' are. */
+const ADMIN_ERROR = errorEnvelopeSchema('a');
+
+function op(id: string, summary: string, schema: { response?: Record<string, unknown> } & Record<string, unknown>) {
+  const response = { ...(schema.response ?? {}), '4XX': ADMIN_ERROR, '5XX': ADMIN_ERROR };
+  return { ...schema, response, operationId: `admin_${id}`, summary, tags: ['Admin'], security: [{ adminToken: [] }] };
 }
 
 /** The operator API of INTERFACES.md, under /admin/v1, behind GW_ADMIN_TOKEN. */
