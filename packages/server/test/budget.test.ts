@@ -368,6 +368,30 @@ describe('budget edges', () => {
     expect((await ask({})).status).toBe(200);
   });
 
+  it('an image in the prompt, and the larger of max_tokens and max_completion_tokens, count in the hold', async () => {
+    const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
+    const ask = (extra: Record<string, unknown>) =>
+      fetch(`${solo.baseA}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, ...extra }),
+      });
+    // A short URL, but the provider counts the whole image.
+    const picture = [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'What is this?' },
+          { type: 'image_url', image_url: { url: 'https://e.x/a.png' } },
+        ],
+      },
+    ];
+    expect((await ask({ messages: picture })).status).toBe(402);
+    // Hosts differ in which cap they honour: the larger is held.
+    expect((await ask({ max_completion_tokens: MAX_TOKENS * 20 })).status).toBe(402);
+    expect((await ask({})).status).toBe(200);
+  });
+
   it('a request refused only because requests in flight hold the room is told to retry shortly, and a retry then goes through', async () => {
     const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 400 });

@@ -105,8 +105,8 @@ function round(x: number): number {
   return Math.round(x * 100) / 100;
 }
 
-/** The lowest byte rate seen in speech codecs (Opus at 6 kbit/s): the most seconds a non-WAV upload can hold. */
-const MIN_BYTES_PER_SECOND = 750;
+/** Below the lowest byte rate of speech codecs (AMR-NB at 4.75 kbit/s, Opus at 6): the most seconds a non-WAV upload can hold. */
+const MIN_BYTES_PER_SECOND = 500;
 
 /**
  * The most audio seconds an upload can hold, for the budget hold: its size
@@ -123,10 +123,19 @@ export async function worstCaseSeconds(path: string, size: number): Promise<numb
   }
 }
 
-/** The byte rate of a RIFF/WAVE header's `fmt ` chunk when it comes first (null when it is not one). */
+/**
+ * The byte rate of a RIFF/WAVE header's `fmt ` chunk when it comes first (null when it is not one): the lowest
+ * of the rate it states and the rates its sample rate, block size and sample width give, since decoders time
+ * PCM by the latter and a header can state a byte rate that does not match them.
+ */
 export function wavByteRate(head: Buffer): number | null {
-  if (head.length < 32 || head.toString('ascii', 0, 4) !== 'RIFF' || head.toString('ascii', 8, 12) !== 'WAVE') return null;
+  if (head.length < 36 || head.toString('ascii', 0, 4) !== 'RIFF' || head.toString('ascii', 8, 12) !== 'WAVE') return null;
   if (head.toString('ascii', 12, 16) !== 'fmt ') return null;
-  const rate = head.readUInt32LE(28);
-  return rate > 0 ? rate : null;
+  const channels = head.readUInt16LE(22);
+  const sampleRate = head.readUInt32LE(24);
+  const stated = head.readUInt32LE(28);
+  const blockAlign = head.readUInt16LE(32);
+  const bits = head.readUInt16LE(34);
+  const rates = [stated, sampleRate * blockAlign, (sampleRate * channels * bits) / 8].filter((r) => r > 0);
+  return rates.length > 0 ? Math.min(...rates) : null;
 }

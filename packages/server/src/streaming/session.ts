@@ -1,5 +1,6 @@
 import { UpstreamError } from '../errors/upstream-error.js';
 import { redactSecrets } from '../lib/redact.js';
+import { estimatedUsage, generatedChars } from '../lib/usage-estimate.js';
 import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
 import { streamErrorData } from './sse-format.js';
@@ -212,19 +213,9 @@ export class StreamSession {
   }
 }
 
-/** What a stream is billed at when its provider reported no usage: the prompt as counted, about 4 characters a token relayed. */
-export function estimatedUsage(promptTokens: number, relayedChars: number, completionCap: number): TokenUsage {
-  const completion = Math.min(Math.ceil(relayedChars / 4), completionCap);
-  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
-}
-
 function contentChars(c: ChatChunk): number {
   let n = 0;
-  for (const choice of c.choices) {
-    const delta = (choice as { delta?: { content?: unknown; reasoning_content?: unknown } }).delta;
-    if (typeof delta?.content === 'string') n += delta.content.length;
-    if (typeof delta?.reasoning_content === 'string') n += delta.reasoning_content.length;
-  }
+  for (const choice of c.choices) n += generatedChars((choice as { delta?: Parameters<typeof generatedChars>[0] }).delta);
   return n;
 }
 

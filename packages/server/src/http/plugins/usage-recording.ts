@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { costWithinHold } from '../../limits/cost-cap.js';
 import type { Services } from '../services.js';
 
 /** One usage record per authenticated model request, success or not, written in batches. */
@@ -37,8 +38,10 @@ function record(services: Services, request: FastifyRequest, status: number): vo
   const { key, usage, reservation } = request.gw;
   request.gw.usage = null;
   request.gw.reservation = null;
+  const { cost, capped } = costWithinHold(usage?.cost ?? 0, reservation);
+  if (capped) warnAboveHold(request, usage?.provider ?? null, usage?.cost ?? 0, cost);
   if (reservation) {
-    services.ledger.settle(reservation, usage?.cost ?? 0).catch((err: unknown) => request.log.warn({ err }, 'budget settle failed'));
+    services.ledger.settle(reservation, cost).catch((err: unknown) => request.log.warn({ err }, 'budget settle failed'));
   }
   if (!key || !usage) return;
   services.usage.record({
@@ -52,11 +55,16 @@ function record(services: Services, request: FastifyRequest, status: number): vo
     completionTokens: usage.completionTokens,
     totalTokens: usage.promptTokens + usage.completionTokens,
     units: usage.units,
-    cost: usage.cost,
+    cost,
     latencyMs: Math.round(performance.now() - request.gw.startedAt),
     status,
     errorCode: request.gw.errorCode,
     streamed: usage.streamed,
     createdAt: new Date(),
   });
+}
+
+/** A provider reported more than the request could cost: billed at its hold (limits/cost-cap.ts), and said so. */
+export function warnAboveHold(request: FastifyRequest, provider: string | null, reported: number, billed: number): void {
+  request.log.warn({ provider, reportedEur: reported, billedEur: billed }, 'usage reported above the budget hold: billed at the hold');
 }

@@ -1,6 +1,7 @@
 import { ChatCompletionRequest, ChatCompletionResponse, H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
+import { estimatedUsage, generatedChars } from '../../lib/usage-estimate.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { expectedCost, planOffers } from '../../routing/plan.js';
@@ -19,12 +20,26 @@ import type { RouteDocs } from './docs.js';
  * 3 characters of the JSON of the messages and of what the provider puts
  * in the prompt beside them (tool and function definitions, a response
  * schema), which overestimates every tokenizer seen here, so budget holds
- * err on the safe side.
+ * err on the safe side; and for each part that is not text (an image by
+ * its URL, an audio clip), {@link MEDIA_PART_TOKENS}, since its JSON can be
+ * a short URL while the provider counts the whole image.
  */
 export function estimatePromptTokens(body: { messages: unknown[]; tools?: unknown; functions?: unknown; response_format?: unknown }): number {
   let chars = JSON.stringify(body.messages).length;
   for (const part of [body.tools, body.functions, body.response_format]) if (part !== undefined && part !== null) chars += JSON.stringify(part).length;
-  return Math.ceil(chars / 3);
+  return Math.ceil(chars / 3) + mediaParts(body.messages) * MEDIA_PART_TOKENS;
+}
+
+/** The most an image costs among the EU hosts' vision models: Pixtral's 1024 x 1024 limit in 16-pixel patches, with its row breaks. */
+export const MEDIA_PART_TOKENS = 64 * 65;
+
+function mediaParts(messages: unknown[]): number {
+  let n = 0;
+  for (const m of messages) {
+    const content = (m as { content?: unknown }).content;
+    if (Array.isArray(content)) for (const part of content) if ((part as { type?: unknown } | null)?.type !== 'text') n++;
+  }
+  return n;
 }
 
 export function chatCompletionsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
@@ -67,6 +82,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         callUpstream(services, request, offer, (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id })),
       );
       const completion: ChatCompletion = { ...result.value, model: model.id };
+      // A provider that reported no usage: answered and billed at the gateway's estimate, as a stream is.
+      completion.usage ??= estimatedUsage(promptTokens, answeredChars(completion), size.maxTokens);
       bill(request, result.offer, completion);
       setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
       return completion;
@@ -74,10 +91,14 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
   );
 }
 
-/** The completion's cap as the client set it: `max_tokens`, else OpenAI's newer `max_completion_tokens`. */
+/**
+ * The completion's cap as the client set it: `max_tokens` or OpenAI's newer `max_completion_tokens`; with both,
+ * the larger, since hosts differ in which one they honour (SGLang and vLLM take `max_completion_tokens` first).
+ */
 function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'max_completion_tokens'; tokens: number } | undefined {
-  if (body.max_tokens !== undefined) return { field: 'max_tokens', tokens: body.max_tokens };
-  if (body.max_completion_tokens !== undefined) return { field: 'max_completion_tokens', tokens: body.max_completion_tokens };
+  const { max_tokens: old, max_completion_tokens: current } = body;
+  if (current !== undefined && (old === undefined || current > old)) return { field: 'max_completion_tokens', tokens: current };
+  if (old !== undefined) return { field: 'max_tokens', tokens: old };
   return undefined;
 }
 
@@ -103,6 +124,13 @@ function checkRequestCoherence(body: ChatCompletionRequest): void {
       param,
     });
   }
+}
+
+/** Characters the completion's choices generated. */
+function answeredChars(completion: ChatCompletion): number {
+  let n = 0;
+  for (const choice of completion.choices) n += generatedChars((choice as { message?: Parameters<typeof generatedChars>[0] }).message);
+  return n;
 }
 
 function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion): void {

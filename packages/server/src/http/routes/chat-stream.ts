@@ -4,18 +4,20 @@ import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
+import { estimatedUsage } from '../../lib/usage-estimate.js';
+import { costWithinHold } from '../../limits/cost-cap.js';
 import { RelayGate } from '../../providers/chunk-relay.js';
 import type { ChatBody, ChatStream } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import type { RouteOptions } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { LiveFrames } from '../../streaming/live-frames.js';
-import { estimatedUsage, type StreamOutcome } from '../../streaming/session.js';
+import type { StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import type { StreamMeta } from '../../streaming/types.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
-import { recordClientGone } from '../plugins/usage-recording.js';
+import { recordClientGone, warnAboveHold } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } from '../upstream-call.js';
 
@@ -103,7 +105,9 @@ export async function startStream(
       const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
       const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
       const completion = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
-      const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
+      const reported = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
+      const { cost, capped } = costWithinHold(reported, reservation);
+      if (capped) warnAboveHold(request, result.offer.provider, reported, cost);
       if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
       services.usage.record({
         requestId: request.id,

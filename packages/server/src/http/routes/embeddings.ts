@@ -84,7 +84,8 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
         const done = await executePlan(plan, (offer) =>
           callUpstream(services, request, offer, (adapter) => embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
         );
-        result = done.value;
+        // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used.
+        result = done.value.promptTokens > 0 ? done.value : { ...done.value, promptTokens };
         bill(request, done.offer, result);
         setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
         return render(model, result, body.encoding_format ?? 'float');

@@ -1,0 +1,33 @@
+import type { TokenUsage } from '../providers/types.js';
+
+/**
+ * What a chat answer is billed at when its provider reported no usage: the
+ * prompt as the gateway counted it for the budget hold, and about 4
+ * characters a token of what was generated, at most `completionCap` (the
+ * request's `max_tokens` times `n`, which the hold covered).
+ */
+export function estimatedUsage(promptTokens: number, generatedChars: number, completionCap: number): TokenUsage {
+  const completion = Math.min(Math.ceil(generatedChars / 4), completionCap);
+  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
+}
+
+interface Generated {
+  content?: unknown;
+  reasoning_content?: unknown;
+  tool_calls?: unknown;
+}
+
+/** Characters generated in one message or delta: its content, its reasoning, and its tool calls' names and arguments. */
+export function generatedChars(part: Generated | undefined): number {
+  if (!part) return 0;
+  let n = 0;
+  if (typeof part.content === 'string') n += part.content.length;
+  if (typeof part.reasoning_content === 'string') n += part.reasoning_content.length;
+  if (Array.isArray(part.tool_calls)) {
+    for (const call of part.tool_calls as { function?: { name?: unknown; arguments?: unknown } }[]) {
+      if (typeof call?.function?.name === 'string') n += call.function.name.length;
+      if (typeof call?.function?.arguments === 'string') n += call.function.arguments.length;
+    }
+  }
+  return n;
+}
