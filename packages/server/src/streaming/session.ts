@@ -1,8 +1,8 @@
 import { UpstreamError } from '../errors/upstream-error.js';
 import { redactSecrets } from '../lib/redact.js';
-import { estimatedUsage, generatedChars } from '../lib/usage-estimate.js';
 import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
+import { estimatedUsage, generatedChars } from '../providers/usage-estimate.js';
 import { streamErrorData } from './sse-format.js';
 import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamMeta, type StreamStore } from './types.js';
 

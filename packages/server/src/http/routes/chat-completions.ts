@@ -1,8 +1,8 @@
 import { ChatCompletionRequest, ChatCompletionResponse, H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
-import { estimatedUsage, generatedChars } from '../../lib/usage-estimate.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
+import { estimatedUsage, generatedChars } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import { expectedCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';

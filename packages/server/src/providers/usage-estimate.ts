@@ -1,4 +1,4 @@
-import type { TokenUsage } from '../providers/types.js';
+import type { TokenUsage } from './types.js';
 
 /**
  * What a chat answer is billed at when its provider reported no usage: the
