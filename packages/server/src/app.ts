@@ -30,7 +30,7 @@ import { sha256Hex } from './lib/crypto.js';
 import { errorSummary } from './lib/error-summary.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
-import { redactSecrets, registerSecret } from './lib/redact.js';
+import { redactSecrets, registerSecret, urlForLog } from './lib/redact.js';
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
 import { LeaseLedger } from './limits/lease-ledger.js';
@@ -126,6 +126,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     waitMs: config.idempotencyWaitMs,
     claimTtlMs: config.idempotencyClaimTtlMs,
   });
+  // The operator's own secrets are taken out of every log line and message, as the providers' keys are
+  // (connection URLs' passwords are masked where a URL is shown: withoutPassword).
+  for (const s of [config.adminToken, config.secret]) registerSecret(s ?? undefined);
   const adapters = new Map<string, ProviderAdapter>();
   for (const p of catalogue.providers) {
     registerSecret(p.apiKey);
@@ -202,6 +205,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     services,
     close: async () => {
       services.lifecycle.draining = true;
+      redisHealth?.stop();
       stopRebuild();
       memoryRelease.stop();
       leases?.stop();
@@ -268,7 +272,7 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
             // Fastify's own fields, with anything shaped like a key taken out of the URL (a client may put one in a query).
             req: (req: FastifyRequest) => ({
               method: req.method,
-              url: redactSecrets(req.url),
+              url: urlForLog(req.url),
               host: req.host,
               remoteAddress: req.ip,
               remotePort: req.socket?.remotePort,
@@ -323,15 +327,20 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
  * PostgreSQL, or in memory), and a revocation reaches other instances only
  * through their key cache's expiry.
  */
-function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { reachable: boolean } {
-  const health = { reachable: redis.status === 'ready' };
+function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { reachable: boolean; stop(): void } {
+  let stopped = false;
+  // stop(): the gateway is closing its own connections, which is not Redis going away.
+  const health = { reachable: redis.status === 'ready', stop: () => {
+      stopped = true;
+    },
+  };
   const gauge = metrics.redisUp();
   gauge.set(health.reachable ? 1 : 0);
   let lost = false;
   redis.on('close', () => {
     health.reachable = false;
     gauge.set(0);
-    if (lost) return;
+    if (lost || stopped) return;
     lost = true;
     log.warn(
       'redis unreachable: the rate limiter fails open and budgets are held without it until it is back; revocations reach other instances within GW_KEY_CACHE_TTL_MS',
@@ -372,13 +381,15 @@ function databaseTag(databaseUrl: string): string {
   return `pg-${sha256Hex(where).slice(0, 16)}`;
 }
 
-/** A connection URL fit for a message: its password replaced. */
-function withoutPassword(databaseUrl: string): string {
+/** A connection URL fit for a message: its password replaced, and any query parameter that could hold one (`?password=`, `sslpassword`…). */
+export function withoutPassword(databaseUrl: string): string {
   try {
     const u = new URL(databaseUrl);
     if (u.password) u.password = '***';
+    for (const name of [...u.searchParams.keys()]) if (/pass|secret|token|key/i.test(name)) u.searchParams.set(name, '***');
     return u.toString();
   } catch {
     return 'unparsable URL';
   }
 }
+

@@ -84,8 +84,23 @@ describe('operations', () => {
     const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'slow one' }] });
     expect((await fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body })).status).toBe(200);
     await fetch(`${proc.url}/v1/models`, { headers: { authorization: 'Bearer gw_live_wrong' } });
-    // A key put in a query string (not a way to authenticate) stays out of the logged URL too.
+    // A key put in a query string (not a way to authenticate) stays out of the logged URL too, however it is written,
+    // and so does the admin token; a key id, which opens nothing, stays in to say which key an admin call touched.
     await fetch(`${proc.url}/v1/models?api_key=${key}`);
+    await fetch(`${proc.url}/v1/models?Authorization=Bearer%20${key}`);
+    await fetch(`${proc.url}/v1/models?k=x${key}`);
+    const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
+    const created = (await (await fetch(`${proc.url}/admin/v1/keys`, { method: 'POST', headers: admin })).json()) as { id: string };
+    await fetch(`${proc.url}/admin/v1/keys/${created.id}?access_token=${ADMIN_TOKEN}`, { headers: admin });
+    // A provider failing after its first chunk (no failover then) is logged as any failed attempt is.
+    sim.providers.scaleway?.setFault({ kind: 'error_after_200', afterChunks: 2 });
+    const cut = await fetch(`${proc.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...headers, 'x-gateway-provider': 'scaleway' },
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'cut' }], stream: true }),
+    });
+    expect(await cut.text()).toContain('failed mid-stream');
+    sim.providers.scaleway?.clearFaults();
 
     sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1500 });
     const inFlight = fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body });
@@ -110,7 +125,11 @@ describe('operations', () => {
       .replace(/Created the first API key.*\n/, '')
       .replace(/Try: curl.*\n/, '');
     expect(logs).not.toContain(key);
+    expect(logs).not.toContain(key.slice(8));
+    expect(logs).not.toContain(ADMIN_TOKEN);
     expect(logs).not.toContain(sim.providers.scaleway?.apiKey as string);
+    expect(logs).toContain(`/admin/v1/keys/${created.id}?access_token=[redacted]`);
+    expect(logs).toMatch(/"provider":"scaleway".*"msg":"upstream failed mid-stream: /);
     expect(logs).toMatch(/"msg":"draining/);
     expect(logs).toMatch(/"msg":"already draining; the signal is ignored"/);
 
@@ -120,6 +139,26 @@ describe('operations', () => {
       expect(await store.usage.list({ requestId })).toHaveLength(1);
     } finally {
       await store.close();
+    }
+  }, 30_000);
+});
+
+describe('stopping with Redis', () => {
+  it('a clean stop closes its own Redis connections without reporting Redis as unreachable', async () => {
+    const { startRedis } = await import('@gw/testkit');
+    const redis = await startRedis();
+    const dir = mkdtempSync(join(tmpdir(), 'gw-ops-redis-'));
+    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+    const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url });
+    try {
+      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' });
+      gw.child.kill('SIGTERM');
+      expect(await gw.exited).toBe(0);
+      expect(gw.output()).toMatch(/"msg":"stopped"/);
+      expect(gw.output()).not.toContain('redis unreachable');
+    } finally {
+      if (gw.child.exitCode === null) gw.child.kill('SIGKILL');
+      await redis.stop();
     }
   }, 30_000);
 });

@@ -53,3 +53,18 @@ describe('secrets in provider errors', () => {
     }
   });
 });
+
+describe('what the request log shows of a URL', () => {
+  it('takes every query value out but the filters the API reads, and finds a key however it is written', async () => {
+    const { urlForLog, redactSecrets } = await import('../src/lib/redact.js');
+    const key = 'gw_live_AbCdEfGhIjKlMnOpQrStUv';
+    expect(urlForLog(`/v1/models?Authorization=Bearer%20${key}`)).toBe('/v1/models?Authorization=[redacted]');
+    expect(urlForLog('/admin/v1/keys/x?access_token=some-admin-token-0123456789&token=abc')).toBe('/admin/v1/keys/x?access_token=[redacted]&token=[redacted]');
+    expect(urlForLog('/alt/v1/models?family=mistral&capability=tools')).toBe('/alt/v1/models?family=mistral&capability=tools');
+    expect(urlForLog(`/v1/models/%67w_live_AbCdEfGhIjKlMnOp`)).toBe('/v1/models/[redacted]');
+    expect(redactSecrets(`k=x${key}`)).toBe('k=x[redacted]');
+    // A key id names a key without opening it: kept, so that the log says which key an admin call touched.
+    expect(urlForLog('/admin/v1/keys/key_xf_0MMttUxDaLKmq/revoke')).toBe('/admin/v1/keys/key_xf_0MMttUxDaLKmq/revoke');
+    expect(redactSecrets('key_live_0123456789abcdefghij')).toBe('[redacted]');
+  });
+});

@@ -14,11 +14,55 @@ export function registerSecret(value: string | undefined): void {
 
 // A bearer token is at least 16 characters: shorter is a placeholder, such as the
 // gateway's own 'Authorization: Bearer gw_live_…' in its 401 answers, not a secret.
-const SHAPES = [/\bBearer\s+[A-Za-z0-9._~+/=-]{16,}/gi, /\b(?:sk|pk|rk|gw_live|key)[-_][A-Za-z0-9_-]{8,}/g];
+// The gateway's own keys are found wherever they start (`x=1gw_live_…` too); `key_` and 16 characters
+// is the gateway's key id (lib/ids.ts), which names a key without opening it, and stays readable.
+const SHAPES = [
+  /\bBearer\s+[A-Za-z0-9._~+/=-]{16,}/gi,
+  /gw_live_[A-Za-z0-9_-]{8,}/g,
+  /\b(?:sk|pk|rk)[-_][A-Za-z0-9_-]{8,}/g,
+  /\bkey-[A-Za-z0-9_-]{8,}/g,
+  /\bkey_(?![A-Za-z0-9_-]{16}(?![A-Za-z0-9_-]))[A-Za-z0-9_-]{8,}/g,
+];
 
 export function redactSecrets(text: string): string {
   let out = text;
   for (const secret of known) if (out.includes(secret)) out = out.split(secret).join('[redacted]');
   for (const shape of SHAPES) out = out.replace(shape, '[redacted]');
   return out;
+}
+
+/** Query parameters the public API reads (model list filters, Azure's api-version): their values are logged as sent. */
+const PLAIN_QUERY = new Set(['kind', 'family', 'capability', 'provider', 'api-version']);
+
+/**
+ * A request's URL for the log: its path with anything shaped like a secret taken out (decoded first, so
+ * `%67w_live_…` is found), and every query value but those the API reads replaced, since a client may put
+ * a key or a token in a query under any name.
+ */
+export function urlForLog(url: string): string {
+  const at = url.indexOf('?');
+  const path = at === -1 ? url : url.slice(0, at);
+  let shown = redactSecrets(path);
+  const decoded = safeDecode(path);
+  if (decoded !== path && redactSecrets(decoded) !== decoded) shown = redactSecrets(decoded);
+  if (at === -1) return shown;
+  const query = url
+    .slice(at + 1)
+    .split('&')
+    .map((pair) => {
+      const eq = pair.indexOf('=');
+      const name = eq === -1 ? pair : pair.slice(0, eq);
+      if (eq === -1) return redactSecrets(pair);
+      return PLAIN_QUERY.has(safeDecode(name)) ? `${name}=${redactSecrets(pair.slice(eq + 1))}` : `${redactSecrets(name)}=[redacted]`;
+    })
+    .join('&');
+  return `${shown}?${query}`;
+}
+
+function safeDecode(text: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
 }

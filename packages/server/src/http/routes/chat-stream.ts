@@ -7,6 +7,7 @@ import { UpstreamError } from '../../errors/upstream-error.js';
 import { costWithinHold } from '../../limits/cost-cap.js';
 import { RelayGate } from '../../providers/chunk-relay.js';
 import type { ChatBody, ChatStream } from '../../providers/types.js';
+import { redactSecrets } from '../../lib/redact.js';
 import { estimatedUsage } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import type { RouteOptions } from '../../routing/plan.js';
@@ -102,6 +103,14 @@ export async function startStream(
     promptTokens: args.promptTokens,
     completionCap: args.completionCap,
     onEnd: (outcome: StreamOutcome) => {
+      // A provider that failed after its first chunk: no failover is possible then, but the operator is told, as of any failed attempt.
+      if (outcome.error && !outcome.abandoned) {
+        const err = outcome.error;
+        request.log.warn(
+          { provider: result.offer.provider, upstreamModel: result.offer.upstreamModel, kind: err instanceof UpstreamError ? err.kind : 'error' },
+          `upstream failed mid-stream: ${redactSecrets(err instanceof UpstreamError ? err.detail : err.message)}`,
+        );
+      }
       const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
       const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
       const completion = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
