@@ -330,7 +330,9 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
 function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { reachable: boolean; stop(): void } {
   let stopped = false;
   // stop(): the gateway is closing its own connections, which is not Redis going away.
-  const health = { reachable: redis.status === 'ready', stop: () => {
+  const health = {
+    reachable: redis.status === 'ready',
+    stop: () => {
       stopped = true;
     },
   };
@@ -392,4 +394,3 @@ export function withoutPassword(databaseUrl: string): string {
     return 'unparsable URL';
   }
 }
-

@@ -146,7 +146,10 @@ describe('config file', () => {
       expect(output).toMatch(/cannot open the database at DATABASE_URL \(postgres:\/\/u:\*\*\*@127\.0\.0\.1:9\/gw\): .*ECONNREFUSED/);
       expect(output).not.toContain('hunter2secret');
       // The password as a query parameter, which pg reads too.
-      const query = await runGatewayToExit({ DATABASE_URL: 'postgres://u@127.0.0.1:9/gw?sslmode=disable&password=QueryPwS3cret', GW_DATA_DIR: join(dir, 'data') });
+      const query = await runGatewayToExit({
+        DATABASE_URL: 'postgres://u@127.0.0.1:9/gw?sslmode=disable&password=QueryPwS3cret',
+        GW_DATA_DIR: join(dir, 'data'),
+      });
       expect(query.output).toContain('postgres://u@127.0.0.1:9/gw?sslmode=disable&password=***');
       expect(query.output).not.toContain('QueryPwS3cret');
     } finally {

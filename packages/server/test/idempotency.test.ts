@@ -223,4 +223,28 @@ describe('X-Idempotency-Key', () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(300);
     expect(chats()).toBe(1);
   });
+
+  it('a stream a crashed process left unfinished (stored as begun, no session, never billed) does not hold its key: the retry runs', async () => {
+    const own = await gw.createKey({ rateLimitRpm: 1000 });
+    const body = { ...chatBody('Streamed before a crash'), stream: true };
+    const scope = idempotencyScope(own.id, 'crashed-stream');
+    const backend = gw.gateway.services.idempotency.backend;
+    await backend.claim(scope, fingerprint('POST', '/v1/chat/completions', body), 'crashed-process', 60_000);
+    await backend.complete(scope, 'crashed-process', { status: 200, headers: { 'content-type': 'text/event-stream' }, stream: { id: 'req_crashed' } }, 60_000);
+    const res = await streamRequest(gw.baseA, own.key, body, { 'x-idempotency-key': 'crashed-stream' });
+    expect(res.headers.get('idempotent-replayed')).toBeNull();
+    expect((await readSse(res)).at(-1)?.data).toBe('[DONE]');
+    expect(chats()).toBe(1);
+    // A stream that ended and was billed, whose events are gone (its id stands for one here: a billed request's), is not run again: a clear 404.
+    const billed = await post(gw.baseA, own.key, chatBody('billed'));
+    await backend.claim(idempotencyScope(own.id, 'billed-stream'), fingerprint('POST', '/v1/chat/completions', body), 'old', 60_000);
+    const done = { status: 200, headers: { 'content-type': 'text/event-stream' }, stream: { id: billed.headers.get('x-request-id') as string } };
+    await backend.complete(idempotencyScope(own.id, 'billed-stream'), 'old', done, 60_000);
+    await gw.gateway.services.usage.flush();
+    await eventually(async () => {
+      const gone = await streamRequest(gw.baseA, own.key, body, { 'x-idempotency-key': 'billed-stream' });
+      expect(gone.status).toBe(404);
+    });
+    expect(chats()).toBe(2);
+  });
 });

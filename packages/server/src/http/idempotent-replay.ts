@@ -35,11 +35,25 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
   return reply.send(answer.body ?? '');
 }
 
-/** A JSON answer, a stream with its stored events, or one whose events this instance can read (its own session, or the shared buffer). */
-export async function replayable(services: Services, answer: StoredAnswer): Promise<boolean> {
+/**
+ * A JSON answer, a stream with its stored events, or one whose events this instance can read (its own session, or
+ * the shared buffer): true. A stream that cannot be read yet (its shared record not written yet): false, wait.
+ * 'abandoned': a stream whose relaying instance died before it ended (its rest will never come, and it was never
+ * billed, since a stream is billed at its end), or, with no shared buffer, one that no session here relays after a
+ * restart and that has no usage record: the request runs afresh.
+ */
+export async function replayable(services: Services, answer: StoredAnswer): Promise<boolean | 'abandoned'> {
   const stream = answer.stream;
-  if (!stream || stream.events) return true;
-  return services.sessions.get(stream.id) !== undefined || (await services.streams.meta(stream.id)) !== null;
+  if (!stream || stream.events || services.sessions.get(stream.id) !== undefined) return true;
+  if ((await services.streams.meta(stream.id)) !== null) return (await services.streams.abandoned(stream.id)) ? 'abandoned' : true;
+  if (services.config.redisUrl) return false;
+  // One instance: the stream ran in an earlier life of this process. Billed means it ended (its events are gone: 404).
+  const billed = await services.store.usage.list({ requestId: stream.id }).then(
+    (records) => records.length > 0,
+    () => null,
+  );
+  // The store cannot say: wait, as for an answer not readable yet, rather than risk running a billed request twice.
+  return billed === null ? false : billed ? true : 'abandoned';
 }
 
 /** A finished stream from its stored events; one still running (or just ended) from the resume buffer, live. */

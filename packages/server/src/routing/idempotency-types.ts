@@ -25,5 +25,10 @@ export interface IdempotencyBackend {
   refresh(scope: string, owner: string, ttlMs: number): Promise<void>;
   complete(scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void>;
   release(scope: string, owner: string): Promise<void>;
+  /**
+   * Drops a stored answer that is the stream `streamId` without its events (one its relaying instance
+   * died in the middle of), so that a retry runs afresh; an answer stored since (another stream) is kept.
+   */
+  forgetStream(scope: string, streamId: string): Promise<void>;
   close(): Promise<void>;
 }

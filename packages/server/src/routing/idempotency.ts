@@ -67,9 +67,10 @@ export class IdempotencyService {
    * Claims the key, or finds its answer. `replayable` may say a stored
    * answer cannot be replayed here yet (a stream running on another
    * instance without a shared buffer): the repeat then waits as for a
-   * pending claim.
+   * pending claim; or that it is a stream abandoned before its end: the
+   * answer is dropped and the key claimed afresh.
    */
-  async begin(scope: string, fp: string, replayable: (answer: StoredAnswer) => Promise<boolean> = async () => true): Promise<Begun> {
+  async begin(scope: string, fp: string, replayable: (answer: StoredAnswer) => Promise<boolean | 'abandoned'> = async () => true): Promise<Begun> {
     const owner = randomUUID();
     const deadline = Date.now() + this.settings.waitMs;
     for (;;) {
@@ -81,7 +82,16 @@ export class IdempotencyService {
           param: 'X-Idempotency-Key',
         });
       }
-      if (entry.state === 'done' && (await replayable(entry.answer))) return { kind: 'replay', answer: entry.answer };
+      if (entry.state === 'done') {
+        const can = await replayable(entry.answer);
+        if (can === true) return { kind: 'replay', answer: entry.answer };
+        // A stream whose relaying instance died before it ended was never billed, and nobody will finish it: a retry runs afresh.
+        const streamId = entry.answer.stream?.id;
+        if (can === 'abandoned' && streamId !== undefined) {
+          await this.unavailableOnError(() => this.backend.forgetStream(scope, streamId));
+          continue;
+        }
+      }
       if (Date.now() >= deadline) {
         throw new GatewayError('conflict', 'A request with this X-Idempotency-Key is still in progress; retry after it has finished.', {
           param: 'X-Idempotency-Key',

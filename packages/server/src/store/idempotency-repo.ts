@@ -66,6 +66,19 @@ export class DrizzleIdempotencyRepo implements IdempotencyRepo {
     await this.db.delete(idempotencyKeys).where(and(eq(idempotencyKeys.scope, scope), eq(idempotencyKeys.owner, owner), eq(idempotencyKeys.state, 'pending')));
   }
 
+  async forgetStream(scope: string, streamId: string): Promise<void> {
+    await this.db
+      .delete(idempotencyKeys)
+      .where(
+        and(
+          eq(idempotencyKeys.scope, scope),
+          eq(idempotencyKeys.state, 'done'),
+          sql`${idempotencyKeys.answer}->'stream'->>'id' = ${streamId}`,
+          sql`${idempotencyKeys.answer}->'stream'->'events' IS NULL`,
+        ),
+      );
+  }
+
   async sweep(): Promise<number> {
     const rows = await this.db.delete(idempotencyKeys).where(lte(idempotencyKeys.expiresAt, sql`now()`)).returning({ scope: idempotencyKeys.scope });
     return rows.length;
