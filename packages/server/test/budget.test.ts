@@ -48,11 +48,12 @@ const MAX_TOKENS = 40;
 // Pinned to scaleway (0.80 / 0.95 EUR per 1M): the worst case of one request, as the gateway holds it.
 const worst = (estimatePromptTokens({ messages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
 
-function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A') {
+/** `extra`: fields added to (or replacing those of) the request's body. */
+function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A', extra: Record<string, unknown> = {}) {
   return fetch(`${base === 'A' ? gw.baseA : gw.baseB}/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
+    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, ...extra }),
   });
 }
 
@@ -342,12 +343,7 @@ describe('budget edges', () => {
 
   it('a request for n choices holds n times the completion: one that fits once does not fit twice', async () => {
     const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
-    const ask = (n: number) =>
-      fetch(`${solo.baseA}/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, n }),
-      });
+    const ask = (n: number) => chat(solo, key, 'A', { n });
     const twice = await ask(2);
     expect(twice.status).toBe(402);
     expect(((await twice.json()) as { error: { code: string } }).error.code).toBe('budget_exceeded');
@@ -358,24 +354,14 @@ describe('budget edges', () => {
     const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
     const description = 'Looks a word up in the dictionary. '.repeat(60);
     const tools = [{ type: 'function', function: { name: 'lookup', description, parameters: { type: 'object', properties: {} } } }];
-    const ask = (extra: Record<string, unknown>) =>
-      fetch(`${solo.baseA}/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, ...extra }),
-      });
+    const ask = (extra: Record<string, unknown>) => chat(solo, key, 'A', extra);
     expect((await ask({ tools })).status).toBe(402);
     expect((await ask({})).status).toBe(200);
   });
 
   it('an image in the prompt, and the larger of max_tokens and max_completion_tokens, count in the hold', async () => {
     const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
-    const ask = (extra: Record<string, unknown>) =>
-      fetch(`${solo.baseA}/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, ...extra }),
-      });
+    const ask = (extra: Record<string, unknown>) => chat(solo, key, 'A', extra);
     // A short URL, but the provider counts the whole image.
     const picture = [
       {
