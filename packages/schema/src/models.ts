@@ -11,7 +11,6 @@ export const ModelA = Type.Object(
 export const ModelB = Type.Object(
   {
     id: Type.String(),
-    object: Type.Literal('model'),
     created: Type.Integer(),
     owned_by: Type.String(),
     providers: Type.Array(Type.String()),

@@ -57,6 +57,15 @@ describe('chat completions through the official openai SDK', () => {
     expect((last?.body as { model: string } | undefined)?.model).toBe('llama-3.3-70b-instruct');
   });
 
+  it('sends the API’s sampling defaults (temperature 1, top_p 1) when the request leaves them out, and the request’s own otherwise', async () => {
+    const sent = async (extra: Record<string, unknown>, provider: string) => {
+      await a.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], ...extra }, { headers: { 'X-Gateway-Provider': provider } });
+      return gw.sim.providers[provider]?.stats().last?.body as Record<string, unknown>;
+    };
+    expect(await sent({}, 'scaleway')).toMatchObject({ temperature: 1, top_p: 1 });
+    expect(await sent({ temperature: 0.2 }, 'ovh')).toMatchObject({ temperature: 0.2, top_p: 1 });
+  });
+
   it('writes one usage record per request with tokens, cost, provider and latency', async () => {
     const { data, response } = await a.chat.completions.create(ask).withResponse();
     const requestId = response.headers.get('x-request-id') as string;
@@ -151,6 +160,8 @@ describe('models', () => {
     expect(m.context_window).toBeGreaterThan(0);
     expect(m.pricing).toEqual({ prompt_per_1m: 0.8, completion_per_1m: 0.95, currency: 'EUR' });
     expect(m.kind).toBeUndefined();
+    // SPEC gives `object` to variant A's model only.
+    expect(m.object).toBeUndefined();
     // Models billed per unit show that price, which would otherwise read as free.
     const byId = (id: string) => (page.data.find((x) => x.id === id) as unknown as { pricing: Record<string, unknown> }).pricing;
     expect(byId('cohere/rerank-v3.5')).toMatchObject({ prompt_per_1m: 0, per_unit: 0.0019, unit: 'search_unit' });

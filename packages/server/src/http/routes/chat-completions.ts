@@ -64,6 +64,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       }
       // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
       request.gw.usage = newUsageDraft('chat', model.id);
+      applySamplingDefaults(body);
       request.gw.outlivesClient = body.stream === true && request.headers[H.idempotencyKey] !== undefined;
       const lastEventId = request.headers['last-event-id'];
       if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
@@ -124,6 +125,16 @@ function checkRequestCoherence(body: ChatCompletionRequest): void {
       param,
     });
   }
+}
+
+/**
+ * The API's sampling defaults (SPEC: temperature 1.0, top_p 1.0), sent to the provider rather than left to it:
+ * hosts default otherwise (Mistral by model; vLLM from each model's generation config, 0.6 / 0.9 for Llama 3.3),
+ * and the same request must sample alike wherever it is routed.
+ */
+function applySamplingDefaults(body: ChatBody & ChatCompletionRequest): void {
+  if (body.temperature === undefined || body.temperature === null) body.temperature = 1;
+  if (body.top_p === undefined || body.top_p === null) body.top_p = 1;
 }
 
 /** Characters the completion's choices generated. */

@@ -4,8 +4,8 @@ import type { RegistryModel } from '../../routing/registry.js';
 export function modelViewB(m: RegistryModel) {
   const first = m.offers[0];
   return {
+    // No `object`: SPEC gives that field to variant A's model only.
     id: m.id,
-    object: 'model' as const,
     created: m.created,
     owned_by: m.owned_by,
     providers: [...new Set(m.offers.map((o) => o.provider))],
