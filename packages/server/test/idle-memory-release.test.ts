@@ -37,6 +37,20 @@ describe('handing memory back when idle', () => {
     expect(state.collected).toBe(1);
   });
 
+  it('measures growth from the lowest memory seen while busy too, not from a high point at its start', () => {
+    // Built while the start's transients held 240 MB; the gateway settled at 187 under traffic, then a burst took it to 254.
+    const { state, release } = harness(240 * MB);
+    state.rss = 187 * MB;
+    for (let t = 0; t <= 5_000; t += 500) {
+      state.started++;
+      release.check(t);
+    }
+    state.rss = 254 * MB;
+    state.started++;
+    expect(release.check(5_500)).toBe(false);
+    expect(release.check(7_500)).toBe(true);
+  });
+
   it('never collects while requests keep arriving or one is in flight', () => {
     const { state, release } = harness();
     state.rss = 300 * MB;

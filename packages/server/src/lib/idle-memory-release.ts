@@ -51,6 +51,10 @@ export class IdleMemoryRelease {
 
   /** One look: exposed so that tests can drive the clock. */
   check(now: number): boolean {
+    // Memory that went back down by itself moves the baseline with it, busy or not: a baseline read in the middle of
+    // the start (the embedded database loading) sat above where the gateway settled, and hid the growth of a burst.
+    const rss = this.rss();
+    if (rss < this.baseline) this.baseline = rss;
     const { started, inFlight } = this.options.traffic();
     if (started !== this.lastStarted || inFlight > 0) {
       this.lastStarted = started;
@@ -58,9 +62,7 @@ export class IdleMemoryRelease {
       return false;
     }
     if (now - this.quietSince < this.options.idleForMs) return false;
-    const before = this.rss();
-    // Memory that went back down by itself moves the baseline with it.
-    if (before < this.baseline) this.baseline = before;
+    const before = rss;
     if (before - this.baseline < this.options.minGrowthBytes) return false;
     const t0 = performance.now();
     this.collect();
