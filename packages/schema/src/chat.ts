@@ -55,22 +55,35 @@ export const ChatTool = Type.Object(
   { additionalProperties: true },
 );
 
-export const ResponseFormat = Type.Union([
-  Type.Object({ type: Type.Literal('text') }),
-  Type.Object({ type: Type.Literal('json_object') }),
-  Type.Object({
-    type: Type.Literal('json_schema'),
-    json_schema: Type.Object(
-      {
-        name: Type.String({ minLength: 1 }),
-        schema: Type.Optional(Type.Object({}, { additionalProperties: true })),
-        strict: Type.Optional(Type.Boolean()),
-        description: Type.Optional(Type.String()),
-      },
-      { additionalProperties: true },
-    ),
-  }),
-]);
+const JsonSchemaFormat = Type.Object(
+  {
+    name: Type.String({ minLength: 1 }),
+    schema: Type.Optional(Type.Object({}, { additionalProperties: true })),
+    strict: Type.Optional(Type.Boolean()),
+    description: Type.Optional(Type.String()),
+  },
+  { additionalProperties: true },
+);
+
+type ResponseFormatValue = { type: 'text' } | { type: 'json_object' } | { type: 'json_schema'; json_schema: Static<typeof JsonSchemaFormat> };
+
+/**
+ * `type` picks the shape (text, a JSON object, or a JSON Schema with its `json_schema`). Written as a tag and an
+ * if/then rather than a union of three shapes, so that a refusal names what is wrong in the shape the tag chose
+ * (`response_format.json_schema.strict`), not the tag that the other two shapes did not have.
+ */
+export const ResponseFormat = Type.Unsafe<ResponseFormatValue>({
+  type: 'object',
+  required: ['type'],
+  properties: { type: { enum: ['text', 'json_object', 'json_schema'] }, json_schema: JsonSchemaFormat },
+  allOf: [
+    {
+      if: { properties: { type: { const: 'json_schema' } } },
+      // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
+      then: { required: ['json_schema'] },
+    },
+  ],
+});
 
 export const ChatCompletionRequest = Type.Object(
   {

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { Server } from 'node:net';
+import { Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import type { GatewayFileConfig } from '@gw/schema';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
@@ -10,7 +10,7 @@ import type { GatewayConfig } from './config/index.js';
 import { GatewayError } from './errors/gateway-error.js';
 import { sendError } from './http/errors.js';
 import { checkBeforeContinue } from './http/expect-continue.js';
-import { clientErrorHandler, frameworkErrors, variantOfUrl } from './http/framework-errors.js';
+import { clientErrorHandler, frameworkErrors, refuseConnect, variantOfUrl } from './http/framework-errors.js';
 import { lazyChildLogger } from './http/lazy-request-logger.js';
 import { Metrics } from './http/metrics.js';
 import { openApiRoutes, registerOpenApi } from './http/openapi.js';
@@ -146,6 +146,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
   checkBeforeContinue(app.server, auth, config);
+  app.server.on('connect', (_req, socket: Socket) => refuseConnect(socket));
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
   // One directory per database, so that two gateways sharing GW_DATA_DIR with different databases never store each other's records.
   const spill = await openUsageSpill(join(config.dataDir, 'usage-spill', config.databaseUrl ? databaseTag(config.databaseUrl) : 'embedded'), app.log);
@@ -286,7 +287,8 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
     // Node's server reads this deadline when it is made (Fastify sets it on the server after, which Node's check ignores),
     // and checks it (and the headers') on connectionsCheckingInterval, 30 s by default: the bound holds within 5 s.
     requestTimeout: config.requestTimeoutMs,
-    http: { requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: 5000 },
+    // A request without Host is refused in the envelope (request-context.ts), not with Node's bare 400.
+    http: { requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: 5000, requireHostHeader: false },
     // Model ids travel in paths (GET /alt/v1/models/{id}): a long one is a 404 model_not_found, not a framework 414.
     routerOptions: { maxParamLength: 1000 },
     frameworkErrors,

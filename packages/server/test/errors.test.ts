@@ -119,6 +119,22 @@ describe('errors in each variant’s envelope', () => {
     expect(assistant.status).toBe(200);
   });
 
+  it('a tagged union names the field of the shape its tag chose: a json_schema response_format with a bad schema part', async () => {
+    const format = (json_schema?: Record<string, unknown>) => chat({ response_format: { type: 'json_schema', ...(json_schema ? { json_schema } : {}) } });
+    const strict = await post(gw.baseA, '/chat/completions', format({ name: 'x', strict: 'yes' }));
+    expect([strict.status, strict.body.error.param]).toEqual([400, 'response_format.json_schema.strict']);
+    const nameless = await post(gw.baseA, '/chat/completions', format({ schema: {} }));
+    expect(nameless.body.error.param).toBe('response_format.json_schema.name');
+    const missing = await post(gw.baseB, '/chat/completions', format());
+    expect([missing.body.error.param, missing.body.error.message]).toEqual([
+      'response_format.json_schema',
+      "Invalid body: 'response_format.json_schema' is required.",
+    ]);
+    // A tag that names no shape is the tag's fault.
+    const unknown = await post(gw.baseA, '/chat/completions', chat({ response_format: { type: 'yaml' } }));
+    expect(unknown.body.error.param).toBe('response_format.type');
+  });
+
   it('a body that is not JSON is a 400 in the envelope', async () => {
     const r = await post(gw.baseB, '/chat/completions', '{"model": ');
     expect(r.status).toBe(400);

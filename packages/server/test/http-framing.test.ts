@@ -110,6 +110,47 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect(answer).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
   });
 
+  it('no Host on HTTP/1.1, an Expect other than 100-continue, and CONNECT are answered in the envelope, not with Node’s bare answers', async () => {
+    const noHost = await raw('GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n');
+    expect(noHost.head).toMatch(/^HTTP\/1\.1 400 /);
+    expect(envelopeOf(noHost.body)).toMatchObject({ code: 'validation_error', message: expect.stringContaining('Host header') });
+    const expectation = await raw(`POST /alt/v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nContent-Length: 2\r\n\r\n`);
+    expect(expectation.head).toMatch(/^HTTP\/1\.1 417 /);
+    expect(envelopeOf(expectation.body)).toMatchObject({ code: 'invalid_request' });
+    const tunnel = await raw('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
+    expect(tunnel.head).toMatch(/^HTTP\/1\.1 405 /);
+    expect(envelopeOf(tunnel.body)).toMatchObject({ code: 'validation_error' });
+  });
+
+  it('bytes that are not HTTP, sent while a stream is being answered, do not land inside that answer', async () => {
+    const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'stream please' }], stream: true });
+    gw.sim.providers.scaleway?.configure({ chunkGapMs: 30 });
+    try {
+      const out = await new Promise<string>((resolve) => {
+        const socket = connect(port, '127.0.0.1');
+        let text = '';
+        let sent = false;
+        socket.on('data', (d) => {
+          text += String(d);
+          if (!sent && text.includes('data: {')) {
+            sent = true;
+            socket.write('GARBAGE\r\n\r\n');
+          }
+        });
+        socket.on('error', () => {});
+        socket.on('close', () => resolve(text));
+        socket.write(
+          `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nX-Gateway-Provider: scaleway\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        );
+      });
+      expect(out).toMatch(/^HTTP\/1\.1 200 /);
+      expect(out.indexOf('HTTP/1.1', 1)).toBe(-1);
+    } finally {
+      // The default at latency scale 0.
+      gw.sim.providers.scaleway?.configure({ chunkGapMs: 0 });
+    }
+  });
+
   it('oversized headers are 431 headers_too_large in the envelope', async () => {
     const r = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(40_000)}\r\n\r\n`);
     expect(r.head).toMatch(/^HTTP\/1\.1 431 /);

@@ -1,4 +1,5 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
@@ -101,6 +102,19 @@ describe('operations', () => {
     });
     expect(await cut.text()).toContain('failed mid-stream');
     sim.providers.scaleway?.clearFaults();
+    // An upload its client cuts off half-way is the client's leaving, not a fault of the gateway's to log as one.
+    await new Promise<void>((resolve) => {
+      const socket = connect(Number(new URL(proc.url).port), '127.0.0.1');
+      socket.on('error', () => {});
+      socket.write(
+        `POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: multipart/form-data; boundary=b\r\n` +
+          'Content-Length: 100000\r\n\r\n--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF',
+      );
+      setTimeout(() => {
+        socket.resetAndDestroy();
+        setTimeout(resolve, 200);
+      }, 200);
+    });
 
     sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1500 });
     const inFlight = fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body });
@@ -130,6 +144,7 @@ describe('operations', () => {
     expect(logs).not.toContain(sim.providers.scaleway?.apiKey as string);
     expect(logs).toContain(`/admin/v1/keys/${created.id}?access_token=[redacted]`);
     expect(logs).toMatch(/"provider":"scaleway".*"msg":"upstream failed mid-stream: /);
+    expect(logs).not.toContain('"msg":"unhandled error"');
     expect(logs).toMatch(/"msg":"draining/);
     expect(logs).toMatch(/"msg":"already draining; the signal is ignored"/);
 

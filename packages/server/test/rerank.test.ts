@@ -108,6 +108,13 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
     expect(byFields.results).toHaveLength(2);
     expect((sim.providers.cohere?.stats().last?.body as { documents: string[] } | undefined)?.documents).toEqual(['title: Germany', 'title: France capital']);
     expect(byFields.results[0]?.document).toBeUndefined();
+    // Only a document's own fields: every object has a `toString`, no document has it as a field.
+    const inherited = await fetch(`${gw.baseA}/rerank`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, query, documents: [{ text: 'a' }], rank_fields: ['toString'] }),
+    });
+    expect(inherited.status).toBe(400);
   });
 
   it('maps errors onto the SDK’s classes: unknown model 404 (A) / 400 (B), bad input 400, provider down 502', async () => {

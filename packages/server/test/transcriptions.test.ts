@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { gzipSync } from 'node:zlib';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -284,6 +285,9 @@ describe('the form, validated', () => {
       [{ model, temperature: 'warm' }, true, 'temperature'],
       [{ model, 'timestamp_granularities[]': 'word' }, true, 'timestamp_granularities'],
       [{ model, chunking_strategy: 'auto' }, true, 'chunking_strategy'],
+      // A field like any other, not one "sent more than once" because every object has one.
+      [{ model, constructor: 'x' }, true, 'constructor'],
+      [{ model, toString: 'x' }, true, 'toString'],
       [{ model: 'mistral/small' }, true, 'model'],
       [{}, true, 'model'],
     ] as const) {
@@ -305,6 +309,13 @@ describe('the form, validated', () => {
     twice.append('file', new Blob([wav(1)], { type: 'audio/wav' }), 'a.wav');
     const repeated = await send(twice);
     expect([repeated.status, repeated.error.param]).toEqual([400, 'model']);
+    // A compressed form is the wrong encoding (415, as for a JSON body), not a malformed form.
+    const packed = await fetch(`${gw.baseA}/audio/transcriptions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'multipart/form-data; boundary=b', 'content-encoding': 'gzip' },
+      body: gzipSync(Buffer.from('--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper-large-v3\r\n--b--\r\n')),
+    });
+    expect([packed.status, ((await packed.json()) as { error: { code: string } }).error.code]).toEqual([415, 'unsupported_media_type']);
     await eventually(() => expect(spools()).toEqual([]));
   });
 

@@ -27,6 +27,10 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
     }
     return new GatewayError('validation', `The request body is not valid JSON: ${e.message}`);
   }
+  // The client closed the connection while its body was being read (an upload cut off): nobody to answer, nothing wrong here.
+  if (e.code === 'ECONNRESET' && e.message === 'aborted') {
+    return new GatewayError('validation', 'The request body ended before it was complete: the client closed the connection.');
+  }
   // JSON.parse takes any depth; serialising it again (to the provider, or to hash an idempotent body) recurses.
   if (err instanceof RangeError && /call stack/i.test(err.message)) {
     return new GatewayError('validation', 'The request body is nested too deeply to be handled.');

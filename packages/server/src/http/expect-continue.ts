@@ -16,6 +16,11 @@ import { serverTiming } from './server-timing.js';
  * over the limit is refused without the upload. Node would otherwise answer 100 at once.
  */
 export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, config: GatewayConfig): void {
+  // An expectation other than 100-continue cannot be met (RFC 9110: 417), answered in the envelope rather than Node's bare 417.
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    const refused = new GatewayError('validation', `The Expect header '${String(req.headers.expect).slice(0, 80)}' cannot be met: only 100-continue is.`);
+    refuse(req, res, refused, performance.now(), 417);
+  });
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     const startedAt = performance.now();
     void refusal(req, auth, config).then((refused) => {
@@ -48,8 +53,9 @@ async function refusal(req: IncomingMessage, auth: ApiKeyAuthenticator, config: 
   return null;
 }
 
-function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError, startedAt: number): void {
-  const { status, body } = errorEnvelope(refused, variantOfUrl(req.url ?? ''));
+function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError, startedAt: number, statusOverride?: number): void {
+  const { status: envelopeStatus, body } = errorEnvelope(refused, variantOfUrl(req.url ?? ''));
+  const status = statusOverride ?? envelopeStatus;
   // The body was never asked for: the connection cannot be reused.
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',

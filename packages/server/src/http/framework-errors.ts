@@ -41,11 +41,26 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
         ? new GatewayError('headers_too_large', 'The request headers are larger than this gateway accepts.')
         : new GatewayError('validation', 'The request is not valid HTTP/1.1.');
   const { status, body } = errorEnvelope(error, 'a');
-  if (socket.writable) {
+  // Only while no answer has begun on the connection (as Node's own handler): bytes after a streamed answer's
+  // headers would land inside its body.
+  const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+  if (socket.writable && !answering?.headersSent) {
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
         `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${newRequestId()}\r\n` +
         `${H.serverTiming}: ${serverTiming(performance.now() - startedAt, 0)}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
+}
+
+/** CONNECT (a tunnel): not something this gateway does; answered in the envelope, then the connection closed (Node would close it unanswered). */
+export function refuseConnect(socket: Socket): void {
+  const { body } = errorEnvelope(new GatewayError('validation', 'CONNECT is not supported: this is an HTTP API, not a proxy.'), 'a');
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+        `${H.requestId}: ${newRequestId()}\r\n${H.serverTiming}: ${serverTiming(0, 0)}\r\nconnection: close\r\n\r\n${body}`,
     );
   }
   socket.destroy();

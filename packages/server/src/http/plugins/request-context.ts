@@ -38,6 +38,11 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const status = gone ? 499 : reply.raw.statusCode;
       services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, (performance.now() - request.gw.startedAt) / 1000);
     });
+    // HTTP/1.1 requires Host (RFC 9112: 400 without it); Node's own check answers without a body, so it is done here.
+    if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
+      done(new GatewayError('validation', 'An HTTP/1.1 request must carry a Host header.'));
+      return;
+    }
     // A request that reaches a draining instance on a connection it already had: the envelope, a wait, and the connection closed.
     if (services.lifecycle.draining) {
       done(

@@ -94,7 +94,8 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
 function documentText(doc: string | Record<string, string>, i: number, rankFields: string[] | undefined): string {
   if (typeof doc === 'string') return doc;
   if (rankFields) {
-    const lines = rankFields.filter((f) => doc[f] !== undefined).map((f) => `${f}: ${doc[f]}`);
+    // Own fields only: `toString` is not a field of a document.
+    const lines = rankFields.filter((f) => Object.hasOwn(doc, f)).map((f) => `${f}: ${doc[f]}`);
     if (lines.length > 0) return lines.join('\n');
     throw new GatewayError('validation', `Invalid body: 'documents.${i}' has none of the rank_fields.`, { param: `documents.${i}` });
   }

@@ -110,6 +110,10 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     throw new GatewayError('unsupported_media_type', `Unsupported Content-Type '${request.headers['content-type'] ?? ''}': send multipart/form-data.`);
   });
   scope.addContentTypeParser('multipart/form-data', async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
+    const coding = String(request.headers['content-encoding'] ?? '').trim();
+    if (coding !== '' && coding.toLowerCase() !== 'identity') {
+      throw new GatewayError('unsupported_media_type', `Content-Encoding '${coding}' is not supported: send the request body uncompressed.`);
+    }
     const declared = Number(request.headers['content-length']);
     if (declaredTooLarge(declared, limit)) throw tooLarge(limit);
     const boundary = boundaryOf(request.headers['content-type']);
@@ -121,11 +125,12 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
 
 /** Form fields as the body schema sees them: `name[]` as `name`, numbers and booleans typed (left as text when they are not, so the schema names them). */
 function formBody(form: ParsedForm): Record<string, unknown> {
-  const body: Record<string, unknown> = {};
+  // No prototype: a field named `constructor` or `__proto__` is a field like any other (and an unknown one).
+  const body: Record<string, unknown> = Object.create(null);
   for (const [raw, value] of form.fields) {
     const name = raw.endsWith('[]') ? raw.slice(0, -2) : raw;
     // One value per field (but the list): which of two models or formats to use is not for the gateway to guess.
-    if (name !== 'timestamp_granularities' && name in body) {
+    if (name !== 'timestamp_granularities' && Object.hasOwn(body, name)) {
       throw new GatewayError('validation', `Invalid form: the field '${name}' is sent more than once.`, { param: name });
     }
     if (name === 'timestamp_granularities') body[name] = [...((body[name] as string[] | undefined) ?? []), value];
