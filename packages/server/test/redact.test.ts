@@ -66,5 +66,10 @@ describe('what the request log shows of a URL', () => {
     // A key id names a key without opening it: kept, so that the log says which key an admin call touched.
     expect(urlForLog('/admin/v1/keys/key_xf_0MMttUxDaLKmq/revoke')).toBe('/admin/v1/keys/key_xf_0MMttUxDaLKmq/revoke');
     expect(redactSecrets('key_live_0123456789abcdefghij')).toBe('[redacted]');
+    // Still encoded: a part with no value, a filter's value, a path with a malformed escape beside the key.
+    expect(urlForLog('/v1/models?%67w_live_abcdefghijklmnop')).toBe('/v1/models?[redacted]');
+    expect(urlForLog('/alt/v1/models?provider=%67w_live_abcdefghijklmnop')).toBe('/alt/v1/models?provider=[redacted]');
+    expect(urlForLog('/v1/models/%67w_live_abcdefghijklmnop%')).not.toContain('abcdefghijklmnop');
+    expect(urlForLog('/v1/models?Bearer%20abcdefghijklmnopqrstu')).toBe('/v1/models?[redacted]');
   });
 });

@@ -147,38 +147,29 @@ describe('resume across instances sharing Redis', () => {
     }
   }, 40_000);
 
-  it('a stream whose instance was killed before it ended does not hold its X-Idempotency-Key: once the instance is known gone, a retry runs afresh, billed once', async () => {
+  it('a stream whose instance was killed before it ended is replayed to an X-Idempotency-Key retry as far as it got, then an error event; never run twice', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-killed-idem-'));
     writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
     const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
     sim.providers.scaleway?.configure({ chunkGapMs: 200 });
     try {
-      const { id, key } = await one.createKey({ rateLimitRpm: 1000 });
-      const idem = { 'X-Idempotency-Key': `killed-${id}`, 'X-Gateway-Provider': 'scaleway' };
-      await readSse(await streamRequest(`${doomed.url}/v1`, key, body, idem), 3);
+      const { key } = await one.createKey({ rateLimitRpm: 1000 });
+      const idem = { 'X-Idempotency-Key': `killed-${Date.now()}`, 'X-Gateway-Provider': 'scaleway' };
+      const head = await readSse(await streamRequest(`${doomed.url}/v1`, key, body, idem), 3);
       doomed.child.kill('SIGKILL');
       await doomed.exited;
-      sim.providers.scaleway?.configure({ chunkGapMs: 15 });
       const calls = sim.providers.scaleway?.stats().total ?? 0;
-      // Until its liveness lapses (6 s) a retry replays what there is, ending in an error event; then it runs afresh.
-      let whole: { replayed: string | null; events: { data: string }[] } | null = null;
-      const deadline = performance.now() + 25_000;
-      while (!whole && performance.now() < deadline) {
-        const res = await streamRequest(two.baseA, key, body, idem);
-        const events = await readSse(res);
-        if (events.at(-1)?.data === '[DONE]') whole = { replayed: res.headers.get('idempotent-replayed'), events };
-        else await new Promise((r) => setTimeout(r, 500));
-      }
-      expect(whole?.replayed).toBeNull();
-      expect(sim.providers.scaleway?.stats().total).toBe(calls + 1);
-      // A further retry replays that whole answer: no third call.
-      const again = await streamRequest(two.baseA, key, body, idem);
-      expect(again.headers.get('idempotent-replayed')).toBe('true');
-      expect((await readSse(again)).at(-1)?.data).toBe('[DONE]');
-      expect(sim.providers.scaleway?.stats().total).toBe(calls + 1);
-      await two.gateway.services.usage.flush();
-      const records = await two.gateway.services.store.usage.list({ keyId: id });
-      expect(records.map((r) => [r.status, r.errorCode])).toEqual([[200, null]]);
+      // An instance that looks gone may still be relaying (Redis restarted, a partition): running the request again could bill it twice.
+      const retry = await streamRequest(two.baseA, key, body, idem);
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      const events = await readSse(retry);
+      // What reached the shared buffer before the kill (its last batch may not have), in order, then the loss.
+      const relayed = events.filter((e) => e.id).map((e) => e.id);
+      expect(relayed.length).toBeGreaterThan(0);
+      const both = Math.min(relayed.length, head.length);
+      expect(relayed.slice(0, both)).toEqual(head.map((e) => e.id).slice(0, both));
+      expect((JSON.parse(events.at(-1)?.data ?? '{}') as { error?: { code: string } }).error?.code).toBe('service_unavailable');
+      expect(sim.providers.scaleway?.stats().total).toBe(calls);
     } finally {
       sim.providers.scaleway?.configure({ chunkGapMs: 15 });
       if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');

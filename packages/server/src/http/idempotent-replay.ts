@@ -38,15 +38,15 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
 /**
  * A JSON answer, a stream with its stored events, or one whose events this instance can read (its own session, or
  * the shared buffer): true. A stream that cannot be read yet (its shared record not written yet): false, wait.
- * 'abandoned': a stream whose relaying instance died before it ended (its rest will never come, and it was never
- * billed, since a stream is billed at its end), or, in the embedded setup (one process), one that no session here
- * relays and that has no usage record, which an earlier life of the process left unfinished: the request runs afresh.
- * Instances sharing PostgreSQL without Redis cannot tell a stream another one relays from a dead one: they wait.
+ * 'abandoned': in the embedded setup (one process), a stream that no session here relays and that has no usage
+ * record, which an earlier life of the process left unfinished (never billed: a stream is billed at its end): the
+ * request runs afresh. Elsewhere a stream whose instance looks gone may still be relayed (Redis restarted, or a
+ * partition), and running it again could bill it twice: it is replayed as far as it got, ending in an error event.
  */
 export async function replayable(services: Services, answer: StoredAnswer): Promise<boolean | 'abandoned'> {
   const stream = answer.stream;
   if (!stream || stream.events || services.sessions.get(stream.id) !== undefined) return true;
-  if ((await services.streams.meta(stream.id)) !== null) return (await services.streams.abandoned(stream.id)) ? 'abandoned' : true;
+  if ((await services.streams.meta(stream.id)) !== null) return true;
   if (services.config.redisUrl || services.config.databaseUrl) return false;
   // The embedded store has one process: the stream ran in an earlier life of it. Billed means it ended (its events are gone: 404).
   const billed = await services.store.usage.list({ requestId: stream.id }).then(

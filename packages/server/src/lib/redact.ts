@@ -51,18 +51,24 @@ export function urlForLog(url: string): string {
     .split('&')
     .map((pair) => {
       const eq = pair.indexOf('=');
-      const name = eq === -1 ? pair : pair.slice(0, eq);
-      if (eq === -1) return redactSecrets(pair);
-      return PLAIN_QUERY.has(safeDecode(name)) ? `${name}=${redactSecrets(pair.slice(eq + 1))}` : `${redactSecrets(name)}=[redacted]`;
+      // A part with no value, or under a name the API does not read, may be anything: only its name (if clean) is kept.
+      if (eq === -1) return '[redacted]';
+      const name = pair.slice(0, eq);
+      const value = pair.slice(eq + 1);
+      const shownName = redactSecrets(safeDecode(name)) === safeDecode(name) ? name : '[redacted]';
+      if (!PLAIN_QUERY.has(safeDecode(name))) return `${shownName}=[redacted]`;
+      return redactSecrets(safeDecode(value)) === safeDecode(value) ? `${name}=${value}` : `${name}=[redacted]`;
     })
     .join('&');
   return `${shown}?${query}`;
 }
 
+/** Percent-escapes decoded one by one, so that one malformed escape does not leave the rest encoded. */
 function safeDecode(text: string): string {
+  if (!text.includes('%')) return text;
   try {
     return decodeURIComponent(text);
   } catch {
-    return text;
+    return text.replace(/%[0-9A-Fa-f]{2}/g, (hex) => String.fromCharCode(Number.parseInt(hex.slice(1), 16)));
   }
 }

@@ -85,12 +85,10 @@ export class IdempotencyService {
       if (entry.state === 'done') {
         const can = await replayable(entry.answer);
         if (can === true) return { kind: 'replay', answer: entry.answer };
-        // A stream whose relaying instance died before it ended was never billed, and nobody will finish it: a retry runs afresh.
+        // A stream an earlier life of this process left unfinished was never billed, and nobody will finish it: the
+        // answer is dropped, and the next look (after the pause below) claims the key.
         const streamId = entry.answer.stream?.id;
-        if (can === 'abandoned' && streamId !== undefined) {
-          await this.unavailableOnError(() => this.backend.forgetStream(scope, streamId));
-          continue;
-        }
+        if (can === 'abandoned' && streamId !== undefined) await this.unavailableOnError(() => this.backend.forgetStream(scope, streamId));
       }
       if (Date.now() >= deadline) {
         throw new GatewayError('conflict', 'A request with this X-Idempotency-Key is still in progress; retry after it has finished.', {

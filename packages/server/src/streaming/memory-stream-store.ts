@@ -35,11 +35,6 @@ export class MemoryStreamStore implements StreamStore {
     this.emitter.emit(streamId);
   }
 
-  /** The relaying instance is this one, alive. */
-  async abandoned(_streamId: string): Promise<boolean> {
-    return false;
-  }
-
   async meta(streamId: string): Promise<StreamMeta | null> {
     return this.streams.get(streamId)?.meta ?? null;
   }

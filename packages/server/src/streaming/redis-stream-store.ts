@@ -298,13 +298,6 @@ export class RedisStreamStore implements StreamStore {
     }
   }
 
-  async abandoned(streamId: string): Promise<boolean> {
-    if ((await this.relayOf(this.redis, streamId)) !== 'gone') return false;
-    const [tail] = (await this.redis.xrevrange(eventsKey(streamId), '+', '-', 'COUNT', 1)) as [string, string[]][];
-    const last = tail ? entryEvents(tail[0], tail[1]).at(-1) : undefined;
-    return !(last && ends(last));
-  }
-
   /** Whether the stream is still relayed: its record expired, its instance is alive, or that instance is gone. */
   private async relayOf(reader: Redis, streamId: string): Promise<'expired' | 'alive' | 'gone'> {
     const instance = await reader.hget(metaKey(streamId), 'instance');

@@ -37,8 +37,6 @@ export interface StreamStore {
   /** Appends in order; never throws (a buffer outage must not break the live stream). */
   append(streamId: string, event: StreamEvent): void;
   meta(streamId: string): Promise<StreamMeta | null>;
-  /** Whether the instance relaying the stream is gone and the stream never ended: nobody will finish it. */
-  abandoned(streamId: string): Promise<boolean>;
   /**
    * The stream's last event was written to a client's socket: nobody will
    * need to resume it past a short linger (in case the connection broke

@@ -57,7 +57,7 @@ export function registerRateLimit(app: FastifyInstance, services: Services): voi
   app.addHook('onSend', (request, reply, payload, done) => {
     const applying = applyRateLimit(request, reply);
     if (!applying) return done(null, payload);
-    request.log.error({ url: request.url }, 'rate limit: an answer was sent before the limiter decision was applied');
+    request.log.error({ route: request.routeOptions.url }, 'rate limit: an answer was sent before the limiter decision was applied');
     applying.then(
       () => done(null, payload),
       () => done(null, payload),

@@ -1,5 +1,4 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { costWithinHold } from '../../limits/cost-cap.js';
 import type { Services } from '../services.js';
 
 /** One usage record per authenticated model request, success or not, written in batches. */
@@ -38,10 +37,8 @@ function record(services: Services, request: FastifyRequest, status: number): vo
   const { key, usage, reservation } = request.gw;
   request.gw.usage = null;
   request.gw.reservation = null;
-  const { cost, capped } = costWithinHold(usage?.cost ?? 0, reservation);
-  if (capped) warnAboveHold(request, usage?.provider ?? null, usage?.cost ?? 0, cost);
   if (reservation) {
-    services.ledger.settle(reservation, cost).catch((err: unknown) => request.log.warn({ err }, 'budget settle failed'));
+    services.ledger.settle(reservation, usage?.cost ?? 0).catch((err: unknown) => request.log.warn({ err }, 'budget settle failed'));
   }
   if (!key || !usage) return;
   services.usage.record({
@@ -55,7 +52,7 @@ function record(services: Services, request: FastifyRequest, status: number): vo
     completionTokens: usage.completionTokens,
     totalTokens: usage.promptTokens + usage.completionTokens,
     units: usage.units,
-    cost,
+    cost: usage.cost,
     latencyMs: Math.round(performance.now() - request.gw.startedAt),
     status,
     errorCode: request.gw.errorCode,
@@ -64,7 +61,10 @@ function record(services: Services, request: FastifyRequest, status: number): vo
   });
 }
 
-/** A provider reported more than the request could cost: billed at its hold (limits/cost-cap.ts), and said so. */
-export function warnAboveHold(request: FastifyRequest, provider: string | null, reported: number, billed: number): void {
-  request.log.warn({ provider, reportedEur: reported, billedEur: billed }, 'usage reported above the budget hold: billed at the hold');
+/** A provider counted more completion tokens than the request allows: billed at its cap (providers/usage-estimate.ts), and said so. */
+export function warnCompletionClamped(request: FastifyRequest, provider: string | null, reported: number, cap: number): void {
+  request.log.warn(
+    { provider, reportedCompletionTokens: reported, billedCompletionTokens: cap },
+    "completion tokens reported above the request's cap: billed at the cap",
+  );
 }

@@ -10,6 +10,7 @@ import { reserveBudgetWithRateLimit } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { applyRateLimit } from '../plugins/rate-limit.js';
+import { warnCompletionClamped } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import { resumeStream, startStream } from './chat-stream.js';
@@ -20,9 +21,10 @@ import type { RouteDocs } from './docs.js';
  * 3 characters of the JSON of the messages and of what the provider puts
  * in the prompt beside them (tool and function definitions, a response
  * schema), which overestimates every tokenizer seen here, so budget holds
- * err on the safe side; and for each part that is not text (an image by
- * its URL, an audio clip), {@link MEDIA_PART_TOKENS}, since its JSON can be
- * a short URL while the provider counts the whole image.
+ * err on the safe side; and for each image given by its URL,
+ * {@link MEDIA_PART_TOKENS}, since its JSON is a short URL while the
+ * provider counts the whole image (an image given inline, as a data URL,
+ * is counted by its characters already).
  */
 export function estimatePromptTokens(body: { messages: unknown[]; tools?: unknown; functions?: unknown; response_format?: unknown }): number {
   let chars = JSON.stringify(body.messages).length;
@@ -37,7 +39,12 @@ function mediaParts(messages: unknown[]): number {
   let n = 0;
   for (const m of messages) {
     const content = (m as { content?: unknown }).content;
-    if (Array.isArray(content)) for (const part of content) if ((part as { type?: unknown } | null)?.type !== 'text') n++;
+    if (!Array.isArray(content)) continue;
+    for (const part of content as ({ type?: unknown; image_url?: { url?: unknown } | string } | null)[]) {
+      if (part?.type !== 'image_url') continue;
+      const url = typeof part.image_url === 'string' ? part.image_url : part.image_url?.url;
+      if (typeof url !== 'string' || !url.startsWith('data:')) n++;
+    }
   }
   return n;
 }
@@ -64,7 +71,6 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       }
       // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
       request.gw.usage = newUsageDraft('chat', model.id);
-      applySamplingDefaults(body);
       request.gw.outlivesClient = body.stream === true && request.headers[H.idempotencyKey] !== undefined;
       const lastEventId = request.headers['last-event-id'];
       if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
@@ -85,7 +91,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const completion: ChatCompletion = { ...result.value, model: model.id };
       // A provider that reported no usage: answered and billed at the gateway's estimate, as a stream is.
       completion.usage ??= estimatedUsage(promptTokens, answeredChars(completion), size.maxTokens);
-      bill(request, result.offer, completion);
+      bill(request, result.offer, completion, size.maxTokens);
       setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
       return completion;
     },
@@ -127,16 +133,6 @@ function checkRequestCoherence(body: ChatCompletionRequest): void {
   }
 }
 
-/**
- * The API's sampling defaults (SPEC: temperature 1.0, top_p 1.0), sent to the provider rather than left to it:
- * hosts default otherwise (Mistral by model; vLLM from each model's generation config, 0.6 / 0.9 for Llama 3.3),
- * and the same request must sample alike wherever it is routed.
- */
-function applySamplingDefaults(body: ChatBody & ChatCompletionRequest): void {
-  if (body.temperature === undefined || body.temperature === null) body.temperature = 1;
-  if (body.top_p === undefined || body.top_p === null) body.top_p = 1;
-}
-
 /** Characters the completion's choices generated. */
 function answeredChars(completion: ChatCompletion): number {
   let n = 0;
@@ -144,11 +140,17 @@ function answeredChars(completion: ChatCompletion): number {
   return n;
 }
 
-function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion): void {
+/**
+ * The draft's tokens and cost: the provider's counts, but never more completion tokens than the request allows
+ * (`max_tokens` times `n`, which its budget hold covered): a host that reports more is billed at the cap, and said so.
+ */
+function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion, completionCap: number): void {
   const usage = request.gw.usage;
   if (!usage) return;
   const prompt = completion.usage?.prompt_tokens ?? 0;
-  const done = completion.usage?.completion_tokens ?? 0;
+  const reported = completion.usage?.completion_tokens ?? 0;
+  const done = Math.min(reported, completionCap);
+  if (done < reported) warnCompletionClamped(request, offer.provider, reported, done);
   usage.provider = offer.provider;
   usage.promptTokens = prompt;
   usage.completionTokens = done;

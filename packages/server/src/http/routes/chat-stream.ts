@@ -5,7 +5,6 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { redactSecrets } from '../../lib/redact.js';
-import { costWithinHold } from '../../limits/cost-cap.js';
 import { RelayGate } from '../../providers/chunk-relay.js';
 import type { ChatBody, ChatStream } from '../../providers/types.js';
 import { estimatedUsage } from '../../providers/usage-estimate.js';
@@ -18,7 +17,7 @@ import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import type { StreamMeta } from '../../streaming/types.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
-import { recordClientGone, warnAboveHold } from '../plugins/usage-recording.js';
+import { recordClientGone, warnCompletionClamped } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } from '../upstream-call.js';
 
@@ -113,10 +112,10 @@ export async function startStream(
       }
       const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
       const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
-      const completion = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
-      const reported = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
-      const { cost, capped } = costWithinHold(reported, reservation);
-      if (capped) warnAboveHold(request, result.offer.provider, reported, cost);
+      const reported = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
+      const completion = Math.min(reported, args.completionCap);
+      if (completion < reported) warnCompletionClamped(request, result.offer.provider, reported, completion);
+      const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
       if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
       services.usage.record({
         requestId: request.id,

@@ -1,6 +1,7 @@
 import type { ProviderConfig } from '@gw/schema';
 import { UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
+import { withSamplingDefaults } from '../openai-shape.js';
 import type {
   ChatBody,
   ChatCompletion,
@@ -55,7 +56,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamChatBody(body, call.upstreamModel)),
+      body: JSON.stringify(toUpstreamChatBody(withSamplingDefaults(body), call.upstreamModel)),
       signal: call.signal,
     });
     return parseChatCompletion(this.id, res);
@@ -66,7 +67,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, accept: 'text/event-stream', 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamStreamBody(body, call.upstreamModel)),
+      body: JSON.stringify(toUpstreamStreamBody(withSamplingDefaults(body), call.upstreamModel)),
       signal: call.signal,
     });
     if (!res.ok) throw httpError(this.id, res);
