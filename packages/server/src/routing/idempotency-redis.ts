@@ -32,22 +32,12 @@ end
 return 0
 `;
 
-const FORGET_STREAM = `
-if redis.call('HGET', KEYS[1], 'state') ~= 'done' then return 0 end
-local answer = cjson.decode(redis.call('HGET', KEYS[1], 'answer'))
-if type(answer.stream) == 'table' and answer.stream.id == ARGV[1] and answer.stream.events == nil then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`;
-
 type Script = (key: string, ...args: (string | number)[]) => Promise<unknown>;
 interface Scripts {
   gwIdemClaim: Script;
   gwIdemRefresh: Script;
   gwIdemComplete: Script;
   gwIdemRelease: Script;
-  gwIdemForgetStream: Script;
 }
 
 /**
@@ -64,7 +54,6 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     redis.defineCommand('gwIdemRefresh', { numberOfKeys: 1, lua: REFRESH });
     redis.defineCommand('gwIdemComplete', { numberOfKeys: 1, lua: COMPLETE });
     redis.defineCommand('gwIdemRelease', { numberOfKeys: 1, lua: RELEASE });
-    redis.defineCommand('gwIdemForgetStream', { numberOfKeys: 1, lua: FORGET_STREAM });
   }
 
   async claim(scope: string, fingerprint: string, owner: string, ttlMs: number): Promise<IdempotencyEntry | null> {
@@ -85,10 +74,6 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
 
   async release(scope: string, owner: string): Promise<void> {
     await this.run('gwIdemRelease', scope, owner);
-  }
-
-  async forgetStream(scope: string, streamId: string): Promise<void> {
-    await this.run('gwIdemForgetStream', scope, streamId);
   }
 
   private async run(name: keyof Scripts, scope: string, ...args: (string | number)[]): Promise<unknown> {

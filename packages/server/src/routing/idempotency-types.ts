@@ -26,9 +26,10 @@ export interface IdempotencyBackend {
   complete(scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void>;
   release(scope: string, owner: string): Promise<void>;
   /**
-   * Drops a stored answer that is the stream `streamId` without its events (one its relaying instance
-   * died in the middle of), so that a retry runs afresh; an answer stored since (another stream) is kept.
+   * Drops a stored answer that is the stream `streamId` without its events (one a crashed process left
+   * unfinished), so that a retry runs afresh; an answer stored since (another stream) is kept. Only the
+   * store's backend has it: only the embedded setup can tell such a stream (http/idempotent-replay.ts).
    */
-  forgetStream(scope: string, streamId: string): Promise<void>;
+  forgetStream?(scope: string, streamId: string): Promise<void>;
   close(): Promise<void>;
 }

@@ -88,7 +88,8 @@ export class IdempotencyService {
         // A stream an earlier life of this process left unfinished was never billed, and nobody will finish it: the
         // answer is dropped, and the next look (after the pause below) claims the key.
         const streamId = entry.answer.stream?.id;
-        if (can === 'abandoned' && streamId !== undefined) await this.unavailableOnError(() => this.backend.forgetStream(scope, streamId));
+        const forget = this.backend.forgetStream?.bind(this.backend);
+        if (can === 'abandoned' && streamId !== undefined && forget) await this.unavailableOnError(() => forget(scope, streamId));
       }
       if (Date.now() >= deadline) {
         throw new GatewayError('conflict', 'A request with this X-Idempotency-Key is still in progress; retry after it has finished.', {
