@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeEvents } from '../src/streaming/event-batch.js';
 import { DELIVERED_LINGER_S, STREAM_RETENTION_S } from '../src/streaming/types.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
-import { spawnGateway } from './helpers/process.js';
+import { type GatewayProcess, spawnGateway } from './helpers/process.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
 let redis: RedisServer;
@@ -41,6 +41,24 @@ const strip = (e: SseEvent) => e.data.replace(/"id":"[^"]*"|"created":\d+/g, '')
 async function usage(gw: TestGateway, requestId: string) {
   await Promise.all([one.gateway.services.usage.flush(), two.gateway.services.usage.flush(), noGrace.gateway.services.usage.flush()]);
   return gw.gateway.services.store.usage.list({ requestId });
+}
+
+/**
+ * A third instance sharing Redis and PostgreSQL, spawned as its own process so that a test can SIGKILL it
+ * mid-stream (scaleway's chunks 200 ms apart meanwhile); removed, whatever the test did, when `fn` ends.
+ */
+async function withDoomedInstance(fn: (doomed: GatewayProcess) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'gw-killed-'));
+  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+  const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
+  sim.providers.scaleway?.configure({ chunkGapMs: 200 });
+  try {
+    await fn(doomed);
+  } finally {
+    sim.providers.scaleway?.configure({ chunkGapMs: 15 });
+    if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 describe('resume across instances sharing Redis', () => {
@@ -119,11 +137,7 @@ describe('resume across instances sharing Redis', () => {
   });
 
   it('a resume elsewhere of a stream whose instance was killed ends with an error event, not a wait', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'gw-killed-'));
-    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-    const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
-    sim.providers.scaleway?.configure({ chunkGapMs: 200 });
-    try {
+    await withDoomedInstance(async (doomed) => {
       const { key } = await one.createKey({ rateLimitRpm: 1000 });
       const res = await streamRequest(`${doomed.url}/v1`, key, body);
       const head = await readSse(res, 3);
@@ -140,19 +154,11 @@ describe('resume across instances sharing Redis', () => {
       expect(rest.map((e) => e.data)).not.toContain('[DONE]');
       // The instance's liveness lapses within 6 s, and a quiet resume checks on it every 2 s.
       expect(waited).toBeLessThan(12_000);
-    } finally {
-      sim.providers.scaleway?.configure({ chunkGapMs: 15 });
-      if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   }, 40_000);
 
   it('a stream whose instance was killed before it ended is replayed to an X-Idempotency-Key retry as far as it got, then an error event; never run twice', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'gw-killed-idem-'));
-    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-    const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
-    sim.providers.scaleway?.configure({ chunkGapMs: 200 });
-    try {
+    await withDoomedInstance(async (doomed) => {
       const { key } = await one.createKey({ rateLimitRpm: 1000 });
       const idem = { 'X-Idempotency-Key': `killed-${Date.now()}`, 'X-Gateway-Provider': 'scaleway' };
       const head = await readSse(await streamRequest(`${doomed.url}/v1`, key, body, idem), 3);
@@ -170,11 +176,7 @@ describe('resume across instances sharing Redis', () => {
       expect(relayed.slice(0, both)).toEqual(head.map((e) => e.id).slice(0, both));
       expect((JSON.parse(events.at(-1)?.data ?? '{}') as { error?: { code: string } }).error?.code).toBe('service_unavailable');
       expect(sim.providers.scaleway?.stats().total).toBe(calls);
-    } finally {
-      sim.providers.scaleway?.configure({ chunkGapMs: 15 });
-      if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   }, 60_000);
 
   it('with Redis gone, a stream is resumed from the instance relaying it; a stream it cannot look up is a 503 to retry, not a 500', async () => {

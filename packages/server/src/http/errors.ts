@@ -21,11 +21,7 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
   }
   if (e instanceof SyntaxError || e.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
     // A compressed body is what failed to parse: say so, rather than send the client looking at its JSON.
-    const coding = String(contentEncoding ?? '').trim();
-    if (coding && coding.toLowerCase() !== 'identity') {
-      return new GatewayError('unsupported_media_type', `Content-Encoding '${coding}' is not supported: send the request body uncompressed.`);
-    }
-    return new GatewayError('validation', `The request body is not valid JSON: ${e.message}`);
+    return compressedBodyError(contentEncoding) ?? new GatewayError('validation', `The request body is not valid JSON: ${e.message}`);
   }
   // The client closed the connection while its body was being read (an upload cut off): nobody to answer, nothing wrong here.
   if (e.code === 'ECONNRESET' && e.message === 'aborted') {
@@ -39,6 +35,13 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
     return new GatewayError('validation', e.message);
   }
   return new GatewayError('internal', 'Internal error.', { cause: err });
+}
+
+/** A body sent compressed (a `Content-Encoding` other than identity): bodies are taken uncompressed. */
+export function compressedBodyError(contentEncoding: string | string[] | undefined): GatewayError | null {
+  const coding = String(contentEncoding ?? '').trim();
+  if (coding === '' || coding.toLowerCase() === 'identity') return null;
+  return new GatewayError('unsupported_media_type', `Content-Encoding '${coding}' is not supported: send the request body uncompressed.`);
 }
 
 interface AjvError {

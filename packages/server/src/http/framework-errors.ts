@@ -44,26 +44,30 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
   // Only while no answer has begun on the connection (as Node's own handler): bytes after a streamed answer's
   // headers would land inside its body.
   const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
-  if (socket.writable && !answering?.headersSent) {
-    socket.write(
-      `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-        `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${newRequestId()}\r\n` +
-        `${H.serverTiming}: ${serverTiming(performance.now() - startedAt, 0)}\r\nconnection: close\r\n\r\n${body}`,
-    );
-  }
+  if (!answering?.headersSent) writeRawAnswer(socket, status, body, startedAt);
   socket.destroy();
 }
 
 /** CONNECT (a tunnel): not something this gateway does; answered in the envelope, then the connection closed (Node would close it unanswered). */
 export function refuseConnect(socket: Socket): void {
   const { body } = errorEnvelope(new GatewayError('validation', 'CONNECT is not supported: this is an HTTP API, not a proxy.'), 'a');
-  if (socket.writable) {
-    socket.write(
-      `HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-        `${H.requestId}: ${newRequestId()}\r\n${H.serverTiming}: ${serverTiming(0, 0)}\r\nconnection: close\r\n\r\n${body}`,
-    );
-  }
+  writeRawAnswer(socket, 405, body, performance.now());
   socket.destroy();
 }
 
-const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
+/** An error answer written straight to a socket that has no request object (yet): the headers every answer carries, then close. */
+function writeRawAnswer(socket: Socket, status: number, body: string, startedAt: number): void {
+  if (!socket.writable) return;
+  socket.write(
+    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${newRequestId()}\r\n` +
+      `${H.serverTiming}: ${serverTiming(performance.now() - startedAt, 0)}\r\nconnection: close\r\n\r\n${body}`,
+  );
+}
+
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  405: 'Method Not Allowed',
+  408: 'Request Timeout',
+  431: 'Request Header Fields Too Large',
+};

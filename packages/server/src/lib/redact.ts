@@ -42,9 +42,7 @@ const PLAIN_QUERY = new Set(['kind', 'family', 'capability', 'provider', 'api-ve
 export function urlForLog(url: string): string {
   const at = url.indexOf('?');
   const path = at === -1 ? url : url.slice(0, at);
-  let shown = redactSecrets(path);
-  const decoded = safeDecode(path);
-  if (decoded !== path && redactSecrets(decoded) !== decoded) shown = redactSecrets(decoded);
+  const shown = holdsSecret(path) ? redactSecrets(safeDecode(path)) : path;
   if (at === -1) return shown;
   const query = url
     .slice(at + 1)
@@ -55,12 +53,17 @@ export function urlForLog(url: string): string {
       if (eq === -1) return '[redacted]';
       const name = pair.slice(0, eq);
       const value = pair.slice(eq + 1);
-      const shownName = redactSecrets(safeDecode(name)) === safeDecode(name) ? name : '[redacted]';
-      if (!PLAIN_QUERY.has(safeDecode(name))) return `${shownName}=[redacted]`;
-      return redactSecrets(safeDecode(value)) === safeDecode(value) ? `${name}=${value}` : `${name}=[redacted]`;
+      if (!PLAIN_QUERY.has(safeDecode(name))) return `${holdsSecret(name) ? '[redacted]' : name}=[redacted]`;
+      return `${name}=${holdsSecret(value) ? '[redacted]' : value}`;
     })
     .join('&');
   return `${shown}?${query}`;
+}
+
+/** Whether a piece of a URL, as sent or percent-decoded, holds something shaped like a secret. */
+function holdsSecret(text: string): boolean {
+  const decoded = safeDecode(text);
+  return redactSecrets(text) !== text || redactSecrets(decoded) !== decoded;
 }
 
 /** Percent-escapes decoded one by one, so that one malformed escape does not leave the rest encoded. */

@@ -61,10 +61,15 @@ function record(services: Services, request: FastifyRequest, status: number): vo
   });
 }
 
-/** A provider counted more completion tokens than the request allows: billed at its cap (providers/usage-estimate.ts), and said so. */
-export function warnCompletionClamped(request: FastifyRequest, provider: string | null, reported: number, cap: number): void {
+/**
+ * The completion tokens a chat answer is billed: the provider's count, but never more than the request allows
+ * (`max_tokens` times `n`, which its budget hold covered); a count above that is billed at the cap, and said so.
+ */
+export function billedCompletionTokens(request: FastifyRequest, provider: string, reported: number, cap: number): number {
+  if (reported <= cap) return reported;
   request.log.warn(
     { provider, reportedCompletionTokens: reported, billedCompletionTokens: cap },
     "completion tokens reported above the request's cap: billed at the cap",
   );
+  return cap;
 }

@@ -17,7 +17,7 @@ import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import type { StreamMeta } from '../../streaming/types.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
-import { recordClientGone, warnCompletionClamped } from '../plugins/usage-recording.js';
+import { billedCompletionTokens, recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } from '../upstream-call.js';
 
@@ -113,8 +113,7 @@ export async function startStream(
       const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
       const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
       const reported = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
-      const completion = Math.min(reported, args.completionCap);
-      if (completion < reported) warnCompletionClamped(request, result.offer.provider, reported, completion);
+      const completion = billedCompletionTokens(request, result.offer.provider, reported, args.completionCap);
       const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
       if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
       services.usage.record({

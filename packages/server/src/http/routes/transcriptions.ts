@@ -9,6 +9,7 @@ import { planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
+import { compressedBodyError } from '../errors.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { boundaryOf, declaredTooLarge, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
 import type { Services } from '../services.js';
@@ -110,10 +111,8 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     throw new GatewayError('unsupported_media_type', `Unsupported Content-Type '${request.headers['content-type'] ?? ''}': send multipart/form-data.`);
   });
   scope.addContentTypeParser('multipart/form-data', async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
-    const coding = String(request.headers['content-encoding'] ?? '').trim();
-    if (coding !== '' && coding.toLowerCase() !== 'identity') {
-      throw new GatewayError('unsupported_media_type', `Content-Encoding '${coding}' is not supported: send the request body uncompressed.`);
-    }
+    const compressed = compressedBodyError(request.headers['content-encoding']);
+    if (compressed) throw compressed;
     const declared = Number(request.headers['content-length']);
     if (declaredTooLarge(declared, limit)) throw tooLarge(limit);
     const boundary = boundaryOf(request.headers['content-type']);
