@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UpstreamError } from '../src/errors/upstream-error.js';
-import { type BodyReader, UpstreamHttp } from '../src/providers/http-client.js';
+import { type BodyReader, MAX_RETRY_AFTER_S, retryAfterSeconds, UpstreamHttp } from '../src/providers/http-client.js';
 
 let server: Server;
 let http: UpstreamHttp;
@@ -90,5 +90,24 @@ describe('a streamed upstream answer, read by push', () => {
     expect(err).toBeInstanceOf(UpstreamError);
     expect((err as UpstreamError).kind).toBe('connect');
     await closed.close();
+  });
+});
+
+describe("a provider's Retry-After, as the seconds passed on to the client", () => {
+  const wait = (h: Record<string, string>) => retryAfterSeconds(h);
+
+  it('reads seconds, milliseconds and HTTP dates', () => {
+    expect(wait({ 'retry-after': '7' })).toBe(7);
+    expect(wait({ 'retry-after': '2.5' })).toBe(3);
+    expect(wait({ 'retry-after-ms': '1500', 'retry-after': '9' })).toBe(2);
+    expect(wait({ 'retry-after': new Date(Date.now() + 30_000).toUTCString() })).toBeGreaterThanOrEqual(29);
+    expect(wait({ 'retry-after': new Date(Date.now() - 30_000).toUTCString() })).toBe(0);
+  });
+
+  it('caps a wait no client would honour, and ignores what is not a wait', () => {
+    expect(wait({ 'retry-after': '99999999999' })).toBe(MAX_RETRY_AFTER_S);
+    expect(wait({ 'retry-after': new Date(Date.now() + 11 * 365 * 86_400_000).toUTCString() })).toBe(MAX_RETRY_AFTER_S);
+    expect(wait({ 'retry-after-ms': '86400000000' })).toBe(MAX_RETRY_AFTER_S);
+    for (const value of ['-5', 'abc', '', ' ', '12 abc', '0x10']) expect(wait({ 'retry-after': value }), value).toBeUndefined();
   });
 });

@@ -116,17 +116,26 @@ export class UpstreamHttp {
   }
 }
 
-/** Reads `retry-after` (seconds or HTTP date) and `retry-after-ms`. */
+/** The longest wait passed on from a provider: a value beyond it (a date years ahead) is a provider's error, not advice. */
+export const MAX_RETRY_AFTER_S = 3_600;
+
+/**
+ * Reads `retry-after` (seconds or HTTP date) and `retry-after-ms`, as the
+ * whole seconds a client should wait: at most {@link MAX_RETRY_AFTER_S};
+ * a negative or unreadable value is no advice (undefined), a date already
+ * past is 0.
+ */
 export function retryAfterSeconds(headers: Record<string, string | string[] | undefined>): number | undefined {
   const ms = Number(headers['retry-after-ms']);
-  if (Number.isFinite(ms) && ms > 0) return Math.ceil(ms / 1000);
+  if (Number.isFinite(ms) && ms > 0) return Math.min(MAX_RETRY_AFTER_S, Math.ceil(ms / 1000));
   const raw = headers['retry-after'];
-  const value = Array.isArray(raw) ? raw[0] : raw;
+  const value = (Array.isArray(raw) ? raw[0] : raw)?.trim();
   if (!value) return undefined;
-  const s = Number(value);
-  if (Number.isFinite(s)) return Math.max(0, Math.ceil(s));
+  if (/^\d+(\.\d+)?$/.test(value)) return Math.min(MAX_RETRY_AFTER_S, Math.ceil(Number(value)));
+  // Only an HTTP date is a date: Date.parse reads "-5" or "12 abc" as years.
+  if (!/[a-z]{3}/i.test(value)) return undefined;
   const date = Date.parse(value);
-  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - Date.now()) / 1000));
+  return Number.isNaN(date) ? undefined : Math.min(MAX_RETRY_AFTER_S, Math.max(0, Math.ceil((date - Date.now()) / 1000)));
 }
 
 /** Pulls a human message out of the many error shapes providers use. */
