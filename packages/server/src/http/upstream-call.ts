@@ -3,7 +3,7 @@ import { H, type Strategy } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { UpstreamError } from '../errors/upstream-error.js';
 import { redactSecrets } from '../lib/redact.js';
-import type { CancelSignal } from '../providers/http-client.js';
+import type { AbortListener, CancelSignal } from '../providers/http-client.js';
 import type { ProviderAdapter } from '../providers/types.js';
 import type { LatencyMode, OfferStats } from '../routing/offer-stats.js';
 import type { Offer } from '../routing/registry.js';
@@ -77,7 +77,7 @@ export function clientAbortSignal(reply: FastifyReply): CancelSignal & { disarm(
 class ClientGone implements CancelSignal {
   aborted = false;
   reason: Error | undefined = undefined;
-  private listeners: (() => void)[] = [];
+  private listeners: AbortListener[] = [];
   private armed = true;
 
   constructor(res: ServerResponse) {
@@ -91,11 +91,11 @@ class ClientGone implements CancelSignal {
     });
   }
 
-  addEventListener(_type: 'abort', listener: () => void): void {
+  addEventListener(_type: 'abort', listener: AbortListener): void {
     this.listeners.push(listener);
   }
 
-  removeEventListener(_type: 'abort', listener: () => void): void {
+  removeEventListener(_type: 'abort', listener: AbortListener): void {
     const at = this.listeners.indexOf(listener);
     if (at >= 0) this.listeners.splice(at, 1);
   }
@@ -112,7 +112,10 @@ class ClientGone implements CancelSignal {
     this.reason = new Error('the client closed the connection');
     const listeners = this.listeners;
     this.listeners = [];
-    for (const listener of listeners) listener();
+    for (const listener of listeners) {
+      if (typeof listener === 'function') listener();
+      else listener.handleEvent();
+    }
   }
 }
 

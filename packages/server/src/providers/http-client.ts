@@ -15,9 +15,12 @@ export interface JsonResponse {
 export interface CancelSignal {
   readonly aborted: boolean;
   readonly reason?: unknown;
-  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
-  removeEventListener(type: 'abort', listener: () => void): void;
+  addEventListener(type: 'abort', listener: AbortListener, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: AbortListener): void;
 }
+
+/** A function, or an object whose `handleEvent` is called (as EventTarget takes it). */
+export type AbortListener = (() => void) | { handleEvent(): void };
 
 export interface UpstreamRequest {
   method: 'GET' | 'POST';
@@ -163,7 +166,6 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   private readonly chunks: Buffer[] = [];
   protected controller: Dispatcher.DispatchController | null = null;
   private settled = false;
-  private readonly onAbort: (() => void) | null = null;
 
   constructor(
     private readonly resolve: (res: JsonResponse) => void,
@@ -175,16 +177,21 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
       this.fail(abortReason(signal));
       return;
     }
-    this.onAbort = () => {
-      const reason = abortReason(signal);
-      if (this.controller) this.controller.abort(reason);
-      else this.fail(reason);
-    };
-    signal.addEventListener('abort', this.onAbort, { once: true });
+    // The handler is the listener itself (handleEvent), not a closure made for it: with a closure per call, V8's
+    // young-generation collections kept every call's handler, headers and body alive until they were promoted (4.5 KB
+    // a request at 50 ms upstream against 0.6 KB, `bench/gc-trace.mjs`), and the major collections paid for them.
+    signal.addEventListener('abort', this);
   }
 
   get aborted(): boolean {
     return this.settled;
+  }
+
+  /** The signal fired: the client left. */
+  handleEvent(): void {
+    const reason = abortReason(this.signal);
+    if (this.controller) this.controller.abort(reason);
+    else this.fail(reason);
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -232,7 +239,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   }
 
   protected detach(): void {
-    if (this.onAbort) this.signal?.removeEventListener('abort', this.onAbort);
+    this.signal?.removeEventListener('abort', this);
   }
 }
 
