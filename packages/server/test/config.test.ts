@@ -65,6 +65,9 @@ describe('config file', () => {
       ],
       // Budgets add costs up in EUR.
       [good.replace('currency: EUR', 'currency: USD'), { ALPHA_API_KEY: 'k' }, /\/models\/0\/offers\/0\/pricing\/currency/],
+      // A field given with the wrong type is named, not another one the file lacks.
+      ['providers: 5\n', {}, /gw\.yaml at \/providers: expected array/],
+      ['{}\n', {}, /gw\.yaml at \/(providers|models): expected (required property|array)/],
     ];
     for (const [text, env, message] of cases) {
       expect(() => parseConfigText(text, 'gw.yaml', env)).toThrowError(message);
@@ -168,6 +171,19 @@ describe('config file', () => {
     } finally {
       gw.child.kill('SIGTERM');
       await gw.exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('SIGHUP stops the gateway cleanly, as SIGTERM does (Node would exit at once, dropping what is in flight)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-hup-'));
+    const gw = await spawnGateway({ GW_DATA_DIR: join(dir, 'data') });
+    try {
+      gw.child.kill('SIGHUP');
+      expect(await gw.exited).toBe(0);
+      expect(gw.output()).toMatch(/"signal":"SIGHUP".*draining/);
+    } finally {
+      if (gw.child.exitCode === null) gw.child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
     }
   }, 60_000);

@@ -1,14 +1,15 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let gw: TestGateway;
 let key: string;
+let keyId: string;
 let port: number;
 
 beforeAll(async () => {
   gw = await startGateway({ env: { GW_REQUEST_TIMEOUT_MS: '1000' } });
-  key = (await gw.createKey({ rateLimitRpm: 1000 })).key;
+  ({ key, id: keyId } = await gw.createKey({ rateLimitRpm: 1000 }));
   port = Number(new URL(gw.url).port);
 });
 afterAll(() => gw?.close());
@@ -64,6 +65,19 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
       expect(envelopeOf(r.body)).toMatchObject({ code: 'unauthorized', message: expect.stringContaining('exactly one Authorization') });
     }
     const one = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`);
+    expect(one.head).toMatch(/^HTTP\/1\.1 200 /);
+  });
+
+  it('so are two Authorization headers on the admin API, even when both carry the admin token', async () => {
+    for (const [first, second] of [
+      [ADMIN_TOKEN, 'wrong-admin-token-0123456789'],
+      [ADMIN_TOKEN, ADMIN_TOKEN],
+    ]) {
+      const r = await raw(`GET /admin/v1/keys/${keyId} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${first}\r\nAuthorization: Bearer ${second}\r\nConnection: close\r\n\r\n`);
+      expect(r.head).toMatch(/^HTTP\/1\.1 401 /);
+      expect(envelopeOf(r.body)).toMatchObject({ code: 'unauthorized', message: expect.stringContaining('exactly one Authorization') });
+    }
+    const one = await raw(`GET /admin/v1/keys/${keyId} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ADMIN_TOKEN}\r\nConnection: close\r\n\r\n`);
     expect(one.head).toMatch(/^HTTP\/1\.1 200 /);
   });
 

@@ -31,7 +31,10 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
     throw new ConfigError(file, '/', `valid ${file.endsWith('.json') ? 'JSON' : 'YAML'} (${(err as Error).message.split('\n')[0]})`);
   }
   const data = substitute(raw, env, file, '');
-  const first = Value.Errors(FileConfigSchema, data).First();
+  const errors = [...Value.Errors(FileConfigSchema, data)];
+  // A field the file has but got wrong says more than one it lacks, which the validator lists first
+  // (`providers: 5` read as "/models: expected required property").
+  const first = errors.find((e) => !/required property/i.test(e.message)) ?? errors[0];
   if (first) throw new ConfigError(file, first.path || '/', describeExpectation(first.message, first.schema));
   const config = data as GatewayFileConfig;
   checkReferences(config, file);

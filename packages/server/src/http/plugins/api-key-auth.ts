@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { GatewayError } from '../../errors/gateway-error.js';
+import { refuseDoubleAuthorization } from '../../auth/admin-token.js';
 import type { Services } from '../services.js';
 
 /**
@@ -10,10 +10,7 @@ export function registerApiKeyAuth(app: FastifyInstance, services: Services): vo
   app.addHook('onRequest', (request, _reply, done) => {
     let found: ReturnType<Services['auth']['authenticate']>;
     try {
-      if (authorizationHeaders(request.raw.rawHeaders) > 1) {
-        // Node keeps the first; a proxy in front may read the last: which key is billed must not depend on who reads.
-        throw new GatewayError('unauthorized', 'Send exactly one Authorization header.');
-      }
+      refuseDoubleAuthorization(request.raw.rawHeaders);
       found = services.auth.authenticate(request.headers.authorization);
     } catch (err) {
       return done(err as Error);
@@ -27,14 +24,4 @@ export function registerApiKeyAuth(app: FastifyInstance, services: Services): vo
       done();
     }, done);
   });
-}
-
-/** How many Authorization headers the request carried (names are at the even places of the raw list). */
-function authorizationHeaders(raw: string[]): number {
-  let n = 0;
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i] as string;
-    if (name.length === 13 && name.toLowerCase() === 'authorization') n++;
-  }
-  return n;
 }

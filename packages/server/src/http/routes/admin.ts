@@ -1,6 +1,6 @@
 import { CreatedKey, CreateKeyBody, CreateWorkspaceBody, errorEnvelopeSchema, KeyParams, KeyView, PatchKeyBody, RebuildResult, Workspace } from '@gw/schema';
 import type { FastifyInstance } from 'fastify';
-import { checkAdminToken } from '../../auth/admin-token.js';
+import { checkAdminToken, refuseDoubleAuthorization } from '../../auth/admin-token.js';
 import { generateApiKey } from '../../auth/api-keys.js';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
@@ -90,7 +90,10 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     done();
   });
   app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No admin route ${request.method} ${request.url}.`), request, reply, 'a'));
-  app.addHook('onRequest', async (request) => checkAdminToken(request.headers.authorization, services.adminToken));
+  app.addHook('onRequest', async (request) => {
+    refuseDoubleAuthorization(request.raw.rawHeaders);
+    checkAdminToken(request.headers.authorization, services.adminToken);
+  });
 
   app.post(
     '/workspaces',
