@@ -73,7 +73,9 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
       [ADMIN_TOKEN, 'wrong-admin-token-0123456789'],
       [ADMIN_TOKEN, ADMIN_TOKEN],
     ]) {
-      const r = await raw(`GET /admin/v1/keys/${keyId} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${first}\r\nAuthorization: Bearer ${second}\r\nConnection: close\r\n\r\n`);
+      const r = await raw(
+        `GET /admin/v1/keys/${keyId} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${first}\r\nAuthorization: Bearer ${second}\r\nConnection: close\r\n\r\n`,
+      );
       expect(r.head).toMatch(/^HTTP\/1\.1 401 /);
       expect(envelopeOf(r.body)).toMatchObject({ code: 'unauthorized', message: expect.stringContaining('exactly one Authorization') });
     }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { InstancePresence } from '../src/kv/instance-presence.js';
+import { ALIVE_TTL_MS, InstancePresence, instanceKey } from '../src/kv/instance-presence.js';
 import { toNano } from '../src/limits/budget-types.js';
 import { RedisLedger } from '../src/limits/redis-ledger.js';
 import { useRedis } from './helpers/redis.js';
@@ -9,6 +9,13 @@ const ledgerOf = (presence = new InstancePresence(fixture.redis)) => new RedisLe
 
 const base = (tag: string) => `gw:budget:{${tag}}:key:k1`;
 const scope = (limit: number) => ({ id: 'key:k1', limit, loadSpent: async () => 0 });
+
+/** Moves every hold of `tag` back in time by `ms`, as if it had been made that much earlier. */
+async function ageHolds(tag: string, ms: number): Promise<void> {
+  const holds = `${base(tag)}:holds`;
+  const scored = await fixture.redis.zrange(holds, 0, -1, 'WITHSCORES');
+  for (let i = 0; i < scored.length; i += 2) await fixture.redis.zadd(holds, 'XX', Number(scored[i + 1]) - ms, scored[i] as string);
+}
 
 describe('the Redis budget ledger keeps a running sum of its holds', () => {
   it('adds each hold and takes it off when settled; the sum decides like the holds would', async () => {
@@ -51,13 +58,48 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
     const ledger = ledgerOf();
     // Both holders alive: 0.9 of 1 is held, and 0.3 more does not fit.
     expect((await ledger.reserve(tag, [scope(1)], 0.3, 'req_next')).ok).toBe(false);
-    // The first instance stops saying it is alive (as one killed outright does once its word lapses).
+    // The first instance stops saying it is alive (as one killed outright does once its word lapses), and its hold is
+    // older than that word lasts (a younger one may be a live instance's whose word Redis lost; below).
     await doomed.close();
+    await ageHolds(tag, ALIVE_TTL_MS + 1000);
     expect((await ledger.reserve(tag, [scope(1)], 0.3, 'req_next')).ok).toBe(true);
     expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.7));
     // The live instance's hold is still there: 0.4 + 0.3 held, so 0.4 more does not fit.
     expect((await ledger.reserve(tag, [scope(1)], 0.4, 'req_more')).ok).toBe(false);
     await living.close();
+  });
+
+  it('keeps a fresh hold whose instance Redis forgot (a restart empties its word too): its request still runs, and its settle adds its cost', async () => {
+    const tag = 'forgotten-holder';
+    const living = new InstancePresence(fixture.redis);
+    const held = await ledgerOf(living).reserve(tag, [scope(1)], 0.6, 'req_living');
+    expect(held.ok).toBe(true);
+    // What an empty Redis after a restart looks like to the others: the word is gone, the new hold is not.
+    await fixture.redis.del(instanceKey(living.id));
+    const other = ledgerOf();
+    expect((await other.reserve(tag, [scope(1)], 0.5, 'req_other')).ok).toBe(false);
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.6));
+    if (held.ok) await ledgerOf(living).settle(held.reservation, 0.55);
+    expect(Number(await fixture.redis.get(`${base(tag)}:spent`))).toBe(toNano(0.55));
+    // 0.55 spent of 1: the room the hold kept was never given out twice.
+    expect((await other.reserve(tag, [scope(1)], 0.5, 'req_other')).ok).toBe(false);
+    await living.close();
+  });
+
+  it('loading a total, holds the room the database leases keep until they lapse: instances still on them admit from it', async () => {
+    const tag = 'leased-at-load';
+    const ledger = ledgerOf();
+    const leasedScope = (ms: number) => ({ ...scope(1), loadSpent: async () => 0.2, loadLeased: async () => ({ nano: toNano(0.5), ms }) });
+    // 0.2 spent and 0.5 leased of 1: 0.3 is left, not 0.8.
+    expect((await ledger.reserve(tag, [leasedScope(300)], 0.4, 'req_1')).ok).toBe(false);
+    const fits = await ledger.reserve(tag, [leasedScope(300)], 0.3, 'req_2');
+    expect(fits.ok).toBe(true);
+    // Only the call that loaded the total held the leases; a load after it adds nothing.
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.8));
+    if (fits.ok) await ledger.settle(fits.reservation, 0.1);
+    // Once the leases lapse, their room comes back: 0.3 spent of 1.
+    await new Promise((r) => setTimeout(r, 400));
+    expect((await ledger.reserve(tag, [leasedScope(300)], 0.7, 'req_3')).ok).toBe(true);
   });
 
   it('rebuilds a missing sum from the holds, and drops a sum whose holds are gone', async () => {

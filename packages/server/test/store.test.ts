@@ -482,6 +482,12 @@ describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
     // The workspace's budget holds across its keys: 0.06 spent of 1; a lease takes its minimum when that is more than half.
     expect(await store.budgetLeases.grow(`ws:${ws.id}`, 'lease:ws', nano(0.95), nano(2), 60_000)).toBe(0);
     expect(await store.budgetLeases.grow(`ws:${ws.id}`, 'lease:ws', nano(0.9), nano(2), 60_000)).toBe(nano(0.9));
+    // What the live leases hold (Redis counts it as held when it loads a total): the dead one is not counted.
+    const live = await store.budgetLeases.live(`key:${other.id}`);
+    expect(live.nano).toBe(nano(0.2));
+    expect(live.ms).toBeGreaterThan(50_000);
+    expect(live.ms).toBeLessThanOrEqual(60_000);
+    expect(await store.budgetLeases.live('key:nobody')).toEqual({ nano: 0, ms: 0 });
   });
 
   it('two lease ledgers admit no more than the budget between them, take stored costs off, and give idle room back', async () => {

@@ -90,15 +90,22 @@ async function heldByRequestsInFlight(services: Services, tag: string, scopes: B
  */
 const scopesOfKey = new WeakMap<ApiKeyRecord, { ws: Workspace | null; scopes: BudgetScope[] }>();
 
+/** What the database's leases hold of a scope: Redis counts it as held when it loads the scope's total. */
+function leasedIn(services: Services, scopeId: string): () => Promise<{ nano: number; ms: number }> {
+  return () => services.store.budgetLeases.live(scopeId);
+}
+
 function budgetScopes(services: Services, key: ApiKeyRecord, ws: Workspace | null): BudgetScope[] {
   const known = scopesOfKey.get(key);
   if (known && known.ws === ws) return known.scopes;
   const scopes: BudgetScope[] = [];
   if (key.budget !== null) {
-    scopes.push({ id: `key:${key.id}`, limit: key.budget, loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0 });
+    const id = `key:${key.id}`;
+    scopes.push({ id, limit: key.budget, loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0, loadLeased: leasedIn(services, id) });
   }
   if (ws && ws.budget !== null) {
-    scopes.push({ id: `ws:${ws.id}`, limit: ws.budget, loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0 });
+    const id = `ws:${ws.id}`;
+    scopes.push({ id, limit: ws.budget, loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0, loadLeased: leasedIn(services, id) });
   }
   scopesOfKey.set(key, { ws, scopes });
   return scopes;

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 
 /** Each instance says it is alive this often, for this long. */
 const ALIVE_EVERY_MS = 2_000;
-const ALIVE_TTL_MS = 6_000;
+export const ALIVE_TTL_MS = 6_000;
 
 export const instanceKey = (id: string): string => `gw:instance:${id}`;
 
@@ -22,6 +22,9 @@ export class InstancePresence {
     this.sayAlive();
     this.timer = setInterval(() => this.sayAlive(), ALIVE_EVERY_MS);
     this.timer.unref();
+    // A Redis that restarted lost this word: said again as soon as the connection is back, not up to 2 s later,
+    // while this instance's new holds there would look like a dead instance's to the others.
+    redis.on('ready', () => this.sayAlive());
   }
 
   private sayAlive(): void {

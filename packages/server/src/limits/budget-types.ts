@@ -11,6 +11,8 @@ export interface BudgetScope {
   limit: number | null;
   /** Reads the durable spent total (EUR) when the ledger first meets this scope. */
   loadSpent: () => Promise<number>;
+  /** The room instances hold in the database's leases (nano-EUR) and how long the longest of them lives (ms). */
+  loadLeased?: () => Promise<{ nano: number; ms: number }>;
 }
 
 export interface Reservation {

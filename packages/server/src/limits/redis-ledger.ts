@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import type { InstancePresence } from '../kv/instance-presence.js';
+import { ALIVE_TTL_MS, type InstancePresence } from '../kv/instance-presence.js';
 import { hiddenSlot } from '../lib/hidden-slot.js';
 import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
@@ -90,6 +90,26 @@ end
 return 0
 `;
 
+// KEYS: spent, holds, held sum of one scope. ARGV: the store's total, room leased in the database, how long those
+// leases live (ms). Loads a total Redis does not hold; the one call that loads it also holds the leased room (a hold
+// with no instance in its name, never taken for a dead one's), until those leases lapse: instances still on the
+// database's leases (Redis came back, they have not seen it yet) admit from that room, which Redis must not admit too.
+const LOAD_SPENT = `
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+local leased = tonumber(ARGV[2])
+local ms = tonumber(ARGV[3])
+if leased <= 0 or ms <= 0 then return 1 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[2], now + ms, 'leased-in-database-' .. now .. ':' .. leased)
+if redis.call('PTTL', KEYS[2]) < ms then redis.call('PEXPIRE', KEYS[2], ms) end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('INCRBY', KEYS[3], leased)
+  if redis.call('PTTL', KEYS[3]) < ms then redis.call('PEXPIRE', KEYS[3], ms) end
+end
+return 1
+`;
+
 /** Settles waiting for the next turn of the event loop, grouped by the keys they touch. */
 interface SettleBatch {
   keys: string[];
@@ -122,6 +142,7 @@ export class RedisLedger implements BudgetLedger {
   private readonly settleCmd: Cmd;
   private readonly addSpentCmd: Cmd;
   private readonly raiseSpentCmd: Cmd;
+  private readonly loadSpentCmd: Cmd;
 
   constructor(
     private readonly redis: Redis,
@@ -136,6 +157,8 @@ export class RedisLedger implements BudgetLedger {
     this.addSpentCmd = this.cmd('gwBudgetAddSpent');
     redis.defineCommand('gwBudgetRaiseSpent', { lua: RAISE_SPENT });
     this.raiseSpentCmd = this.cmd('gwBudgetRaiseSpent');
+    redis.defineCommand('gwBudgetLoadSpent', { lua: LOAD_SPENT });
+    this.loadSpentCmd = this.cmd('gwBudgetLoadSpent');
   }
 
   /** The reservation `reserve` would have made: to release a hold whose reserve call failed yet may have run. */
@@ -155,8 +178,14 @@ export class RedisLedger implements BudgetLedger {
    */
   private async dropHoldsOfTheDead(args: ReserveArgs): Promise<boolean> {
     const members = new Set<string>();
+    const [seconds, micros] = await this.redis.time();
+    const redisNow = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    // A hold younger than an instance's word that it is alive may be a live instance's whose word Redis lost (a
+    // restart empties both): its owner says it again within ALIVE_TTL_MS. Dropping it would free room a running
+    // request still needs, and its settle, finding no hold, would add nothing to the total.
+    const madeBefore = redisNow + RESERVATION_TTL_MS - ALIVE_TTL_MS;
     for (let i = 1; i < args.keys.length; i += 3) {
-      for (const m of await this.redis.zrange(args.keys[i] as string, '0', '-1')) members.add(m);
+      for (const m of await this.redis.zrangebyscore(args.keys[i] as string, '-inf', madeBefore)) members.add(m);
     }
     const instanceOf = (m: string) => {
       const at = m.lastIndexOf('@');
@@ -213,7 +242,8 @@ export class RedisLedger implements BudgetLedger {
         return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
       }
       const scope = scopes[-res - 1] as BudgetScope;
-      await this.redis.set(keysOf(tag, scope.id)[0] as string, String(toNano(await scope.loadSpent())), 'NX');
+      const [spent, leased] = await Promise.all([scope.loadSpent(), scope.loadLeased?.() ?? NOTHING_LEASED]);
+      await this.loadSpentCmd(3, ...keysOf(tag, scope.id), toNano(spent), leased.nano, Math.ceil(leased.ms));
     }
     throw new Error('budget ledger could not load its totals');
   }
@@ -279,6 +309,8 @@ export class RedisLedger implements BudgetLedger {
     return fn.bind(this.redis);
   }
 }
+
+const NOTHING_LEASED = Promise.resolve({ nano: 0, ms: 0 });
 
 function settleKeys(r: Reservation): { keys: string[]; group: string } {
   const keys = r.scopes.flatMap((id) => keysOf(r.tag, id));

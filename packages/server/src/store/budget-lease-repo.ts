@@ -29,4 +29,13 @@ export class DrizzleBudgetLeaseRepo implements BudgetLeaseRepo {
     );
     return rowsOf(result).length > 0;
   }
+
+  async live(scopeId: string): Promise<{ nano: number; ms: number }> {
+    const result = await this.db.execute(
+      sql`SELECT coalesce(sum(nano), 0) AS nano, coalesce(ceil(extract(epoch FROM max(expires_at) - now()) * 1000), 0) AS ms
+        FROM budget_leases WHERE scope_id = ${scopeId} AND expires_at > now()`,
+    );
+    const [row] = rowsOf<{ nano: string | number; ms: string | number }>(result);
+    return { nano: Number(row?.nano ?? 0), ms: Math.max(0, Number(row?.ms ?? 0)) };
+  }
 }

@@ -140,6 +140,8 @@ export interface BudgetLeaseRepo {
    * and renews it for `ttlMs`; false when it had already run out.
    */
   shrink(scopeId: string, leaseId: string, nano: number, ttlMs: number): Promise<boolean>;
+  /** The room every live lease of the scope holds, and how long the longest of them lives (ms). */
+  live(scopeId: string): Promise<{ nano: number; ms: number }>;
 }
 
 export interface IdempotencyRepo {
