@@ -242,8 +242,11 @@ export class RedisLedger implements BudgetLedger {
         return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
       }
       const scope = scopes[-res - 1] as BudgetScope;
-      const [spent, leased] = await Promise.all([scope.loadSpent(), scope.loadLeased?.() ?? NOTHING_LEASED]);
-      await this.loadSpentCmd(3, ...keysOf(tag, scope.id), toNano(spent), leased.nano, Math.ceil(leased.ms));
+      // The leases first: a cost that leaves a lease for the stored total between the two reads is then counted in
+      // both (room held back a moment), never in neither.
+      const leased = await (scope.loadLeased?.() ?? NOTHING_LEASED);
+      const spent = await scope.loadSpent();
+      await this.loadSpentCmd(3, ...keysOf(tag, scope.id), toNano(spent), leased.nano, Math.ceil(Math.min(leased.ms, LEASED_HOLD_MS)));
     }
     throw new Error('budget ledger could not load its totals');
   }
@@ -311,6 +314,13 @@ export class RedisLedger implements BudgetLedger {
 }
 
 const NOTHING_LEASED = Promise.resolve({ nano: 0, ms: 0 });
+
+/**
+ * How long a total loaded into an empty Redis holds the room the database's leases keep: long enough for every
+ * instance to be back on Redis (they reconnect up to 2 s apart, then catch up), and no longer, since leases are only
+ * given back when idle (5 s) or when they lapse (30 s), and a key with budget left was refused meanwhile.
+ */
+const LEASED_HOLD_MS = 5_000;
 
 function settleKeys(r: Reservation): { keys: string[]; group: string } {
   const keys = r.scopes.flatMap((id) => keysOf(r.tag, id));
