@@ -57,17 +57,21 @@ export function routeOptions(services: Services, request: FastifyRequest): Route
   if (!/^[0-5]$/.test(hopsRaw)) {
     throw new GatewayError('validation', `Invalid X-Gateway-Max-Hops '${hopsRaw}': expected an integer from 0 to 5.`, { param: 'X-Gateway-Max-Hops' });
   }
-  const known = services.registry.providerIds();
   const pin = header(request, 'x-gateway-provider');
-  if (pin !== null && !known.includes(pin)) {
+  if (pin !== null && !services.registry.providerIds().includes(pin)) {
     const code = request.gw.variant === 'b' ? 'provider_unsupported' : 'validation';
-    throw new GatewayError(code, `Unknown provider '${pin}' in X-Gateway-Provider: expected one of ${known.join(', ')}.`, { param: 'X-Gateway-Provider' });
+    const known = services.registry.providerIds().join(', ');
+    throw new GatewayError(code, `Unknown provider '${pin}' in X-Gateway-Provider: expected one of ${known}.`, { param: 'X-Gateway-Provider' });
   }
   const prefer = header(request, 'x-gateway-provider-prefer');
-  if (prefer !== null && !known.includes(prefer)) {
-    throw new GatewayError('validation', `Unknown provider '${prefer}' in X-Gateway-Provider-Prefer: expected one of ${known.join(', ')}.`, {
-      param: 'X-Gateway-Provider-Prefer',
-    });
+  if (prefer !== null && !services.registry.providerIds().includes(prefer)) {
+    throw new GatewayError(
+      'validation',
+      `Unknown provider '${prefer}' in X-Gateway-Provider-Prefer: expected one of ${services.registry.providerIds().join(', ')}.`,
+      {
+        param: 'X-Gateway-Provider-Prefer',
+      },
+    );
   }
   const body = request.body as { stream?: unknown } | null | undefined;
   const stream = typeof body === 'object' && body !== null && body.stream === true;
