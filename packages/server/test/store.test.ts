@@ -525,4 +525,51 @@ describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
       b.stop();
     }
   });
+
+  it('takes stored costs off a lease while a grow of it is in flight, so another instance is not refused room the budget has', async () => {
+    const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash: uid('h'), rateLimitRpm: 60, budget: 1 });
+    const scopes = [{ id: `key:${key.id}`, limit: 1, loadSpent: async () => 0 }];
+    let now = 1_000_000;
+    let storedBefore = 0;
+    const options = { now: () => now, storedBefore: () => storedBefore };
+    // Instance a's grows wait for `open` (near a budget's end, requests refused there keep one in flight).
+    let open = () => {};
+    let gate: Promise<void> | null = null;
+    const slow: typeof store.budgetLeases = {
+      grow: async (...args) => {
+        if (gate) await gate;
+        return store.budgetLeases.grow(...args);
+      },
+      shrink: (...args) => store.budgetLeases.shrink(...args),
+      live: (...args) => store.budgetLeases.live(...args),
+    };
+    const a = new LeaseLedger(slow, options);
+    const b = new LeaseLedger(store.budgetLeases, options);
+    try {
+      // a leases half of the budget (0.5), admits ten requests of 0.05, and they cost that much; the costs are stored.
+      const first = await Promise.all(Array.from({ length: 10 }, (_, i) => a.reserve('t', scopes, 0.05, `r${i}`)));
+      expect(first.every((r) => r.ok)).toBe(true);
+      for (const r of first) if (r.ok) await a.settle(r.reservation, 0.05);
+      await store.usage.insertMany(first.map((_, n) => usage({ requestId: uid(`paid${n}`), keyId: key.id, cost: 0.05 })));
+      now += 1;
+      storedBefore = now;
+      // A request at a needs more room: its grow is in flight while a tends (the 0.5 stored is now in `spent`).
+      gate = new Promise<void>((resolve) => {
+        open = resolve;
+      });
+      const pending = a.reserve('t', scopes, 0.05, 'late');
+      await a.tend();
+      // The stored 0.5 must have left a's lease: else it counts twice (in `spent` and in the lease) and b finds no room.
+      const atB = await Promise.all(Array.from({ length: 10 }, (_, i) => b.reserve('t', scopes, 0.05, `b${i}`)));
+      expect(atB.filter((r) => r.ok).length).toBeGreaterThanOrEqual(8);
+      open();
+      await pending;
+      const live = await store.budgetLeases.live(`key:${key.id}`);
+      expect(live.nano).toBeLessThanOrEqual(0.5e9);
+    } finally {
+      open();
+      a.stop();
+      b.stop();
+    }
+  });
 });

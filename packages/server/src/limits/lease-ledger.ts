@@ -239,7 +239,11 @@ export class LeaseLedger implements BudgetLedger {
     const now = this.now();
     const storedBefore = this.options.storedBefore();
     for (const [id, state] of this.scopes) {
-      if (state.tending || state.growing) continue;
+      // A grow in flight on a lease with nothing leased may be making its row (a shrink would find none and
+      // lapse it); any other grow leaves the row there. Near a budget's end, refused requests keep a grow in
+      // flight nearly all the time: skipping the scope then kept costs already in `spent` counted in the lease
+      // too, for seconds, and every instance refused requests the budget had room for.
+      if (state.tending || (state.growing && state.leased === 0)) continue;
       if (state.leased === 0 && state.inflight === 0) {
         this.scopes.delete(id);
         continue;
