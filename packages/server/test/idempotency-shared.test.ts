@@ -1,5 +1,6 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
 import { chatBody, classify, post, usageOf } from './helpers/idempotent.js';
@@ -78,6 +79,39 @@ describe.each([
     expect(first.at(-1)?.data).toBe('[DONE]');
     expect(chats()).toBe(1);
   });
+});
+
+describe('when Redis restarts empty while keyed requests run', () => {
+  it('their claims and stream answers are written again once the instances reconnect: a repeat replays, nothing runs twice', async () => {
+    const own = await one.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 1500, chunkGapMs: 60 });
+    const plain = post(one.baseA, own.key, chatBody('Runs through a restart'), { 'x-idempotency-key': 'through-restart' });
+    const streamBody = { ...chatBody('Streams through a restart'), stream: true };
+    const streamed = streamRequest(one.baseA, own.key, streamBody, { 'x-idempotency-key': 'stream-through-restart' });
+    await new Promise((r) => setTimeout(r, 300));
+    // What a restart without persistence leaves: no data, and every client's connection dropped.
+    const admin = new Redis(redis.url);
+    try {
+      await admin.flushall();
+      await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+    } finally {
+      admin.disconnect();
+    }
+    // Reconnected (ioredis waits a moment first): the repeats wait for the first requests or replay them.
+    await new Promise((r) => setTimeout(r, 700));
+    const [again, streamAgain] = await Promise.all([
+      post(two.baseA, own.key, chatBody('Runs through a restart'), { 'x-idempotency-key': 'through-restart' }),
+      streamRequest(two.baseA, own.key, streamBody, { 'x-idempotency-key': 'stream-through-restart' }),
+    ]);
+    const first = await plain;
+    expect(first.status).toBe(200);
+    expect([again.status, again.headers.get('idempotent-replayed'), again.text]).toEqual([200, 'true', first.text]);
+    const firstEvents = await readSse(await streamed);
+    expect(streamAgain.headers.get('idempotent-replayed')).toBe('true');
+    expect(await readSse(streamAgain)).toEqual(firstEvents);
+    expect(chats()).toBe(2);
+    expect(await usageOf([one, two], own.id)).toHaveLength(2);
+  }, 30_000);
 });
 
 describe('when Redis cannot be reached', () => {

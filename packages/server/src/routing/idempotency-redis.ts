@@ -2,6 +2,9 @@ import type { Redis } from 'ioredis';
 import { CircuitBreaker } from '../limits/circuit-breaker.js';
 import type { IdempotencyBackend, IdempotencyEntry, StoredAnswer } from './idempotency-types.js';
 
+/** How long the answer of a stream still running is kept to be written again after a reconnect. */
+const HELD_STREAM_MAX_MS = 15 * 60_000;
+
 /** One hash per scope, hash-tagged for Redis Cluster. */
 const keyOf = (scope: string) => `gw:idem:{${scope}}`;
 
@@ -13,15 +16,23 @@ redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[1], 'owner', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return false
 `;
+// A missing hash is a claim Redis lost (a restart without persistence): its owner writes it again, so that a repeat
+// waits for this request or replays its answer rather than running it a second time. ARGV[3]: the fingerprint.
 const REFRESH = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[3], 'owner', ARGV[1])
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == 'pending' then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 `;
+// ARGV[4]: the fingerprint, to store the answer under a claim Redis lost.
 const COMPLETE = `
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'done', 'answer', ARGV[2])
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner and owner ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'done', 'answer', ARGV[2], 'fp', ARGV[4], 'owner', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 `;
@@ -48,32 +59,71 @@ interface Scripts {
  */
 export class RedisIdempotencyBackend implements IdempotencyBackend {
   private readonly breaker = new CircuitBreaker(1000);
+  /**
+   * This instance's claims still running, and the answers of its streams still running (stored as begun, completed
+   * again with their events at the end), by owner: written again as soon as the connection is back, since the Redis
+   * it reconnected to may have restarted empty, and a repeat that then found nothing ran the request again.
+   */
+  private readonly held = new Map<string, { scope: string; fingerprint: string; ttlMs: number; answer: StoredAnswer | null }>();
 
   constructor(private readonly redis: Redis) {
     redis.defineCommand('gwIdemClaim', { numberOfKeys: 1, lua: CLAIM });
     redis.defineCommand('gwIdemRefresh', { numberOfKeys: 1, lua: REFRESH });
     redis.defineCommand('gwIdemComplete', { numberOfKeys: 1, lua: COMPLETE });
     redis.defineCommand('gwIdemRelease', { numberOfKeys: 1, lua: RELEASE });
+    redis.on('ready', () => this.writeHeldAgain());
   }
 
   async claim(scope: string, fingerprint: string, owner: string, ttlMs: number): Promise<IdempotencyEntry | null> {
     const res = (await this.run('gwIdemClaim', scope, fingerprint, owner, Math.round(ttlMs))) as [string | null, string | null, string | null] | null;
-    if (res === null) return null;
+    if (res === null) {
+      this.held.set(owner, { scope, fingerprint, ttlMs, answer: null });
+      return null;
+    }
     const [state, fp, answer] = res;
     if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: JSON.parse(answer) as StoredAnswer };
     return { state: 'pending', fingerprint: fp ?? '' };
   }
 
   async refresh(scope: string, owner: string, ttlMs: number): Promise<void> {
-    await this.run('gwIdemRefresh', scope, owner, Math.round(ttlMs));
+    const held = this.held.get(owner);
+    // Only a claim of this instance is written again if lost: its fingerprint is known here.
+    if (!held) return;
+    await this.run('gwIdemRefresh', scope, owner, Math.round(ttlMs), held.fingerprint);
   }
 
   async complete(scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void> {
-    await this.run('gwIdemComplete', scope, owner, JSON.stringify(answer), Math.round(ttlMs));
+    const held = this.held.get(owner);
+    if (!held) return;
+    // A stream's answer is stored as begun, then again with its events: until then it is written again if lost (for
+    // as long as a stream may run and be resumed; an archive that never comes must not keep it here for good).
+    if (answer.stream && !answer.stream.events) {
+      held.answer = answer;
+      setTimeout(() => {
+        if (this.held.get(owner) === held) this.held.delete(owner);
+      }, HELD_STREAM_MAX_MS).unref();
+    } else this.held.delete(owner);
+    held.ttlMs = ttlMs;
+    await this.run('gwIdemComplete', scope, owner, JSON.stringify(answer), Math.round(ttlMs), held.fingerprint);
   }
 
   async release(scope: string, owner: string): Promise<void> {
+    this.held.delete(owner);
     await this.run('gwIdemRelease', scope, owner);
+  }
+
+  /** After a reconnect: every claim and stream answer of this instance that is still running, written again where missing. */
+  private writeHeldAgain(): void {
+    // Sent past the circuit breaker, which the outage just opened: the connection is back, these must not wait.
+    const scripts = this.redis as unknown as Scripts;
+    for (const [owner, h] of this.held) {
+      const sent = h.answer
+        ? scripts.gwIdemComplete.call(this.redis, keyOf(h.scope), owner, JSON.stringify(h.answer), Math.round(h.ttlMs), h.fingerprint)
+        : scripts.gwIdemRefresh.call(this.redis, keyOf(h.scope), owner, Math.round(h.ttlMs), h.fingerprint);
+      sent.catch(() => {
+        // The heartbeat (claims) or the stream's last complete writes it again.
+      });
+    }
   }
 
   private async run(name: keyof Scripts, scope: string, ...args: (string | number)[]): Promise<unknown> {
