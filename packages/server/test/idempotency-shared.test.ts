@@ -2,7 +2,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { chatBody, classify, post, usageOf } from './helpers/idempotent.js';
 import { readSse, streamRequest } from './helpers/sse.js';
 
@@ -111,6 +111,49 @@ describe('when Redis restarts empty while keyed requests run', () => {
     expect(await readSse(streamAgain)).toEqual(firstEvents);
     expect(chats()).toBe(2);
     expect(await usageOf([one, two], own.id)).toHaveLength(2);
+  }, 30_000);
+
+  it('a stream emptied from the shared buffer mid-way is stored from its instance’s own log: a repeat after its end replays it whole', async () => {
+    const own = await one.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ chunkGapMs: 40 });
+    const body = { ...chatBody('Streams while Redis restarts'), stream: true };
+    const started = await streamRequest(one.baseA, own.key, body, { 'x-idempotency-key': 'stream-gap' });
+    await new Promise((r) => setTimeout(r, 250));
+    const admin = new Redis(redis.url);
+    try {
+      await admin.flushall();
+      await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+    } finally {
+      admin.disconnect();
+    }
+    const first = await readSse(started);
+    expect(first.at(-1)?.data).toBe('[DONE]');
+    await eventually(async () => {
+      const again = await streamRequest(two.baseA, own.key, body, { 'x-idempotency-key': 'stream-gap' });
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(await readSse(again)).toEqual(first);
+    }, 10_000);
+    expect(chats()).toBe(1);
+  }, 30_000);
+
+  it('an answer whose write failed (Redis down as the request ended) is written once Redis is back: the repeat replays it', async () => {
+    const own = await one.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 600 });
+    const first = post(one.baseA, own.key, chatBody('Ends while Redis is down'), { 'x-idempotency-key': 'lost-write' });
+    await new Promise((r) => setTimeout(r, 250));
+    await redis.kill();
+    let answered: Awaited<typeof first>;
+    try {
+      answered = await first;
+    } finally {
+      await redis.restart();
+    }
+    expect(answered.status).toBe(200);
+    await eventually(async () => {
+      const again = await post(two.baseA, own.key, chatBody('Ends while Redis is down'), { 'x-idempotency-key': 'lost-write' });
+      expect([again.status, again.headers.get('idempotent-replayed'), again.text]).toEqual([200, 'true', answered.text]);
+    }, 10_000);
+    expect(chats()).toBe(1);
   }, 30_000);
 });
 

@@ -2,8 +2,19 @@ import type { Redis } from 'ioredis';
 import { CircuitBreaker } from '../limits/circuit-breaker.js';
 import type { IdempotencyBackend, IdempotencyEntry, StoredAnswer } from './idempotency-types.js';
 
-/** How long the answer of a stream still running is kept to be written again after a reconnect. */
-const HELD_STREAM_MAX_MS = 15 * 60_000;
+/** How long an answer not yet written for good (a stream still running, a write that failed) is kept to be written again. */
+const HELD_ANSWER_MAX_MS = 15 * 60_000;
+
+/** How often an answer whose write failed is tried again. */
+const ANSWER_RETRY_MS = 1_000;
+
+/** A claim of this instance still running, or an answer of it not yet written for good. */
+interface Held {
+  scope: string;
+  fingerprint: string;
+  ttlMs: number;
+  answer: StoredAnswer | null;
+}
 
 /** One hash per scope, hash-tagged for Redis Cluster. */
 const keyOf = (scope: string) => `gw:idem:{${scope}}`;
@@ -64,7 +75,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
    * again with their events at the end), by owner: written again as soon as the connection is back, since the Redis
    * it reconnected to may have restarted empty, and a repeat that then found nothing ran the request again.
    */
-  private readonly held = new Map<string, { scope: string; fingerprint: string; ttlMs: number; answer: StoredAnswer | null }>();
+  private readonly held = new Map<string, Held>();
 
   constructor(private readonly redis: Redis) {
     redis.defineCommand('gwIdemClaim', { numberOfKeys: 1, lua: CLAIM });
@@ -95,16 +106,41 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   async complete(scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void> {
     const held = this.held.get(owner);
     if (!held) return;
-    // A stream's answer is stored as begun, then again with its events: until then it is written again if lost (for
-    // as long as a stream may run and be resumed; an archive that never comes must not keep it here for good).
-    if (answer.stream && !answer.stream.events) {
-      held.answer = answer;
+    // Kept to be written again after a reconnect: a stream's answer stored as begun until it is stored with its events,
+    // and any answer whose write fails (Redis away when the request ended). Not for good: an archive that never comes
+    // or a Redis that never returns must not keep it here past HELD_ANSWER_MAX_MS.
+    if (held.answer === null) {
       setTimeout(() => {
         if (this.held.get(owner) === held) this.held.delete(owner);
-      }, HELD_STREAM_MAX_MS).unref();
-    } else this.held.delete(owner);
+      }, HELD_ANSWER_MAX_MS).unref();
+    }
+    held.answer = answer;
     held.ttlMs = ttlMs;
-    await this.run('gwIdemComplete', scope, owner, JSON.stringify(answer), Math.round(ttlMs), held.fingerprint);
+    try {
+      await this.run('gwIdemComplete', scope, owner, JSON.stringify(answer), Math.round(ttlMs), held.fingerprint);
+    } catch (err) {
+      // A stalled Redis gives no reconnect to write it again on: tried every second meanwhile.
+      this.retryLater(owner, held);
+      throw err;
+    }
+    this.written(owner, held, answer);
+  }
+
+  /** A final answer (not a stream's begun one) written: nothing left to keep for it. */
+  private written(owner: string, held: Held, answer: StoredAnswer): void {
+    const final = !answer.stream || answer.stream.events !== undefined;
+    if (final && this.held.get(owner) === held && held.answer === answer) this.held.delete(owner);
+  }
+
+  private retryLater(owner: string, held: Held): void {
+    setTimeout(() => {
+      const answer = held.answer;
+      if (this.held.get(owner) !== held || answer === null) return;
+      this.run('gwIdemComplete', held.scope, owner, JSON.stringify(answer), Math.round(held.ttlMs), held.fingerprint).then(
+        () => this.written(owner, held, answer),
+        () => this.retryLater(owner, held),
+      );
+    }, ANSWER_RETRY_MS).unref();
   }
 
   async release(scope: string, owner: string): Promise<void> {
@@ -117,12 +153,16 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     // Sent past the circuit breaker, which the outage just opened: the connection is back, these must not wait.
     const scripts = this.redis as unknown as Scripts;
     for (const [owner, h] of this.held) {
-      const sent = h.answer
-        ? scripts.gwIdemComplete.call(this.redis, keyOf(h.scope), owner, JSON.stringify(h.answer), Math.round(h.ttlMs), h.fingerprint)
+      const answer = h.answer;
+      const sent = answer
+        ? scripts.gwIdemComplete.call(this.redis, keyOf(h.scope), owner, JSON.stringify(answer), Math.round(h.ttlMs), h.fingerprint)
         : scripts.gwIdemRefresh.call(this.redis, keyOf(h.scope), owner, Math.round(h.ttlMs), h.fingerprint);
-      sent.catch(() => {
-        // The heartbeat (claims) or the stream's last complete writes it again.
-      });
+      sent.then(
+        () => answer && this.written(owner, h, answer),
+        () => {
+          // The heartbeat (claims), the retry (answers) or the stream's last complete writes it again.
+        },
+      );
     }
   }
 

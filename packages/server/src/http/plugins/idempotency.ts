@@ -3,7 +3,7 @@ import { createReadStream } from 'node:fs';
 import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { type Claim, checkIdempotencyKey, fingerprint, idempotencyScope, type StoredAnswer } from '../../routing/idempotency.js';
-import type { StreamEvent } from '../../streaming/types.js';
+import { type StreamEvent, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { REPLAYED_HEADERS, replayable, sendReplay } from '../idempotent-replay.js';
 import type { Services } from '../services.js';
 
@@ -71,11 +71,20 @@ async function settle(services: Services, request: FastifyRequest, reply: Fastif
 /** Once the stream ends, its events are stored with the answer, so it replays for 24 hours, not only while the resume buffer keeps it. */
 async function archiveStream(services: Services, claim: Claim, answer: StoredAnswer & { stream: { id: string } }): Promise<void> {
   const id = answer.stream.id;
-  await services.sessions.get(id)?.finished;
-  const events: StreamEvent[] = [];
-  for await (const e of services.streams.follow(id, 0, AbortSignal.timeout(ARCHIVE_TIMEOUT_MS))) events.push(e);
+  const session = services.sessions.get(id);
+  let events: StreamEvent[] = [];
+  if (session) {
+    // This instance relayed the whole stream: its own log, not the shared buffer, which a Redis restart may have
+    // left with holes (an archive of them replayed a gap's error event, or nothing).
+    await session.finished;
+    events = [...session.log];
+  } else {
+    for await (const e of services.streams.follow(id, 0, AbortSignal.timeout(ARCHIVE_TIMEOUT_MS))) events.push(e);
+  }
   const last = events.at(-1);
   if (last?.kind !== 'done' && last?.kind !== 'error') return;
+  // An event the buffer made up for a gap is no part of the stream: replays keep following the buffer instead.
+  if (events.some((e) => e.seq === SYNTHETIC_SEQ)) return;
   await claim.complete({ ...answer, stream: { id, events } });
 }
 
