@@ -136,6 +136,35 @@ describe('when Redis restarts empty while keyed requests run', () => {
     expect(chats()).toBe(1);
   }, 30_000);
 
+  it('a stream that began while Redis was down is still stored with its events: a repeat after its end replays it whole', async () => {
+    const own = await one.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 500, chunkGapMs: 40 });
+    const body = { ...chatBody('Begins while Redis is down'), stream: true };
+    const streamed = streamRequest(one.baseA, own.key, body, { 'x-idempotency-key': 'began-unstored' });
+    await new Promise((r) => setTimeout(r, 200));
+    await redis.kill();
+    // The stream begins (its begun answer cannot be stored), then Redis comes back empty.
+    const started = await streamed;
+    await redis.restart();
+    const first = await readSse(started);
+    expect(first.at(-1)?.data).toBe('[DONE]');
+    // Later than the resume buffer keeps a stream its client received whole (10 s): only the stored answer is left.
+    const streamId = started.headers.get('x-request-id') as string;
+    await new Promise((r) => setTimeout(r, 500));
+    const admin = new Redis(redis.url);
+    try {
+      await admin.del(`gw:stream:{${streamId}}:events`, `gw:stream:{${streamId}}:meta`);
+    } finally {
+      admin.disconnect();
+    }
+    await eventually(async () => {
+      const again = await streamRequest(two.baseA, own.key, body, { 'x-idempotency-key': 'began-unstored' });
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(await readSse(again)).toEqual(first);
+    }, 10_000);
+    expect(chats()).toBe(1);
+  }, 30_000);
+
   it('an answer whose write failed (Redis down as the request ended) is written once Redis is back: the repeat replays it', async () => {
     const own = await one.createKey({ rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 600 });

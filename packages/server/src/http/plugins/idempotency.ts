@@ -59,10 +59,13 @@ async function settle(services: Services, request: FastifyRequest, reply: Fastif
   const headers = storedHeaders(reply);
   if (isStream(payload)) {
     const id = request.id;
-    await claim.complete({ status, headers, stream: { id } });
+    const begun = claim.complete({ status, headers, stream: { id } });
+    // Archived even if storing the begun answer fails (Redis away): the archive, with every event, is what replays
+    // for 24 hours, where the begun answer replays only while the resume buffer keeps the stream.
     void archiveStream(services, claim, { status, headers, stream: { id } }).catch((err: unknown) =>
       request.log.warn({ err }, 'idempotency: archiving the stream failed; it replays from the resume buffer while that lasts'),
     );
+    await begun;
     return;
   }
   await claim.complete({ status, headers, body: Buffer.isBuffer(payload) ? payload.toString('utf8') : String(payload ?? '') });
