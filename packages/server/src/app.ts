@@ -329,11 +329,18 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
  * PostgreSQL, or in memory), and a revocation reaches other instances only
  * through their key cache's expiry.
  */
-function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { reachable: boolean; stop(): void } {
+function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { reachable: boolean; answers(): Promise<boolean>; stop(): void } {
   let stopped = false;
   // stop(): the gateway is closing its own connections, which is not Redis going away.
   const health = {
     reachable: redis.status === 'ready',
+    // A stalled Redis keeps its connection open: `reachable` learns of it only when the connection drops, seconds
+    // later on an idle gateway. Readiness asks it (within the connection's command timeout, 500 ms).
+    answers: () =>
+      redis.ping().then(
+        () => true,
+        () => false,
+      ),
     stop: () => {
       stopped = true;
     },

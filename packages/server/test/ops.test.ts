@@ -1,11 +1,11 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../src/store/open.js';
-import { ADMIN_TOKEN } from './helpers/gateway.js';
+import { ADMIN_TOKEN, eventually } from './helpers/gateway.js';
 import { type GatewayProcess, spawnGateway } from './helpers/process.js';
 
 let sim: Simulator;
@@ -154,6 +154,31 @@ describe('operations', () => {
       expect(await store.usage.list({ requestId })).toHaveLength(1);
     } finally {
       await store.close();
+    }
+  }, 30_000);
+});
+
+describe('readiness with Redis', () => {
+  it('an idle gateway reports a stalled Redis at once, not when its connection drops seconds later', async () => {
+    const { startRedis } = await import('@gw/testkit');
+    const redis = await startRedis();
+    const dir = mkdtempSync(join(tmpdir(), 'gw-ops-stall-'));
+    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+    const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url });
+    try {
+      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' });
+      redis.pause();
+      const asked = Date.now();
+      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ status: 'ready', redis: 'unreachable' });
+      expect(Date.now() - asked).toBeLessThan(2000);
+      redis.resume();
+      await eventually(async () => expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' }), 10_000);
+    } finally {
+      redis.resume();
+      gw.child.kill('SIGKILL');
+      await gw.exited;
+      await redis.stop();
+      rmSync(dir, { recursive: true, force: true });
     }
   }, 30_000);
 });

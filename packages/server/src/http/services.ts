@@ -38,5 +38,5 @@ export interface Services {
   /** `inFlight`: requests whose response has not closed yet; `apiRequests`: requests to the public API (either variant) so far. */
   lifecycle: { draining: boolean; inFlight: number; apiRequests: number };
   /** Whether Redis answers (null: no Redis configured): /readyz and `gw_redis_up` tell operators when limits go unenforced. */
-  redisHealth: { reachable: boolean } | null;
+  redisHealth: { reachable: boolean; answers(): Promise<boolean> } | null;
 }

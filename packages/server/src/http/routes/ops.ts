@@ -12,7 +12,8 @@ export function opsRoutes(app: FastifyInstance, services: Services): void {
       () => 'unreachable',
     );
     // Ready either way: without Redis the gateway serves on, its limits failing open (the field says so).
-    const redis = services.redisHealth === null ? 'none' : services.redisHealth.reachable ? 'ok' : 'unreachable';
+    const health = services.redisHealth;
+    const redis = health === null ? 'none' : health.reachable && (await health.answers()) ? 'ok' : 'unreachable';
     return { status: 'ready', store, redis, models: services.registry.list().length };
   });
   app.get('/metrics', hide, async (_request, reply) => {
