@@ -23,6 +23,27 @@ function harness(startRss = 100 * MB) {
 }
 
 describe('handing memory back when idle', () => {
+  it('survives a resident size it cannot read (every file descriptor taken: EMFILE), and looks again next time', async () => {
+    let reads = 0;
+    const release = new IdleMemoryRelease({
+      checkEveryMs: 5,
+      idleForMs: 0,
+      minGrowthBytes: 1,
+      traffic: () => ({ started: 0, inFlight: 0 }),
+      rss: () => {
+        // The first read is the constructor's baseline; the timer's reads fail.
+        if (reads++ > 0) throw Object.assign(new Error('EMFILE: too many open files, uv_resident_set_memory'), { code: 'EMFILE' });
+        return 100 * MB;
+      },
+      collect: () => {},
+    });
+    release.start();
+    await new Promise((r) => setTimeout(r, 40));
+    release.stop();
+    // Several looks ran and failed; none of them ended the process (an uncaught error in a timer would fail this run).
+    expect(reads).toBeGreaterThan(3);
+  });
+
   it('waits for idleForMs without a new request, then collects once', () => {
     const { state, release } = harness();
     state.started = 10;

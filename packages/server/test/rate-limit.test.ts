@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
@@ -81,6 +82,37 @@ describe.each([
     expect(bad.status).toBe(400);
     expect(bad.headers.get('x-ratelimit-remaining')).toBe('2');
     expect((await chat(gw().baseA, key)).headers.get('x-ratelimit-remaining')).toBe('1');
+  });
+
+  it('refuses an upload of a key whose window is full before reading it (the spool is not filled)', async () => {
+    const { key } = await gw().createKey({ rateLimitRpm: 1 });
+    expect((await chat(gw().baseA, key)).status).toBe(200);
+    const { port } = new URL(gw().baseA);
+    // 10 MB announced (under the upload limit), 1 KB sent, and no more: only a refusal before the body can answer it.
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(port), '127.0.0.1');
+      let out = '';
+      const timer = setTimeout(() => {
+        socket.destroy();
+        reject(new Error(`no answer before the body: ${JSON.stringify(out)}`));
+      }, 3000);
+      socket.on('data', (d) => {
+        out += String(d);
+        if (out.includes('\r\n\r\n')) {
+          clearTimeout(timer);
+          socket.destroy();
+          resolve(out);
+        }
+      });
+      socket.on('error', () => {});
+      socket.write(
+        `POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
+          `Content-Type: multipart/form-data; boundary=b\r\nContent-Length: ${10 * 2 ** 20}\r\n\r\n--b\r\n${'x'.repeat(1024)}`,
+      );
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 429 /);
+    expect(answer.toLowerCase()).toContain('retry-after:');
+    expect(answer.toLowerCase()).toContain('x-ratelimit-remaining: 0');
   });
 });
 

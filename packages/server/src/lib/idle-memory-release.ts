@@ -40,7 +40,14 @@ export class IdleMemoryRelease {
   }
 
   start(): void {
-    this.timer = setInterval(() => this.check(performance.now()), this.options.checkEveryMs);
+    this.timer = setInterval(() => {
+      try {
+        this.check(performance.now());
+      } catch {
+        // Reading the resident size opens /proc/self/stat: with every file descriptor taken (EMFILE, a flood of
+        // connections) it throws, and a throw in a timer would end the process. The next look tries again.
+      }
+    }, this.options.checkEveryMs);
     this.timer.unref();
   }
 

@@ -35,6 +35,15 @@ export class MemoryWindowLimiter implements RateLimiter {
     return { allowed, limit, remaining: Math.max(0, limit - stamps.size), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
   }
 
+  peek(keyId: string, limit: number): LimitDecision {
+    const now = this.now();
+    const stamps = this.windows.get(keyId);
+    stamps?.dropThrough(now - this.windowMs);
+    const size = stamps?.size ?? 0;
+    const oldest = stamps?.oldest() ?? now;
+    return { allowed: size < limit, limit, remaining: Math.max(0, limit - size), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
+  }
+
   /** How many stamps `keyId`'s window holds and has room for (for tests). */
   windowOf(keyId: string): { size: number; capacity: number } | undefined {
     const stamps = this.windows.get(keyId);

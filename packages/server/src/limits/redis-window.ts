@@ -29,7 +29,20 @@ if oldest[2] then first = tonumber(oldest[2]) end
 return {allowed, count, first, now}
 `;
 
+// The same window, read without counting (KEYS: the window; ARGV: window ms).
+const PEEK = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
+local count = redis.call('ZCARD', KEYS[1])
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local first = now
+if oldest[2] then first = tonumber(oldest[2]) end
+return {count, first, now}
+`;
+
 type WindowCommand = (key: string, window: number, limit: number, member: string) => Promise<[number, number, number, number]>;
+type PeekCommand = (key: string, window: number) => Promise<[number, number, number]>;
 
 export class RedisWindowLimiter implements RateLimiter {
   private readonly breaker = new CircuitBreaker(1000);
@@ -39,6 +52,20 @@ export class RedisWindowLimiter implements RateLimiter {
     private readonly windowMs = WINDOW_MS,
   ) {
     redis.defineCommand('gwSlidingWindow', { numberOfKeys: 1, lua: SCRIPT });
+    redis.defineCommand('gwSlidingWindowPeek', { numberOfKeys: 1, lua: PEEK });
+  }
+
+  async peek(keyId: string, limit: number): Promise<LimitDecision> {
+    if (this.redis.status !== 'ready' || this.breaker.probing || !this.breaker.allow()) return failOpen(limit);
+    try {
+      const run = (this.redis as unknown as { gwSlidingWindowPeek: PeekCommand }).gwSlidingWindowPeek;
+      const [count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs);
+      this.breaker.success();
+      return { allowed: count < limit, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
+    } catch {
+      this.breaker.failure();
+      return failOpen(limit);
+    }
   }
 
   async hit(keyId: string, limit: number, requestId: string): Promise<LimitDecision> {

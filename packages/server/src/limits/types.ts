@@ -15,6 +15,11 @@ export interface RateLimiter {
    * An in-process limiter answers at once; a shared one with a promise.
    */
   hit(keyId: string, limit: number, requestId: string): LimitDecision | Promise<LimitDecision>;
+  /**
+   * What a hit now would answer, without counting one: for a refusal before an upload is read. A shared limiter
+   * that cannot answer says `allowed` (as `hit` fails open).
+   */
+  peek(keyId: string, limit: number): LimitDecision | Promise<LimitDecision>;
 }
 
 export const WINDOW_MS = 60_000;
