@@ -32,24 +32,6 @@ declare module 'fastify' {
  * alone first.
  */
 export function registerRateLimit(app: FastifyInstance, services: Services): void {
-  // An upload (multipart) is counted once read, as any request; a key whose window is already full is refused before
-  // it is read, so that a key over its limit cannot fill the upload spool, tens of MB a connection at a time.
-  app.addHook('preParsing', (request, reply, payload, done) => {
-    const key = request.gw.key;
-    if (!key || request.routeOptions.config.uncounted || !isUpload(request)) return done(null, payload);
-    const refuseIfFull = (d: LimitDecision) => {
-      if (d.allowed) return done(null, payload);
-      try {
-        applyDecision(reply, d);
-        done(null, payload);
-      } catch (refused) {
-        done(refused as Error);
-      }
-    };
-    const peeked = services.limiter.peek(key.id, key.rateLimitRpm);
-    if (peeked instanceof Promise) peeked.then(refuseIfFull, () => done(null, payload));
-    else refuseIfFull(peeked);
-  });
   app.addHook('preValidation', (request, _reply, done) => {
     const key = request.gw.key;
     if (!key || request.routeOptions.config.uncounted) return done();
@@ -118,6 +100,29 @@ export function errorAfterRateLimit(request: FastifyRequest, reply: FastifyReply
     () => err,
     (refused: unknown) => refused,
   );
+}
+
+/**
+ * On an upload route: an upload is counted once read, as any request; a key whose window is already full is refused
+ * before it is read, so that a key over its limit cannot fill the upload spool, tens of MB a connection at a time.
+ */
+export function refuseUploadsOverLimit(scope: FastifyInstance, services: Services): void {
+  scope.addHook('preParsing', (request, reply, payload, done) => {
+    const key = request.gw.key;
+    if (!key || request.routeOptions.config.uncounted || !isUpload(request)) return done(null, payload);
+    const refuseIfFull = (d: LimitDecision) => {
+      if (d.allowed) return done(null, payload);
+      try {
+        applyDecision(reply, d);
+        done(null, payload);
+      } catch (refused) {
+        done(refused as Error);
+      }
+    };
+    const peeked = services.limiter.peek(key.id, key.rateLimitRpm);
+    if (peeked instanceof Promise) peeked.then(refuseIfFull, () => done(null, payload));
+    else refuseIfFull(peeked);
+  });
 }
 
 function isUpload(request: FastifyRequest): boolean {

@@ -12,6 +12,7 @@ import { newUsageDraft } from '../context.js';
 import { compressedBodyError } from '../errors.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { boundaryOf, declaredTooLarge, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
+import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
 import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
@@ -97,6 +98,7 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
  */
 function registerUploadSpool(scope: FastifyInstance, services: Services): void {
   const limit = services.config.uploadLimitBytes;
+  refuseUploadsOverLimit(scope, services);
   scope.decorateRequest('spool', null);
   scope.addHook('onRequest', async (request, reply) => {
     const spool = new UploadSpool(services.config.uploadDir ?? tmpdir());
