@@ -141,6 +141,15 @@ describe('errors in each variant’s envelope', () => {
     expect(r.body.error.code).toBe('invalid_request');
   });
 
+  it("valid JSON naming '__proto__' is refused with a message that says so, not taken for broken JSON", async () => {
+    const schema = { type: 'object', properties: { __proto__: { type: 'string' } } };
+    const text = `{"model":"mistral/small","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":${JSON.stringify(schema).replace('"properties":{}', '"properties":{"__proto__":{"type":"string"}}')}}}}`;
+    expect(() => JSON.parse(text)).not.toThrow();
+    const r = await post(gw.baseA, '/chat/completions', text);
+    expect([r.status, r.body.error.code]).toEqual([400, 'validation_error']);
+    expect(r.body.error.message).toContain("'__proto__'");
+  });
+
   it('a body that is not application/json is 415 unsupported_media_type; a JSON body where a form is expected too', async () => {
     for (const type of ['text/plain', 'text/plain;charset=UTF-8', 'application/xml', 'application/x-www-form-urlencoded']) {
       for (const base of [gw.baseA, gw.baseB]) {

@@ -21,7 +21,17 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
   }
   if (e instanceof SyntaxError || e.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
     // A compressed body is what failed to parse: say so, rather than send the client looking at its JSON.
-    return compressedBodyError(contentEncoding) ?? new GatewayError('validation', `The request body is not valid JSON: ${e.message}`);
+    const compressed = compressedBodyError(contentEncoding);
+    if (compressed) return compressed;
+    // Fastify's parser gives no detail, and it also refuses valid JSON that names `__proto__` or a
+    // `constructor.prototype` (prototype poisoning): the message says both, so that such a body is not taken for a typo.
+    if (e.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
+      return new GatewayError(
+        'validation',
+        "The request body is not valid JSON, or it holds a '__proto__' key or a 'constructor' with a 'prototype' key, which this gateway refuses anywhere in a body.",
+      );
+    }
+    return new GatewayError('validation', `The request body is not valid JSON: ${e.message}`);
   }
   // The client closed the connection while its body was being read (an upload cut off): nobody to answer, nothing wrong here.
   if (e.code === 'ECONNRESET' && e.message === 'aborted') {
