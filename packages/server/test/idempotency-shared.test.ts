@@ -81,6 +81,32 @@ describe.each([
   });
 });
 
+/** Runs `fn` on a connection of its own to the test's Redis (the gateways' connections are not the test's to use). */
+async function withAdmin(fn: (admin: Redis) => Promise<unknown>): Promise<void> {
+  const admin = new Redis(redis.url);
+  try {
+    await fn(admin);
+  } finally {
+    admin.disconnect();
+  }
+}
+
+/** What a restart without persistence leaves: no data, and every client's connection dropped. */
+const emptyAndDropClients = () =>
+  withAdmin(async (admin) => {
+    await admin.flushall();
+    await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+  });
+
+/** A repeat of a stream on instance two replays `first` whole (once the answer is stored), with no new upstream call. */
+async function replaysWhole(key: string, body: object, idempotencyKey: string, first: unknown): Promise<void> {
+  await eventually(async () => {
+    const again = await streamRequest(two.baseA, key, body, { 'x-idempotency-key': idempotencyKey });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(await readSse(again)).toEqual(first);
+  }, 10_000);
+}
+
 describe('when Redis restarts empty while keyed requests run', () => {
   it('their claims and stream answers are written again once the instances reconnect: a repeat replays, nothing runs twice', async () => {
     const own = await one.createKey({ rateLimitRpm: 1000 });
@@ -89,14 +115,7 @@ describe('when Redis restarts empty while keyed requests run', () => {
     const streamBody = { ...chatBody('Streams through a restart'), stream: true };
     const streamed = streamRequest(one.baseA, own.key, streamBody, { 'x-idempotency-key': 'stream-through-restart' });
     await new Promise((r) => setTimeout(r, 300));
-    // What a restart without persistence leaves: no data, and every client's connection dropped.
-    const admin = new Redis(redis.url);
-    try {
-      await admin.flushall();
-      await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
-    } finally {
-      admin.disconnect();
-    }
+    await emptyAndDropClients();
     // Reconnected (ioredis waits a moment first): the repeats wait for the first requests or replay them.
     await new Promise((r) => setTimeout(r, 700));
     const [again, streamAgain] = await Promise.all([
@@ -119,20 +138,10 @@ describe('when Redis restarts empty while keyed requests run', () => {
     const body = { ...chatBody('Streams while Redis restarts'), stream: true };
     const started = await streamRequest(one.baseA, own.key, body, { 'x-idempotency-key': 'stream-gap' });
     await new Promise((r) => setTimeout(r, 250));
-    const admin = new Redis(redis.url);
-    try {
-      await admin.flushall();
-      await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
-    } finally {
-      admin.disconnect();
-    }
+    await emptyAndDropClients();
     const first = await readSse(started);
     expect(first.at(-1)?.data).toBe('[DONE]');
-    await eventually(async () => {
-      const again = await streamRequest(two.baseA, own.key, body, { 'x-idempotency-key': 'stream-gap' });
-      expect(again.headers.get('idempotent-replayed')).toBe('true');
-      expect(await readSse(again)).toEqual(first);
-    }, 10_000);
+    await replaysWhole(own.key, body, 'stream-gap', first);
     expect(chats()).toBe(1);
   }, 30_000);
 
@@ -151,17 +160,8 @@ describe('when Redis restarts empty while keyed requests run', () => {
     // Later than the resume buffer keeps a stream its client received whole (10 s): only the stored answer is left.
     const streamId = started.headers.get('x-request-id') as string;
     await new Promise((r) => setTimeout(r, 500));
-    const admin = new Redis(redis.url);
-    try {
-      await admin.del(`gw:stream:{${streamId}}:events`, `gw:stream:{${streamId}}:meta`);
-    } finally {
-      admin.disconnect();
-    }
-    await eventually(async () => {
-      const again = await streamRequest(two.baseA, own.key, body, { 'x-idempotency-key': 'began-unstored' });
-      expect(again.headers.get('idempotent-replayed')).toBe('true');
-      expect(await readSse(again)).toEqual(first);
-    }, 10_000);
+    await withAdmin((admin) => admin.del(`gw:stream:{${streamId}}:events`, `gw:stream:{${streamId}}:meta`));
+    await replaysWhole(own.key, body, 'began-unstored', first);
     expect(chats()).toBe(1);
   }, 30_000);
 
