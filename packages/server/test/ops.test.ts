@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
+import { type RedisServer, startRedis } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../src/store/open.js';
 import { ADMIN_TOKEN, eventually } from './helpers/gateway.js';
@@ -158,47 +159,53 @@ describe('operations', () => {
   }, 30_000);
 });
 
-describe('readiness with Redis', () => {
-  it('an idle gateway reports a stalled Redis at once, not when its connection drops seconds later', async () => {
-    const { startRedis } = await import('@gw/testkit');
-    const redis = await startRedis();
-    const dir = mkdtempSync(join(tmpdir(), 'gw-ops-stall-'));
-    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-    const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url });
-    try {
-      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' });
-      redis.pause();
-      const asked = Date.now();
-      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ status: 'ready', redis: 'unreachable' });
-      expect(Date.now() - asked).toBeLessThan(2000);
-      redis.resume();
-      await eventually(async () => expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' }), 10_000);
-    } finally {
-      redis.resume();
+/** Runs `fn` on a gateway process of its own with a Redis of its own (both stopped after, whatever `fn` did to them). */
+async function withRedisGateway(fn: (gw: GatewayProcess, redis: RedisServer) => Promise<void>): Promise<void> {
+  const redis = await startRedis();
+  const dir = mkdtempSync(join(tmpdir(), 'gw-ops-redis-'));
+  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+  const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url });
+  try {
+    await fn(gw, redis);
+  } finally {
+    redis.resume();
+    if (gw.child.exitCode === null) {
       gw.child.kill('SIGKILL');
       await gw.exited;
-      await redis.stop();
-      rmSync(dir, { recursive: true, force: true });
     }
-  }, 30_000);
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+describe('readiness with Redis', () => {
+  it(
+    'an idle gateway reports a stalled Redis at once, not when its connection drops seconds later',
+    () =>
+      withRedisGateway(async (gw, redis) => {
+        expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' });
+        redis.pause();
+        const asked = Date.now();
+        expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ status: 'ready', redis: 'unreachable' });
+        expect(Date.now() - asked).toBeLessThan(2000);
+        redis.resume();
+        await eventually(async () => expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' }), 10_000);
+      }),
+    30_000,
+  );
 });
 
 describe('stopping with Redis', () => {
-  it('a clean stop closes its own Redis connections without reporting Redis as unreachable', async () => {
-    const { startRedis } = await import('@gw/testkit');
-    const redis = await startRedis();
-    const dir = mkdtempSync(join(tmpdir(), 'gw-ops-redis-'));
-    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-    const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url });
-    try {
-      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' });
-      gw.child.kill('SIGTERM');
-      expect(await gw.exited).toBe(0);
-      expect(gw.output()).toMatch(/"msg":"stopped"/);
-      expect(gw.output()).not.toContain('redis unreachable');
-    } finally {
-      if (gw.child.exitCode === null) gw.child.kill('SIGKILL');
-      await redis.stop();
-    }
-  }, 30_000);
+  it(
+    'a clean stop closes its own Redis connections without reporting Redis as unreachable',
+    () =>
+      withRedisGateway(async (gw) => {
+        expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'ok' });
+        gw.child.kill('SIGTERM');
+        expect(await gw.exited).toBe(0);
+        expect(gw.output()).toMatch(/"msg":"stopped"/);
+        expect(gw.output()).not.toContain('redis unreachable');
+      }),
+    30_000,
+  );
 });

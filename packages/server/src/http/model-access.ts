@@ -45,6 +45,11 @@ function header(request: FastifyRequest, name: string): string | null {
   return s === undefined || s === '' ? null : s.trim();
 }
 
+/** A provider named in a header that the configuration lacks (the ids are listed only when a request names one). */
+function unknownProvider(services: Services, id: string | null): boolean {
+  return id !== null && !services.registry.providerIds().includes(id);
+}
+
 /** Reads the routing headers, refusing values outside their documented range. */
 export function routeOptions(services: Services, request: FastifyRequest): RouteOptions {
   const strategy = header(request, 'x-gateway-strategy') ?? 'default';
@@ -58,20 +63,17 @@ export function routeOptions(services: Services, request: FastifyRequest): Route
     throw new GatewayError('validation', `Invalid X-Gateway-Max-Hops '${hopsRaw}': expected an integer from 0 to 5.`, { param: 'X-Gateway-Max-Hops' });
   }
   const pin = header(request, 'x-gateway-provider');
-  if (pin !== null && !services.registry.providerIds().includes(pin)) {
+  if (unknownProvider(services, pin)) {
     const code = request.gw.variant === 'b' ? 'provider_unsupported' : 'validation';
     const known = services.registry.providerIds().join(', ');
     throw new GatewayError(code, `Unknown provider '${pin}' in X-Gateway-Provider: expected one of ${known}.`, { param: 'X-Gateway-Provider' });
   }
   const prefer = header(request, 'x-gateway-provider-prefer');
-  if (prefer !== null && !services.registry.providerIds().includes(prefer)) {
-    throw new GatewayError(
-      'validation',
-      `Unknown provider '${prefer}' in X-Gateway-Provider-Prefer: expected one of ${services.registry.providerIds().join(', ')}.`,
-      {
-        param: 'X-Gateway-Provider-Prefer',
-      },
-    );
+  if (unknownProvider(services, prefer)) {
+    const known = services.registry.providerIds().join(', ');
+    throw new GatewayError('validation', `Unknown provider '${prefer}' in X-Gateway-Provider-Prefer: expected one of ${known}.`, {
+      param: 'X-Gateway-Provider-Prefer',
+    });
   }
   const body = request.body as { stream?: unknown } | null | undefined;
   const stream = typeof body === 'object' && body !== null && body.stream === true;

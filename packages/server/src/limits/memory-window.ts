@@ -32,7 +32,7 @@ export class MemoryWindowLimiter implements RateLimiter {
     const allowed = stamps.size < limit;
     if (allowed) stamps.push(now);
     const oldest = stamps.oldest() ?? now;
-    return { allowed, limit, remaining: Math.max(0, limit - stamps.size), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
+    return windowDecision(allowed, stamps.size, limit, oldest, now, this.windowMs);
   }
 
   peek(keyId: string, limit: number): LimitDecision {
@@ -41,7 +41,7 @@ export class MemoryWindowLimiter implements RateLimiter {
     stamps?.dropThrough(now - this.windowMs);
     const size = stamps?.size ?? 0;
     const oldest = stamps?.oldest() ?? now;
-    return { allowed: size < limit, limit, remaining: Math.max(0, limit - size), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
+    return windowDecision(size < limit, size, limit, oldest, now, this.windowMs);
   }
 
   /** How many stamps `keyId`'s window holds and has room for (for tests). */
@@ -63,6 +63,11 @@ export class MemoryWindowLimiter implements RateLimiter {
   close(): void {
     clearInterval(this.sweeper);
   }
+}
+
+/** An enforced decision over a window holding `count` requests, the oldest at `oldestMs`. */
+export function windowDecision(allowed: boolean, count: number, limit: number, oldestMs: number, nowMs: number, windowMs: number): LimitDecision {
+  return { allowed, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldestMs, nowMs, windowMs), enforced: true };
 }
 
 export function resetSeconds(oldestMs: number, nowMs: number, windowMs = WINDOW_MS): number {

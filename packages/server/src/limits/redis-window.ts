@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { CircuitBreaker } from './circuit-breaker.js';
-import { resetSeconds } from './memory-window.js';
+import { windowDecision } from './memory-window.js';
 import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
 
 /**
@@ -61,7 +61,7 @@ export class RedisWindowLimiter implements RateLimiter {
       const run = (this.redis as unknown as { gwSlidingWindowPeek: PeekCommand }).gwSlidingWindowPeek;
       const [count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs);
       this.breaker.success();
-      return { allowed: count < limit, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
+      return windowDecision(count < limit, count, limit, oldest, now, this.windowMs);
     } catch {
       this.breaker.failure();
       return failOpen(limit);
@@ -85,7 +85,7 @@ export class RedisWindowLimiter implements RateLimiter {
       const run = (this.redis as unknown as { gwSlidingWindow: WindowCommand }).gwSlidingWindow;
       const [allowed, count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, limit, requestId);
       this.breaker.success();
-      return { allowed: allowed === 1, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldest, now, this.windowMs), enforced: true };
+      return windowDecision(allowed === 1, count, limit, oldest, now, this.windowMs);
     } catch {
       this.breaker.failure();
       return failOpen(limit);

@@ -117,7 +117,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     held.answer = answer;
     held.ttlMs = ttlMs;
     try {
-      await this.run('gwIdemComplete', scope, owner, JSON.stringify(answer), Math.round(ttlMs), held.fingerprint);
+      await this.writeHeld(owner, held);
     } catch (err) {
       // A stalled Redis gives no reconnect to write it again on: tried every second meanwhile.
       this.retryLater(owner, held);
@@ -136,7 +136,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     setTimeout(() => {
       const answer = held.answer;
       if (this.held.get(owner) !== held || answer === null) return;
-      this.run('gwIdemComplete', held.scope, owner, JSON.stringify(answer), Math.round(held.ttlMs), held.fingerprint).then(
+      this.writeHeld(owner, held).then(
         () => this.written(owner, held, answer),
         () => this.retryLater(owner, held),
       );
@@ -150,20 +150,25 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
 
   /** After a reconnect: every claim and stream answer of this instance that is still running, written again where missing. */
   private writeHeldAgain(): void {
-    // Sent past the circuit breaker, which the outage just opened: the connection is back, these must not wait.
-    const scripts = this.redis as unknown as Scripts;
     for (const [owner, h] of this.held) {
       const answer = h.answer;
-      const sent = answer
-        ? scripts.gwIdemComplete.call(this.redis, keyOf(h.scope), owner, JSON.stringify(answer), Math.round(h.ttlMs), h.fingerprint)
-        : scripts.gwIdemRefresh.call(this.redis, keyOf(h.scope), owner, Math.round(h.ttlMs), h.fingerprint);
-      sent.then(
+      // Sent past the circuit breaker, which the outage just opened: the connection is back, these must not wait.
+      this.writeHeld(owner, h, true).then(
         () => answer && this.written(owner, h, answer),
         () => {
           // The heartbeat (claims), the retry (answers) or the stream's last complete writes it again.
         },
       );
     }
+  }
+
+  /** Writes what this instance holds for `owner`: its answer if it has one, else its claim (either made again if lost). */
+  private writeHeld(owner: string, h: Held, pastBreaker = false): Promise<unknown> {
+    const [name, args] = h.answer
+      ? (['gwIdemComplete', [owner, JSON.stringify(h.answer), Math.round(h.ttlMs), h.fingerprint]] as const)
+      : (['gwIdemRefresh', [owner, Math.round(h.ttlMs), h.fingerprint]] as const);
+    if (!pastBreaker) return this.run(name, h.scope, ...args);
+    return (this.redis as unknown as Scripts)[name].call(this.redis, keyOf(h.scope), ...args);
   }
 
   private async run(name: keyof Scripts, scope: string, ...args: (string | number)[]): Promise<unknown> {
