@@ -52,6 +52,7 @@ import type { Store } from './store/types.js';
 import { MemoryStreamStore } from './streaming/memory-stream-store.js';
 import { RedisStreamStore } from './streaming/redis-stream-store.js';
 import { StreamSessions } from './streaming/sessions.js';
+import { StreamMemory } from './streaming/stream-memory.js';
 
 export function gatewayVersion(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -117,8 +118,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command.
   const streamRedis = config.redisUrl ? await connectRedis(config.redisUrl, BATCHING_OPTIONS) : null;
-  const streams = streamRedis && presence ? new RedisStreamStore(streamRedis, config.streamGraceS, presence) : new MemoryStreamStore(config.streamGraceS);
-  const sessions = new StreamSessions();
+  // One bound on the event data all streams keep in this instance's memory: the sessions' logs and the in-memory resume copies.
+  const streamMemory = new StreamMemory(config.streamMemoryMb * 1024 * 1024);
+  const streams =
+    streamRedis && presence ? new RedisStreamStore(streamRedis, config.streamGraceS, presence) : new MemoryStreamStore(config.streamGraceS, streamMemory);
+  const sessions = new StreamSessions(streamMemory);
   const offerStats = new OfferStats({ failures: config.circuitFailures, openMs: config.circuitOpenMs, remeasureMs: config.remeasureMs });
   // With Redis, every instance learns what the others see of each offer; without it, each keeps its own.
   const sharing = config.redisUrl ? await OfferStatsSharing.start(bus, offerStats) : null;

@@ -34,6 +34,8 @@ export interface GatewayConfig {
   readonly keyCacheTtlMs: number;
   /** How long a stream whose client left is still read from upstream (and resumable). */
   readonly streamGraceS: number;
+  /** The most event data, in MiB, all streams together keep in this instance's memory (docs/streaming.md, Memory). */
+  readonly streamMemoryMb: number;
   /** The longest silence on a stream before an SSE comment is sent. */
   readonly streamHeartbeatMs: number;
   /** Failures in a row that open an offer's circuit (docs/routing.md). */
@@ -135,6 +137,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     requestTimeoutMs: int(env, 'GW_REQUEST_TIMEOUT_MS', 120_000, 1_000, 3_600_000),
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
     streamGraceS: int(env, 'GW_STREAM_GRACE_S', 300, 0, 86_400),
+    streamMemoryMb: int(env, 'GW_STREAM_MEMORY_MB', 256, 1, 1_048_576),
     streamHeartbeatMs: int(env, 'GW_STREAM_HEARTBEAT_MS', 10_000, 100, 15_000),
     circuitFailures: int(env, 'GW_CIRCUIT_FAILURES', 5, 1, 1_000_000),
     circuitOpenMs: int(env, 'GW_CIRCUIT_OPEN_MS', 30_000, 10, 3_600_000),

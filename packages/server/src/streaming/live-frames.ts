@@ -1,8 +1,8 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Variant } from '@gw/schema';
-import type { StreamSession } from './session.js';
-import { clientEventData, eventId, SSE_HEARTBEAT, sseEvent } from './sse-format.js';
+import type { CutOff, StreamSession } from './session.js';
+import { clientEventData, eventId, SSE_HEARTBEAT, sseData, sseEvent } from './sse-format.js';
 
 /** The most text one write carries (a single larger event still goes whole). */
 const WRITE_MAX_CHARS = 16 * 1024;
@@ -32,6 +32,8 @@ const WRITE_MAX_CHARS = 16 * 1024;
  */
 export class LiveFrames extends Readable {
   private next: number;
+  /** Bytes of event data read from the session (how far behind this client is, for the memory bound). */
+  private readBytes = 0;
   private wanting = false;
   private stopped = false;
   private response: ServerResponse | null = null;
@@ -51,7 +53,11 @@ export class LiveFrames extends Readable {
   ) {
     super({ highWaterMark: 16 * 1024 });
     this.next = afterSeq;
-    this.unsubscribe = session.subscribe(() => this.flush());
+    if (afterSeq > 0) this.readBytes = session.bytesThrough(afterSeq);
+    this.unsubscribe = session.subscribe(
+      () => this.flush(),
+      () => this.readBytes,
+    );
     this.heartbeat = setInterval(() => {
       // Silence for heartbeatMs: a comment keeps proxies and clients from timing out.
       if (this.wanting) this.wanting = this.write(SSE_HEARTBEAT);
@@ -109,6 +115,11 @@ export class LiveFrames extends Readable {
   }
 
   private flush(): void {
+    const cut = this.session.cutOff;
+    if (cut !== null) {
+      this.cutOff(cut);
+      return;
+    }
     const log = this.session.log;
     // The last frames, and the empty chunk that ending the response adds a tick later, leave in one write.
     if (this.direct && this.session.ended && !this.stopped && this.wanting && this.next < log.length) this.direct.holdForEnd();
@@ -117,7 +128,9 @@ export class LiveFrames extends Readable {
       let text = '';
       while (this.next < log.length && text.length < WRITE_MAX_CHARS) {
         const e = log[this.next++];
-        if (e === undefined || (e.kind === 'usage' && !this.includeUsage)) continue;
+        if (e === undefined) continue;
+        this.readBytes += e.data.length;
+        if (e.kind === 'usage' && !this.includeUsage) continue;
         text += sseEvent(eventId(this.session.streamId, e.seq), clientEventData(e, this.variant));
       }
       if (text === '') break;
@@ -129,6 +142,21 @@ export class LiveFrames extends Readable {
       if (this.owned) this.owned.end();
       else this.push(null);
     }
+  }
+
+  /**
+   * The memory bound let go of the session's events: a client that had not
+   * read them all gets the error event at once, whether or not its socket
+   * has room (it is small, and a client that stopped reading may never make
+   * room), and the response ends.
+   */
+  private cutOff(cut: CutOff): void {
+    if (this.stopped) return;
+    const behind = this.next < cut.end;
+    this.stop();
+    if (behind) this.write(sseData(clientEventData(cut.event, this.variant)));
+    if (this.owned) this.owned.end();
+    else this.push(null);
   }
 
   private stop(): void {

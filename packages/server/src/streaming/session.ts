@@ -4,7 +4,8 @@ import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
 import { estimatedUsage, generatedChars } from '../providers/usage-estimate.js';
 import { streamErrorData } from './sse-format.js';
-import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamMeta, type StreamStore } from './types.js';
+import type { MemoryHold, ReclaimableSession, StreamMemory } from './stream-memory.js';
+import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamMeta, type StreamStore, SYNTHETIC_SEQ } from './types.js';
 
 export interface StreamOutcome {
   /** The provider's own count, when it arrived. */
@@ -32,6 +33,17 @@ export interface SessionInit {
   /** The most completion tokens the request allows (`max_tokens` times `n`): an estimate never goes past what its budget hold covered. */
   completionCap: number;
   onEnd: (outcome: StreamOutcome) => void;
+  /** The bound on all streams' event data in this instance's memory (none: not counted, as in tests). */
+  memory?: StreamMemory;
+}
+
+/** A stream ended by the gateway to keep its memory bound (not the provider's failure). */
+export class StreamBoundError extends Error {}
+
+/** Where a session's log was let go (by the memory bound): readers that had not read up to `end` get `event` and stop. */
+export interface CutOff {
+  end: number;
+  event: StreamEvent;
 }
 
 /**
@@ -43,10 +55,13 @@ export interface SessionInit {
  * are all in, so that they reach the client in one write, and at once at
  * the end.
  */
-export class StreamSession {
+export class StreamSession implements ReclaimableSession {
   readonly streamId: string;
-  private readonly events: StreamEvent[] = [];
-  private readonly listeners = new Set<() => void>();
+  private events: StreamEvent[] = [];
+  /** Each reader's wake-up, and how many bytes of event data it has read. */
+  private readonly listeners = new Map<() => void, () => number>();
+  private readonly hold: MemoryHold | null;
+  private cut: CutOff | null = null;
   private done = false;
   private readers = 0;
   private graceTimer: NodeJS.Timeout | null = null;
@@ -69,6 +84,8 @@ export class StreamSession {
 
   constructor(private readonly init: SessionInit) {
     this.streamId = init.streamId;
+    this.hold = init.memory ? init.memory.hold(init.streamId) : null;
+    if (this.hold) this.hold.session = this;
     this.finished = new Promise((resolve) => {
       this.resolveFinished = resolve;
     });
@@ -85,6 +102,18 @@ export class StreamSession {
     return this.events;
   }
 
+  /** Set once the memory bound let go of the log (then empty). */
+  get cutOff(): CutOff | null {
+    return this.cut;
+  }
+
+  /** Bytes of event data in the events up to `seq` (a reader resuming after it has read them). */
+  bytesThrough(seq: number): number {
+    let n = 0;
+    for (let i = 0; i < seq && i < this.events.length; i++) n += (this.events[i] as StreamEvent).data.length;
+    return n;
+  }
+
   /** The last event is in the log. */
   get ended(): boolean {
     return this.done;
@@ -92,11 +121,13 @@ export class StreamSession {
 
   /**
    * Registers a reader: `onEvent` runs after each batch of new events
-   * (and after the end). Attaching cancels the grace period; the returned function
-   * detaches, and the last reader to leave starts it.
+   * (and after the end); `read` tells how many bytes of event data it has
+   * read (how far behind it is, for the memory bound). Attaching cancels the
+   * grace period; the returned function detaches, and the last reader to
+   * leave starts it.
    */
-  subscribe(onEvent: () => void): () => void {
-    this.listeners.add(onEvent);
+  subscribe(onEvent: () => void, read: () => number): () => void {
+    this.listeners.set(onEvent, read);
     this.readers++;
     if (this.graceTimer) clearTimeout(this.graceTimer);
     this.graceTimer = null;
@@ -112,14 +143,24 @@ export class StreamSession {
   /** Events after `afterSeq`, then the live rest, until the stream ends. */
   async *follow(afterSeq: number): AsyncGenerator<StreamEvent> {
     let wake: (() => void) | null = null;
-    const unsubscribe = this.subscribe(() => wake?.());
+    let read = this.bytesThrough(afterSeq);
+    const unsubscribe = this.subscribe(
+      () => wake?.(),
+      () => read,
+    );
     try {
       let next = afterSeq;
       for (;;) {
         while (next < this.events.length) {
           const e = this.events[next] as StreamEvent;
           next++;
+          read += e.data.length;
           yield e;
+        }
+        const cut = this.cut;
+        if (cut !== null) {
+          if (next < cut.end) yield cut.event;
+          return;
         }
         if (this.done) return;
         await new Promise<void>((resolve) => {
@@ -136,8 +177,41 @@ export class StreamSession {
     this.init.upstream.abort();
   }
 
+  /** Bytes the slowest reader has not read; without a reader, all the running stream holds (kept for a resume). */
+  backlog(): number {
+    if (this.cut !== null) return 0;
+    if (this.listeners.size === 0) return this.done ? 0 : this.bufferedBytes;
+    let least = this.bufferedBytes;
+    for (const read of this.listeners.values()) least = Math.min(least, read());
+    return this.bufferedBytes - least;
+  }
+
+  /**
+   * Ends the stream for the memory bound: a running one ends as the
+   * per-stream bound ends it (an error event, the upstream aborted, billed
+   * from what was relayed), then the log is let go, and every reader that had
+   * not read it all gets an error event of the gateway's own (no id: its last
+   * event id stays the last event it received) and stops.
+   */
+  reclaim(message: string): void {
+    if (this.cut !== null) return;
+    if (!this.done) {
+      this.end(new StreamBoundError(message));
+      this.init.upstream.abort();
+    }
+    this.cut = { end: this.events.length, event: { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message, 'store_unavailable') } };
+    this.events = [];
+    this.notify();
+    this.releaseMemory();
+  }
+
+  private releaseMemory(): void {
+    if (this.hold && this.init.memory) this.init.memory.releaseSession(this.hold);
+  }
+
   private detach(): void {
     this.readers--;
+    if (this.readers === 0 && this.done) this.releaseMemory();
     if (this.readers > 0 || this.done) return;
     this.graceTimer = setTimeout(() => {
       this.abandoned = true;
@@ -186,18 +260,22 @@ export class StreamSession {
         'error',
         this.abandoned
           ? streamErrorData('The stream was abandoned by its client and stopped; it cannot be resumed whole.', 'stream_not_found')
-          : upstreamFailure(error),
+          : error instanceof StreamBoundError
+            ? streamErrorData(error.message, 'store_unavailable')
+            : upstreamFailure(error),
       );
     }
     this.done = true;
     if (this.graceTimer) clearTimeout(this.graceTimer);
     this.notify();
+    if (this.readers === 0) this.releaseMemory();
     this.init.onEnd({ usage: this.usage, relayedChars: this.relayedChars, error, abandoned: this.abandoned });
     this.resolveFinished();
   }
 
   private push(kind: StreamEventKind, data: string): void {
     this.bufferedBytes += data.length;
+    if (this.hold) (this.init.memory as StreamMemory).add(this.hold, data.length);
     const event = { seq: this.events.length + 1, kind, data };
     this.events.push(event);
     this.init.store.append(this.streamId, event);
@@ -209,7 +287,7 @@ export class StreamSession {
   }
 
   private notify(): void {
-    for (const listener of this.listeners) listener();
+    for (const listener of this.listeners.keys()) listener();
   }
 }
 

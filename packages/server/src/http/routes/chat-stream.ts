@@ -12,7 +12,7 @@ import { executePlan } from '../../routing/execute.js';
 import type { RouteOptions } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { LiveFrames } from '../../streaming/live-frames.js';
-import type { StreamOutcome } from '../../streaming/session.js';
+import { StreamBoundError, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import type { StreamMeta } from '../../streaming/types.js';
@@ -103,7 +103,9 @@ export async function startStream(
     completionCap: args.completionCap,
     onEnd: (outcome: StreamOutcome) => {
       // A provider that failed after its first chunk: no failover is possible then, but the operator is told, as of any failed attempt.
-      if (outcome.error && !outcome.abandoned) {
+      if (outcome.error instanceof StreamBoundError) {
+        request.log.warn({ provider: result.offer.provider }, outcome.error.message);
+      } else if (outcome.error && !outcome.abandoned) {
         const err = outcome.error;
         request.log.warn(
           { provider: result.offer.provider, upstreamModel: result.offer.upstreamModel, kind: err instanceof UpstreamError ? err.kind : 'error' },
