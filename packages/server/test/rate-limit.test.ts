@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedis } from '../src/kv/redis.js';
 import { MemoryWindowLimiter } from '../src/limits/memory-window.js';
 import { RedisWindowLimiter } from '../src/limits/redis-window.js';
+import { wav } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let redis: RedisServer;
@@ -82,6 +83,43 @@ describe.each([
     expect(bad.status).toBe(400);
     expect(bad.headers.get('x-ratelimit-remaining')).toBe('2');
     expect((await chat(gw().baseA, key)).headers.get('x-ratelimit-remaining')).toBe('1');
+  });
+
+  it('records a 429 at no cost on every model route, as any failure of a request naming a model the key may use', async () => {
+    const { id, key } = await gw().createKey({ rateLimitRpm: 1 });
+    expect((await chat(gw().baseA, key)).status).toBe(200);
+    const auth = { authorization: `Bearer ${key}` };
+    const json = { ...auth, 'content-type': 'application/json' };
+    const form = new FormData();
+    form.append('model', 'openai/whisper-large-v3');
+    form.append('file', new Blob([new Uint8Array(wav(1))], { type: 'audio/wav' }), 'a.wav');
+    const refused = [
+      await fetch(`${gw().baseA}/embeddings`, { method: 'POST', headers: json, body: JSON.stringify({ model: 'baai/bge-m3', input: 'x' }) }),
+      await fetch(`${gw().baseB}/rerank`, {
+        method: 'POST',
+        headers: json,
+        body: JSON.stringify({ model: 'cohere/rerank-v3.5', query: 'q', documents: ['a'] }),
+      }),
+      await fetch(`${gw().baseA}/audio/transcriptions`, { method: 'POST', headers: auth, body: form }),
+      await fetch(`${gw().baseA}/chat/completions`, { method: 'POST', headers: { ...json, 'x-idempotency-key': `k-${id}` }, body }),
+      await chat(gw().baseA, key),
+    ];
+    expect(refused.map((r) => r.status)).toEqual([429, 429, 429, 429, 429]);
+    const ids = refused.map((r) => r.headers.get('x-request-id'));
+    await gw().gateway.services.usage.flush();
+    const records = await gw().gateway.services.store.usage.list({ keyId: id });
+    const byRequest = new Map(records.map((r) => [r.requestId, r]));
+    expect(
+      ids.map((rid) => byRequest.get(rid as string)).map((r) => r && { kind: r.kind, model: r.model, status: r.status, errorCode: r.errorCode, cost: r.cost }),
+    ).toEqual([
+      { kind: 'embedding', model: 'baai/bge-m3', status: 429, errorCode: 'rate_limited', cost: 0 },
+      { kind: 'rerank', model: 'cohere/rerank-v3.5', status: 429, errorCode: 'rate_limited', cost: 0 },
+      // Refused before its upload was read (the window was already full), so its model is unknown: not recorded.
+      undefined,
+      { kind: 'chat', model: 'meta/llama-3.3-70b', status: 429, errorCode: 'rate_limited', cost: 0 },
+      { kind: 'chat', model: 'meta/llama-3.3-70b', status: 429, errorCode: 'rate_limited', cost: 0 },
+    ]);
+    expect(records).toHaveLength(5);
   });
 
   it('refuses an upload of a key whose window is full before reading it (the spool is not filled)', async () => {

@@ -1,6 +1,7 @@
 import type { Variant } from '@gw/schema';
 import type { Reservation } from '../limits/budget-types.js';
 import type { LimitDecision } from '../limits/types.js';
+import type { RegistryModel } from '../routing/registry.js';
 import type { ApiKeyRecord } from '../store/types.js';
 
 /** What a request accumulates on its way through the pipeline. */
@@ -20,6 +21,8 @@ export interface RequestState {
   reservation: Reservation | null;
   /** The rate limiter's decision while it is on its way, until it is applied (see plugins/rate-limit.ts). */
   limit: LimitDecision | Promise<LimitDecision> | null;
+  /** The model a counted request named: a 429 answered before the handler's usage draft is recorded under it. */
+  countedModel: RegistryModel | null;
   /**
    * A stream with an idempotency key goes on when its client leaves before
    * the first byte (a retry with the key gets it whole), and its session

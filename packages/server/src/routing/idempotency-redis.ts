@@ -103,7 +103,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     await this.run('gwIdemRefresh', scope, owner, Math.round(ttlMs), held.fingerprint);
   }
 
-  async complete(scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void> {
+  async complete(_scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void> {
     const held = this.held.get(owner);
     if (!held) return;
     // Kept to be written again after a reconnect: a stream's answer stored as begun until it is stored with its events,

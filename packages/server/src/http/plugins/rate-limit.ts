@@ -1,7 +1,9 @@
-import { H } from '@gw/schema';
+import { H, type ModelKind } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import type { LimitDecision } from '../../limits/types.js';
+import type { RegistryModel } from '../../routing/registry.js';
+import { newUsageDraft } from '../context.js';
 import { enabledModels } from '../model-access.js';
 import type { Services } from '../services.js';
 
@@ -15,6 +17,8 @@ declare module 'fastify' {
      * one round trip of two.
      */
     limitWithBudgetHold?: boolean;
+    /** A model route: the kind of model it serves, under which a 429 answered before its handler drafted the usage is recorded. */
+    usageKind?: ModelKind;
   }
 }
 
@@ -36,14 +40,15 @@ export function registerRateLimit(app: FastifyInstance, services: Services): voi
     const key = request.gw.key;
     if (!key || request.routeOptions.config.uncounted) return done();
     const model = (request.body as { model?: unknown } | undefined)?.model;
-    const count = () => {
+    const count = (named: RegistryModel | null) => {
       request.gw.limit = services.limiter.hit(key.id, key.rateLimitRpm, request.id);
+      request.gw.countedModel = named;
       done();
     };
-    if (typeof model !== 'string') return count();
-    const exists = modelExistsFor(services, request, model);
-    if (typeof exists === 'boolean') return exists ? count() : done();
-    exists.then((yes) => (yes ? count() : done()), done);
+    if (typeof model !== 'string') return count(null);
+    const found = modelFor(services, request, model);
+    if (!(found instanceof Promise)) return found ? count(found) : done();
+    found.then((m) => (m ? count(m) : done()), done);
   });
   app.addHook('preHandler', (request, reply, done) => {
     if (!request.gw.limit) return done();
@@ -91,7 +96,20 @@ function applyDecision(reply: FastifyReply, d: LimitDecision): void {
   reply.header(H.rateLimitRemaining, String(d.remaining));
   reply.header(H.rateLimitReset, String(d.resetS));
   reply.header(H.rateLimitEnforced, String(d.enforced));
-  if (!d.allowed) throw new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterS: d.resetS });
+  if (d.allowed) return;
+  draftRefusal(reply.request);
+  throw new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterS: d.resetS });
+}
+
+/**
+ * A 429 is recorded, at no cost, as any failure of a request naming a model the key may use (docs/decisions.md,
+ * usage records): where the refusal comes before the handler drafted the usage (every route but chat without an
+ * idempotency key), the draft is made here, for the model the request was counted for, if the route serves its kind.
+ */
+function draftRefusal(request: FastifyRequest): void {
+  const model = request.gw.countedModel;
+  if (request.gw.usage !== null || model === null || model.kind !== request.routeOptions.config.usageKind) return;
+  request.gw.usage = newUsageDraft(model.kind, model.id);
 }
 
 /** The error to answer with: a refusal of the limiter, when its decision was still pending, wins over `err`. */
@@ -130,13 +148,13 @@ function isUpload(request: FastifyRequest): boolean {
   return typeof type === 'string' && type.toLowerCase().startsWith('multipart/');
 }
 
-/** Whether the caller may use this model: at once when the caller's workspace is cached, else once it is read. */
-function modelExistsFor(services: Services, request: FastifyRequest, id: string): boolean | Promise<boolean> {
+/** The model, if the caller may use it (else null): at once when the caller's workspace is cached, else once it is read. */
+function modelFor(services: Services, request: FastifyRequest, id: string): RegistryModel | null | Promise<RegistryModel | null> {
   const m = services.registry.get(id);
-  if (!m) return false;
+  if (!m) return null;
   // Variant B's embeddings are a beta of some models: to a B client the others do not exist (its model list hides them).
-  if (request.gw.variant === 'b' && m.kind === 'embedding' && !m.beta && request.routeOptions.url?.endsWith('/embeddings')) return false;
-  const allowed = (enabled: readonly string[] | null) => enabled === null || enabled.includes(m.id);
+  if (request.gw.variant === 'b' && m.kind === 'embedding' && !m.beta && request.routeOptions.url?.endsWith('/embeddings')) return null;
+  const allowed = (enabled: readonly string[] | null) => (enabled === null || enabled.includes(m.id) ? m : null);
   const enabled = enabledModels(services, request);
   return enabled instanceof Promise ? enabled.then(allowed) : allowed(enabled);
 }

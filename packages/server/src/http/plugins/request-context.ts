@@ -26,6 +26,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       errorCode: null,
       reservation: null,
       limit: null,
+      countedModel: null,
       outlivesClient: false,
     };
     reply.header(H.requestId, request.id);

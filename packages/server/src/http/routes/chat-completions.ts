@@ -57,7 +57,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         body: ChatCompletionRequest,
         response: { 200: ChatCompletionResponse },
       }),
-      config: { limitWithBudgetHold: true },
+      config: { limitWithBudgetHold: true, usageKind: 'chat' },
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;

@@ -53,6 +53,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
   app.post<{ Body: EmbeddingsBody }>(
     '/embeddings',
     {
+      config: { usageKind: 'embedding' },
       schema: docs.operation('createEmbeddings', 'Vector embeddings (OpenAI list shape, billed per token)', {
         body: EmbeddingsBody,
         response: { 200: EmbeddingsList },

@@ -49,6 +49,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
   app.post<{ Body: RerankBody }>(
     '/rerank',
     {
+      config: { usageKind: 'rerank' },
       schema: docs.operation('rerank', "Document re-ranking in Cohere's wire format (billed per search unit)", {
         body: RerankBody,
         response: { 200: RerankResponse },

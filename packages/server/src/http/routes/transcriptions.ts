@@ -52,6 +52,7 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
     scope.post<{ Body: TranscriptionForm }>(
       '/audio/transcriptions',
       {
+        config: { usageKind: 'audio' },
         schema: docs.operation('createTranscription', 'Speech-to-text (multipart; billed per audio second)', {
           consumes: ['multipart/form-data'],
           body: TranscriptionForm,
