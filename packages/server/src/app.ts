@@ -193,6 +193,13 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     lifecycle: { draining: false, inFlight: 0, apiRequests: 0 },
     redisHealth,
   };
+  metrics.watch({
+    requestsInFlight: () => services.lifecycle.inFlight,
+    streamsOpen: () => sessions.size,
+    streamMemoryBytes: () => streamMemory.bytes,
+    streamReclaims: () => streamMemory.reclaimed,
+    usagePending: () => usage.pending,
+  });
   const memoryRelease = new IdleMemoryRelease({
     ...IDLE_MEMORY_RELEASE,
     ...options.idleMemoryRelease,

@@ -80,6 +80,47 @@ describe('operations', () => {
     sim.providers.scaleway?.clearFaults();
   });
 
+  it('shows in /metrics the streams open, their memory, the requests in flight and the usage records pending', async () => {
+    const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
+    const read = async () => {
+      const text = await (await fetch(`${proc.url}/metrics`)).text();
+      const value = (series: string) =>
+        Number(
+          text
+            .split('\n')
+            .find((l) => l.startsWith(`${series} `))
+            ?.split(' ')[1] ?? Number.NaN,
+        );
+      return {
+        streams: value('gw_streams_open'),
+        memory: value('gw_stream_memory_bytes'),
+        inFlight: value('gw_requests_in_flight'),
+        pending: value('gw_usage_records_pending'),
+        reclaimed: value('gw_stream_memory_reclaims{what="stream"}'),
+      };
+    };
+    const before = await read();
+    expect(before).toMatchObject({ streams: 0, reclaimed: 0 });
+    sim.providers.scaleway?.setFault({ kind: 'stall', afterChunks: 2, ms: 1500, times: 1 });
+    const stream = await fetch(`${proc.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hold on' }], stream: true }),
+    });
+    const reader = (stream.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    const during = await read();
+    expect(during.streams).toBe(1);
+    expect(during.memory).toBeGreaterThan(before.memory);
+    // This scrape and the stream.
+    expect(during.inFlight).toBeGreaterThanOrEqual(2);
+    while (!(await reader.read()).done) {}
+    await eventually(async () => expect((await read()).streams).toBe(0));
+    // Its record is written within the 500 ms flush interval.
+    await eventually(async () => expect((await read()).pending).toBe(0));
+    sim.providers.scaleway?.clearFaults();
+  });
+
   it('keeps keys and secrets out of the logs, and drains in-flight work on SIGTERM', async () => {
     const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
     const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };

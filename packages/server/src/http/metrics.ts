@@ -1,6 +1,15 @@
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import { LabelledCounter, LabelledHistogram } from './labelled-metrics.js';
 
+/** Readings of the instance's state for {@link Metrics.watch}. */
+export interface InstanceGauges {
+  requestsInFlight: () => number;
+  streamsOpen: () => number;
+  streamMemoryBytes: () => number;
+  streamReclaims: () => { copies: number; streams: number };
+  usagePending: () => number;
+}
+
 /** Prometheus metrics of one gateway instance (its own registry, so tests can run several). */
 export class Metrics {
   readonly registry = new Registry();
@@ -45,6 +54,34 @@ export class Metrics {
     return this.redisGauge;
   }
   private redisGauge: Gauge | null = null;
+
+  /** What the instance holds now, each read when /metrics is scraped (nothing on a request's path). */
+  watch(read: InstanceGauges): void {
+    const gauge = (name: string, help: string, value: () => number) =>
+      new Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.set(value());
+        },
+      });
+    gauge('gw_requests_in_flight', 'Requests whose response has not closed yet', read.requestsInFlight);
+    gauge('gw_streams_open', 'Streams this instance is relaying (their upstream still read)', read.streamsOpen);
+    gauge('gw_stream_memory_bytes', 'Event data all streams keep in memory, counted against GW_STREAM_MEMORY_MB (UTF-16 code units)', read.streamMemoryBytes);
+    new Gauge({
+      name: 'gw_stream_memory_reclaims',
+      help: 'Since start, to keep the stream memory bound: resume copies dropped (what="copy") and streams ended (what="stream")',
+      labelNames: ['what'],
+      registers: [this.registry],
+      collect() {
+        const { copies, streams } = read.streamReclaims();
+        this.set({ what: 'copy' }, copies);
+        this.set({ what: 'stream' }, streams);
+      },
+    });
+    gauge('gw_usage_records_pending', 'Usage records not yet handed to the database (written every 500 ms)', read.usagePending);
+  }
 
   // Label sets seen so far, resolved once to their series.
   private readonly requestChildren = new Map<string, { count: { inc(): void }; time: { observe(v: number): void } }>();
