@@ -2,33 +2,16 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { finished } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { RelayGate } from '../src/providers/chunk-relay.js';
-import type { ChatChunk, ChunkSink } from '../src/providers/types.js';
 import { LiveFrames } from '../src/streaming/live-frames.js';
 import { MemoryStreamStore } from '../src/streaming/memory-stream-store.js';
 import { StreamSession } from '../src/streaming/session.js';
-import { chatStreamFromChunks } from './helpers/chat-stream.js';
+import { contentChunk, handFedUpstream } from './helpers/chat-stream.js';
 
 const ID = 'req_0000000000000000000000aa';
 
-function content(text: string): ChatChunk {
-  return { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content: text } }] };
-}
-
 /** A session whose upstream chunks are pushed by hand through `sink`, as an upstream's reads would. */
 async function handFed() {
-  let sink: ChunkSink | null = null;
-  let aborted = false;
-  const upstream = chatStreamFromChunks((async function* () {})(), () => {
-    aborted = true;
-  });
-  upstream.relay = (s) => {
-    sink = s;
-  };
-  const source = new RelayGate(upstream, () => new Error('no first chunk'));
-  const push = sink as unknown as ChunkSink;
-  push.chunk(content('first'));
-  await source.first;
+  const { upstream, source, sink, aborted } = await handFedUpstream();
   const session = new StreamSession({
     streamId: ID,
     model: 'gw/m',
@@ -40,7 +23,7 @@ async function handFed() {
     completionCap: 1000,
     onEnd: () => {},
   });
-  return { session, sink: push, aborted: () => aborted };
+  return { session, sink, aborted };
 }
 
 async function readAll(frames: LiveFrames): Promise<string> {
@@ -54,8 +37,8 @@ describe('live SSE frames from a session', () => {
     const { session, sink } = await handFed();
     const withUsage = new LiveFrames(session, 0, true, 60_000, 'a');
     const without = new LiveFrames(session, 0, false, 60_000, 'a');
-    sink.chunk(content('second'));
-    sink.chunk({ ...content(''), choices: [], usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } });
+    sink.chunk(contentChunk('second'));
+    sink.chunk({ ...contentChunk(''), choices: [], usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } });
     sink.end(null);
     const a = await readAll(withUsage);
     const b = await readAll(without);
@@ -73,7 +56,7 @@ describe('live SSE frames from a session', () => {
     // The stream asks for data once, then nobody reads.
     frames.read(0);
     const big = 'y'.repeat(4096);
-    for (let i = 0; i < 200; i++) sink.chunk(content(big));
+    for (let i = 0; i < 200; i++) sink.chunk(contentChunk(big));
     // 800 KB arrived; the readable took about its high-water mark (16 KB) of it.
     expect(frames.readableLength).toBeLessThan(64 * 1024);
     sink.end(null);
@@ -84,8 +67,8 @@ describe('live SSE frames from a session', () => {
 
   it('starts after the given event when resuming', async () => {
     const { session, sink } = await handFed();
-    sink.chunk(content('second'));
-    sink.chunk(content('third'));
+    sink.chunk(contentChunk('second'));
+    sink.chunk(contentChunk('third'));
     sink.end(null);
     const text = await readAll(new LiveFrames(session, 2, false, 60_000, 'a'));
     // Event 4 is the usage chunk, which this client did not ask for.
@@ -193,7 +176,7 @@ describe('live SSE frames from a session', () => {
         await new Promise((r) => setTimeout(r, 50));
         // Multi-byte text: a chunk's size counts bytes, not characters.
         const big = 'ü'.repeat(2048);
-        for (let i = 0; i < 2000; i++) sink.chunk(content(`${i}:${big}`));
+        for (let i = 0; i < 2000; i++) sink.chunk(contentChunk(`${i}:${big}`));
         await new Promise((r) => setTimeout(r, 50));
         // 8 MB arrived, more than the kernel's buffers take; beyond them, the server's socket holds about its high-water mark.
         const serverSide = responses[0]?.socket;
@@ -220,7 +203,7 @@ describe('live SSE frames from a session', () => {
         await new Promise((r) => setTimeout(r, 50));
         expect(writes.n).toBe(1);
         // The usage chunk and the end, as an upstream's last read brings them.
-        sink.chunk({ ...content(''), choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+        sink.chunk({ ...contentChunk(''), choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
         sink.end(null);
         const raw = await readToEnd(socket);
         expect(writes.n).toBe(2);
@@ -244,7 +227,7 @@ describe('live SSE frames from a session', () => {
         const socket = request(port, '1.1');
         await new Promise((r) => setTimeout(r, 50));
         expect(writes.n).toBe(1);
-        sink.chunk(content('second'));
+        sink.chunk(contentChunk('second'));
         sink.end(null);
         const raw = await readToEnd(socket);
         expect(raw.slice(0, raw.indexOf('\r\n\r\n'))).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*transfer-encoding: chunked/i);
@@ -263,9 +246,9 @@ describe('live SSE frames from a session', () => {
         const socket = request(port, '1.1');
         await new Promise((r) => setTimeout(r, 50));
         // Three chunks decoded from one read, then one from the next read.
-        for (const text of ['a', 'b', 'c']) sink.chunk(content(text));
+        for (const text of ['a', 'b', 'c']) sink.chunk(contentChunk(text));
         await new Promise((r) => setTimeout(r, 20));
-        sink.chunk(content('d'));
+        sink.chunk(contentChunk('d'));
         await new Promise((r) => setTimeout(r, 20));
         sink.end(null);
         const raw = await readToEnd(socket);
@@ -282,7 +265,7 @@ describe('live SSE frames from a session', () => {
       try {
         const socket = request(port, '1.0');
         await new Promise((r) => setTimeout(r, 50));
-        sink.chunk(content('second'));
+        sink.chunk(contentChunk('second'));
         sink.end(null);
         const raw = await readToEnd(socket);
         const body = raw.slice(raw.indexOf('\r\n\r\n') + 4);
@@ -303,7 +286,7 @@ describe('live SSE frames from a session', () => {
         expect(head).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*content-type: text\/event-stream/i);
         socket.destroy();
         await new Promise((r) => setTimeout(r, 30));
-        sink.chunk(content('nobody reads this'));
+        sink.chunk(contentChunk('nobody reads this'));
         expect(aborted()).toBe(false);
         await new Promise((r) => setTimeout(r, 150));
         expect(aborted()).toBe(true);

@@ -1,38 +1,21 @@
 import { createServer, type Server } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RelayGate } from '../src/providers/chunk-relay.js';
-import type { ChatChunk, ChunkSink } from '../src/providers/types.js';
 import { LiveFrames } from '../src/streaming/live-frames.js';
 import { MemoryStreamStore } from '../src/streaming/memory-stream-store.js';
 import { StreamBoundError, type StreamOutcome, StreamSession } from '../src/streaming/session.js';
 import { StreamMemory } from '../src/streaming/stream-memory.js';
 import type { StreamEvent } from '../src/streaming/types.js';
-import { chatStreamFromChunks } from './helpers/chat-stream.js';
+import { contentChunk, handFedUpstream } from './helpers/chat-stream.js';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
 
 const KIB = 1024;
 const MIB = 1024 * KIB;
 
-function content(text: string): ChatChunk {
-  return { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content: text } }] };
-}
-
 /** A session of `store` counted in `memory`, whose upstream chunks are pushed by hand through `sink`. */
 async function handFed(memory: StreamMemory, store: MemoryStreamStore, n: number) {
   const streamId = `req_${n.toString(16).padStart(24, '0')}`;
-  let sink: ChunkSink | null = null;
-  let aborted = false;
-  const upstream = chatStreamFromChunks((async function* () {})(), () => {
-    aborted = true;
-  });
-  upstream.relay = (s) => {
-    sink = s;
-  };
-  const source = new RelayGate(upstream, () => new Error('no first chunk'));
-  const push = sink as unknown as ChunkSink;
-  push.chunk(content('first'));
-  await source.first;
+  const { upstream, source, sink: push, aborted } = await handFedUpstream();
   await store.create(streamId, { keyId: 'k', model: 'm' });
   const ends: StreamOutcome[] = [];
   const session = new StreamSession({
@@ -49,9 +32,9 @@ async function handFed(memory: StreamMemory, store: MemoryStreamStore, n: number
   });
   /** About `bytes` of event data, in 16 KiB chunks. */
   const feed = (bytes: number) => {
-    for (let i = 0; i < Math.ceil(bytes / (16 * KIB)); i++) push.chunk(content('x'.repeat(16 * KIB)));
+    for (let i = 0; i < Math.ceil(bytes / (16 * KIB)); i++) push.chunk(contentChunk('x'.repeat(16 * KIB)));
   };
-  return { streamId, session, sink: push, feed, ends, aborted: () => aborted };
+  return { streamId, session, sink: push, feed, ends, aborted };
 }
 
 async function events(store: MemoryStreamStore, streamId: string): Promise<StreamEvent[]> {

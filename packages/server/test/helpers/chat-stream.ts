@@ -1,4 +1,4 @@
-import { iterateRelay } from '../../src/providers/chunk-relay.js';
+import { iterateRelay, RelayGate } from '../../src/providers/chunk-relay.js';
 import type { ChatChunk, ChatStream, ChunkSink } from '../../src/providers/types.js';
 
 /** An upstream stream (the outside world) from chunks of an async iterable, relayed by pulling them. */
@@ -22,4 +22,29 @@ export function chatStreamFromChunks(chunks: AsyncIterable<ChatChunk>, abort: ()
     },
   };
   return stream;
+}
+
+/** A content chunk as an upstream sends it. */
+export function contentChunk(text: string): ChatChunk {
+  return { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content: text } }] };
+}
+
+/**
+ * An upstream whose chunks are pushed by hand through `sink`, as its reads would, with its first chunk
+ * ('first') already through the gate: what a session needs to start.
+ */
+export async function handFedUpstream() {
+  let sink: ChunkSink | null = null;
+  let aborted = false;
+  const upstream = chatStreamFromChunks((async function* () {})(), () => {
+    aborted = true;
+  });
+  upstream.relay = (s) => {
+    sink = s;
+  };
+  const source = new RelayGate(upstream, () => new Error('no first chunk'));
+  const push = sink as unknown as ChunkSink;
+  push.chunk(contentChunk('first'));
+  await source.first;
+  return { upstream, source, sink: push, aborted: () => aborted };
 }
