@@ -27,6 +27,7 @@ export const CANONICAL_ERRORS = {
   idempotency_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   shutting_down: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   upstream_timeout: { a: [504, 'upstream_timeout'], b: [504, 'upstream_timeout'] },
+  stream_buffer_exceeded: { a: [503, 'stream_buffer_exceeded'], b: [503, 'stream_buffer_exceeded'] },
 } as const satisfies Record<string, { a: readonly [number, string]; b: readonly [number, string] }>;
 
 export type CanonicalCode = keyof typeof CANONICAL_ERRORS;
@@ -63,6 +64,7 @@ const B_TYPES: Record<CanonicalCode, string> = {
   idempotency_unavailable: 'server_error',
   shutting_down: 'server_error',
   upstream_timeout: 'upstream_error',
+  stream_buffer_exceeded: 'server_error',
 };
 
 export function wireError(code: CanonicalCode, variant: Variant): { status: number; code: string; type: string } {

@@ -123,7 +123,7 @@ describe('the bound on all streams’ event data', () => {
     // Its client gets what it had in hand, then the error (no id: its last event id stays the last event it got).
     const text = await readAll(slowerFrames);
     const last = text.slice(text.lastIndexOf('\n\n', text.length - 3) + 2);
-    expect(last).toMatch(/^data: \{"error":\{"message":"The gateway ended this stream: .*"type":"service_unavailable","code":"service_unavailable"/);
+    expect(last).toMatch(/^data: \{"error":\{"message":"The gateway ended this stream: .*"type":"stream_buffer_exceeded","code":"stream_buffer_exceeded"/);
     expect(text).not.toContain('[DONE]');
     expect(text.match(/^id: /gm)?.length ?? 0).toBeLessThan(10);
     expect(memory.bytes).toBeLessThanOrEqual(4 * MIB);
@@ -309,7 +309,7 @@ describe('the bound through the gateway (GW_STREAM_MEMORY_MB)', () => {
     const bText = await b.rest();
     expect(bText).not.toContain('[DONE]');
     expect(bText.slice(bText.lastIndexOf('data: '))).toMatch(
-      /^data: \{"error":\{"message":"The gateway ended this stream: its instance keeps at most 16 MiB of stream events \(GW_STREAM_MEMORY_MB\).*"code":"service_unavailable"/,
+      /^data: \{"error":\{"message":"The gateway ended this stream: its instance keeps at most 16 MiB of stream events \(GW_STREAM_MEMORY_MB\).*"code":"stream_buffer_exceeded"/,
     );
     upstream.release();
     const aText = await a.rest();
@@ -319,7 +319,7 @@ describe('the bound through the gateway (GW_STREAM_MEMORY_MB)', () => {
     await gw.gateway.services.usage.flush();
     const records = await Promise.all([aId, bId, cId].map((id) => gw.gateway.services.store.usage.list({ requestId: id })));
     expect(records.map((r) => r.length)).toEqual([1, 1, 1]);
-    expect(records.map((r) => r[0]?.errorCode)).toEqual([null, 'upstream_failed', null]);
+    expect(records.map((r) => r[0]?.errorCode)).toEqual([null, 'stream_buffer_exceeded', null]);
     expect(memory.memory.bytes).toBeLessThanOrEqual(16 * MIB);
   }, 30_000);
 });

@@ -107,11 +107,12 @@ describe('a relayed stream', () => {
     const up = upstream(Math.ceil(MAX_STREAM_BYTES / size) + 50, size);
     const { session, outcome } = await start(up, 10_000);
     await session.finished;
-    expect(outcome()?.error?.message).toMatch(/byte buffer/);
+    expect(outcome()?.error?.message).toMatch(/at most 32 MiB of one stream's events/);
     expect(up.produced).toBeLessThan(Math.ceil(MAX_STREAM_BYTES / size) + 50);
     const events = [];
     for await (const e of session.follow(0)) events.push(e);
     expect(events.at(-1)?.kind).toBe('error');
+    expect(JSON.parse(events.at(-1)?.data ?? '')).toMatchObject({ code: 'stream_buffer_exceeded' });
   });
 
   it('aborts the upstream once the last reader has been gone for the grace period', async () => {

@@ -66,7 +66,7 @@ export class MemoryStreamStore implements StreamStore {
       const found = this.after(streamId, next);
       if (found === GONE) {
         // Let go before its end (the memory bound): the client is told rather than left with a stream that stops short.
-        if (seen) yield { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(DROPPED, 'store_unavailable') };
+        if (seen) yield { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(DROPPED, 'stream_buffer_exceeded') };
         return;
       }
       seen = true;

@@ -37,7 +37,7 @@ export interface SessionInit {
   memory?: StreamMemory;
 }
 
-/** A stream ended by the gateway to keep its memory bound (not the provider's failure). */
+/** A stream ended by the gateway to keep a memory bound, its own or the instance's (not the provider's failure). */
 export class StreamBoundError extends Error {}
 
 /** Where a session's log was let go (by the memory bound): readers that had not read up to `end` get `event` and stop. */
@@ -199,7 +199,7 @@ export class StreamSession implements ReclaimableSession {
       this.end(new StreamBoundError(message));
       this.init.upstream.abort();
     }
-    this.cut = { end: this.events.length, event: { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message, 'store_unavailable') } };
+    this.cut = { end: this.events.length, event: { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message, 'stream_buffer_exceeded') } };
     this.events = [];
     this.notify();
     this.releaseMemory();
@@ -224,7 +224,7 @@ export class StreamSession implements ReclaimableSession {
     if (this.done) return;
     if (this.bufferedBytes > MAX_STREAM_BYTES) {
       // The buffer is bounded: a stream longer than it is stopped rather than grow memory without end.
-      this.end(new Error(`the stream exceeded the gateway's ${MAX_STREAM_BYTES} byte buffer`));
+      this.end(new StreamBoundError(`The gateway ended this stream: it keeps at most ${MAX_STREAM_BYTES / 1024 / 1024} MiB of one stream's events.`));
       this.init.upstream.abort();
       return;
     }
@@ -261,7 +261,7 @@ export class StreamSession implements ReclaimableSession {
         this.abandoned
           ? streamErrorData('The stream was abandoned by its client and stopped; it cannot be resumed whole.', 'stream_not_found')
           : error instanceof StreamBoundError
-            ? streamErrorData(error.message, 'store_unavailable')
+            ? streamErrorData(error.message, 'stream_buffer_exceeded')
             : upstreamFailure(error),
       );
     }

@@ -132,11 +132,12 @@ export async function startStream(
         cost,
         latencyMs: Math.round(performance.now() - request.gw.startedAt),
         status: 200,
-        errorCode: outcome.error ? 'upstream_failed' : null,
+        errorCode: outcome.error instanceof StreamBoundError ? 'stream_buffer_exceeded' : outcome.error ? 'upstream_failed' : null,
         streamed: true,
         createdAt: new Date(),
       });
-      services.metrics.observeUpstream(result.offer.provider, outcome.error ? 'stream_error' : 'stream_ok', (performance.now() - started) / 1000);
+      const upstreamOutcome = outcome.error instanceof StreamBoundError ? 'stream_cut' : outcome.error ? 'stream_error' : 'stream_ok';
+      services.metrics.observeUpstream(result.offer.provider, upstreamOutcome, (performance.now() - started) / 1000);
     },
   });
   routingHeaders(reply, request, routing);
