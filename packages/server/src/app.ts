@@ -19,6 +19,7 @@ import { publicApi } from './http/public-api.js';
 import { adminRoutes } from './http/routes/admin.js';
 import { opsRoutes } from './http/routes/ops.js';
 import type { Services } from './http/services.js';
+import { UpstreamCalls } from './http/upstream-call.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
 import { UsageSpill } from './jobs/usage-spill.js';
 import { UsageWriter } from './jobs/usage-writer.js';
@@ -90,6 +91,15 @@ const IDLE_MEMORY_RELEASE = { checkEveryMs: 1_000, idleForMs: 30_000, minGrowthB
  * reset that request (the client cannot tell whether a POST was run).
  */
 const DRAIN_READ_GRACE_MS = 200;
+
+/**
+ * How long before the shutdown deadline the calls still waiting on a provider are answered (503 `shutting_down`,
+ * recorded, their holds let go) and the streams still running are ended: enough for those answers and the last usage
+ * write before the process exits at the deadline; a quarter of a short timeout.
+ */
+function answerMarginMs(shutdownTimeoutMs: number): number {
+  return Math.min(1_500, Math.floor(shutdownTimeoutMs / 4));
+}
 
 /** Opens the store and connections the config names and builds the app, without listening. */
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
@@ -191,6 +201,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     offerStats,
     idempotency,
     lifecycle: { draining: false, inFlight: 0, apiRequests: 0 },
+    upstreamCalls: new UpstreamCalls(),
     redisHealth,
   };
   metrics.watch({
@@ -222,14 +233,22 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       memoryRelease.stop();
       leases?.stop();
       const deadline = Date.now() + config.shutdownTimeoutMs;
+      const answerBy = deadline - answerMarginMs(config.shutdownTimeoutMs);
+      // A provider that keeps a request waiting past this would otherwise have it reset by the exit, unanswered and unrecorded.
+      const cutTimer = setTimeout(() => {
+        const message =
+          'This gateway instance is shutting down and could not wait longer for the provider; send the request again (another instance answers it).';
+        services.upstreamCalls.cut(new GatewayError('shutting_down', message, { retryAfterS: 1 }));
+      }, answerBy - Date.now());
       // New connections are refused from now on, but the kept-alive ones stay open for the grace (http.Server's own
       // close would close the idle ones at once); every request on them is answered 503 (request-context).
       if (app.server.listening) Server.prototype.close.call(app.server);
       await new Promise((r) => setTimeout(r, Math.min(DRAIN_READ_GRACE_MS, config.shutdownTimeoutMs)));
       // Once no request is in flight, every connection left (idle, or opened and never used) is closed.
       const closing = app.close();
-      await sessions.drain(config.shutdownTimeoutMs);
+      await sessions.drain(Math.max(0, answerBy - Date.now()));
       while (services.lifecycle.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      clearTimeout(cutTimer);
       app.server.closeAllConnections();
       await closing;
       app.log.info('http closed; writing pending usage');

@@ -1,7 +1,8 @@
 import { connect, type Socket } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { openStore } from '../src/store/open.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
 let gw: TestGateway;
@@ -86,4 +87,49 @@ describe('a draining instance', () => {
     expect(seconds.map((s) => s.slice(0, 12))).toEqual(conns.map(() => 'HTTP/1.1 503'));
     for (const s of seconds) expect(s).toMatch(/\r\nconnection: close\r\n/i);
   });
+
+  it('answers the requests still waiting on a provider before its deadline (503, Retry-After: 1), and records them', async () => {
+    const timeoutMs = 2_000;
+    const short = await startGateway({ sim, env: { GW_SHUTDOWN_TIMEOUT_MS: String(timeoutMs) } });
+    const dataDir = short.gateway.services.config.dataDir;
+    try {
+      const { id, key } = await short.createKey({ budget: 1 });
+      // Its provider accepts the requests and never answers (its own timeout is 30 s, far past the shutdown's).
+      sim.providers.scaleway?.setFault({ kind: 'hang' });
+      const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' };
+      const ask = (base: string, stream: boolean) =>
+        fetch(`${base}/chat/completions`, {
+          method: 'POST',
+          headers,
+          body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10, stream }),
+        });
+      const asked = [ask(short.baseA, false), ask(short.baseB, false), ask(short.baseA, true)];
+      await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(3));
+      const started = Date.now();
+      const closing = short.gateway.close();
+      const answers = await Promise.all(asked);
+      expect(Date.now() - started).toBeLessThan(timeoutMs);
+      expect(answers.map((r) => r.status)).toEqual([503, 503, 503]);
+      expect(answers.map((r) => r.headers.get('retry-after'))).toEqual(['1', '1', '1']);
+      const bodies = (await Promise.all(answers.map((r) => r.json()))) as { error: { code: string; message: string } }[];
+      expect(bodies.map((b) => b.error.code)).toEqual(['service_unavailable', 'service_unavailable', 'service_unavailable']);
+      expect(bodies[0]?.error.message).toMatch(/shutting down/);
+      // A clean stop: every record written before the exit.
+      await closing;
+      const store = await openStore({ dataDir });
+      try {
+        const records = await store.usage.list({ keyId: id });
+        expect(records.map((r) => [r.status, r.errorCode, r.cost])).toEqual([
+          [503, 'shutting_down', 0],
+          [503, 'shutting_down', 0],
+          [503, 'shutting_down', 0],
+        ]);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      sim.providers.scaleway?.clearFaults();
+      await short.close().catch(() => {});
+    }
+  }, 15_000);
 });

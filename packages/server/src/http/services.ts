@@ -13,6 +13,7 @@ import type { Store } from '../store/types.js';
 import type { StreamSessions } from '../streaming/sessions.js';
 import type { StreamStore } from '../streaming/types.js';
 import type { Metrics } from './metrics.js';
+import type { UpstreamCalls } from './upstream-call.js';
 
 /** Everything the HTTP layer needs, built by app.ts. */
 export interface Services {
@@ -37,6 +38,8 @@ export interface Services {
   idempotency: IdempotencyService;
   /** `inFlight`: requests whose response has not closed yet; `apiRequests`: requests to the public API (either variant) so far. */
   lifecycle: { draining: boolean; inFlight: number; apiRequests: number };
+  /** The calls waiting on a provider for an answer not yet begun: a shutdown about to run out of time answers them. */
+  upstreamCalls: UpstreamCalls;
   /** Whether Redis answers (null: no Redis configured): /readyz and `gw_redis_up` tell operators when limits go unenforced. */
   redisHealth: { reachable: boolean; answers(): Promise<boolean> } | null;
 }

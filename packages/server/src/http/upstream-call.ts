@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { H, type Strategy } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { GatewayError } from '../errors/gateway-error.js';
 import { UpstreamError } from '../errors/upstream-error.js';
 import { redactSecrets } from '../lib/redact.js';
 import type { AbortListener, CancelSignal } from '../providers/http-client.js';
@@ -64,8 +65,41 @@ export function leftBeforeAnswer(res: ServerResponse): boolean {
 }
 
 /** Aborts upstream work when the client goes away before the answer (until disarmed: a stream that started goes on). */
-export function clientAbortSignal(reply: FastifyReply): CancelSignal & { disarm(): void } {
-  return new ClientGone(reply.raw);
+export function clientAbortSignal(services: Services, reply: FastifyReply): CancelSignal & { disarm(): void } {
+  return new ClientGone(reply.raw, services.upstreamCalls);
+}
+
+/**
+ * The calls this instance has waiting on a provider for an answer not yet begun, so that a shutdown about to run out of
+ * time can answer them (app.ts): each one ends with the shutdown's error (a 503 the client retries elsewhere), is
+ * recorded, and lets its budget hold go, where the process's exit would have reset its connection with nothing written.
+ */
+export class UpstreamCalls {
+  private readonly waiting = new Set<ClientGone>();
+  private cutWith: GatewayError | null = null;
+
+  /** Ends every call still waiting with `reason`, and any started from now on. */
+  cut(reason: GatewayError): void {
+    this.cutWith = reason;
+    const waiting = [...this.waiting];
+    this.waiting.clear();
+    for (const call of waiting) call.end(reason);
+  }
+
+  /** @internal ClientGone's bookkeeping: false when calls are cut already. */
+  enter(call: ClientGone): boolean {
+    if (this.cutWith) {
+      call.end(this.cutWith);
+      return false;
+    }
+    this.waiting.add(call);
+    return true;
+  }
+
+  /** @internal */
+  leave(call: ClientGone): void {
+    this.waiting.delete(call);
+  }
 }
 
 /**
@@ -80,14 +114,19 @@ class ClientGone implements CancelSignal {
   private listeners: AbortListener[] = [];
   private armed = true;
 
-  constructor(res: ServerResponse) {
+  constructor(
+    res: ServerResponse,
+    private readonly calls: UpstreamCalls,
+  ) {
     // A client that left while the request was still being read has closed already: its 'close' has fired.
     if (leftBeforeAnswer(res)) {
-      this.abort();
+      this.end(new Error('the client closed the connection'));
       return;
     }
+    if (!calls.enter(this)) return;
     res.once('close', () => {
-      if (leftBeforeAnswer(res)) this.abort();
+      calls.leave(this);
+      if (leftBeforeAnswer(res)) this.end(new Error('the client closed the connection'));
     });
   }
 
@@ -100,16 +139,18 @@ class ClientGone implements CancelSignal {
     if (at >= 0) this.listeners.splice(at, 1);
   }
 
-  /** From now on the client's leaving aborts nothing. */
+  /** From now on neither the client's leaving nor a shutdown aborts anything (a stream that started: its session goes on). */
   disarm(): void {
     this.armed = false;
     this.listeners = [];
+    this.calls.leave(this);
   }
 
-  private abort(): void {
-    if (!this.armed) return;
+  /** Aborts the call with `reason`: the client left, or (a GatewayError) the shutdown answers it. */
+  end(reason: Error): void {
+    if (!this.armed || this.aborted) return;
     this.aborted = true;
-    this.reason = new Error('the client closed the connection');
+    this.reason = reason;
     const listeners = this.listeners;
     this.listeners = [];
     for (const listener of listeners) {

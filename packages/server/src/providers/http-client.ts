@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
+import { GatewayError } from '../errors/gateway-error.js';
 import { UpstreamError } from '../errors/upstream-error.js';
 
 export interface JsonResponse {
@@ -62,7 +63,7 @@ export class UpstreamHttp {
    */
   json(req: UpstreamRequest): Promise<JsonResponse> {
     return new Promise<JsonResponse>((resolve, reject) => {
-      const handler = new JsonResponseHandler(resolve, (err) => reject(this.toUpstreamError(err)), req.signal);
+      const handler = new JsonResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal);
       this.dispatch(req, handler);
     });
   }
@@ -75,7 +76,7 @@ export class UpstreamHttp {
    */
   stream(req: UpstreamRequest): Promise<{ ok: true; status: number; body: UpstreamBody } | ({ ok: false } & JsonResponse)> {
     return new Promise((resolve, reject) => {
-      const handler = new StreamResponseHandler(resolve, (err) => reject(this.toUpstreamError(err)), req.signal);
+      const handler = new StreamResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal);
       this.dispatch(req, handler);
     });
   }
@@ -98,6 +99,11 @@ export class UpstreamHttp {
     } catch (err) {
       handler.onResponseError(null, err as Error);
     }
+  }
+
+  /** A failed call's error: the gateway's own answer passes as it is (a shutdown cut the call); anything else is the provider's. */
+  private callError(err: unknown): Error {
+    return err instanceof GatewayError ? err : this.toUpstreamError(err);
   }
 
   toUpstreamError(err: unknown): UpstreamError {
@@ -333,6 +339,8 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
   }
 }
 
+/** Why the call ended: the gateway's own answer when the signal carries one (a shutdown), else undici's abort (the client left). */
 function abortReason(signal: CancelSignal | undefined): Error {
+  if (signal?.reason instanceof GatewayError) return signal.reason;
   return new undiciErrors.RequestAbortedError(signal?.reason instanceof Error ? signal.reason.message : undefined);
 }

@@ -84,7 +84,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const plan = planOffers(model, options, size);
       await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens, completionCap: size.maxTokens });
-      const signal = clientAbortSignal(reply);
+      const signal = clientAbortSignal(services, reply);
       const result = await executePlan(plan, (offer: Offer) =>
         callUpstream(services, request, offer, (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id })),
       );

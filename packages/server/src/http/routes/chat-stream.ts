@@ -47,7 +47,7 @@ export async function startStream(
   const model = request.gw.usage?.model as string;
   // Until its first event is written, a client that leaves never learnt the stream's id and cannot resume it: the
   // upstream is stopped. With an idempotency key it goes on (a retry with the key gets it whole).
-  const gone = request.gw.outlivesClient ? undefined : clientAbortSignal(reply);
+  const gone = request.gw.outlivesClient ? undefined : clientAbortSignal(services, reply);
   const result = await executePlan(plan, (offer) =>
     callUpstream(services, request, offer, async (adapter): Promise<Started> => {
       const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone });

@@ -81,7 +81,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
           ...(body.dimensions === undefined ? {} : { dimensions: body.dimensions }),
           ...(body.input_type ? { inputType: body.input_type } : {}),
         };
-        const call = { signal: clientAbortSignal(reply), requestId: request.id };
+        const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
         const done = await executePlan(plan, (offer) =>
           callUpstream(services, request, offer, (adapter) => embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
         );

@@ -71,7 +71,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
         ...(body.top_n === undefined ? {} : { topN: body.top_n }),
         ...(body.max_tokens_per_doc === undefined ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
       };
-      const call = { signal: clientAbortSignal(reply), requestId: request.id };
+      const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
       const done = await executePlan(plan, (offer) =>
         callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
       );

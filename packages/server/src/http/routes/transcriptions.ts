@@ -79,7 +79,7 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
         const seconds = await worstCaseSeconds(file.path, file.size);
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => seconds * (o.pricing.per_unit ?? 0))));
         const upstream = transcriptionRequest(body, file, format !== 'json' && format !== 'text');
-        const call = { signal: clientAbortSignal(reply), requestId: request.id };
+        const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
         const done = await executePlan(plan, (offer) =>
           callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
         );
