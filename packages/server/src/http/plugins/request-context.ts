@@ -68,7 +68,16 @@ export function setAnswerHeaders(services: Services, request: FastifyRequest, re
   reply.header(H.serverTiming, serverTiming(performance.now() - request.gw.startedAt, request.gw.upstreamMs));
   // While draining, close each connection after its answer so shutdown is not held by keep-alive;
   // and an answer given before its request's body ended (a refused upload) closes rather than reads the rest.
-  const bodyUnread = !request.raw.complete;
+  // `complete` is still false for a request without a body while the parser is in the same turn as its head (an
+  // answer given from a synchronous hook: a 401, a 404): nothing of it is left to read, so the connection stays open.
+  const bodyUnread = !request.raw.complete && mayCarryBody(request.raw.headers);
   if (bodyUnread) lingerOnClose(request.raw);
   if (services.lifecycle.draining || bodyUnread) reply.header('connection', 'close');
+}
+
+/** RFC 9112 6.3: a request has a body only when it carries Transfer-Encoding or a non-zero Content-Length. */
+function mayCarryBody(headers: FastifyRequest['headers']): boolean {
+  if (headers['transfer-encoding'] !== undefined) return true;
+  const length = headers['content-length'];
+  return length !== undefined && length.trim() !== '0';
 }

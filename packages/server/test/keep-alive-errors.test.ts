@@ -1,0 +1,91 @@
+import { connect, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+let gw: TestGateway;
+let key: string;
+let port: number;
+
+beforeAll(async () => {
+  gw = await startGateway();
+  ({ key } = await gw.createKey({ rateLimitRpm: 1000 }));
+  port = Number(new URL(gw.url).port);
+});
+afterAll(() => gw?.close());
+
+interface Answer {
+  status: number;
+  head: string;
+  body: string;
+}
+
+/** One keep-alive connection on which requests are sent one after the other, each answer read whole (Content-Length). */
+function connection(): { send(text: string): Promise<Answer>; closed: Promise<void>; socket: Socket } {
+  const socket = connect(port, '127.0.0.1');
+  let buffer = Buffer.alloc(0);
+  let waiting: ((a: Answer) => void) | null = null;
+  const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+  socket.on('error', () => {});
+  const tryParse = () => {
+    const at = buffer.indexOf('\r\n\r\n');
+    if (at === -1 || !waiting) return;
+    const head = buffer.subarray(0, at).toString('latin1');
+    // Content-Length counts bytes (the messages hold multi-byte characters).
+    const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+    if (buffer.length < at + 4 + length) return;
+    const body = buffer.subarray(at + 4, at + 4 + length).toString('utf8');
+    buffer = buffer.subarray(at + 4 + length);
+    const done = waiting;
+    waiting = null;
+    done({ status: Number(head.split(' ')[1]), head, body });
+  };
+  socket.on('data', (d) => {
+    buffer = Buffer.concat([buffer, d]);
+    tryParse();
+  });
+  return {
+    socket,
+    closed,
+    send(text) {
+      return new Promise((resolve) => {
+        waiting = resolve;
+        socket.write(text);
+      });
+    },
+  };
+}
+
+describe('an error answer to a request without a body keeps the connection open', () => {
+  it('a 401 (no key) and a 404 (no route) to GETs leave the connection usable for the next request', async () => {
+    const c = connection();
+    const unauthorized = await c.send('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n');
+    expect(unauthorized.status).toBe(401);
+    expect(unauthorized.head).not.toMatch(/\r\nconnection: close/i);
+    expect(JSON.parse(unauthorized.body).error.code).toBe('unauthorized');
+
+    const noRoute = await c.send(`GET /alt/v1/nothing HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`);
+    expect(noRoute.status).toBe(404);
+    expect(noRoute.head).not.toMatch(/\r\nconnection: close/i);
+    expect(JSON.parse(noRoute.body).error).toMatchObject({ code: 'not_found', type: 'invalid_request_error' });
+
+    const wrongMethod = await c.send(`DELETE /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Length: 0\r\n\r\n`);
+    expect(wrongMethod.status).toBe(404);
+    expect(wrongMethod.head).not.toMatch(/\r\nconnection: close/i);
+
+    const ok = await c.send(`GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`);
+    expect(ok.status).toBe(200);
+    expect(JSON.parse(ok.body).object).toBe('list');
+    c.socket.end();
+    await c.closed;
+  });
+
+  it('an answer given before a declared body was read still closes the connection', async () => {
+    const c = connection();
+    // The 401 is decided from the head; the body (declared, not sent) is not waited for.
+    const refused = await c.send('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n');
+    expect(refused.status).toBe(401);
+    expect(refused.head).toMatch(/\r\nconnection: close/i);
+    c.socket.end();
+    await c.closed;
+  });
+});
