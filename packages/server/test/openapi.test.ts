@@ -145,4 +145,39 @@ describe('OpenAPI 3.1', () => {
     expect(Object.keys(doc.paths['/v1/audio/transcriptions']?.post?.responses['200']?.headers ?? {})).not.toContain('X-Gateway-Region');
     expect(Object.keys(doc.paths['/alt/v1/audio/transcriptions']?.post?.responses['200']?.headers ?? {})).toContain('X-Gateway-Region');
   });
+
+  it("documents the v2 rerank mount's headers, and what every error answer carries", async () => {
+    type Res = { description?: string; headers?: Record<string, { schema?: { type?: string } }> };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, { parameters?: { name: string }[]; responses: Record<string, Res> }>>;
+    };
+    // /v2/rerank is routed and limited like /v1/rerank: the same parameters and answer headers.
+    for (const [path, region] of [
+      ['/v2/rerank', false],
+      ['/alt/v2/rerank', true],
+    ] as const) {
+      const op = doc.paths[path]?.post;
+      expect(
+        op?.parameters?.map((p) => p.name),
+        path,
+      ).toEqual(expect.arrayContaining(['X-Gateway-Strategy', 'X-Gateway-Provider', 'X-Idempotency-Key']));
+      const ok = Object.keys(op?.responses['200']?.headers ?? {});
+      expect(ok, path).toEqual(expect.arrayContaining(['X-Request-Id', 'X-RateLimit-Limit', 'X-Gateway-Provider']));
+      expect(ok.includes('X-Gateway-Region'), path).toBe(region);
+    }
+    // Every public error response says what it is and documents X-Request-Id and Retry-After (429, 409, 503).
+    for (const [path, item] of Object.entries(doc.paths)) {
+      if (!/^\/(alt\/)?v[12]\//.test(path)) continue;
+      for (const [method, op] of Object.entries(item)) {
+        for (const range of ['4XX', '5XX']) {
+          const failed = op.responses[range];
+          expect(failed?.description, `${method} ${path} ${range}`).not.toBe('Default Response');
+          expect(Object.keys(failed?.headers ?? {}), `${method} ${path} ${range}`).toEqual(expect.arrayContaining(['X-Request-Id', 'Retry-After']));
+        }
+      }
+    }
+    const limitedError = Object.keys(doc.paths['/alt/v1/chat/completions']?.post?.responses['4XX']?.headers ?? {});
+    expect(limitedError).toContain('X-RateLimit-Remaining');
+    expect(Object.keys(doc.paths['/v1/models']?.get?.responses['4XX']?.headers ?? {})).not.toContain('X-RateLimit-Remaining');
+  });
 });

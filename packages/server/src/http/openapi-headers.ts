@@ -71,6 +71,20 @@ function answerHeaders(variant: 'a' | 'b', routed: boolean, limited: boolean): R
   return headers;
 }
 
+/** What an error answer carries: the request id always, the limit headers once the limiter ran, and when to retry. */
+function errorHeaders(limited: boolean): Record<string, unknown> {
+  const { 'X-Request-Id': requestId, ...limits } = answerHeaders('a', false, limited);
+  return {
+    'X-Request-Id': requestId,
+    'Retry-After': int('Seconds to wait before retrying: sent with 429, 409, 503 and a 402 that only requests in flight cause.'),
+    'x-should-retry': {
+      description: 'Whether a retry can succeed: false with 402 (budget used up) and 501; true with a 402 that only requests in flight cause.',
+      schema: { type: 'string', enum: ['true', 'false'] },
+    },
+    ...limits,
+  };
+}
+
 /**
  * A transcription's answer is built per `response_format` (json, verbose_json, text, srt, vtt), so its
  * route has no response schema for Fastify to serialise with; the document describes it here.
@@ -95,10 +109,11 @@ const EVENT_STREAM = {
   },
 };
 
-/** Adds request and answer headers to the public API's operations (/v1 and /alt/v1) in place. */
+/** Adds request and answer headers to the public API's operations (/v1, /v2 and their /alt mounts) in place, errors included. */
 export function documentHeaders(doc: Document): Document {
   for (const [path, item] of Object.entries(doc.paths ?? {})) {
-    const variant = path.startsWith('/alt/v1/') ? 'b' : path.startsWith('/v1/') ? 'a' : null;
+    // Cohere's v2 mount (/v2/rerank, /alt/v2/rerank) is the same public API, routed and limited alike.
+    const variant = /^\/alt\/v[12]\//.test(path) ? 'b' : /^\/v[12]\//.test(path) ? 'a' : null;
     if (!variant || !item) continue;
     const routed = ROUTED.some((suffix) => path.endsWith(suffix));
     for (const [method, op] of Object.entries(item)) {
@@ -114,6 +129,15 @@ export function documentHeaders(doc: Document): Document {
       const ok = op.responses['200'];
       if (ok) ok.headers = { ...(ok.headers ?? {}), ...answerHeaders(variant, routed, limited) };
       if (ok?.content && path.endsWith('/chat/completions')) ok.content['text/event-stream'] = EVENT_STREAM;
+      for (const range of ['4XX', '5XX'] as const) {
+        const failed = op.responses[range];
+        if (!failed) continue;
+        failed.description =
+          range === '4XX'
+            ? `A refused request, in variant ${variant.toUpperCase()}'s error envelope.`
+            : `A failure, in variant ${variant.toUpperCase()}'s error envelope.`;
+        failed.headers = { ...(failed.headers ?? {}), ...errorHeaders(limited) };
+      }
     }
   }
   return doc;
