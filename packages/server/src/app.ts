@@ -13,6 +13,7 @@ import { checkBeforeContinue } from './http/expect-continue.js';
 import { clientErrorHandler, frameworkErrors, refuseConnect, variantOfUrl } from './http/framework-errors.js';
 import { lazyChildLogger } from './http/lazy-request-logger.js';
 import { Metrics } from './http/metrics.js';
+import { noRouteError } from './http/no-route.js';
 import { openApiRoutes, registerOpenApi } from './http/openapi.js';
 import { registerRequestContext } from './http/plugins/request-context.js';
 import { publicApi } from './http/public-api.js';
@@ -339,9 +340,7 @@ async function mountRoutes(app: FastifyInstance, services: Services): Promise<vo
   await registerOpenApi(app, services.version);
   registerRequestContext(app, services);
   app.setErrorHandler((err, request, reply) => sendError(err, request, reply, variantOfUrl(request.url)));
-  app.setNotFoundHandler((request, reply) =>
-    sendError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply, variantOfUrl(request.url)),
-  );
+  app.setNotFoundHandler((request, reply) => sendError(noRouteError(app, request, reply), request, reply, variantOfUrl(request.url)));
   opsRoutes(app, services);
   openApiRoutes(app);
   await app.register(publicApi, { prefix: '/v1', services, variant: 'a' });

@@ -304,6 +304,29 @@ describe('errors in each variant’s envelope', () => {
     ]);
   });
 
+  it('a method a path does not take is 405 with Allow, in the variant’s envelope; a path with no route at all stays 404', async () => {
+    const auth = { authorization: `Bearer ${key}` };
+    const answers = [];
+    for (const [method, path] of [
+      ['GET', '/v1/chat/completions'],
+      ['DELETE', '/alt/v1/models'],
+      ['PUT', '/v1/models/mistral%2Fsmall'],
+      ['GET', '/v1/nothing'],
+    ] as const) {
+      const res = await fetch(`${gw.url}${path}`, { method, headers: auth });
+      const body = (await res.json()) as Envelope & { error: { type: string; message: string } };
+      answers.push([res.status, res.headers.get('allow'), body.error.code, body.error.type]);
+    }
+    expect(answers).toEqual([
+      [405, 'POST', 'method_not_allowed', 'method_not_allowed'],
+      [405, 'GET, HEAD', 'method_not_allowed', 'invalid_request_error'],
+      [405, 'GET, HEAD', 'method_not_allowed', 'method_not_allowed'],
+      [404, null, 'not_found', 'not_found'],
+    ]);
+    // The key is still checked first on the public API.
+    expect((await fetch(`${gw.baseA}/chat/completions`)).status).toBe(401);
+  });
+
   it('never reflects an arbitrary Origin', async () => {
     const res = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}`, origin: 'https://evil.example' } });
     expect(res.headers.get('access-control-allow-origin')).toBeNull();

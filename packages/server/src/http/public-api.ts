@@ -1,7 +1,7 @@
 import type { Variant } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { GatewayError } from '../errors/gateway-error.js';
 import { sendError } from './errors.js';
+import { noRouteError } from './no-route.js';
 import { registerApiKeyAuth } from './plugins/api-key-auth.js';
 import { registerIdempotency } from './plugins/idempotency.js';
 import { errorAfterRateLimit, registerRateLimit } from './plugins/rate-limit.js';
@@ -31,9 +31,7 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
     });
   };
   app.setErrorHandler(answerError);
-  app.setNotFoundHandler((request, reply) =>
-    answerError(new GatewayError('not_found', `No route ${request.method} ${request.url.split('?')[0]}.`), request, reply),
-  );
+  app.setNotFoundHandler((request, reply) => answerError(noRouteError(app, request, reply), request, reply));
   app.addHook('onRequest', (request, _reply, done) => {
     request.gw.variant = variant;
     // Traffic as the idle memory hand-back counts it: health checks and metrics scrapes do not keep the gateway busy.

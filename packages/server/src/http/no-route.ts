@@ -1,0 +1,16 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../errors/gateway-error.js';
+
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+
+/**
+ * The error for a request no route takes: 405 with `Allow` when the path has routes for other methods (RFC 9110
+ * 15.5.6, as OpenAI answers a GET to /v1/chat/completions), else 404.
+ */
+export function noRouteError(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply): GatewayError {
+  const path = request.url.split('?')[0] ?? '/';
+  const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
+  if (allowed.length === 0) return new GatewayError('not_found', `No route ${request.method} ${path}.`);
+  reply.header('allow', allowed.join(', '));
+  return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}.`);
+}
