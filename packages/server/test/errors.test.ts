@@ -253,6 +253,9 @@ describe('errors in each variant’s envelope', () => {
     expect([unknownA.status, unknownA.body.error.code]).toEqual([400, 'validation_error']);
     const notHostingB = await post(gw.baseB, '/chat/completions', chat(), { 'X-Gateway-Provider': 'cohere' });
     expect([notHostingB.status, notHostingB.body.error.code]).toEqual([400, 'provider_unsupported']);
+    // A long value is named, not sent back whole.
+    const long = await post(gw.baseA, '/chat/completions', chat(), { 'X-Gateway-Strategy': 'x'.repeat(8000) });
+    expect(long.body.error.message).toBe(`Invalid X-Gateway-Strategy '${'x'.repeat(64)}…': expected one of default, cheapest, fastest, best.`);
   });
 
   it('a body over the limit is 413 without being read whole', async () => {

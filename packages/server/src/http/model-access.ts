@@ -45,6 +45,14 @@ function header(request: FastifyRequest, name: string): string | null {
   return s === undefined || s === '' ? null : s.trim();
 }
 
+/** The most of a header's value an error message repeats: enough to recognise it, not a header's 8 KB sent back. */
+const ECHO_MAX_CHARS = 64;
+
+/** A header's value as an error message repeats it: at most {@link ECHO_MAX_CHARS} characters. */
+function echo(value: string): string {
+  return value.length > ECHO_MAX_CHARS ? `${value.slice(0, ECHO_MAX_CHARS)}…` : value;
+}
+
 /** A provider named in a header that the configuration lacks (the ids are listed only when a request names one). */
 function unknownProvider(services: Services, id: string | null): boolean {
   return id !== null && !services.registry.providerIds().includes(id);
@@ -54,24 +62,24 @@ function unknownProvider(services: Services, id: string | null): boolean {
 export function routeOptions(services: Services, request: FastifyRequest): RouteOptions {
   const strategy = header(request, 'x-gateway-strategy') ?? 'default';
   if (!(STRATEGIES as readonly string[]).includes(strategy)) {
-    throw new GatewayError('validation', `Invalid X-Gateway-Strategy '${strategy}': expected one of ${STRATEGIES.join(', ')}.`, {
+    throw new GatewayError('validation', `Invalid X-Gateway-Strategy '${echo(strategy)}': expected one of ${STRATEGIES.join(', ')}.`, {
       param: 'X-Gateway-Strategy',
     });
   }
   const hopsRaw = header(request, 'x-gateway-max-hops') ?? '2';
   if (!/^[0-5]$/.test(hopsRaw)) {
-    throw new GatewayError('validation', `Invalid X-Gateway-Max-Hops '${hopsRaw}': expected an integer from 0 to 5.`, { param: 'X-Gateway-Max-Hops' });
+    throw new GatewayError('validation', `Invalid X-Gateway-Max-Hops '${echo(hopsRaw)}': expected an integer from 0 to 5.`, { param: 'X-Gateway-Max-Hops' });
   }
   const pin = header(request, 'x-gateway-provider');
   if (unknownProvider(services, pin)) {
     const code = request.gw.variant === 'b' ? 'provider_unsupported' : 'validation';
     const known = services.registry.providerIds().join(', ');
-    throw new GatewayError(code, `Unknown provider '${pin}' in X-Gateway-Provider: expected one of ${known}.`, { param: 'X-Gateway-Provider' });
+    throw new GatewayError(code, `Unknown provider '${echo(pin ?? '')}' in X-Gateway-Provider: expected one of ${known}.`, { param: 'X-Gateway-Provider' });
   }
   const prefer = header(request, 'x-gateway-provider-prefer');
   if (unknownProvider(services, prefer)) {
     const known = services.registry.providerIds().join(', ');
-    throw new GatewayError('validation', `Unknown provider '${prefer}' in X-Gateway-Provider-Prefer: expected one of ${known}.`, {
+    throw new GatewayError('validation', `Unknown provider '${echo(prefer ?? '')}' in X-Gateway-Provider-Prefer: expected one of ${known}.`, {
       param: 'X-Gateway-Provider-Prefer',
     });
   }
