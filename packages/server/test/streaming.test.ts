@@ -120,6 +120,9 @@ describe('streaming chat with the official openai SDK', () => {
       .catch((e: unknown) => e);
     expect((before as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
     expect((before as InstanceType<typeof OpenAI.APIError>).code).toBe('provider_down');
+    // Recorded as the stream it was asked to be, though no event went out.
+    const [failed] = await usageOf((before as InstanceType<typeof OpenAI.APIError>).requestID as string);
+    expect(failed).toMatchObject({ status: 502, errorCode: 'upstream_failed', streamed: true, cost: 0 });
     sim.providers.scaleway?.setFault({ kind: 'error_after_200', afterChunks: 3 });
     const { data: stream, response } = await a.chat.completions.create({ model: MODEL, messages, stream: true }).withResponse();
     let got = 0;

@@ -71,6 +71,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       }
       // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
       request.gw.usage = newUsageDraft('chat', model.id);
+      // A stream refused or failed before its first event is recorded as the stream it was asked to be.
+      if (body.stream === true) request.gw.usage.streamed = true;
       request.gw.outlivesClient = body.stream === true && request.headers[H.idempotencyKey] !== undefined;
       const lastEventId = request.headers['last-event-id'];
       if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
