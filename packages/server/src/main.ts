@@ -48,9 +48,7 @@ async function main(): Promise<void> {
         : `  Try: curl ${base}/v1/models -H "Authorization: Bearer ${first.key}"`,
     );
   }
-  // Plain stdout, not the structured log: the key must never reach a log pipeline.
-  process.stdout.write(`${lines.join('\n')}\n`);
-
+  // Before the banner: whoever reads it may signal at once, and a signal before its handler would kill the process.
   let stopping = false;
   const shutdown = (signal: string) => {
     // A second signal (an impatient Ctrl-C, a supervisor repeating itself) does not cut the drain short.
@@ -81,6 +79,8 @@ async function main(): Promise<void> {
   // Node's default for SIGHUP is to exit at once, dropping streams and unwritten usage. The configuration is read at
   // start only, so a HUP (a closed terminal, or a manager's "reload") stops as cleanly as a TERM; a restart reloads.
   process.on('SIGHUP', () => shutdown('SIGHUP'));
+  // Plain stdout, not the structured log: the key must never reach a log pipeline.
+  process.stdout.write(`${lines.join('\n')}\n`);
 }
 
 main().catch((err: unknown) => {
