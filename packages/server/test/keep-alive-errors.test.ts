@@ -56,7 +56,7 @@ function connection(): { send(text: string): Promise<Answer>; closed: Promise<vo
 }
 
 describe('an error answer to a request without a body keeps the connection open', () => {
-  it('a 401 (no key) and a 404 (no route) to GETs leave the connection usable for the next request', async () => {
+  it('a 401 (no key), a 404 (no route) and a 405 (wrong method) leave the connection usable for the next request', async () => {
     const c = connection();
     const unauthorized = await c.send('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n');
     expect(unauthorized.status).toBe(401);
@@ -69,7 +69,8 @@ describe('an error answer to a request without a body keeps the connection open'
     expect(JSON.parse(noRoute.body).error).toMatchObject({ code: 'not_found', type: 'invalid_request_error' });
 
     const wrongMethod = await c.send(`DELETE /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Length: 0\r\n\r\n`);
-    expect(wrongMethod.status).toBe(404);
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.head).toMatch(/\r\nallow: GET, HEAD\r\n/i);
     expect(wrongMethod.head).not.toMatch(/\r\nconnection: close/i);
 
     const ok = await c.send(`GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`);
