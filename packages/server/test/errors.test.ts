@@ -169,6 +169,18 @@ describe('errors in each variant’s envelope', () => {
     expect(form.body.error.message).toContain('multipart/form-data');
   });
 
+  it('JSON in a charset other than UTF-8 is 415 naming it; UTF-8 however spelt is read', async () => {
+    for (const charset of ['iso-8859-1', 'UTF-16', '"latin1"']) {
+      const r = await post(gw.baseA, '/chat/completions', JSON.stringify(chat()), { 'content-type': `application/json; charset=${charset}` });
+      expect([r.status, r.body.error.code]).toEqual([415, 'unsupported_media_type']);
+      expect(r.body.error.message).toBe(`Unsupported charset '${charset.replaceAll('"', '').toLowerCase()}': send the JSON body in UTF-8.`);
+    }
+    for (const charset of ['utf-8', 'UTF-8', 'utf8', '"utf-8"']) {
+      const r = await post(gw.baseB, '/chat/completions', JSON.stringify(chat()), { 'content-type': `application/json;charset=${charset}` });
+      expect([charset, r.status]).toEqual([charset, 200]);
+    }
+  });
+
   it('a gzipped body is 415 naming Content-Encoding, not a JSON syntax error', async () => {
     const { gzipSync } = await import('node:zlib');
     for (const base of [gw.baseA, gw.baseB]) {

@@ -4,6 +4,7 @@ import { sendError } from './errors.js';
 import { noRouteError } from './no-route.js';
 import { registerApiKeyAuth } from './plugins/api-key-auth.js';
 import { registerIdempotency } from './plugins/idempotency.js';
+import { refuseNonUtf8Json } from './plugins/json-charset.js';
 import { errorAfterRateLimit, registerRateLimit } from './plugins/rate-limit.js';
 import { registerUsageRecording } from './plugins/usage-recording.js';
 import { chatCompletionsRoute } from './routes/chat-completions.js';
@@ -39,6 +40,7 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
     done();
   });
   registerApiKeyAuth(app, services);
+  refuseNonUtf8Json(app);
   registerRateLimit(app, services);
   registerUsageRecording(app, services);
   registerIdempotency(app, services);
