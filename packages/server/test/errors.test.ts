@@ -202,6 +202,18 @@ describe('errors in each variant’s envelope', () => {
     expect([rb.status, rb.body.error.code]).toEqual([400, 'model_not_found']);
     const dep = await post(gw.baseA, '/chat/completions', chat({ model: 'mistral/nemo' }));
     expect([dep.status, dep.body.error.code]).toEqual([410, 'model_deprecated']);
+    // Asked for by id, a retired model is told retired in both variants, as a chat request naming it is.
+    const auth = { headers: { authorization: `Bearer ${key}` } };
+    const [getA, getB, chatB] = [
+      await fetch(`${gw.baseA}/models/mistral%2Fnemo`, auth),
+      await fetch(`${gw.baseB}/models/mistral%2Fnemo`, auth),
+      await post(gw.baseB, '/chat/completions', chat({ model: 'mistral/nemo' })),
+    ];
+    const errorOf = async (r: Response) => ((await r.json()) as Envelope).error;
+    expect([getA.status, (await errorOf(getA)).code]).toEqual([410, 'model_deprecated']);
+    const b = await errorOf(getB);
+    expect([getB.status, b.code, b.message]).toEqual([400, 'model_not_found', chatB.body.error.message]);
+    expect(b.message).toMatch(/retired upstream/);
   });
 
   it('a request refused for its body or its model, in the handler as in the schema, leaves no usage record', async () => {

@@ -35,7 +35,8 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
     async (request) => {
       const { id } = request.params as { id: string };
       const model = services.registry.get(id);
-      const visible = model && (isA || filterModelsB([model], {}, await enabledModels(services, request)).length > 0);
+      // B's list leaves retired models out; asked for one by id, B says it is retired, as a chat request naming it is told.
+      const visible = model && (isA || filterModelsB([{ ...model, deprecated: false }], {}, await enabledModels(services, request)).length > 0);
       if (!model || !visible) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'id' });
       if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'id' });
       return isA ? modelViewA(model) : modelViewB(model);
