@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ApiKeyAuthenticator } from '../src/auth/api-keys.js';
+import { ApiKeyAuthenticator, generateApiKey } from '../src/auth/api-keys.js';
 import { ensureFirstKey } from '../src/auth/first-key.js';
 import { MemoryBus } from '../src/kv/memory.js';
 import { openStore, type Store } from '../src/store/index.js';
@@ -74,5 +74,86 @@ describe('the API key cache', () => {
     // A real key is read as before.
     expect((await auth.authenticate(`Bearer ${key}`)).revoked).toBe(false);
     expect(reads).toBe(2);
+  });
+
+  /** A new key, and a store read of it that returns the record as it was when the read began, once `release` is called. */
+  async function heldRead(): Promise<{ key: string; id: string; release: () => void; started: Promise<void>; restore: () => void }> {
+    const made = generateApiKey();
+    const id = `key_race${Math.random().toString(36).slice(2, 10)}`;
+    await store.keys.create({ id, name: 'race', workspaceId: null, hash: made.hash, rateLimitRpm: 60, budget: null });
+    const real = store.keys.getByHash;
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    let begun!: () => void;
+    const started = new Promise<void>((r) => {
+      begun = r;
+    });
+    let held = false;
+    store.keys.getByHash = async (hash) => {
+      const record = await real(hash);
+      if (hash === made.hash && !held) {
+        held = true;
+        begun();
+        await gate;
+      }
+      return record;
+    };
+    return { key: made.key, id, release, started, restore: () => (store.keys.getByHash = real) };
+  }
+
+  it('a background refresh that began before a revocation does not bring the key back', async () => {
+    const r = await heldRead();
+    const expiring = new ApiKeyAuthenticator(store, new MemoryBus(), -1);
+    await expiring.start();
+    r.restore();
+    await expiring.authenticate(`Bearer ${r.key}`); // cached, unheld read
+    const real = store.keys.getByHash;
+    let release!: () => void;
+    const gate = new Promise<void>((res) => {
+      release = res;
+    });
+    let refreshed!: () => void;
+    const refreshDone = new Promise<void>((res) => {
+      refreshed = res;
+    });
+    store.keys.getByHash = async (hash) => {
+      const record = await real(hash); // as it is before the revocation
+      await gate;
+      setTimeout(refreshed, 0);
+      return record;
+    };
+    await expiring.authenticate(`Bearer ${r.key}`); // served from the cache; starts the refresh, which reads and waits
+    await store.keys.revoke(r.id);
+    await expiring.announce('revoke', r.id);
+    store.keys.getByHash = real;
+    release();
+    await refreshDone;
+    await new Promise((res) => setTimeout(res, 20));
+    expect(() => expiring.authenticate(`Bearer ${r.key}`)).toThrow(/revoked/);
+  });
+
+  it('a first read that began before a revocation does not cache the key as live', async () => {
+    const r = await heldRead();
+    const auth = new ApiKeyAuthenticator(store, new MemoryBus(), 60_000);
+    await auth.start();
+    const first = Promise.resolve(auth.authenticate(`Bearer ${r.key}`)).then(
+      () => 'ok',
+      (e: { code?: string }) => e.code,
+    );
+    await r.started;
+    await store.keys.revoke(r.id);
+    await auth.announce('revoke', r.id);
+    r.restore();
+    r.release();
+    await first;
+    const next = await Promise.resolve()
+      .then(() => auth.authenticate(`Bearer ${r.key}`))
+      .then(
+        () => 'ok',
+        (e: { code?: string }) => e.code,
+      );
+    expect(next).toBe('unauthorized');
   });
 });

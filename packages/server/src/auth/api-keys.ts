@@ -35,6 +35,15 @@ export class ApiKeyAuthenticator {
   private readonly hashById = new Map<string, string>();
   private readonly lookups = new Map<string, Promise<ApiKeyRecord | null>>();
   /**
+   * Per key id, the number of the last revocation or change applied while a
+   * store read was in flight (cleared when none is): a read that began
+   * before the event may return the record as it was, which must not be
+   * cached over the event (a revoked key would work again until the TTL).
+   */
+  private readonly eventSeq = new Map<string, number>();
+  private seq = 0;
+  private readsInFlight = 0;
+  /**
    * Keys the store did not know, by hash, until when: a client (or an attacker) repeating a wrong key costs no
    * database read each time. A new key cannot be among them: its 256-bit secret was never presented before.
    */
@@ -95,10 +104,29 @@ export class ApiKeyAuthenticator {
   private lookup(hash: string): Promise<ApiKeyRecord | null> {
     let pending = this.lookups.get(hash);
     if (!pending) {
-      pending = withTimeout(this.store.keys.getByHash(hash), this.lookupTimeoutMs).finally(() => this.lookups.delete(hash));
+      pending = withTimeout(this.readFresh(hash), this.lookupTimeoutMs).finally(() => this.lookups.delete(hash));
       this.lookups.set(hash, pending);
     }
     return pending;
+  }
+
+  /**
+   * The key's record from the store, read again when a revocation or change
+   * of it was applied while the read was in flight: the write precedes its
+   * event, so a read that begins after the event sees it.
+   */
+  private async readFresh(hash: string): Promise<ApiKeyRecord | null> {
+    for (let attempt = 0; ; attempt++) {
+      const since = this.seq;
+      this.readsInFlight++;
+      try {
+        const record = await this.store.keys.getByHash(hash);
+        const overtaken = record !== null && (this.eventSeq.get(record.id) ?? 0) > since;
+        if (!overtaken || attempt >= 3) return record;
+      } finally {
+        if (--this.readsInFlight === 0) this.eventSeq.clear();
+      }
+    }
   }
 
   /** Drops a key from this instance's cache and tells every other instance. */
@@ -121,6 +149,7 @@ export class ApiKeyAuthenticator {
   }
 
   private apply(event: KeyEvent): void {
+    if (this.readsInFlight > 0) this.eventSeq.set(event.id, ++this.seq);
     const hash = this.hashById.get(event.id);
     if (!hash) return;
     const cached = this.byHash.get(hash);
@@ -150,7 +179,7 @@ export class ApiKeyAuthenticator {
   private refreshInBackground(hash: string, cached: Cached): void {
     if (cached.refreshing) return;
     cached.refreshing = true;
-    this.store.keys.getByHash(hash).then(
+    this.readFresh(hash).then(
       (record) => {
         if (record) this.remember(record);
         else this.byHash.delete(hash);
