@@ -170,6 +170,39 @@ describe('the limiter at its edge', () => {
     limiter.close();
   });
 
+  it('in process: after the limit is lowered below what the window holds, Retry-After is when the window falls under the new limit', () => {
+    let now = 1_000_000;
+    const limiter = new MemoryWindowLimiter(() => now);
+    for (let i = 0; i < 6; i++) {
+      expect(limiter.hitSync('low', 60).allowed).toBe(true);
+      now += 5_000;
+    }
+    // Stamps at 0, 5, …, 25 s; now 30 s. At a limit of 2 a request fits once 5 of them left: at 80 s.
+    expect(limiter.hitSync('low', 2)).toMatchObject({ allowed: false, remaining: 0, resetS: 50 });
+    now = 1_000_000 + 79_999;
+    expect(limiter.hitSync('low', 2).allowed).toBe(false);
+    now = 1_000_000 + 80_000;
+    expect(limiter.hitSync('low', 2).allowed).toBe(true);
+    limiter.close();
+  });
+
+  it('with Redis: after the limit is lowered below what the window holds, Retry-After is when it falls under the new limit', async () => {
+    const client = await connectRedis(redis.url);
+    const limiter = new RedisWindowLimiter(client, 4000);
+    for (let i = 0; i < 6; i++) {
+      expect((await limiter.hit('lowered', 60, `s${i}`)).allowed).toBe(true);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const denied = await limiter.hit('lowered', 2, 'late');
+    expect(denied.allowed).toBe(false);
+    // Oldest-based it would be 1 s; the window falls under 2 only when the fifth stamp leaves, about 3 s on.
+    expect(denied.resetS).toBeGreaterThanOrEqual(3);
+    expect(denied.resetS).toBeLessThanOrEqual(4);
+    await new Promise((r) => setTimeout(r, 1100));
+    expect((await limiter.hit('lowered', 2, 'too-early')).allowed).toBe(false);
+    client.disconnect();
+  }, 30_000);
+
   it('with Redis: 50 bursts admit exactly the limit each, and a client that waits Retry-After gets through', async () => {
     const client = await connectRedis(redis.url);
     const limiter = new RedisWindowLimiter(client, 2000);

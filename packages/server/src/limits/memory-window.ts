@@ -31,7 +31,9 @@ export class MemoryWindowLimiter implements RateLimiter {
     stamps.dropThrough(now - this.windowMs);
     const allowed = stamps.size < limit;
     if (allowed) stamps.push(now);
-    const oldest = stamps.oldest() ?? now;
+    // Refused: the next request fits once the window holds fewer than `limit`, i.e. when the stamp
+    // `size - limit` places after the oldest leaves it (the oldest, unless the limit was lowered below the count).
+    const oldest = (allowed ? stamps.oldest() : stamps.at(stamps.size - limit)) ?? now;
     return windowDecision(allowed, stamps.size, limit, oldest, now, this.windowMs);
   }
 

@@ -23,7 +23,11 @@ if count < limit then
   count = count + 1
   allowed = 1
 end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+-- Refused: the next request fits when the stamp count - limit places after the oldest leaves
+-- (the oldest, unless the key's limit was lowered below what its window holds).
+local nth = 0
+if allowed == 0 and count > limit then nth = count - limit end
+local oldest = redis.call('ZRANGE', KEYS[1], nth, nth, 'WITHSCORES')
 local first = now
 if oldest[2] then first = tonumber(oldest[2]) end
 return {allowed, count, first, now}

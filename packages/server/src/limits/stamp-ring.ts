@@ -24,6 +24,11 @@ export class StampRing {
     return this.buf.length;
   }
 
+  /** The stamp `i` places after the oldest (0: the oldest), or undefined past the newest. */
+  at(i: number): number | undefined {
+    return i >= 0 && i < this.count ? this.buf[(this.head + i) & (this.buf.length - 1)] : undefined;
+  }
+
   /** The oldest stamp, or undefined when empty. */
   oldest(): number | undefined {
     return this.count > 0 ? this.buf[this.head] : undefined;
