@@ -179,6 +179,8 @@ describe('the limiter at its edge', () => {
     }
     // Stamps at 0, 5, …, 25 s; now 30 s. At a limit of 2 a request fits once 5 of them left: at 80 s.
     expect(limiter.hitSync('low', 2)).toMatchObject({ allowed: false, remaining: 0, resetS: 50 });
+    // An upload's check before its body (peek) says the same.
+    expect(limiter.peek('low', 2)).toMatchObject({ allowed: false, resetS: 50 });
     now = 1_000_000 + 79_999;
     expect(limiter.hitSync('low', 2).allowed).toBe(false);
     now = 1_000_000 + 80_000;
@@ -198,6 +200,9 @@ describe('the limiter at its edge', () => {
     // Oldest-based it would be 1 s; the window falls under 2 only when the fifth stamp leaves, about 3 s on.
     expect(denied.resetS).toBeGreaterThanOrEqual(3);
     expect(denied.resetS).toBeLessThanOrEqual(4);
+    const peeked = await limiter.peek('lowered', 2);
+    expect(peeked.allowed).toBe(false);
+    expect(peeked.resetS).toBeGreaterThanOrEqual(3);
     await new Promise((r) => setTimeout(r, 1100));
     expect((await limiter.hit('lowered', 2, 'too-early')).allowed).toBe(false);
     client.disconnect();

@@ -42,7 +42,8 @@ export class MemoryWindowLimiter implements RateLimiter {
     const stamps = this.windows.get(keyId);
     stamps?.dropThrough(now - this.windowMs);
     const size = stamps?.size ?? 0;
-    const oldest = stamps?.oldest() ?? now;
+    // As hit does: a full window frees a place when the stamp `size - limit` places after the oldest leaves it.
+    const oldest = (size < limit ? stamps?.oldest() : stamps?.at(size - limit)) ?? now;
     return windowDecision(size < limit, size, limit, oldest, now, this.windowMs);
   }
 

@@ -39,14 +39,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
 local count = redis.call('ZCARD', KEYS[1])
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+-- As HIT does: a full window frees a place when the stamp count - limit places after the oldest leaves.
+local nth = 0
+if count > tonumber(ARGV[2]) then nth = count - tonumber(ARGV[2]) end
+local oldest = redis.call('ZRANGE', KEYS[1], nth, nth, 'WITHSCORES')
 local first = now
 if oldest[2] then first = tonumber(oldest[2]) end
 return {count, first, now}
 `;
 
 type WindowCommand = (key: string, window: number, limit: number, member: string) => Promise<[number, number, number, number]>;
-type PeekCommand = (key: string, window: number) => Promise<[number, number, number]>;
+type PeekCommand = (key: string, window: number, limit: number) => Promise<[number, number, number]>;
 
 export class RedisWindowLimiter implements RateLimiter {
   private readonly breaker = new CircuitBreaker(1000);
@@ -63,7 +66,7 @@ export class RedisWindowLimiter implements RateLimiter {
     if (this.redis.status !== 'ready' || this.breaker.probing || !this.breaker.allow()) return failOpen(limit);
     try {
       const run = (this.redis as unknown as { gwSlidingWindowPeek: PeekCommand }).gwSlidingWindowPeek;
-      const [count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs);
+      const [count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, limit);
       this.breaker.success();
       return windowDecision(count < limit, count, limit, oldest, now, this.windowMs);
     } catch {
