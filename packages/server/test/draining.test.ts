@@ -97,22 +97,23 @@ describe('a draining instance', () => {
       // Its provider accepts the requests and never answers (its own timeout is 30 s, far past the shutdown's).
       sim.providers.scaleway?.setFault({ kind: 'hang' });
       const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' };
-      const ask = (base: string, stream: boolean) =>
+      const ask = (base: string, stream: boolean, more: Record<string, string> = {}) =>
         fetch(`${base}/chat/completions`, {
           method: 'POST',
-          headers,
+          headers: { ...headers, ...more },
           body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10, stream }),
         });
-      const asked = [ask(short.baseA, false), ask(short.baseB, false), ask(short.baseA, true)];
-      await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(3));
+      // The last: a stream with an idempotency key, which would outlive its client, is answered too.
+      const asked = [ask(short.baseA, false), ask(short.baseB, false), ask(short.baseA, true), ask(short.baseB, true, { 'x-idempotency-key': 'drain-1' })];
+      await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(4));
       const started = Date.now();
       const closing = short.gateway.close();
       const answers = await Promise.all(asked);
       expect(Date.now() - started).toBeLessThan(timeoutMs);
-      expect(answers.map((r) => r.status)).toEqual([503, 503, 503]);
-      expect(answers.map((r) => r.headers.get('retry-after'))).toEqual(['1', '1', '1']);
+      expect(answers.map((r) => r.status)).toEqual([503, 503, 503, 503]);
+      expect(answers.map((r) => r.headers.get('retry-after'))).toEqual(['1', '1', '1', '1']);
       const bodies = (await Promise.all(answers.map((r) => r.json()))) as { error: { code: string; message: string } }[];
-      expect(bodies.map((b) => b.error.code)).toEqual(['service_unavailable', 'service_unavailable', 'service_unavailable']);
+      expect(bodies.map((b) => b.error.code)).toEqual(['service_unavailable', 'service_unavailable', 'service_unavailable', 'service_unavailable']);
       expect(bodies[0]?.error.message).toMatch(/shutting down/);
       // A clean stop: every record written before the exit.
       await closing;
@@ -120,6 +121,7 @@ describe('a draining instance', () => {
       try {
         const records = await store.usage.list({ keyId: id });
         expect(records.map((r) => [r.status, r.errorCode, r.cost])).toEqual([
+          [503, 'shutting_down', 0],
           [503, 'shutting_down', 0],
           [503, 'shutting_down', 0],
           [503, 'shutting_down', 0],

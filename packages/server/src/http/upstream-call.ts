@@ -64,9 +64,12 @@ export function leftBeforeAnswer(res: ServerResponse): boolean {
   return res.closed && !res.writableFinished;
 }
 
-/** Aborts upstream work when the client goes away before the answer (until disarmed: a stream that started goes on). */
-export function clientAbortSignal(services: Services, reply: FastifyReply): CancelSignal & { disarm(): void } {
-  return new ClientGone(reply.raw, services.upstreamCalls);
+/**
+ * Aborts upstream work when the client goes away before the answer (unless `whenClientLeaves` is false: a request that
+ * outlives its client), or when a shutdown answers the calls still waiting; until disarmed (a stream that started goes on).
+ */
+export function clientAbortSignal(services: Services, reply: FastifyReply, whenClientLeaves = true): CancelSignal & { disarm(): void } {
+  return new ClientGone(reply.raw, services.upstreamCalls, whenClientLeaves);
 }
 
 /**
@@ -117,13 +120,16 @@ class ClientGone implements CancelSignal {
   constructor(
     res: ServerResponse,
     private readonly calls: UpstreamCalls,
+    whenClientLeaves: boolean,
   ) {
     // A client that left while the request was still being read has closed already: its 'close' has fired.
-    if (leftBeforeAnswer(res)) {
+    if (whenClientLeaves && leftBeforeAnswer(res)) {
       this.end(new Error('the client closed the connection'));
       return;
     }
     if (!calls.enter(this)) return;
+    // A call that outlives its client stays among the waiting calls until its route disarms it (it began, or failed).
+    if (!whenClientLeaves) return;
     res.once('close', () => {
       calls.leave(this);
       if (leftBeforeAnswer(res)) this.end(new Error('the client closed the connection'));

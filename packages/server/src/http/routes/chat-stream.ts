@@ -46,8 +46,8 @@ export async function startStream(
   const { body, plan, options } = args;
   const model = request.gw.usage?.model as string;
   // Until its first event is written, a client that leaves never learnt the stream's id and cannot resume it: the
-  // upstream is stopped. With an idempotency key it goes on (a retry with the key gets it whole).
-  const gone = request.gw.outlivesClient ? undefined : clientAbortSignal(services, reply);
+  // upstream is stopped. With an idempotency key it goes on (a retry with the key gets it whole); a shutdown stops either.
+  const gone = clientAbortSignal(services, reply, !request.gw.outlivesClient);
   const result = await executePlan(plan, (offer) =>
     callUpstream(services, request, offer, async (adapter): Promise<Started> => {
       const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone });
@@ -64,6 +64,7 @@ export async function startStream(
       }
     }),
   ).catch((err: unknown) => {
+    gone.disarm();
     // A stream that would have outlived its client never began: it is recorded as the client's leaving, as any other.
     if (request.gw.outlivesClient && leftBeforeAnswer(reply.raw)) {
       request.gw.outlivesClient = false;
@@ -71,12 +72,13 @@ export async function startStream(
     }
     throw err;
   });
-  if (gone?.aborted) {
+  if (gone.aborted) {
     result.value.upstream.abort();
-    // Nobody reads this answer; the request was recorded when its client left (usage-recording.ts).
+    // The shutdown's answer; or nobody reads this one, the request recorded when its client left (usage-recording.ts).
+    if (gone.reason instanceof GatewayError) throw gone.reason;
     throw new GatewayError('upstream_failed', 'The client closed the connection before the stream began.');
   }
-  gone?.disarm();
+  gone.disarm();
   const key = request.gw.key;
   if (!key) throw new GatewayError('unauthorized', 'Missing API key.');
   // The session bills the stream when the upstream ends, not when the client leaves.
