@@ -134,4 +134,44 @@ describe('a draining instance', () => {
       await short.close().catch(() => {});
     }
   }, 15_000);
+
+  it('ends with an error event, and bills, a stream that began after the drain began and still runs near the deadline', async () => {
+    const timeoutMs = 2_000;
+    const short = await startGateway({ sim, env: { GW_SHUTDOWN_TIMEOUT_MS: String(timeoutMs) } });
+    const dataDir = short.gateway.services.config.dataDir;
+    try {
+      const { id, key } = await short.createKey({ budget: 1 });
+      // Its first chunk comes 400 ms after the drain begins (before the 1.5 s mark), the rest far past the deadline.
+      sim.providers.scaleway?.configure({ answerTokens: 40 });
+      sim.providers.scaleway?.setFault({ kind: 'latency', ms: 500, perChunkMs: 200 });
+      const asked = fetch(`${short.baseA}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+      });
+      await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(1));
+      const started = Date.now();
+      const closing = short.gateway.close();
+      const answer = await asked;
+      expect(answer.status).toBe(200);
+      // The body ends cleanly (no reset) with the shutdown's error event and no [DONE].
+      const body = await answer.text();
+      expect(Date.now() - started).toBeLessThan(timeoutMs);
+      expect(body).toMatch(/"error":/);
+      expect(body).not.toContain('[DONE]');
+      await closing;
+      const store = await openStore({ dataDir });
+      try {
+        const records = await store.usage.list({ keyId: id });
+        expect(records.map((r) => [r.status, r.errorCode, r.streamed])).toEqual([[200, 'upstream_failed', true]]);
+        expect(records[0]?.cost).toBeGreaterThan(0);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      sim.providers.scaleway?.clearFaults();
+      sim.providers.scaleway?.reset();
+      await short.close().catch(() => {});
+    }
+  }, 15_000);
 });

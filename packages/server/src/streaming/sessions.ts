@@ -4,6 +4,8 @@ import type { StreamMemory } from './stream-memory.js';
 /** The streams this instance is relaying, so a resume here attaches to the live session and shutdown can wait for them. */
 export class StreamSessions {
   private readonly live = new Map<string, StreamSession>();
+  /** Set by `abortAll` (a shutdown near its deadline): a stream that begins from then on is ended at once. */
+  private aborting = false;
 
   /** `memory`: the bound on all streams' event data, which every session started here counts into. */
   constructor(private readonly memory?: StreamMemory) {}
@@ -12,6 +14,9 @@ export class StreamSessions {
     const session = new StreamSession(this.memory ? { ...init, memory: this.memory } : init);
     this.live.set(init.streamId, session);
     void session.finished.finally(() => this.live.delete(init.streamId));
+    // Its first chunk came after the shutdown stopped waiting for streams: it ends now (an error event after that chunk,
+    // billed for it) rather than run on until the exit cuts its connection, unbilled.
+    if (this.aborting) session.abort();
     return session;
   }
 
@@ -23,13 +28,19 @@ export class StreamSessions {
     return this.live.size;
   }
 
-  /** Waits for every stream to end, aborting those still running after `timeoutMs`. */
+  /** Ends every running stream (an error event, billed for what was relayed), and every stream that begins from now on. */
+  abortAll(): void {
+    this.aborting = true;
+    for (const s of this.live.values()) s.abort();
+  }
+
+  /**
+   * Waits for every stream to end, aborting those still running after `timeoutMs`, those that began meanwhile
+   * included (a request waiting on a provider when the drain began may start its stream during it).
+   */
   async drain(timeoutMs: number): Promise<void> {
-    const all = [...this.live.values()];
-    const timer = setTimeout(() => {
-      for (const s of all) s.abort();
-    }, timeoutMs);
-    await Promise.allSettled(all.map((s) => s.finished));
+    const timer = setTimeout(() => this.abortAll(), timeoutMs);
+    while (this.live.size > 0) await Promise.allSettled([...this.live.values()].map((s) => s.finished));
     clearTimeout(timer);
   }
 }
