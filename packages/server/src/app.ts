@@ -250,7 +250,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       // Once no request is in flight, every connection left (idle, or opened and never used) is closed.
       const closing = app.close();
       await sessions.drain(Math.max(0, answerBy - Date.now()));
-      while (services.lifecycle.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      // Half the margin is kept for writing the usage: a request still running then is cut, not the records of the others.
+      const stopWaitingAt = deadline - Math.floor(answerMarginMs(config.shutdownTimeoutMs) / 2);
+      while (services.lifecycle.inFlight > 0 && Date.now() < stopWaitingAt) await new Promise((r) => setTimeout(r, 20));
       clearTimeout(cutTimer);
       app.server.closeAllConnections();
       await closing;

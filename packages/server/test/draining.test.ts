@@ -157,13 +157,14 @@ describe('a draining instance', () => {
       // The body ends cleanly (no reset) with the shutdown's error event and no [DONE].
       const body = await answer.text();
       expect(Date.now() - started).toBeLessThan(timeoutMs);
-      expect(body).toMatch(/"error":/);
+      // The gateway's own reason, in the variant's envelope: not the provider's failure.
+      expect(body).toMatch(/"error":\{"message":"This gateway instance is shutting down and ended the stream[^"]*","type":"service_unavailable","code":"service_unavailable"/);
       expect(body).not.toContain('[DONE]');
       await closing;
       const store = await openStore({ dataDir });
       try {
         const records = await store.usage.list({ keyId: id });
-        expect(records.map((r) => [r.status, r.errorCode, r.streamed])).toEqual([[200, 'upstream_failed', true]]);
+        expect(records.map((r) => [r.status, r.errorCode, r.streamed])).toEqual([[200, 'shutting_down', true]]);
         expect(records[0]?.cost).toBeGreaterThan(0);
       } finally {
         await store.close();

@@ -40,6 +40,9 @@ export interface SessionInit {
 /** A stream ended by the gateway to keep a memory bound, its own or the instance's (not the provider's failure). */
 export class StreamBoundError extends Error {}
 
+/** A stream ended by the gateway because its instance is shutting down (not the provider's failure). */
+export class StreamStoppedError extends Error {}
+
 /** Where a session's log was let go (by the memory bound): readers that had not read up to `end` get `event` and stop. */
 export interface CutOff {
   end: number;
@@ -173,7 +176,9 @@ export class StreamSession implements ReclaimableSession {
     }
   }
 
+  /** Ends the stream because the instance is shutting down: an error event saying so, billed for what was relayed. */
   abort(): void {
+    this.end(new StreamStoppedError('This gateway instance is shutting down and ended the stream; send the request again (another instance answers it).'));
     this.init.upstream.abort();
   }
 
@@ -262,7 +267,9 @@ export class StreamSession implements ReclaimableSession {
           ? streamErrorData('The stream was abandoned by its client and stopped; it cannot be resumed whole.', 'stream_not_found')
           : error instanceof StreamBoundError
             ? streamErrorData(error.message, 'stream_buffer_exceeded')
-            : upstreamFailure(error),
+            : error instanceof StreamStoppedError
+              ? streamErrorData(error.message, 'shutting_down')
+              : upstreamFailure(error),
       );
     }
     this.done = true;
