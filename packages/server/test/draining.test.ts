@@ -1,6 +1,7 @@
 import { connect, type Socket } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { idempotencyScope } from '../src/routing/idempotency.js';
 import { openStore } from '../src/store/open.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
@@ -146,7 +147,8 @@ describe('a draining instance', () => {
       sim.providers.scaleway?.setFault({ kind: 'latency', ms: 500, perChunkMs: 200 });
       const asked = fetch(`${short.baseA}/chat/completions`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+        // With an idempotency key: a stream the shutdown ended does not stay the key's answer.
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway', 'x-idempotency-key': 'cut-1' },
         body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream: true }),
       });
       await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(1));
@@ -158,7 +160,9 @@ describe('a draining instance', () => {
       const body = await answer.text();
       expect(Date.now() - started).toBeLessThan(timeoutMs);
       // The gateway's own reason, in the variant's envelope: not the provider's failure.
-      expect(body).toMatch(/"error":\{"message":"This gateway instance is shutting down and ended the stream[^"]*","type":"service_unavailable","code":"service_unavailable"/);
+      expect(body).toMatch(
+        /"error":\{"message":"This gateway instance is shutting down and ended the stream[^"]*","type":"service_unavailable","code":"service_unavailable"/,
+      );
       expect(body).not.toContain('[DONE]');
       await closing;
       const store = await openStore({ dataDir });
@@ -166,6 +170,8 @@ describe('a draining instance', () => {
         const records = await store.usage.list({ keyId: id });
         expect(records.map((r) => [r.status, r.errorCode, r.streamed])).toEqual([[200, 'shutting_down', true]]);
         expect(records[0]?.cost).toBeGreaterThan(0);
+        // The key is free: a retry with it runs on another instance.
+        expect(await store.idempotency.get(idempotencyScope(id, 'cut-1'))).toBeNull();
       } finally {
         await store.close();
       }

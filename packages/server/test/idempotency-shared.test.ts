@@ -65,6 +65,21 @@ describe.each([
     expect(chats()).toBe(1);
   });
 
+  it('a key given up with its answer (a stream its instance’s shutdown ended) is claimed afresh by the next request', async () => {
+    const [a, b] = pair();
+    const scope = `drop-test:${a.url}`;
+    const first = await a.gateway.services.idempotency.begin(scope, 'fp');
+    expect(first.kind).toBe('run');
+    if (first.kind !== 'run') return;
+    await first.claim.complete({ status: 200, headers: {}, stream: { id: 'req_00000000000000000000dd01' } });
+    // Stored: a repeat would replay it.
+    expect((await b.gateway.services.idempotency.backend.claim(scope, 'fp', 'someone', 60_000))?.state).toBe('done');
+    await first.claim.drop();
+    const next = await b.gateway.services.idempotency.begin(scope, 'fp');
+    expect(next.kind).toBe('run');
+    if (next.kind === 'run') await next.claim.release();
+  });
+
   it('a stream started on one instance replays on the other', async () => {
     const [a, b] = pair();
     const own = await a.createKey({ rateLimitRpm: 1000 });

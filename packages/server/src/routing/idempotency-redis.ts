@@ -54,12 +54,20 @@ end
 return 0
 `;
 
+const DROP = `
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`;
+
 type Script = (key: string, ...args: (string | number)[]) => Promise<unknown>;
 interface Scripts {
   gwIdemClaim: Script;
   gwIdemRefresh: Script;
   gwIdemComplete: Script;
   gwIdemRelease: Script;
+  gwIdemDrop: Script;
 }
 
 /**
@@ -82,6 +90,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     redis.defineCommand('gwIdemRefresh', { numberOfKeys: 1, lua: REFRESH });
     redis.defineCommand('gwIdemComplete', { numberOfKeys: 1, lua: COMPLETE });
     redis.defineCommand('gwIdemRelease', { numberOfKeys: 1, lua: RELEASE });
+    redis.defineCommand('gwIdemDrop', { numberOfKeys: 1, lua: DROP });
     redis.on('ready', () => this.writeHeldAgain());
   }
 
@@ -146,6 +155,11 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   async release(scope: string, owner: string): Promise<void> {
     this.held.delete(owner);
     await this.run('gwIdemRelease', scope, owner);
+  }
+
+  async drop(scope: string, owner: string): Promise<void> {
+    this.held.delete(owner);
+    await this.run('gwIdemDrop', scope, owner);
   }
 
   /** After a reconnect: every claim and stream answer of this instance that is still running, written again where missing. */

@@ -41,6 +41,10 @@ export class SqlIdempotencyBackend implements IdempotencyBackend {
     await this.repo.release(scope, owner);
   }
 
+  async drop(scope: string, owner: string): Promise<void> {
+    await this.repo.drop(scope, owner);
+  }
+
   async forgetStream(scope: string, streamId: string): Promise<void> {
     await this.repo.forgetStream(scope, streamId);
   }

@@ -25,6 +25,8 @@ export interface IdempotencyBackend {
   refresh(scope: string, owner: string, ttlMs: number): Promise<void>;
   complete(scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void>;
   release(scope: string, owner: string): Promise<void>;
+  /** Drops `owner`'s entry, its stored answer included (a stream the gateway itself ended): a retry runs afresh. */
+  drop(scope: string, owner: string): Promise<void>;
   /**
    * Drops a stored answer that is the stream `streamId` without its events (one a crashed process left
    * unfinished), so that a retry runs afresh; an answer stored since (another stream) is kept. Only the

@@ -66,6 +66,10 @@ export class DrizzleIdempotencyRepo implements IdempotencyRepo {
     await this.db.delete(idempotencyKeys).where(and(eq(idempotencyKeys.scope, scope), eq(idempotencyKeys.owner, owner), eq(idempotencyKeys.state, 'pending')));
   }
 
+  async drop(scope: string, owner: string): Promise<void> {
+    await this.db.delete(idempotencyKeys).where(and(eq(idempotencyKeys.scope, scope), eq(idempotencyKeys.owner, owner)));
+  }
+
   async forgetStream(scope: string, streamId: string): Promise<void> {
     await this.db
       .delete(idempotencyKeys)

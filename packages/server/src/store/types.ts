@@ -160,6 +160,8 @@ export interface IdempotencyRepo {
   complete(scope: string, owner: string, answer: unknown, ttlMs: number): Promise<boolean>;
   /** Drops `owner`'s pending claim. */
   release(scope: string, owner: string): Promise<void>;
+  /** Drops `owner`'s row, pending or done (IdempotencyBackend.drop). */
+  drop(scope: string, owner: string): Promise<void>;
   /** Drops a stored answer that is the stream `streamId` without its events (IdempotencyBackend.forgetStream). */
   forgetStream(scope: string, streamId: string): Promise<void>;
   /** Deletes expired rows; returns how many. */

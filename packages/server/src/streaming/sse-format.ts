@@ -29,6 +29,11 @@ export function clientEventData(e: StreamEvent, variant: Variant): string {
   return errorJson(kept.code, variant, kept.message).body;
 }
 
+/** Whether a kept event is the error event of a stream its instance's shutdown ended. */
+export function endedByShutdown(e: StreamEvent | undefined): boolean {
+  return e?.kind === 'error' && parseKeptError(e.data)?.code === 'shutting_down';
+}
+
 function parseKeptError(data: string): { code: CanonicalCode; message: string } | null {
   try {
     const v = JSON.parse(data) as { code?: unknown; message?: unknown };

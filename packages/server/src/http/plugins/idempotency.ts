@@ -3,6 +3,7 @@ import { createReadStream } from 'node:fs';
 import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { type Claim, checkIdempotencyKey, fingerprint, idempotencyScope, type StoredAnswer } from '../../routing/idempotency.js';
+import { endedByShutdown } from '../../streaming/sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { REPLAYED_HEADERS, replayable, sendReplay } from '../idempotent-replay.js';
 import type { Services } from '../services.js';
@@ -85,6 +86,9 @@ async function archiveStream(services: Services, claim: Claim, answer: StoredAns
     for await (const e of services.streams.follow(id, 0, AbortSignal.timeout(ARCHIVE_TIMEOUT_MS))) events.push(e);
   }
   const last = events.at(-1);
+  // Ended by its instance's shutdown, not by the provider or the client: the key is given up, so that a retry with it
+  // runs on another instance rather than replay the cut stream for 24 hours.
+  if (endedByShutdown(last)) return claim.drop();
   if (last?.kind !== 'done' && last?.kind !== 'error') return;
   // An event the buffer made up for a gap is no part of the stream: replays keep following the buffer instead.
   if (events.some((e) => e.seq === SYNTHETIC_SEQ)) return;
