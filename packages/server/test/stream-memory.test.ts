@@ -156,6 +156,65 @@ describe('the bound on all streams’ event data', () => {
     s.sink.end(null);
     expect(await read).toMatch(/data: \[DONE\]\n\n$/);
   });
+
+  it('drops the copies of streams that kept up once they end, without waiting for more data', async () => {
+    const memory = new StreamMemory(1 * MIB);
+    const store = new MemoryStreamStore(60, memory);
+    const a = await handFed(memory, store, 1);
+    const b = await handFed(memory, store, 2);
+    const reads = [a, b].map((s) => readAll(new LiveFrames(s.session, 0, false, 60_000, 'a')));
+    for (let i = 0; i < 8; i++) {
+      a.feed(100 * KIB);
+      b.feed(100 * KIB);
+      await tick();
+    }
+    // Over the bound, and nothing to let go while both run and their readers keep up.
+    expect(memory.bytes).toBeGreaterThan(1.5 * MIB);
+    a.sink.end(null);
+    b.sink.end(null);
+    for (const r of reads) expect(await r).toMatch(/data: \[DONE\]\n\n$/);
+    await tick();
+    // Both finished and read: their copies are what is over the bound, and the older goes at once.
+    expect(memory.bytes).toBeLessThanOrEqual(1 * MIB);
+    expect(memory.reclaimed.copies).toBe(1);
+    expect(await events(store, a.streamId)).toEqual([]);
+    expect((await events(store, b.streamId)).at(-1)?.data).toBe('[DONE]');
+  });
+
+  it('lowers its threshold as streams that kept up end: a stalled stream is ended near the bound, not near the past peak', async () => {
+    const memory = new StreamMemory(1 * MIB);
+    // Resume copies not counted (as with Redis): the streams that end leave nothing to drop.
+    const store = new MemoryStreamStore(60);
+    const long = await handFed(memory, store, 1);
+    const k1 = await handFed(memory, store, 2);
+    const k2 = await handFed(memory, store, 3);
+    const longRead = readAll(new LiveFrames(long.session, 0, false, 60_000, 'a'));
+    const kReads = [k1, k2].map((s) => readAll(new LiveFrames(s.session, 0, false, 60_000, 'a')));
+    for (let i = 0; i < 15; i++) {
+      for (const s of [long, k1, k2]) s.feed(100 * KIB);
+      await tick();
+    }
+    k1.sink.end(null);
+    k2.sink.end(null);
+    await Promise.all(kReads);
+    await tick();
+    // What is left over the bound is the long stream, whose reader keeps up (the peak was about three times it).
+    expect(memory.bytes).toBeGreaterThan(1 * MIB);
+    expect(memory.bytes).toBeLessThan(2 * MIB);
+    const s = await handFed(memory, store, 4);
+    const frames = stalled(s.session);
+    for (let i = 0; i < 15 && s.ends.length === 0; i++) {
+      s.feed(100 * KIB);
+      long.feed(16 * KIB);
+      await tick();
+    }
+    expect(s.ends).toHaveLength(1);
+    expect(s.ends[0]?.error).toBeInstanceOf(StreamBoundError);
+    expect(long.session.ended).toBe(false);
+    frames.destroy();
+    long.sink.end(null);
+    expect(await longRead).toMatch(/data: \[DONE\]\n\n$/);
+  });
 });
 
 // ---- Through the gateway: clients on raw sockets that stop reading. ----

@@ -65,11 +65,14 @@ export class StreamMemory {
   add(h: MemoryHold, bytes: number): void {
     h.bytes += bytes;
     this.total += bytes;
-    if (this.total > this.threshold && !this.reclaimQueued) {
-      this.reclaimQueued = true;
-      // After the read that brought the event is handled whole: never inside a session's own push.
-      queueMicrotask(this.reclaim);
-    }
+    if (this.total > this.threshold) this.queueReclaim();
+  }
+
+  private queueReclaim(): void {
+    if (this.reclaimQueued) return;
+    this.reclaimQueued = true;
+    // After the read that brought the event is handled whole: never inside a session's own push.
+    queueMicrotask(this.reclaim);
   }
 
   /** The stream's resume copy holds its last event: from now on it is kept for resume only, once its session lets go. */
@@ -79,6 +82,9 @@ export class StreamMemory {
 
   releaseSession(h: MemoryHold): void {
     h.session = null;
+    // Its resume copy can go from now on: while over the bound it goes at once, not only once some later event
+    // takes the total past a threshold raised while every stream kept up (which may never come).
+    if (h.dropCopy !== null && this.total > this.limit) this.queueReclaim();
     this.forgetIfFree(h);
   }
 
@@ -93,7 +99,14 @@ export class StreamMemory {
     this.holds.delete(h.streamId);
     this.total -= h.bytes;
     h.bytes = 0;
+    // The threshold follows the total down: raised at a peak of streams that kept up, it would otherwise let a
+    // stalled stream grow up to that peak after they ended.
     if (this.total <= this.limit) this.threshold = this.limit;
+    else this.threshold = Math.min(this.threshold, this.total + this.retryStep());
+  }
+
+  private retryStep(): number {
+    return Math.max(RETRY_STEP_BYTES, this.limit / 32);
   }
 
   private readonly reclaim = (): void => {
@@ -101,7 +114,7 @@ export class StreamMemory {
     while (this.total > this.limit) {
       if (this.dropOldestCopy()) continue;
       if (!this.endFurthestBehind()) {
-        this.threshold = this.total + Math.max(RETRY_STEP_BYTES, this.limit / 32);
+        this.threshold = this.total + this.retryStep();
         return;
       }
     }
