@@ -96,7 +96,7 @@ describe('operations', () => {
         memory: value('gw_stream_memory_bytes'),
         inFlight: value('gw_requests_in_flight'),
         pending: value('gw_usage_records_pending'),
-        reclaimed: value('gw_stream_memory_reclaims{what="stream"}'),
+        reclaimed: value('gw_stream_memory_reclaims_total{what="stream"}'),
       };
     };
     const before = await read();

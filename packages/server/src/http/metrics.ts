@@ -68,16 +68,22 @@ export class Metrics {
       });
     gauge('gw_requests_in_flight', 'Requests whose response has not closed yet', read.requestsInFlight);
     gauge('gw_streams_open', 'Streams this instance is relaying (their upstream still read)', read.streamsOpen);
-    gauge('gw_stream_memory_bytes', 'Event data all streams keep in memory, counted against GW_STREAM_MEMORY_MB (UTF-16 code units)', read.streamMemoryBytes);
-    new Gauge({
-      name: 'gw_stream_memory_reclaims',
-      help: 'Since start, to keep the stream memory bound: resume copies dropped (what="copy") and streams ended (what="stream")',
+    gauge(
+      'gw_stream_memory_bytes',
+      'Event data all streams keep in memory, counted against GW_STREAM_MEMORY_MB (as characters: bytes for ASCII JSON)',
+      read.streamMemoryBytes,
+    );
+    new Counter({
+      name: 'gw_stream_memory_reclaims_total',
+      help: 'To keep the stream memory bound: resume copies dropped (what="copy") and streams ended (what="stream")',
       labelNames: ['what'],
       registers: [this.registry],
       collect() {
+        // The bound keeps the counts; a scrape shows them as they are.
         const { copies, streams } = read.streamReclaims();
-        this.set({ what: 'copy' }, copies);
-        this.set({ what: 'stream' }, streams);
+        this.reset();
+        this.inc({ what: 'copy' }, copies);
+        this.inc({ what: 'stream' }, streams);
       },
     });
     gauge('gw_usage_records_pending', 'Usage records not yet handed to the database (written every 500 ms)', read.usagePending);
