@@ -18,18 +18,20 @@ async function handFed(memory: StreamMemory, store: MemoryStreamStore, n: number
   const { upstream, source, sink: push, aborted } = await handFedUpstream();
   await store.create(streamId, { keyId: 'k', model: 'm' });
   const ends: StreamOutcome[] = [];
-  const session = new StreamSession({
-    streamId,
-    model: 'gw/m',
-    upstream,
-    source,
-    store,
-    graceMs: 60_000,
-    promptTokens: 0,
-    completionCap: 1_000_000,
+  const session = new StreamSession(
+    {
+      streamId,
+      model: 'gw/m',
+      upstream,
+      source,
+      store,
+      graceMs: 60_000,
+      promptTokens: 0,
+      completionCap: 1_000_000,
+      onEnd: (o) => ends.push(o),
+    },
     memory,
-    onEnd: (o) => ends.push(o),
-  });
+  );
   /** About `bytes` of event data, in 16 KiB chunks. */
   const feed = (bytes: number) => {
     for (let i = 0; i < Math.ceil(bytes / (16 * KIB)); i++) push.chunk(contentChunk('x'.repeat(16 * KIB)));

@@ -33,8 +33,6 @@ export interface SessionInit {
   /** The most completion tokens the request allows (`max_tokens` times `n`): an estimate never goes past what its budget hold covered. */
   completionCap: number;
   onEnd: (outcome: StreamOutcome) => void;
-  /** The bound on all streams' event data in this instance's memory (none: not counted, as in tests). */
-  memory?: StreamMemory;
 }
 
 /** A stream ended by the gateway to keep a memory bound, its own or the instance's (not the provider's failure). */
@@ -85,9 +83,13 @@ export class StreamSession implements ReclaimableSession {
   private resolveFinished!: () => void;
   readonly finished: Promise<void>;
 
-  constructor(private readonly init: SessionInit) {
+  /** `memory`: the bound on all streams' event data in this instance's memory (none: not counted, as in tests). */
+  constructor(
+    private readonly init: SessionInit,
+    private readonly memory?: StreamMemory,
+  ) {
     this.streamId = init.streamId;
-    this.hold = init.memory ? init.memory.hold(init.streamId) : null;
+    this.hold = memory ? memory.hold(init.streamId) : null;
     if (this.hold) this.hold.session = this;
     this.finished = new Promise((resolve) => {
       this.resolveFinished = resolve;
@@ -211,7 +213,7 @@ export class StreamSession implements ReclaimableSession {
   }
 
   private releaseMemory(): void {
-    if (this.hold && this.init.memory) this.init.memory.releaseSession(this.hold);
+    if (this.hold && this.memory) this.memory.releaseSession(this.hold);
   }
 
   private detach(): void {
@@ -282,7 +284,7 @@ export class StreamSession implements ReclaimableSession {
 
   private push(kind: StreamEventKind, data: string): void {
     this.bufferedBytes += data.length;
-    if (this.hold) (this.init.memory as StreamMemory).add(this.hold, data.length);
+    if (this.hold) (this.memory as StreamMemory).add(this.hold, data.length);
     const event = { seq: this.events.length + 1, kind, data };
     this.events.push(event);
     this.init.store.append(this.streamId, event);

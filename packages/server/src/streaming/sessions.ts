@@ -11,7 +11,7 @@ export class StreamSessions {
   constructor(private readonly memory?: StreamMemory) {}
 
   start(init: SessionInit): StreamSession {
-    const session = new StreamSession(this.memory ? { ...init, memory: this.memory } : init);
+    const session = new StreamSession(init, this.memory);
     this.live.set(init.streamId, session);
     void session.finished.finally(() => this.live.delete(init.streamId));
     // Its first chunk came after the shutdown stopped waiting for streams: it ends now (an error event after that chunk,
