@@ -234,7 +234,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       memoryRelease.stop();
       leases?.stop();
       const deadline = Date.now() + config.shutdownTimeoutMs;
-      const answerBy = deadline - answerMarginMs(config.shutdownTimeoutMs);
+      const margin = answerMarginMs(config.shutdownTimeoutMs);
+      const answerBy = deadline - margin;
       // A provider that keeps a request waiting past this would otherwise have it reset by the exit, unanswered and unrecorded.
       const cutTimer = setTimeout(() => {
         const message =
@@ -251,7 +252,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       const closing = app.close();
       await sessions.drain(Math.max(0, answerBy - Date.now()));
       // Half the margin is kept for writing the usage: a request still running then is cut, not the records of the others.
-      const stopWaitingAt = deadline - Math.floor(answerMarginMs(config.shutdownTimeoutMs) / 2);
+      const stopWaitingAt = deadline - Math.floor(margin / 2);
       while (services.lifecycle.inFlight > 0 && Date.now() < stopWaitingAt) await new Promise((r) => setTimeout(r, 20));
       clearTimeout(cutTimer);
       app.server.closeAllConnections();

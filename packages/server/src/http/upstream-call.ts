@@ -105,6 +105,9 @@ export class UpstreamCalls {
   }
 }
 
+/** The reason of a call whose client left (read for its message only). */
+const CLIENT_LEFT = new Error('the client closed the connection');
+
 /**
  * Aborts when the response closes before it finished: the client left.
  * One 'close' listener and a plain list, where an AbortController and an
@@ -124,7 +127,7 @@ class ClientGone implements CancelSignal {
   ) {
     // A client that left while the request was still being read has closed already: its 'close' has fired.
     if (whenClientLeaves && leftBeforeAnswer(res)) {
-      this.end(new Error('the client closed the connection'));
+      this.end(CLIENT_LEFT);
       return;
     }
     if (!calls.enter(this)) return;
@@ -132,7 +135,7 @@ class ClientGone implements CancelSignal {
     if (!whenClientLeaves) return;
     res.once('close', () => {
       calls.leave(this);
-      if (leftBeforeAnswer(res)) this.end(new Error('the client closed the connection'));
+      if (leftBeforeAnswer(res)) this.end(CLIENT_LEFT);
     });
   }
 

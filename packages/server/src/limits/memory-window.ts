@@ -31,10 +31,7 @@ export class MemoryWindowLimiter implements RateLimiter {
     stamps.dropThrough(now - this.windowMs);
     const allowed = stamps.size < limit;
     if (allowed) stamps.push(now);
-    // Refused: the next request fits once the window holds fewer than `limit`, i.e. when the stamp
-    // `size - limit` places after the oldest leaves it (the oldest, unless the limit was lowered below the count).
-    const oldest = (allowed ? stamps.oldest() : stamps.at(stamps.size - limit)) ?? now;
-    return windowDecision(allowed, stamps.size, limit, oldest, now, this.windowMs);
+    return windowDecision(allowed, stamps.size, limit, freeingStamp(stamps, limit) ?? now, now, this.windowMs);
   }
 
   peek(keyId: string, limit: number): LimitDecision {
@@ -42,9 +39,8 @@ export class MemoryWindowLimiter implements RateLimiter {
     const stamps = this.windows.get(keyId);
     stamps?.dropThrough(now - this.windowMs);
     const size = stamps?.size ?? 0;
-    // As hit does: a full window frees a place when the stamp `size - limit` places after the oldest leaves it.
-    const oldest = (size < limit ? stamps?.oldest() : stamps?.at(size - limit)) ?? now;
-    return windowDecision(size < limit, size, limit, oldest, now, this.windowMs);
+    const freeing = stamps ? freeingStamp(stamps, limit) : undefined;
+    return windowDecision(size < limit, size, limit, freeing ?? now, now, this.windowMs);
   }
 
   /** How many stamps `keyId`'s window holds and has room for (for tests). */
@@ -68,7 +64,15 @@ export class MemoryWindowLimiter implements RateLimiter {
   }
 }
 
-/** An enforced decision over a window holding `count` requests, the oldest at `oldestMs`. */
+/**
+ * The stamp whose leaving frees a place: the oldest, unless the limit was lowered below what the window holds, then
+ * the one `size - limit` places after it (a request fits once the window holds fewer than `limit`).
+ */
+function freeingStamp(stamps: StampRing, limit: number): number | undefined {
+  return stamps.at(Math.max(0, stamps.size - limit));
+}
+
+/** An enforced decision over a window holding `count` requests, the one whose leaving frees a place at `oldestMs`. */
 export function windowDecision(allowed: boolean, count: number, limit: number, oldestMs: number, nowMs: number, windowMs: number): LimitDecision {
   return { allowed, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldestMs, nowMs, windowMs), enforced: true };
 }

@@ -9,6 +9,15 @@ import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
  * so instances with skewed clocks still agree. A rejected request is not
  * added. Keys are hash-tagged for Redis Cluster.
  */
+// The stamp whose leaving frees a place in the window (KEYS[1]; count, limit, now set): the oldest, unless the key's
+// limit was lowered below what its window holds, then the one count - limit places after it.
+const FREEING_STAMP = `
+local nth = math.max(0, count - limit)
+local oldest = redis.call('ZRANGE', KEYS[1], nth, nth, 'WITHSCORES')
+local first = now
+if oldest[2] then first = tonumber(oldest[2]) end
+`;
+
 const SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -23,28 +32,18 @@ if count < limit then
   count = count + 1
   allowed = 1
 end
--- Refused: the next request fits when the stamp count - limit places after the oldest leaves
--- (the oldest, unless the key's limit was lowered below what its window holds).
-local nth = 0
-if allowed == 0 and count > limit then nth = count - limit end
-local oldest = redis.call('ZRANGE', KEYS[1], nth, nth, 'WITHSCORES')
-local first = now
-if oldest[2] then first = tonumber(oldest[2]) end
+${FREEING_STAMP}
 return {allowed, count, first, now}
 `;
 
-// The same window, read without counting (KEYS: the window; ARGV: window ms).
+// The same window, read without counting (KEYS: the window; ARGV: window ms, limit).
 const PEEK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
 local count = redis.call('ZCARD', KEYS[1])
--- As HIT does: a full window frees a place when the stamp count - limit places after the oldest leaves.
-local nth = 0
-if count > tonumber(ARGV[2]) then nth = count - tonumber(ARGV[2]) end
-local oldest = redis.call('ZRANGE', KEYS[1], nth, nth, 'WITHSCORES')
-local first = now
-if oldest[2] then first = tonumber(oldest[2]) end
+${FREEING_STAMP}
 return {count, first, now}
 `;
 

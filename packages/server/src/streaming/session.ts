@@ -35,11 +35,29 @@ export interface SessionInit {
   onEnd: (outcome: StreamOutcome) => void;
 }
 
-/** A stream ended by the gateway to keep a memory bound, its own or the instance's (not the provider's failure). */
-export class StreamBoundError extends Error {}
+/** A stream the gateway itself ended (not the provider's failure): `code` says why, in its error event and its usage record. */
+export class StreamEndedByGateway extends Error {
+  constructor(
+    readonly code: 'stream_buffer_exceeded' | 'shutting_down',
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
-/** A stream ended by the gateway because its instance is shutting down (not the provider's failure). */
-export class StreamStoppedError extends Error {}
+/** Ended to keep a memory bound, its own or the instance's. */
+export class StreamBoundError extends StreamEndedByGateway {
+  constructor(message: string) {
+    super('stream_buffer_exceeded', message);
+  }
+}
+
+/** Ended because its instance is shutting down. */
+export class StreamStoppedError extends StreamEndedByGateway {
+  constructor(message: string) {
+    super('shutting_down', message);
+  }
+}
 
 /** Where a session's log was let go (by the memory bound): readers that had not read up to `end` get `event` and stop. */
 export interface CutOff {
@@ -180,8 +198,7 @@ export class StreamSession implements ReclaimableSession {
 
   /** Ends the stream because the instance is shutting down: an error event saying so, billed for what was relayed. */
   abort(): void {
-    this.end(new StreamStoppedError('This gateway instance is shutting down and ended the stream; send the request again (another instance answers it).'));
-    this.init.upstream.abort();
+    this.stopWith(new StreamStoppedError('This gateway instance is shutting down and ended the stream; send the request again (another instance answers it).'));
   }
 
   /** Bytes the slowest reader has not read; without a reader, all the running stream holds (kept for a resume). */
@@ -202,14 +219,18 @@ export class StreamSession implements ReclaimableSession {
    */
   reclaim(message: string): void {
     if (this.cut !== null) return;
-    if (!this.done) {
-      this.end(new StreamBoundError(message));
-      this.init.upstream.abort();
-    }
-    this.cut = { end: this.events.length, event: { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message, 'stream_buffer_exceeded') } };
+    const error = new StreamBoundError(message);
+    if (!this.done) this.stopWith(error);
+    this.cut = { end: this.events.length, event: { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(error.message, error.code) } };
     this.events = [];
     this.notify();
     this.releaseMemory();
+  }
+
+  /** The gateway ends the stream: its error event, then the upstream call stopped (billed for what was relayed). */
+  private stopWith(error: StreamEndedByGateway): void {
+    this.end(error);
+    this.init.upstream.abort();
   }
 
   private releaseMemory(): void {
@@ -231,8 +252,7 @@ export class StreamSession implements ReclaimableSession {
     if (this.done) return;
     if (this.bufferedBytes > MAX_STREAM_BYTES) {
       // The buffer is bounded: a stream longer than it is stopped rather than grow memory without end.
-      this.end(new StreamBoundError(`The gateway ended this stream: it keeps at most ${MAX_STREAM_BYTES / 1024 / 1024} MiB of one stream's events.`));
-      this.init.upstream.abort();
+      this.stopWith(new StreamBoundError(`The gateway ended this stream: it keeps at most ${MAX_STREAM_BYTES / 1024 / 1024} MiB of one stream's events.`));
       return;
     }
     if (c.choices.length === 0 && c.usage) {
@@ -267,11 +287,9 @@ export class StreamSession implements ReclaimableSession {
         'error',
         this.abandoned
           ? streamErrorData('The stream was abandoned by its client and stopped; it cannot be resumed whole.', 'stream_not_found')
-          : error instanceof StreamBoundError
-            ? streamErrorData(error.message, 'stream_buffer_exceeded')
-            : error instanceof StreamStoppedError
-              ? streamErrorData(error.message, 'shutting_down')
-              : upstreamFailure(error),
+          : error instanceof StreamEndedByGateway
+            ? streamErrorData(error.message, error.code)
+            : upstreamFailure(error),
       );
     }
     this.done = true;

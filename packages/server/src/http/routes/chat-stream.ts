@@ -12,7 +12,7 @@ import { executePlan } from '../../routing/execute.js';
 import type { RouteOptions } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { LiveFrames } from '../../streaming/live-frames.js';
-import { StreamBoundError, type StreamOutcome, StreamStoppedError } from '../../streaming/session.js';
+import { StreamEndedByGateway, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import type { StreamMeta } from '../../streaming/types.js';
@@ -105,10 +105,10 @@ export async function startStream(
     completionCap: args.completionCap,
     onEnd: (outcome: StreamOutcome) => {
       // A provider that failed after its first chunk: no failover is possible then, but the operator is told, as of any failed attempt.
-      const endedHere = outcome.error instanceof StreamBoundError || outcome.error instanceof StreamStoppedError;
-      if (outcome.error instanceof StreamBoundError) {
-        request.log.warn({ provider: result.offer.provider }, outcome.error.message);
-      } else if (outcome.error && !endedHere && !outcome.abandoned) {
+      const byGateway = outcome.error instanceof StreamEndedByGateway ? outcome.error : null;
+      if (byGateway?.code === 'stream_buffer_exceeded') {
+        request.log.warn({ provider: result.offer.provider }, byGateway.message);
+      } else if (outcome.error && !byGateway && !outcome.abandoned) {
         const err = outcome.error;
         request.log.warn(
           { provider: result.offer.provider, upstreamModel: result.offer.upstreamModel, kind: err instanceof UpstreamError ? err.kind : 'error' },
@@ -135,11 +135,11 @@ export async function startStream(
         cost,
         latencyMs: Math.round(performance.now() - request.gw.startedAt),
         status: 200,
-        errorCode: endedCode(outcome.error),
+        errorCode: byGateway ? byGateway.code : outcome.error ? 'upstream_failed' : null,
         streamed: true,
         createdAt: new Date(),
       });
-      const upstreamOutcome = endedHere ? 'stream_cut' : outcome.error ? 'stream_error' : 'stream_ok';
+      const upstreamOutcome = byGateway ? 'stream_cut' : outcome.error ? 'stream_error' : 'stream_ok';
       services.metrics.observeUpstream(result.offer.provider, upstreamOutcome, (performance.now() - started) / 1000);
     },
   });
@@ -229,11 +229,4 @@ function sendFrames(services: Services, request: FastifyRequest, reply: FastifyR
  */
 function writesItself(request: FastifyRequest): boolean {
   return request.headers[H.idempotencyKey] === undefined && request.gw.limit === null;
-}
-
-/** A stream's usage record's error code: the gateway's own reason when it ended the stream, else the provider's failure. */
-function endedCode(error: Error | null): string | null {
-  if (error instanceof StreamBoundError) return 'stream_buffer_exceeded';
-  if (error instanceof StreamStoppedError) return 'shutting_down';
-  return error ? 'upstream_failed' : null;
 }
