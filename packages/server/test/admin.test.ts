@@ -49,6 +49,18 @@ describe('admin API', () => {
     const patched = await gw.admin<{ error: { code: string } }>('PATCH', `/keys/${id}`, { budget: 5e12 });
     expect([patched.status, patched.body.error.code]).toEqual([400, 'validation_error']);
     expect((await gw.admin('POST', '/keys', { budget: 999_999_999_999 })).status).toBe(201);
+    // Below the store's 1e-12 EUR it would be stored as 0: a key that can spend nothing, without saying so.
+    for (const [method, path, body] of [
+      ['POST', '/keys', { budget: 4e-13 }],
+      ['POST', '/workspaces', { name: 'tiny', budget: 1e-15 }],
+      ['PATCH', `/keys/${id}`, { budget: 9.9e-13 }],
+    ] as const) {
+      const res = await gw.admin<{ error: { code: string; param: string; message: string } }>(method, path, body);
+      expect([path, res.status, res.body.error.code, res.body.error.param]).toEqual([path, 400, 'validation_error', 'budget']);
+      expect(res.body.error.message).toContain('smallest amount stored');
+    }
+    const smallest = await gw.admin<{ budget: number }>('POST', '/keys', { budget: 1e-12 });
+    expect([smallest.status, smallest.body.budget]).toEqual([201, 1e-12]);
   });
 
   it('refuses a NUL character, which the store cannot hold, with a 400 naming the field (a 404 in an id), not a 500', async () => {

@@ -100,6 +100,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     { schema: op('createWorkspace', 'Create a workspace', { body: CreateWorkspaceBody, response: { 201: Workspace } }) },
     async (request, reply) => {
       const body = request.body as CreateWorkspaceBody;
+      checkBudget(body.budget);
       const ws = await services.store.workspaces.create({
         id: newId('ws'),
         name: body.name,
@@ -115,6 +116,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     { schema: op('createKey', 'Create an API key (the key is shown only here)', { body: CreateKeyBody, response: { 201: CreatedKey } }) },
     async (request, reply) => {
       const body = request.body as CreateKeyBody;
+      checkBudget(body.budget);
       if (body.workspaceId !== undefined && !(await services.store.workspaces.get(body.workspaceId))) {
         throw new GatewayError('validation', `Unknown workspaceId '${body.workspaceId}'.`, { param: 'workspaceId' });
       }
@@ -144,6 +146,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     async (request) => {
       const { id } = request.params as { id: string };
       const body = request.body as PatchKeyBody;
+      checkBudget(body.budget);
       const rec = await services.store.keys.update(id, {
         ...(body.rateLimitRpm === undefined ? {} : { rateLimitRpm: body.rateLimitRpm }),
         ...(body.budget === undefined ? {} : { budget: body.budget }),
@@ -172,5 +175,18 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     async () => {
       return services.registry.rebuild();
     },
+  );
+}
+
+/** The smallest positive amount the money columns hold, `numeric(24, 12)`. */
+const SMALLEST_AMOUNT = 1e-12;
+
+/** A positive budget the store would round to 0 (a key that can spend nothing, without saying so) is refused instead. */
+function checkBudget(budget: number | null | undefined): void {
+  if (budget === undefined || budget === null || budget === 0 || budget >= SMALLEST_AMOUNT) return;
+  throw new GatewayError(
+    'validation',
+    `'budget' is ${budget} EUR, below the smallest amount stored (1e-12 EUR): give at least that, 0 to allow no spending, or null for no budget.`,
+    { param: 'budget' },
   );
 }
