@@ -141,10 +141,19 @@ describe('Azure adapter against the simulated Azure OpenAI resource', () => {
   });
   beforeEach(() => sim.providers.azure?.reset());
 
-  it('lists deployments on the dated API and on v1', async () => {
-    expect(await adapter.listModels()).toContain('gpt-4o-mini');
+  it('lists deployments only where the data plane has their list; otherwise the configured deployments stand', async () => {
+    // 2024-10-21 has no deployments list, and its models list names model versions, which no offer names.
+    expect(await adapter.listModels()).toBeNull();
+    expect(sim.providers.azure?.stats().last?.path).toBe('/openai/models');
+    const old = new AzureOpenAIAdapter(providerConfig(sim, 'azure', { apiVersion: '2023-03-15-preview' }));
+    expect(await old.listModels()).toContain('gpt-4o-mini');
+    await old.close();
+    // The models list is still read: a wrong key shows as the provider failing, not as every deployment standing.
+    const wrongKey = new AzureOpenAIAdapter(providerConfig(sim, 'azure', { apiKey: 'nope' }));
+    expect((await upstreamError(() => wrongKey.listModels())).status).toBe(401);
+    await wrongKey.close();
     const v1 = new AzureOpenAIAdapter(providerConfig(sim, 'azure', { apiVersion: undefined }));
-    expect(await v1.listModels()).toContain('gpt-4o-mini');
+    expect(await v1.listModels()).toBeNull();
     const completion = await v1.chat({ model: 'x', messages: [{ role: 'user', content: 'Hello Stockholm' }] }, call('gpt-4o-mini'));
     expect(completion.choices).toHaveLength(1);
     expect(sim.providers.azure?.stats().last?.path).toBe('/openai/v1/chat/completions');

@@ -60,10 +60,12 @@ describe('the registry learns each provider’s models through its adapter', () 
     expect((await status(gw.baseA, '/rerank', rerank))[0]).toBe(200);
   });
 
-  it('an Azure deployment and a Mistral model (with its aliases) leave the same way', async () => {
+  it('a Mistral model (with its aliases) leaves the same way; an Azure deployment, which no list names, stays configured', async () => {
     const chat = (model: string) => ({ model, messages: [{ role: 'user', content: 'x' }] });
     await without('azure', ['gpt-4o-mini'], async () => {
-      expect(await status(gw.baseA, '/chat/completions', chat('openai/gpt-4o-mini'))).toEqual([404, 'model_not_found']);
+      // Its 404 DeploymentNotFound is the provider failing this request (another offer would take it), not an unknown model.
+      expect(await providersOf('openai/gpt-4o-mini')).toEqual(['azure']);
+      expect(await status(gw.baseA, '/chat/completions', chat('openai/gpt-4o-mini'))).toEqual([502, 'provider_down']);
     });
     await without('mistral', ['mistral-large-latest', 'mistral-large-2411'], async () => {
       expect(await status(gw.baseB, '/chat/completions', chat('mistral/large'))).toEqual([400, 'model_not_found']);

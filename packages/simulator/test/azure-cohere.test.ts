@@ -61,11 +61,13 @@ describe('azure', () => {
     expect(c.body.choices[0].finish_reason).toBe('content_filter');
   });
 
-  it('lists hosted deployments on /openai/models and /openai/deployments', async () => {
+  it('lists deployable models by version on /openai/models, and deployments only on api-versions before 2023-05-15', async () => {
     const models = await json(az(), '/openai/models?api-version=2024-10-21');
-    expect(models.body.data.map((d: { id: string }) => d.id)).toContain('gpt-4o-mini');
+    expect(models.body.data.map((d: { id: string }) => d.id)).toContain('gpt-4o-mini-2024-07-18');
     expect(models.body.data[0].capabilities.chat_completion).toBe(true);
-    const deps = await json(az(), '/openai/deployments?api-version=2024-10-21');
+    const gone = await json(az(), '/openai/deployments?api-version=2024-10-21');
+    expect([gone.status, gone.body.error.code]).toEqual([404, '404']);
+    const deps = await json(az(), '/openai/deployments?api-version=2022-12-01');
     expect(deps.body.data[0]).toMatchObject({ id: 'gpt-4o-mini', model: 'gpt-4o-mini-2024-07-18', object: 'deployment' });
   });
 });

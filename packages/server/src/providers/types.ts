@@ -148,8 +148,12 @@ export interface ProviderAdapter {
   readonly id: string;
   readonly type: ProviderType;
   readonly region: string;
-  /** The upstream model names the provider lists now. */
-  listModels(signal?: AbortSignal): Promise<string[]>;
+  /**
+   * The upstream model names the provider lists now; null when it answers but lists nothing that offers name
+   * (Azure without a deployments list: offers name deployments, which only the control plane lists), so that
+   * every configured offer stands.
+   */
+  listModels(signal?: AbortSignal): Promise<string[] | null>;
   chat(body: ChatBody, call: UpstreamCall): Promise<ChatCompletion>;
   /**
    * Starts a stream; resolves once the provider answered 2xx (so a failed

@@ -40,7 +40,8 @@ const DEFAULT_CONTEXT_WINDOW = 32_768;
  */
 export class ModelRegistry {
   private models = new Map<string, RegistryModel>();
-  private readonly lists = new Map<string, Set<string>>();
+  /** Each provider's last list; null where the provider lists nothing offers name, so every configured offer stands. */
+  private readonly lists = new Map<string, Set<string> | null>();
   private readonly firstSeen = new Map<string, number>();
   private inFlight: Promise<RebuildReport> | null = null;
   private readonly rebuiltListeners: ((report: RebuildReport) => void)[] = [];
@@ -97,7 +98,7 @@ export class ModelRegistry {
         try {
           if (!adapter) throw new Error(`no adapter for provider type ${p.type}`);
           const ids = await adapter.listModels(AbortSignal.timeout(LIST_TIMEOUT_MS));
-          this.lists.set(p.id, new Set(ids));
+          this.lists.set(p.id, ids === null ? null : new Set(ids));
           providers[p.id] = 'ok';
         } catch (err) {
           providers[p.id] = this.lists.has(p.id) ? 'stale' : 'error';
@@ -117,7 +118,10 @@ export class ModelRegistry {
   private toEntry(model: ModelConfig): RegistryModel {
     const regions = new Map(this.catalogue.providers.map((p) => [p.id, p.region]));
     const offers = model.offers
-      .filter((o) => this.lists.get(o.provider)?.has(o.upstreamModel))
+      .filter((o) => {
+        const list = this.lists.get(o.provider);
+        return list === null || list?.has(o.upstreamModel) === true;
+      })
       .map((o) => ({ provider: o.provider, region: regions.get(o.provider) ?? 'eu', upstreamModel: o.upstreamModel, pricing: o.pricing }));
     if (!this.firstSeen.has(model.id)) this.firstSeen.set(model.id, Math.floor(Date.now() / 1000));
     return {

@@ -8,6 +8,8 @@ import type { ErrorSpec, HandlerCtx, ProviderView, RenderedError, Reply, Route, 
 
 const DEPLOYMENT = /^\/openai\/deployments\/([^/]+)\/(chat\/completions|embeddings)$/;
 const API_VERSION = /^\d{4}-\d{2}-\d{2}(-preview)?$/;
+/** The first api-version without the data plane's deployments list. */
+const NO_DEPLOYMENTS_LIST_FROM = '2023-05-15';
 
 export function azureWire(): Wire {
   return {
@@ -15,7 +17,13 @@ export function azureWire(): Wire {
     route(method, path) {
       if (method === 'GET') {
         if (path === '/openai/models') return versioned('models', (ctx) => modelsList(ctx.provider));
-        if (path === '/openai/deployments') return versioned('models', (ctx) => deploymentsList(ctx.provider));
+        // The data plane's deployments list went with api-version 2023-05-15; since, deployments are the control plane's.
+        if (path === '/openai/deployments')
+          return versioned('models', (ctx) =>
+            (ctx.query.get('api-version') ?? '') < NO_DEPLOYMENTS_LIST_FROM
+              ? deploymentsList(ctx.provider)
+              : { type: 'error', error: { status: 404, kind: 'route_not_found' } },
+          );
         if (path === '/openai/v1/models')
           return {
             endpoint: 'models',
@@ -211,11 +219,12 @@ function renderError(spec: ErrorSpec): RenderedError {
 
 const CREATED_AT = 1_721_260_800;
 
+/** What the resource can deploy, by model version (`gpt-4o-mini-2024-07-18`), not its deployments (PROVIDERS.md, section 9). */
 function modelsList(p: ProviderView): Reply {
-  const data = p.models().map((id) => {
-    const info = p.info(id);
+  const data = p.models().map((deployment) => {
+    const info = p.info(deployment);
     return {
-      id,
+      id: info.servedModel ?? deployment,
       object: 'model',
       created_at: CREATED_AT,
       status: 'succeeded',

@@ -42,15 +42,24 @@ export class AzureOpenAIAdapter implements ProviderAdapter {
   }
 
   /**
-   * Deployments, which offers name. The data-plane deployments list is not
-   * served by every api-version; the models list is the fallback.
+   * Deployments, which offers name, where the data plane lists them (the
+   * deployments list of older api-versions). Otherwise null: the models
+   * list names the models the resource can deploy (`gpt-4o-2024-08-06`),
+   * not its deployments, which come from the control plane and are
+   * configured (PROVIDERS.md, section 9); it is still read, so that a
+   * wrong key or an unreachable resource shows as the provider failing.
    */
-  async listModels(signal?: AbortSignal): Promise<string[]> {
+  async listModels(signal?: AbortSignal): Promise<string[] | null> {
     const get = (path: string) => this.http.json({ method: 'GET', path: `${this.prefix}${path}`, headers: this.headers, ...(signal ? { signal } : {}) });
-    if (this.apiVersion === null) return parseAzureList(this.id, await get('/openai/v1/models'));
+    if (this.apiVersion === null) {
+      parseAzureList(this.id, await get('/openai/v1/models'));
+      return null;
+    }
     const v = encodeURIComponent(this.apiVersion);
-    const res = await get(`/openai/deployments?api-version=${v}`);
-    return parseAzureList(this.id, res.status === 404 ? await get(`/openai/models?api-version=${v}`) : res);
+    const deployments = await get(`/openai/deployments?api-version=${v}`);
+    if (deployments.status !== 404) return parseAzureList(this.id, deployments);
+    parseAzureList(this.id, await get(`/openai/models?api-version=${v}`));
+    return null;
   }
 
   async chat(body: ChatBody, call: UpstreamCall): Promise<ChatCompletion> {

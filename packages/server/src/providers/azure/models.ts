@@ -2,7 +2,7 @@ import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
 import { azureError } from './errors.js';
 
-/** `{data:[{id, model, …}]}` (deployments, or the v1 models list) → the names offers use (deployment names). */
+/** `{data:[{id, …}]}` (deployments, or a models list) → its ids; an error answer or a list without `data` throws. */
 export function parseAzureList(provider: string, res: JsonResponse): string[] {
   if (res.status !== 200) throw azureError(provider, res);
   const data = (res.body as { data?: unknown } | null)?.data;
