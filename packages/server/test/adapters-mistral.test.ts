@@ -139,6 +139,22 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
     expect(completion.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
   });
 
+  it('answers a tool call with content null, as OpenAI does, where Mistral sends an empty string', () => {
+    const toolCall = { id: 'Ab3dE6gH9', type: 'function', function: { name: 'f', arguments: '{}' } };
+    const completion = parseMistralCompletion(
+      'mistral',
+      answer(200, {
+        id: 'a1',
+        object: 'chat.completion',
+        created: 1,
+        model: 'mistral-small-latest',
+        choices: [{ index: 0, message: { role: 'assistant', content: '', tool_calls: [toolCall] }, finish_reason: 'tool_calls' }],
+        usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+      }),
+    );
+    expect((completion.choices[0] as { message: unknown }).message).toEqual({ role: 'assistant', content: null, tool_calls: [toolCall] });
+  });
+
   it('normalises the stream: thinking arrays, the transition chunk, and usage split off the last content chunk', async () => {
     const base = { id: 'f00', object: 'chat.completion.chunk', created: 1, model: 'mistral-medium-latest' };
     const chunk = (delta: unknown, finish: string | null = null, usage: unknown = null) =>

@@ -133,6 +133,8 @@ function mapChoice(provider: string, choice: unknown): unknown {
   if (reasoning !== null) message['reasoning_content'] = reasoning;
   if (Array.isArray(m['tool_calls']) && m['tool_calls'].length > 0) {
     message['tool_calls'] = (mapToolCalls(m['tool_calls']) as Record<string, unknown>[]).map(({ index: _index, ...rest }) => rest);
+    // OpenAI's tool-call answer has content null; a client testing for content would take Mistral's "" for some.
+    if (content === '') message['content'] = null;
   }
   return { index: c.index ?? 0, message, finish_reason: mapFinishReason(provider, c.finish_reason) };
 }
