@@ -292,5 +292,9 @@ describe('a client that goes away', () => {
       expect(record?.cost).toBeGreaterThan(0);
     }, 5000);
     await eventually(() => expect(noGrace.gateway.services.sessions.size).toBe(0));
+    // The gateway stopped the upstream for its client, so the metrics do not count it as the provider's error.
+    const metrics = await (await fetch(`${noGrace.url}/metrics`)).text();
+    expect(metrics).toMatch(/gw_upstream_duration_seconds_count\{provider="scaleway",outcome="stream_abandoned"\} 1\n/);
+    expect(metrics).not.toContain('outcome="stream_error"');
   });
 });

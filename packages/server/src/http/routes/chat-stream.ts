@@ -139,7 +139,8 @@ export async function startStream(
         streamed: true,
         createdAt: new Date(),
       });
-      const upstreamOutcome = byGateway ? 'stream_cut' : outcome.error ? 'stream_error' : 'stream_ok';
+      // A stream stopped because its client left and did not come back is no failure of the provider's.
+      const upstreamOutcome = byGateway ? 'stream_cut' : outcome.abandoned ? 'stream_abandoned' : outcome.error ? 'stream_error' : 'stream_ok';
       services.metrics.observeUpstream(result.offer.provider, upstreamOutcome, (performance.now() - started) / 1000);
     },
   });
