@@ -158,6 +158,16 @@ describe('operations', () => {
       }, 200);
     });
 
+    // A stream with an idempotency key whose client leaves before its first event goes on for the retry: no fault either.
+    sim.providers.scaleway?.setFault({ kind: 'slow_first_byte', ms: 400, times: 1 });
+    const early = { ...headers, 'x-gateway-provider': 'scaleway', 'x-idempotency-key': 'ops-left-early' };
+    const streamBody = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'left early' }], stream: true });
+    const gone = fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers: early, body: streamBody, signal: AbortSignal.timeout(100) });
+    await expect(gone).rejects.toThrow();
+    const retry = await fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers: early, body: streamBody });
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(await retry.text()).toContain('data: [DONE]');
+
     sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1500 });
     const inFlight = fetch(`${proc.url}/v1/chat/completions`, { method: 'POST', headers, body });
     await new Promise((r) => setTimeout(r, 300));

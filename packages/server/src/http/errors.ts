@@ -3,6 +3,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
+import { leftBeforeAnswer } from './upstream-call.js';
 
 /** Normalises anything thrown in a request into a GatewayError. */
 export function toGatewayError(err: unknown, contentEncoding?: string | string[]): GatewayError {
@@ -109,8 +110,9 @@ export function errorEnvelope(g: GatewayError, variant: Variant): { status: numb
 
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */
 export function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply, variant: Variant): FastifyReply {
-  // A client that left while a piped answer (a replayed stream) was being written: nothing to answer, nothing gone wrong here.
-  if ((err as { code?: unknown } | null)?.code === 'ERR_STREAM_PREMATURE_CLOSE' && reply.raw.headersSent) {
+  // A client that left while a piped answer (a replayed stream) was being written, or before its first byte (a stream
+  // with an idempotency key, which goes on for the retry): nothing to answer, nothing gone wrong here.
+  if ((err as { code?: unknown } | null)?.code === 'ERR_STREAM_PREMATURE_CLOSE' && (reply.raw.headersSent || leftBeforeAnswer(reply.raw))) {
     request.log.debug('the client left while its answer was being written');
     return reply;
   }
