@@ -20,6 +20,14 @@ const routes: Record<string, (req: IncomingMessage, res: ServerResponse) => void
       if (!res.writableEnded) closedEarly++;
     });
   },
+  // 2 MiB of JSON, in 64 KiB writes, as a runaway provider (or a proxy's endless page) sends it.
+  '/huge': (_req, res) => {
+    const piece = 'a'.repeat(64 * 1024);
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(32 * piece.length + 9) });
+    res.write('{"x":"');
+    for (let i = 0; i < 32; i++) res.write(piece);
+    res.end('"}\n');
+  },
   '/refused': (_req, res) => {
     res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '7' });
     res.end(JSON.stringify({ error: { message: 'slow down' } }));
@@ -90,6 +98,21 @@ describe('a streamed upstream answer, read by push', () => {
     expect(err).toBeInstanceOf(UpstreamError);
     expect((err as UpstreamError).kind).toBe('connect');
     await closed.close();
+  });
+});
+
+describe('an answer read whole', () => {
+  // Past the bound the call fails as the provider's fault (failover applies). Without the bound a body past V8's
+  // longest string (~512 MiB) could not be decoded and the call was never answered, the client waiting for good.
+  it('fails as a protocol error past its size bound, and is read whole under it', async () => {
+    const port = (server.address() as { port: number }).port;
+    const bounded = new UpstreamHttp('local', `http://127.0.0.1:${port}`, 5_000, 1_000, 1024 * 1024);
+    const err = await bounded.json({ method: 'GET', path: '/huge', headers: {} }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UpstreamError);
+    expect([(err as UpstreamError).kind, (err as UpstreamError).message]).toEqual(['protocol', 'local sent an answer larger than 1 MiB']);
+    const whole = await http.json({ method: 'GET', path: '/huge', headers: {} });
+    expect((whole.body as { x: string }).x).toHaveLength(2 * 1024 * 1024);
+    await bounded.close();
   });
 });
 

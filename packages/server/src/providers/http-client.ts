@@ -35,6 +35,21 @@ export interface UpstreamRequest {
 const MAX_CONNECTIONS_PER_ORIGIN = 4096;
 
 /**
+ * The largest answer read whole (a non-streamed one, or a stream's error
+ * answer). Far above any real one (2,048 embeddings of 3,072 floats are
+ * about 130 MB of JSON) and below V8's longest string (~512 MiB): past
+ * that the text could not be made, and the call was never answered.
+ */
+export const MAX_WHOLE_BODY_BYTES = 256 * 1024 * 1024;
+
+/** Why a call whose answer outgrew {@link MAX_WHOLE_BODY_BYTES} was cut. */
+class BodyTooLarge extends Error {
+  constructor(readonly limit: number) {
+    super(`answer larger than ${limit} bytes`);
+  }
+}
+
+/**
  * A keep-alive connection pool to one provider origin. Every call has a
  * connect timeout (`connectTimeoutMs`), and a headers timeout and a body
  * (idle) timeout of the provider's `timeoutMs`; past either, undici
@@ -49,6 +64,7 @@ export class UpstreamHttp {
     private readonly timeoutMs: number,
     /** TCP (and TLS) connect; default: the read timeout, at most 10 s. */
     private readonly connectTimeoutMs = Math.min(timeoutMs, 10_000),
+    private readonly maxBodyBytes = MAX_WHOLE_BODY_BYTES,
   ) {
     // HTTP/1.1 carries one request per connection: a low cap would queue
     // streams behind each other (their time to first token would grow with
@@ -63,7 +79,7 @@ export class UpstreamHttp {
    */
   json(req: UpstreamRequest): Promise<JsonResponse> {
     return new Promise<JsonResponse>((resolve, reject) => {
-      const handler = new JsonResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal);
+      const handler = new JsonResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal, this.maxBodyBytes);
       this.dispatch(req, handler);
     });
   }
@@ -76,7 +92,7 @@ export class UpstreamHttp {
    */
   stream(req: UpstreamRequest): Promise<{ ok: true; status: number; body: UpstreamBody } | ({ ok: false } & JsonResponse)> {
     return new Promise((resolve, reject) => {
-      const handler = new StreamResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal);
+      const handler = new StreamResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal, this.maxBodyBytes);
       this.dispatch(req, handler);
     });
   }
@@ -111,6 +127,9 @@ export class UpstreamHttp {
     const e = err as { code?: string; name?: string; message?: string };
     const base = { provider: this.providerId, cause: err };
     if (e.name === 'AbortError' || e.code === 'UND_ERR_ABORTED') return new UpstreamError({ ...base, kind: 'aborted', message: 'request aborted' });
+    if (err instanceof BodyTooLarge) {
+      return new UpstreamError({ ...base, kind: 'protocol', message: `${this.providerId} sent an answer larger than ${err.limit / 1024 / 1024} MiB` });
+    }
     if (e.code === 'UND_ERR_CONNECT_TIMEOUT') {
       return new UpstreamError({ ...base, kind: 'timeout', message: `no connection to ${this.providerId} within ${this.connectTimeoutMs} ms` });
     }
@@ -170,6 +189,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   private status = 0;
   private headers: Record<string, string | string[] | undefined> = {};
   private readonly chunks: Buffer[] = [];
+  private bytes = 0;
   protected controller: Dispatcher.DispatchController | null = null;
   private settled = false;
 
@@ -177,6 +197,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     private readonly resolve: (res: JsonResponse) => void,
     private readonly reject: (err: unknown) => void,
     private readonly signal: CancelSignal | undefined,
+    private readonly maxBytes: number,
   ) {
     if (!signal) return;
     if (signal.aborted) {
@@ -210,14 +231,31 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     this.headers = headers;
   }
 
-  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.settled) return;
+    this.bytes += chunk.length;
+    if (this.bytes > this.maxBytes) {
+      // Held whole, an endless answer would take the instance's memory; cut it as the provider's fault.
+      this.chunks.length = 0;
+      this.fail(new BodyTooLarge(this.maxBytes));
+      controller.abort(new BodyTooLarge(this.maxBytes));
+      return;
+    }
     this.chunks.push(chunk);
   }
 
   onResponseEnd(): void {
-    if (!this.settle()) return;
+    if (this.settled) return;
+    let text: string;
+    try {
+      text = this.chunks.length === 1 ? (this.chunks[0] as Buffer).toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
+    } catch (err) {
+      // Settled only after the text is made: a throw here (a string too long) once left the call unanswered for good.
+      this.fail(err);
+      return;
+    }
+    this.settle();
     this.detach();
-    const text = this.chunks.length === 1 ? (this.chunks[0] as Buffer).toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
     let body: unknown = text;
     try {
       body = text.length > 0 ? JSON.parse(text) : null;
@@ -283,8 +321,9 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
     private readonly answer: (res: StreamAnswer) => void,
     reject: (err: unknown) => void,
     signal: CancelSignal | undefined,
+    maxBytes: number,
   ) {
-    super((res) => answer({ ok: false, ...res }), reject, signal);
+    super((res) => answer({ ok: false, ...res }), reject, signal, maxBytes);
   }
 
   override onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
