@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { UpstreamError } from '../src/errors/upstream-error.js';
 import { UpstreamHttp } from '../src/providers/http-client.js';
 import { openAiChunkStream } from '../src/providers/openai-compatible/stream.js';
+import { MAX_EVENT_BYTES } from '../src/providers/sse-chunk-stream.js';
 import type { ChatChunk } from '../src/providers/types.js';
 import { readableBody } from './helpers/readable-body.js';
 
@@ -30,6 +31,22 @@ describe('pushing an upstream SSE body to a sink', () => {
     body.end(`${chunk('c').slice(20)}\n\ndata: [DONE]\n\n`);
     expect(await ended).toBeNull();
     expect(seen).toHaveLength(3);
+  });
+
+  it('ends with a protocol error once one event outgrows its bound, rather than holding an endless line', async () => {
+    const body = new PassThrough();
+    const { seen, ended } = relay(body);
+    body.write(`data: ${chunk('a')}\n\n`);
+    body.write('data: {"x":"');
+    const piece = 'a'.repeat(1024 * 1024);
+    for (let i = 0; i <= MAX_EVENT_BYTES / piece.length && !body.destroyed; i++) {
+      body.write(piece);
+      await new Promise((r) => setImmediate(r));
+    }
+    const err = (await ended) as UpstreamError;
+    expect([err.kind, err.message]).toEqual(['protocol', 'scaleway sent an event larger than 16 MiB']);
+    expect(body.destroyed).toBe(true);
+    expect(seen).toHaveLength(1);
   });
 
   it('ends with a protocol error when the body ends before [DONE]', async () => {

@@ -22,6 +22,14 @@ export function isStreamErrorObject(raw: Record<string, unknown>): boolean {
   return raw['object'] === 'error' || raw['error'] != null || (!('choices' in raw) && ('message' in raw || 'detail' in raw));
 }
 
+/**
+ * The most bytes read from a stream without an event ending: what the parser
+ * holds of an event not yet complete. A chat chunk is a few hundred bytes, a
+ * whole tool call (Mistral's) rarely a megabyte; without a bound, a provider
+ * sending one endless line would take the instance's memory.
+ */
+export const MAX_EVENT_BYTES = 16 * 1024 * 1024;
+
 /** How long the rest of a response after `[DONE]` (normally just its end) is waited for before the connection is let go. */
 const AFTER_DONE_MS = 1000;
 
@@ -57,6 +65,8 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
   const provider = http.providerId;
   let finished = false;
   let letGo: NodeJS.Timeout | null = null;
+  // Bytes read since a read in which an event ended (so it undercounts by at most one read).
+  let sinceEvent = 0;
   const finish = (error: Error | null) => {
     if (finished) return;
     finished = true;
@@ -64,6 +74,7 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
   };
   const parser = createParser({
     onEvent: (event) => {
+      sinceEvent = 0;
       if (finished) return;
       let out: ChatChunk[] | typeof SSE_DONE;
       try {
@@ -92,7 +103,13 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
   const decoder = new TextDecoder();
   body.read({
     data: (bytes) => {
-      if (!finished) parser.feed(decoder.decode(bytes, { stream: true }));
+      if (finished) return;
+      sinceEvent += bytes.length;
+      parser.feed(decoder.decode(bytes, { stream: true }));
+      if (sinceEvent > MAX_EVENT_BYTES && !finished) {
+        finish(new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event larger than ${MAX_EVENT_BYTES / 1024 / 1024} MiB` }));
+        body.destroy();
+      }
     },
     // The errors are built only when they end the stream: most streams end at [DONE] first.
     end: () => {
