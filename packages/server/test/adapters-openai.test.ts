@@ -167,6 +167,13 @@ describe('OpenAI-compatible chat answers in OpenAI’s shape', () => {
     const refused = httpError('scaleway', answer(401, { error: { message: 'Invalid key sk-scw-1234****abcd for project p-42' } }));
     expect(refused.message).toBe("scaleway answered 401: it refused the gateway's credentials");
     expect(refused.detail).toContain('sk-scw-1234****abcd');
+    const page =
+      '<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx/1.18.0</center></body></html>';
+    const proxied = httpError('scaleway', answer(502, page));
+    expect(proxied.message).toBe('scaleway answered 502: an HTML page titled "502 Bad Gateway"');
+    expect(proxied.detail).toContain('nginx/1.18.0');
+    expect(httpError('scaleway', answer(503, '<!DOCTYPE html><p>down</p>')).message).toBe('scaleway answered 503: an HTML page');
+    expect(httpError('scaleway', answer(503, 'upstream connect error')).message).toBe('scaleway answered 503: upstream connect error');
     const long = httpError('scaleway', answer(400, { error: { message: 'x'.repeat(5000) } }));
     expect(long.message.length).toBeLessThan(340);
     expect(long.detail.length).toBeGreaterThan(4000);

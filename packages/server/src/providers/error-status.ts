@@ -20,7 +20,19 @@ const MAX_LOGGED_CHARS = 4000;
  */
 function clientVisible(status: number, message: string): string {
   if (status === 401 || status === 403) return "it refused the gateway's credentials";
+  const html = htmlPageTitle(message);
+  if (html !== null) return html === '' ? 'an HTML page' : `an HTML page titled "${html}"`;
   return message.length > MAX_RELAYED_CHARS ? `${message.slice(0, MAX_RELAYED_CHARS)}…` : message;
+}
+
+/**
+ * A proxy's error page in front of a provider (nginx's "502 Bad Gateway"): its title, '' without one, or null
+ * for a body that is no HTML page. Clients get the title, not markup that names the proxy and its version.
+ */
+function htmlPageTitle(message: string): string | null {
+  if (!/^\s*<(!doctype html|html|head|body)[\s>]/i.test(message)) return null;
+  const title = /<title[^>]*>([^<]*)<\/title>/i.exec(message)?.[1]?.trim() ?? '';
+  return title.slice(0, 100);
 }
 
 /** An UpstreamError for a non-2xx answer, with the provider's Retry-After (or a fallback the adapter read elsewhere). */
