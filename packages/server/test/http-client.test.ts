@@ -28,6 +28,11 @@ const routes: Record<string, (req: IncomingMessage, res: ServerResponse) => void
     for (let i = 0; i < 32; i++) res.write(piece);
     res.end('"}\n');
   },
+  // A provider that will not stream this request says so in JSON, with a 200.
+  '/json-instead': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' });
+    res.end(JSON.stringify({ error: { message: 'no stream for you' } }));
+  },
   '/refused': (_req, res) => {
     res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '7' });
     res.end(JSON.stringify({ error: { message: 'slow down' } }));
@@ -90,6 +95,13 @@ describe('a streamed upstream answer, read by push', () => {
     expect(res.ok).toBe(false);
     if (res.ok) return;
     expect([res.status, res.headers['retry-after'], res.body]).toEqual([429, '7', { error: { message: 'slow down' } }]);
+  });
+
+  it('reads a 2xx JSON answer to a stream request whole, as an answer that is no stream', async () => {
+    const res = await http.stream({ method: 'GET', path: '/json-instead', headers: {} });
+    expect(res.ok).toBe(false);
+    if (res.ok) return;
+    expect([res.status, res.body]).toEqual([200, { error: { message: 'no stream for you' } }]);
   });
 
   it('fails as an UpstreamError when nobody listens', async () => {

@@ -328,7 +328,8 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
 
   override onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
     super.onResponseStart(controller, statusCode, headers);
-    if (statusCode < 200 || statusCode >= 300) return;
+    // A JSON answer (an error object a provider sent with a 200) is no stream: read whole, its message is kept.
+    if (statusCode < 200 || statusCode >= 300 || isJson(headers['content-type'])) return;
     this.streaming = true;
     if (this.settle()) this.answer({ ok: true, status: statusCode, body: this });
   }
@@ -382,4 +383,8 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
 function abortReason(signal: CancelSignal | undefined): Error {
   if (signal?.reason instanceof GatewayError) return signal.reason;
   return new undiciErrors.RequestAbortedError(signal?.reason instanceof Error ? signal.reason.message : undefined);
+}
+
+function isJson(contentType: string | string[] | undefined): boolean {
+  return typeof contentType === 'string' && /^application\/json\s*(;|$)/i.test(contentType);
 }
