@@ -13,7 +13,7 @@ import { parseModelList } from '../src/providers/openai-compatible/models.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
 import type { ChatChunk, SpooledUpload } from '../src/providers/types.js';
-import { answer, call, providerConfig, upstreamError } from './helpers/adapters.js';
+import { answer, call, collect, providerConfig, upstreamError } from './helpers/adapters.js';
 import { wav } from './helpers/audio.js';
 
 const file: SpooledUpload = { path: '/nowhere', size: 1, filename: 'a.wav', contentType: 'audio/wav' };
@@ -227,6 +227,21 @@ describe('OpenAI-compatible adapter against simulated Scaleway and OVHcloud', ()
   });
   beforeEach(() => {
     for (const p of Object.values(sim.providers)) p.reset();
+  });
+
+  it('moves reasoning written between <think> tags (Scaleway’s legacy R1 distill) into reasoning_content, whole and streamed', async () => {
+    const model = 'deepseek-r1-distill-llama-70b';
+    sim.providers.scaleway?.setModels([...(sim.providers.scaleway?.models() ?? []), model]);
+    const body = { model: 'x', messages: [{ role: 'user' as const, content: 'Bonjour' }] };
+    const whole = (await scaleway.chat(body, call(model))).choices[0] as { message: { content: string; reasoning_content?: string } };
+    expect(whole.message.reasoning_content?.length).toBeGreaterThan(0);
+    expect(whole.message.content.length).toBeGreaterThan(0);
+    const chunks = await collect(await scaleway.chatStream(body, call(model)));
+    const deltas = chunks.flatMap((c) => c.choices.map((x) => (x as { delta: { content?: string; reasoning_content?: string } }).delta));
+    const content = deltas.map((d) => d.content ?? '').join('');
+    const reasoning = deltas.map((d) => d.reasoning_content ?? '').join('');
+    expect({ content, reasoning }).toEqual({ content: whole.message.content, reasoning: whole.message.reasoning_content });
+    expect(`${content}${reasoning}`).not.toMatch(/<\/?think>/);
   });
 
   it('transcribes a spooled file, twice from the same spool (as failover does)', async () => {

@@ -1,5 +1,6 @@
 import type { JsonResponse } from '../http-client.js';
 import { isOpenAiFinishReason, mapFinishReason, mapToolCalls, withChoices } from '../openai-shape.js';
+import { splitThinkTags } from '../think-tags.js';
 import type { ChatBody, ChatCompletion } from '../types.js';
 import { httpError } from './errors.js';
 
@@ -40,7 +41,9 @@ export function parseChatCompletion(provider: string, res: JsonResponse): ChatCo
  * clients read; vLLM's empty `tool_calls` list is left out, as OpenAI does
  * when there are none (a client testing `message.tool_calls` would take
  * `[]` for calls); tool-call arguments sent as an object become the JSON
- * string OpenAI's clients parse, and finish reasons are OpenAI's.
+ * string OpenAI's clients parse, and finish reasons are OpenAI's;
+ * reasoning written between `<think>` tags in the content becomes
+ * `reasoning_content`.
  */
 function normaliseChoice(provider: string, choice: unknown): unknown {
   const c = choice as { message?: Record<string, unknown>; finish_reason?: unknown } | null;
@@ -51,14 +54,17 @@ function normaliseChoice(provider: string, choice: unknown): unknown {
   const objectArguments =
     Array.isArray(calls) && calls.some((call) => typeof (call as { function?: { arguments?: unknown } })?.function?.arguments !== 'string');
   const renameReasoning = typeof message['reasoning'] === 'string' && !('reasoning_content' in message);
+  const think = typeof message['content'] === 'string' && !('reasoning_content' in message) ? splitThinkTags(message['content']) : null;
+  const thinkTags = think !== null && think.reasoning !== null;
   const finish = c.finish_reason;
   const otherFinish = !isOpenAiFinishReason(finish);
-  if (!emptyCalls && !renameReasoning && !objectArguments && !otherFinish) return choice;
+  if (!emptyCalls && !renameReasoning && !objectArguments && !otherFinish && !thinkTags) return choice;
   const { reasoning, tool_calls, ...rest } = message;
   return {
     ...c,
     message: {
       ...rest,
+      ...(thinkTags ? { content: think.content, reasoning_content: think.reasoning } : {}),
       ...(emptyCalls ? {} : { tool_calls: objectArguments ? mapToolCalls(tool_calls) : tool_calls }),
       ...(renameReasoning ? { reasoning_content: reasoning } : reasoning === undefined ? {} : { reasoning }),
     },

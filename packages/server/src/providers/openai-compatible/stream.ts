@@ -4,6 +4,7 @@ import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
 import { isOpenAiFinishReason, mapFinishReason, mapToolCalls } from '../openai-shape.js';
 import { isStreamErrorObject, SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
+import { ThinkTagSplitter } from '../think-tags.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 
 /**
@@ -12,13 +13,15 @@ import type { ChatChunk, ChatStream } from '../types.js';
  * into its own `choices: []` chunk, an error object mid-stream (OpenAI's
  * `error` key, or vLLM's `"object": "error"`, which it follows with
  * `[DONE]`) or an end
- * without `[DONE]` fails the stream.
+ * without `[DONE]` fails the stream; reasoning a model writes between
+ * `<think>` tags in its content becomes `reasoning_content`.
  */
 export function openAiChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatStream {
   return sseChunkStream(http, body, openAiDecoder(http.providerId));
 }
 
 export function openAiDecoder(provider: string): SseDecoder {
+  const thinking = new Map<number, ThinkTagSplitter>();
   return (event) => {
     if (event.data === '[DONE]') return SSE_DONE;
     let parsed: RawChunk;
@@ -33,7 +36,8 @@ export function openAiDecoder(provider: string): SseDecoder {
     if (event.event === 'error' || isStreamErrorObject(parsed)) {
       throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
     }
-    if (!alreadyNormal(parsed)) return normalise(provider, parsed);
+    const split = splitThinkTags(parsed, thinking);
+    if (split !== null || !alreadyNormal(parsed)) return normalise(provider, split ?? parsed);
     // Passed on as it came: relayed as the provider wrote it (only the model name is rewritten).
     parsed.usage ??= null;
     return [keepWireText(parsed, event.data)];
@@ -60,6 +64,38 @@ function hasObjectArguments(calls: unknown): boolean {
     const args = (call as { function?: { arguments?: unknown } } | null)?.function?.arguments;
     return args !== undefined && typeof args !== 'string';
   });
+}
+
+/**
+ * The chunk with `<think>` reasoning moved out of its choices' content, or null when nothing changes (every
+ * choice's content already passing as it comes, the case of all but a stream's first content chunk).
+ */
+function splitThinkTags(raw: RawChunk, thinking: Map<number, ThinkTagSplitter>): RawChunk | null {
+  if (!Array.isArray(raw.choices)) return null;
+  let choices: unknown[] | null = null;
+  for (let at = 0; at < raw.choices.length; at++) {
+    const c = raw.choices[at] as { index?: unknown; delta?: Record<string, unknown> | null; finish_reason?: unknown } | null;
+    const index = typeof c?.index === 'number' ? c.index : 0;
+    let splitter = thinking.get(index);
+    if (splitter?.passing) continue;
+    const content = c?.delta?.['content'];
+    const finished = c?.finish_reason !== null && c?.finish_reason !== undefined;
+    if (typeof content !== 'string' && !(finished && splitter)) continue;
+    splitter ??= new ThinkTagSplitter();
+    thinking.set(index, splitter);
+    const out = typeof content === 'string' ? splitter.push(content) : { reasoning: '', content: '' };
+    if (finished) {
+      const rest = splitter.flush();
+      out.reasoning += rest.reasoning;
+      out.content += rest.content;
+    }
+    if (out.reasoning === '' && out.content === (content ?? '')) continue;
+    const delta: Record<string, unknown> = { ...c?.delta, content: out.content };
+    if (out.reasoning !== '') delta['reasoning_content'] = `${(c?.delta?.['reasoning_content'] as string | undefined) ?? ''}${out.reasoning}`;
+    choices ??= [...(raw.choices as unknown[])];
+    choices[at] = { ...c, delta };
+  }
+  return choices === null ? null : { ...raw, choices };
 }
 
 interface RawChunk {

@@ -1,0 +1,97 @@
+/**
+ * Reasoning that a model writes into its content between `<think>` and
+ * `</think>` (DeepSeek R1 distills as Scaleway's legacy deployment serves
+ * them; PROVIDERS.md 3.2, item 3) taken out into `reasoning_content`, the
+ * field the other reasoning styles are normalised to. Only content that
+ * opens with the tag (after whitespace) is split; content without it is
+ * the answer, whatever it says later.
+ */
+const OPEN = '<think>';
+const CLOSE = '</think>';
+
+/** A whole answer's content: its reasoning (null without the tag) and the answer after it. */
+export function splitThinkTags(content: string): { reasoning: string | null; content: string } {
+  const start = content.trimStart();
+  if (!start.startsWith(OPEN)) return { reasoning: null, content };
+  const rest = start.slice(OPEN.length).trimStart();
+  const end = rest.indexOf(CLOSE);
+  // Cut off while thinking (its length limit reached): all of it is reasoning, and there is no answer.
+  if (end === -1) return { reasoning: rest, content: '' };
+  return { reasoning: rest.slice(0, end), content: rest.slice(end + CLOSE.length).trimStart() };
+}
+
+/**
+ * The same for a stream, one content delta at a time: a tag may arrive in
+ * pieces, so what could be the start of one is held back until the next
+ * delta tells. Holds at most a few characters, and nothing once the
+ * answer has begun without the tag (`passing`).
+ */
+export class ThinkTagSplitter {
+  private state: 'start' | 'thinking' | 'answer' = 'start';
+  private held = '';
+  /** After `</think>` (or `<think>`), the whitespace that separates it from what follows is dropped. */
+  private trimNext = false;
+
+  /** True once nothing is changed any more: the stream's content passes as it comes. */
+  get passing(): boolean {
+    return this.state === 'answer' && !this.trimNext && this.held === '';
+  }
+
+  /** One content delta: what of it (and of what was held) is reasoning, and what is content. Either may be ''. */
+  push(text: string): { reasoning: string; content: string } {
+    let s = this.held + text;
+    this.held = '';
+    if (this.state === 'start') {
+      const start = s.trimStart();
+      if (start.startsWith(OPEN)) {
+        this.state = 'thinking';
+        this.trimNext = true;
+        s = start.slice(OPEN.length);
+      } else if (OPEN.startsWith(start)) {
+        // Whitespace, or a tag in pieces ("<thi"): the next delta tells.
+        this.held = s;
+        return { reasoning: '', content: '' };
+      } else {
+        this.state = 'answer';
+        return { reasoning: '', content: s };
+      }
+    }
+    let reasoning = '';
+    if (this.state === 'thinking') {
+      s = this.trimmed(s);
+      const end = s.indexOf(CLOSE);
+      if (end === -1) {
+        const keep = closingTagStart(s);
+        this.held = s.slice(s.length - keep);
+        return { reasoning: s.slice(0, s.length - keep), content: '' };
+      }
+      reasoning = s.slice(0, end);
+      s = s.slice(end + CLOSE.length);
+      this.state = 'answer';
+      this.trimNext = true;
+    }
+    return { reasoning, content: this.trimmed(s) };
+  }
+
+  /** At the end of the choice: what was held back (a tag's start that never completed is text as it was). */
+  flush(): { reasoning: string; content: string } {
+    const held = this.held;
+    this.held = '';
+    if (this.state === 'thinking') return { reasoning: held, content: '' };
+    if (this.state === 'start') this.state = 'answer';
+    return { reasoning: '', content: held };
+  }
+
+  private trimmed(s: string): string {
+    if (!this.trimNext) return s;
+    const t = s.trimStart();
+    if (t !== '') this.trimNext = false;
+    return t;
+  }
+}
+
+/** How many characters at the end of `s` could begin `</think>`. */
+function closingTagStart(s: string): number {
+  for (let n = Math.min(CLOSE.length - 1, s.length); n > 0; n--) if (CLOSE.startsWith(s.slice(s.length - n))) return n;
+  return 0;
+}
