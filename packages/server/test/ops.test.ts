@@ -77,6 +77,13 @@ describe('operations', () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(await count(200)).toBe(ok + 1);
     expect(await count(499)).toBe(gone + 1);
+    // Its log ends as every request's does, with the status the metrics give it (Fastify's own line needs a finished answer).
+    const ended = proc
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"statusCode":499') && l.includes('"msg":"request completed: the client left before its answer"'));
+    expect(ended.length).toBe(gone + 1);
+    expect(JSON.parse(ended.at(-1) as string).responseTime).toBeGreaterThan(150);
     sim.providers.scaleway?.clearFaults();
   });
 

@@ -34,10 +34,15 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
       const gone = leftBeforeAnswer(reply.raw);
-      if (gone) recordClientGone(services, request);
+      const ms = performance.now() - request.gw.startedAt;
+      if (gone) {
+        recordClientGone(services, request);
+        // Fastify's "request completed" line needs a finished answer: without this one the request's log would stop at its start.
+        request.log.info({ res: { statusCode: 499 }, responseTime: ms }, 'request completed: the client left before its answer');
+      }
       // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
       const status = gone ? 499 : reply.raw.statusCode;
-      services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, (performance.now() - request.gw.startedAt) / 1000);
+      services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, ms / 1000);
     });
     // HTTP/1.1 requires Host (RFC 9112: 400 without it); Node's own check answers without a body, so it is done here.
     if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
