@@ -51,6 +51,22 @@ describe('the registry learns each provider’s models through its adapter', () 
     expect(await providersOf('cohere/rerank-v3.5')).toEqual(['cohere']);
   });
 
+  it('asks every provider for answers without content coding, which it would not decode', async () => {
+    const post = (path: string, body: unknown, provider: string) =>
+      fetch(`${gw.baseA}${path}`, { method: 'POST', headers: { ...auth(), 'x-gateway-provider': provider }, body: JSON.stringify(body) });
+    const chat = (model: string) => ({ model, messages: [{ role: 'user', content: 'x' }] });
+    const sent = [
+      await post('/chat/completions', chat('mistral/small'), 'scaleway'),
+      await post('/chat/completions', chat('mistral/small'), 'mistral'),
+      await post('/chat/completions', chat('openai/gpt-4o-mini'), 'azure'),
+      await post('/rerank', { model: 'cohere/rerank-v3.5', query: 'q', documents: ['a'] }, 'cohere'),
+    ];
+    expect(sent.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    for (const provider of ['scaleway', 'mistral', 'azure', 'cohere']) {
+      expect([provider, sim.providers[provider]?.stats().last?.headers['accept-encoding']]).toEqual([provider, 'identity']);
+    }
+  });
+
   it('a rerank model whose only offer disappears leaves at the next rebuild: 404 in A, 400 in B; it returns with its offer', async () => {
     const rerank = { model: 'cohere/rerank-v3.5', query: 'q', documents: ['a'] };
     await without('cohere', ['rerank-v3.5'], async () => {

@@ -35,6 +35,12 @@ export interface UpstreamRequest {
 const MAX_CONNECTIONS_PER_ORIGIN = 4096;
 
 /**
+ * Sent with every upstream request: without `Accept-Encoding` any content coding is acceptable (RFC 9110,
+ * 12.5.3), so a provider or a proxy in front of one may compress, which the gateway does not decode.
+ */
+export const IDENTITY_ENCODING = { 'accept-encoding': 'identity' } as const;
+
+/**
  * The largest answer read whole (a non-streamed one, or a stream's error
  * answer). Far above any real one (2,048 embeddings of 3,072 floats are
  * about 130 MB of JSON) and below V8's longest string (~512 MiB): past

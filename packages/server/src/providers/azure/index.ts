@@ -1,5 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
-import { type JsonResponse, UpstreamHttp } from '../http-client.js';
+import { IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
 import type { ChatBody, ChatCompletion, ChatStream, EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall } from '../types.js';
 import { parseAzureCompletion, toAzureChatBody } from './chat.js';
 import { parseAzureEmbeddings, toAzureEmbeddingsBody } from './embeddings.js';
@@ -31,7 +31,7 @@ export class AzureOpenAIAdapter implements ProviderAdapter {
     this.prefix = url.pathname.replace(/\/+$/, '');
     this.apiVersion = config.apiVersion ?? null;
     this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
-    this.headers = { accept: 'application/json', 'content-type': 'application/json' };
+    this.headers = { accept: 'application/json', 'content-type': 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['api-key'] = config.apiKey;
   }
 

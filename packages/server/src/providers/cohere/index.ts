@@ -1,5 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
-import { type JsonResponse, UpstreamHttp } from '../http-client.js';
+import { IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
 import type {
   ChatBody,
   ChatCompletion,
@@ -34,7 +34,7 @@ export class CohereAdapter implements ProviderAdapter {
     this.region = config.region;
     this.prefix = url.pathname.replace(/\/+$/, '');
     this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
-    this.headers = { accept: 'application/json', 'content-type': 'application/json' };
+    this.headers = { accept: 'application/json', 'content-type': 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
   }
 

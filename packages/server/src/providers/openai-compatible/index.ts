@@ -1,5 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
-import { UpstreamHttp } from '../http-client.js';
+import { IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { withSamplingDefaults } from '../openai-shape.js';
 import type {
@@ -42,7 +42,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     this.region = config.region;
     this.basePath = url.pathname.replace(/\/+$/, '');
     this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
-    this.headers = { 'content-type': 'application/json', accept: 'application/json' };
+    this.headers = { 'content-type': 'application/json', accept: 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
   }
 
