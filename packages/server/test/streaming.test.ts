@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { streamText } from 'ai';
@@ -179,6 +180,37 @@ describe('raw event stream', () => {
     expect(seqs.slice(0, -1)).toEqual(seqs.slice(0, -1).map((_, i) => i + 1));
     expect(seqs.at(-1)).toBe(seqs.length + 1);
     expect(events.at(-1)?.data).toBe('[DONE]');
+  });
+
+  it('a stream pipelined behind a slower answer on one connection is answered in its turn, and so is what follows it', async () => {
+    // The embeddings answer comes last: the streams' responses have no socket yet when their events are ready.
+    for (const p of Object.values(sim.providers)) p.setFault({ kind: 'latency', ms: 500, endpoints: ['embeddings'] });
+    const post = (path: string, body: object) => {
+      const text = JSON.stringify(body);
+      return `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`;
+    };
+    const requests = [
+      post('/v1/embeddings', { model: 'mistral/embed', input: 'x' }),
+      post('/v1/chat/completions', { model: MODEL, messages, stream: true }),
+      post('/alt/v1/chat/completions', { model: MODEL, messages, stream: true }),
+      `GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`,
+    ];
+    const out = await new Promise<string>((resolve) => {
+      const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+      let text = '';
+      socket.on('data', (d) => {
+        text += String(d);
+      });
+      socket.on('error', () => {});
+      socket.on('close', () => resolve(text));
+      // The gateway closes after the last answer (Connection: close); a stream never answered leaves it open.
+      setTimeout(() => socket.destroy(), 5_000).unref();
+      socket.write(requests.join(''));
+    });
+    // Not anchored: an answer with a Content-Length is followed by the next head on the same line.
+    expect(out.match(/HTTP\/1\.1 \d{3}/g)).toEqual(['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200']);
+    expect(out.match(/data: \[DONE\]/g)).toHaveLength(2);
+    expect(out).toContain('"object":"list"');
   });
 
   it('sends an SSE comment during a long silence', async () => {

@@ -79,8 +79,9 @@ export class LiveFrames extends Readable {
    */
   writeTo(res: ServerResponse, status: number, headers: OutgoingHttpHeaders): void {
     this.owned = res;
-    // The client may have left while the first chunk was awaited.
-    if (res.destroyed || !res.socket || res.socket.destroyed) {
+    // The client may have left while the first chunk was awaited. A response without a socket is not
+    // gone: it is pipelined behind another on its connection, and Node queues its writes until its turn.
+    if (res.destroyed || res.socket?.destroyed || res.req.socket.destroyed) {
       this.destroy();
       return;
     }
