@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -49,6 +50,31 @@ describe('X-Idempotency-Key', () => {
     }
     expect(chats()).toBe(0);
     expect((await post(gw.baseA, key.key, chatBody(), { 'x-idempotency-key': `~${'k'.repeat(253)} ` })).status).toBe(200);
+  });
+
+  it('two X-Idempotency-Key headers are a 400 in both variants (Node would run the request under both joined), with no upstream call', async () => {
+    const body = JSON.stringify(chatBody());
+    for (const [base, code] of [
+      ['/v1', 'validation_error'],
+      ['/alt/v1', 'invalid_request'],
+    ]) {
+      const answer = await new Promise<string>((resolve) => {
+        const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+        let text = '';
+        socket.on('data', (d) => {
+          text += String(d);
+        });
+        socket.on('error', () => {});
+        socket.on('close', () => resolve(text));
+        socket.write(
+          `POST ${base}/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\nContent-Type: application/json\r\n` +
+            `X-Idempotency-Key: ${fresh()}\r\nX-Idempotency-Key: ${fresh()}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        );
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+      expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error).toMatchObject({ code, param: 'X-Idempotency-Key' });
+    }
+    expect(chats()).toBe(0);
   });
 
   it('a repeat gets the stored answer with its routing headers, Idempotent-Replayed, no upstream call and no second charge', async () => {

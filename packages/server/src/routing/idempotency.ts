@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { H } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { IdempotencyBackend, StoredAnswer } from './idempotency-types.js';
 
@@ -20,8 +21,15 @@ export interface IdempotencySettings {
 
 export type Begun = { kind: 'run'; claim: Claim } | { kind: 'replay'; answer: StoredAnswer };
 
-/** 1 to 255 printable ASCII characters (IETF Idempotency-Key draft; Stripe allows 255). */
-export function checkIdempotencyKey(raw: string | string[]): string {
+/**
+ * 1 to 255 printable ASCII characters (IETF Idempotency-Key draft; Stripe allows 255), in one header: Node joins
+ * repeated ones into `a, b`, a key no retry that sends one of them (or a proxy that keeps one) would match, so the
+ * retry would run and be billed again.
+ */
+export function checkIdempotencyKey(raw: string | string[], rawHeaders: string[]): string {
+  let n = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) if ((rawHeaders[i] as string).toLowerCase() === H.idempotencyKey) n++;
+  if (n > 1) throw new GatewayError('validation', 'Send exactly one X-Idempotency-Key header.', { param: 'X-Idempotency-Key' });
   if (typeof raw !== 'string' || !/^[\x20-\x7e]{1,255}$/.test(raw)) {
     throw new GatewayError('validation', 'Invalid X-Idempotency-Key: expected 1 to 255 printable ASCII characters.', { param: 'X-Idempotency-Key' });
   }

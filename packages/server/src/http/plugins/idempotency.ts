@@ -29,7 +29,7 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     claimOrReplay(request, reply, raw, apiKey.id).then(() => done(), done);
   });
   async function claimOrReplay(request: FastifyRequest, reply: FastifyReply, raw: string | string[], apiKeyId: string): Promise<void> {
-    const key = checkIdempotencyKey(raw);
+    const key = checkIdempotencyKey(raw, request.raw.rawHeaders);
     const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request));
     const begun = await services.idempotency.begin(idempotencyScope(apiKeyId, key), fp, (answer) => replayable(services, answer));
     if (begun.kind === 'replay') return sendReplay(services, request, reply, begun.answer);
