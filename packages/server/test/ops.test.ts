@@ -87,6 +87,27 @@ describe('operations', () => {
     sim.providers.scaleway?.clearFaults();
   });
 
+  it('labels in /metrics the variant of answers refused before its routes (a 404 under /alt/v1, a missing Host)', async () => {
+    const count = async (route: string, variant: string, status: number) => {
+      const text = await (await fetch(`${proc.url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`gw_http_requests_total{route="${route}",variant="${variant}",status="${status}"}`));
+      return Number(line?.split(' ').at(-1) ?? 0);
+    };
+    const [missing, noHost] = [await count('unmatched', 'b', 404), await count('/alt/v1/models', 'b', 400)];
+    const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
+    expect((await fetch(`${proc.url}/alt/v1/no-such-route`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(404);
+    const port = Number(new URL(proc.url).port);
+    const answer = await new Promise<string>((resolve) => {
+      const socket = connect(port, '127.0.0.1', () => socket.end('GET /alt/v1/models HTTP/1.1\r\nconnection: close\r\n\r\n'));
+      let text = '';
+      socket.on('data', (d) => (text += d.toString()));
+      socket.on('close', () => resolve(text));
+    });
+    expect(answer).toMatch(/^HTTP\/1.1 400 /);
+    await new Promise((r) => setTimeout(r, 100));
+    expect([await count('unmatched', 'b', 404), await count('/alt/v1/models', 'b', 400)]).toEqual([missing + 1, noHost + 1]);
+  });
+
   it('shows in /metrics the streams open, their memory, the requests in flight and the usage records pending', async () => {
     const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
     const read = async () => {

@@ -119,7 +119,11 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
   const g = toGatewayError(err, request.headers['content-encoding']);
   const { status, body } = errorEnvelope(g, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
-  if (request.gw) request.gw.errorCode = g.code;
+  if (request.gw) {
+    request.gw.errorCode = g.code;
+    // Refused before its variant's own hooks ran (a 404 under /alt/v1, a missing Host): its metrics line says the variant too.
+    request.gw.variant = variant;
+  }
   for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
   if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
   // Errors a retry cannot fix: the OpenAI SDK retries every 5xx (and would spend the key's limit on each) unless told not to.
