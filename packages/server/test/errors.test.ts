@@ -280,6 +280,9 @@ describe('errors in each variant’s envelope', () => {
     // A long value is named, not sent back whole.
     const long = await post(gw.baseA, '/chat/completions', chat(), { 'X-Gateway-Strategy': 'x'.repeat(8000) });
     expect(long.body.error.message).toBe(`Invalid X-Gateway-Strategy '${'x'.repeat(64)}…': expected one of default, cheapest, fastest, best.`);
+    // A header's UTF-8 bytes (the header given as the characters of those bytes, as a byte string goes on the wire).
+    const utf8 = await post(gw.baseA, '/chat/completions', chat(), { 'X-Gateway-Strategy': Buffer.from('günstig', 'utf8').toString('latin1') });
+    expect(utf8.body.error.message).toMatch(/^Invalid X-Gateway-Strategy 'günstig'/);
   });
 
   it('a body over the limit is 413 without being read whole', async () => {

@@ -48,8 +48,13 @@ function header(request: FastifyRequest, name: string): string | null {
 /** The most of a header's value an error message repeats: enough to recognise it, not a header's 8 KB sent back. */
 const ECHO_MAX_CHARS = 64;
 
-/** A header's value as an error message repeats it: at most {@link ECHO_MAX_CHARS} characters. */
-function echo(value: string): string {
+/**
+ * A header's value as an error message repeats it: at most {@link ECHO_MAX_CHARS} characters, its bytes read as
+ * UTF-8 (Node gives header values a character per byte, so 'scalewäy' would come back as 'scalewÃ¤y').
+ */
+function echo(raw: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: any character past ASCII means the bytes need decoding
+  const value = /[^\x00-\x7f]/.test(raw) ? Buffer.from(raw, 'latin1').toString('utf8') : raw;
   return value.length > ECHO_MAX_CHARS ? `${value.slice(0, ECHO_MAX_CHARS)}…` : value;
 }
 
