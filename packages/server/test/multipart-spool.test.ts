@@ -56,6 +56,21 @@ describe('the streaming multipart reader', () => {
     expect(readdirSync(root)).toEqual([]);
   });
 
+  it('reads bare-token names and a lone RFC 5987 filename* as clients send them, the file still a file part', async () => {
+    const heads = [
+      ['form-data; name=model', 'form-data; name=file; filename=a.wav', 'a.wav'],
+      ['form-data; name="model"', `form-data; name="file"; filename*=UTF-8''%C3%BC%20x.wav`, 'ü x.wav'],
+    ];
+    for (const [model, file, filename] of heads) {
+      const body = `--b\r\nContent-Disposition: ${model}\r\n\r\nm\r\n--b\r\nContent-Disposition: ${file}\r\n\r\nRIFF\r\n--b--\r\n`;
+      const spool = new UploadSpool(root);
+      const parsed = await readMultipart(chunks(Buffer.from(body), 100), 'b', spool, limits);
+      expect(parsed.fields).toEqual([['model', 'm']]);
+      expect(parsed.file).toMatchObject({ filename, size: 4 });
+      await spool.dispose();
+    }
+  });
+
   it('refuses malformed bodies, a second file and oversized fields with 400', async () => {
     const cases: [string, string][] = [
       ['--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nx', 'closing boundary'],

@@ -170,9 +170,9 @@ class FormParser {
 
   private async startPart(rawHeaders: string): Promise<void> {
     const disposition = /^content-disposition:\s*form-data(.*)$/im.exec(rawHeaders)?.[1] ?? null;
-    const name = disposition === null ? undefined : /;\s*name="([^"]*)"/i.exec(disposition)?.[1];
+    const name = disposition === null ? undefined : dispositionParam(disposition, 'name');
     if (name === undefined) throw malformed('a part has no form-data name');
-    const filename = /;\s*filename="([^"]*)"/i.exec(disposition ?? '')?.[1] ?? null;
+    const filename = dispositionParam(disposition ?? '', 'filename') ?? extendedFilename(disposition ?? '');
     const contentType = /^content-type:\s*(.+)$/im.exec(rawHeaders)?.[1]?.trim() ?? 'application/octet-stream';
     this.part = { name, filename, contentType, chunks: [], size: 0, out: null };
     if (filename === null) {
@@ -227,6 +227,23 @@ class FormParser {
   abort(): void {
     this.part?.out?.destroy();
     this.part = null;
+  }
+}
+
+/** A Content-Disposition parameter, quoted or a bare token (RFC 2183; busboy and multer read both, and some clients send tokens). */
+function dispositionParam(disposition: string, param: 'name' | 'filename'): string | undefined {
+  const m = new RegExp(`;\\s*${param}=(?:"([^"]*)"|([^;\\s"]+))`, 'i').exec(disposition);
+  return m ? (m[1] ?? m[2]) : undefined;
+}
+
+/** `filename*=UTF-8''%C3%BC.wav` (RFC 5987), sent alone by some clients for a non-ASCII name: still a file part. */
+function extendedFilename(disposition: string): string | null {
+  const m = /;\s*filename\*=([\w-]*)'[^']*'([^;\s]+)/i.exec(disposition);
+  if (!m) return null;
+  try {
+    return decodeURIComponent(m[2] ?? '');
+  } catch {
+    return 'upload';
   }
 }
 
