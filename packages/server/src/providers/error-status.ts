@@ -1,5 +1,5 @@
 import { UpstreamError } from '../errors/upstream-error.js';
-import { type JsonResponse, retryAfterSeconds } from './http-client.js';
+import { type JsonResponse, MAX_RETRY_AFTER_S, retryAfterSeconds } from './http-client.js';
 
 /** Statuses routing understands: the client's (400/413/422), the provider's key or model (401/403/404), limits (408/429) and 5xx. */
 const ROUTABLE = new Set([400, 401, 403, 404, 408, 413, 422, 429]);
@@ -37,7 +37,10 @@ function htmlPageTitle(message: string): string | null {
 
 /** An UpstreamError for a non-2xx answer, with the provider's Retry-After (or a fallback the adapter read elsewhere). */
 export function upstreamHttpError(provider: string, res: JsonResponse, status: number, message: string, retryAfterS?: number): UpstreamError {
-  const retry = retryAfterSeconds(res.headers) ?? retryAfterS;
+  // An adapter's own reading (Azure's `x-ratelimit-reset-tokens: 99999h`, "retry after N seconds") is bounded as
+  // Retry-After is: an absurd or infinite wait is no advice a client should follow.
+  const fallback = retryAfterS === undefined || Number.isNaN(retryAfterS) ? undefined : Math.min(MAX_RETRY_AFTER_S, Math.max(0, retryAfterS));
+  const retry = retryAfterSeconds(res.headers) ?? fallback;
   return new UpstreamError({
     kind: 'http',
     provider,

@@ -7,7 +7,9 @@ export function withChoices(provider: string, body: unknown): Record<string, unk
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion with a body that is not JSON` });
   }
   const b = body as Record<string, unknown> | null;
-  if (!b || typeof b !== 'object' || !Array.isArray(b['choices']) || b['choices'].length === 0) {
+  // A choice that is no object (`choices: [null]`) is no answer either: read as one, it failed the route with a 500.
+  const choices = b && typeof b === 'object' ? b['choices'] : undefined;
+  if (!Array.isArray(choices) || choices.length === 0 || !choices.every((c) => c !== null && typeof c === 'object' && !Array.isArray(c))) {
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
   }
   return b as Record<string, unknown> & { choices: unknown[] };

@@ -1,6 +1,6 @@
 import type { UpstreamError } from '../../errors/upstream-error.js';
 import { upstreamHttpError } from '../error-status.js';
-import type { JsonResponse } from '../http-client.js';
+import { type JsonResponse, upstreamErrorMessage } from '../http-client.js';
 
 /**
  * Azure's `{error:{code, message, innererror}}` (with `code` a string, and
@@ -11,14 +11,17 @@ import type { JsonResponse } from '../http-client.js';
  * "retry after N seconds" in its message.
  */
 export function azureError(provider: string, res: JsonResponse): UpstreamError {
-  const error = ((res.body as { error?: unknown } | null)?.error ?? {}) as { code?: unknown; message?: unknown; innererror?: { code?: unknown } };
+  const raw = (res.body as { error?: unknown } | null)?.error;
+  const error = (raw && typeof raw === 'object' ? raw : {}) as { code?: unknown; message?: unknown; innererror?: { code?: unknown } };
   const code = typeof error.code === 'string' ? error.code : '';
-  let message = typeof error.message === 'string' ? error.message : typeof res.body === 'string' ? res.body.slice(0, 500) : 'no message';
+  // Not every answer is Azure's envelope (an API Management or proxy error, `{error: "…"}`, `{message}`): its text is still the message.
+  let message = typeof error.message === 'string' ? error.message : upstreamErrorMessage(res.body);
   let status = res.status;
   if (code === 'DeploymentNotFound') status = 404;
   if (code === 'content_filter') {
     status = 400;
-    message = `Azure's content filter refused the prompt (${String(error.innererror?.code ?? 'ResponsibleAIPolicyViolation')}): ${message}`;
+    const inner = typeof error.innererror?.code === 'string' ? error.innererror.code : 'ResponsibleAIPolicyViolation';
+    message = `Azure's content filter refused the prompt (${inner}): ${message}`;
   }
   return upstreamHttpError(provider, res, status, message, status === 429 ? resetSeconds(res, message) : undefined);
 }
