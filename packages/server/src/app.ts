@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { GatewayFileConfig } from '@gw/schema';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
@@ -13,6 +14,7 @@ import { checkBeforeContinue } from './http/expect-continue.js';
 import { clientErrorHandler, frameworkErrors, refuseConnect, variantOfUrl } from './http/framework-errors.js';
 import { lazyChildLogger } from './http/lazy-request-logger.js';
 import { Metrics } from './http/metrics.js';
+import { scheduleUploadSweep } from './http/multipart-spool.js';
 import { noRouteError } from './http/no-route.js';
 import { openApiRoutes, registerOpenApi } from './http/openapi.js';
 import { registerRequestContext } from './http/plugins/request-context.js';
@@ -100,6 +102,18 @@ const DRAIN_READ_GRACE_MS = 200;
  */
 function answerMarginMs(shutdownTimeoutMs: number): number {
   return Math.min(1_500, Math.floor(shutdownTimeoutMs / 4));
+}
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * How long an upload folder stays untouched before no request can still own it: twice the longest a transcription
+ * can take (its upload within GW_REQUEST_TIMEOUT_MS, then up to six provider attempts, each waiting up to the
+ * provider's timeout for the answer's head and again for its body), and at least an hour.
+ */
+function staleUploadMs(config: GatewayConfig, catalogue: GatewayFileConfig): number {
+  const slowest = Math.max(30_000, ...catalogue.providers.map((p) => p.timeoutMs ?? 30_000));
+  return Math.max(HOUR_MS, 2 * (config.requestTimeoutMs + 6 * 2 * slowest));
 }
 
 /** Opens the store and connections the config names and builds the app, without listening. */
@@ -222,6 +236,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     },
   });
   memoryRelease.start();
+  const uploadRoot = config.uploadDir ?? tmpdir();
+  const stopUploadSweep = scheduleUploadSweep(uploadRoot, staleUploadMs(config, catalogue), HOUR_MS, (n) =>
+    app.log.info(`removed ${n} upload folders left in ${uploadRoot} by a request that can no longer be running (an instance killed mid-upload)`),
+  );
   const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'), firstRebuild);
   await mountRoutes(app, services);
   return {
@@ -231,6 +249,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       services.lifecycle.draining = true;
       redisHealth?.stop();
       stopRebuild();
+      stopUploadSweep();
       memoryRelease.stop();
       leases?.stop();
       const deadline = Date.now() + config.shutdownTimeoutMs;

@@ -1,9 +1,9 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GatewayError } from '../src/errors/gateway-error.js';
-import { boundaryOf, readMultipart, UploadSpool } from '../src/http/multipart-spool.js';
+import { boundaryOf, readMultipart, sweepStaleUploads, UploadSpool } from '../src/http/multipart-spool.js';
 
 const root = mkdtempSync(join(tmpdir(), 'gw-mp-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -95,5 +95,30 @@ describe('the streaming multipart reader', () => {
     await spool.dispose();
     await expect(pending).rejects.toBeInstanceOf(GatewayError);
     expect(readdirSync(root)).toEqual([]);
+  });
+});
+
+describe('sweeping upload folders no request can own any more', () => {
+  it('removes a folder only once neither it nor its file changed for the given time', async () => {
+    const dir = mkdtempSync(join(root, 'sweep-'));
+    const hour = 3_600_000;
+    const folder = (name: string, folderAge: number, fileAge: number | null) => {
+      mkdirSync(join(dir, name));
+      const now = Date.now();
+      if (fileAge !== null) {
+        writeFileSync(join(dir, name, 'upload'), 'x');
+        utimesSync(join(dir, name, 'upload'), new Date(now - fileAge), new Date(now - fileAge));
+      }
+      utimesSync(join(dir, name), new Date(now - folderAge), new Date(now - folderAge));
+    };
+    folder('gw-upload-old', 2 * hour, 2 * hour);
+    folder('gw-upload-empty', 2 * hour, null);
+    // A file still being written keeps its folder, however old the folder.
+    folder('gw-upload-writing', 2 * hour, 1000);
+    folder('gw-upload-new', 1000, 1000);
+    folder('someone-else', 2 * hour, 2 * hour);
+    expect(await sweepStaleUploads(dir, hour)).toBe(2);
+    expect(readdirSync(dir).sort()).toEqual(['gw-upload-new', 'gw-upload-writing', 'someone-else']);
+    expect(await sweepStaleUploads(join(dir, 'missing'), hour)).toBe(0);
   });
 });

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,8 +21,22 @@ const spoolDir = mkdtempSync(join(tmpdir(), 'gw-spool-test-'));
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
+/** An upload folder as a request leaves it while in flight, last touched `ageMs` ago. */
+function leftUpload(name: string, ageMs: number): void {
+  const dir = join(spoolDir, name);
+  mkdirSync(dir);
+  writeFileSync(join(dir, 'upload'), 'RIFF');
+  const then = new Date(Date.now() - ageMs);
+  utimesSync(join(dir, 'upload'), then, then);
+  utimesSync(dir, then, then);
+}
+
 beforeAll(async () => {
   sim = await startSimulator({ latencyScale: 0 });
+  // What an instance killed mid-upload leaves, and what a live one sharing the folder is writing.
+  leftUpload('gw-upload-killed', 3 * 3_600_000);
+  leftUpload('gw-upload-live', 0);
+  leftUpload('not-an-upload', 3 * 3_600_000);
   gw = await startGateway({ sim, env: { GW_UPLOAD_DIR: spoolDir } });
   key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
   a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
@@ -39,6 +53,13 @@ const audio = () => toFile(wav(3.5), 'meeting.wav', { type: 'audio/wav' });
 const spools = () => readdirSync(spoolDir);
 type Fields = Record<string, string[]>;
 const sentFields = (provider: string) => ((sim.providers[provider]?.stats().last?.body ?? {}) as { fields: Fields }).fields;
+
+describe('upload folders', () => {
+  it('removes at start the folders of requests that can no longer be running (an instance killed mid-upload), and only those', async () => {
+    await eventually(() => expect(spools().sort()).toEqual(['gw-upload-live', 'not-an-upload']));
+    for (const name of spools()) rmSync(join(spoolDir, name), { recursive: true });
+  });
+});
 
 describe('POST /v1/audio/transcriptions through the official openai SDK', () => {
   it('transcribes a WAV made in the test (json by default), bills its seconds, and removes the spool', async () => {

@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
@@ -52,6 +52,41 @@ export class UploadSpool {
     this.dir = null;
     if (dir) await rm(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Removes the upload folders that outlived every request that could own them: what an instance killed in the middle
+ * of an upload (SIGKILL, out of memory) left behind. Instances may share the folder, so a folder goes only once
+ * neither it nor its file has changed for `olderThanMs`, longer than any request lasts. Returns how many went.
+ */
+export async function sweepStaleUploads(root: string, olderThanMs: number, now = Date.now()): Promise<number> {
+  const names = await readdir(root).catch(() => [] as string[]);
+  let removed = 0;
+  for (const name of names) {
+    if (!name.startsWith('gw-upload-')) continue;
+    const dir = join(root, name);
+    try {
+      const [folder, file] = await Promise.all([stat(dir), stat(join(dir, 'upload')).catch(() => null)]);
+      if (now - Math.max(folder.mtimeMs, file?.mtimeMs ?? 0) < olderThanMs) continue;
+      await rm(dir, { recursive: true, force: true });
+      removed++;
+    } catch {
+      // Removed meanwhile by its request.
+    }
+  }
+  return removed;
+}
+
+/** Sweeps once now and then every `everyMs` (each removal reported); returns what stops it. */
+export function scheduleUploadSweep(root: string, olderThanMs: number, everyMs: number, onRemoved: (count: number) => void): () => void {
+  const sweep = () =>
+    void sweepStaleUploads(root, olderThanMs).then((n) => {
+      if (n > 0) onRemoved(n);
+    });
+  sweep();
+  const timer = setInterval(sweep, everyMs);
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 export function boundaryOf(contentType: string | undefined): string | null {
