@@ -26,6 +26,20 @@ describe('admin API', () => {
     expect(revoked.body).toMatchObject({ revoked: true });
   });
 
+  it('answers a method an admin path does not take with 405 and Allow, as the public API does, and an unknown path with 404', async () => {
+    for (const [method, path, allow] of [
+      ['GET', '/workspaces', 'POST'],
+      ['GET', '/registry/rebuild', 'POST'],
+      ['DELETE', '/keys/key_x', 'GET, HEAD, PATCH'],
+    ] as const) {
+      const res = await fetch(`${gw.url}/admin/v1${path}`, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      const body = (await res.json()) as { error: { code: string } };
+      expect([method, path, res.status, body.error.code, res.headers.get('allow')]).toEqual([method, path, 405, 'method_not_allowed', allow]);
+    }
+    const none = await gw.admin<{ error: { code: string } }>('GET', '/nothing');
+    expect([none.status, none.body.error.code]).toEqual([404, 'not_found']);
+  });
+
   it('refuses enabledModels naming a model the registry does not know, and stores an alias as the model id', async () => {
     const typo = await gw.admin<{ error: { code: string; param: string; message: string } }>('POST', '/workspaces', {
       name: 'typo',

@@ -6,6 +6,7 @@ import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
+import { noRouteError } from '../no-route.js';
 import type { Services } from '../services.js';
 
 export const DEFAULT_RPM = 60;
@@ -89,7 +90,12 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       return done(new GatewayError('validation', `Invalid body: '${field || 'body'}' holds a NUL character (\\u0000).`, { param: field || null }));
     done();
   });
-  app.setNotFoundHandler((request, reply) => sendError(new GatewayError('not_found', `No admin route ${request.method} ${request.url}.`), request, reply, 'a'));
+  // A path with routes for other methods only (GET /workspaces) is a 405 with Allow, as on the public API (docs/errors.md).
+  app.setNotFoundHandler((request, reply) => {
+    const err = noRouteError(app, request, reply);
+    const out = err.code === 'not_found' ? new GatewayError('not_found', `No admin route ${request.method} ${request.url}.`) : err;
+    return sendError(out, request, reply, 'a');
+  });
   app.addHook('onRequest', async (request) => {
     refuseDoubleAuthorization(request.raw.rawHeaders);
     checkAdminToken(request.headers.authorization, services.adminToken);
