@@ -247,6 +247,9 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
     expect(strict.message).toContain('body.stream_options: Extra inputs are not permitted');
     const model = mistralError('mistral', answer(400, { object: 'error', message: 'Invalid model: x', type: 'invalid_model', code: '1500' }));
     expect([model.status, model.retryable, model.clientFault]).toEqual([404, true, false]);
+    // The same code as a number, under another type.
+    const numeric = mistralError('mistral', answer(400, { object: 'error', message: 'Invalid model: x', type: 'invalid_request_error', code: 1500 }));
+    expect([numeric.status, numeric.retryable]).toEqual([404, true]);
     const limited = mistralError('mistral', answer(429, { message: 'Requests rate limit exceeded' }, { 'retry-after': '7' }));
     expect([limited.status, limited.retryAfterS, limited.retryable]).toEqual([429, 7, true]);
     expect(mistralError('mistral', answer(401, { detail: 'Unauthorized' })).detail).toContain('Unauthorized');

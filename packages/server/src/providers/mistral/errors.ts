@@ -16,7 +16,7 @@ interface Issue {
  */
 export function mistralError(provider: string, res: JsonResponse): UpstreamError {
   const body = (res.body && typeof res.body === 'object' ? res.body : {}) as Record<string, unknown>;
-  const unknownModel = body['type'] === 'invalid_model' || body['code'] === '1500';
+  const unknownModel = body['type'] === 'invalid_model' || String(body['code']) === '1500';
   return upstreamHttpError(provider, res, unknownModel ? 404 : res.status, mistralMessage(res.body));
 }
 
