@@ -54,7 +54,11 @@ describe('Cohere adapter fixtures', () => {
     const bad = cohereError('cohere', answer(400, { id: 'e1', message: 'invalid request: list of documents must not be empty' }));
     expect([bad.status, bad.clientFault]).toEqual([400, true]);
     expect(bad.message).toContain('list of documents must not be empty');
-    expect(cohereError('cohere', answer(498, { id: 'e', message: 'blocked token' })).status).toBe(401);
+    const refused = cohereError('cohere', answer(498, { id: 'e', message: 'blocked token sk-co-1234' }));
+    expect(refused.status).toBe(401);
+    // What Cohere says of the gateway's own key is the operator's business, as with any provider's 401.
+    expect(refused.message).toBe("cohere answered 498: it refused the gateway's credentials");
+    expect(refused.detail).toContain('blocked token');
     expect(cohereError('cohere', answer(402, { id: 'e', message: 'billing limit' })).status).toBe(502);
     expect(cohereError('cohere', answer(499, { id: 'e', message: 'cancelled' })).status).toBe(502);
     const limited = cohereError('cohere', answer(429, { id: 'e', message: 'past the rate limit' }, { 'retry-after': '9' }));

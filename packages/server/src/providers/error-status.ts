@@ -45,7 +45,7 @@ export function upstreamHttpError(provider: string, res: JsonResponse, status: n
     kind: 'http',
     provider,
     status: routableStatus(status),
-    message: `${provider} answered ${res.status}: ${clientVisible(res.status, message)}`,
+    message: `${provider} answered ${res.status}: ${clientVisible(status, message)}`,
     detail: `${provider} answered ${res.status}: ${message.slice(0, MAX_LOGGED_CHARS)}`,
     ...(retry === undefined ? {} : { retryAfterS: retry }),
   });
