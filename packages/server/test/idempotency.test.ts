@@ -1,4 +1,3 @@
-import { connect } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -6,6 +5,7 @@ import { fingerprint, idempotencyScope, type StoredAnswer } from '../src/routing
 import { wav } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { chatBody, classify, post, usageOf } from './helpers/idempotent.js';
+import { exchange } from './helpers/raw-http.js';
 import { readSse, streamRequest } from './helpers/sse.js';
 
 let sim: Simulator;
@@ -58,19 +58,11 @@ describe('X-Idempotency-Key', () => {
       ['/v1', 'validation_error'],
       ['/alt/v1', 'invalid_request'],
     ]) {
-      const answer = await new Promise<string>((resolve) => {
-        const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
-        let text = '';
-        socket.on('data', (d) => {
-          text += String(d);
-        });
-        socket.on('error', () => {});
-        socket.on('close', () => resolve(text));
-        socket.write(
-          `POST ${base}/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\nContent-Type: application/json\r\n` +
-            `X-Idempotency-Key: ${fresh()}\r\nX-Idempotency-Key: ${fresh()}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-        );
-      });
+      const answer = await exchange(
+        Number(new URL(gw.url).port),
+        `POST ${base}/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\nContent-Type: application/json\r\n` +
+          `X-Idempotency-Key: ${fresh()}\r\nX-Idempotency-Key: ${fresh()}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
       expect(answer).toMatch(/^HTTP\/1\.1 400 /);
       expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error).toMatchObject({ code, param: 'X-Idempotency-Key' });
     }

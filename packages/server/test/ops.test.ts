@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../src/store/open.js';
 import { ADMIN_TOKEN, eventually } from './helpers/gateway.js';
 import { type GatewayProcess, spawnGateway } from './helpers/process.js';
+import { exchange } from './helpers/raw-http.js';
 
 let sim: Simulator;
 let proc: GatewayProcess;
@@ -97,12 +98,7 @@ describe('operations', () => {
     const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
     expect((await fetch(`${proc.url}/alt/v1/no-such-route`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(404);
     const port = Number(new URL(proc.url).port);
-    const answer = await new Promise<string>((resolve) => {
-      const socket = connect(port, '127.0.0.1', () => socket.end('GET /alt/v1/models HTTP/1.1\r\nconnection: close\r\n\r\n'));
-      let text = '';
-      socket.on('data', (d) => (text += d.toString()));
-      socket.on('close', () => resolve(text));
-    });
+    const answer = await exchange(port, 'GET /alt/v1/models HTTP/1.1\r\nconnection: close\r\n\r\n');
     expect(answer).toMatch(/^HTTP\/1.1 400 /);
     await new Promise((r) => setTimeout(r, 100));
     expect([await count('unmatched', 'b', 404), await count('/alt/v1/models', 'b', 400)]).toEqual([missing + 1, noHost + 1]);

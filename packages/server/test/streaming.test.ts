@@ -1,10 +1,10 @@
-import { connect } from 'node:net';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { streamText } from 'ai';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { exchange } from './helpers/raw-http.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
 let sim: Simulator;
@@ -195,18 +195,8 @@ describe('raw event stream', () => {
       post('/alt/v1/chat/completions', { model: MODEL, messages, stream: true }),
       `GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`,
     ];
-    const out = await new Promise<string>((resolve) => {
-      const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
-      let text = '';
-      socket.on('data', (d) => {
-        text += String(d);
-      });
-      socket.on('error', () => {});
-      socket.on('close', () => resolve(text));
-      // The gateway closes after the last answer (Connection: close); a stream never answered leaves it open.
-      setTimeout(() => socket.destroy(), 5_000).unref();
-      socket.write(requests.join(''));
-    });
+    // The gateway closes after the last answer (Connection: close); a stream never answered leaves it open.
+    const out = await exchange(Number(new URL(gw.url).port), requests.join(''), 5_000);
     // Not anchored: an answer with a Content-Length is followed by the next head on the same line.
     expect(out.match(/HTTP\/1\.1 \d{3}/g)).toEqual(['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200']);
     expect(out.match(/data: \[DONE\]/g)).toHaveLength(2);
