@@ -176,9 +176,19 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
 
   it('a body trickled in slower than GW_REQUEST_TIMEOUT_MS is cut with 408 request_timeout, whatever the key', async () => {
     const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"m`;
-    const r = await raw(head, { more: ' ', everyMs: 200 });
+    const count = async (variant: string, status: number) => {
+      const text = await (await fetch(`${gw.url}/metrics`)).text();
+      const line = text
+        .split('\n')
+        .find((l) => l.startsWith(`gw_http_requests_total{route="/alt/v1/chat/completions",variant="${variant}",status="${status}"}`));
+      return Number(line?.split(' ').at(-1) ?? 0);
+    };
+    const before = [await count('b', 408), await count('b', 499)];
+    const r = await raw(head.replace('/v1/', '/alt/v1/'), { more: ' ', everyMs: 200 });
     expect(r.head).toMatch(/^HTTP\/1\.1 408 /);
-    expect(envelopeOf(r.body)).toMatchObject({ code: 'request_timeout' });
+    // Its head arrived: answered in its own variant's envelope, and counted as the 408 it got, not as a client gone.
+    expect(JSON.parse(r.body)).toMatchObject({ error: { code: 'request_timeout', type: 'invalid_request_error' } });
+    expect([await count('b', 408), await count('b', 499)]).toEqual([before[0] + 1, before[1]]);
     // The deadline (1 s) plus at most one 5 s checking period.
     expect(r.ms).toBeLessThan(7_000);
   }, 15_000);

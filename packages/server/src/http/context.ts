@@ -29,7 +29,15 @@ export interface RequestState {
    * records it; any other request is recorded when its client leaves.
    */
   outlivesClient: boolean;
+  /** The status of an answer written straight to the connection, past Fastify (a 408 for a body not received in time). */
+  answeredRaw: number | null;
 }
+
+/** The request a response answers, for what handles its connection's errors outside Fastify (framework-errors.ts). */
+export const kGatewayRequest = Symbol('gw.request');
+
+/** A response that names its request (set when the request arrives). */
+export type ResponseOfRequest = { [kGatewayRequest]?: { id: string; url: string; gw: RequestState } };
 
 export interface UsageDraft {
   kind: string;

@@ -3,6 +3,7 @@ import { H, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
+import { kGatewayRequest, type ResponseOfRequest } from './context.js';
 import { errorEnvelope, sendError, toGatewayError } from './errors.js';
 import { serverTiming } from './server-timing.js';
 
@@ -40,11 +41,21 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
       : err.code === 'HPE_HEADER_OVERFLOW'
         ? new GatewayError('headers_too_large', 'The request headers are larger than this gateway accepts.')
         : new GatewayError('validation', 'The request is not valid HTTP/1.1.');
-  const { status, body } = errorEnvelope(error, 'a');
+  // A request whose head arrived (its body did not, in time) is named: its id, its variant, its status in the
+  // metrics and the log. Before its head, the path is not known: variant A's envelope and a new id.
+  const answering = (socket as Socket & { _httpMessage?: ({ headersSent?: boolean } & ResponseOfRequest) | null })._httpMessage;
+  const request = answering?.[kGatewayRequest];
+  const variant = request ? variantOfUrl(request.url) : 'a';
+  const { status, body } = errorEnvelope(error, variant);
   // Only while no answer has begun on the connection (as Node's own handler): bytes after a streamed answer's
   // headers would land inside its body.
-  const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
-  if (!answering?.headersSent) writeRawAnswer(socket, status, body, startedAt);
+  if (!answering?.headersSent) {
+    if (request) {
+      request.gw.answeredRaw = status;
+      request.gw.variant = variant;
+    }
+    writeRawAnswer(socket, status, body, startedAt, request?.id);
+  }
   socket.destroy();
 }
 
@@ -56,11 +67,11 @@ export function refuseConnect(socket: Socket): void {
 }
 
 /** An error answer written straight to a socket that has no request object (yet): the headers every answer carries, then close. */
-function writeRawAnswer(socket: Socket, status: number, body: string, startedAt: number): void {
+function writeRawAnswer(socket: Socket, status: number, body: string, startedAt: number, requestId = newRequestId()): void {
   if (!socket.writable) return;
   socket.write(
     `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-      `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${newRequestId()}\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${requestId}\r\n` +
       `${H.serverTiming}: ${serverTiming(performance.now() - startedAt, 0)}\r\nconnection: close\r\n\r\n${body}`,
   );
 }

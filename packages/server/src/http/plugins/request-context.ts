@@ -1,6 +1,7 @@
 import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
+import { kGatewayRequest, type ResponseOfRequest } from '../context.js';
 import { lingerOnClose } from '../lingering-close.js';
 import { serverTiming } from '../server-timing.js';
 import type { Services } from '../services.js';
@@ -28,20 +29,25 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       limit: null,
       countedModel: null,
       outlivesClient: false,
+      answeredRaw: null,
     };
+    (reply.raw as ResponseOfRequest)[kGatewayRequest] = request;
     reply.header(H.requestId, request.id);
     services.lifecycle.inFlight++;
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
-      const gone = leftBeforeAnswer(reply.raw);
       const ms = performance.now() - request.gw.startedAt;
+      const raw = request.gw.answeredRaw;
+      // Answered on the connection itself (its body not received in time): not a client that left.
+      if (raw !== null) request.log.info({ res: { statusCode: raw }, responseTime: ms }, 'request completed: answered on its connection, which is closed');
+      const gone = raw === null && leftBeforeAnswer(reply.raw);
       if (gone) {
         recordClientGone(services, request);
         // Fastify's "request completed" line needs a finished answer: without this one the request's log would stop at its start.
         request.log.info({ res: { statusCode: 499 }, responseTime: ms }, 'request completed: the client left before its answer');
       }
       // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
-      const status = gone ? 499 : reply.raw.statusCode;
+      const status = raw ?? (gone ? 499 : reply.raw.statusCode);
       services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, ms / 1000);
     });
     // HTTP/1.1 requires Host (RFC 9112: 400 without it); Node's own check answers without a body, so it is done here.
