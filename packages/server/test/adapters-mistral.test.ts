@@ -3,7 +3,7 @@ import { ChatCompletionStream } from 'openai/lib/ChatCompletionStream';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { UpstreamHttp } from '../src/providers/http-client.js';
 import { voxtralFields } from '../src/providers/mistral/audio.js';
-import { mistralToolId, parseMistralCompletion, toMistralChatBody } from '../src/providers/mistral/chat.js';
+import { mistralToolId, parseMistralCompletion, splitContent, toMistralChatBody } from '../src/providers/mistral/chat.js';
 import { toMistralEmbeddingsBody } from '../src/providers/mistral/embeddings.js';
 import { mistralError } from '../src/providers/mistral/errors.js';
 import { MistralAdapter } from '../src/providers/mistral/index.js';
@@ -137,6 +137,15 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
       finish_reason: 'length',
     });
     expect(completion.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
+  });
+
+  it('takes thinking given as a bare string, not only as its documented list of text chunks', () => {
+    expect(
+      splitContent([
+        { type: 'thinking', thinking: 'Hmm.' },
+        { type: 'text', text: 'Oui' },
+      ]),
+    ).toEqual({ content: 'Oui', reasoning: 'Hmm.' });
   });
 
   it('answers a tool call with content null, as OpenAI does, where Mistral sends an empty string', () => {

@@ -92,6 +92,8 @@ export function splitContent(content: unknown): { content: string | null; reason
     if (c.type === 'thinking' && Array.isArray(c.thinking)) {
       thinking = (thinking ?? '') + c.thinking.map((t) => String((t as { text?: unknown } | null)?.text ?? '')).join('');
     }
+    // The documented shape is a list of text chunks; a bare string is taken too rather than dropped.
+    if (c.type === 'thinking' && typeof c.thinking === 'string') thinking = (thinking ?? '') + c.thinking;
   }
   return { content: text, reasoning: thinking };
 }
