@@ -5,10 +5,10 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chunkJson } from '../src/providers/chunk-json.js';
 import { parseVerboseTranscription, transcriptionFields } from '../src/providers/openai-compatible/audio.js';
-import { parseChatCompletion } from '../src/providers/openai-compatible/chat.js';
+import { parseChatCompletion, toUpstreamChatBody, toUpstreamStreamBody } from '../src/providers/openai-compatible/chat.js';
 import { parseEmbeddingsList, toUpstreamEmbeddingsBody } from '../src/providers/openai-compatible/embeddings.js';
 import { httpError } from '../src/providers/openai-compatible/errors.js';
-import { OpenAICompatibleAdapter } from '../src/providers/openai-compatible/index.js';
+import { capsCompletionsFor, OpenAICompatibleAdapter } from '../src/providers/openai-compatible/index.js';
 import { parseModelList } from '../src/providers/openai-compatible/models.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
@@ -204,6 +204,22 @@ describe('OpenAI-compatible chat answers in OpenAI’s shape', () => {
     const data = JSON.stringify(chunk('stop'));
     const [kept] = decode({ data, event: undefined, id: undefined }) as ChatChunk[];
     expect(chunkJson(kept as ChatChunk, 'm')).toBe(data);
+  });
+});
+
+describe('a provider that cuts completions short unless told a cap (IONOS: 16 tokens)', () => {
+  it('is told the request’s own cap or, without one, the most the context leaves; other providers get the body as the client sent it', () => {
+    expect(capsCompletionsFor(new URL('https://openai.inference.de-txl.ionos.com/v1'))).toBe(true);
+    for (const other of ['https://api.scaleway.ai/v1', 'http://127.0.0.1:9101/v1', 'https://ionos.com.example.org/v1']) {
+      expect([other, capsCompletionsFor(new URL(other))]).toEqual([other, false]);
+    }
+    const ask = { model: 'x', messages: [{ role: 'user' as const, content: 'Hallo' }] };
+    expect(toUpstreamChatBody(ask, 'meta-llama/Llama-3.3-70B-Instruct', 8000)['max_tokens']).toBe(8000);
+    expect(toUpstreamStreamBody(ask, 'm', 8000)['max_tokens']).toBe(8000);
+    expect(toUpstreamChatBody({ ...ask, max_tokens: 50 }, 'm', 8000)['max_tokens']).toBe(50);
+    const current = toUpstreamChatBody({ ...ask, max_completion_tokens: 70 }, 'm', 8000);
+    expect([current['max_tokens'], current['max_completion_tokens']]).toEqual([undefined, 70]);
+    expect('max_tokens' in toUpstreamChatBody(ask, 'm')).toBe(false);
   });
 });
 

@@ -59,6 +59,11 @@ export interface UpstreamCall {
   /** Ends the call on the wire when it aborts (the client left); a stream, which outlives its client, has none. */
   signal?: CancelSignal;
   requestId: string;
+  /**
+   * Chat: the completion tokens one choice may take, the request's own cap or what the model's context leaves after
+   * the prompt's estimate. Sent only where the client set none and the provider's own default would cut answers short.
+   */
+  maxTokens?: number;
 }
 
 /** Texts to embed, already validated; vectors are always asked for as floats (the gateway encodes base64 itself). */

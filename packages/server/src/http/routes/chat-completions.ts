@@ -82,13 +82,16 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const options = routeOptions(services, request);
       const promptTokens = estimatePromptTokens(body);
       // Without a cap the completion can fill the rest of the context window: that is its worst case, for each of the `n` choices.
-      const size = { promptTokens, maxTokens: (cap?.tokens ?? Math.max(1, model.context_window - promptTokens)) * (body.n ?? 1) };
+      const perChoice = cap?.tokens ?? Math.max(1, model.context_window - promptTokens);
+      const size = { promptTokens, maxTokens: perChoice * (body.n ?? 1) };
       const plan = planOffers(model, options, size);
       await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
-      if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens, completionCap: size.maxTokens });
+      if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice });
       const signal = clientAbortSignal(services, reply);
       const result = await executePlan(plan, (offer: Offer) =>
-        callUpstream(services, request, offer, (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id })),
+        callUpstream(services, request, offer, (adapter) =>
+          adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
+        ),
       );
       const completion: ChatCompletion = { ...result.value, model: model.id };
       // A provider that reported no usage: answered and billed at the gateway's estimate, as a stream is.

@@ -41,7 +41,7 @@ export async function startStream(
   services: Services,
   request: FastifyRequest,
   reply: FastifyReply,
-  args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number; completionCap: number },
+  args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number; completionCap: number; perChoice: number },
 ) {
   const { body, plan, options } = args;
   const model = request.gw.usage?.model as string;
@@ -50,7 +50,7 @@ export async function startStream(
   const gone = clientAbortSignal(services, reply, !request.gw.outlivesClient);
   const result = await executePlan(plan, (offer) =>
     callUpstream(services, request, offer, async (adapter): Promise<Started> => {
-      const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone });
+      const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone, maxTokens: args.perChoice });
       const source = new RelayGate(
         upstream,
         () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` }),

@@ -4,14 +4,19 @@ import { splitThinkTags } from '../think-tags.js';
 import type { ChatBody, ChatCompletion } from '../types.js';
 import { httpError } from './errors.js';
 
-/** The body an OpenAI-compatible provider gets: the client's, under the provider's model name. */
-export function toUpstreamChatBody(body: ChatBody, upstreamModel: string): Record<string, unknown> {
-  return { ...body, model: upstreamModel, messages: body.messages.map(stripReasoning), stream: false };
+/**
+ * The body an OpenAI-compatible provider gets: the client's, under the provider's model name; with `maxTokens`
+ * (for a provider whose default cap is tiny) and no cap of the client's, that cap.
+ */
+export function toUpstreamChatBody(body: ChatBody, upstreamModel: string, maxTokens?: number): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...body, model: upstreamModel, messages: body.messages.map(stripReasoning), stream: false };
+  if (maxTokens !== undefined && body['max_tokens'] == null && body['max_completion_tokens'] == null) out['max_tokens'] = maxTokens;
+  return out;
 }
 
 /** A streamed request always asks for usage, so every stream is billed from the provider's own count. */
-export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string): Record<string, unknown> {
-  return { ...toUpstreamChatBody(body, upstreamModel), stream: true, stream_options: { include_usage: true } };
+export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string, maxTokens?: number): Record<string, unknown> {
+  return { ...toUpstreamChatBody(body, upstreamModel, maxTokens), stream: true, stream_options: { include_usage: true } };
 }
 
 /** Reasoning from an earlier turn is not sent back upstream (several providers reject it). */

@@ -33,6 +33,11 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
   private readonly http: UpstreamHttp;
   private readonly basePath: string;
   private readonly headers: Record<string, string>;
+  /**
+   * IONOS' AI Model Hub caps a completion at 16 tokens unless told otherwise (PROVIDERS.md 7): every chat is sent
+   * with a cap, the client's or the most the model's context leaves.
+   */
+  private readonly capsCompletions: boolean;
   /** Upstream models seen answering full-size vectors despite `dimensions`: refused from then on without a call. */
   private readonly ignoresDimensions = new Map<string, number>();
 
@@ -41,6 +46,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     this.id = config.id;
     this.region = config.region;
     this.basePath = url.pathname.replace(/\/+$/, '');
+    this.capsCompletions = capsCompletionsFor(url);
     this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { 'content-type': 'application/json', accept: 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
@@ -56,7 +62,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamChatBody(withSamplingDefaults(body), call.upstreamModel)),
+      body: JSON.stringify(toUpstreamChatBody(withSamplingDefaults(body), call.upstreamModel, this.capsCompletions ? call.maxTokens : undefined)),
       signal: call.signal,
     });
     return parseChatCompletion(this.id, res);
@@ -67,7 +73,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, accept: 'text/event-stream', 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamStreamBody(withSamplingDefaults(body), call.upstreamModel)),
+      body: JSON.stringify(toUpstreamStreamBody(withSamplingDefaults(body), call.upstreamModel, this.capsCompletions ? call.maxTokens : undefined)),
       signal: call.signal,
     });
     if (!res.ok) throw httpError(this.id, res);
@@ -119,4 +125,9 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
   close(): Promise<void> {
     return this.http.close();
   }
+}
+
+/** Whether a provider at `url` cuts completions short unless told a cap: IONOS' AI Model Hub (16 tokens, PROVIDERS.md 7). */
+export function capsCompletionsFor(url: URL): boolean {
+  return /(^|\.)ionos\.com$/i.test(url.hostname);
 }
