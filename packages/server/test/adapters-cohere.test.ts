@@ -1,3 +1,4 @@
+import { createServer } from 'node:http';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { toCohereEmbedBody } from '../src/providers/cohere/embeddings.js';
@@ -114,5 +115,36 @@ describe('Cohere adapter against the simulated Cohere API', () => {
     const wrongKey = new CohereAdapter(providerConfig(sim, 'cohere', { apiKey: 'nope' }));
     expect((await upstreamError(() => wrongKey.listModels())).status).toBe(401);
     await wrongKey.close();
+  });
+});
+
+describe('Cohere embeddings in batches of 96', () => {
+  it('reports no token count when one batch came without one, so that the route bills its estimate of all the texts, not of some', async () => {
+    let calls = 0;
+    // A Cohere whose second batch answer lacks meta.billed_units.
+    const host = createServer((req, res) => {
+      let text = '';
+      req.on('data', (d) => {
+        text += d;
+      });
+      req.on('end', () => {
+        calls++;
+        const texts = (JSON.parse(text) as { texts: string[] }).texts;
+        const meta = calls === 2 ? {} : { meta: { billed_units: { input_tokens: texts.length * 3 } } };
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'e', embeddings: { float: texts.map(() => [0.1, 0.2]) }, texts, ...meta }));
+      });
+    });
+    await new Promise<void>((r) => host.listen(0, '127.0.0.1', r));
+    const baseUrl = `http://127.0.0.1:${(host.address() as { port: number }).port}`;
+    const adapter = new CohereAdapter({ id: 'cohere', type: 'cohere', baseUrl, apiKey: 'k', region: 'eu' });
+    try {
+      const input = Array.from({ length: 150 }, (_, i) => `text ${i}`);
+      const result = await adapter.embeddings({ input }, call('embed-v4.0'));
+      expect([calls, result.vectors.length, result.promptTokens]).toEqual([2, 150, 0]);
+    } finally {
+      await adapter.close();
+      host.close();
+    }
   });
 });

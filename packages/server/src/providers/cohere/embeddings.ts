@@ -21,8 +21,8 @@ export function toCohereEmbedBody(request: EmbeddingsRequest, texts: string[], u
   };
 }
 
-/** `{embeddings:{float:[[…]]}, meta:{billed_units:{input_tokens}}}` → vectors and tokens. */
-export function parseCohereEmbed(provider: string, res: JsonResponse, texts: number): { vectors: number[][]; tokens: number } {
+/** `{embeddings:{float:[[…]]}, meta:{billed_units:{input_tokens}}}` → vectors and tokens (null when Cohere gave no count). */
+export function parseCohereEmbed(provider: string, res: JsonResponse, texts: number): { vectors: number[][]; tokens: number | null } {
   if (res.status < 200 || res.status >= 300) throw cohereError(provider, res);
   const body = res.body as { embeddings?: { float?: unknown }; meta?: { billed_units?: { input_tokens?: unknown } } } | null;
   const vectors = body?.embeddings?.float;
@@ -30,5 +30,5 @@ export function parseCohereEmbed(provider: string, res: JsonResponse, texts: num
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent no float embeddings for ${texts} texts` });
   }
   const tokens = body?.meta?.billed_units?.input_tokens;
-  return { vectors: vectors as number[][], tokens: typeof tokens === 'number' ? tokens : 0 };
+  return { vectors: vectors as number[][], tokens: typeof tokens === 'number' ? tokens : null };
 }

@@ -69,14 +69,17 @@ export class CohereAdapter implements ProviderAdapter {
   async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
     const vectors: number[][] = [];
     let promptTokens = 0;
+    let counted = true;
     for (let i = 0; i < request.input.length; i += EMBED_BATCH) {
       const texts = request.input.slice(i, i + EMBED_BATCH);
       const res = await this.post('/v2/embed', toCohereEmbedBody(request, texts, call.upstreamModel), call);
       const batch = parseCohereEmbed(this.id, res, texts.length);
       vectors.push(...batch.vectors);
-      promptTokens += batch.tokens;
+      if (batch.tokens === null) counted = false;
+      promptTokens += batch.tokens ?? 0;
     }
-    return { vectors, promptTokens };
+    // One batch without a count would bill its texts at nothing: no count at all, so the route bills its estimate of all.
+    return { vectors, promptTokens: counted ? promptTokens : 0 };
   }
 
   private post(path: string, body: Record<string, unknown>, call: UpstreamCall): Promise<JsonResponse> {
