@@ -60,12 +60,15 @@ describe('the streaming multipart reader', () => {
     const heads = [
       ['form-data; name=model', 'form-data; name=file; filename=a.wav', 'a.wav'],
       ['form-data; name="model"', `form-data; name="file"; filename*=UTF-8''%C3%BC%20x.wav`, 'ü x.wav'],
+      // A quoted value holding what looks like another parameter is one value, as the quotes say.
+      ['form-data; name="model"', 'form-data; filename="take;name=2.wav"; name="file"', 'take;name=2.wav'],
+      ['form-data; name="model; filename=x.wav"', 'form-data; name="file"; filename="a.wav"', 'a.wav', 'model; filename=x.wav'],
     ];
-    for (const [model, file, filename] of heads) {
+    for (const [model, file, filename, field = 'model'] of heads) {
       const body = `--b\r\nContent-Disposition: ${model}\r\n\r\nm\r\n--b\r\nContent-Disposition: ${file}\r\n\r\nRIFF\r\n--b--\r\n`;
       const spool = new UploadSpool(root);
       const parsed = await readMultipart(chunks(Buffer.from(body), 100), 'b', spool, limits);
-      expect(parsed.fields).toEqual([['model', 'm']]);
+      expect(parsed.fields).toEqual([[field, 'm']]);
       expect(parsed.file).toMatchObject({ filename, size: 4 });
       await spool.dispose();
     }

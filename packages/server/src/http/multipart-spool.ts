@@ -205,9 +205,10 @@ class FormParser {
 
   private async startPart(rawHeaders: string): Promise<void> {
     const disposition = /^content-disposition:\s*form-data(.*)$/im.exec(rawHeaders)?.[1] ?? null;
-    const name = disposition === null ? undefined : dispositionParam(disposition, 'name');
+    const params = dispositionParams(disposition ?? '');
+    const name = disposition === null ? undefined : params.get('name');
     if (name === undefined) throw malformed('a part has no form-data name');
-    const filename = dispositionParam(disposition ?? '', 'filename') ?? extendedFilename(disposition ?? '');
+    const filename = params.get('filename') ?? extendedFilename(params.get('filename*'));
     const contentType = /^content-type:\s*(.+)$/im.exec(rawHeaders)?.[1]?.trim() ?? 'application/octet-stream';
     this.part = { name, filename, contentType, chunks: [], size: 0, out: null };
     if (filename === null) {
@@ -265,18 +266,26 @@ class FormParser {
   }
 }
 
-/** A Content-Disposition parameter, quoted or a bare token (RFC 2183; busboy and multer read both, and some clients send tokens). */
-function dispositionParam(disposition: string, param: 'name' | 'filename'): string | undefined {
-  const m = new RegExp(`;\\s*${param}=(?:"([^"]*)"|([^;\\s"]+))`, 'i').exec(disposition);
-  return m ? (m[1] ?? m[2]) : undefined;
+/**
+ * The Content-Disposition parameters in order, each value quoted or a bare token (RFC 2183; busboy and multer read
+ * both, and some clients send tokens). Read one after the other, so that a quoted value holding `;name=` or
+ * `; filename=` (a file named `take;name=2.wav`) is that value, not another parameter.
+ */
+function dispositionParams(disposition: string): Map<string, string> {
+  const params = new Map<string, string>();
+  for (const m of disposition.matchAll(/;\s*([^\s=;]+)\s*=\s*(?:"([^"]*)"|([^;\s"]*))/g)) {
+    const key = (m[1] as string).toLowerCase();
+    if (!params.has(key)) params.set(key, m[2] ?? m[3] ?? '');
+  }
+  return params;
 }
 
 /** `filename*=UTF-8''%C3%BC.wav` (RFC 5987), sent alone by some clients for a non-ASCII name: still a file part. */
-function extendedFilename(disposition: string): string | null {
-  const m = /;\s*filename\*=([\w-]*)'[^']*'([^;\s]+)/i.exec(disposition);
+function extendedFilename(value: string | undefined): string | null {
+  const m = value === undefined ? null : /^[\w-]*'[^']*'(.+)$/.exec(value);
   if (!m) return null;
   try {
-    return decodeURIComponent(m[2] ?? '');
+    return decodeURIComponent(m[1] ?? '');
   } catch {
     return 'upload';
   }
