@@ -43,6 +43,7 @@ import { MemoryWindowLimiter } from './limits/memory-window.js';
 import { RedisBetaQuota } from './limits/redis-beta-quota.js';
 import { RedisLedger } from './limits/redis-ledger.js';
 import { RedisWindowLimiter } from './limits/redis-window.js';
+import { DEFAULT_UPSTREAM_TIMEOUT_MS } from './providers/http-client.js';
 import { createAdapter } from './providers/index.js';
 import type { ProviderAdapter } from './providers/types.js';
 import { type IdempotencyBackend, IdempotencyService } from './routing/idempotency.js';
@@ -108,12 +109,16 @@ const HOUR_MS = 3_600_000;
 
 /**
  * How long an upload folder stays untouched before no request can still own it: twice the longest a transcription
- * can take (its upload within GW_REQUEST_TIMEOUT_MS, then up to six provider attempts, each waiting up to the
- * provider's timeout for the answer's head and again for its body), and at least an hour.
+ * can take (its upload within GW_REQUEST_TIMEOUT_MS, then up to six provider attempts, each with its connect timeout
+ * and its read timeout for the answer's head and again for its body), and at least six hours, so that instances
+ * sharing the folder with other timeouts, or a file server whose clock is behind, still keep each other's uploads.
  */
 function staleUploadMs(config: GatewayConfig, catalogue: GatewayFileConfig): number {
-  const slowest = Math.max(30_000, ...catalogue.providers.map((p) => p.timeoutMs ?? 30_000));
-  return Math.max(HOUR_MS, 2 * (config.requestTimeoutMs + 6 * 2 * slowest));
+  const attempts = catalogue.providers.map((p) => {
+    const read = p.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS;
+    return (p.connectTimeoutMs ?? Math.min(read, 10_000)) + 2 * read;
+  });
+  return Math.max(6 * HOUR_MS, 2 * (config.requestTimeoutMs + 6 * Math.max(0, ...attempts)));
 }
 
 /** Opens the store and connections the config names and builds the app, without listening. */

@@ -44,6 +44,8 @@ describe('reasoning between <think> tags', () => {
     expect(splitter.push('b>bold</b>')).toEqual({ reasoning: '', content: '<b>bold</b>' });
     expect(splitter.passing).toBe(true);
     expect(streamed(['\n', 'Hello'])).toEqual({ reasoning: '', content: '\nHello' });
+    // Whitespace is not held back: a stream that ends without a finish loses nothing of it.
+    expect(new ThinkTagSplitter().push('\n')).toEqual({ reasoning: '', content: '\n' });
     expect(streamed(['<thi'])).toEqual({ reasoning: '', content: '<thi' });
   });
 

@@ -34,9 +34,9 @@ function leftUpload(name: string, ageMs: number): void {
 beforeAll(async () => {
   sim = await startSimulator({ latencyScale: 0 });
   // What an instance killed mid-upload leaves, and what a live one sharing the folder is writing.
-  leftUpload('gw-upload-killed', 3 * 3_600_000);
+  leftUpload('gw-upload-killed', 7 * 3_600_000);
   leftUpload('gw-upload-live', 0);
-  leftUpload('not-an-upload', 3 * 3_600_000);
+  leftUpload('not-an-upload', 7 * 3_600_000);
   gw = await startGateway({ sim, env: { GW_UPLOAD_DIR: spoolDir } });
   key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
   a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });

@@ -34,6 +34,9 @@ export interface UpstreamRequest {
 
 const MAX_CONNECTIONS_PER_ORIGIN = 4096;
 
+/** A provider's read timeout when its config gives none (`timeoutMs`). */
+export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000;
+
 /**
  * Sent with every upstream request: without `Accept-Encoding` any content coding is acceptable (RFC 9110,
  * 12.5.3), so a provider or a proxy in front of one may compress, which the gateway does not decode.

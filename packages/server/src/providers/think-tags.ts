@@ -47,8 +47,11 @@ export class ThinkTagSplitter {
         this.state = 'thinking';
         this.trimNext = true;
         s = start.slice(OPEN.length);
+      } else if (start === '') {
+        // Whitespace before anything: passed as it comes (held, it would be lost by a stream that ends without a finish).
+        return { reasoning: '', content: s };
       } else if (OPEN.startsWith(start)) {
-        // Whitespace, or a tag in pieces ("<thi"): the next delta tells.
+        // A tag in pieces ("<thi"): the next delta tells.
         this.held = s;
         return { reasoning: '', content: '' };
       } else {

@@ -1,13 +1,11 @@
 import type { ProviderConfig } from '@gw/schema';
-import { IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
+import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
 import type { ChatBody, ChatCompletion, ChatStream, EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall } from '../types.js';
 import { parseAzureCompletion, toAzureChatBody } from './chat.js';
 import { parseAzureEmbeddings, toAzureEmbeddingsBody } from './embeddings.js';
 import { azureError } from './errors.js';
 import { parseAzureList } from './models.js';
 import { azureChunkStream } from './stream.js';
-
-const DEFAULT_TIMEOUT_MS = 30_000;
 
 /**
  * Azure OpenAI in an EU region. With `apiVersion` set it speaks the dated
@@ -30,7 +28,7 @@ export class AzureOpenAIAdapter implements ProviderAdapter {
     this.region = config.region;
     this.prefix = url.pathname.replace(/\/+$/, '');
     this.apiVersion = config.apiVersion ?? null;
-    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { accept: 'application/json', 'content-type': 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['api-key'] = config.apiKey;
   }

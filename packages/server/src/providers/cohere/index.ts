@@ -1,5 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
-import { IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
+import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
 import type {
   ChatBody,
   ChatCompletion,
@@ -16,7 +16,6 @@ import { EMBED_BATCH, parseCohereEmbed, toCohereEmbedBody } from './embeddings.j
 import { parseCohereModelsPage } from './models.js';
 import { parseCohereRerank, toCohereRerankBody } from './rerank.js';
 
-const DEFAULT_TIMEOUT_MS = 30_000;
 const MAX_MODEL_PAGES = 20;
 
 /** Cohere's native API (rerank v2, embed v2) at its origin, e.g. `https://api.cohere.com`. */
@@ -33,7 +32,7 @@ export class CohereAdapter implements ProviderAdapter {
     this.id = config.id;
     this.region = config.region;
     this.prefix = url.pathname.replace(/\/+$/, '');
-    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { accept: 'application/json', 'content-type': 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
   }

@@ -1,5 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
-import { IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
+import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { withSamplingDefaults } from '../openai-shape.js';
 import type {
@@ -20,8 +20,6 @@ import { mistralError } from './errors.js';
 import { parseMistralModels } from './models.js';
 import { mistralChunkStream } from './stream.js';
 
-const DEFAULT_TIMEOUT_MS = 30_000;
-
 /** Mistral La Plateforme (`https://api.mistral.ai/v1`): chat, embeddings, Voxtral transcription. */
 export class MistralAdapter implements ProviderAdapter {
   readonly type = 'mistral' as const;
@@ -36,7 +34,7 @@ export class MistralAdapter implements ProviderAdapter {
     this.id = config.id;
     this.region = config.region;
     this.basePath = url.pathname.replace(/\/+$/, '');
-    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { accept: 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
   }

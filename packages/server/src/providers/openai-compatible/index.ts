@@ -1,5 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
-import { IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
+import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { withSamplingDefaults } from '../openai-shape.js';
 import type {
@@ -23,8 +23,6 @@ import { parseModelList } from './models.js';
 import { parseRerank, toUpstreamRerankBody } from './rerank.js';
 import { openAiChunkStream } from './stream.js';
 
-const DEFAULT_TIMEOUT_MS = 30_000;
-
 /** Any OpenAI-compatible provider: Scaleway, OVHcloud, IONOS, Nebius, vLLM servers. */
 export class OpenAICompatibleAdapter implements ProviderAdapter {
   readonly type = 'openai' as const;
@@ -47,7 +45,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     this.region = config.region;
     this.basePath = url.pathname.replace(/\/+$/, '');
     this.capsCompletions = capsCompletionsFor(url);
-    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_TIMEOUT_MS, config.connectTimeoutMs);
+    this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { 'content-type': 'application/json', accept: 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
   }
