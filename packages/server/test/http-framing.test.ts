@@ -1,6 +1,6 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
+import { ADMIN_TOKEN, eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let gw: TestGateway;
 let key: string;
@@ -191,6 +191,27 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect([await count('b', 408), await count('b', 499)]).toEqual([before[0] + 1, before[1]]);
     // The deadline (1 s) plus at most one 5 s checking period.
     expect(r.ms).toBeLessThan(7_000);
+  }, 15_000);
+
+  it('a pipelined request whose body is late does not take the 408 for the request before it, which is still being answered: that one is recorded and its hold let go', async () => {
+    const { id, key: budgeted } = await gw.createKey({ rateLimitRpm: 1000, budget: 5 });
+    const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'slow' }] });
+    const first = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${budgeted}\r\nContent-Type: application/json\r\nX-Gateway-Provider: scaleway\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const second = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${budgeted}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"m`;
+    gw.sim.providers.scaleway?.setFault({ kind: 'latency', ms: 10_000 });
+    try {
+      // The first request is in its handler (waiting on the provider) when the second's body runs out of time.
+      const r = await raw(first + second, { more: ' ', everyMs: 200 });
+      expect(r.head).toMatch(/^HTTP\/1\.1 408 /);
+      await eventually(async () => {
+        await gw.gateway.services.usage.flush();
+        const records = await gw.gateway.services.store.usage.list({ keyId: id });
+        expect(records.map((rec) => [rec.status, rec.errorCode])).toEqual([[499, 'client_closed']]);
+      });
+      expect(await gw.gateway.services.ledger.peek(`key:${id}`, `key:${id}`)).toMatchObject({ reserved: 0 });
+    } finally {
+      gw.sim.providers.scaleway?.clearFaults();
+    }
   }, 15_000);
 
   it('a bad percent-escape is 400 in the variant’s envelope with a request id; an overlong model id is model_not_found', async () => {

@@ -37,7 +37,7 @@ export interface RequestState {
 export const kGatewayRequest = Symbol('gw.request');
 
 /** A response that names its request (set when the request arrives). */
-export type ResponseOfRequest = { [kGatewayRequest]?: { id: string; url: string; gw: RequestState } };
+export type ResponseOfRequest = { [kGatewayRequest]?: { id: string; url: string; gw: RequestState; raw: { complete: boolean } } };
 
 export interface UsageDraft {
   kind: string;

@@ -44,7 +44,11 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
   // A request whose head arrived (its body did not, in time) is named: its id, its variant, its status in the
   // metrics and the log. Before its head, the path is not known: variant A's envelope and a new id.
   const answering = (socket as Socket & { _httpMessage?: ({ headersSent?: boolean } & ResponseOfRequest) | null })._httpMessage;
-  const request = answering?.[kGatewayRequest];
+  // Only the request still being read: with pipelining the connection's answer may be an earlier request's, read whole
+  // and in its handler (a budget hold, an upstream call), while a later one's body is what ran out of time. Naming that
+  // earlier one would skip its recording as a client gone (request-context.ts): its hold kept, no usage record.
+  const named = answering?.[kGatewayRequest];
+  const request = named && !named.raw.complete ? named : undefined;
   const variant = request ? variantOfUrl(request.url) : 'a';
   const { status, body } = errorEnvelope(error, variant);
   // Only while no answer has begun on the connection (as Node's own handler): bytes after a streamed answer's
