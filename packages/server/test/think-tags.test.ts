@@ -36,6 +36,8 @@ describe('reasoning between <think> tags', () => {
       }
     }
     expect(streamed([...R1])).toEqual(whole);
+    // Whitespace before the tag, in a delta of its own: dropped, as from the whole answer, not sent ahead as content.
+    expect(streamed(['\n', `\n${R1}`])).toEqual(splitThinkTags(`\n\n${R1}`));
   });
 
   it('passes a stream without the tag at once, a held "<" included, and then changes nothing', () => {
@@ -44,8 +46,8 @@ describe('reasoning between <think> tags', () => {
     expect(splitter.push('b>bold</b>')).toEqual({ reasoning: '', content: '<b>bold</b>' });
     expect(splitter.passing).toBe(true);
     expect(streamed(['\n', 'Hello'])).toEqual({ reasoning: '', content: '\nHello' });
-    // Whitespace is not held back: a stream that ends without a finish loses nothing of it.
-    expect(new ThinkTagSplitter().push('\n')).toEqual({ reasoning: '', content: '\n' });
+    // Whitespace is held until the next delta tells (a tag may follow), and given back at the choice's end.
+    expect(streamed(['\n'])).toEqual({ reasoning: '', content: '\n' });
     expect(streamed(['<thi'])).toEqual({ reasoning: '', content: '<thi' });
   });
 

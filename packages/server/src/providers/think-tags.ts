@@ -47,11 +47,9 @@ export class ThinkTagSplitter {
         this.state = 'thinking';
         this.trimNext = true;
         s = start.slice(OPEN.length);
-      } else if (start === '') {
-        // Whitespace before anything: passed as it comes (held, it would be lost by a stream that ends without a finish).
-        return { reasoning: '', content: s };
       } else if (OPEN.startsWith(start)) {
-        // A tag in pieces ("<thi"): the next delta tells.
+        // Whitespace, or a tag in pieces ("<thi"): the next delta tells. Whitespace passed at once would be content
+        // ahead of the reasoning when `<think>` follows, where the whole answer (splitThinkTags) drops it.
         this.held = s;
         return { reasoning: '', content: '' };
       } else {
