@@ -43,7 +43,7 @@ import { MemoryWindowLimiter } from './limits/memory-window.js';
 import { RedisBetaQuota } from './limits/redis-beta-quota.js';
 import { RedisLedger } from './limits/redis-ledger.js';
 import { RedisWindowLimiter } from './limits/redis-window.js';
-import { DEFAULT_UPSTREAM_TIMEOUT_MS } from './providers/http-client.js';
+import { DEFAULT_UPSTREAM_TIMEOUT_MS, defaultConnectTimeoutMs } from './providers/http-client.js';
 import { createAdapter } from './providers/index.js';
 import type { ProviderAdapter } from './providers/types.js';
 import { type IdempotencyBackend, IdempotencyService } from './routing/idempotency.js';
@@ -116,7 +116,7 @@ const HOUR_MS = 3_600_000;
 function staleUploadMs(config: GatewayConfig, catalogue: GatewayFileConfig): number {
   const attempts = catalogue.providers.map((p) => {
     const read = p.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS;
-    return (p.connectTimeoutMs ?? Math.min(read, 10_000)) + 2 * read;
+    return (p.connectTimeoutMs ?? defaultConnectTimeoutMs(read)) + 2 * read;
   });
   return Math.max(6 * HOUR_MS, 2 * (config.requestTimeoutMs + 6 * Math.max(0, ...attempts)));
 }

@@ -8,7 +8,7 @@ import { parseVerboseTranscription, transcriptionFields } from '../src/providers
 import { parseChatCompletion, toUpstreamChatBody, toUpstreamStreamBody } from '../src/providers/openai-compatible/chat.js';
 import { parseEmbeddingsList, toUpstreamEmbeddingsBody } from '../src/providers/openai-compatible/embeddings.js';
 import { httpError } from '../src/providers/openai-compatible/errors.js';
-import { capsCompletionsFor, OpenAICompatibleAdapter } from '../src/providers/openai-compatible/index.js';
+import { capsCompletionsFor, OpenAICompatibleAdapter, sentCompletionCap } from '../src/providers/openai-compatible/index.js';
 import { parseModelList } from '../src/providers/openai-compatible/models.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
@@ -220,6 +220,8 @@ describe('a provider that cuts completions short unless told a cap (IONOS: 16 to
     const current = toUpstreamChatBody({ ...ask, max_completion_tokens: 70 }, 'm', 8000);
     expect([current['max_tokens'], current['max_completion_tokens']]).toEqual([undefined, 70]);
     expect('max_tokens' in toUpstreamChatBody(ask, 'm')).toBe(false);
+    // What the context leaves rests on an estimate of the prompt, and models cap their output below their context.
+    expect([sentCompletionCap(120_000), sentCompletionCap(900), sentCompletionCap(undefined)]).toEqual([4096, 900, undefined]);
   });
 });
 

@@ -37,6 +37,11 @@ const MAX_CONNECTIONS_PER_ORIGIN = 4096;
 /** A provider's read timeout when its config gives none (`timeoutMs`). */
 export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000;
 
+/** A provider's TCP (and TLS) connect timeout when its config gives none (`connectTimeoutMs`): its read timeout, at most 10 s. */
+export function defaultConnectTimeoutMs(readTimeoutMs: number): number {
+  return Math.min(readTimeoutMs, 10_000);
+}
+
 /**
  * Sent with every upstream request: without `Accept-Encoding` any content coding is acceptable (RFC 9110,
  * 12.5.3), so a provider or a proxy in front of one may compress, which the gateway does not decode.
@@ -71,8 +76,7 @@ export class UpstreamHttp {
     readonly providerId: string,
     origin: string,
     private readonly timeoutMs: number,
-    /** TCP (and TLS) connect; default: the read timeout, at most 10 s. */
-    private readonly connectTimeoutMs = Math.min(timeoutMs, 10_000),
+    private readonly connectTimeoutMs = defaultConnectTimeoutMs(timeoutMs),
     private readonly maxBodyBytes = MAX_WHOLE_BODY_BYTES,
   ) {
     // HTTP/1.1 carries one request per connection: a low cap would queue

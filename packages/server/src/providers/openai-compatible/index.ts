@@ -50,6 +50,10 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
   }
 
+  private completionCap(call: UpstreamCall): number | undefined {
+    return this.capsCompletions ? sentCompletionCap(call.maxTokens) : undefined;
+  }
+
   async listModels(signal?: AbortSignal): Promise<string[]> {
     const res = await this.http.json({ method: 'GET', path: `${this.basePath}/models`, headers: this.headers, ...(signal ? { signal } : {}) });
     return parseModelList(this.id, res);
@@ -60,7 +64,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamChatBody(withSamplingDefaults(body), call.upstreamModel, this.capsCompletions ? call.maxTokens : undefined)),
+      body: JSON.stringify(toUpstreamChatBody(withSamplingDefaults(body), call.upstreamModel, this.completionCap(call))),
       signal: call.signal,
     });
     return parseChatCompletion(this.id, res);
@@ -71,7 +75,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, accept: 'text/event-stream', 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamStreamBody(withSamplingDefaults(body), call.upstreamModel, this.capsCompletions ? call.maxTokens : undefined)),
+      body: JSON.stringify(toUpstreamStreamBody(withSamplingDefaults(body), call.upstreamModel, this.completionCap(call))),
       signal: call.signal,
     });
     if (!res.ok) throw httpError(this.id, res);
@@ -123,6 +127,18 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
   close(): Promise<void> {
     return this.http.close();
   }
+}
+
+/** The most completion tokens sent as a cap the client did not set (as other gateways default a required `max_tokens`). */
+export const SENT_COMPLETION_CAP = 4096;
+
+/**
+ * The cap sent where the provider's own would cut answers short: what the context leaves, at most
+ * {@link SENT_COMPLETION_CAP} (the gateway's estimate of the prompt is no bound on the provider's count, and models
+ * often cap their output below their context).
+ */
+export function sentCompletionCap(maxTokens: number | undefined): number | undefined {
+  return maxTokens === undefined ? undefined : Math.min(SENT_COMPLETION_CAP, maxTokens);
 }
 
 /** Whether a provider at `url` cuts completions short unless told a cap: IONOS' AI Model Hub (16 tokens, PROVIDERS.md 7). */
