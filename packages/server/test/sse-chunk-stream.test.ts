@@ -49,6 +49,23 @@ describe('pushing an upstream SSE body to a sink', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it('relays at [DONE] what the <think> splitter still held, for a stream whose choices gave no finish reason', async () => {
+    const text = (chunks: ChatChunk[], field: 'content' | 'reasoning_content') =>
+      chunks.map((c) => c.choices.map((x) => (x as { delta: Record<string, string> }).delta[field] ?? '').join('')).join('');
+    for (const [pieces, content, reasoning] of [
+      [[' '], ' ', ''],
+      [['<'], '<', ''],
+      [['<think>', 'plan</th'], '', 'plan</th'],
+    ] as const) {
+      const body = new PassThrough();
+      const { seen, ended } = relay(body);
+      for (const piece of pieces) body.write(`data: ${chunk(piece)}\n\n`);
+      body.end('data: [DONE]\n\n');
+      expect(await ended).toBeNull();
+      expect([pieces, text(seen, 'content'), text(seen, 'reasoning_content')]).toEqual([pieces, content, reasoning]);
+    }
+  });
+
   it('ends with a protocol error when the body ends before [DONE]', async () => {
     const body = new PassThrough();
     const { ended } = relay(body);

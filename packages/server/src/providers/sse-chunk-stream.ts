@@ -12,7 +12,10 @@ export const SSE_DONE = Symbol('sse-done');
  * (none, one, or a content chunk and a usage chunk), or SSE_DONE. Throws
  * an UpstreamError for an error event.
  */
-export type SseDecoder = (event: EventSourceMessage) => ChatChunk[] | typeof SSE_DONE;
+export type SseDecoder = ((event: EventSourceMessage) => ChatChunk[] | typeof SSE_DONE) & {
+  /** At `[DONE]`: what the decoder still holds back (a `<think>` tag's possible start), as chunks to relay before the end. */
+  flush?: () => ChatChunk[];
+};
 
 /**
  * An event that reports a failure instead of a chunk: an `error` key (OpenAI), vLLM's and
@@ -85,6 +88,13 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
         return;
       }
       if (out === SSE_DONE) {
+        try {
+          for (const chunk of decode.flush?.() ?? []) sink.chunk(chunk);
+        } catch (err) {
+          finish(err instanceof Error ? err : new Error(String(err)));
+          body.destroy();
+          return;
+        }
         finish(null);
         // Reading the response's end keeps its connection for the next request (destroying it would close it).
         letGo = setTimeout(() => body.destroy(), AFTER_DONE_MS);

@@ -1,6 +1,6 @@
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { openAiDecoder } from '../openai-compatible/stream.js';
-import { SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
+import { SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 import { withoutFilterResults } from './chat.js';
 
@@ -13,16 +13,20 @@ import { withoutFilterResults } from './chat.js';
  */
 export function azureChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatStream {
   const openAi = openAiDecoder(http.providerId);
-  return sseChunkStream(http, body, (event) => {
-    const out = openAi(event);
-    if (out === SSE_DONE) return out;
-    const kept: ChatChunk[] = [];
+  const kept = (out: ChatChunk[]): ChatChunk[] => {
+    const chunks: ChatChunk[] = [];
     for (const chunk of out) {
       const k = filterChunk(chunk);
-      if (k) kept.push(k);
+      if (k) chunks.push(k);
     }
-    return kept;
-  });
+    return chunks;
+  };
+  const decode: SseDecoder = (event) => {
+    const out = openAi(event);
+    return out === SSE_DONE ? out : kept(out);
+  };
+  decode.flush = () => kept(openAi.flush?.() ?? []);
+  return sseChunkStream(http, body, decode);
 }
 
 export function filterChunk(chunk: ChatChunk): ChatChunk | null {

@@ -22,7 +22,9 @@ export function openAiChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatS
 
 export function openAiDecoder(provider: string): SseDecoder {
   const thinking = new Map<number, ThinkTagSplitter>();
-  return (event) => {
+  // The last chunk's identity, for what a splitter still holds at [DONE] (a stream whose choices gave no finish reason).
+  let last: RawChunk | null = null;
+  const decode: SseDecoder = (event) => {
     if (event.data === '[DONE]') return SSE_DONE;
     let parsed: RawChunk;
     try {
@@ -37,11 +39,23 @@ export function openAiDecoder(provider: string): SseDecoder {
       throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
     }
     const split = splitThinkTags(parsed, thinking);
+    last = parsed;
     if (split !== null || !alreadyNormal(parsed)) return normalise(provider, split ?? parsed);
     // Passed on as it came: relayed as the provider wrote it (only the model name is rewritten).
     parsed.usage ??= null;
     return [keepWireText(parsed, event.data)];
   };
+  decode.flush = () => {
+    const choices: unknown[] = [];
+    for (const [index, splitter] of thinking) {
+      const rest = splitter.flush();
+      if (rest.content !== '' || rest.reasoning !== '') {
+        choices.push({ index, delta: rest.reasoning === '' ? { content: rest.content } : { reasoning_content: rest.reasoning }, finish_reason: null });
+      }
+    }
+    return choices.length === 0 || last === null ? [] : normalise(provider, { ...last, choices, usage: null });
+  };
+  return decode;
 }
 
 /** The chunk is what normalise() would make of it (at most a `usage: null` short), so it needs no copy. */
