@@ -66,4 +66,6 @@ export const KeyParams = Type.Object({ id: Type.String({ minLength: 1 }) });
 export const RebuildResult = Type.Object({
   models: Type.Integer(),
   providers: Type.Record(Type.String(), Type.Union([Type.Literal('ok'), Type.Literal('stale'), Type.Literal('error')])),
+  /** Configured models none of whose offers a provider lists now (left out of the registry). */
+  unlisted: Type.Array(Type.String()),
 });

@@ -51,7 +51,7 @@ import { RedisIdempotencyBackend } from './routing/idempotency-redis.js';
 import { SqlIdempotencyBackend } from './routing/idempotency-sql.js';
 import { OfferStats } from './routing/offer-stats.js';
 import { OfferStatsSharing } from './routing/offer-stats-sharing.js';
-import { ModelRegistry } from './routing/registry.js';
+import { ModelRegistry, type RebuildReport } from './routing/registry.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/types.js';
 import { MemoryStreamStore } from './streaming/memory-stream-store.js';
@@ -176,6 +176,17 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     ),
   );
   const firstRebuild = await registry.rebuild();
+  // A configured model no provider lists answers as an unknown one: the operator is told which, once each time it changes.
+  let unlisted = '';
+  const tellUnlisted = (report: RebuildReport) => {
+    const now = report.unlisted.join(', ');
+    if (now !== '' && now !== unlisted) {
+      app.log.warn({ models: report.unlisted }, `configured models left out, since no provider lists any of their offers: ${now}`);
+    }
+    unlisted = now;
+  };
+  tellUnlisted(firstRebuild);
+  registry.onRebuilt(tellUnlisted);
   const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();

@@ -346,8 +346,15 @@ describe('budget edges', () => {
     const ask = (n: number) => chat(solo, key, 'A', { n });
     const twice = await ask(2);
     expect(twice.status).toBe(402);
-    expect(((await twice.json()) as { error: { code: string } }).error.code).toBe('budget_exceeded');
+    const refused = ((await twice.json()) as { error: { code: string; message: string } }).error;
+    expect(refused.code).toBe('budget_exceeded');
+    // It set a max_tokens: nothing to say about one.
+    expect(refused.message).not.toContain('max_tokens');
     expect((await ask(1)).status).toBe(200);
+    // Without max_tokens the hold prices the rest of the context window: the refusal says how to ask for less.
+    const uncapped = await chat(solo, key, 'A', { max_tokens: undefined });
+    expect(uncapped.status).toBe(402);
+    expect(((await uncapped.json()) as { error: { message: string } }).error.message).toMatch(/sets no max_tokens.*context window; a max_tokens lowers it\.$/);
   });
 
   it('tool definitions count in the prompt a request holds, as providers count them', async () => {

@@ -135,10 +135,14 @@ describe('errors in each variant’s envelope', () => {
     expect(unknown.body.error.param).toBe('response_format.type');
   });
 
-  it('a body that is not JSON is a 400 in the envelope', async () => {
+  it('a body that is not JSON is a 400 in the envelope, saying where it breaks', async () => {
     const r = await post(gw.baseB, '/chat/completions', '{"model": ');
     expect(r.status).toBe(400);
     expect(r.body.error.code).toBe('invalid_request');
+    // A trailing comma, the usual slip: JSON's own message with its position, and no word of prototype keys.
+    const comma = await post(gw.baseA, '/chat/completions', '{"model":"mistral/small","messages":[],}');
+    expect(comma.body.error.message).toMatch(/^The request body is not valid JSON: .*position 39/);
+    expect(comma.body.error.message).not.toContain('__proto__');
   });
 
   it("valid JSON naming '__proto__' is refused with a message that says so, not taken for broken JSON", async () => {
@@ -148,6 +152,7 @@ describe('errors in each variant’s envelope', () => {
     const r = await post(gw.baseA, '/chat/completions', text);
     expect([r.status, r.body.error.code]).toEqual([400, 'validation_error']);
     expect(r.body.error.message).toContain("'__proto__'");
+    expect(r.body.error.message).not.toContain('not valid JSON');
   });
 
   it('a body that is not application/json is 415 unsupported_media_type; a JSON body where a form is expected too', async () => {
@@ -195,11 +200,28 @@ describe('errors in each variant’s envelope', () => {
     }
   });
 
+  it('a path without the base address’s /v1 is told where the route is', async () => {
+    for (const [path, meant] of [
+      ['/chat/completions', '/v1/chat/completions'],
+      ['/alt/chat/completions', '/alt/v1/chat/completions'],
+    ]) {
+      const r = await post(gw.url, path, chat());
+      expect([path, r.status, r.body.error.message]).toEqual([path, 404, expect.stringContaining(`Did you mean ${meant}?`)]);
+    }
+    expect((await post(gw.url, '/nothing/here', chat())).body.error.message).toBe('No route POST /nothing/here.');
+  });
+
   it('an unknown model is 404 (A) / 400 (B) model_not_found; a retired one is 410 model_deprecated (A)', async () => {
     const ra = await post(gw.baseA, '/chat/completions', chat({ model: 'nobody/nothing' }));
     expect([ra.status, ra.body.error.code]).toEqual([404, 'model_not_found']);
     const rb = await post(gw.baseB, '/chat/completions', chat({ model: 'nobody/nothing' }));
     expect([rb.status, rb.body.error.code]).toEqual([400, 'model_not_found']);
+    expect(ra.body.error.message).toBe("The model 'nobody/nothing' does not exist. Model ids are '<family>/<model>', as GET /v1/models lists them.");
+    // A model named without its family, or by a provider's own name: the gateway's id is suggested.
+    for (const named of ['llama-3.3-70b', 'llama-3.3-70b-instruct']) {
+      const r = await post(gw.baseA, '/chat/completions', chat({ model: named }));
+      expect([named, r.status, r.body.error.message]).toEqual([named, 404, expect.stringContaining("Did you mean 'meta/llama-3.3-70b'?")]);
+    }
     const dep = await post(gw.baseA, '/chat/completions', chat({ model: 'mistral/nemo' }));
     expect([dep.status, dep.body.error.code]).toEqual([410, 'model_deprecated']);
     // Asked for by id, a retired model is told retired in both variants, as a chat request naming it is.

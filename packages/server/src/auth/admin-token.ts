@@ -18,5 +18,7 @@ export function refuseDoubleAuthorization(rawHeaders: string[]): void {
 export function checkAdminToken(authorization: string | undefined, adminToken: string): void {
   const match = authorization ? /^Bearer\s+(\S+)\s*$/i.exec(authorization) : null;
   const given = match?.[1] ?? '';
-  if (!safeEqual(given, adminToken)) throw new GatewayError('unauthorized', 'Invalid or missing admin token.');
+  if (!safeEqual(given, adminToken)) {
+    throw new GatewayError('unauthorized', 'Invalid or missing admin token: send the header Authorization: Bearer <GW_ADMIN_TOKEN>.');
+  }
 }

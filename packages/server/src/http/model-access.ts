@@ -11,7 +11,7 @@ import type { Services } from './services.js';
  */
 export function resolveModel(services: Services, request: FastifyRequest, id: string, kind: ModelKind): RegistryModel | Promise<RegistryModel> {
   const model = services.registry.get(id);
-  if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
+  if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id)}`, { param: 'model' });
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
   if (model.kind !== kind)
     throw new GatewayError('validation', `The model '${id}' is ${kindPhrase(model.kind)} model, not ${kindPhrase(kind)} model.`, { param: 'model' });
@@ -91,4 +91,18 @@ export function routeOptions(services: Services, request: FastifyRequest): Route
   const body = request.body as { stream?: unknown } | null | undefined;
   const stream = typeof body === 'object' && body !== null && body.stream === true;
   return { strategy: strategy as Strategy, pin, prefer, maxHops: Number(hopsRaw), stats: services.offerStats, stream };
+}
+
+/**
+ * What a client that named no model of ours most likely meant: the gateway's id of a model it named by its own
+ * name (`small`) or by a provider's (`mistral-small-latest`), else where the ids are listed. On the error path only.
+ */
+function modelHint(services: Services, id: string): string {
+  const lower = id.toLowerCase();
+  const meant = services.registry
+    .list()
+    .filter((m) => m.id.toLowerCase().endsWith(`/${lower}`) || m.offers.some((o) => o.upstreamModel.toLowerCase() === lower))
+    .map((m) => `'${m.id}'`);
+  if (meant.length > 0 && meant.length <= 3) return ` Did you mean ${meant.join(' or ')}? Model ids are '<family>/<model>', as GET /v1/models lists them.`;
+  return " Model ids are '<family>/<model>', as GET /v1/models lists them.";
 }

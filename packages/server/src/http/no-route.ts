@@ -10,7 +10,14 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 export function noRouteError(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply): GatewayError {
   const path = request.url.split('?')[0] ?? '/';
   const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
-  if (allowed.length === 0) return new GatewayError('not_found', `No route ${request.method} ${path}.`);
+  if (allowed.length === 0) return new GatewayError('not_found', `No route ${request.method} ${path}.${baseHint(app, request.method, path)}`);
   reply.header('allow', allowed.join(', '));
   return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}.`);
+}
+
+/** A path that misses only the base address's `/v1` (a client configured with the host alone): where it is. */
+function baseHint(app: FastifyInstance, method: string, path: string): string {
+  const candidate = path.startsWith('/alt/') ? `/alt/v1${path.slice(4)}` : `/v1${path}`;
+  const found = METHODS.includes(method as (typeof METHODS)[number]) && app.findRoute({ method: method as (typeof METHODS)[number], url: candidate }) !== null;
+  return found ? ` Did you mean ${candidate}? The base address ends in /v1 (variant B: /alt/v1).` : '';
 }

@@ -28,6 +28,8 @@ export type ProviderListStatus = 'ok' | 'stale' | 'error';
 export interface RebuildReport {
   models: number;
   providers: Record<string, ProviderListStatus>;
+  /** Configured models none of whose offers a provider lists now: left out, answering model_not_found. */
+  unlisted: string[];
 }
 
 const LIST_TIMEOUT_MS = 10_000;
@@ -107,12 +109,14 @@ export class ModelRegistry {
       }),
     );
     const next = new Map<string, RegistryModel>();
+    const unlisted: string[] = [];
     for (const model of this.catalogue.models) {
       const entry = this.toEntry(model);
       if (entry.offers.length > 0 || entry.deprecated) next.set(entry.id, entry);
+      else unlisted.push(entry.id);
     }
     this.models = next;
-    return { models: next.size, providers };
+    return { models: next.size, providers, unlisted };
   }
 
   private toEntry(model: ModelConfig): RegistryModel {

@@ -17,8 +17,30 @@ export function refuseNonUtf8Json(app: FastifyInstance): void {
       done(new GatewayError('unsupported_media_type', `Unsupported charset '${charset.slice(0, 40)}': send the JSON body in UTF-8.`), undefined);
       return;
     }
-    void parseJson(request, body as string, done);
+    // A body sent compressed is left to the error handler, which says so (415) rather than point at its JSON.
+    const plain = request.headers['content-encoding'] === undefined;
+    void parseJson(request, body as string, (err, value) => done(err && plain && isInvalidJson(err) ? invalidJson(body as string) : err, value));
   });
+}
+
+function isInvalidJson(err: Error): boolean {
+  return (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY';
+}
+
+/**
+ * Why a body Fastify's parser refused is refused: JSON's own error, with its position (the parser gives no detail),
+ * or, for valid JSON, the prototype-poisoning key it holds. Only on this path: a body that parses costs nothing more.
+ */
+function invalidJson(body: string): GatewayError {
+  try {
+    JSON.parse(body);
+  } catch (err) {
+    return new GatewayError('validation', `The request body is not valid JSON: ${(err as Error).message}.`);
+  }
+  return new GatewayError(
+    'validation',
+    "The request body holds a '__proto__' key or a 'constructor' with a 'prototype' key, which this gateway refuses anywhere in a body.",
+  );
 }
 
 /** The charset a Content-Type names, lower-cased; null when it names none (most requests: one substring test). */

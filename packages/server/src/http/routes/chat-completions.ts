@@ -1,6 +1,6 @@
 import { ChatCompletionRequest, ChatCompletionResponse, H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { GatewayError } from '../../errors/gateway-error.js';
+import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { estimatedUsage, generatedChars } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
@@ -85,7 +85,15 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const perChoice = cap?.tokens ?? Math.max(1, model.context_window - promptTokens);
       const size = { promptTokens, maxTokens: perChoice * (body.n ?? 1) };
       const plan = planOffers(model, options, size);
-      await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
+      try {
+        await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
+      } catch (err) {
+        // Without a cap the hold prices a completion that fills the context window: say how to ask for less.
+        if (cap === undefined && isGatewayError(err) && err.code === 'budget_exceeded') {
+          err.message += ` This request sets no max_tokens, so its worst case is a completion filling the rest of the ${model.context_window}-token context window; a max_tokens lowers it.`;
+        }
+        throw err;
+      }
       if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice });
       const signal = clientAbortSignal(services, reply);
       const result = await executePlan(plan, (offer: Offer) =>
