@@ -65,6 +65,14 @@ describe('config file', () => {
       ],
       // Budgets add costs up in EUR.
       [good.replace('currency: EUR', 'currency: USD'), { ALPHA_API_KEY: 'k' }, /\/models\/0\/offers\/0\/pricing\/currency/],
+      // A misspelt field is told the one it meant; an unknown one, the fields allowed there.
+      [good.replace('baseUrl:', 'baseURL:'), { ALPHA_API_KEY: 'k' }, /\/providers\/0\/baseURL: expected no such property \(did you mean 'baseUrl'\?\)/],
+      [
+        good.replace('upstreamModel:', 'upstream_model:'),
+        { ALPHA_API_KEY: 'k' },
+        /upstream_model: expected no such property \(did you mean 'upstreamModel'\?\)/,
+      ],
+      [good.replace('region:', 'zone:'), { ALPHA_API_KEY: 'k' }, /\/providers\/0\/zone: expected no such property \(allowed here: id, type, baseUrl/],
       // A field given with the wrong type is named, not another one the file lacks.
       ['providers: 5\n', {}, /gw\.yaml at \/providers: expected array/],
       ['{}\n', {}, /gw\.yaml at \/(providers|models): expected (required property|array)/],

@@ -35,17 +35,25 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   // A field the file has but got wrong says more than one it lacks, which the validator lists first
   // (`providers: 5` read as "/models: expected required property").
   const first = errors.find((e) => !/required property/i.test(e.message)) ?? errors[0];
-  if (first) throw new ConfigError(file, first.path || '/', describeExpectation(first.message, first.schema));
+  if (first) throw new ConfigError(file, first.path || '/', describeExpectation(first.message, first.schema, first.path));
   const config = data as GatewayFileConfig;
   checkReferences(config, file);
   return config;
 }
 
-function describeExpectation(message: string, schema: unknown): string {
-  const s = schema as { pattern?: string; enum?: unknown[]; anyOf?: { const?: unknown }[] };
+function describeExpectation(message: string, schema: unknown, path: string): string {
+  const s = schema as { pattern?: string; enum?: unknown[]; anyOf?: { const?: unknown }[]; properties?: Record<string, unknown> };
   if (s.anyOf?.every((o) => o.const !== undefined)) return `one of ${s.anyOf.map((o) => JSON.stringify(o.const)).join(', ')}`;
   if (s.pattern) return `a string matching ${s.pattern}`;
-  return message.replace(/^Expected /, '').replace(/^Unexpected property$/, 'no such property');
+  if (/^Unexpected property$/.test(message)) return `no such property${meantProperty(path.split('/').at(-1) ?? '', Object.keys(s.properties ?? {}))}`;
+  return message.replace(/^Expected /, '');
+}
+
+/** The field a misspelt one most likely meant (`baseURL`, `upstream_model`): the same letters, case, `_` and `-` aside. */
+function meantProperty(given: string, known: string[]): string {
+  const plain = (name: string) => name.toLowerCase().replace(/[-_]/g, '');
+  const meant = known.find((k) => plain(k) === plain(given));
+  return meant === undefined ? ` (allowed here: ${known.join(', ')})` : ` (did you mean '${meant}'?)`;
 }
 
 function checkReferences(config: GatewayFileConfig, file: string): void {
