@@ -137,6 +137,10 @@ describe('the live registry', () => {
     expect(audio.every((m) => m.kind === 'audio')).toBe(true);
     const bad = await fetch(`${gw.baseA}/models?kind=video`, { headers: auth() });
     expect(bad.status).toBe(400);
+    // The values it may take are listed.
+    expect(((await bad.json()) as { error: { message: string } }).error.message).toBe(
+      `Invalid querystring: 'kind' has a value that is not allowed (allowed: "chat", "embedding", "rerank", "audio").`,
+    );
     const badB = await fetch(`${gw.baseB}/models?kind=chat`, { headers: auth() });
     expect(badB.status).toBe(400);
   });

@@ -81,6 +81,16 @@ function mostTelling(errors: AjvError[]): AjvError {
   return types.length > 1 ? { ...first, message: `must be ${types.join(' or ')}` } : first;
 }
 
+/** The values a field may take, when its rule lists them (an enum, or a union of constants): at most a dozen. */
+function allowedValues(errors: AjvError[], first: AjvError): string | null {
+  const listed = first.params['allowedValues'];
+  const values = Array.isArray(listed)
+    ? listed
+    : errors.filter((x) => x.instancePath === first.instancePath && x.keyword === 'const').map((x) => x.params['allowedValue']);
+  if (values.length === 0 || values.length > 12) return null;
+  return values.map((v) => JSON.stringify(v)).join(', ');
+}
+
 /** Turns Ajv's first error into a message naming the field, e.g. `'temperature' must be <= 2`. */
 function validationError(e: FastifyError): GatewayError {
   const first = mostTelling(e.validation as unknown as AjvError[]);
@@ -97,7 +107,8 @@ function validationError(e: FastifyError): GatewayError {
     field = path ? `${path}.${extra}` : extra;
     detail = 'is not a known field';
   } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {
-    detail = 'has a value that is not allowed';
+    const allowed = allowedValues(e.validation as unknown as AjvError[], first);
+    detail = allowed === null ? 'has a value that is not allowed' : `has a value that is not allowed (allowed: ${allowed})`;
   }
   const label = field ? `'${field}'` : `the ${where}`;
   return new GatewayError('validation', `Invalid ${where}: ${label} ${detail}.`, { param: field || null });
