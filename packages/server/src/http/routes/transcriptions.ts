@@ -13,9 +13,10 @@ import { compressedBodyError } from '../errors.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { boundaryOf, declaredTooLarge, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
 import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
+import { recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
-import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import { callUpstream, clientAbortSignal, leftBeforeAnswer, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
 declare module 'fastify' {
@@ -76,7 +77,15 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
         request.gw.usage = newUsageDraft('audio', model.id);
         const options = routeOptions(services, request);
         const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
-        const seconds = await worstCaseSeconds(file.path, file.size);
+        let seconds: number;
+        try {
+          seconds = await worstCaseSeconds(file.path, file.size);
+        } catch (err) {
+          // The client left meanwhile and its spool went with it; its close passed before the draft, so it is recorded here.
+          if (!leftBeforeAnswer(reply.raw)) throw err;
+          recordClientGone(services, request);
+          return reply;
+        }
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => seconds * (o.pricing.per_unit ?? 0))));
         const upstream = transcriptionRequest(body, file, format !== 'json' && format !== 'text');
         const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
