@@ -22,8 +22,9 @@ export function openAiChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatS
 
 export function openAiDecoder(provider: string): SseDecoder {
   const thinking = new Map<number, ThinkTagSplitter>();
-  // The last chunk's identity, for what a splitter still holds at [DONE] (a stream whose choices gave no finish reason).
-  let last: RawChunk | null = null;
+  // The last chunk's identity (not the chunk: a stream would keep it for its whole life), for what a splitter still
+  // holds at [DONE] (a stream whose choices gave no finish reason).
+  let last: { id: unknown; created: unknown; model: unknown } | null = null;
   const decode: SseDecoder = (event) => {
     if (event.data === '[DONE]') return SSE_DONE;
     let parsed: RawChunk;
@@ -39,7 +40,7 @@ export function openAiDecoder(provider: string): SseDecoder {
       throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
     }
     const split = splitThinkTags(parsed, thinking);
-    last = parsed;
+    if (last === null || last.id !== parsed.id) last = { id: parsed.id, created: parsed.created, model: parsed.model };
     if (split !== null || !alreadyNormal(parsed)) return normalise(provider, split ?? parsed);
     // Passed on as it came: relayed as the provider wrote it (only the model name is rewritten).
     parsed.usage ??= null;
