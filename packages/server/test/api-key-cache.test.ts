@@ -82,14 +82,8 @@ describe('the API key cache', () => {
     const id = `key_race${Math.random().toString(36).slice(2, 10)}`;
     await store.keys.create({ id, name: 'race', workspaceId: null, hash: made.hash, rateLimitRpm: 60, budget: null });
     const real = store.keys.getByHash;
-    let release!: () => void;
-    const gate = new Promise<void>((r) => {
-      release = r;
-    });
-    let begun!: () => void;
-    const started = new Promise<void>((r) => {
-      begun = r;
-    });
+    const { promise: gate, resolve: release } = deferred();
+    const { promise: started, resolve: begun } = deferred();
     let held = false;
     store.keys.getByHash = async (hash) => {
       const record = await real(hash);
@@ -110,14 +104,8 @@ describe('the API key cache', () => {
     r.restore();
     await expiring.authenticate(`Bearer ${r.key}`); // cached, unheld read
     const real = store.keys.getByHash;
-    let release!: () => void;
-    const gate = new Promise<void>((res) => {
-      release = res;
-    });
-    let refreshed!: () => void;
-    const refreshDone = new Promise<void>((res) => {
-      refreshed = res;
-    });
+    const { promise: gate, resolve: release } = deferred();
+    const { promise: refreshDone, resolve: refreshed } = deferred();
     store.keys.getByHash = async (hash) => {
       const record = await real(hash); // as it is before the revocation
       await gate;
@@ -157,3 +145,12 @@ describe('the API key cache', () => {
     expect(next).toBe('unauthorized');
   });
 });
+
+/** A promise and what settles it (Promise.withResolvers, outside the project's ES2023 library). */
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}

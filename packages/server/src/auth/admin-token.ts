@@ -1,17 +1,13 @@
 import { GatewayError } from '../errors/gateway-error.js';
 import { safeEqual } from '../lib/crypto.js';
+import { headerCount } from '../lib/raw-headers.js';
 
 /**
  * More than one Authorization header is a 401 on every route: Node keeps the first, a proxy in front may read the
  * last, and which key is billed or which token admits must not depend on who reads.
  */
 export function refuseDoubleAuthorization(rawHeaders: string[]): void {
-  let n = 0;
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i] as string;
-    if (name.length === 13 && name.toLowerCase() === 'authorization') n++;
-  }
-  if (n > 1) throw new GatewayError('unauthorized', 'Send exactly one Authorization header.');
+  if (headerCount(rawHeaders, 'authorization') > 1) throw new GatewayError('unauthorized', 'Send exactly one Authorization header.');
 }
 
 /** Checks `Authorization: Bearer <GW_ADMIN_TOKEN>` in constant time (after {@link refuseDoubleAuthorization}). */

@@ -93,7 +93,8 @@ function allowedValues(errors: AjvError[], first: AjvError): string | null {
 
 /** Turns Ajv's first error into a message naming the field, e.g. `'temperature' must be <= 2`. */
 function validationError(e: FastifyError): GatewayError {
-  const first = mostTelling(e.validation as unknown as AjvError[]);
+  const errors = e.validation as unknown as AjvError[];
+  const first = mostTelling(errors);
   const where = (e as { validationContext?: string }).validationContext ?? 'body';
   const path = first.instancePath.replace(/^\//, '').replace(/\//g, '.');
   const missing = first.params['missingProperty'];
@@ -107,7 +108,7 @@ function validationError(e: FastifyError): GatewayError {
     field = path ? `${path}.${extra}` : extra;
     detail = 'is not a known field';
   } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {
-    const allowed = allowedValues(e.validation as unknown as AjvError[], first);
+    const allowed = allowedValues(errors, first);
     detail = allowed === null ? 'has a value that is not allowed' : `has a value that is not allowed (allowed: ${allowed})`;
   }
   const label = field ? `'${field}'` : `the ${where}`;

@@ -17,7 +17,8 @@ export function noRouteError(app: FastifyInstance, request: FastifyRequest, repl
 
 /** A path that misses only the base address's `/v1` (a client configured with the host alone): where it is. */
 function baseHint(app: FastifyInstance, method: string, path: string): string {
+  const known = METHODS.find((m) => m === method);
   const candidate = path.startsWith('/alt/') ? `/alt/v1${path.slice(4)}` : `/v1${path}`;
-  const found = METHODS.includes(method as (typeof METHODS)[number]) && app.findRoute({ method: method as (typeof METHODS)[number], url: candidate }) !== null;
+  const found = known !== undefined && app.findRoute({ method: known, url: candidate }) !== null;
   return found ? ` Did you mean ${candidate}? The base address ends in /v1 (variant B: /alt/v1).` : '';
 }

@@ -8,11 +8,17 @@
  */
 const OPEN = '<think>';
 const CLOSE = '</think>';
+const OPENS = /^\s*<think>/;
+
+/** Whether content opens with the tag (after whitespace): the test every answer passes through, without a copy. */
+export function opensWithThinkTag(content: string): boolean {
+  return OPENS.test(content);
+}
 
 /** A whole answer's content: its reasoning (null without the tag) and the answer after it. */
 export function splitThinkTags(content: string): { reasoning: string | null; content: string } {
+  if (!opensWithThinkTag(content)) return { reasoning: null, content };
   const start = content.trimStart();
-  if (!start.startsWith(OPEN)) return { reasoning: null, content };
   const rest = start.slice(OPEN.length).trimStart();
   const end = rest.indexOf(CLOSE);
   // Cut off while thinking (its length limit reached): all of it is reasoning, and there is no answer.

@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { H } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
+import { headerCount } from '../lib/raw-headers.js';
 import type { IdempotencyBackend, StoredAnswer } from './idempotency-types.js';
 
 export type { IdempotencyBackend, StoredAnswer } from './idempotency-types.js';
@@ -27,9 +28,8 @@ export type Begun = { kind: 'run'; claim: Claim } | { kind: 'replay'; answer: St
  * retry would run and be billed again.
  */
 export function checkIdempotencyKey(raw: string | string[], rawHeaders: string[]): string {
-  let n = 0;
-  for (let i = 0; i < rawHeaders.length; i += 2) if ((rawHeaders[i] as string).toLowerCase() === H.idempotencyKey) n++;
-  if (n > 1) throw new GatewayError('validation', 'Send exactly one X-Idempotency-Key header.', { param: 'X-Idempotency-Key' });
+  if (headerCount(rawHeaders, H.idempotencyKey) > 1)
+    throw new GatewayError('validation', 'Send exactly one X-Idempotency-Key header.', { param: 'X-Idempotency-Key' });
   if (typeof raw !== 'string' || !/^[\x20-\x7e]{1,255}$/.test(raw)) {
     throw new GatewayError('validation', 'Invalid X-Idempotency-Key: expected 1 to 255 printable ASCII characters.', { param: 'X-Idempotency-Key' });
   }

@@ -1,6 +1,6 @@
 import type { JsonResponse } from '../http-client.js';
 import { isOpenAiFinishReason, mapFinishReason, mapToolCalls, withChoices } from '../openai-shape.js';
-import { splitThinkTags } from '../think-tags.js';
+import { opensWithThinkTag, splitThinkTags } from '../think-tags.js';
 import type { ChatBody, ChatCompletion } from '../types.js';
 import { httpError } from './errors.js';
 
@@ -59,7 +59,8 @@ function normaliseChoice(provider: string, choice: unknown): unknown {
   const objectArguments =
     Array.isArray(calls) && calls.some((call) => typeof (call as { function?: { arguments?: unknown } })?.function?.arguments !== 'string');
   const renameReasoning = typeof message['reasoning'] === 'string' && !('reasoning_content' in message);
-  const think = typeof message['content'] === 'string' && !('reasoning_content' in message) ? splitThinkTags(message['content']) : null;
+  const content = message['content'];
+  const think = typeof content === 'string' && opensWithThinkTag(content) && !('reasoning_content' in message) ? splitThinkTags(content) : null;
   const thinkTags = think !== null && think.reasoning !== null;
   const finish = c.finish_reason;
   const otherFinish = !isOpenAiFinishReason(finish);
