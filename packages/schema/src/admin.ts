@@ -69,3 +69,21 @@ export const RebuildResult = Type.Object({
   /** Configured models none of whose offers a provider lists now (left out of the registry). */
   unlisted: Type.Array(Type.String()),
 });
+
+export const WorkspaceParams = Type.Object({ id: Type.String({ minLength: 1 }) });
+
+/** Paging of the admin lists: query strings are not coerced, so `limit` is its digits. */
+const PageFields = {
+  limit: Type.Optional(Type.String({ pattern: '^(100|[1-9][0-9]?)$', description: 'rows per page, 1 to 100 (default 20)' })),
+  after: Type.Optional(Type.String({ minLength: 1, description: 'the id of the last row of the page before' })),
+};
+
+export const WorkspaceListQuery = Type.Object(PageFields, { additionalProperties: false });
+export const KeyListQuery = Type.Object(
+  { ...PageFields, workspaceId: Type.Optional(Type.String({ minLength: 1, description: 'only the keys of this workspace' })) },
+  { additionalProperties: false },
+);
+
+/** A page of a list, newest first; `hasMore`: pass the last row's id as `after` for the next. */
+export const WorkspaceList = Type.Object({ data: Type.Array(Workspace), hasMore: Type.Boolean() });
+export const KeyList = Type.Object({ data: Type.Array(KeyView), hasMore: Type.Boolean() });

@@ -28,7 +28,7 @@ describe('admin API', () => {
 
   it('answers a method an admin path does not take with 405 and Allow, as the public API does, and an unknown path with 404', async () => {
     for (const [method, path, allow] of [
-      ['GET', '/workspaces', 'POST'],
+      ['DELETE', '/workspaces', 'GET, HEAD, POST'],
       ['GET', '/registry/rebuild', 'POST'],
       ['DELETE', '/keys/key_x', 'GET, HEAD, PATCH'],
     ] as const) {
@@ -109,6 +109,40 @@ describe('admin API', () => {
     const nameless = await send('/workspaces');
     expect(nameless.status).toBe(400);
     expect(((await nameless.json()) as { error: { param: string } }).error.param).toBe('name');
+  });
+
+  it('lists keys and workspaces newest first, page by page, and reads a workspace', async () => {
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'listed', budget: 7 });
+    const made: string[] = [];
+    for (let i = 0; i < 3; i++) made.push((await gw.createKey({ workspaceId: ws.body.id })).id);
+    type Page = { data: { id: string; workspaceId: string | null }[]; hasMore: boolean };
+    const first = await gw.admin<Page>('GET', `/keys?workspaceId=${ws.body.id}&limit=2`);
+    expect([first.status, first.body.data.map((k) => k.id), first.body.hasMore]).toEqual([200, [made[2], made[1]], true]);
+    const next = await gw.admin<Page>('GET', `/keys?workspaceId=${ws.body.id}&limit=2&after=${made[1]}`);
+    expect([next.body.data.map((k) => k.id), next.body.hasMore]).toEqual([[made[0]], false]);
+    // A listed key has what GET /keys/{id} shows, never the key itself.
+    const one = await gw.admin<Record<string, unknown>>('GET', `/keys/${made[0]}`);
+    expect(next.body.data[0]).toEqual(one.body);
+    const all = await gw.admin<Page>('GET', '/keys?limit=100');
+    expect(all.body.data.length).toBeGreaterThanOrEqual(3);
+    expect(all.body.data.slice(0, 3).map((k) => k.id)).toEqual([...made].reverse());
+    const got = await gw.admin<Record<string, unknown>>('GET', `/workspaces/${ws.body.id}`);
+    expect(got.body).toEqual({ id: ws.body.id, name: 'listed', enabledModels: null, budget: 7, spent: 0 });
+    const wss = await gw.admin<{ data: { id: string }[] }>('GET', '/workspaces?limit=1');
+    expect(wss.body.data.map((w) => w.id)).toEqual([ws.body.id]);
+    // Mistakes are named: a page size out of range, an unknown cursor or workspace, an unknown workspace id.
+    for (const [path, status, param] of [
+      ['/keys?limit=0', 400, 'limit'],
+      ['/keys?limit=101', 400, 'limit'],
+      ['/keys?after=key_nope', 400, 'after'],
+      [`/keys?workspaceId=${ws.body.id}&after=${all.body.data.find((k) => k.workspaceId !== ws.body.id)?.id}`, 400, 'after'],
+      ['/keys?workspaceId=ws_nope', 400, 'workspaceId'],
+      ['/keys?colour=red', 400, 'colour'],
+      ['/workspaces/ws_nope', 404, 'id'],
+    ] as const) {
+      const res = await gw.admin<{ error: { param: string | null } }>('GET', path);
+      expect([path, res.status, res.body.error.param ?? null]).toEqual([path, status, param]);
+    }
   });
 
   it('stores only a hash of the key', async () => {

@@ -91,6 +91,31 @@ for (const driver of drivers) {
       expect(await store.settings.get('before-remigrate')).toBe('kept');
     });
 
+    it('lists keys and workspaces newest first, a page after a given row, keys of one workspace apart', async () => {
+      const ws = await store.workspaces.create({ id: uid('ws'), name: 'Paged', enabledModels: null, budget: null });
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const key = await store.keys.create({ id: uid('key'), name: `k${i}`, workspaceId: ws.id, hash: uid('hash'), rateLimitRpm: 60, budget: null });
+        ids.push(key.id);
+      }
+      const newestFirst = [...ids].reverse();
+      const first = await store.keys.list({ limit: 2, workspaceId: ws.id });
+      expect(first.map((k) => k.id)).toEqual(newestFirst.slice(0, 2));
+      const second = await store.keys.list({ limit: 2, workspaceId: ws.id, after: first[1]?.id as string });
+      expect(second.map((k) => k.id)).toEqual(newestFirst.slice(2, 4));
+      const rest = await store.keys.list({ limit: 10, workspaceId: ws.id, after: second[1]?.id as string });
+      expect(rest.map((k) => k.id)).toEqual(newestFirst.slice(4));
+      // Another workspace's key and a key of none are not in this workspace's list, and are in the whole list.
+      const other = await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash: uid('hash'), rateLimitRpm: 60, budget: null });
+      expect((await store.keys.list({ limit: 100, workspaceId: ws.id })).map((k) => k.id)).not.toContain(other.id);
+      expect((await store.keys.list({ limit: 1 })).map((k) => k.id)).toEqual([other.id]);
+      expect(await store.keys.list({ limit: 10, after: 'key_none' })).toEqual([]);
+      const newer = await store.workspaces.create({ id: uid('ws'), name: 'Newer', enabledModels: null, budget: 3 });
+      const wss = await store.workspaces.list({ limit: 2 });
+      expect(wss.map((w) => w.id)).toEqual([newer.id, ws.id]);
+      expect((await store.workspaces.list({ limit: 1, after: newer.id })).map((w) => w.id)).toEqual([ws.id]);
+    });
+
     it('creates and gets workspaces', async () => {
       const id = uid('ws');
       const created = await store.workspaces.create({ id, name: 'Team A', enabledModels: ['mistral/small'], budget: 12.5 });

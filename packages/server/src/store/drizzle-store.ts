@@ -29,6 +29,7 @@ import type {
   KeyRepo,
   NewApiKey,
   NewWorkspace,
+  PageQuery,
   SettingsRepo,
   Store,
   UsageQuery,
@@ -104,6 +105,20 @@ class DrizzleWorkspaceRepo implements WorkspaceRepo {
     const [row] = await this.db.select().from(workspaces).where(eq(workspaces.id, id)).limit(1);
     return row ?? null;
   }
+
+  async list(page: PageQuery): Promise<Workspace[]> {
+    const before = page.after === undefined ? undefined : createdBefore(workspaces, page.after);
+    return this.db.select().from(workspaces).where(before).orderBy(desc(workspaces.createdAt), desc(workspaces.id)).limit(page.limit);
+  }
+}
+
+/**
+ * Rows created before the row `after` of `table` (newest first, ties by id): keyset paging, which neither skips
+ * nor repeats a row when rows are added between two pages. An id that names no row matches nothing.
+ */
+function createdBefore(table: typeof workspaces | typeof apiKeys, after: string): SQL {
+  // Inside the subquery the columns name its own row (the nearest FROM), outside it the listed one.
+  return sql`(${table.createdAt}, ${table.id}) < (SELECT ${table.createdAt}, ${table.id} FROM ${table} WHERE ${table.id} = ${after})`;
 }
 
 class DrizzleKeyRepo implements KeyRepo {
@@ -152,6 +167,14 @@ class DrizzleKeyRepo implements KeyRepo {
   async count(): Promise<number> {
     const [row] = await this.db.select({ n: count() }).from(apiKeys);
     return row?.n ?? 0;
+  }
+
+  async list(page: PageQuery & { workspaceId?: string }): Promise<ApiKeyRecord[]> {
+    const where = and(
+      page.workspaceId === undefined ? undefined : eq(apiKeys.workspaceId, page.workspaceId),
+      page.after === undefined ? undefined : createdBefore(apiKeys, page.after),
+    );
+    return this.db.select().from(apiKeys).where(where).orderBy(desc(apiKeys.createdAt), desc(apiKeys.id)).limit(page.limit);
   }
 }
 

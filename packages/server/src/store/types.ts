@@ -83,9 +83,19 @@ export interface KeyPatch {
   budget?: number | null;
 }
 
+/**
+ * One page of a list, newest first: at most `limit` rows created before the
+ * row whose id is `after` (the last one of the page before), ties by id.
+ */
+export interface PageQuery {
+  limit: number;
+  after?: string;
+}
+
 export interface WorkspaceRepo {
   create(input: NewWorkspace): Promise<Workspace>;
   get(id: string): Promise<Workspace | null>;
+  list(page: PageQuery): Promise<Workspace[]>;
 }
 
 export interface KeyRepo {
@@ -95,6 +105,8 @@ export interface KeyRepo {
   update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null>;
   revoke(id: string): Promise<ApiKeyRecord | null>;
   count(): Promise<number>;
+  /** A page of keys, of one workspace's when `workspaceId` is given. */
+  list(page: PageQuery & { workspaceId?: string }): Promise<ApiKeyRecord[]>;
 }
 
 export interface UsageRepo {

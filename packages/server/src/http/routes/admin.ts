@@ -1,10 +1,25 @@
-import { CreatedKey, CreateKeyBody, CreateWorkspaceBody, errorEnvelopeSchema, KeyParams, KeyView, PatchKeyBody, RebuildResult, Workspace } from '@gw/schema';
+import {
+  CreatedKey,
+  CreateKeyBody,
+  CreateWorkspaceBody,
+  errorEnvelopeSchema,
+  KeyList,
+  KeyListQuery,
+  KeyParams,
+  KeyView,
+  PatchKeyBody,
+  RebuildResult,
+  Workspace,
+  WorkspaceList,
+  WorkspaceListQuery,
+  WorkspaceParams,
+} from '@gw/schema';
 import type { FastifyInstance } from 'fastify';
 import { checkAdminToken, refuseDoubleAuthorization } from '../../auth/admin-token.js';
 import { generateApiKey } from '../../auth/api-keys.js';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
-import type { ApiKeyRecord } from '../../store/types.js';
+import type { ApiKeyRecord, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
 import { noRouteError } from '../no-route.js';
 import type { Services } from '../services.js';
@@ -28,6 +43,32 @@ async function unlessStoreDown(err: unknown, services: Services): Promise<unknow
 
 function keyView(k: ApiKeyRecord) {
   return { id: k.id, name: k.name, workspaceId: k.workspaceId, rateLimitRpm: k.rateLimitRpm, budget: k.budget, spent: k.spent, revoked: k.revoked };
+}
+
+function workspaceView(ws: WorkspaceRecord) {
+  return { id: ws.id, name: ws.name, enabledModels: ws.enabledModels, budget: ws.budget, spent: ws.spent };
+}
+
+const DEFAULT_PAGE = 20;
+
+/**
+ * A page of `list` as the admin lists answer it: one row more is read to tell whether another page follows.
+ * An `after` naming no row of that list is refused, where it would otherwise read as the list's end.
+ */
+async function page<T, R>(
+  query: { limit?: string; after?: string },
+  exists: (id: string) => Promise<unknown>,
+  list: (page: { limit: number; after?: string }) => Promise<T[]>,
+  view: (row: T) => R,
+): Promise<{ data: R[]; hasMore: boolean }> {
+  const limit = query.limit === undefined ? DEFAULT_PAGE : Number(query.limit);
+  if (query.after !== undefined && !(await exists(query.after))) {
+    throw new GatewayError('validation', `'after' is '${query.after}', which names nothing in this list: give the id of the last row of the page before.`, {
+      param: 'after',
+    });
+  }
+  const rows = await list({ limit: limit + 1, ...(query.after === undefined ? {} : { after: query.after }) });
+  return { data: rows.slice(0, limit).map(view), hasMore: rows.length > limit };
 }
 
 /**
@@ -113,9 +154,30 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         enabledModels: knownModels(services, body.enabledModels ?? null),
         budget: body.budget ?? null,
       });
-      return reply.code(201).send({ id: ws.id, name: ws.name, enabledModels: ws.enabledModels, budget: ws.budget, spent: ws.spent });
+      return reply.code(201).send(workspaceView(ws));
     },
   );
+
+  app.get(
+    '/workspaces',
+    { schema: op('listWorkspaces', 'List workspaces, newest first', { querystring: WorkspaceListQuery, response: { 200: WorkspaceList } }) },
+    async (request) => {
+      const query = request.query as { limit?: string; after?: string };
+      return page(
+        query,
+        (id) => services.store.workspaces.get(id),
+        (p) => services.store.workspaces.list(p),
+        workspaceView,
+      );
+    },
+  );
+
+  app.get('/workspaces/:id', { schema: op('getWorkspace', 'Get a workspace', { params: WorkspaceParams, response: { 200: Workspace } }) }, async (request) => {
+    const { id } = request.params as { id: string };
+    const ws = await services.store.workspaces.get(id);
+    if (!ws) throw new GatewayError('not_found', `No workspace '${id}'.`, { param: 'id' });
+    return workspaceView(ws);
+  });
 
   app.post(
     '/keys',
@@ -136,6 +198,27 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         budget: body.budget ?? null,
       });
       return reply.code(201).send({ id: rec.id, key, name: rec.name, workspaceId: rec.workspaceId, rateLimitRpm: rec.rateLimitRpm, budget: rec.budget });
+    },
+  );
+
+  app.get(
+    '/keys',
+    { schema: op('listKeys', 'List API keys, newest first (never the keys themselves)', { querystring: KeyListQuery, response: { 200: KeyList } }) },
+    async (request) => {
+      const { workspaceId, ...query } = request.query as { limit?: string; after?: string; workspaceId?: string };
+      if (workspaceId !== undefined && !(await services.store.workspaces.get(workspaceId))) {
+        throw new GatewayError('validation', `Unknown workspaceId '${workspaceId}'.`, { param: 'workspaceId' });
+      }
+      const inWorkspace = workspaceId === undefined ? {} : { workspaceId };
+      return page(
+        query,
+        async (id) => {
+          const key = await services.store.keys.getById(id);
+          return key !== null && (workspaceId === undefined || key.workspaceId === workspaceId);
+        },
+        (p) => services.store.keys.list({ ...p, ...inWorkspace }),
+        keyView,
+      );
     },
   );
 
