@@ -14,6 +14,16 @@ export const CreateWorkspaceBody = Type.Object(
 );
 export type CreateWorkspaceBody = Static<typeof CreateWorkspaceBody>;
 
+export const PatchWorkspaceBody = Type.Object(
+  {
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    enabledModels: Type.Optional(Type.Union([Type.Array(ModelId), Type.Null()])),
+    budget: Type.Optional(Type.Union([Money, Type.Null()])),
+  },
+  { additionalProperties: false, minProperties: 1 },
+);
+export type PatchWorkspaceBody = Static<typeof PatchWorkspaceBody>;
+
 export const Workspace = Type.Object({
   id: Type.String(),
   name: Type.String(),

@@ -214,6 +214,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     },
   });
   usage.start();
+  const workspaces = new WorkspaceCache(store, config.keyCacheTtlMs);
+  auth.onWorkspaceChanged = (id) => workspaces.forget(id);
   const services: Services = {
     config,
     version: gatewayVersion(),
@@ -221,7 +223,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     registry,
     adapters,
     auth,
-    workspaces: new WorkspaceCache(store, config.keyCacheTtlMs),
+    workspaces,
     usage,
     limiter,
     ledger,

@@ -145,6 +145,34 @@ describe('admin API', () => {
     }
   });
 
+  it('PATCH /workspaces/{id} changes a workspace at once: a budget raised admits what it refused, models narrowed refuse', async () => {
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'tight', budget: 0 });
+    const { key } = await gw.createKey({ workspaceId: ws.body.id });
+    const chat = () =>
+      fetch(`${gw.baseA}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mistral/small', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+    expect((await chat()).status).toBe(402);
+    const raised = await gw.admin<Record<string, unknown>>('PATCH', `/workspaces/${ws.body.id}`, { budget: 5, name: 'roomy' });
+    expect(raised.body).toEqual({ id: ws.body.id, name: 'roomy', enabledModels: null, budget: 5, spent: 0 });
+    expect((await chat()).status).toBe(200);
+    await gw.admin('PATCH', `/workspaces/${ws.body.id}`, { enabledModels: ['meta/llama-3.3-70b'] });
+    const refused = await chat();
+    expect([refused.status, ((await refused.json()) as { error: { code: string } }).error.code]).toEqual([404, 'model_not_found']);
+    expect((await gw.admin<{ enabledModels: string[] }>('GET', `/workspaces/${ws.body.id}`)).body.enabledModels).toEqual(['meta/llama-3.3-70b']);
+    for (const [path, body, status, param] of [
+      [`/workspaces/${ws.body.id}`, {}, 400, null],
+      [`/workspaces/${ws.body.id}`, { enabledModels: ['mistral/smal'] }, 400, 'enabledModels'],
+      [`/workspaces/${ws.body.id}`, { budget: -1 }, 400, 'budget'],
+      ['/workspaces/ws_nope', { budget: 1 }, 404, 'id'],
+    ] as const) {
+      const res = await gw.admin<{ error: { param: string | null } }>('PATCH', path, body);
+      expect([path, res.status, res.body.error.param ?? null]).toEqual([path, status, param]);
+    }
+  });
+
   it('stores only a hash of the key', async () => {
     const { id, key } = await gw.createKey();
     const rec = await gw.gateway.services.store.keys.getById(id);

@@ -43,6 +43,19 @@ describe('two instances sharing PostgreSQL and Redis', () => {
     expect(Date.now() - revokedAt).toBeLessThan(1000);
   });
 
+  it('a workspace changed on one instance (PATCH) is applied on the other within a second, though the other had it cached', async () => {
+    const ws = await one.admin<{ id: string }>('POST', '/workspaces', { name: 'moving', enabledModels: null });
+    const { key } = await one.createKey({ workspaceId: ws.body.id });
+    const listB = async (gw: TestGateway) =>
+      ((await (await fetch(`${gw.baseB}/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] }).data.map((m) => m.id);
+    expect((await listB(two)).length).toBeGreaterThan(1);
+    const changedAt = Date.now();
+    const patched = await one.admin<Record<string, unknown>>('PATCH', `/workspaces/${ws.body.id}`, { enabledModels: ['mistral/small'] });
+    expect(patched.body).toMatchObject({ id: ws.body.id, name: 'moving', enabledModels: ['mistral/small'] });
+    await eventually(async () => expect(await listB(two)).toEqual(['mistral/small']), 1000);
+    expect(Date.now() - changedAt).toBeLessThan(1000);
+  });
+
   it('after Redis restarts, both instances listen again: a revocation still reaches the other within a second', async () => {
     const { id, key } = await one.createKey();
     expect((await models(two, key)).status).toBe(200);

@@ -22,7 +22,8 @@ interface Cached {
   refreshing: boolean;
 }
 
-type KeyEvent = { op: 'revoke' | 'changed'; id: string };
+/** `workspace`: a workspace changed (its id), for {@link ApiKeyAuthenticator.onWorkspaceChanged}. */
+type KeyEvent = { op: 'revoke' | 'changed' | 'workspace'; id: string };
 
 /**
  * Authenticates API keys. Lookup is by the key's sha256, so the time it
@@ -55,6 +56,9 @@ export class ApiKeyAuthenticator {
     private readonly ttlMs: number,
     private readonly lookupTimeoutMs = 2_000,
   ) {}
+
+  /** Called on every instance when a workspace changed (the admin API's PATCH), so that its cached copy is dropped. */
+  onWorkspaceChanged: (id: string) => void = () => {};
 
   async start(): Promise<void> {
     await this.bus.subscribe(CHANNEL, (msg) => this.onEvent(msg));
@@ -149,6 +153,7 @@ export class ApiKeyAuthenticator {
   }
 
   private apply(event: KeyEvent): void {
+    if (event.op === 'workspace') return this.onWorkspaceChanged(event.id);
     if (this.readsInFlight > 0) this.eventSeq.set(event.id, ++this.seq);
     const hash = this.hashById.get(event.id);
     if (!hash) return;

@@ -4,6 +4,8 @@ import type { Store, Workspace } from '../store/types.js';
 /** Workspaces read through a short cache, kept while the store is unreachable. */
 export class WorkspaceCache {
   private readonly entries = new Map<string, { ws: Workspace | null; at: number }>();
+  /** Counts forgets: a read that began before one may return the workspace as it was, and is then not cached. */
+  private forgets = 0;
 
   constructor(
     private readonly store: Store,
@@ -18,9 +20,10 @@ export class WorkspaceCache {
 
   private async read(id: string): Promise<Workspace | null> {
     const hit = this.entries.get(id);
+    const forgets = this.forgets;
     try {
       const ws = await this.store.workspaces.get(id);
-      this.entries.set(id, { ws, at: Date.now() });
+      if (forgets === this.forgets) this.entries.set(id, { ws, at: Date.now() });
       return ws;
     } catch (err) {
       if (hit) return hit.ws;
@@ -29,6 +32,7 @@ export class WorkspaceCache {
   }
 
   forget(id: string): void {
+    this.forgets++;
     this.entries.delete(id);
   }
 }

@@ -36,6 +36,7 @@ import type {
   UsageRecord,
   UsageRepo,
   Workspace,
+  WorkspacePatch,
   WorkspaceRepo,
 } from './types.js';
 import { ROWS_PER_TURN, USAGE_COLUMNS, usageCopyScript } from './usage-copy.js';
@@ -109,6 +110,16 @@ class DrizzleWorkspaceRepo implements WorkspaceRepo {
   async list(page: PageQuery): Promise<Workspace[]> {
     const before = page.after === undefined ? undefined : createdBefore(workspaces, page.after);
     return this.db.select().from(workspaces).where(before).orderBy(desc(workspaces.createdAt), desc(workspaces.id)).limit(page.limit);
+  }
+
+  async update(id: string, patch: WorkspacePatch): Promise<Workspace | null> {
+    const set: WorkspacePatch = {};
+    if (patch.name !== undefined) set.name = patch.name;
+    if (patch.enabledModels !== undefined) set.enabledModels = patch.enabledModels;
+    if (patch.budget !== undefined) set.budget = patch.budget;
+    if (Object.keys(set).length === 0) return this.get(id);
+    const [row] = await this.db.update(workspaces).set(set).where(eq(workspaces.id, id)).returning();
+    return row ?? null;
   }
 }
 

@@ -96,6 +96,13 @@ export interface WorkspaceRepo {
   create(input: NewWorkspace): Promise<Workspace>;
   get(id: string): Promise<Workspace | null>;
   list(page: PageQuery): Promise<Workspace[]>;
+  update(id: string, patch: WorkspacePatch): Promise<Workspace | null>;
+}
+
+export interface WorkspacePatch {
+  name?: string;
+  enabledModels?: string[] | null;
+  budget?: number | null;
 }
 
 export interface KeyRepo {

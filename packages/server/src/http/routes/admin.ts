@@ -8,6 +8,7 @@ import {
   KeyParams,
   KeyView,
   PatchKeyBody,
+  PatchWorkspaceBody,
   RebuildResult,
   Workspace,
   WorkspaceList,
@@ -198,6 +199,30 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         budget: body.budget ?? null,
       });
       return reply.code(201).send({ id: rec.id, key, name: rec.name, workspaceId: rec.workspaceId, rateLimitRpm: rec.rateLimitRpm, budget: rec.budget });
+    },
+  );
+
+  app.patch(
+    '/workspaces/:id',
+    {
+      schema: op('updateWorkspace', 'Change a workspace’s name, models or budget, at once on every instance', {
+        params: WorkspaceParams,
+        body: PatchWorkspaceBody,
+        response: { 200: Workspace },
+      }),
+    },
+    async (request) => {
+      const { id } = request.params as { id: string };
+      const body = request.body as PatchWorkspaceBody;
+      checkBudget(body.budget);
+      const ws = await services.store.workspaces.update(id, {
+        ...(body.name === undefined ? {} : { name: body.name }),
+        ...(body.enabledModels === undefined ? {} : { enabledModels: knownModels(services, body.enabledModels) }),
+        ...(body.budget === undefined ? {} : { budget: body.budget }),
+      });
+      if (!ws) throw new GatewayError('not_found', `No workspace '${id}'.`, { param: 'id' });
+      await services.auth.announce('workspace', id);
+      return workspaceView(ws);
     },
   );
 
