@@ -4,6 +4,14 @@ import type { ModelKind } from './headers.js';
 export const PROVIDER_TYPES = ['openai', 'mistral', 'azure', 'cohere'] as const;
 export type ProviderType = (typeof PROVIDER_TYPES)[number];
 
+/**
+ * The providers behind `openai`-type entries whose request rules the gateway knows (PROVIDERS.md 2); `generic` for
+ * any other OpenAI-compatible server. Told by the host of `baseUrl`, or by the entry's `vendor` where the host does
+ * not say (a proxy, the simulator).
+ */
+export const OPENAI_VENDORS = ['scaleway', 'ovhcloud', 'ionos', 'nebius', 'cohere', 'vertex', 'generic'] as const;
+export type OpenAiVendor = (typeof OPENAI_VENDORS)[number];
+
 /** What each provider type's adapter serves: a model offered by a provider of another type is refused at start. */
 export const KINDS_BY_PROVIDER_TYPE: Readonly<Record<ProviderType, readonly ModelKind[]>> = {
   openai: ['chat', 'embedding', 'rerank', 'audio'],
@@ -32,6 +40,8 @@ export interface ProviderConfig {
   connectTimeoutMs?: number;
   /** Azure: api-version query parameter. */
   apiVersion?: string;
+  /** `openai` type: which provider this is, where the host of `baseUrl` does not say. */
+  vendor?: OpenAiVendor;
 }
 
 export interface OfferConfig {

@@ -1,4 +1,4 @@
-import { MODEL_KINDS, PROVIDER_TYPES } from '@gw/schema';
+import { MODEL_KINDS, OPENAI_VENDORS, PROVIDER_TYPES } from '@gw/schema';
 import { type Static, Type } from '@sinclair/typebox';
 
 const Id = Type.String({ minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9._-]+$' });
@@ -25,6 +25,7 @@ export const ProviderSchema = Type.Object(
     timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: 3_600_000 })),
     connectTimeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: 600_000 })),
     apiVersion: Type.Optional(Type.String({ minLength: 1 })),
+    vendor: Type.Optional(Type.Union(OPENAI_VENDORS.map((v) => Type.Literal(v)))),
   },
   { additionalProperties: false },
 );

@@ -1,5 +1,6 @@
 import type { ProviderConfig, ProviderType } from '@gw/schema';
 import type { CancelSignal } from './http-client.js';
+import type { Vendor } from './param-compat.js';
 
 export interface TokenUsage {
   prompt_tokens: number;
@@ -152,6 +153,8 @@ export interface Transcription {
 export interface ProviderAdapter {
   readonly id: string;
   readonly type: ProviderType;
+  /** The provider behind the wire format, whose refusals of request fields routing knows (PROVIDERS.md 2). */
+  readonly vendor: Vendor;
   readonly region: string;
   /**
    * The upstream model names the provider lists now; null when it answers but lists nothing that offers name

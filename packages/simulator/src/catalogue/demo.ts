@@ -1,5 +1,5 @@
 /** The demo catalogue: gateway models, which simulated provider offers each, under which name, at what price. */
-import type { GatewayFileConfig, ModelConfig, Pricing } from '@gw/schema';
+import type { GatewayFileConfig, ModelConfig, OpenAiVendor, Pricing } from '@gw/schema';
 import type { ProviderId } from '../types.js';
 
 const eur = (prompt: number, completion: number, perUnit?: number): Pricing =>
@@ -185,6 +185,9 @@ export interface DemoProviderRef {
   region: string;
 }
 
+/** Which provider each simulated OpenAI-compatible host plays: its address (127.0.0.1) does not tell the gateway. */
+const VENDORS: Partial<Record<string, OpenAiVendor>> = { scaleway: 'scaleway', ovh: 'ovhcloud', nebius: 'nebius' };
+
 /** The gateway config (GW_CONFIG shape) for the demo catalogue, pointing at running simulators. */
 export function buildDemoConfig(providers: DemoProviderRef[]): GatewayFileConfig {
   const ids = new Set(providers.map((p) => p.id));
@@ -197,6 +200,7 @@ export function buildDemoConfig(providers: DemoProviderRef[]): GatewayFileConfig
       region: p.region,
       timeoutMs: 30_000,
       ...(p.type === 'azure' ? { apiVersion: AZURE_API_VERSION } : {}),
+      ...(p.type === 'openai' && VENDORS[p.id] !== undefined ? { vendor: VENDORS[p.id] } : {}),
     })),
     models: DEMO_MODELS.map((m) => ({
       ...structuredClone(m),

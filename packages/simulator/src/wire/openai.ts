@@ -5,7 +5,7 @@ import { transcriptionReply } from './openai-audio.js';
 import { chatReply, checkChat } from './openai-chat.js';
 import { embeddingsReply, scalewayRerankReply } from './openai-embed.js';
 import { type OpenAIFlavor, renderOpenAIError } from './openai-errors.js';
-import type { ProviderView, Reply, Route, Wire } from './types.js';
+import type { ErrorSpec, ProviderView, Reply, Route, Wire } from './types.js';
 
 const OWNER: Record<OpenAIFlavor, string> = { scaleway: 'scaleway', ovh: 'ovhcloud', nebius: 'system' };
 
@@ -25,7 +25,7 @@ export function openaiWire(flavor: OpenAIFlavor): Wire {
       if (method !== 'POST') return null;
       switch (path) {
         case '/v1/chat/completions':
-          return chatRoute();
+          return chatRoute(flavor);
         case '/v1/embeddings':
           return { endpoint: 'embeddings', body: 'json', handle: (ctx) => embeddingsReply(ctx, { honourOptions: flavor !== 'scaleway', vllm: true }) };
         case '/v1/audio/transcriptions':
@@ -45,12 +45,21 @@ export function openaiWire(flavor: OpenAIFlavor): Wire {
   };
 }
 
-function chatRoute(): Route {
+/** What Scaleway's Generative APIs document as unsupported (PROVIDERS.md 2): refused with a 400, whatever the value. */
+const SCALEWAY_UNSUPPORTED = ['n', 'frequency_penalty', 'top_logprobs', 'logit_bias', 'user'] as const;
+
+function unsupportedParameter(flavor: OpenAIFlavor, body: Record<string, unknown>): ErrorSpec | null {
+  if (flavor !== 'scaleway') return null;
+  const field = SCALEWAY_UNSUPPORTED.find((key) => body[key] !== undefined && body[key] !== null);
+  return field === undefined ? null : { status: 400, kind: 'bad_request', message: `Parameter '${field}' is not supported.`, param: field };
+}
+
+function chatRoute(flavor: OpenAIFlavor): Route {
   return {
     endpoint: 'chat',
     body: 'json',
     handle(ctx): Reply {
-      const bad = checkChat(ctx.json, ctx.provider, ctx.model);
+      const bad = checkChat(ctx.json, ctx.provider, ctx.model) ?? unsupportedParameter(flavor, ctx.json as Record<string, unknown>);
       if (bad) return { type: 'error', error: bad };
       const model = ctx.model as string;
       const style = ctx.provider.settings.reasoningStyle;

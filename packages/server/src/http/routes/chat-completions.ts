@@ -4,6 +4,7 @@ import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { estimatedUsage, generatedChars } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
+import { offersTakingFields } from '../../routing/param-routing.js';
 import { expectedCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { reserveBudgetWithRateLimit } from '../budget.js';
@@ -84,7 +85,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       // Without a cap the completion can fill the rest of the context window: that is its worst case, for each of the `n` choices.
       const perChoice = cap?.tokens ?? Math.max(1, model.context_window - promptTokens);
       const size = { promptTokens, maxTokens: perChoice * (body.n ?? 1) };
-      const plan = planOffers(model, options, size);
+      // Offers whose provider refuses an answer-changing field the request uses are left out (never attempted).
+      const plan = planOffers(offersTakingFields(model, body, services.adapters, options.pin), options, size);
       try {
         await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       } catch (err) {

@@ -15,6 +15,7 @@ import { azureChunkStream } from './stream.js';
  */
 export class AzureOpenAIAdapter implements ProviderAdapter {
   readonly type = 'azure' as const;
+  readonly vendor = 'azure' as const;
   readonly id: string;
   readonly region: string;
   private readonly http: UpstreamHttp;

@@ -21,6 +21,7 @@ const MAX_MODEL_PAGES = 20;
 /** Cohere's native API (rerank v2, embed v2) at its origin, e.g. `https://api.cohere.com`. */
 export class CohereAdapter implements ProviderAdapter {
   readonly type = 'cohere' as const;
+  readonly vendor = 'cohere' as const;
   readonly id: string;
   readonly region: string;
   private readonly http: UpstreamHttp;

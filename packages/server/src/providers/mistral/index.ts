@@ -23,6 +23,7 @@ import { mistralChunkStream } from './stream.js';
 /** Mistral La Plateforme (`https://api.mistral.ai/v1`): chat, embeddings, Voxtral transcription. */
 export class MistralAdapter implements ProviderAdapter {
   readonly type = 'mistral' as const;
+  readonly vendor = 'mistral' as const;
   readonly id: string;
   readonly region: string;
   private readonly http: UpstreamHttp;

@@ -5,18 +5,21 @@ import type { ChatBody, ChatCompletion } from '../types.js';
 import { httpError } from './errors.js';
 
 /**
- * The body an OpenAI-compatible provider gets: the client's, under the provider's model name; with `maxTokens`
- * (for a provider whose default cap is tiny) and no cap of the client's, that cap.
+ * The body an OpenAI-compatible provider gets: the client's, under the provider's model name, without the `stripped`
+ * keys the provider refuses; with `maxTokens` (for a provider whose default cap is tiny) and no cap of the client's,
+ * that cap.
  */
-export function toUpstreamChatBody(body: ChatBody, upstreamModel: string, maxTokens?: number): Record<string, unknown> {
+export function toUpstreamChatBody(body: ChatBody, upstreamModel: string, maxTokens?: number, stripped: readonly string[] = []): Record<string, unknown> {
   const out: Record<string, unknown> = { ...body, model: upstreamModel, messages: body.messages.map(stripReasoning), stream: false };
   if (maxTokens !== undefined && body['max_tokens'] == null && body['max_completion_tokens'] == null) out['max_tokens'] = maxTokens;
+  // Set undefined rather than deleted: JSON leaves it out, and the copy keeps its shape.
+  for (const key of stripped) if (out[key] !== undefined) out[key] = undefined;
   return out;
 }
 
 /** A streamed request always asks for usage, so every stream is billed from the provider's own count. */
-export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string, maxTokens?: number): Record<string, unknown> {
-  return { ...toUpstreamChatBody(body, upstreamModel, maxTokens), stream: true, stream_options: { include_usage: true } };
+export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string, maxTokens?: number, stripped?: readonly string[]): Record<string, unknown> {
+  return { ...toUpstreamChatBody(body, upstreamModel, maxTokens, stripped), stream: true, stream_options: { include_usage: true } };
 }
 
 /** Reasoning from an earlier turn is not sent back upstream (several providers reject it). */

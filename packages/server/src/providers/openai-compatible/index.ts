@@ -2,6 +2,7 @@ import type { ProviderConfig } from '@gw/schema';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { withSamplingDefaults } from '../openai-shape.js';
+import { strippedKeys, type Vendor, vendorOf, vendorOfHost } from '../param-compat.js';
 import type {
   ChatBody,
   ChatCompletion,
@@ -28,6 +29,9 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
   readonly type = 'openai' as const;
   readonly id: string;
   readonly region: string;
+  readonly vendor: Vendor;
+  /** Keys this provider refuses (PROVIDERS.md 2): left out of its chat bodies. */
+  private readonly stripped: readonly string[];
   private readonly http: UpstreamHttp;
   private readonly basePath: string;
   private readonly headers: Record<string, string>;
@@ -44,7 +48,9 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     this.id = config.id;
     this.region = config.region;
     this.basePath = url.pathname.replace(/\/+$/, '');
-    this.capsCompletions = capsCompletionsFor(url);
+    this.vendor = vendorOf(config);
+    this.stripped = strippedKeys(this.vendor);
+    this.capsCompletions = this.vendor === 'ionos';
     this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { 'content-type': 'application/json', accept: 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
@@ -64,7 +70,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamChatBody(withSamplingDefaults(body), call.upstreamModel, this.completionCap(call))),
+      body: JSON.stringify(toUpstreamChatBody(withSamplingDefaults(body), call.upstreamModel, this.completionCap(call), this.stripped)),
       signal: call.signal,
     });
     return parseChatCompletion(this.id, res);
@@ -75,7 +81,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, accept: 'text/event-stream', 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamStreamBody(withSamplingDefaults(body), call.upstreamModel, this.completionCap(call))),
+      body: JSON.stringify(toUpstreamStreamBody(withSamplingDefaults(body), call.upstreamModel, this.completionCap(call), this.stripped)),
       signal: call.signal,
     });
     if (!res.ok) throw httpError(this.id, res);
@@ -143,5 +149,5 @@ export function sentCompletionCap(maxTokens: number | undefined): number | undef
 
 /** Whether a provider at `url` cuts completions short unless told a cap: IONOS' AI Model Hub (16 tokens, PROVIDERS.md 7). */
 export function capsCompletionsFor(url: URL): boolean {
-  return /(^|\.)ionos\.com$/i.test(url.hostname);
+  return vendorOfHost(url) === 'ionos';
 }

@@ -1,0 +1,99 @@
+import type { OpenAiVendor, ProviderConfig } from '@gw/schema';
+
+/**
+ * Which chat request fields each provider refuses (PROVIDERS.md 2, its ✗ cells only; `?` cells pass as sent).
+ * A field that does not change the answer is left out of the body for a provider that refuses it; one that does
+ * is never dropped: routing skips the offers whose provider refuses it (routing/param-routing.ts).
+ */
+
+/** The provider behind an entry: its type, or for an `openai`-type entry its host (or the config's `vendor`). */
+export type Vendor = 'mistral' | 'azure' | 'cohere' | OpenAiVendor;
+
+/** Fields that change the answer, each with whether a value asks for something (a neutral value counts as absent). */
+const ANSWER_FIELDS = {
+  n: { asks: (v: unknown) => typeof v === 'number' && v > 1, says: "'n' greater than 1" },
+  logit_bias: { asks: (v: unknown) => hasKeys(v), says: "'logit_bias'" },
+  logprobs: { asks: (v: unknown) => v === true, says: "'logprobs'" },
+  top_logprobs: { asks: (v: unknown) => typeof v === 'number' && v > 0, says: "'top_logprobs'" },
+  frequency_penalty: { asks: (v: unknown) => typeof v === 'number' && v !== 0, says: "'frequency_penalty' other than 0" },
+  presence_penalty: { asks: (v: unknown) => typeof v === 'number' && v !== 0, says: "'presence_penalty' other than 0" },
+} as const;
+
+export type AnswerField = keyof typeof ANSWER_FIELDS;
+const ANSWER_FIELD_NAMES = Object.keys(ANSWER_FIELDS) as AnswerField[];
+
+interface Refusals {
+  /** Fields that do not change the answer: left out. */
+  drop: readonly string[];
+  /** Fields that change the answer: routed around when used, left out when neutral. */
+  refuse: readonly AnswerField[];
+}
+
+const TABLE: Partial<Record<Vendor, Refusals>> = {
+  // Its adapter sends only Mistral's own keys, so `user` and `store` never reach it.
+  mistral: { drop: ['user', 'store'], refuse: ['logprobs', 'top_logprobs', 'logit_bias'] },
+  scaleway: { drop: ['user'], refuse: ['n', 'frequency_penalty', 'top_logprobs', 'logit_bias'] },
+  // Cohere's compatibility API (chat is not routed to a `cohere`-type entry, an `openai`-type one at its host is).
+  cohere: { drop: ['store', 'metadata'], refuse: ['n', 'top_logprobs', 'logit_bias'] },
+};
+
+const NONE: readonly string[] = [];
+
+/** The keys to leave out of the body sent to `vendor`: what it refuses, answer fields included (only neutral ones get there). */
+export function strippedKeys(vendor: Vendor): readonly string[] {
+  const r = TABLE[vendor];
+  return r ? [...r.drop, ...r.refuse] : NONE;
+}
+
+/** The answer fields a request asks for; null (no allocation) for the usual request that sets none of them. */
+export function answerFieldsUsed(body: Record<string, unknown>): AnswerField[] | null {
+  let used: AnswerField[] | null = null;
+  for (const field of ANSWER_FIELD_NAMES) {
+    const v = body[field];
+    if (v === undefined || v === null || !ANSWER_FIELDS[field].asks(v)) continue;
+    if (used === null) used = [field];
+    else used.push(field);
+  }
+  return used;
+}
+
+/** The first of `used` that `vendor` refuses, or null. */
+export function refusedField(vendor: Vendor, used: readonly AnswerField[]): AnswerField | null {
+  const refuse = TABLE[vendor]?.refuse;
+  if (!refuse) return null;
+  for (const field of used) if (refuse.includes(field)) return field;
+  return null;
+}
+
+/** How an error message names a field as the request used it ("'n' greater than 1"). */
+export function describeField(field: AnswerField): string {
+  return ANSWER_FIELDS[field].says;
+}
+
+/** Hosts of the OpenAI-compatible providers whose rules differ (PROVIDERS.md 5-8, 10, 12). */
+const HOSTS: readonly [RegExp, OpenAiVendor][] = [
+  [/^api\.scaleway\.ai$/i, 'scaleway'],
+  [/(^|\.)endpoints\.kepler\.ai\.cloud\.ovh\.net$/i, 'ovhcloud'],
+  [/(^|\.)ionos\.com$/i, 'ionos'],
+  [/(^|\.)nebius\.(ai|com)$/i, 'nebius'],
+  [/(^|\.)cohere\.(ai|com)$/i, 'cohere'],
+  [/-aiplatform\.googleapis\.com$/i, 'vertex'],
+];
+
+/** The provider at `url`, by its host; `generic` for any other (a vLLM server, a proxy). */
+export function vendorOfHost(url: URL): OpenAiVendor {
+  for (const [host, vendor] of HOSTS) if (host.test(url.hostname)) return vendor;
+  return 'generic';
+}
+
+/** The provider of a config entry: its type, or the `vendor` it names, or its host. */
+export function vendorOf(config: ProviderConfig): Vendor {
+  if (config.type !== 'openai') return config.type;
+  return config.vendor ?? vendorOfHost(new URL(config.baseUrl));
+}
+
+function hasKeys(v: unknown): boolean {
+  if (typeof v !== 'object' || v === null) return false;
+  for (const _ in v) return true;
+  return false;
+}

@@ -1,0 +1,45 @@
+import { GatewayError } from '../errors/gateway-error.js';
+import { type AnswerField, answerFieldsUsed, describeField, refusedField, type Vendor } from '../providers/param-compat.js';
+import type { Offer, RegistryModel } from './registry.js';
+
+/**
+ * The model with only the offers whose provider takes every answer-changing field the request uses (`n` > 1,
+ * `logit_bias`, …; PROVIDERS.md 2): the others are left out before planning, so they are neither attempted nor
+ * counted as failures. The model itself, at once, when the request uses none of those fields or every offer takes
+ * them. Throws a 400 naming the field when no offer (or none of the pinned provider's) is left.
+ */
+export function offersTakingFields(
+  model: RegistryModel,
+  body: Record<string, unknown>,
+  adapters: ReadonlyMap<string, { readonly vendor: Vendor }>,
+  pin: string | null,
+): RegistryModel {
+  const used = answerFieldsUsed(body);
+  if (used === null) return model;
+  const refusedBy = (o: Offer): AnswerField | null => {
+    const vendor = adapters.get(o.provider)?.vendor;
+    return vendor === undefined ? null : refusedField(vendor, used);
+  };
+  const kept = model.offers.filter((o) => refusedBy(o) === null);
+  if (kept.length === model.offers.length) return model;
+  const scope = pin === null ? model.offers : model.offers.filter((o) => o.provider === pin);
+  // A pin to a provider that does not serve the model is planning's own error.
+  if (scope.length > 0 && !scope.some((o) => kept.includes(o))) throw noOfferTakes(model, used, scope, adapters, pin);
+  return { ...model, offers: kept };
+}
+
+/** Names the field every provider in scope refuses, or else each one's refusal ("'n' … together with 'logprobs'"). */
+function noOfferTakes(
+  model: RegistryModel,
+  used: readonly AnswerField[],
+  scope: Offer[],
+  adapters: ReadonlyMap<string, { readonly vendor: Vendor }>,
+  pin: string | null,
+): GatewayError {
+  const vendors = scope.map((o) => adapters.get(o.provider)?.vendor as Vendor);
+  const everywhere = used.find((field) => vendors.every((v) => refusedField(v, [field]) !== null));
+  const fields = everywhere !== undefined ? [everywhere] : [...new Set(vendors.map((v) => refusedField(v, used) as AnswerField))];
+  const what = fields.map(describeField).join(' together with ');
+  const where = pin === null ? `any provider serving '${model.id}'` : `'${pin}', the provider X-Gateway-Provider pins '${model.id}' to`;
+  return new GatewayError('validation', `${what} is not supported by ${where}.`, { param: fields[0] as string });
+}

@@ -1,0 +1,183 @@
+import type { GatewayFileConfig } from '@gw/schema';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { answerFieldsUsed, vendorOfHost } from '../src/providers/param-compat.js';
+import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+
+const SMALL = 'mistral/small'; // scaleway, ovh, mistral, in that order
+const DUO = 'test/nemo'; // mistral, scaleway: the demo's retired mistral/nemo, in service
+
+let sim: Simulator;
+let gw: TestGateway;
+let a: OpenAI;
+let b: OpenAI;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  // One failure opens a circuit: an offer routed around must not count as one.
+  const catalogue = (c: GatewayFileConfig): GatewayFileConfig => {
+    const nemo = c.models.find((m) => m.id === 'mistral/nemo');
+    if (!nemo) throw new Error('no mistral/nemo in the demo catalogue');
+    return { ...c, models: [...c.models, { ...nemo, id: DUO, deprecated: false }] };
+  };
+  gw = await startGateway({ sim, catalogue, env: { GW_CIRCUIT_FAILURES: '1' } });
+  const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
+  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+  await sim?.close();
+});
+beforeEach(() => resetProviders(sim));
+
+type ApiError = InstanceType<typeof OpenAI.APIError>;
+type Params = Omit<OpenAI.Chat.ChatCompletionCreateParamsNonStreaming, 'model' | 'messages'>;
+const chats = (id: string) => sim.providers[id]?.stats().byEndpoint.chat ?? 0;
+const lastBody = (id: string) => sim.providers[id]?.stats().last?.body as Record<string, unknown>;
+const messages = [{ role: 'user' as const, content: 'Which fields pass?' }];
+const variants = () =>
+  [
+    ['A', a],
+    ['B', b],
+  ] as const;
+
+async function ask(client: OpenAI, model: string, params: Params, headers: Record<string, string> = {}) {
+  const { data, response } = await client.chat.completions.create({ model, messages, ...params }, { headers }).withResponse();
+  return { data, provider: response.headers.get('x-gateway-provider'), hops: response.headers.get('x-gateway-routing-hops') };
+}
+
+const fail = (client: OpenAI, model: string, params: Params, headers: Record<string, string> = {}) =>
+  client.chat.completions.create({ model, messages, ...params }, { headers }).then(
+    () => {
+      throw new Error('expected an error');
+    },
+    (e: unknown) => e as ApiError,
+  );
+
+describe('the simulated Scaleway refuses what Scaleway documents as unsupported', () => {
+  it('answers 400 in its own envelope for n, frequency_penalty, top_logprobs, logit_bias and user', async () => {
+    const p = sim.providers.scaleway;
+    if (!p) throw new Error('no scaleway');
+    for (const [field, value] of [
+      ['n', 2],
+      ['frequency_penalty', 0.5],
+      ['top_logprobs', 2],
+      ['logit_bias', { '50256': -100 }],
+      ['user', 'u-1'],
+    ] as const) {
+      const res = await fetch(`${p.baseUrl}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${p.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mistral-small-3.2-24b-instruct-2506', messages, [field]: value }),
+      });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toEqual({
+        error: { message: `Parameter '${field}' is not supported.`, type: 'invalid_request_error', param: field, code: 400 },
+      });
+    }
+  });
+});
+
+describe('fields that do not change the answer', () => {
+  it('are left out for a provider that refuses them, with neutral values of the others', async () => {
+    for (const [, client] of variants()) {
+      const got = await ask(
+        client,
+        SMALL,
+        { user: 'end-user-7', n: 1, frequency_penalty: 0, top_logprobs: 0, logit_bias: {} },
+        { 'X-Gateway-Provider': 'scaleway' },
+      );
+      expect(got.provider).toBe('scaleway');
+      expect(got.data.choices[0]?.message.content).toBeTruthy();
+      const sent = lastBody('scaleway');
+      for (const key of ['user', 'n', 'frequency_penalty', 'top_logprobs', 'logit_bias']) expect(sent).not.toHaveProperty(key);
+    }
+  });
+
+  it('are still sent to a provider that takes them', async () => {
+    await ask(b, SMALL, { user: 'end-user-7', frequency_penalty: 0.5 }, { 'X-Gateway-Provider': 'ovh' });
+    expect(lastBody('ovh')).toMatchObject({ user: 'end-user-7', frequency_penalty: 0.5 });
+  });
+});
+
+describe('fields that change the answer', () => {
+  it('route around a provider that refuses them, which is neither attempted nor penalised', async () => {
+    for (const [, client] of variants()) {
+      const got = await ask(client, SMALL, { n: 2, frequency_penalty: 0.5 });
+      expect(got.provider).toBe('ovh');
+      expect(got.hops).toBe(client === b ? '0' : null);
+      expect(lastBody('ovh')).toMatchObject({ n: 2, frequency_penalty: 0.5 });
+    }
+    expect(chats('scaleway')).toBe(0);
+    // Its circuit opens after one failure: the next request that uses no such field still goes to scaleway first.
+    expect((await ask(b, SMALL, {})).provider).toBe('scaleway');
+  });
+
+  it('route around in a stream too', async () => {
+    for (const [, client] of variants()) {
+      const stream = await client.chat.completions.create(
+        { model: SMALL, messages, stream: true, logprobs: true, top_logprobs: 2 },
+        { headers: { 'X-Gateway-Provider-Prefer': 'mistral' } },
+      );
+      let text = '';
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+      expect(text).not.toBe('');
+    }
+    // Mistral refuses logprobs, Scaleway top_logprobs: only OVH takes both.
+    expect(chats('mistral') + chats('scaleway')).toBe(0);
+    expect(chats('ovh')).toBe(2);
+  });
+
+  it('answer 400 naming the field and the model when no provider of the model takes it', async () => {
+    for (const [name, client] of variants()) {
+      const err = await fail(client, DUO, { logit_bias: { '1000': 5 } });
+      expect([err.status, err.code, err.param]).toEqual([400, name === 'A' ? 'validation_error' : 'invalid_request', 'logit_bias']);
+      expect(err.message).toBe("400 'logit_bias' is not supported by any provider serving 'test/nemo'.");
+    }
+    expect(chats('mistral') + chats('scaleway')).toBe(0);
+  });
+
+  it('answer 400 when the pinned provider refuses it', async () => {
+    for (const [name, client] of variants()) {
+      const err = await fail(client, SMALL, { n: 3 }, { 'X-Gateway-Provider': 'scaleway' });
+      expect([err.status, err.code, err.param]).toEqual([400, name === 'A' ? 'validation_error' : 'invalid_request', 'n']);
+      expect(err.message).toBe("400 'n' greater than 1 is not supported by 'scaleway', the provider X-Gateway-Provider pins 'mistral/small' to.");
+    }
+    expect(chats('scaleway')).toBe(0);
+  });
+
+  it('names each refusal when no single field is refused everywhere', async () => {
+    const err = await fail(a, DUO, { n: 2, logprobs: true });
+    expect(err.message).toBe("400 'logprobs' together with 'n' greater than 1 is not supported by any provider serving 'test/nemo'.");
+  });
+});
+
+describe('the compatibility table', () => {
+  it('tells the provider by its host', () => {
+    const cases: [string, string][] = [
+      ['https://api.scaleway.ai/v1', 'scaleway'],
+      ['https://api.scaleway.ai/0b3c6f2e-1111-2222-3333-444455556666/v1', 'scaleway'],
+      ['https://oai.endpoints.kepler.ai.cloud.ovh.net/v1', 'ovhcloud'],
+      ['https://openai.inference.de-txl.ionos.com/v1', 'ionos'],
+      ['https://api.tokenfactory.nebius.com/v1', 'nebius'],
+      ['https://api.studio.nebius.ai/v1', 'nebius'],
+      ['https://api.cohere.ai/compatibility/v1', 'cohere'],
+      ['https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4/endpoints/openapi', 'vertex'],
+      ['http://127.0.0.1:9101/v1', 'generic'],
+      ['https://api.scaleway.ai.example.org/v1', 'generic'],
+    ];
+    for (const [url, vendor] of cases) expect([url, vendorOfHost(new URL(url))]).toEqual([url, vendor]);
+  });
+
+  it('counts neutral values as absent', () => {
+    expect(answerFieldsUsed({ n: 1, logprobs: false, frequency_penalty: 0, presence_penalty: 0, top_logprobs: 0, logit_bias: {}, user: 'u' })).toBeNull();
+    expect(answerFieldsUsed({ n: 2, logprobs: true, presence_penalty: -1, logit_bias: { '1': 1 } })).toEqual([
+      'n',
+      'logit_bias',
+      'logprobs',
+      'presence_penalty',
+    ]);
+  });
+});
