@@ -35,6 +35,18 @@ describe('config file', () => {
     expect(c.models[0]?.offers[0]?.pricing.prompt_per_1m).toBe(0.2);
   });
 
+  it('takes the provider an openai-type entry is where its host does not say, and its rules follow', () => {
+    const c = parseConfigText(good.replace('region: fr-par', 'region: fr-par\n    vendor: scaleway'), 'gw.yaml', { ALPHA_API_KEY: 'k' });
+    const provider = c.providers[0];
+    if (!provider) throw new Error('no provider');
+    expect(provider.vendor).toBe('scaleway');
+    expect(createAdapter(provider).vendor).toBe('scaleway');
+    expect(createAdapter({ ...provider, vendor: undefined } as typeof provider).vendor).toBe('generic');
+    expect(() => parseConfigText(good.replace('region: fr-par', 'region: fr-par\n    vendor: aws'), 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+      /\/providers\/0\/vendor: expected one of "scaleway", "ovhcloud"/,
+    );
+  });
+
   it('names the file, the field path and what was expected', () => {
     const cases: [string, Record<string, string>, RegExp][] = [
       [
