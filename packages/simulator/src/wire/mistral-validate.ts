@@ -124,7 +124,9 @@ export function semanticChatError(messages: unknown[]): { message: string; type:
     if (m['role'] === 'assistant') {
       const calls = m['tool_calls'];
       const hasCalls = Array.isArray(calls) && calls.length > 0;
-      if ((m['content'] === undefined || m['content'] === null || m['content'] === '') && !hasCalls) {
+      const content = m['content'];
+      const empty = content === undefined || content === null || content === '' || (Array.isArray(content) && content.length === 0);
+      if (empty && !hasCalls) {
         return { message: 'Assistant message must have either content or tool_calls, but not none.', type: 'invalid_request_error', code: null };
       }
       for (const c of hasCalls ? (calls as unknown[]) : []) {

@@ -41,7 +41,7 @@ const MESSAGE_KEYS: Record<string, readonly string[]> = {
  * cleaned and tool-call ids made Mistral's 9 alphanumerics.
  */
 export function toMistralChatBody(body: ChatBody, upstreamModel: string, stream: boolean): Record<string, unknown> {
-  const out: Record<string, unknown> = { model: upstreamModel, messages: body.messages.map(toMistralMessage), stream };
+  const out: Record<string, unknown> = { model: upstreamModel, messages: toMistralMessages(body.messages), stream };
   for (const key of CHAT_KEYS) if (body[key] !== undefined) out[key] = body[key];
   if (out['random_seed'] === undefined && body['seed'] !== undefined) out['random_seed'] = body['seed'];
   if (out['max_tokens'] === undefined && body['max_completion_tokens'] !== undefined) out['max_tokens'] = body['max_completion_tokens'];
@@ -55,6 +55,31 @@ export function mistralToolId(id: string): string {
   const digest = createHash('sha256').update(id).digest();
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
   return Array.from(digest.subarray(0, 9), (b) => alphabet[b % alphabet.length]).join('');
+}
+
+/**
+ * The conversation as Mistral serves it, where OpenAI takes it as it is: an assistant message with neither content
+ * nor tool calls (one whose only content was reasoning, stripped above) says nothing and is left out, as Mistral
+ * refuses it; a conversation that still ends with an assistant message is marked `prefix`, so the model continues it
+ * (Mistral refuses a last assistant message otherwise). One with tool calls stays as it is: its results are missing.
+ */
+function toMistralMessages(messages: unknown[]): unknown[] {
+  const out = messages.map(toMistralMessage).filter((m) => !isEmptyAssistant(m));
+  const last = out.at(-1) as Record<string, unknown> | undefined;
+  if (last?.['role'] === 'assistant' && !hasToolCalls(last)) out[out.length - 1] = { ...last, prefix: true };
+  return out;
+}
+
+function isEmptyAssistant(message: unknown): boolean {
+  if (!message || typeof message !== 'object') return false;
+  const m = message as Record<string, unknown>;
+  const content = m['content'];
+  const empty = content === undefined || content === null || content === '' || (Array.isArray(content) && content.length === 0);
+  return m['role'] === 'assistant' && empty && !hasToolCalls(m);
+}
+
+function hasToolCalls(m: Record<string, unknown>): boolean {
+  return Array.isArray(m['tool_calls']) && m['tool_calls'].length > 0;
 }
 
 function toMistralMessage(message: unknown): unknown {
