@@ -6,6 +6,8 @@ import { resetProviders, startGateway, type TestGateway } from './helpers/gatewa
 const MODEL = 'cohere/rerank-v3.5';
 // Served by Cohere (rerank v2) and, as a fallback, by Scaleway's Jina-style /v1/rerank.
 const TWO_PROVIDERS = 'test/rerank-two';
+// Served by Scaleway alone, whose rerank has no max_tokens_per_doc.
+const SCALEWAY_ONLY = 'test/rerank-scaleway';
 
 let sim: Simulator;
 let gw: TestGateway;
@@ -27,6 +29,18 @@ beforeAll(async () => {
           owned_by: 'test',
           offers: [
             { provider: 'cohere', upstreamModel: 'rerank-v3.5', pricing: { prompt_per_1m: 0, completion_per_1m: 0, currency: 'EUR', per_unit: 0.002 } },
+            {
+              provider: 'scaleway',
+              upstreamModel: 'bge-multilingual-gemma2',
+              pricing: { prompt_per_1m: 0, completion_per_1m: 0, currency: 'EUR', per_unit: 0.001 },
+            },
+          ],
+        },
+        {
+          id: SCALEWAY_ONLY,
+          kind: 'rerank',
+          owned_by: 'test',
+          offers: [
             {
               provider: 'scaleway',
               upstreamModel: 'bge-multilingual-gemma2',
@@ -170,5 +184,33 @@ describe('POST /v1/rerank on the wire', () => {
     expect(Object.keys(body.results[0] ?? {}).sort()).toEqual(['document', 'index', 'relevance_score']);
     expect(body.meta).toEqual({ api_version: { version: '2' }, billed_units: { search_units: 1 } });
     expect(sim.providers.scaleway?.stats().last?.path).toBe('/v1/rerank');
+  });
+
+  it('max_tokens_per_doc: sent to Cohere; a model whose providers cannot truncate refuses it (400) where it could cut a document', async () => {
+    const res = await post(gw.baseA, { model: TWO_PROVIDERS, query, documents, max_tokens_per_doc: 8 });
+    expect([res.status, res.headers.get('x-gateway-provider')]).toEqual([200, 'cohere']);
+    expect(sim.providers.cohere?.stats().last?.body).toMatchObject({ max_tokens_per_doc: 8 });
+
+    const before = sim.providers.scaleway?.stats().total ?? 0;
+    for (const base of [gw.baseA, gw.baseB]) {
+      const refused = await post(base, { model: SCALEWAY_ONLY, query, documents, max_tokens_per_doc: 8 });
+      const body = (await refused.json()) as { error: { param: string; message: string } };
+      expect([refused.status, body.error.param]).toEqual([400, 'max_tokens_per_doc']);
+      expect(body.error.message).toContain('do not truncate documents');
+    }
+    expect(sim.providers.scaleway?.stats().total).toBe(before);
+
+    // No document as long as the cap in bytes: no token count could reach it, so nothing would be cut.
+    const short = await post(gw.baseA, { model: SCALEWAY_ONLY, query, documents, max_tokens_per_doc: 4096 });
+    expect([short.status, short.headers.get('x-gateway-provider')]).toEqual([200, 'scaleway']);
+    expect(sim.providers.scaleway?.stats().last?.body).toEqual({ model: 'bge-multilingual-gemma2', query, documents });
+  });
+
+  it('max_tokens_per_doc that could cut a document does not fail over to a provider that would rank it whole', async () => {
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503 });
+    const before = sim.providers.scaleway?.stats().total ?? 0;
+    const res = await post(gw.baseA, { model: TWO_PROVIDERS, query, documents, max_tokens_per_doc: 8 });
+    expect([res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([502, 'provider_down']);
+    expect(sim.providers.scaleway?.stats().total).toBe(before);
   });
 });

@@ -173,6 +173,8 @@ export interface ProviderAdapter {
   embeddings?(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult>;
   /** Document re-ranking; absent where the provider has no rerank endpoint. */
   rerank?(request: RerankRequest, call: UpstreamCall): Promise<RerankResult>;
+  /** Whether its rerank truncates each document to `maxTokensPerDoc` (Cohere's); other adapters do not send it. */
+  readonly rerankTruncatesDocuments?: boolean;
   /** Speech-to-text from a spooled upload; absent where the provider has no transcription endpoint. */
   transcribe?(request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription>;
   close(): Promise<void>;

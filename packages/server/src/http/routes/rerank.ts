@@ -6,7 +6,7 @@ import { UpstreamError } from '../../errors/upstream-error.js';
 import type { ProviderAdapter, RerankRequest, RerankResult, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
-import type { Offer } from '../../routing/registry.js';
+import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
@@ -59,10 +59,12 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const body = request.body;
       const model = await resolveModel(services, request, body.model, 'rerank');
       const texts = body.documents.map((d, i) => documentText(d, i, body.rank_fields));
+      const mustTruncate = truncationNeeded(services, model, body.max_tokens_per_doc, texts);
       // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
       request.gw.usage = newUsageDraft('rerank', model.id);
       const options = routeOptions(services, request);
-      const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
+      const planned = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
+      const plan = mustTruncate ? planned.filter((o) => truncates(services, o)) : planned;
       const units = worstSearchUnits(body.query, texts);
       await reserveBudget(services, request, Math.max(0, ...plan.map((o) => units * (o.pricing.per_unit ?? 0))));
       const upstream: RerankRequest = {
@@ -89,6 +91,28 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       };
     },
   );
+}
+
+/**
+ * Whether the request's `max_tokens_per_doc` can cut a document (a token is at least a byte, so a document shorter in
+ * bytes is never cut), so that only offers whose provider truncates documents (Cohere's; Scaleway's rerank has no such
+ * field) may serve it. A model none of whose offers can is refused with a 400, rather than answered with the
+ * documents ranked whole.
+ */
+function truncationNeeded(services: Services, model: RegistryModel, cap: number | undefined, texts: string[]): boolean {
+  if (cap === undefined || texts.every((t) => Buffer.byteLength(t) < cap)) return false;
+  if (!model.offers.some((o) => truncates(services, o))) {
+    throw new GatewayError(
+      'validation',
+      `Invalid body: 'max_tokens_per_doc' cannot be honoured for '${model.id}': its providers do not truncate documents. Leave it out, or keep each document shorter than ${cap} bytes.`,
+      { param: 'max_tokens_per_doc' },
+    );
+  }
+  return true;
+}
+
+function truncates(services: Services, offer: Offer): boolean {
+  return services.adapters.get(offer.provider)?.rerankTruncatesDocuments === true;
 }
 
 /** The text ranked for a document: the string itself, an object's `text`, or its `rank_fields` as `field: value` lines. */

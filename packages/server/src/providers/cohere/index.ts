@@ -24,6 +24,7 @@ export class CohereAdapter implements ProviderAdapter {
   readonly vendor = 'cohere' as const;
   readonly id: string;
   readonly region: string;
+  readonly rerankTruncatesDocuments = true;
   private readonly http: UpstreamHttp;
   private readonly prefix: string;
   private readonly headers: Record<string, string>;

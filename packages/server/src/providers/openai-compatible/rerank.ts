@@ -3,7 +3,10 @@ import type { RerankRequest, RerankResult } from '../types.js';
 import { protocol } from './embeddings.js';
 import { httpError } from './errors.js';
 
-/** vLLM/Jina-style `/rerank` (Scaleway): Cohere's request fields, strings only. */
+/**
+ * vLLM/Jina-style `/rerank` (Scaleway): Cohere's request fields, strings only. Scaleway's takes no per-document cap
+ * (`max_tokens_per_doc`): the rerank route sends it here only when no document is long enough to be cut by it.
+ */
 export function toUpstreamRerankBody(request: RerankRequest, upstreamModel: string): Record<string, unknown> {
   return {
     model: upstreamModel,
