@@ -17,6 +17,8 @@ export interface FaultScope {
   endpoints?: Endpoint[];
   /** Apply to the next K matching requests, then clear itself. Omitted: until cleared. */
   times?: number;
+  /** Let this many matching requests through first (e.g. 1: the second of a client's batched calls fails). Omitted: 0. */
+  skip?: number;
 }
 
 /**

@@ -26,6 +26,14 @@ describe('status faults', () => {
     expect(scw().stats().faultsApplied).toBe(2);
   });
 
+  it('lets `skip` matching requests through before it applies (the second of a batched request’s calls fails)', async () => {
+    scw().setFault({ kind: 'status', status: 503, skip: 1, times: 1 });
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) statuses.push((await json(scw(), chat, req())).status);
+    expect(statuses).toEqual([200, 503, 200]);
+    expect(() => scw().setFault({ kind: 'status', status: 503, skip: -1 })).toThrow('fault.skip');
+  });
+
   it('429 carries Retry-After (seconds or date) and retry-after-ms', async () => {
     scw().setFault({ kind: 'status', status: 429, retryAfter: 7, retryAfterMs: 7000 });
     const r = await json(scw(), chat, req());

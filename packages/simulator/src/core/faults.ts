@@ -12,6 +12,7 @@ export interface RequestScope {
 export class FaultState {
   private current: Fault | null = null;
   private remaining = Number.POSITIVE_INFINITY;
+  private skipping = 0;
 
   get(): Fault | null {
     return this.current === null ? null : { ...this.current };
@@ -21,6 +22,7 @@ export class FaultState {
     validateFault(fault);
     this.current = { ...fault };
     this.remaining = fault.times ?? Number.POSITIVE_INFINITY;
+    this.skipping = fault.skip ?? 0;
   }
 
   clear(): void {
@@ -31,6 +33,10 @@ export class FaultState {
   take(req: RequestScope): Fault | null {
     const f = this.current;
     if (f === null || !matches(f, req)) return null;
+    if (this.skipping > 0) {
+      this.skipping -= 1;
+      return null;
+    }
     this.remaining -= 1;
     if (this.remaining <= 0) this.current = null;
     return f;
@@ -54,7 +60,7 @@ export function validateFault(f: unknown): asserts f is Fault {
   if (o['kind'] === 'status' && (typeof o['status'] !== 'number' || o['status'] < 100 || o['status'] > 599)) {
     throw new Error('status fault needs a numeric status 100-599');
   }
-  for (const k of ['ms', 'afterChunks', 'times', 'perChunkMs'] as const) {
+  for (const k of ['ms', 'afterChunks', 'times', 'skip', 'perChunkMs'] as const) {
     if (o[k] !== undefined && (typeof o[k] !== 'number' || o[k] < 0)) throw new Error(`fault.${k} must be a number >= 0`);
   }
   if ((o['kind'] === 'latency' || o['kind'] === 'slow_first_byte' || o['kind'] === 'stall') && typeof o['ms'] !== 'number') {
