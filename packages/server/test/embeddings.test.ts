@@ -11,6 +11,8 @@ let b: OpenAI;
 
 // Azure serves an embeddings deployment in this catalogue, so every adapter with embeddings is reached.
 const AZURE_MODEL = 'openai/text-embedding-3-small';
+// Cohere first (batches of 96 texts), OVH after it.
+const COHERE_THEN_OVH = 'test/embed-cohere-ovh';
 
 beforeAll(async () => {
   sim = await startSimulator({ latencyScale: 0 });
@@ -26,6 +28,15 @@ beforeAll(async () => {
           kind: 'embedding',
           owned_by: 'openai',
           offers: [{ provider: 'azure', upstreamModel: 'text-embedding-3-small', pricing: { prompt_per_1m: 0.02, completion_per_1m: 0, currency: 'EUR' } }],
+        },
+        {
+          id: COHERE_THEN_OVH,
+          kind: 'embedding',
+          owned_by: 'test',
+          offers: [
+            { provider: 'cohere', upstreamModel: 'embed-multilingual-v3.0', pricing: { prompt_per_1m: 0.1, completion_per_1m: 0, currency: 'EUR' } },
+            { provider: 'ovh', upstreamModel: 'bge-m3', pricing: { prompt_per_1m: 0.01, completion_per_1m: 0, currency: 'EUR' } },
+          ],
         },
       ],
     }),
@@ -126,6 +137,12 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     const scaleway = await post(gw.baseA, { model: 'baai/bge-multilingual-gemma2', input: 'x', dimensions: 256 }, { 'x-gateway-provider': 'scaleway' });
     expect(scaleway.status).toBe(400);
     expect(scaleway.body.error?.message).toContain("does not support 'dimensions'");
+    // Scaleway answered (and billed) the vectors the gateway then refused: the refusal's record carries them.
+    await gw.gateway.services.usage.flush();
+    const [paid] = await gw.gateway.services.store.usage.list({ requestId: scaleway.headers.get('x-request-id') as string });
+    expect(paid).toMatchObject({ provider: 'scaleway', status: 400 });
+    expect(paid?.promptTokens).toBeGreaterThan(0);
+    expect(paid?.cost).toBeCloseTo(((paid?.promptTokens ?? 0) * 0.1) / 1e6, 15);
     const calls = sim.providers.scaleway?.stats().total ?? 0;
     const again = await post(gw.baseA, { model: 'baai/bge-multilingual-gemma2', input: 'x', dimensions: 128 });
     expect(again.status).toBe(400);
@@ -169,6 +186,66 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     const [record] = await gw.gateway.services.store.usage.list({ requestId });
     expect(record).toMatchObject({ kind: 'embedding', model: 'baai/bge-m3', provider: 'nebius', status: 200, promptTokens: data.usage.prompt_tokens });
     expect(record?.cost).toBeCloseTo((data.usage.prompt_tokens * 0.01) / 1e6, 15);
+  });
+});
+
+describe('a request served by several upstream calls is billed every call the provider was paid for', () => {
+  // 150 texts: Cohere takes them in two calls, 96 and 54.
+  const texts = Array.from({ length: 150 }, (_, i) => `document number ${i} about the weather in Lyon`);
+
+  async function embedWith(apiKey: string, body: unknown, headers: Record<string, string> = {}) {
+    const res = await fetch(`${gw.baseA}/embeddings`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+    });
+    const json = (await res.json()) as { usage?: { prompt_tokens: number }; error?: { code: string } };
+    return { status: res.status, requestId: res.headers.get('x-request-id') as string, provider: res.headers.get('x-gateway-provider'), json };
+  }
+
+  /** Tokens the provider counts for these texts, from an answer that succeeded. */
+  async function tokensAt(model: string, input: string[], provider: string): Promise<number> {
+    const res = await embedWith(key, { model, input }, { 'x-gateway-provider': provider });
+    expect(res.status).toBe(200);
+    return res.json.usage?.prompt_tokens ?? 0;
+  }
+
+  async function recordAndSpent(requestId: string, keyId: string) {
+    await gw.gateway.services.usage.flush();
+    const [record] = await gw.gateway.services.store.usage.list({ requestId });
+    const spent = (await gw.admin<{ spent: number }>('GET', `/keys/${keyId}`)).body.spent;
+    return { record, spent };
+  }
+
+  it('Cohere’s second batch fails after the first was paid: the error’s usage record and the key’s spend carry the first', async () => {
+    const firstBatch = await tokensAt('cohere/embed-multilingual-v3', texts.slice(0, 96), 'cohere');
+    expect(firstBatch).toBeGreaterThan(0);
+    const budgeted = await gw.createKey({ rateLimitRpm: 10_000, budget: 5 });
+    const before = sim.providers.cohere?.stats().byEndpoint['embeddings'] ?? 0;
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503, skip: 1, times: 1, endpoints: ['embeddings'] });
+    const res = await embedWith(budgeted.key, { model: 'cohere/embed-multilingual-v3', input: texts });
+    expect([res.status, res.json.error?.code]).toEqual([502, 'provider_down']);
+    expect(sim.providers.cohere?.stats().byEndpoint['embeddings']).toBe(before + 2);
+    const { record, spent } = await recordAndSpent(res.requestId, budgeted.id);
+    expect(record).toMatchObject({ kind: 'embedding', provider: 'cohere', status: 502, promptTokens: firstBatch, keyId: budgeted.id });
+    expect(record?.cost).toBeCloseTo((firstBatch * 0.1) / 1e6, 15);
+    expect(spent).toBeCloseTo((firstBatch * 0.1) / 1e6, 15);
+  });
+
+  it('a failover after Cohere’s first batch was paid bills that batch and the answer of the offer that served, once', async () => {
+    const firstBatch = await tokensAt(COHERE_THEN_OVH, texts.slice(0, 96), 'cohere');
+    const atOvh = await tokensAt(COHERE_THEN_OVH, texts, 'ovh');
+    const budgeted = await gw.createKey({ rateLimitRpm: 10_000, budget: 5 });
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503, skip: 1, times: 1, endpoints: ['embeddings'] });
+    const res = await embedWith(budgeted.key, { model: COHERE_THEN_OVH, input: texts });
+    expect([res.status, res.provider]).toEqual([200, 'ovh']);
+    // The answer's usage is what the request is billed.
+    expect(res.json.usage?.prompt_tokens).toBe(firstBatch + atOvh);
+    const { record, spent } = await recordAndSpent(res.requestId, budgeted.id);
+    const cost = (firstBatch * 0.1 + atOvh * 0.01) / 1e6;
+    expect(record).toMatchObject({ provider: 'ovh', status: 200, promptTokens: firstBatch + atOvh });
+    expect(record?.cost).toBeCloseTo(cost, 15);
+    expect(spent).toBeCloseTo(cost, 15);
   });
 });
 

@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http';
 import { H, type Strategy } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { GatewayError } from '../errors/gateway-error.js';
-import { UpstreamError } from '../errors/upstream-error.js';
+import { type BilledUsage, UpstreamError } from '../errors/upstream-error.js';
 import { redactSecrets } from '../lib/redact.js';
 import type { AbortListener, CancelSignal } from '../providers/http-client.js';
 import type { ProviderAdapter } from '../providers/types.js';
@@ -32,6 +32,7 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
     return value;
   } catch (err) {
     outcome = err instanceof UpstreamError ? err.kind : 'error';
+    if (err instanceof UpstreamError && err.billed) billFailedAttempt(request, offer, err.billed);
     learnFromFailure(stats, offer, err, performance.now() - started, mode);
     // What the provider did, for the operator (the client sees the gateway's own code); secrets taken out as for the client.
     if (err instanceof UpstreamError && err.retryable) {
@@ -46,6 +47,22 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
     request.gw.upstreamMs += ms;
     services.metrics.observeUpstream(offer.provider, outcome, ms / 1000);
   }
+}
+
+/**
+ * What a failed attempt was billed at its provider (batches answered before one failed) is added to the request's
+ * usage, so that its one record and its budget settle carry it whether the request then fails or another offer
+ * answers (the route adds that answer's cost to it).
+ */
+function billFailedAttempt(request: FastifyRequest, offer: Offer, billed: BilledUsage): void {
+  const usage = request.gw.usage;
+  if (!usage) return;
+  usage.provider ??= offer.provider;
+  usage.promptTokens += billed.promptTokens;
+  usage.completionTokens += billed.completionTokens;
+  usage.units += billed.units;
+  const { prompt_per_1m, completion_per_1m, per_unit } = offer.pricing;
+  usage.cost += (billed.promptTokens * prompt_per_1m + billed.completionTokens * completion_per_1m) / 1_000_000 + billed.units * (per_unit ?? 0);
 }
 
 function streams(request: FastifyRequest): boolean {

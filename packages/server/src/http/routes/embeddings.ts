@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall } from '../../providers/types.js';
+import { estimateTokens } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
@@ -44,11 +45,6 @@ const EmbeddingsList = Type.Object({
   usage: Type.Object({ prompt_tokens: Type.Integer(), total_tokens: Type.Integer() }),
 });
 
-/** Tokens of texts before the provider counts them: `charsPerToken` 3 overestimates (budget holds), 4 is the usual average (beta window). */
-export function estimateTokens(texts: string[], charsPerToken: number): number {
-  return texts.reduce((n, t) => n + Math.max(1, Math.ceil(t.length / charsPerToken)), 0);
-}
-
 export function embeddingsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
   app.post<{ Body: EmbeddingsBody }>(
     '/embeddings',
@@ -89,9 +85,11 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
         result = done.value.promptTokens > 0 ? done.value : { ...done.value, promptTokens };
         bill(request, done.offer, result);
         setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
-        return render(model, result, body.encoding_format ?? 'float');
+        // The answer's usage is what the request is billed, batches of a failed attempt included, as a client adds it up.
+        return render(model, { ...result, promptTokens: request.gw.usage?.promptTokens ?? result.promptTokens }, body.encoding_format ?? 'float');
       } finally {
-        await settleBeta?.(result?.promptTokens ?? 0);
+        // The window counts every token sent upstream, those of a failed attempt's paid batches too.
+        await settleBeta?.(request.gw.usage?.promptTokens ?? result?.promptTokens ?? 0);
       }
     },
   );
@@ -127,12 +125,13 @@ async function admitBeta(services: Services, request: FastifyRequest, input: str
   return (used) => quota.settle(scope, request.id, used).catch((err: unknown) => request.log.warn({ err }, 'beta quota settle failed'));
 }
 
+/** The answer's cost joins what failed attempts were billed (batches paid before a later one failed) on the request's usage. */
 function bill(request: FastifyRequest, offer: Offer, result: EmbeddingsResult): void {
   const usage = request.gw.usage;
   if (!usage) return;
   usage.provider = offer.provider;
-  usage.promptTokens = result.promptTokens;
-  usage.cost = (result.promptTokens * offer.pricing.prompt_per_1m) / 1_000_000;
+  usage.promptTokens += result.promptTokens;
+  usage.cost += (result.promptTokens * offer.pricing.prompt_per_1m) / 1_000_000;
 }
 
 function render(model: RegistryModel, result: EmbeddingsResult, encoding: 'float' | 'base64') {

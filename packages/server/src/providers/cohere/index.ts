@@ -1,4 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
+import { UpstreamError } from '../../errors/upstream-error.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
 import type {
   ChatBody,
@@ -11,6 +12,7 @@ import type {
   RerankResult,
   UpstreamCall,
 } from '../types.js';
+import { estimateTokens } from '../usage-estimate.js';
 import { noChat } from './chat.js';
 import { EMBED_BATCH, parseCohereEmbed, toCohereEmbedBody } from './embeddings.js';
 import { parseCohereModelsPage } from './models.js';
@@ -71,13 +73,22 @@ export class CohereAdapter implements ProviderAdapter {
     const vectors: number[][] = [];
     let promptTokens = 0;
     let counted = true;
+    let billed = 0;
     for (let i = 0; i < request.input.length; i += EMBED_BATCH) {
       const texts = request.input.slice(i, i + EMBED_BATCH);
-      const res = await this.post('/v2/embed', toCohereEmbedBody(request, texts, call.upstreamModel), call);
-      const batch = parseCohereEmbed(this.id, res, texts.length);
+      let batch: { vectors: number[][]; tokens: number | null };
+      try {
+        const res = await this.post('/v2/embed', toCohereEmbedBody(request, texts, call.upstreamModel), call);
+        batch = parseCohereEmbed(this.id, res, texts.length);
+      } catch (err) {
+        // The batches answered before were paid at Cohere: the failure carries them, so the request is billed them.
+        if (billed > 0 && err instanceof UpstreamError) throw err.withBilled({ promptTokens: billed, completionTokens: 0, units: 0 });
+        throw err;
+      }
       vectors.push(...batch.vectors);
       if (batch.tokens === null) counted = false;
       promptTokens += batch.tokens ?? 0;
+      billed += batch.tokens ?? estimateTokens(texts, 3);
     }
     // One batch without a count would bill its texts at nothing: no count at all, so the route bills its estimate of all.
     return { vectors, promptTokens: counted ? promptTokens : 0 };

@@ -16,6 +16,7 @@ import type {
   TranscriptionRequest,
   UpstreamCall,
 } from '../types.js';
+import { estimateTokens } from '../usage-estimate.js';
 import { parseVerboseTranscription, transcriptionFields } from './audio.js';
 import { parseChatCompletion, toUpstreamChatBody, toUpstreamStreamBody } from './chat.js';
 import { dimensionsIgnored, parseEmbeddingsList, toUpstreamEmbeddingsBody } from './embeddings.js';
@@ -98,7 +99,9 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     const got = result.vectors[0]?.length ?? 0;
     if (request.dimensions !== undefined && got !== request.dimensions) {
       this.ignoresDimensions.set(model, got);
-      throw dimensionsIgnored(this.id, model, got);
+      // The provider answered, and billed it: the refusal carries its count (the gateway's estimate without one).
+      const tokens = result.promptTokens > 0 ? result.promptTokens : estimateTokens(request.input, 3);
+      throw dimensionsIgnored(this.id, model, got).withBilled({ promptTokens: tokens, completionTokens: 0, units: 0 });
     }
     return result;
   }
