@@ -145,3 +145,37 @@ export const ChatCompletionResponse = Type.Object(
   },
   { additionalProperties: true },
 );
+
+/**
+ * One `data:` event of a chat stream (the OpenAPI description's `x-event-schema`): a choice's delta
+ * (`content`, `reasoning_content`, `tool_calls`), or, with stream_options.include_usage, the usage chunk
+ * with empty choices.
+ */
+export const ChatCompletionChunk = Type.Object(
+  {
+    id: Type.String(),
+    object: Type.Literal('chat.completion.chunk'),
+    created: Type.Integer(),
+    model: Type.String(),
+    choices: Type.Array(
+      Type.Object(
+        {
+          index: Type.Integer(),
+          finish_reason: Type.Union([Type.String(), Type.Null()]),
+          delta: Type.Object(
+            {
+              role: Type.Optional(Type.String()),
+              content: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+              reasoning_content: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+              tool_calls: Type.Optional(Type.Array(Type.Object({ index: Type.Integer() }, { additionalProperties: true }))),
+            },
+            { additionalProperties: true },
+          ),
+        },
+        { additionalProperties: true },
+      ),
+    ),
+    usage: Type.Optional(Type.Union([Usage, Type.Null()])),
+  },
+  { additionalProperties: true, title: 'ChatCompletionChunk' },
+);

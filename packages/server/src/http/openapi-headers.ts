@@ -1,4 +1,4 @@
-import { STRATEGIES } from '@gw/schema';
+import { ChatCompletionChunk, errorEnvelopeSchema, STRATEGIES } from '@gw/schema';
 
 /**
  * The headers of the public API in the OpenAPI document. Fastify's route
@@ -99,15 +99,21 @@ const TRANSCRIPTION_ANSWER: Response = {
   },
 };
 
-const EVENT_STREAM = {
+/**
+ * A chat stream. OpenAPI 3.1 has no schema for one event of a stream, so `x-event-schema` gives it (the
+ * chunk, or the variant's error object that ends a failed stream) for clients to type each `data:` with.
+ */
+const eventStream = (variant: 'a' | 'b') => ({
   schema: {
     type: 'string',
     description:
       'With stream: true. Server-sent events: each `data:` a chat.completion.chunk object (the usage chunk, with empty choices, only with ' +
-      'stream_options.include_usage), then `data: [DONE]`; a failure mid-stream is a `data:` error object. Each event has an id ' +
-      '`<request id>:<n>` to resume from with Last-Event-ID. Sent with X-Accel-Buffering: no and Cache-Control: no-cache.',
+      'stream_options.include_usage), then `data: [DONE]`; a failure mid-stream is a `data:` error object. Each `data:` event other than ' +
+      '[DONE] matches x-event-schema. Each event has an id `<request id>:<n>` to resume from with Last-Event-ID. Sent with ' +
+      'X-Accel-Buffering: no and Cache-Control: no-cache.',
   },
-};
+  'x-event-schema': { anyOf: [structuredClone(ChatCompletionChunk), structuredClone(errorEnvelopeSchema(variant))] },
+});
 
 /** Adds request and answer headers to the public API's operations (/v1, /v2 and their /alt mounts) in place, errors included. */
 export function documentHeaders(doc: Document): Document {
@@ -128,7 +134,7 @@ export function documentHeaders(doc: Document): Document {
       if (path.endsWith('/audio/transcriptions')) op.responses['200'] ??= structuredClone(TRANSCRIPTION_ANSWER);
       const ok = op.responses['200'];
       if (ok) ok.headers = { ...(ok.headers ?? {}), ...answerHeaders(variant, routed, limited) };
-      if (ok?.content && path.endsWith('/chat/completions')) ok.content['text/event-stream'] = EVENT_STREAM;
+      if (ok?.content && path.endsWith('/chat/completions')) ok.content['text/event-stream'] = eventStream(variant);
       for (const range of ['4XX', '5XX'] as const) {
         const failed = op.responses[range];
         if (!failed) continue;
