@@ -1,5 +1,6 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
@@ -71,6 +72,51 @@ describe('two instances sharing PostgreSQL and Redis', () => {
     await one.admin('POST', `/keys/${id}/revoke`);
     await eventually(async () => expect((await models(two, key)).status).toBe(401), 1000);
     expect(Date.now() - revokedAt).toBeLessThan(1000);
+  }, 30_000);
+
+  it('a revocation made while Redis is down reaches the other instance once Redis is back, not at the key cache TTL (30 s)', async () => {
+    const { id, key } = await one.createKey();
+    expect((await models(two, key)).status).toBe(200);
+    await redis.kill();
+    try {
+      expect((await one.admin('POST', `/keys/${id}/revoke`)).status).toBe(200);
+      expect((await models(one, key)).status).toBe(401);
+      expect((await models(two, key)).status).toBe(200);
+    } finally {
+      await redis.restart();
+    }
+    // ioredis reconnects within 2 s of Redis being back; the cache TTL is 30 s.
+    await eventually(async () => expect((await models(two, key)).status).toBe(401), 8_000);
+  }, 30_000);
+
+  it('an instance whose subscription dropped for a moment re-reads the keys it knows: a revocation published meanwhile is not missed', async () => {
+    const { id, key } = await one.createKey();
+    expect((await models(two, key)).status).toBe(200);
+    const admin = new Redis(redis.url);
+    try {
+      // Both instances' subscriber connections go (a network blip); their publishing connections stay.
+      await admin.client('KILL', 'TYPE', 'pubsub');
+      expect((await one.admin('POST', `/keys/${id}/revoke`)).status).toBe(200);
+      expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 0]);
+    } finally {
+      admin.disconnect();
+    }
+    await eventually(async () => expect((await models(two, key)).status).toBe(401), 8_000);
+  }, 30_000);
+
+  it('a revocation whose publish failed (the connection it goes out on dropped a moment before) is sent once that connection is back', async () => {
+    const { id, key } = await one.createKey();
+    expect((await models(two, key)).status).toBe(200);
+    const admin = new Redis(redis.url);
+    try {
+      // The instances' command connections go (their subscriptions stay): the revocation's publish fails.
+      await admin.client('KILL', 'TYPE', 'normal');
+      expect((await one.admin('POST', `/keys/${id}/revoke`)).status).toBe(200);
+      expect((await models(two, key)).status).toBe(200);
+    } finally {
+      admin.disconnect();
+    }
+    await eventually(async () => expect((await models(two, key)).status).toBe(401), 8_000);
   }, 30_000);
 });
 

@@ -10,6 +10,8 @@ const MAX_CACHED = 100_000;
 /** How long a key the store does not know is answered 401 without asking it again, and how many such keys are kept. */
 const UNKNOWN_TTL_MS = 10_000;
 const MAX_UNKNOWN = 50_000;
+/** Key events kept for the bus's return when their publish failed (they are rare: admin calls). */
+const MAX_UNSENT = 10_000;
 
 export function generateApiKey(): { key: string; hash: string } {
   const key = `${KEY_PREFIX}${randomToken(32)}`;
@@ -49,6 +51,8 @@ export class ApiKeyAuthenticator {
    * database read each time. A new key cannot be among them: its 256-bit secret was never presented before.
    */
   private readonly unknown = new Map<string, number>();
+  /** Events whose publish failed (the bus was away), sent again when it is back. */
+  private unsent: KeyEvent[] = [];
 
   constructor(
     private readonly store: Store,
@@ -61,6 +65,8 @@ export class ApiKeyAuthenticator {
   onWorkspaceChanged: (id: string) => void = () => {};
 
   async start(): Promise<void> {
+    this.bus.onResubscribe(() => this.markAllStale());
+    this.bus.onPublishReady(() => void this.publishUnsent());
     await this.bus.subscribe(CHANNEL, (msg) => this.onEvent(msg));
   }
 
@@ -139,8 +145,36 @@ export class ApiKeyAuthenticator {
     try {
       await this.bus.publish(CHANNEL, JSON.stringify({ op, id } satisfies KeyEvent));
     } catch {
-      // Other instances still re-read the key within the cache TTL.
+      // Sent again when the bus is back: until then other instances go on with the key as they know it,
+      // and waiting for their cache TTL let a revoked key work on them well after Redis was back.
+      this.keepUnsent({ op, id });
     }
+  }
+
+  private keepUnsent(event: KeyEvent): void {
+    if (this.unsent.length >= MAX_UNSENT) this.unsent.shift();
+    this.unsent.push(event);
+  }
+
+  private async publishUnsent(): Promise<void> {
+    const events = this.unsent;
+    this.unsent = [];
+    for (const [i, event] of events.entries()) {
+      try {
+        await this.bus.publish(CHANNEL, JSON.stringify(event));
+      } catch {
+        for (const left of events.slice(i)) this.keepUnsent(left);
+        return;
+      }
+    }
+  }
+
+  /**
+   * After the bus lost its connection, the revocations and changes published meanwhile never arrived:
+   * every cached key is re-read at its next use (served as known until the read answers, as at its TTL).
+   */
+  private markAllStale(): void {
+    for (const cached of this.byHash.values()) cached.fetchedAt = 0;
   }
 
   private onEvent(message: string): void {

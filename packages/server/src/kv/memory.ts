@@ -13,6 +13,11 @@ export class MemoryBus implements Bus {
     this.emitter.on(channel, handler);
   }
 
+  /** One process: there is no connection to lose. */
+  onResubscribe(): void {}
+
+  onPublishReady(): void {}
+
   async close(): Promise<void> {
     this.emitter.removeAllListeners();
   }

@@ -143,16 +143,33 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
 /** Pub/sub over Redis, so that every instance hears a revocation within milliseconds. */
 export class RedisBus implements Bus {
   private readonly channels = new Set<string>();
+  private readonly resubscribeHandlers: (() => void)[] = [];
+  private readonly publishReadyHandlers: (() => void)[] = [];
 
   private constructor(
     private readonly pub: Redis,
     private readonly sub: Redis,
   ) {
+    // Both connect (or fail to, with Redis away at start) before this constructor runs: each 'ready' here
+    // follows a time without a connection, when messages went unheard and publishes failed.
     // Resubscribed here rather than by ioredis: its own resubscribe after a reconnect has no rejection
     // handler, so a Redis that goes away again at that moment made an unhandled rejection.
     sub.on('ready', () => {
-      if (this.channels.size > 0) sub.subscribe(...this.channels).catch(() => {});
+      if (this.channels.size > 0)
+        sub.subscribe(...this.channels).then(
+          () => runAll(this.resubscribeHandlers),
+          () => {},
+        );
     });
+    pub.on('ready', () => runAll(this.publishReadyHandlers));
+  }
+
+  onResubscribe(handler: () => void): void {
+    this.resubscribeHandlers.push(handler);
+  }
+
+  onPublishReady(handler: () => void): void {
+    this.publishReadyHandlers.push(handler);
   }
 
   static async connect(url: string): Promise<RedisBus> {
@@ -178,4 +195,8 @@ export class RedisBus implements Bus {
     this.pub.disconnect();
     this.sub.disconnect();
   }
+}
+
+function runAll(handlers: readonly (() => void)[]): void {
+  for (const handler of handlers) handler();
 }
