@@ -1,3 +1,4 @@
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
@@ -14,11 +15,14 @@ let one: TestGateway;
 let two: TestGateway;
 let pgOne: TestGateway;
 let pgTwo: TestGateway;
+/** The database the instances sharing Redis use. */
+let redisDb: string;
 const chats = () => sim.providers.scaleway?.stats().byEndpoint.chat ?? 0;
 
 beforeAll(async () => {
   [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
   const [withRedis, withoutRedis] = await Promise.all([pg.createDatabase(), pg.createDatabase()]);
+  redisDb = withRedis;
   // Two instances sharing Redis (claims and answers there) and PostgreSQL (keys, usage).
   one = await startGateway({ sim, redisUrl: redis.url, databaseUrl: withRedis });
   two = await startGateway({ sim, redisUrl: redis.url, databaseUrl: withRedis });
@@ -115,6 +119,23 @@ const emptyAndDropClients = () =>
   });
 
 /** A repeat of a stream on instance two replays `first` whole (once the answer is stored), with no new upstream call. */
+/**
+ * After a restart that emptied Redis, each instance waits up to 3 s before it claims a key Redis does not hold (the
+ * others may still be writing theirs again): a fresh key answered on each instance says that wait is over.
+ */
+async function settledAfterRestart(): Promise<void> {
+  const probe = await one.createKey({ rateLimitRpm: 1000 });
+  await Promise.all(
+    [one, two].map((gw, i) =>
+      eventually(async () => {
+        const res = await post(gw.baseA, probe.key, chatBody('Settled?'), { 'x-idempotency-key': `settled-${i}-${Date.now()}` });
+        expect(res.status).toBe(200);
+      }, 10_000),
+    ),
+  );
+  sim.providers.scaleway?.resetStats();
+}
+
 async function replaysWhole(key: string, body: object, idempotencyKey: string, first: unknown): Promise<void> {
   await eventually(async () => {
     const again = await streamRequest(two.baseA, key, body, { 'x-idempotency-key': idempotencyKey });
@@ -162,6 +183,7 @@ describe('when Redis restarts empty while keyed requests run', () => {
   }, 30_000);
 
   it('a stream that began while Redis was down is still stored with its events: a repeat after its end replays it whole', async () => {
+    await settledAfterRestart();
     const own = await one.createKey({ rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 500, chunkGapMs: 40 });
     const body = { ...chatBody('Begins while Redis is down'), stream: true };
@@ -182,6 +204,7 @@ describe('when Redis restarts empty while keyed requests run', () => {
   }, 30_000);
 
   it('an answer whose write failed (Redis down as the request ended) is written once Redis is back: the repeat replays it', async () => {
+    await settledAfterRestart();
     const own = await one.createKey({ rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 600 });
     const first = post(one.baseA, own.key, chatBody('Ends while Redis is down'), { 'x-idempotency-key': 'lost-write' });
@@ -203,6 +226,75 @@ describe('when Redis restarts empty while keyed requests run', () => {
       expect([again.status, again.headers.get('idempotent-replayed'), again.text]).toEqual([200, 'true', answered.text]);
     }, 10_000);
     expect(chats()).toBe(1);
+  }, 30_000);
+});
+
+/**
+ * A TCP relay in front of Redis for one instance: while closed, it takes connections and drops them at once, so that
+ * instance stays away from Redis longer than the others.
+ */
+async function redisRelay(port: number): Promise<{ url: string; open: boolean; close(): Promise<void> }> {
+  const pairs = new Set<Socket>();
+  const relay = {
+    url: '',
+    open: true,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of pairs) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+  const server = createServer((client) => {
+    if (!relay.open) return void client.destroy();
+    const upstream = connect(port, '127.0.0.1');
+    pairs.add(client);
+    pairs.add(upstream);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      pairs.delete(client);
+      pairs.delete(upstream);
+    };
+    client.on('error', end).on('close', end).pipe(upstream);
+    upstream.on('error', end).on('close', end).pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  relay.url = `redis://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return relay;
+}
+
+describe('when Redis restarts empty and the instance that ran a keyed request reconnects last', () => {
+  it('a repeat on an instance already back waits for that answer rather than finding no claim and running again', async () => {
+    const relay = await redisRelay(redis.port);
+    const late = await startGateway({ sim, redisUrl: relay.url, databaseUrl: redisDb });
+    const idem = (gw: TestGateway) => (gw.gateway.services.idempotency.backend as unknown as { redis: Redis }).redis;
+    try {
+      const own = await late.createKey({ rateLimitRpm: 1000 });
+      sim.providers.scaleway?.configure({ latencyMs: 600 });
+      const first = post(late.baseA, own.key, chatBody('Reconnects last'), { 'x-idempotency-key': 'reconnects-last' });
+      await new Promise((r) => setTimeout(r, 250));
+      relay.open = false;
+      await redis.kill();
+      let answered: Awaited<typeof first>;
+      try {
+        answered = await first;
+      } finally {
+        await redis.restart();
+      }
+      expect(answered.status).toBe(200);
+      // Instance two is back (its idempotency connection ready); the one that ran the request is not.
+      await eventually(() => expect(idem(two).status).toBe('ready'), 10_000);
+      expect(idem(late).status).not.toBe('ready');
+      const again = post(two.baseA, own.key, chatBody('Reconnects last'), { 'x-idempotency-key': 'reconnects-last' });
+      await new Promise((r) => setTimeout(r, 100));
+      relay.open = true;
+      const repeat = await again;
+      expect([repeat.status, repeat.headers.get('idempotent-replayed'), repeat.text]).toEqual([200, 'true', answered.text]);
+      expect(chats()).toBe(1);
+    } finally {
+      await late.close();
+      await relay.close();
+    }
   }, 30_000);
 });
 

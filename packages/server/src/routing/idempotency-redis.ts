@@ -8,6 +8,13 @@ const HELD_ANSWER_MAX_MS = 15 * 60_000;
 /** How often an answer whose write failed is tried again. */
 const ANSWER_RETRY_MS = 1_000;
 
+/**
+ * After Redis restarted empty, how long this instance claims no key Redis does not hold: every instance reconnects
+ * within 2 s of Redis being back (kv/redis.ts retries at most 2 s apart) and then writes again the claims and answers
+ * it holds; a repeat claiming before that found nothing and ran a second time.
+ */
+const RESTART_SETTLE_MS = 3_000;
+
 /** A claim of this instance still running, or an answer of it not yet written for good. */
 interface Held {
   scope: string;
@@ -61,8 +68,25 @@ end
 return 0
 `;
 
+const PEEK = `return redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer')`;
+
+/** Written once per life of Redis's data, with Redis's time: how long ago it was written tells a reconnect whether Redis was emptied just now. */
+const MARK_KEY = 'gw:idem:since';
+const MARK = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local since = tonumber(redis.call('GET', KEYS[1]))
+if not since then
+  redis.call('SET', KEYS[1], now)
+  since = now
+end
+return now - since
+`;
+
 type Script = (key: string, ...args: (string | number)[]) => Promise<unknown>;
 interface Scripts {
+  gwIdemPeek: Script;
+  gwIdemMark: Script;
   gwIdemClaim: Script;
   gwIdemRefresh: Script;
   gwIdemComplete: Script;
@@ -84,6 +108,10 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
    * it reconnected to may have restarted empty, and a repeat that then found nothing ran the request again.
    */
   private readonly held = new Map<string, Held>();
+  /** Whether this instance has been connected to Redis before: only a reconnect can find Redis emptied under it. */
+  private connectedBefore = false;
+  /** Until when (Date.now()) a key Redis does not hold is not claimed, but waited on: see RESTART_SETTLE_MS. */
+  private settleUntil = 0;
 
   constructor(private readonly redis: Redis) {
     redis.defineCommand('gwIdemClaim', { numberOfKeys: 1, lua: CLAIM });
@@ -91,16 +119,56 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     redis.defineCommand('gwIdemComplete', { numberOfKeys: 1, lua: COMPLETE });
     redis.defineCommand('gwIdemRelease', { numberOfKeys: 1, lua: RELEASE });
     redis.defineCommand('gwIdemDrop', { numberOfKeys: 1, lua: DROP });
-    redis.on('ready', () => this.writeHeldAgain());
+    redis.defineCommand('gwIdemPeek', { numberOfKeys: 1, lua: PEEK });
+    redis.defineCommand('gwIdemMark', { numberOfKeys: 1, lua: MARK });
+    redis.on('ready', () => {
+      this.writeHeldAgain();
+      void this.noteRestart();
+    });
+    if (redis.status === 'ready') void this.noteRestart();
+  }
+
+  /**
+   * Marks Redis as holding this gateway's keys (a key with the time it was first written), and on a reconnect that
+   * finds no mark (Redis restarted empty, or was flushed) or a mark younger than RESTART_SETTLE_MS, waits out the rest
+   * of that time before claiming keys Redis does not hold. Every instance that comes back reads the same mark, so
+   * they all wait until the same moment. Until the mark is read, a reconnect waits as if Redis had been emptied.
+   */
+  private async noteRestart(): Promise<void> {
+    const reconnect = this.connectedBefore;
+    this.connectedBefore = true;
+    if (reconnect) this.settleUntil = Date.now() + RESTART_SETTLE_MS;
+    const until = this.settleUntil;
+    let ageMs: number;
+    try {
+      ageMs = Number(await (this.redis as unknown as Scripts).gwIdemMark.call(this.redis, MARK_KEY));
+    } catch {
+      return;
+    }
+    if (this.settleUntil !== until) return;
+    this.settleUntil = reconnect && ageMs < RESTART_SETTLE_MS ? Date.now() + RESTART_SETTLE_MS - ageMs : 0;
   }
 
   async claim(scope: string, fingerprint: string, owner: string, ttlMs: number): Promise<IdempotencyEntry | null> {
+    if (Date.now() < this.settleUntil) return this.peekWhileSettling(scope, fingerprint);
     const res = (await this.run('gwIdemClaim', scope, fingerprint, owner, Math.round(ttlMs))) as [string | null, string | null, string | null] | null;
     if (res === null) {
       this.held.set(owner, { scope, fingerprint, ttlMs, answer: null });
       return null;
     }
     const [state, fp, answer] = res;
+    if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: JSON.parse(answer) as StoredAnswer };
+    return { state: 'pending', fingerprint: fp ?? '' };
+  }
+
+  /**
+   * What Redis holds for the key, without claiming it: a key it does not hold reads as pending (its claim may be
+   * on its way from the instance running it), and the repeat looks again until the settling is over.
+   */
+  private async peekWhileSettling(scope: string, fingerprint: string): Promise<IdempotencyEntry> {
+    const res = (await this.run('gwIdemPeek', scope)) as [string | null, string | null, string | null];
+    const [state, fp, answer] = res;
+    if (state === null) return { state: 'pending', fingerprint };
     if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: JSON.parse(answer) as StoredAnswer };
     return { state: 'pending', fingerprint: fp ?? '' };
   }
