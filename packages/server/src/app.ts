@@ -216,6 +216,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   usage.start();
   const workspaces = new WorkspaceCache(store, config.keyCacheTtlMs);
   auth.onWorkspaceChanged = (id) => workspaces.forget(id);
+  bus.onResubscribe(() => workspaces.forgetAll());
   const services: Services = {
     config,
     version: gatewayVersion(),

@@ -104,6 +104,25 @@ describe('two instances sharing PostgreSQL and Redis', () => {
     await eventually(async () => expect((await models(two, key)).status).toBe(401), 8_000);
   }, 30_000);
 
+  it('an instance whose subscription dropped for a moment reads its workspaces again: a change published meanwhile is not missed', async () => {
+    const ws = await one.admin<{ id: string }>('POST', '/workspaces', { name: 'blip', enabledModels: null });
+    const { key } = await one.createKey({ workspaceId: ws.body.id });
+    const listB = async () =>
+      ((await (await fetch(`${two.baseB}/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] }).data.map(
+        (m) => m.id,
+      );
+    expect((await listB()).length).toBeGreaterThan(1);
+    const admin = new Redis(redis.url);
+    try {
+      await admin.client('KILL', 'TYPE', 'pubsub');
+      expect((await one.admin('PATCH', `/workspaces/${ws.body.id}`, { enabledModels: ['mistral/small'] })).status).toBe(200);
+      expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 0]);
+    } finally {
+      admin.disconnect();
+    }
+    await eventually(async () => expect(await listB()).toEqual(['mistral/small']), 8_000);
+  }, 30_000);
+
   it('a revocation whose publish failed (the connection it goes out on dropped a moment before) is sent once that connection is back', async () => {
     const { id, key } = await one.createKey();
     expect((await models(two, key)).status).toBe(200);

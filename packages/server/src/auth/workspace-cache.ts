@@ -35,4 +35,10 @@ export class WorkspaceCache {
     this.forgets++;
     this.entries.delete(id);
   }
+
+  /** Every workspace read again at its next use: changes announced while the bus was away were not heard. */
+  forgetAll(): void {
+    this.forgets++;
+    this.entries.clear();
+  }
 }
