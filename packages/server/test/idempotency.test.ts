@@ -209,6 +209,34 @@ describe('X-Idempotency-Key', () => {
     expect(await usageOf([gw], own.id)).toHaveLength(1);
   });
 
+  it('a replayed stream whose client leaves mid-way (the SDK timing out and retrying) runs nothing again and is billed once, in both variants', async () => {
+    sim.providers.scaleway?.configure({ chunkGapMs: 40 });
+    for (const base of [gw.baseA, gw.baseB]) {
+      sim.providers.scaleway?.resetStats();
+      const own = await gw.createKey({ rateLimitRpm: 1000, budget: 1 });
+      const client = new OpenAI({ apiKey: own.key, baseURL: base, maxRetries: 0 });
+      const ask = { ...chatBody('Bill this stream once'), stream: true as const };
+      const headers = { 'X-Idempotency-Key': 'leave-mid-replay', 'X-Gateway-Provider': 'scaleway' };
+      const first = await client.chat.completions.create(ask, { headers });
+      // The repeat follows the running stream live; its client reads one chunk and goes.
+      const left = new AbortController();
+      const repeat = await client.chat.completions.create(ask, { headers, signal: left.signal });
+      for await (const _ of repeat) {
+        left.abort();
+      }
+      let chunks = 0;
+      for await (const _ of first) chunks++;
+      expect(chunks).toBeGreaterThan(3);
+      // The first stream's end settles its hold; a handler run after the replay would have made a call of its own.
+      await new Promise((r) => setTimeout(r, 300));
+      expect(chats()).toBe(1);
+      const records = await usageOf([gw], own.id);
+      expect(records.map((r) => r.status)).toEqual([200]);
+      const { body: spent } = await gw.admin<{ spent: number }>('GET', `/keys/${own.id}`);
+      expect(spent.spent).toBeCloseTo(records[0]?.cost ?? -1, 12);
+    }
+  });
+
   it('an upload’s bytes are part of the request: the same file replays, another file under the same key is a 422', async () => {
     const upload = (seconds: number) => {
       const form = new FormData();

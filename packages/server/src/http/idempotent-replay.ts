@@ -21,8 +21,11 @@ export const REPLAYED_HEADERS = [
   H.shouldRetry,
 ] as const;
 
-/** The first answer's status, headers and body (or its stream), marked `Idempotent-Replayed: true`; no upstream call, no charge. */
-export async function sendReplay(services: Services, request: FastifyRequest, reply: FastifyReply, answer: StoredAnswer): Promise<FastifyReply> {
+/**
+ * The first answer's status, headers and body (or its stream), marked `Idempotent-Replayed: true`; no upstream call, no
+ * charge. Resolves once the answer is handed to Fastify, not once it is written out.
+ */
+export async function sendReplay(services: Services, request: FastifyRequest, reply: FastifyReply, answer: StoredAnswer): Promise<void> {
   request.gw.usage = null;
   const events = answer.stream ? await replayEvents(services, reply, answer.stream, resumeAfter(request, answer.stream.id)) : null;
   for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
@@ -30,9 +33,10 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
   reply.code(answer.status);
   if (events && answer.stream) {
     const frames = sseFrames(events, answer.stream.id, includeUsage(request.body), services.config.streamHeartbeatMs, request.gw.variant);
-    return reply.send(Readable.from(frames, { objectMode: false }));
+    reply.send(Readable.from(frames, { objectMode: false }));
+    return;
   }
-  return reply.send(answer.body ?? '');
+  reply.send(answer.body ?? '');
 }
 
 /**

@@ -26,14 +26,22 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     const raw = request.headers[H.idempotencyKey];
     const apiKey = request.gw.key;
     if (request.method !== 'POST' || raw === undefined || !apiKey) return done();
-    claimOrReplay(request, reply, raw, apiKey.id).then(() => done(), done);
+    // A replay has answered: the handler must not run. Fastify would run it if `reply.sent` were false, as it stays
+    // for a replayed stream whose client left mid-way (the response destroyed, never ended): a fresh upstream call,
+    // billed a second time, after the very retry that the key was sent to make safe.
+    claimOrReplay(request, reply, raw, apiKey.id).then((replayed) => (replayed ? undefined : done()), done);
   });
-  async function claimOrReplay(request: FastifyRequest, reply: FastifyReply, raw: string | string[], apiKeyId: string): Promise<void> {
+  /** True once a stored answer is being replayed (sent, not awaited to its end); false when the request claimed its key and runs. */
+  async function claimOrReplay(request: FastifyRequest, reply: FastifyReply, raw: string | string[], apiKeyId: string): Promise<boolean> {
     const key = checkIdempotencyKey(raw, request.raw.rawHeaders);
     const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request));
     const begun = await services.idempotency.begin(idempotencyScope(apiKeyId, key), fp, (answer) => replayable(services, answer));
-    if (begun.kind === 'replay') return sendReplay(services, request, reply, begun.answer);
+    if (begun.kind === 'replay') {
+      await sendReplay(services, request, reply, begun.answer);
+      return true;
+    }
     claims.set(request, begun.claim);
+    return false;
   }
   // Callback-style so that the common case, a request without a key, costs no promise.
   app.addHook('onSend', (request, reply, payload, done) => {
