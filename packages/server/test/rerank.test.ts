@@ -110,6 +110,26 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
     }
   });
 
+  it('Cohere’s embed through its SDK is a 404 that says where embeddings are served, in both variants, with no upstream call', async () => {
+    for (const [base, mount] of [
+      [gw.url, '/v1'],
+      [`${gw.url}/alt`, '/alt/v1'],
+    ] as const) {
+      const v1 = new CohereClient({ token: key, environment: base });
+      const v2 = new CohereClientV2({ token: key, environment: base });
+      for (const call of [
+        () => v1.embed({ model: 'cohere/embed-multilingual-v3', texts: ['hello'], inputType: 'search_document' }),
+        () => v2.embed({ model: 'cohere/embed-multilingual-v3', texts: ['hello'], inputType: 'search_document', embeddingTypes: ['float'] }),
+      ]) {
+        const err = (await call().catch((e: unknown) => e)) as CohereError;
+        expect(err.statusCode).toBe(404);
+        const message = (err.body as { error: { message: string } }).error.message;
+        expect(message).toContain(`embeddings are at POST ${mount}/embeddings in OpenAI's shape`);
+      }
+    }
+    expect(sim.providers.cohere?.stats().total).toBe(0);
+  });
+
   it('takes Cohere’s object documents, ranking `text` or the named rank_fields', async () => {
     const docs = [
       { title: 'Germany', text: 'Berlin is a city in Germany.' },

@@ -10,7 +10,9 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 export function noRouteError(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply): GatewayError {
   const path = request.url.split('?')[0] ?? '/';
   const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
-  if (allowed.length === 0) return new GatewayError('not_found', `No route ${request.method} ${path}.${baseHint(app, request.method, path)}`);
+  if (allowed.length === 0) {
+    return new GatewayError('not_found', `No route ${request.method} ${path}.${baseHint(app, request.method, path) || cohereEmbedHint(request.method, path)}`);
+  }
   reply.header('allow', allowed.join(', '));
   return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}.`);
 }
@@ -21,4 +23,15 @@ function baseHint(app: FastifyInstance, method: string, path: string): string {
   const candidate = path.startsWith('/alt/') ? `/alt/v1${path.slice(4)}` : `/v1${path}`;
   const found = known !== undefined && app.findRoute({ method: known, url: candidate }) !== null;
   return found ? ` Did you mean ${candidate}? The base address ends in /v1 (variant B: /alt/v1).` : '';
+}
+
+/**
+ * Cohere's SDK, pointed at the gateway for rerank, embeds through Cohere's own route (`/v1/embed`, `/v2/embed`), which
+ * the gateway does not serve: say where embeddings are, rather than leave a bare 404 that reads like a wrong address.
+ */
+function cohereEmbedHint(method: string, path: string): string {
+  const match = /^(\/alt)?\/v[12]\/embed\/?$/.exec(path);
+  if (method !== 'POST' || !match) return '';
+  const base = match[1] ? '/alt/v1' : '/v1';
+  return ` Cohere's embed API is not served here: embeddings are at POST ${base}/embeddings in OpenAI's shape (Cohere's models too, as GET ${base}/models lists them).`;
 }
