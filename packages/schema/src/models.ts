@@ -42,3 +42,5 @@ export const ModelsQueryB = Type.Object(
   { additionalProperties: false },
 );
 export const ModelParams = Type.Object({ id: Type.String({ minLength: 1 }) });
+/** `/models/{family}/{model}`: the id's slash sent as it is, as a proxy that decodes %2F passes it on. */
+export const SlashedModelParams = Type.Object({ family: Type.String({ minLength: 1 }), model: Type.String({ minLength: 1 }) });

@@ -177,4 +177,21 @@ describe('models', () => {
     const viaSdk = await a.models.retrieve(MODEL);
     expect(viaSdk.id).toBe(MODEL);
   });
+
+  it('gets one model with the slash unencoded too (a proxy that decodes %2F sends that), uncounted; double-encoded is another id', async () => {
+    const limited = (await gw.createKey({ rateLimitRpm: 1 })).key;
+    const auth = { headers: { authorization: `Bearer ${limited}` } };
+    for (const base of [gw.baseA, gw.baseB]) {
+      for (let i = 0; i < 3; i++) {
+        const res = await fetch(`${base}/models/${MODEL}`, auth);
+        expect(res.status).toBe(200);
+        expect(((await res.json()) as { id: string }).id).toBe(MODEL);
+      }
+    }
+    const unknown = await fetch(`${gw.baseB}/models/meta/nothing`, auth);
+    expect([unknown.status, ((await unknown.json()) as { error: { code: string } }).error.code]).toEqual([400, 'model_not_found']);
+    const twice = await fetch(`${gw.baseB}/models/meta%252Fllama-3.3-70b`, auth);
+    expect(twice.status).toBe(400);
+    expect(((await twice.json()) as { error: { message: string } }).error.message).toBe("The model 'meta%2Fllama-3.3-70b' does not exist.");
+  });
 });

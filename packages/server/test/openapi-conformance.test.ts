@@ -188,6 +188,8 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
     await call('model', 'get', p('/models/{id}'), `${base}/models/mistral%2Fsmall`, get(key), 200);
     await call('model unknown', 'get', p('/models/{id}'), `${base}/models/nope%2Fnope`, get(key), variant === 'A' ? 404 : 400);
     await call('model no key', 'get', p('/models/{id}'), `${base}/models/mistral%2Fsmall`, get(null), 401);
+    await call('model slashed', 'get', p('/models/{family}/{model}'), `${base}/models/mistral/small`, get(key), 200);
+    await call('model slashed unknown', 'get', p('/models/{family}/{model}'), `${base}/models/nope/nope`, get(key), variant === 'A' ? 404 : 400);
 
     // Chat, its successes and the errors SPEC.md and docs/errors.md give.
     const chat = p('/chat/completions');

@@ -1,5 +1,5 @@
-import { ModelA, ModelB, type ModelKind, ModelListA, ModelListB, ModelParams, ModelsQueryA, ModelsQueryB } from '@gw/schema';
-import type { FastifyInstance } from 'fastify';
+import { ModelA, ModelB, type ModelKind, ModelListA, ModelListB, ModelParams, ModelsQueryA, ModelsQueryB, SlashedModelParams } from '@gw/schema';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { enabledModels } from '../model-access.js';
 import type { Services } from '../services.js';
@@ -23,23 +23,34 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
       return { object: 'list', data: filterModelsB(all, request.query as QueryB, enabled).map(modelViewB) };
     },
   );
+  const response = { 200: isA ? ModelA : ModelB };
   app.get(
     '/models/:id',
     {
       config: { uncounted: true },
-      schema: docs.operation('getModel', 'Get one model (the slash in the id is encoded as %2F)', {
-        params: ModelParams,
-        response: { 200: isA ? ModelA : ModelB },
-      }),
+      schema: docs.operation('getModel', 'Get one model (the slash in the id is encoded as %2F)', { params: ModelParams, response }),
     },
-    async (request) => {
-      const { id } = request.params as { id: string };
-      const model = services.registry.get(id);
-      // B's list leaves retired models out; asked for one by id, B says it is retired, as a chat request naming it is told.
-      const visible = model && (isA || filterModelsB([{ ...model, deprecated: false }], {}, await enabledModels(services, request)).length > 0);
-      if (!model || !visible) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'id' });
-      if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'id' });
-      return isA ? modelViewA(model) : modelViewB(model);
+    (request) => oneModel(services, request, isA, (request.params as { id: string }).id),
+  );
+  // The same model with its slash unencoded: a reverse proxy that decodes %2F (nginx does, given a URI) sends this path.
+  app.get(
+    '/models/:family/:model',
+    {
+      config: { uncounted: true },
+      schema: docs.operation('getModelSlashed', 'Get one model, the slash in its id unencoded', { params: SlashedModelParams, response }),
+    },
+    (request) => {
+      const { family, model } = request.params as { family: string; model: string };
+      return oneModel(services, request, isA, `${family}/${model}`);
     },
   );
+}
+
+async function oneModel(services: Services, request: FastifyRequest, isA: boolean, id: string) {
+  const model = services.registry.get(id);
+  // B's list leaves retired models out; asked for one by id, B says it is retired, as a chat request naming it is told.
+  const visible = model && (isA || filterModelsB([{ ...model, deprecated: false }], {}, await enabledModels(services, request)).length > 0);
+  if (!model || !visible) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'id' });
+  if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'id' });
+  return isA ? modelViewA(model) : modelViewB(model);
 }
