@@ -217,6 +217,8 @@ describe('errors in each variant’s envelope', () => {
     const rb = await post(gw.baseB, '/chat/completions', chat({ model: 'nobody/nothing' }));
     expect([rb.status, rb.body.error.code]).toEqual([400, 'model_not_found']);
     expect(ra.body.error.message).toBe("The model 'nobody/nothing' does not exist. Model ids are '<family>/<model>', as GET /v1/models lists them.");
+    // Each variant points at its own list: B's client reads B's envelope and B's model fields there.
+    expect(rb.body.error.message).toBe("The model 'nobody/nothing' does not exist. Model ids are '<family>/<model>', as GET /alt/v1/models lists them.");
     // A model named without its family, or by a provider's own name: the gateway's id is suggested.
     for (const named of ['llama-3.3-70b', 'llama-3.3-70b-instruct']) {
       const r = await post(gw.baseA, '/chat/completions', chat({ model: named }));

@@ -1,4 +1,4 @@
-import { type ModelKind, STRATEGIES, type Strategy } from '@gw/schema';
+import { type ModelKind, STRATEGIES, type Strategy, type Variant } from '@gw/schema';
 import type { FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { RouteOptions } from '../routing/plan.js';
@@ -11,7 +11,7 @@ import type { Services } from './services.js';
  */
 export function resolveModel(services: Services, request: FastifyRequest, id: string, kind: ModelKind): RegistryModel | Promise<RegistryModel> {
   const model = services.registry.get(id);
-  if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id)}`, { param: 'model' });
+  if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id, request.gw.variant)}`, { param: 'model' });
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
   if (model.kind !== kind)
     throw new GatewayError('validation', `The model '${id}' is ${kindPhrase(model.kind)} model, not ${kindPhrase(kind)} model.`, { param: 'model' });
@@ -95,14 +95,16 @@ export function routeOptions(services: Services, request: FastifyRequest): Route
 
 /**
  * What a client that named no model of ours most likely meant: the gateway's id of a model it named by its own
- * name (`small`) or by a provider's (`mistral-small-latest`), else where the ids are listed. On the error path only.
+ * name (`small`) or by a provider's (`mistral-small-latest`), else where the ids are listed: the client's own
+ * variant's list, since the other variant's answers in another envelope. On the error path only.
  */
-function modelHint(services: Services, id: string): string {
+function modelHint(services: Services, id: string, variant: Variant): string {
   const lower = id.toLowerCase();
   const meant = services.registry
     .list()
     .filter((m) => m.id.toLowerCase().endsWith(`/${lower}`) || m.offers.some((o) => o.upstreamModel.toLowerCase() === lower))
     .map((m) => `'${m.id}'`);
-  if (meant.length > 0 && meant.length <= 3) return ` Did you mean ${meant.join(' or ')}? Model ids are '<family>/<model>', as GET /v1/models lists them.`;
-  return " Model ids are '<family>/<model>', as GET /v1/models lists them.";
+  const listed = `Model ids are '<family>/<model>', as GET ${variant === 'b' ? '/alt/v1' : '/v1'}/models lists them.`;
+  if (meant.length > 0 && meant.length <= 3) return ` Did you mean ${meant.join(' or ')}? ${listed}`;
+  return ` ${listed}`;
 }
