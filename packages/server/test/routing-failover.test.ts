@@ -112,6 +112,8 @@ describe('X-Gateway-Provider-Prefer', () => {
     expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'nebius' })).toEqual({ provider: 'nebius', hops: '0' });
     sim.providers.nebius?.setFault({ kind: 'status', status: 500 });
     expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'nebius' })).toEqual({ provider: 'scaleway', hops: '1' });
+    // A known provider that does not host the model is no preference: the strategy's order stands.
+    expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'mistral' })).toEqual({ provider: 'scaleway', hops: '0' });
     const err = await fail(b, { 'X-Gateway-Provider-Prefer': 'elsewhere' });
     expect([err.status, err.code, err.param]).toEqual([400, 'invalid_request', 'X-Gateway-Provider-Prefer']);
   });
