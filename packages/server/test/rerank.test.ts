@@ -70,10 +70,10 @@ const documents = [
 ];
 const query = 'What is the capital of France?';
 
-function post(base: string, body: unknown) {
+function post(base: string, body: unknown, headers: Record<string, string> = {}) {
   return fetch(`${base}/rerank`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
     body: JSON.stringify(body),
   });
 }
@@ -231,6 +231,28 @@ describe('POST /v1/rerank on the wire', () => {
     const before = sim.providers.scaleway?.stats().total ?? 0;
     const res = await post(gw.baseA, { model: TWO_PROVIDERS, query, documents, max_tokens_per_doc: 8 });
     expect([res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([502, 'provider_down']);
+    expect(sim.providers.scaleway?.stats().total).toBe(before);
+  });
+
+  it('max_tokens_per_doc that could cut a document: a provider that cannot truncate is left out before the plan is cut, and a pin to one is a 400', async () => {
+    // Scaleway first and no failover: the plan must still be Cohere's, not an empty one.
+    const preferred = await post(
+      gw.baseA,
+      { model: TWO_PROVIDERS, query, documents, max_tokens_per_doc: 8 },
+      {
+        'x-gateway-provider-prefer': 'scaleway',
+        'x-gateway-max-hops': '0',
+      },
+    );
+    expect([preferred.status, preferred.headers.get('x-gateway-provider')]).toEqual([200, 'cohere']);
+
+    const before = sim.providers.scaleway?.stats().total ?? 0;
+    for (const base of [gw.baseA, gw.baseB]) {
+      const pinned = await post(base, { model: TWO_PROVIDERS, query, documents, max_tokens_per_doc: 8 }, { 'x-gateway-provider': 'scaleway' });
+      const body = (await pinned.json()) as { error: { param: string; message: string } };
+      expect([pinned.status, body.error.param]).toEqual([400, 'max_tokens_per_doc']);
+      expect(body.error.message).toContain("'scaleway'");
+    }
     expect(sim.providers.scaleway?.stats().total).toBe(before);
   });
 });

@@ -63,8 +63,8 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
       request.gw.usage = newUsageDraft('rerank', model.id);
       const options = routeOptions(services, request);
-      const planned = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
-      const plan = mustTruncate ? planned.filter((o) => truncates(services, o)) : planned;
+      const servable = mustTruncate ? offersTruncating(services, model, options.pin, body.max_tokens_per_doc ?? 0) : model;
+      const plan = planOffers(servable, options, { promptTokens: 0, maxTokens: 0 });
       const units = worstSearchUnits(body.query, texts);
       await reserveBudget(services, request, Math.max(0, ...plan.map((o) => units * (o.pricing.per_unit ?? 0))));
       const upstream: RerankRequest = {
@@ -101,14 +101,29 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
  */
 function truncationNeeded(services: Services, model: RegistryModel, cap: number | undefined, texts: string[]): boolean {
   if (cap === undefined || texts.every((t) => Buffer.byteLength(t) < cap)) return false;
-  if (!model.offers.some((o) => truncates(services, o))) {
-    throw new GatewayError(
-      'validation',
-      `Invalid body: 'max_tokens_per_doc' cannot be honoured for '${model.id}': its providers do not truncate documents. Leave it out, or keep each document shorter than ${cap} bytes.`,
-      { param: 'max_tokens_per_doc' },
-    );
-  }
+  if (!model.offers.some((o) => truncates(services, o))) throw capRefused(cap, `'${model.id}': its providers do not`);
   return true;
+}
+
+/**
+ * The model with only the offers that truncate documents, left out before planning so that neither a preferred
+ * provider nor the failover cut (X-Gateway-Max-Hops) leaves an empty plan; a pin to a provider that does not is a 400.
+ */
+function offersTruncating(services: Services, model: RegistryModel, pin: string | null, cap: number): RegistryModel {
+  const kept = model.offers.filter((o) => truncates(services, o));
+  // A pin to a provider that does not serve the model is planning's own error.
+  if (pin !== null && model.offers.some((o) => o.provider === pin) && !kept.some((o) => o.provider === pin)) {
+    throw capRefused(cap, `'${pin}', the provider X-Gateway-Provider pins '${model.id}' to: it does not`);
+  }
+  return kept.length === model.offers.length ? model : { ...model, offers: kept };
+}
+
+function capRefused(cap: number, where: string): GatewayError {
+  return new GatewayError(
+    'validation',
+    `Invalid body: 'max_tokens_per_doc' cannot be honoured by ${where} truncate documents. Leave it out, or keep each document shorter than ${cap} bytes.`,
+    { param: 'max_tokens_per_doc' },
+  );
 }
 
 function truncates(services: Services, offer: Offer): boolean {
