@@ -1,5 +1,4 @@
 import { UpstreamError } from '../errors/upstream-error.js';
-import type { ChatBody } from './types.js';
 
 /** A chat completion's body, or the provider fault it is: not JSON, or no choices (a 200 without an answer). */
 export function withChoices(provider: string, body: unknown): Record<string, unknown> & { choices: unknown[] } {
@@ -48,8 +47,10 @@ export function mapToolCalls(calls: unknown): unknown {
  * The API's sampling defaults (SPEC: temperature 1.0, top_p 1.0), sent rather than left to the host: hosts default
  * otherwise (Mistral by model; vLLM from each model's generation config, 0.6 / 0.9 for Llama 3.3), and a request
  * should sample alike wherever it is routed. Not for Azure: its reasoning deployments refuse both, even at 1.
+ * Set on the upstream body the adapter already made (its own copy), so that the client's body is not copied again.
  */
-export function withSamplingDefaults(body: ChatBody): ChatBody {
-  if (body['temperature'] !== undefined && body['temperature'] !== null && body['top_p'] !== undefined && body['top_p'] !== null) return body;
-  return { ...body, temperature: body['temperature'] ?? 1, top_p: body['top_p'] ?? 1 };
+export function fillSamplingDefaults(upstream: Record<string, unknown>): Record<string, unknown> {
+  upstream['temperature'] ??= 1;
+  upstream['top_p'] ??= 1;
+  return upstream;
 }

@@ -64,7 +64,11 @@ export function mistralToolId(id: string): string {
  * (Mistral refuses a last assistant message otherwise). One with tool calls stays as it is: its results are missing.
  */
 function toMistralMessages(messages: unknown[]): unknown[] {
-  const out = messages.map(toMistralMessage).filter((m) => !isEmptyAssistant(m));
+  const out: unknown[] = [];
+  for (const message of messages) {
+    const m = toMistralMessage(message);
+    if (!isEmptyAssistant(m)) out.push(m);
+  }
   const last = out.at(-1) as Record<string, unknown> | undefined;
   if (last?.['role'] === 'assistant' && !hasToolCalls(last)) out[out.length - 1] = { ...last, prefix: true };
   return out;

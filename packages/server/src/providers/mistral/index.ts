@@ -1,7 +1,7 @@
 import type { ProviderConfig } from '@gw/schema';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
-import { withSamplingDefaults } from '../openai-shape.js';
+import { fillSamplingDefaults } from '../openai-shape.js';
 import type {
   ChatBody,
   ChatCompletion,
@@ -46,7 +46,7 @@ export class MistralAdapter implements ProviderAdapter {
   }
 
   async chat(body: ChatBody, call: UpstreamCall): Promise<ChatCompletion> {
-    const res = await this.postJson('/chat/completions', toMistralChatBody(withSamplingDefaults(body), call.upstreamModel, false), call);
+    const res = await this.postJson('/chat/completions', fillSamplingDefaults(toMistralChatBody(body, call.upstreamModel, false)), call);
     return parseMistralCompletion(this.id, res);
   }
 
@@ -55,7 +55,7 @@ export class MistralAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, 'content-type': 'application/json', accept: 'text/event-stream' },
-      body: JSON.stringify(toMistralChatBody(withSamplingDefaults(body), call.upstreamModel, true)),
+      body: JSON.stringify(fillSamplingDefaults(toMistralChatBody(body, call.upstreamModel, true))),
       signal: call.signal,
     });
     if (!res.ok) throw mistralError(this.id, res);

@@ -19,7 +19,11 @@ export function toUpstreamChatBody(body: ChatBody, upstreamModel: string, maxTok
 
 /** A streamed request always asks for usage, so every stream is billed from the provider's own count. */
 export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string, maxTokens?: number, stripped?: readonly string[]): Record<string, unknown> {
-  return { ...toUpstreamChatBody(body, upstreamModel, maxTokens, stripped), stream: true, stream_options: { include_usage: true } };
+  // The one copy toUpstreamChatBody made, changed in place rather than copied again.
+  const out = toUpstreamChatBody(body, upstreamModel, maxTokens, stripped);
+  out['stream'] = true;
+  out['stream_options'] = { include_usage: true };
+  return out;
 }
 
 /** Reasoning from an earlier turn is not sent back upstream (several providers reject it). */

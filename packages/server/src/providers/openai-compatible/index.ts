@@ -1,7 +1,7 @@
 import type { ProviderConfig } from '@gw/schema';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
-import { withSamplingDefaults } from '../openai-shape.js';
+import { fillSamplingDefaults } from '../openai-shape.js';
 import { strippedKeys, type Vendor, vendorOf, vendorOfHost } from '../param-compat.js';
 import type {
   ChatBody,
@@ -71,7 +71,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamChatBody(withSamplingDefaults(body), call.upstreamModel, this.completionCap(call), this.stripped)),
+      body: JSON.stringify(fillSamplingDefaults(toUpstreamChatBody(body, call.upstreamModel, this.completionCap(call), this.stripped))),
       signal: call.signal,
     });
     return parseChatCompletion(this.id, res);
@@ -82,7 +82,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, accept: 'text/event-stream', 'x-request-id': call.requestId },
-      body: JSON.stringify(toUpstreamStreamBody(withSamplingDefaults(body), call.upstreamModel, this.completionCap(call), this.stripped)),
+      body: JSON.stringify(fillSamplingDefaults(toUpstreamStreamBody(body, call.upstreamModel, this.completionCap(call), this.stripped))),
       signal: call.signal,
     });
     if (!res.ok) throw httpError(this.id, res);
