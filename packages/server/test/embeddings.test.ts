@@ -1,7 +1,7 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
 let gw: TestGateway;
@@ -246,6 +246,48 @@ describe('a request served by several upstream calls is billed every call the pr
     expect(record).toMatchObject({ provider: 'ovh', status: 200, promptTokens: firstBatch + atOvh });
     expect(record?.cost).toBeCloseTo(cost, 15);
     expect(spent).toBeCloseTo(cost, 15);
+  });
+  it('Cohere answering every batch: the request is billed each batch once', async () => {
+    const [first, second] = [
+      await tokensAt('cohere/embed-multilingual-v3', texts.slice(0, 96), 'cohere'),
+      await tokensAt('cohere/embed-multilingual-v3', texts.slice(96), 'cohere'),
+    ];
+    const budgeted = await gw.createKey({ rateLimitRpm: 10_000, budget: 5 });
+    const res = await embedWith(budgeted.key, { model: 'cohere/embed-multilingual-v3', input: texts });
+    expect([res.status, res.json.usage?.prompt_tokens]).toEqual([200, first + second]);
+    const { record, spent } = await recordAndSpent(res.requestId, budgeted.id);
+    expect(record).toMatchObject({ provider: 'cohere', status: 200, promptTokens: first + second });
+    expect(spent).toBeCloseTo(((first + second) * 0.1) / 1e6, 15);
+  });
+
+  it('a client that leaves while Cohere’s second batch runs: the 499’s record and the key’s spend carry the first, paid batch', async () => {
+    const firstBatch = await tokensAt('cohere/embed-multilingual-v3', texts.slice(0, 96), 'cohere');
+    const budgeted = await gw.createKey({ rateLimitRpm: 10_000, budget: 5 });
+    const before = sim.providers.cohere?.stats().byEndpoint['embeddings'] ?? 0;
+    // The first call answers; the second is never answered, so the client gives up while it runs.
+    sim.providers.cohere?.setFault({ kind: 'hang', skip: 1, times: 1, endpoints: ['embeddings'] });
+    const leaving = new AbortController();
+    const sent = fetch(`${gw.baseA}/embeddings`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${budgeted.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'cohere/embed-multilingual-v3', input: texts }),
+      signal: leaving.signal,
+    }).catch(() => null);
+    await eventually(() => expect(sim.providers.cohere?.stats().byEndpoint['embeddings']).toBe(before + 2), 5_000);
+    leaving.abort();
+    await sent;
+    const record = await (async () => {
+      for (;;) {
+        await gw.gateway.services.usage.flush();
+        const rows = await gw.gateway.services.store.usage.list({ keyId: budgeted.id });
+        if (rows.length > 0) return rows[0];
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    expect(record).toMatchObject({ kind: 'embedding', provider: 'cohere', status: 499, promptTokens: firstBatch });
+    expect(record?.cost).toBeCloseTo((firstBatch * 0.1) / 1e6, 15);
+    const spent = (await gw.admin<{ spent: number }>('GET', `/keys/${budgeted.id}`)).body.spent;
+    expect(spent).toBeCloseTo((firstBatch * 0.1) / 1e6, 15);
   });
 });
 

@@ -1,13 +1,6 @@
 /** How an upstream call failed; decides failover and the client-facing code. */
 export type UpstreamErrorKind = 'connect' | 'timeout' | 'http' | 'protocol' | 'aborted';
 
-/** What a provider billed for calls of an attempt that then failed (a batch answered before a later one failed). */
-export interface BilledUsage {
-  promptTokens: number;
-  completionTokens: number;
-  units: number;
-}
-
 export interface UpstreamErrorInit {
   kind: UpstreamErrorKind;
   provider: string;
@@ -17,8 +10,6 @@ export interface UpstreamErrorInit {
   /** What the provider said in full, for the operator's log when the message clients get is shorter. */
   detail?: string;
   cause?: unknown;
-  /** Paid at the provider although the attempt failed: the request is billed it (http/upstream-call.ts). */
-  billed?: BilledUsage;
 }
 
 export class UpstreamError extends Error {
@@ -27,7 +18,6 @@ export class UpstreamError extends Error {
   readonly status: number | undefined;
   readonly retryAfterS: number | undefined;
   readonly detail: string;
-  readonly billed: BilledUsage | undefined;
 
   constructor(init: UpstreamErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -37,21 +27,6 @@ export class UpstreamError extends Error {
     this.status = init.status;
     this.retryAfterS = init.retryAfterS;
     this.detail = init.detail ?? init.message;
-    this.billed = init.billed;
-  }
-
-  /** The same failure, with what the provider billed of the attempt before it. */
-  withBilled(billed: BilledUsage): UpstreamError {
-    return new UpstreamError({
-      kind: this.kind,
-      provider: this.provider,
-      message: this.message,
-      detail: this.detail,
-      billed,
-      cause: this.cause,
-      ...(this.status === undefined ? {} : { status: this.status }),
-      ...(this.retryAfterS === undefined ? {} : { retryAfterS: this.retryAfterS }),
-    });
   }
 
   /** Worth trying the next offer: the provider, not the request, is at fault. */

@@ -2,13 +2,14 @@ import type { ServerResponse } from 'node:http';
 import { H, type Strategy } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { GatewayError } from '../errors/gateway-error.js';
-import { type BilledUsage, UpstreamError } from '../errors/upstream-error.js';
+import { UpstreamError } from '../errors/upstream-error.js';
 import { redactSecrets } from '../lib/redact.js';
 import type { AbortListener, CancelSignal } from '../providers/http-client.js';
-import type { ProviderAdapter } from '../providers/types.js';
+import type { PaidPart, ProviderAdapter } from '../providers/types.js';
 import type { LatencyMode, OfferStats } from '../routing/offer-stats.js';
 import type { Offer } from '../routing/registry.js';
 import type { StreamRouting } from '../streaming/types.js';
+import type { UsageDraft } from './context.js';
 import type { Services } from './services.js';
 
 /**
@@ -32,7 +33,6 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
     return value;
   } catch (err) {
     outcome = err instanceof UpstreamError ? err.kind : 'error';
-    if (err instanceof UpstreamError && err.billed) billFailedAttempt(request, offer, err.billed);
     learnFromFailure(stats, offer, err, performance.now() - started, mode);
     // What the provider did, for the operator (the client sees the gateway's own code); secrets taken out as for the client.
     if (err instanceof UpstreamError && err.retryable) {
@@ -50,19 +50,43 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
 }
 
 /**
- * What a failed attempt was billed at its provider (batches answered before one failed) is added to the request's
- * usage, so that its one record and its budget settle carry it whether the request then fails or another offer
- * answers (the route adds that answer's cost to it).
+ * {@link callUpstream} for a call its provider may bill in parts (UpstreamCall.paid): each part goes on the request's
+ * usage as it is told; if the call succeeds, its result counts the whole, which the route bills, and the parts are
+ * taken back off.
  */
-function billFailedAttempt(request: FastifyRequest, offer: Offer, billed: BilledUsage): void {
-  const usage = request.gw.usage;
-  if (!usage) return;
+export async function callUpstreamPaidInParts<T>(
+  services: Services,
+  request: FastifyRequest,
+  offer: Offer,
+  fn: (adapter: ProviderAdapter, paid: (part: PaidPart) => void) => Promise<T>,
+): Promise<T> {
+  // The request's usage before the attempt's first paid part, restored if the attempt succeeds.
+  let beforeParts: UsageDraft | null = null;
+  const paid = (part: PaidPart) => {
+    const usage = request.gw.usage;
+    if (!usage) return;
+    beforeParts ??= { ...usage };
+    billPart(usage, offer, part);
+  };
+  return callUpstream(services, request, offer, async (adapter) => {
+    const value = await fn(adapter, paid);
+    if (beforeParts !== null && request.gw.usage) Object.assign(request.gw.usage, beforeParts);
+    return value;
+  });
+}
+
+/**
+ * A part of a call its provider answered, and billed, before the call ended goes on the request's usage at once, at
+ * the prices of the offer that made it: its one record and its budget settle carry it whether the request then fails,
+ * is answered by another offer (whose cost the route adds), or its client leaves first (recorded at once, as a 499).
+ */
+function billPart(usage: UsageDraft, offer: Offer, part: PaidPart): void {
   usage.provider ??= offer.provider;
-  usage.promptTokens += billed.promptTokens;
-  usage.completionTokens += billed.completionTokens;
-  usage.units += billed.units;
+  usage.promptTokens += part.promptTokens;
+  usage.completionTokens += part.completionTokens;
+  usage.units += part.units;
   const { prompt_per_1m, completion_per_1m, per_unit } = offer.pricing;
-  usage.cost += (billed.promptTokens * prompt_per_1m + billed.completionTokens * completion_per_1m) / 1_000_000 + billed.units * (per_unit ?? 0);
+  usage.cost += (part.promptTokens * prompt_per_1m + part.completionTokens * completion_per_1m) / 1_000_000 + part.units * (per_unit ?? 0);
 }
 
 function streams(request: FastifyRequest): boolean {

@@ -65,6 +65,20 @@ export interface UpstreamCall {
    * the prompt's estimate. Sent only where the client set none and the provider's own default would cut answers short.
    */
   maxTokens?: number;
+  /**
+   * Told of what the provider billed for a part of the call it answered before the call ends: a batch while others
+   * follow (Cohere embeds 96 texts a call), or an answer the adapter then refuses. The request is billed it at once,
+   * so that neither a later failure nor a client that leaves meanwhile loses it; once the call succeeds, its result
+   * counts the whole and these parts are taken back off (http/upstream-call.ts).
+   */
+  paid?: (part: PaidPart) => void;
+}
+
+/** What a provider billed for a part of a call. */
+export interface PaidPart {
+  promptTokens: number;
+  completionTokens: number;
+  units: number;
 }
 
 /** Texts to embed, already validated; vectors are always asked for as floats (the gateway encodes base64 itself). */

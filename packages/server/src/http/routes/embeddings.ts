@@ -8,10 +8,10 @@ import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { reserveBudget } from '../budget.js';
-import { newUsageDraft } from '../context.js';
+import { newUsageDraft, type UsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
-import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import { callUpstreamPaidInParts, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
 export const EmbeddingsBody = Type.Object(
@@ -63,13 +63,14 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
         throw new GatewayError('model_not_found', `The model '${body.model}' is not part of the embeddings beta.`, { param: 'model' });
       }
       // Recorded from here on: a request refused above for its model is not (docs/decisions.md, usage records).
-      request.gw.usage = newUsageDraft('embedding', model.id);
+      // Kept here too: a client that leaves has its request recorded (and its draft taken off it) before the route ends.
+      const usage = newUsageDraft('embedding', model.id);
+      request.gw.usage = usage;
       const input = typeof body.input === 'string' ? [body.input] : body.input;
       const options = routeOptions(services, request);
       const promptTokens = estimateTokens(input, 3);
       const plan = planOffers(model, options, { promptTokens, maxTokens: 0 });
       const settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, input) : null;
-      let result: EmbeddingsResult | null = null;
       try {
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000)));
         const upstream: EmbeddingsRequest = {
@@ -79,17 +80,17 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
         };
         const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
         const done = await executePlan(plan, (offer) =>
-          callUpstream(services, request, offer, (adapter) => embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+          callUpstreamPaidInParts(services, request, offer, (adapter, paid) => embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel, paid })),
         );
         // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used.
-        result = done.value.promptTokens > 0 ? done.value : { ...done.value, promptTokens };
-        bill(request, done.offer, result);
+        const result = done.value.promptTokens > 0 ? done.value : { ...done.value, promptTokens };
+        bill(usage, done.offer, result);
         setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
         // The answer's usage is what the request is billed, batches of a failed attempt included, as a client adds it up.
-        return render(model, { ...result, promptTokens: request.gw.usage?.promptTokens ?? result.promptTokens }, body.encoding_format ?? 'float');
+        return render(model, { ...result, promptTokens: usage.promptTokens }, body.encoding_format ?? 'float');
       } finally {
         // The window counts every token sent upstream, those of a failed attempt's paid batches too.
-        await settleBeta?.(request.gw.usage?.promptTokens ?? result?.promptTokens ?? 0);
+        await settleBeta?.(usage.promptTokens);
       }
     },
   );
@@ -126,9 +127,7 @@ async function admitBeta(services: Services, request: FastifyRequest, input: str
 }
 
 /** The answer's cost joins what failed attempts were billed (batches paid before a later one failed) on the request's usage. */
-function bill(request: FastifyRequest, offer: Offer, result: EmbeddingsResult): void {
-  const usage = request.gw.usage;
-  if (!usage) return;
+function bill(usage: UsageDraft, offer: Offer, result: EmbeddingsResult): void {
   usage.provider = offer.provider;
   usage.promptTokens += result.promptTokens;
   usage.cost += (result.promptTokens * offer.pricing.prompt_per_1m) / 1_000_000;

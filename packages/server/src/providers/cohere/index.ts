@@ -1,5 +1,4 @@
 import type { ProviderConfig } from '@gw/schema';
-import { UpstreamError } from '../../errors/upstream-error.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
 import type {
   ChatBody,
@@ -68,27 +67,22 @@ export class CohereAdapter implements ProviderAdapter {
     return parseCohereRerank(this.id, res, request.documents.length);
   }
 
-  /** Inputs past Cohere's 96 per call are sent in batches, in order. */
+  /**
+   * Inputs past Cohere's 96 per call are sent in batches, in order. Each batch answered while others follow was paid
+   * at Cohere: the call is told of it at once, so that the request is billed it even if a later batch fails.
+   */
   async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
     const vectors: number[][] = [];
     let promptTokens = 0;
     let counted = true;
-    let billed = 0;
     for (let i = 0; i < request.input.length; i += EMBED_BATCH) {
       const texts = request.input.slice(i, i + EMBED_BATCH);
-      let batch: { vectors: number[][]; tokens: number | null };
-      try {
-        const res = await this.post('/v2/embed', toCohereEmbedBody(request, texts, call.upstreamModel), call);
-        batch = parseCohereEmbed(this.id, res, texts.length);
-      } catch (err) {
-        // The batches answered before were paid at Cohere: the failure carries them, so the request is billed them.
-        if (billed > 0 && err instanceof UpstreamError) throw err.withBilled({ promptTokens: billed, completionTokens: 0, units: 0 });
-        throw err;
-      }
+      const res = await this.post('/v2/embed', toCohereEmbedBody(request, texts, call.upstreamModel), call);
+      const batch = parseCohereEmbed(this.id, res, texts.length);
       vectors.push(...batch.vectors);
       if (batch.tokens === null) counted = false;
       promptTokens += batch.tokens ?? 0;
-      billed += batch.tokens ?? estimateTokens(texts, 3);
+      if (i + EMBED_BATCH < request.input.length) call.paid?.({ promptTokens: batch.tokens ?? estimateTokens(texts, 3), completionTokens: 0, units: 0 });
     }
     // One batch without a count would bill its texts at nothing: no count at all, so the route bills its estimate of all.
     return { vectors, promptTokens: counted ? promptTokens : 0 };

@@ -99,9 +99,9 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     const got = result.vectors[0]?.length ?? 0;
     if (request.dimensions !== undefined && got !== request.dimensions) {
       this.ignoresDimensions.set(model, got);
-      // The provider answered, and billed it: the refusal carries its count (the gateway's estimate without one).
-      const tokens = result.promptTokens > 0 ? result.promptTokens : estimateTokens(request.input, 3);
-      throw dimensionsIgnored(this.id, model, got).withBilled({ promptTokens: tokens, completionTokens: 0, units: 0 });
+      // The provider answered, and billed it: the request is billed its count (the gateway's estimate without one).
+      call.paid?.({ promptTokens: result.promptTokens > 0 ? result.promptTokens : estimateTokens(request.input, 3), completionTokens: 0, units: 0 });
+      throw dimensionsIgnored(this.id, model, got);
     }
     return result;
   }
