@@ -272,7 +272,8 @@ describe('when Redis restarts empty and the instance that ran a keyed request re
       const own = await late.createKey({ rateLimitRpm: 1000 });
       sim.providers.scaleway?.configure({ latencyMs: 600 });
       const first = post(late.baseA, own.key, chatBody('Reconnects last'), { 'x-idempotency-key': 'reconnects-last' });
-      await new Promise((r) => setTimeout(r, 250));
+      // Claimed and upstream (600 ms to its answer) before Redis goes, however long the claim took on a busy machine.
+      await eventually(() => expect(chats()).toBe(1), 5_000);
       relay.open = false;
       await redis.kill();
       let answered: Awaited<typeof first>;
