@@ -8,10 +8,11 @@ import { parseVerboseTranscription, transcriptionFields } from '../src/providers
 import { parseChatCompletion, toUpstreamChatBody, toUpstreamStreamBody } from '../src/providers/openai-compatible/chat.js';
 import { parseEmbeddingsList, toUpstreamEmbeddingsBody } from '../src/providers/openai-compatible/embeddings.js';
 import { httpError } from '../src/providers/openai-compatible/errors.js';
-import { capsCompletionsFor, OpenAICompatibleAdapter, sentCompletionCap } from '../src/providers/openai-compatible/index.js';
+import { OpenAICompatibleAdapter, sentCompletionCap } from '../src/providers/openai-compatible/index.js';
 import { parseModelList } from '../src/providers/openai-compatible/models.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
+import { vendorOfHost } from '../src/providers/param-compat.js';
 import type { ChatChunk, SpooledUpload } from '../src/providers/types.js';
 import { answer, call, collect, providerConfig, upstreamError } from './helpers/adapters.js';
 import { wav } from './helpers/audio.js';
@@ -209,9 +210,10 @@ describe('OpenAI-compatible chat answers in OpenAI’s shape', () => {
 
 describe('a provider that cuts completions short unless told a cap (IONOS: 16 tokens)', () => {
   it('is told the request’s own cap or, without one, the most the context leaves; other providers get the body as the client sent it', () => {
-    expect(capsCompletionsFor(new URL('https://openai.inference.de-txl.ionos.com/v1'))).toBe(true);
+    // The adapter caps completions for the IONOS vendor, told by its host.
+    expect(vendorOfHost(new URL('https://openai.inference.de-txl.ionos.com/v1'))).toBe('ionos');
     for (const other of ['https://api.scaleway.ai/v1', 'http://127.0.0.1:9101/v1', 'https://ionos.com.example.org/v1']) {
-      expect([other, capsCompletionsFor(new URL(other))]).toEqual([other, false]);
+      expect([other, vendorOfHost(new URL(other)) === 'ionos']).toEqual([other, false]);
     }
     const ask = { model: 'x', messages: [{ role: 'user' as const, content: 'Hallo' }] };
     expect(toUpstreamChatBody(ask, 'meta-llama/Llama-3.3-70B-Instruct', 8000)['max_tokens']).toBe(8000);

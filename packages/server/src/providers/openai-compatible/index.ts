@@ -2,7 +2,7 @@ import type { ProviderConfig } from '@gw/schema';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
-import { strippedKeys, type Vendor, vendorOf, vendorOfHost } from '../param-compat.js';
+import { strippedKeys, type Vendor, vendorOf } from '../param-compat.js';
 import type {
   ChatBody,
   ChatCompletion,
@@ -148,9 +148,4 @@ export const SENT_COMPLETION_CAP = 4096;
  */
 export function sentCompletionCap(maxTokens: number | undefined): number | undefined {
   return maxTokens === undefined ? undefined : Math.min(SENT_COMPLETION_CAP, maxTokens);
-}
-
-/** Whether a provider at `url` cuts completions short unless told a cap: IONOS' AI Model Hub (16 tokens, PROVIDERS.md 7). */
-export function capsCompletionsFor(url: URL): boolean {
-  return vendorOfHost(url) === 'ionos';
 }
