@@ -88,6 +88,53 @@ describe('operations', () => {
     sim.providers.scaleway?.clearFaults();
   });
 
+  it('counts as 499, not 400, a request whose client left while its body (JSON or an upload) was arriving', async () => {
+    const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
+    const port = Number(new URL(proc.url).port);
+    const count = async (route: string, status: number) => {
+      const text = await (await fetch(`${proc.url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`gw_http_requests_total{route="${route}",variant="a",status="${status}"}`));
+      return Number(line?.split(' ').at(-1) ?? 0);
+    };
+    const boundary = 'cut-off-upload';
+    const upload = Buffer.concat([
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper-large-v3\r\n`),
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+      Buffer.alloc(64 * 1024, 1),
+      Buffer.from(`\r\n--${boundary}--\r\n`),
+    ]);
+    const json = Buffer.from(JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'x'.repeat(8000) }] }));
+    const cases = [
+      { route: '/v1/chat/completions', type: 'application/json', body: json },
+      { route: '/v1/audio/transcriptions', type: `multipart/form-data; boundary=${boundary}`, body: upload },
+    ];
+    for (const { route, type, body } of cases) {
+      const [refused, gone] = [await count(route, 400), await count(route, 499)];
+      const logged = proc
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('"msg":"request completed: the client left before its answer"')).length;
+      // Half the declared body, then the connection closed: the client gave up on its request.
+      await new Promise<void>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1', () => {
+          socket.write(
+            `POST ${route} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${key}\r\ncontent-type: ${type}\r\ncontent-length: ${body.length}\r\n\r\n`,
+          );
+          socket.write(body.subarray(0, body.length >> 1), () => setTimeout(() => socket.destroy(), 50));
+        });
+        socket.on('close', () => resolve());
+        socket.on('error', reject);
+      });
+      await eventually(async () => expect(await count(route, 499)).toBe(gone + 1));
+      expect(await count(route, 400)).toBe(refused);
+      const ended = proc
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('"msg":"request completed: the client left before its answer"'));
+      expect(ended.length).toBe(logged + 1);
+    }
+  });
+
   it('labels in /metrics the variant of answers refused before its routes (a 404 under /alt/v1, a missing Host)', async () => {
     const count = async (route: string, variant: string, status: number) => {
       const text = await (await fetch(`${proc.url}/metrics`)).text();

@@ -34,6 +34,12 @@ export function frameworkErrors(err: FastifyError, request: FastifyRequest, repl
  */
 export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  // The client closed its side in the middle of a request (its body cut off): it gave up, and nobody reads an
+  // answer. Closed unanswered, the request is counted and logged as a client that left (499), not as a 400.
+  if (err.code === 'HPE_INVALID_EOF_STATE') {
+    socket.destroy();
+    return;
+  }
   const startedAt = performance.now();
   const error =
     err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
