@@ -21,6 +21,8 @@ interface Held {
   fingerprint: string;
   ttlMs: number;
   answer: StoredAnswer | null;
+  /** Lets go of an answer never written (HELD_ANSWER_MAX_MS); cleared once it is, since its closure holds the answer. */
+  expiry: NodeJS.Timeout | null;
 }
 
 /** One hash per scope, hash-tagged for Redis Cluster. */
@@ -153,7 +155,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     if (Date.now() < this.settleUntil) return this.peekWhileSettling(scope, fingerprint);
     const res = (await this.run('gwIdemClaim', scope, fingerprint, owner, Math.round(ttlMs))) as [string | null, string | null, string | null] | null;
     if (res === null) {
-      this.held.set(owner, { scope, fingerprint, ttlMs, answer: null });
+      this.held.set(owner, { scope, fingerprint, ttlMs, answer: null, expiry: null });
       return null;
     }
     const [state, fp, answer] = res;
@@ -186,8 +188,8 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     // Kept to be written again after a reconnect: a stream's answer stored as begun until it is stored with its events,
     // and any answer whose write fails (Redis away when the request ended). Not for good: an archive that never comes
     // or a Redis that never returns must not keep it here past HELD_ANSWER_MAX_MS.
-    if (held.answer === null) {
-      setTimeout(() => {
+    if (held.expiry === null) {
+      held.expiry = setTimeout(() => {
         if (this.held.get(owner) === held) this.held.delete(owner);
       }, HELD_ANSWER_MAX_MS).unref();
     }
@@ -206,7 +208,14 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   /** A final answer (not a stream's begun one) written: nothing left to keep for it. */
   private written(owner: string, held: Held, answer: StoredAnswer): void {
     const final = !answer.stream || answer.stream.events !== undefined;
-    if (final && this.held.get(owner) === held && held.answer === answer) this.held.delete(owner);
+    if (final && this.held.get(owner) === held && held.answer === answer) this.letGo(owner);
+  }
+
+  /** Forgets `owner`'s claim and answer, and the timer that would have (which holds the answer until it fires). */
+  private letGo(owner: string): void {
+    const held = this.held.get(owner);
+    if (held?.expiry) clearTimeout(held.expiry);
+    this.held.delete(owner);
   }
 
   private retryLater(owner: string, held: Held): void {
@@ -221,12 +230,12 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   }
 
   async release(scope: string, owner: string): Promise<void> {
-    this.held.delete(owner);
+    this.letGo(owner);
     await this.run('gwIdemRelease', scope, owner);
   }
 
   async drop(scope: string, owner: string): Promise<void> {
-    this.held.delete(owner);
+    this.letGo(owner);
     await this.run('gwIdemDrop', scope, owner);
   }
 
