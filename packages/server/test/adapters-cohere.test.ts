@@ -88,8 +88,8 @@ describe('Cohere adapter against the simulated Cohere API', () => {
     const cohere = sim.providers.cohere;
     cohere?.setModels([...(cohere?.models() ?? []), ...Array.from({ length: 1500 }, (_, i) => `embed-extra-${i}`)]);
     const names = await adapter.listModels();
-    expect(names).toHaveLength(1503);
-    expect(names).toEqual(expect.arrayContaining(['rerank-v3.5', 'embed-multilingual-v3.0', 'embed-v4.0', 'embed-extra-1499']));
+    expect(names).toHaveLength(1504);
+    expect(names).toEqual(expect.arrayContaining(['rerank-v3.5', 'embed-multilingual-v3.0', 'embed-v4.0', 'command-a-03-2025', 'embed-extra-1499']));
   });
 
   it('reranks and embeds; more than 96 texts go in batches, in order', async () => {

@@ -156,7 +156,7 @@ export const DEMO_MODELS: ModelConfig[] = [
 const EXTRA_MODELS: Partial<Record<ProviderId, string[]>> = {
   mistral: ['mistral-small-2506', 'mistral-medium-2508', 'mistral-large-2411', 'voxtral-mini-2507'],
   nebius: ['meta-llama/Llama-3.3-70B-Instruct-fast'],
-  cohere: ['embed-v4.0'],
+  cohere: ['embed-v4.0', 'command-a-03-2025'],
 };
 
 /** Default models list of a simulated provider: every upstream name its demo offers use, plus extras. */

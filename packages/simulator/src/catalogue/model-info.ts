@@ -100,6 +100,8 @@ export const KNOWN_MODELS: Record<string, ModelInfo> = {
   'rerank-v3.5': { kind: 'rerank', ownedBy: 'cohere', created: T0, contextLength: 4096 },
   'embed-multilingual-v3.0': embed('cohere', 1024, false),
   'embed-v4.0': embed('cohere', 1536, true),
+  // Chat through its compatibility API only (the gateway does not speak Cohere's native chat).
+  'command-a-03-2025': chat('cohere', 256_000),
 };
 
 /** Known names first; otherwise guess from the name so that tests can add any model at run time. */
