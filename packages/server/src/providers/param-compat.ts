@@ -17,6 +17,11 @@ const ANSWER_FIELDS = {
   top_logprobs: { asks: (v: unknown) => typeof v === 'number' && v > 0, says: "'top_logprobs'" },
   frequency_penalty: { asks: (v: unknown) => typeof v === 'number' && v !== 0, says: "'frequency_penalty' other than 0" },
   presence_penalty: { asks: (v: unknown) => typeof v === 'number' && v !== 0, says: "'presence_penalty' other than 0" },
+  // `true` is the default (any number of calls in one turn); `false` asks for at most one.
+  parallel_tool_calls: { asks: (v: unknown) => v === false, says: "'parallel_tool_calls' false" },
+  // `["text"]` is what every chat answers; audio output asks for something.
+  modalities: { asks: (v: unknown) => Array.isArray(v) && v.some((m) => m !== 'text'), says: "'modalities' other than text" },
+  audio: { asks: (v: unknown) => hasKeys(v), says: "'audio'" },
 } as const;
 
 export type AnswerField = keyof typeof ANSWER_FIELDS;
@@ -33,8 +38,12 @@ const TABLE: Partial<Record<Vendor, Refusals>> = {
   // Its adapter sends only Mistral's own keys, so `user` and `store` never reach it.
   mistral: { drop: ['user', 'store'], refuse: ['logprobs', 'top_logprobs', 'logit_bias'] },
   scaleway: { drop: ['user'], refuse: ['n', 'frequency_penalty', 'top_logprobs', 'logit_bias'] },
-  // Cohere's compatibility API (chat is not routed to a `cohere`-type entry, an `openai`-type one at its host is).
-  cohere: { drop: ['store', 'metadata'], refuse: ['n', 'top_logprobs', 'logit_bias'] },
+  // Cohere's compatibility API (chat is not routed to a `cohere`-type entry, an `openai`-type one at its host is); the
+  // fields it does not list but takes under another name or not at all are its adapter's (openai-compatible/cohere-compat.ts).
+  cohere: {
+    drop: ['store', 'metadata', 'service_tier', 'prediction'],
+    refuse: ['n', 'top_logprobs', 'logit_bias', 'parallel_tool_calls', 'modalities', 'audio'],
+  },
 };
 
 const NONE: readonly string[] = [];

@@ -14,10 +14,8 @@ import type {
 import { estimateTokens } from '../usage-estimate.js';
 import { noChat } from './chat.js';
 import { EMBED_BATCH, parseCohereEmbed, toCohereEmbedBody } from './embeddings.js';
-import { parseCohereModelsPage } from './models.js';
+import { listCohereModels } from './models.js';
 import { parseCohereRerank, toCohereRerankBody } from './rerank.js';
-
-const MAX_MODEL_PAGES = 20;
 
 /** Cohere's native API (rerank v2, embed v2) at its origin, e.g. `https://api.cohere.com`. */
 export class CohereAdapter implements ProviderAdapter {
@@ -40,18 +38,8 @@ export class CohereAdapter implements ProviderAdapter {
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
   }
 
-  async listModels(signal?: AbortSignal): Promise<string[]> {
-    const names: string[] = [];
-    let token: string | null = null;
-    for (let page = 0; page < MAX_MODEL_PAGES; page++) {
-      const query = `page_size=1000${token ? `&page_token=${encodeURIComponent(token)}` : ''}`;
-      const res = await this.http.json({ method: 'GET', path: `${this.prefix}/v1/models?${query}`, headers: this.headers, ...(signal ? { signal } : {}) });
-      const { names: found, next } = parseCohereModelsPage(this.id, res);
-      names.push(...found);
-      if (next === null) break;
-      token = next;
-    }
-    return names;
+  listModels(signal?: AbortSignal): Promise<string[]> {
+    return listCohereModels(this.http, this.prefix, this.headers, signal);
   }
 
   async chat(_body: ChatBody, _call: UpstreamCall): Promise<ChatCompletion> {

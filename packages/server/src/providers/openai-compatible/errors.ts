@@ -8,11 +8,12 @@ import { type JsonResponse, upstreamErrorMessage } from '../http-client.js';
  * `not_found_error`, "Model not found"): that is the provider's gap, not
  * the client's, so it is mapped to 404 and routing tries the next offer.
  * Statuses routing does not know (402, 405, …) become 502, as for the
- * other adapters.
+ * other adapters. Cohere's compatibility API answers a deny-listed key
+ * with 498: our key refused, 401.
  */
 export function httpError(provider: string, res: JsonResponse): UpstreamError {
   const message = upstreamErrorMessage(res.body);
-  const status = res.status === 422 && isUnknownModel(res.body, message) ? 404 : res.status;
+  const status = res.status === 422 && isUnknownModel(res.body, message) ? 404 : res.status === 498 ? 401 : res.status;
   return upstreamHttpError(provider, res, status, message);
 }
 

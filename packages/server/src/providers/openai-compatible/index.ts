@@ -1,4 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
+import { listCohereModels } from '../cohere/models.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
@@ -19,13 +20,14 @@ import type {
 import { estimateTokens } from '../usage-estimate.js';
 import { parseVerboseTranscription, transcriptionFields } from './audio.js';
 import { parseChatCompletion, toUpstreamChatBody, toUpstreamStreamBody } from './chat.js';
+import { cohereModelsRoot, toCohereCompatBody } from './cohere-compat.js';
 import { dimensionsIgnored, parseEmbeddingsList, toUpstreamEmbeddingsBody } from './embeddings.js';
 import { httpError } from './errors.js';
 import { parseModelList } from './models.js';
 import { parseRerank, toUpstreamRerankBody } from './rerank.js';
 import { openAiChunkStream } from './stream.js';
 
-/** Any OpenAI-compatible provider: Scaleway, OVHcloud, IONOS, Nebius, vLLM servers. */
+/** Any OpenAI-compatible provider: Scaleway, OVHcloud, IONOS, Nebius, Cohere's compatibility API, vLLM servers. */
 export class OpenAICompatibleAdapter implements ProviderAdapter {
   readonly type = 'openai' as const;
   readonly id: string;
@@ -41,6 +43,8 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
    * with a cap, the client's or the most the model's context leaves.
    */
   private readonly capsCompletions: boolean;
+  /** Cohere's compatibility API: its native model list's root (the compatibility path has none), else null. */
+  private readonly cohereRoot: string | null;
   /** Upstream models seen answering full-size vectors despite `dimensions`: refused from then on without a call. */
   private readonly ignoresDimensions = new Map<string, number>();
 
@@ -52,6 +56,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     this.vendor = vendorOf(config);
     this.stripped = strippedKeys(this.vendor);
     this.capsCompletions = this.vendor === 'ionos';
+    this.cohereRoot = this.vendor === 'cohere' ? cohereModelsRoot(this.basePath) : null;
     this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { 'content-type': 'application/json', accept: 'application/json', ...IDENTITY_ENCODING };
     if (config.apiKey) this.headers['authorization'] = `Bearer ${config.apiKey}`;
@@ -61,7 +66,13 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     return this.capsCompletions ? sentCompletionCap(call.maxTokens) : undefined;
   }
 
+  /** The body as this provider takes it (Cohere's compatibility API renames and leaves out more than the table's fields). */
+  private upstreamBody(upstream: Record<string, unknown>): string {
+    return JSON.stringify(fillSamplingDefaults(this.vendor === 'cohere' ? toCohereCompatBody(upstream) : upstream));
+  }
+
   async listModels(signal?: AbortSignal): Promise<string[]> {
+    if (this.cohereRoot !== null) return listCohereModels(this.http, this.cohereRoot, this.headers, signal);
     const res = await this.http.json({ method: 'GET', path: `${this.basePath}/models`, headers: this.headers, ...(signal ? { signal } : {}) });
     return parseModelList(this.id, res);
   }
@@ -71,7 +82,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, 'x-request-id': call.requestId },
-      body: JSON.stringify(fillSamplingDefaults(toUpstreamChatBody(body, call.upstreamModel, this.completionCap(call), this.stripped))),
+      body: this.upstreamBody(toUpstreamChatBody(body, call.upstreamModel, this.completionCap(call), this.stripped)),
       signal: call.signal,
     });
     return parseChatCompletion(this.id, res);
@@ -82,7 +93,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, accept: 'text/event-stream', 'x-request-id': call.requestId },
-      body: JSON.stringify(fillSamplingDefaults(toUpstreamStreamBody(body, call.upstreamModel, this.completionCap(call), this.stripped))),
+      body: this.upstreamBody(toUpstreamStreamBody(body, call.upstreamModel, this.completionCap(call), this.stripped)),
       signal: call.signal,
     });
     if (!res.ok) throw httpError(this.id, res);
