@@ -85,6 +85,9 @@ export const ResponseFormat = Type.Unsafe<ResponseFormatValue>({
   ],
 });
 
+/** `reasoning_effort` values OpenAI's API takes. */
+export const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'] as const;
+
 export const ChatCompletionRequest = Type.Object(
   {
     model: Type.String({ minLength: 1, maxLength: 200 }),
@@ -117,7 +120,9 @@ export const ChatCompletionRequest = Type.Object(
     seed: Type.Optional(Type.Integer()),
     // OpenAI's bounds: a count outside them is refused here, not passed to a provider that may ignore it.
     n: Type.Optional(Type.Integer({ minimum: 1, maximum: 128 })),
-    reasoning_effort: Type.Optional(Type.Union(['low', 'medium', 'high'].map((e) => Type.Literal(e)))),
+    // OpenAI's values (its SDK's ReasoningEffort): `none` turns thinking off where a provider can (Mistral, Cohere);
+    // adapters map them onto what each provider knows (docs/adapters.md).
+    reasoning_effort: Type.Optional(Type.Union(REASONING_EFFORTS.map((e) => Type.Literal(e)))),
   },
   { additionalProperties: true },
 );

@@ -54,3 +54,30 @@ describe('conversations OpenAI takes and Mistral refuses as they are', () => {
     expect(res.text).toContain('Expected last role User or Tool');
   });
 });
+
+describe('reasoning_effort as OpenAI takes it', () => {
+  it("takes every value of OpenAI's API and sends Mistral what it knows: none stays none, any other is high", async () => {
+    for (const [effort, sent] of [
+      ['none', 'none'],
+      ['minimal', 'high'],
+      ['low', 'high'],
+      ['xhigh', 'high'],
+      ['max', 'high'],
+    ] as const) {
+      const res = await fetch(`${gw.baseA}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'mistral' },
+        body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 20, reasoning_effort: effort }),
+      });
+      const body = gw.sim.providers['mistral']?.stats().last?.body as { reasoning_effort?: string } | undefined;
+      expect([effort, res.status, body?.reasoning_effort]).toEqual([effort, 200, sent]);
+    }
+    const wrong = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'Hi' }], reasoning_effort: 'extreme' }),
+    });
+    expect(wrong.status).toBe(400);
+    expect(await wrong.text()).toContain('(allowed: \\"none\\", \\"minimal\\", \\"low\\", \\"medium\\", \\"high\\", \\"xhigh\\", \\"max\\")');
+  });
+});
