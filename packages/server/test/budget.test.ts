@@ -49,10 +49,10 @@ const MAX_TOKENS = 40;
 const worst = (estimatePromptTokens({ messages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
 
 /** `extra`: fields added to (or replacing those of) the request's body. */
-function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A', extra: Record<string, unknown> = {}) {
+function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A', extra: Record<string, unknown> = {}, provider = 'scaleway') {
   return fetch(`${base === 'A' ? gw.baseA : gw.baseB}/chat/completions`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': provider },
     body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, ...extra }),
   });
 }
@@ -342,8 +342,10 @@ describe('budget edges', () => {
   });
 
   it('a request for n choices holds n times the completion: one that fits once does not fit twice', async () => {
-    const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
-    const ask = (n: number) => chat(solo, key, 'A', { n });
+    // Pinned to nebius (0.60 / 1.20 EUR per 1M), which takes `n` (Scaleway refuses it, and is not routed to).
+    const worstNebius = (estimatePromptTokens({ messages }) * 0.6 + MAX_TOKENS * 1.2) / 1e6;
+    const { key } = await solo.createKey({ budget: worstNebius * 1.5, rateLimitRpm: 1000 });
+    const ask = (n: number) => chat(solo, key, 'A', { n }, 'nebius');
     const twice = await ask(2);
     expect(twice.status).toBe(402);
     const refused = ((await twice.json()) as { error: { code: string; message: string } }).error;
@@ -352,7 +354,7 @@ describe('budget edges', () => {
     expect(refused.message).not.toContain('max_tokens');
     expect((await ask(1)).status).toBe(200);
     // Without max_tokens the hold prices the rest of the context window: the refusal says how to ask for less.
-    const uncapped = await chat(solo, key, 'A', { max_tokens: undefined });
+    const uncapped = await chat(solo, key, 'A', { max_tokens: undefined }, 'nebius');
     expect(uncapped.status).toBe(402);
     expect(((await uncapped.json()) as { error: { message: string } }).error.message).toMatch(/sets no max_tokens.*context window; a max_tokens lowers it\.$/);
   });
