@@ -144,4 +144,20 @@ describe('the live registry', () => {
     const badB = await fetch(`${gw.baseB}/models?kind=chat`, { headers: auth() });
     expect(badB.status).toBe(400);
   });
+
+  it('refuses a filter given twice, saying a filter takes one value', async () => {
+    for (const [base, q, name, code] of [
+      [gw.baseB, 'provider=ovh&provider=nebius', 'provider', 'invalid_request'],
+      [gw.baseB, 'family=meta&capability=tools&family=mistral&family=qwen', 'family', 'invalid_request'],
+      [gw.baseA, 'kind=chat&kind=audio', 'kind', 'validation_error'],
+    ] as const) {
+      const res = await fetch(`${base}/models?${q}`, { headers: auth() });
+      const body = (await res.json()) as { error: { message: string; code: string; param: string } };
+      const times = q.split('&').filter((p) => p.startsWith(`${name}=`)).length;
+      expect([res.status, body.error]).toEqual([
+        400,
+        expect.objectContaining({ code, param: name, message: `Invalid querystring: '${name}' is given ${times} times; a filter takes one value.` }),
+      ]);
+    }
+  });
 });

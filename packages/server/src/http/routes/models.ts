@@ -14,6 +14,7 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
     '/models',
     {
       config: { uncounted: true },
+      preValidation: oneValueEach(Object.keys((isA ? ModelsQueryA : ModelsQueryB).properties)),
       schema: docs.operation('listModels', 'List models', { querystring: isA ? ModelsQueryA : ModelsQueryB, response: { 200: isA ? ModelListA : ModelListB } }),
     },
     async (request) => {
@@ -44,6 +45,22 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
       return oneModel(services, request, isA, `${family}/${model}`);
     },
   );
+}
+
+/**
+ * A filter named twice (`?provider=ovh&provider=nebius`) reaches the schema as a list, which would call it
+ * the wrong type ("must be string"): the client is told instead that a filter takes one value.
+ */
+function oneValueEach(filters: string[]) {
+  return async (request: FastifyRequest): Promise<void> => {
+    const query = request.query as Record<string, unknown>;
+    for (const name of filters) {
+      const value = query[name];
+      if (Array.isArray(value)) {
+        throw new GatewayError('validation', `Invalid querystring: '${name}' is given ${value.length} times; a filter takes one value.`, { param: name });
+      }
+    }
+  };
 }
 
 async function oneModel(services: Services, request: FastifyRequest, isA: boolean, id: string) {
