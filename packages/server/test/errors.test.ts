@@ -240,6 +240,32 @@ describe('errors in each variant’s envelope', () => {
     expect(b.message).toMatch(/retired upstream/);
   });
 
+  it('the hint for an unknown model names only a model the caller may then use', async () => {
+    const hint = async (base: string, path: string, body: unknown, headers: Record<string, string> = {}) => {
+      const r = await post(base, path, body, headers);
+      expect(r.body.error.code).toBe('model_not_found');
+      return /Did you mean ([^?]*)\?/.exec(r.body.error.message)?.[1] ?? null;
+    };
+    const embed = (model: string) => ({ model, input: 'a' });
+    // Variant B's embeddings serve the beta models only: a model outside the beta is not suggested there, as it is in A.
+    expect(await hint(gw.baseB, '/embeddings', embed('bge-multilingual-gemma2'))).toBeNull();
+    expect(await hint(gw.baseA, '/embeddings', embed('bge-multilingual-gemma2'))).toBe("'baai/bge-multilingual-gemma2'");
+    expect(await hint(gw.baseB, '/embeddings', embed('bge-m3'))).toBe("'baai/bge-m3'");
+    // Neither a model of another kind, nor a retired one.
+    expect(await hint(gw.baseA, '/chat/completions', chat({ model: 'mistral-embed' }))).toBeNull();
+    expect(await hint(gw.baseA, '/embeddings', embed('mistral-embed'))).toBe("'mistral/embed'");
+    expect(await hint(gw.baseA, '/chat/completions', chat({ model: 'open-mistral-nemo' }))).toBeNull();
+    // In a workspace, only its enabled models.
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'hints', enabledModels: ['mistral/small'] });
+    const own = await gw.createKey({ workspaceId: ws.body.id });
+    const as = { authorization: `Bearer ${own.key}` };
+    for (const base of [gw.baseA, gw.baseB]) {
+      expect(await hint(base, '/chat/completions', chat({ model: 'llama-3.3-70b' }), as)).toBeNull();
+      expect(await hint(base, '/chat/completions', chat({ model: 'small' }), as)).toBe("'mistral/small'");
+      expect(await hint(base, '/chat/completions', chat({ model: 'llama-3.3-70b' }))).toBe("'meta/llama-3.3-70b'");
+    }
+  });
+
   it('a request refused for its body or its model, in the handler as in the schema, leaves no usage record', async () => {
     const own = await gw.createKey();
     const as = { authorization: `Bearer ${own.key}` };

@@ -11,12 +11,27 @@ import type { Services } from './services.js';
  */
 export function resolveModel(services: Services, request: FastifyRequest, id: string, kind: ModelKind): RegistryModel | Promise<RegistryModel> {
   const model = services.registry.get(id);
-  if (!model) throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id, request.gw.variant)}`, { param: 'model' });
+  if (!model) return refuseUnknown(services, request, id, kind);
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
   if (model.kind !== kind)
     throw new GatewayError('validation', `The model '${id}' is ${kindPhrase(model.kind)} model, not ${kindPhrase(kind)} model.`, { param: 'model' });
   const enabled = enabledModels(services, request);
   return enabled instanceof Promise ? enabled.then((list) => checkEnabled(model, id, list)) : checkEnabled(model, id, enabled);
+}
+
+/** The model_not_found of an id the registry lacks, with a hint among the models this caller may use (its workspace read first if need be). */
+function refuseUnknown(services: Services, request: FastifyRequest, id: string, kind: ModelKind): never | Promise<never> {
+  const refuse = (enabled: readonly string[] | null): never => {
+    const usable = (m: RegistryModel) =>
+      !m.deprecated &&
+      m.kind === kind &&
+      (enabled === null || enabled.includes(m.id)) &&
+      // Variant B's embeddings are a beta of some models: it refuses the others (routes/embeddings.ts).
+      (request.gw.variant !== 'b' || kind !== 'embedding' || m.beta);
+    throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id, request.gw.variant, usable)}`, { param: 'model' });
+  };
+  const enabled = enabledModels(services, request);
+  return enabled instanceof Promise ? enabled.then(refuse) : refuse(enabled);
 }
 
 /** 'a chat', 'an embedding', 'a rerank', 'an audio'. */
@@ -95,14 +110,15 @@ export function routeOptions(services: Services, request: FastifyRequest): Route
 
 /**
  * What a client that named no model of ours most likely meant: the gateway's id of a model it named by its own
- * name (`small`) or by a provider's (`mistral-small-latest`), else where the ids are listed: the client's own
+ * name (`small`) or by a provider's (`mistral-small-latest`), among the models `usable` by this request only (never
+ * one the caller would then be refused: retired, of another kind, not enabled for its workspace), else where the ids are listed: the client's own
  * variant's list, since the other variant's answers in another envelope. On the error path only.
  */
-function modelHint(services: Services, id: string, variant: Variant): string {
+function modelHint(services: Services, id: string, variant: Variant, usable: (m: RegistryModel) => boolean): string {
   const lower = id.toLowerCase();
   const meant = services.registry
     .list()
-    .filter((m) => m.id.toLowerCase().endsWith(`/${lower}`) || m.offers.some((o) => o.upstreamModel.toLowerCase() === lower))
+    .filter((m) => usable(m) && (m.id.toLowerCase().endsWith(`/${lower}`) || m.offers.some((o) => o.upstreamModel.toLowerCase() === lower)))
     .map((m) => `'${m.id}'`);
   const listed = `Model ids are '<family>/<model>', as GET ${variant === 'b' ? '/alt/v1' : '/v1'}/models lists them.`;
   if (meant.length > 0 && meant.length <= 3) return ` Did you mean ${meant.join(' or ')}? ${listed}`;
