@@ -180,4 +180,53 @@ describe('OpenAPI 3.1', () => {
     expect(limitedError).toContain('X-RateLimit-Remaining');
     expect(Object.keys(doc.paths['/v1/models']?.get?.responses['4XX']?.headers ?? {})).not.toContain('X-RateLimit-Remaining');
   });
+
+  it('lists each error status an operation gives, its code narrowed to what that status carries in the variant, and the headers always sent as required', async () => {
+    type Header = { required?: boolean };
+    type Res = {
+      description?: string;
+      headers?: Record<string, Header>;
+      content?: Record<string, { schema: { properties: { error: { properties: { code: unknown } } } } }>;
+    };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, { responses: Record<string, Res> }>> };
+    const responses = (path: string, method = 'post') => doc.paths[path]?.[method]?.responses ?? {};
+    const statuses = (path: string, method = 'post') => Object.keys(responses(path, method)).filter((k) => /^[45]\d\d$/.test(k));
+    const codes = (path: string, status: string, method = 'post') =>
+      responses(path, method)[status]?.content?.['application/json']?.schema.properties.error.properties.code;
+    expect(statuses('/v1/chat/completions')).toEqual(['400', '401', '402', '404', '408', '409', '410', '413', '415', '422', '429', '500', '502', '503', '504']);
+    expect(statuses('/alt/v1/chat/completions')).toEqual(['400', '401', '402', '404', '408', '409', '413', '415', '422', '429', '500', '502', '503', '504']);
+    expect(codes('/v1/chat/completions', '404')).toEqual({ type: 'string', enum: ['model_not_found', 'stream_not_found'] });
+    expect(codes('/v1/chat/completions', '503')).toEqual({ type: 'string', enum: ['service_unavailable', 'provider_down'] });
+    expect(codes('/alt/v1/chat/completions', '400')).toEqual({ type: 'string', enum: ['invalid_request', 'provider_unsupported', 'model_not_found'] });
+    expect(codes('/alt/v1/embeddings', '404')).toBeUndefined();
+    // Each code's condition is named.
+    expect(responses('/v1/chat/completions')['410']?.description).toBe('`model_deprecated`: the model is retired upstream.');
+    // Models are neither billed nor counted; routes still to come answer before anything but the key.
+    expect(statuses('/v1/models', 'get')).toEqual(['400', '401', '500', '503']);
+    expect(statuses('/alt/v1/models/{id}', 'get')).toEqual(['400', '401', '500', '503']);
+    expect(statuses('/v1/files', 'get')).toEqual(['401', '500', '501', '503']);
+    expect(codes('/v1/files', '501', 'get')).toEqual({ type: 'string', enum: ['not_implemented'] });
+    // The ranges stay, as the fallback.
+    expect(Object.keys(responses('/v1/embeddings'))).toEqual(expect.arrayContaining(['4XX', '5XX']));
+
+    // X-Request-Id on every answer; the limit headers on every success of a counted route and every error given after the count.
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(item)) {
+        for (const [status, res] of Object.entries(op.responses)) {
+          expect(res.headers?.['X-Request-Id']?.required, `${method} ${path} ${status}`).toBe(true);
+          if (!status.startsWith('2')) expect(res.description, `${method} ${path} ${status}`).not.toBe('Default Response');
+        }
+      }
+    }
+    const limits = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'X-RateLimit-Enforced'];
+    const required = (res: Res | undefined) => limits.map((h) => res?.headers?.[h]?.required);
+    expect(required(responses('/alt/v1/rerank')['200'])).toEqual([true, true, true, true]);
+    expect(required(responses('/v1/chat/completions')['429'])).toEqual([true, true, true, true]);
+    expect(required(responses('/v1/chat/completions')['401'])).toEqual([false, false, false, false]);
+    expect(responses('/v1/chat/completions')['429']?.headers?.['Retry-After']?.required).toBe(true);
+    // The admin API's errors, each status with its headers.
+    expect(statuses('/admin/v1/keys/{id}', 'patch')).toEqual(['400', '401', '404', '408', '413', '415', '500', '503']);
+    expect(responses('/admin/v1/keys', 'post')['4XX']?.description).toMatch(/^A refused request, in variant A's error envelope\./);
+    expect(responses('/admin/v1/keys', 'get')['503']?.headers?.['Retry-After']?.required).toBe(true);
+  });
 });

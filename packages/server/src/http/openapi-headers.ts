@@ -47,17 +47,19 @@ const IDEMPOTENCY = headerParam(
 );
 const LAST_EVENT_ID = headerParam('Last-Event-ID', 'Resumes an interrupted event stream after this event id (stream: true).', { type: 'string' });
 
-const text = (description: string) => ({ description, schema: { type: 'string' } });
-const int = (description: string) => ({ description, schema: { type: 'integer' } });
+const text = (description: string, required = false) => ({ description, required, schema: { type: 'string' } });
+const int = (description: string, required = false) => ({ description, required, schema: { type: 'integer' } });
 
-function answerHeaders(variant: 'a' | 'b', routed: boolean, limited: boolean): Record<string, unknown> {
-  const headers: Record<string, unknown> = { 'X-Request-Id': text('The request identifier, for correlating logs.') };
+/** `required`: X-Request-Id is on every answer, and the limit headers on every answer of a request that was counted (each success). */
+function answerHeaders(variant: 'a' | 'b', routed: boolean, limited: boolean, required = true): Record<string, unknown> {
+  const headers: Record<string, unknown> = { 'X-Request-Id': text('The request identifier, for correlating logs.', true) };
   if (limited) {
-    headers['X-RateLimit-Limit'] = int("The key's cap, requests per minute.");
-    headers['X-RateLimit-Remaining'] = int('Requests left in the current window.');
-    headers['X-RateLimit-Reset'] = int('Seconds until the oldest request in the window ages out.');
+    headers['X-RateLimit-Limit'] = int("The key's cap, requests per minute.", required);
+    headers['X-RateLimit-Remaining'] = int('Requests left in the current window.', required);
+    headers['X-RateLimit-Reset'] = int('Seconds until the oldest request in the window ages out.', required);
     headers['X-RateLimit-Enforced'] = {
       description: 'false when the limiter backend was unreachable (the request was let through).',
+      required,
       schema: { type: 'boolean' },
     };
   }
@@ -73,7 +75,8 @@ function answerHeaders(variant: 'a' | 'b', routed: boolean, limited: boolean): R
 
 /** What an error answer carries: the request id always, the limit headers once the limiter ran, and when to retry. */
 function errorHeaders(limited: boolean): Record<string, unknown> {
-  const { 'X-Request-Id': requestId, ...limits } = answerHeaders('a', false, limited);
+  // The limit headers only once the limiter ran: not on a 401, a bad body or an unknown model.
+  const { 'X-Request-Id': requestId, ...limits } = answerHeaders('a', false, limited, false);
   return {
     'X-Request-Id': requestId,
     'Retry-After': int('Seconds to wait before retrying: sent with 429, 409, 503 and a 402 that only requests in flight cause.'),

@@ -1,0 +1,196 @@
+import { type CanonicalCode, errorEnvelopeSchema, type Variant, wireError } from '@gw/schema';
+import { pendingRouteError } from './routes/not-implemented.js';
+
+/**
+ * The error statuses of each operation in the OpenAPI document, each with its variant's envelope whose `code`
+ * is narrowed to the codes that status carries there, so that a generated client types every answer. The
+ * route schemas keep their 4XX/5XX ranges (what Fastify serialises with): the document is changed after.
+ */
+
+interface Response {
+  description?: string;
+  headers?: Record<string, unknown>;
+  content?: Record<string, { schema: unknown }>;
+}
+interface Operation {
+  responses?: Record<string, Response | undefined>;
+}
+interface Document {
+  paths?: Record<string, Record<string, Operation | undefined> | undefined>;
+}
+
+/** When each canonical error is given, in a line (docs/errors.md has the full conditions). */
+const WHEN: Record<CanonicalCode, string> = {
+  validation: 'the body, a query parameter, a routing header or the path does not match the schema; the message names the field',
+  unauthorized: 'the key (on the admin API, the admin token) is missing, malformed, revoked or unknown, or more than one Authorization header is sent',
+  budget_exceeded:
+    "the key's or workspace's budget is used up (x-should-retry: false), or what is left is held by requests in flight (Retry-After: 1, x-should-retry: true)",
+  model_not_found: "the model does not exist, or is not enabled for the key's workspace",
+  model_deprecated: 'the model is retired upstream',
+  provider_unsupported: 'X-Gateway-Provider names a provider that does not host the model, or an unknown one',
+  not_found: 'no such resource',
+  method_not_allowed: 'the path has routes for other methods only (Allow lists them)',
+  stream_not_found: "Last-Event-ID names a stream that is unknown, expired or another key's, or the stream an X-Idempotency-Key replays is gone",
+  conflict: 'a request with the same X-Idempotency-Key is still running (Retry-After: 1)',
+  request_timeout: 'the body was not received within GW_REQUEST_TIMEOUT_MS; the connection is closed',
+  payload_too_large: 'the body is larger than the gateway accepts',
+  unsupported_media_type: 'the body is not in the media type the route takes, is JSON in a charset other than UTF-8, or is sent compressed',
+  unprocessable: 'the X-Idempotency-Key was used with another request',
+  headers_too_large: 'the request headers are larger than 16 KB',
+  rate_limited: "the key's requests per minute (in B's embeddings, the workspace's beta allowance) are used up; Retry-After says when to retry",
+  internal: 'a fault in the gateway itself, logged with the request id',
+  not_implemented: 'the capability has not shipped yet (x-should-retry: false)',
+  upstream_failed: 'every provider tried failed',
+  no_healthy_provider: 'no provider of the model (or the pinned one) is available to begin with, every circuit open; Retry-After says when one is tried again',
+  store_unavailable: 'the store is unreachable and the key (or its workspace, or its budget) cannot be checked; Retry-After: 1',
+  idempotency_unavailable: 'X-Idempotency-Key was sent and its storage cannot be reached; Retry-After: 1',
+  shutting_down: 'the instance is draining after SIGTERM; Retry-After: 1 (another instance answers the retry)',
+  upstream_timeout: 'the provider did not connect or answer in time',
+  stream_buffer_exceeded: 'only as the last event of a stream already answered 200',
+};
+
+/** What any keyed request can meet: its key refused or not checkable, the instance draining, a fault. */
+const KEYED: CanonicalCode[] = ['unauthorized', 'store_unavailable', 'shutting_down', 'internal'];
+/** A request routed to a provider: a body, a model, the limits, the idempotency key, the upstream. */
+const ROUTED: CanonicalCode[] = [
+  ...KEYED,
+  'validation',
+  'provider_unsupported',
+  'budget_exceeded',
+  'model_not_found',
+  'model_deprecated',
+  'conflict',
+  'request_timeout',
+  'payload_too_large',
+  'unsupported_media_type',
+  'unprocessable',
+  'rate_limited',
+  'upstream_failed',
+  'no_healthy_provider',
+  'idempotency_unavailable',
+  'upstream_timeout',
+];
+/** The admin API: its token, its store, a bad body or path, an unknown id. */
+const ADMIN: CanonicalCode[] = ['unauthorized', 'store_unavailable', 'shutting_down', 'internal', 'validation'];
+
+/** The canonical errors `method path` can answer with. */
+function errorsOf(method: string, path: string): CanonicalCode[] {
+  const withBody = method === 'post' || method === 'patch';
+  if (path.startsWith('/admin/')) {
+    return [
+      ...ADMIN,
+      ...(path.includes('{id}') ? (['not_found'] as const) : []),
+      ...(withBody ? (['payload_too_large', 'unsupported_media_type', 'request_timeout'] as const) : []),
+    ];
+  }
+  // A route still to come answers 501 once the key is checked, before anything else is read; a bad escape in its id is a 400.
+  if (pendingRouteError(method.toUpperCase(), path.replaceAll(/\{[^}]+\}/g, 'x'))) {
+    return [...KEYED, 'not_implemented', ...(path.includes('{') ? (['validation'] as const) : [])];
+  }
+  if (/\/models$/.test(path)) return [...KEYED, 'validation'];
+  if (/\/models\//.test(path)) return [...KEYED, 'validation', 'model_not_found', 'model_deprecated'];
+  if (path.endsWith('/chat/completions')) return [...ROUTED, 'stream_not_found'];
+  return ROUTED;
+}
+
+const text = (description: string, required = false) => ({ description, required, schema: { type: 'string' } });
+const int = (description: string, required = false) => ({ description, required, schema: { type: 'integer' } });
+
+/** Statuses at which the limiter has always run (the request named a model the key may use): its headers are sent. */
+const AFTER_LIMITER = new Set([402, 409, 422, 429, 502, 504]);
+
+/** The headers an error of `status` carries; `required` where every such answer has them. */
+function headersOf(status: number, limited: boolean): Record<string, unknown> {
+  const headers: Record<string, unknown> = { 'X-Request-Id': text('The request identifier, for correlating logs.', true) };
+  if (status === 402 || status === 409 || status === 429 || status === 503) {
+    headers['Retry-After'] = int('Seconds to wait before retrying.', status !== 402);
+  }
+  if (status === 402 || status === 501) {
+    headers['x-should-retry'] = {
+      description: 'Whether a retry can succeed: false for a budget used up and for 501; true for a 402 that only requests in flight cause.',
+      required: true,
+      schema: { type: 'string', enum: ['true', 'false'] },
+    };
+  }
+  if (limited) {
+    const sent = AFTER_LIMITER.has(status);
+    headers['X-RateLimit-Limit'] = int("The key's cap, requests per minute (sent once the request was counted).", sent);
+    headers['X-RateLimit-Remaining'] = int('Requests left in the current window.', sent);
+    headers['X-RateLimit-Reset'] = int('Seconds until the oldest request in the window ages out.', sent);
+    headers['X-RateLimit-Enforced'] = {
+      description: 'false when the limiter backend was unreachable (the request was let through).',
+      required: sent,
+      schema: { type: 'boolean' },
+    };
+  }
+  return headers;
+}
+
+/** One documented status: the envelope with `code` narrowed to what the status carries, and when each is given. */
+function statusResponse(variant: Variant, status: number, codes: CanonicalCode[], limited: boolean): Response {
+  const byWire = new Map<string, string[]>();
+  for (const code of codes) {
+    const { code: wire } = wireError(code, variant);
+    byWire.set(wire, [...(byWire.get(wire) ?? []), WHEN[code]]);
+  }
+  const envelope = structuredClone(errorEnvelopeSchema(variant)) as {
+    title?: string;
+    properties: { error: { properties: Record<string, unknown> } };
+  };
+  envelope.title = `Error${variant.toUpperCase()}${status}`;
+  envelope.properties.error.properties['code'] = { type: 'string', enum: [...byWire.keys()] };
+  const lines = [...byWire].map(([wire, when]) => `\`${wire}\`: ${when.join('; or ')}.`);
+  return {
+    description: lines.join(' '),
+    headers: headersOf(status, limited),
+    content: { 'application/json': { schema: envelope } },
+  };
+}
+
+/** Adds each operation's error statuses (public API in its variant, admin API in A's envelope), before its 4XX/5XX fallbacks. */
+export function documentErrors(doc: Document): Document {
+  for (const [path, item] of Object.entries(doc.paths ?? {})) {
+    const variant: Variant | null = /^\/alt\/v[12]\//.test(path) ? 'b' : /^\/(v[12]|admin)\//.test(path) ? 'a' : null;
+    if (!variant || !item) continue;
+    for (const [method, op] of Object.entries(item)) {
+      if (!op?.responses) continue;
+      const codes = errorsOf(method, path);
+      // Counted against the key's limit: the public API but its model list and the routes still to come (refused before the count).
+      const limited = !path.startsWith('/admin/') && !/\/models(\/|$)/.test(path) && !codes.includes('not_implemented');
+      const byStatus = new Map<number, CanonicalCode[]>();
+      for (const code of codes) {
+        const { status } = wireError(code, variant);
+        byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
+      }
+      const { '4XX': clientRange, '5XX': serverRange, ...answers } = op.responses;
+      for (const range of [clientRange, serverRange]) {
+        if (!range) continue;
+        if (path.startsWith('/admin/')) {
+          range.description = `${range === clientRange ? 'A refused request' : 'A failure'}, in variant A's error envelope.`;
+          range.headers = { ...(range.headers ?? {}), 'X-Request-Id': text('The request identifier, for correlating logs.', true) };
+        }
+        range.description = `${range.description ?? ''}${FALLBACK_NOTE}`;
+      }
+      const statuses = [...byStatus].sort(([a], [b]) => a - b);
+      op.responses = {
+        ...answers,
+        ...Object.fromEntries(statuses.map(([status, list]) => [String(status), statusResponse(variant, status, list, limited)])),
+        ...(clientRange ? { '4XX': clientRange } : {}),
+        ...(serverRange ? { '5XX': serverRange } : {}),
+      };
+      // The admin API's successes carry the request id too (the public API's get theirs in openapi-headers.ts).
+      if (path.startsWith('/admin/')) {
+        for (const [status, answer] of Object.entries(op.responses)) {
+          if (answer && status.startsWith('2'))
+            answer.headers = { ...(answer.headers ?? {}), 'X-Request-Id': text('The request identifier, for correlating logs.', true) };
+        }
+      }
+    }
+  }
+  return doc;
+}
+
+/** What the 4XX/5XX ranges stand for once each status is listed. */
+const FALLBACK_NOTE =
+  ' Any status not listed above: 405 for another method (Allow lists the methods), 417 for an Expect other than 100-continue, ' +
+  "and 431 for headers over 16 KB (in variant A's envelope, the connection closed).";
