@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
 
 const MODEL = 'meta/llama-3.3-70b';
 let gw: TestGateway;
@@ -13,8 +14,7 @@ beforeAll(async () => {
     catalogue: (c) => ({ ...c, providers: c.providers.map((p) => (p.id === 'nebius' ? { ...p, timeoutMs: 400 } : p)) }),
   });
   key = (await gw.createKey({ name: 'chat test' })).key;
-  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+  ({ a, b } = openAiClients(gw, key));
 });
 afterAll(() => gw?.close());
 beforeEach(() => {

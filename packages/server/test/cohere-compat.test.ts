@@ -1,9 +1,10 @@
 import type { GatewayFileConfig } from '@gw/schema';
 import { type Simulator, startSimulator } from '@gw/simulator';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
 
 /**
  * Cohere's Command models served through Cohere's OpenAI compatibility API, configured as an `openai`-type provider
@@ -55,8 +56,7 @@ beforeAll(async () => {
   gw = await startGateway({ sim, catalogue });
   const created = await gw.createKey({ rateLimitRpm: 10_000 });
   keyId = created.id;
-  a = new OpenAI({ apiKey: created.key, baseURL: gw.baseA, maxRetries: 0 });
-  b = new OpenAI({ apiKey: created.key, baseURL: gw.baseB, maxRetries: 0 });
+  ({ a, b } = openAiClients(gw, created.key));
 }, 60_000);
 afterAll(async () => {
   await gw?.close();

@@ -2,6 +2,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
 
 let sim: Simulator;
 let gw: TestGateway;
@@ -42,8 +43,7 @@ beforeAll(async () => {
     }),
   });
   key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
-  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+  ({ a, b } = openAiClients(gw, key));
 }, 60_000);
 afterAll(async () => {
   await gw?.close();

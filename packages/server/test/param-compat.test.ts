@@ -1,9 +1,10 @@
 import type { GatewayFileConfig } from '@gw/schema';
 import { type Simulator, startSimulator } from '@gw/simulator';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { answerFieldsUsed, vendorOfHost } from '../src/providers/param-compat.js';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
 
 const SMALL = 'mistral/small'; // scaleway, ovh, mistral, in that order
 const DUO = 'test/nemo'; // mistral, scaleway: the demo's retired mistral/nemo, in service
@@ -23,8 +24,7 @@ beforeAll(async () => {
   };
   gw = await startGateway({ sim, catalogue, env: { GW_CIRCUIT_FAILURES: '1' } });
   const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
-  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+  ({ a, b } = openAiClients(gw, key));
 }, 60_000);
 afterAll(async () => {
   await gw?.close();

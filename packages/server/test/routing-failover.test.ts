@@ -6,6 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { UpstreamError } from '../src/errors/upstream-error.js';
 import { UpstreamHttp } from '../src/providers/http-client.js';
 import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
 
 const MODEL = 'meta/llama-3.3-70b'; // scaleway, ovh, nebius
 const RELAY = 'test/relay'; // seven offers: scaleway and six more providers on the same simulated server
@@ -40,8 +41,7 @@ beforeAll(async () => {
   // Circuits stay closed in this file: it is about one request's walk down its plan.
   gw = await startGateway({ sim, catalogue, env: { GW_CIRCUIT_FAILURES: '1000' } });
   const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
-  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+  ({ a, b } = openAiClients(gw, key));
 }, 60_000);
 afterAll(async () => {
   await gw?.close();

@@ -2,6 +2,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
 
 const MODEL = 'meta/llama-3.3-70b'; // offers in order: scaleway, ovh, nebius
 let sim: Simulator;
@@ -23,8 +24,7 @@ beforeEach(async () => {
   // Circuits stay closed here (this file is about ordering); re-measuring is rare unless a test says otherwise.
   gw = await startGateway({ sim, env: { GW_CIRCUIT_FAILURES: '1000', GW_ROUTING_REMEASURE_MS: '600000' } });
   const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
-  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+  ({ a, b } = openAiClients(gw, key));
 }, 60_000);
 afterEach(() => gw?.close());
 

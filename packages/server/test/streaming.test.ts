@@ -5,6 +5,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 import { exchange } from './helpers/raw-http.js';
+import { openAiClients } from './helpers/sdk.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
 let sim: Simulator;
@@ -17,8 +18,7 @@ beforeAll(async () => {
   sim = await startSimulator({ latencyScale: 0 });
   gw = await startGateway({ sim, env: { GW_STREAM_HEARTBEAT_MS: '150' } });
   key = (await gw.createKey({ rateLimitRpm: 1000 })).key;
-  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+  ({ a, b } = openAiClients(gw, key));
 }, 60_000);
 afterAll(async () => {
   await gw?.close();

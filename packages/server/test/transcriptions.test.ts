@@ -6,10 +6,12 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { gzipSync } from 'node:zlib';
 import { type Simulator, startSimulator } from '@gw/simulator';
-import OpenAI, { toFile } from 'openai';
+import type OpenAI from 'openai';
+import { toFile } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
 import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
 
 let sim: Simulator;
 let gw: TestGateway;
@@ -39,8 +41,7 @@ beforeAll(async () => {
   leftUpload('not-an-upload', 7 * 3_600_000);
   gw = await startGateway({ sim, env: { GW_UPLOAD_DIR: spoolDir } });
   key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
-  a = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-  b = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+  ({ a, b } = openAiClients(gw, key));
 }, 60_000);
 afterAll(async () => {
   await gw?.close();
