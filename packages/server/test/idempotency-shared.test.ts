@@ -19,6 +19,21 @@ let pgTwo: TestGateway;
 let redisDb: string;
 const chats = () => sim.providers.scaleway?.stats().byEndpoint.chat ?? 0;
 
+/**
+ * `first`'s answer, Redis killed while it runs upstream and restarted once it has answered: the kill waits until the
+ * request is claimed and upstream (`before` chats seen until then), however long the claim takes on a busy machine.
+ */
+async function answeredAcrossRedisRestart<T>(first: Promise<T>, before: number, beforeKill: () => void = () => {}): Promise<T> {
+  await eventually(() => expect(chats()).toBe(before + 1), 5_000);
+  beforeKill();
+  await redis.kill();
+  try {
+    return await first;
+  } finally {
+    await redis.restart();
+  }
+}
+
 beforeAll(async () => {
   [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
   const [withRedis, withoutRedis] = await Promise.all([pg.createDatabase(), pg.createDatabase()]);
@@ -207,15 +222,9 @@ describe('when Redis restarts empty while keyed requests run', () => {
     await settledAfterRestart();
     const own = await one.createKey({ rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 600 });
+    const before = chats();
     const first = post(one.baseA, own.key, chatBody('Ends while Redis is down'), { 'x-idempotency-key': 'lost-write' });
-    await new Promise((r) => setTimeout(r, 250));
-    await redis.kill();
-    let answered: Awaited<typeof first>;
-    try {
-      answered = await first;
-    } finally {
-      await redis.restart();
-    }
+    const answered = await answeredAcrossRedisRestart(first, before);
     expect(answered.status).toBe(200);
     // Written by instance one once it has reconnected. A repeat that reached the emptied Redis before that would find
     // nothing and run again (the window docs/routing.md names, until the reconnect); here it comes after.
@@ -272,16 +281,9 @@ describe('when Redis restarts empty and the instance that ran a keyed request re
       const own = await late.createKey({ rateLimitRpm: 1000 });
       sim.providers.scaleway?.configure({ latencyMs: 600 });
       const first = post(late.baseA, own.key, chatBody('Reconnects last'), { 'x-idempotency-key': 'reconnects-last' });
-      // Claimed and upstream (600 ms to its answer) before Redis goes, however long the claim took on a busy machine.
-      await eventually(() => expect(chats()).toBe(1), 5_000);
-      relay.open = false;
-      await redis.kill();
-      let answered: Awaited<typeof first>;
-      try {
-        answered = await first;
-      } finally {
-        await redis.restart();
-      }
+      const answered = await answeredAcrossRedisRestart(first, 0, () => {
+        relay.open = false;
+      });
       expect(answered.status).toBe(200);
       // Instance two is back (its idempotency connection ready); the one that ran the request is not.
       await eventually(() => expect(idem(two).status).toBe('ready'), 10_000);
