@@ -47,6 +47,13 @@ describe('config file', () => {
     );
   });
 
+  it('refuses a vendor on an entry that is not of the openai type, where it would be ignored', () => {
+    const mistral = good.replace('type: openai', 'type: mistral').replace('region: fr-par', 'region: fr-par\n    vendor: scaleway');
+    expect(() => parseConfigText(mistral, 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+      /gw\.yaml at \/providers\/0\/vendor: expected no vendor on a mistral provider/,
+    );
+  });
+
   it('names the file, the field path and what was expected', () => {
     const cases: [string, Record<string, string>, RegExp][] = [
       [

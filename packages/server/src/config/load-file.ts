@@ -64,6 +64,10 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     ids.add(p.id);
     types.set(p.id, p.type);
     if (!URL.canParse(p.baseUrl)) throw new ConfigError(file, `/providers/${i}/baseUrl`, `an http(s) URL that parses, not ${JSON.stringify(p.baseUrl)}`);
+    // Only an openai-type entry can be one of several providers; elsewhere the vendor would be silently ignored.
+    if (p.vendor !== undefined && p.type !== 'openai') {
+      throw new ConfigError(file, `/providers/${i}/vendor`, `no vendor on a ${p.type} provider (vendor says which provider an openai-type entry is)`);
+    }
   });
   const models = new Set<string>();
   config.models.forEach((m, i) => {
