@@ -82,9 +82,15 @@ export const RebuildResult = Type.Object({
 
 export const WorkspaceParams = Type.Object({ id: Type.String({ minLength: 1 }) });
 
-/** Paging of the admin lists: query strings are not coerced, so `limit` is its digits. */
+/** A page size's digits (query strings are not coerced), and how a refusal of it reads. */
+const PAGE_SIZE = '^(100|[1-9][0-9]?)$';
+
+/** What each string pattern of the schemas asks for, in words: a refusal says this rather than the expression. */
+export const PATTERN_MEANINGS: Readonly<Record<string, string>> = { [PAGE_SIZE]: 'must be a whole number from 1 to 100' };
+
+/** Paging of the admin lists. */
 const PageFields = {
-  limit: Type.Optional(Type.String({ pattern: '^(100|[1-9][0-9]?)$', description: 'rows per page, 1 to 100 (default 20)' })),
+  limit: Type.Optional(Type.String({ pattern: PAGE_SIZE, description: 'rows per page, 1 to 100 (default 20)' })),
   after: Type.Optional(Type.String({ minLength: 1, description: 'the id of the last row of the page before' })),
 };
 

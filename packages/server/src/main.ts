@@ -29,12 +29,16 @@ async function main(): Promise<void> {
   // Only once it serves: a start that fails to listen must not make the first key, which no later start prints.
   const first = await ensureFirstKey(services.store);
   const base = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${(app.server.address() as { port: number }).port}`;
+  // As GET /v1/models counts them: a retired model is refused, not listed.
+  const all = services.registry.list();
+  const served = all.filter((m) => !m.deprecated).length;
+  const models = `${served} models${served < all.length ? ` (and ${all.length - served} retired)` : ''}`;
   const lines = [
     `gw ${services.version} listening on ${base}`,
     `  variant A: ${base}/v1      variant B: ${base}/alt/v1      OpenAPI: ${base}/openapi.json`,
     simulator
-      ? `  DEMO MODE: no GW_CONFIG given, so requests go to simulated EU providers (${Object.keys(simulator.providers).join(', ')}) with a demo catalogue of ${services.registry.list().length} models.`
-      : `  providers from ${config.configFile}: ${services.registry.list().length} models`,
+      ? `  DEMO MODE: no GW_CONFIG given, so requests go to simulated EU providers (${Object.keys(simulator.providers).join(', ')}) with a demo catalogue of ${models}.`
+      : `  providers from ${config.configFile}: ${models}`,
     `  store: ${config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`}; limiter: ${config.redisUrl ? 'Redis (REDIS_URL)' : 'in-process'}; admin API: ${config.adminToken ? 'on' : 'off (set GW_ADMIN_TOKEN)'}`,
   ];
   // A chat model this gateway serves (the demo's mistral/small, or the config's first), so the example answers.

@@ -143,6 +143,9 @@ describe('admin API', () => {
       const res = await gw.admin<{ error: { param: string | null } }>('GET', path);
       expect([path, res.status, res.body.error.param ?? null]).toEqual([path, status, param]);
     }
+    // A page size out of range is told in words, not as the expression that checks it.
+    const words = await gw.admin<{ error: { message: string } }>('GET', '/keys?limit=abc');
+    expect(words.body.error.message).toBe("Invalid querystring: 'limit' must be a whole number from 1 to 100.");
   });
 
   it('PATCH /workspaces/{id} changes a workspace at once: a budget raised admits what it refused, models narrowed refuse', async () => {

@@ -32,10 +32,15 @@ afterAll(async () => {
 });
 
 describe('operations', () => {
-  it('prints the first API key once, and where to point a client', () => {
-    expect(proc.output()).toMatch(/Created the first API key \(shown once, keep it\): gw_live_[A-Za-z0-9_-]{43}/);
+  it('prints the first API key once, where to point a client, and as many models as GET /v1/models lists', async () => {
+    const key = /Created the first API key \(shown once, keep it\): (gw_live_[A-Za-z0-9_-]{43})/.exec(proc.output())?.[1];
+    expect(key).toBeDefined();
     expect(proc.output()).toContain(`${proc.url}/v1`);
     expect(proc.output()).toContain(`${proc.url}/alt/v1`);
+    const listed = ((await (await fetch(`${proc.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: unknown[] }).data;
+    const retired = sim.demoConfig().models.filter((m) => m.deprecated === true).length;
+    expect(retired).toBeGreaterThan(0);
+    expect(proc.output()).toContain(`: ${listed.length} models (and ${retired} retired)`);
   });
 
   it('serves /healthz, /readyz and Prometheus /metrics', async () => {

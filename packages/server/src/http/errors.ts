@@ -1,4 +1,4 @@
-import { errorJson, H, type Variant } from '@gw/schema';
+import { errorJson, H, PATTERN_MEANINGS, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { errorSummary } from '../lib/error-summary.js';
@@ -107,6 +107,8 @@ function validationError(e: FastifyError): GatewayError {
   } else if (first.keyword === 'additionalProperties' && typeof extra === 'string') {
     field = path ? `${path}.${extra}` : extra;
     detail = 'is not a known field';
+  } else if (first.keyword === 'pattern' && typeof first.params['pattern'] === 'string' && PATTERN_MEANINGS[first.params['pattern']]) {
+    detail = PATTERN_MEANINGS[first.params['pattern']] as string;
   } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {
     const allowed = allowedValues(errors, first);
     detail = allowed === null ? 'has a value that is not allowed' : `has a value that is not allowed (allowed: ${allowed})`;
