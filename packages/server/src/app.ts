@@ -144,7 +144,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   // What this instance leaves in Redis (budget holds, stream buffers) names it, so that others can tell when it died.
   const presence = redis ? new InstancePresence(redis) : null;
   // Before it has Redis reload totals from the store, the ledger has this instance's own usage records written there.
-  const ledger = redis && presence ? new FallbackLedger(new RedisLedger(redis, presence), leases, () => usage.flush()) : new MemoryLedger();
+  const fallback = redis && presence ? new FallbackLedger(new RedisLedger(redis, presence), leases, () => usage.flush()) : null;
+  // When Redis's connection drops, the holds it had for this instance's running requests go into the leases at once.
+  if (redis && fallback) redis.on('close', () => fallback.sharedLost());
+  const ledger = fallback ?? new MemoryLedger();
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command.
   const streamRedis = config.redisUrl ? await connectRedis(config.redisUrl, BATCHING_OPTIONS) : null;

@@ -168,6 +168,50 @@ describe('budgets when Redis restarts empty', () => {
   }, 60_000);
 });
 
+describe('budgets when Redis dies with requests in flight', () => {
+  it('the holds of the requests Redis admitted go into the PostgreSQL leases first: what the instances admit after never takes the budget past its end', async () => {
+    const own = await startRedis();
+    const url = await pg.createDatabase();
+    // An upstream of its own, slow and answering to max_tokens, so the requests stay in flight and each costs about its worst case.
+    const slow = await startSimulator({ latencyScale: 0 });
+    const [g1, g2] = [
+      await startGateway({ sim: slow, redisUrl: own.url, databaseUrl: url }),
+      await startGateway({ sim: slow, redisUrl: own.url, databaseUrl: url }),
+    ];
+    const scaleway = slow.providers.scaleway;
+    try {
+      scaleway?.configure({ latencyMs: 1500, answerTokens: MAX_TOKENS });
+      const budget = worst * 10 + 1e-9;
+      const { id, key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
+      // Ten worst cases fill the budget; Redis admits them all, five on each instance.
+      const first = Array.from({ length: 10 }, (_, i) => chat(i % 2 ? g2 : g1, key));
+      await eventually(() => expect(scaleway?.stats().inFlight).toBe(10), 5000);
+      await own.kill();
+      // The lease ledger takes over while the ten are still running.
+      const after = Array.from({ length: 20 }, (_, i) => chat(i % 2 ? g2 : g1, key));
+      const statuses = await Promise.all([...first, ...after].map(async (r) => (await r).status));
+      expect(statuses.slice(0, 10)).toEqual(Array(10).fill(200));
+      await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+      const spent = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+      expect(spent).toBeGreaterThan(budget / 2);
+      // Overshoot, the figure that must be 0:
+      expect(Math.max(0, spent - budget)).toBe(0);
+      expect(statuses.slice(10)).toEqual(Array(20).fill(402));
+      // Their settles took them off the leases: the room their worst cases held beyond their costs (under two worst
+      // cases) is used again, once, then the budget is at its end.
+      scaleway?.configure({ latencyMs: 30 });
+      await eventually(async () => expect((await chat(g1, key)).status).toBe(200), 10_000);
+      expect([(await chat(g2, key)).status, (await chat(g1, key)).status]).toEqual([402, 402]);
+      await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+      expect((await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeLessThanOrEqual(budget);
+    } finally {
+      await Promise.all([g1.close(), g2.close()]);
+      await slow.close();
+      await own.stop();
+    }
+  }, 60_000);
+});
+
 describe('budget holds of an instance that died', () => {
   it('are let go once it stops saying it is alive, instead of refusing the room they held for 15 minutes', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-'));

@@ -13,6 +13,22 @@ export interface SharedLedger extends BudgetLedger {
   raiseSpent(tag: string, scopeId: string, storeEur: number): Promise<void>;
 }
 
+/** What the database's ledger (leases) offers to take over the holds the shared ledger had for this instance's running requests. */
+export interface TakeoverLedger extends BudgetLedger {
+  /** Counts a running request's hold (never refused); the reservation it returns is settled there as any other. */
+  adoptRunning(tag: string, scopeIds: string[], nano: number, requestId: string): Reservation;
+  /** Counts a cost settled at `at` that the store may not have yet. */
+  adoptSettled(scopeIds: string[], nano: number, at: number): void;
+  /** Puts what was taken over in the database. */
+  cover(): Promise<void>;
+}
+
+/** A cost settled while its settle had not reached the shared ledger: when (its usage record was made then) and how much. */
+interface SettledCost {
+  eur: number;
+  at: number;
+}
+
 const CATCH_UP_EVERY_MS = 1_000;
 /** After a restart of Redis, when the totals this instance owed to are raised to the store's again. */
 const HEAL_AFTER_MS = [2_000, 10_000];
@@ -48,11 +64,30 @@ export class BudgetsUnavailableError extends Error {
  * records are written there, each total is raised to the store's instead
  * (what neither had yet, the last flush interval's records of other
  * instances, is the bound).
+ *
+ * The holds Redis had for this instance's requests still running go with
+ * it. So that what the leases admit after does not take their room, the
+ * reservations made in Redis and not yet settled there are taken into the
+ * leases before they admit anything (and as soon as Redis's connection
+ * drops, {@link sharedLost}): a running request's worst case, or the cost
+ * of one whose settle has not reached Redis. Their settles take them off
+ * the leases as any lease reservation's, and still go to Redis (now or in
+ * the catch-up), which adds their costs when it finds their holds: they
+ * are not owed to it as the leases' own costs are.
  */
 export class FallbackLedger implements BudgetLedger {
   private readonly local = new MemoryLedger();
   private readonly breaker = new CircuitBreaker(1000);
   private readonly databaseBreaker = new CircuitBreaker(1000);
+  /**
+   * With leases: the reservations made in the shared ledger whose settle has not reached it, in the order they were
+   * made; null while the request runs, else its cost. Taken into the leases when they take over.
+   */
+  private readonly openInShared = new Map<Reservation, SettledCost | null>();
+  /** Reservations of the shared ledger taken into the leases, with the lease reservation that holds them there. */
+  private readonly inLeases = new WeakMap<Reservation, Reservation>();
+  /** The last takeover's database writes, which a reservation from the leases waits for. */
+  private takingOver: Promise<void> | null = null;
   /** Reservations not made in the shared ledger, by the ledger that holds them. */
   private readonly heldBy = new WeakMap<Reservation, BudgetLedger>();
   /** Costs settled outside the shared ledger, by tag and scopes, not yet added to it. */
@@ -69,7 +104,7 @@ export class FallbackLedger implements BudgetLedger {
 
   constructor(
     private readonly shared: SharedLedger,
-    private readonly database: BudgetLedger | null = null,
+    private readonly database: TakeoverLedger | null = null,
     /** Writes this instance's pending usage records to the store, so that a total reloaded from it has their costs. */
     private readonly flushUsage: () => Promise<void> = async () => {},
   ) {}
@@ -83,6 +118,7 @@ export class FallbackLedger implements BudgetLedger {
         const res = await this.shared.reserve(tag, scopes, eur, requestId);
         this.breaker.success();
         if (this.sharedEpoch === null) this.readEpoch();
+        if (res.ok && this.database) this.trackOpen(res.reservation);
         return res;
       } catch {
         this.breaker.failure();
@@ -93,6 +129,8 @@ export class FallbackLedger implements BudgetLedger {
     if (this.database) {
       if (!this.databaseBreaker.allow()) throw new BudgetsUnavailableError(null);
       try {
+        // Requests Redis admitted, still running, hold room in no lease yet: they go in first.
+        if (this.openInShared.size > 0 || this.takingOver) await this.takeOver(this.database);
         const res = await this.database.reserve(tag, scopes, eur, requestId);
         this.databaseBreaker.success();
         if (res.ok) this.heldBy.set(res.reservation, this.database);
@@ -122,12 +160,55 @@ export class FallbackLedger implements BudgetLedger {
       }
       return;
     }
+    const leased = this.inLeases.get(r);
+    if (leased) {
+      this.inLeases.delete(r);
+      // Off the lease as any of its reservations (its cost stays there until stored); Redis still gets the settle.
+      this.database?.settle(leased, actualEur).catch(() => {});
+    } else if (this.openInShared.has(r)) {
+      this.openInShared.set(r, { eur: actualEur, at: Date.now() });
+    }
     try {
       await this.shared.settle(r, actualEur);
+      this.openInShared.delete(r);
     } catch {
       this.missedSettles.push({ r, eur: actualEur });
       this.scheduleCatchUp();
     }
+  }
+
+  /**
+   * The shared ledger's connection dropped: the holds it had for this instance's running requests go into the
+   * leases now, before another instance's lease can take their room (and before this one's admits anything).
+   */
+  sharedLost(): void {
+    if (this.database && this.openInShared.size > 0) this.takeOver(this.database).catch(() => {});
+  }
+
+  private trackOpen(r: Reservation): void {
+    this.openInShared.set(r, null);
+    if (this.openInShared.size > MAX_WAITING) this.openInShared.delete(this.openInShared.keys().next().value as Reservation);
+  }
+
+  /** Takes the reservations open in the shared ledger into the leases (counted at once), then waits for the database to have them. */
+  private takeOver(database: TakeoverLedger): Promise<void> {
+    if (this.openInShared.size > 0) {
+      for (const [r, settled] of this.openInShared) {
+        const limited = r.scopes.filter((id) => (this.scopesById.get(id)?.limit ?? null) !== null);
+        if (limited.length === 0) continue;
+        if (settled) database.adoptSettled(limited, toNano(settled.eur), settled.at);
+        else this.inLeases.set(r, database.adoptRunning(r.tag, limited, r.nano, r.id));
+      }
+      this.openInShared.clear();
+      const run = (this.takingOver ?? Promise.resolve()).catch(() => {}).then(() => database.cover());
+      this.takingOver = run;
+      run
+        .finally(() => {
+          if (this.takingOver === run) this.takingOver = null;
+        })
+        .catch(() => {});
+    }
+    return this.takingOver ?? Promise.resolve();
   }
 
   async release(r: Reservation): Promise<void> {
@@ -235,7 +316,16 @@ export class FallbackLedger implements BudgetLedger {
     this.missedSettles = [];
     this.strayHolds = [];
     const retry = <T>(item: T, sent: Promise<void>) => sent.then(noneLeft, () => item);
-    const failed = await Promise.all(settles.map((m) => retry(m, this.shared.settle(m.r, m.eur))));
+    const failed = await Promise.all(
+      settles.map((m) =>
+        retry(
+          m,
+          this.shared.settle(m.r, m.eur).then(() => {
+            this.openInShared.delete(m.r);
+          }),
+        ),
+      ),
+    );
     const stuck = await Promise.all(strays.map((r) => retry(r, this.shared.release(r))));
     for (const m of failed) if (m) this.missedSettles.push(m);
     for (const r of stuck) if (r) this.strayHolds.push(r);

@@ -60,6 +60,8 @@ interface ScopeLease {
  */
 export class LeaseLedger implements BudgetLedger {
   private readonly scopes = new Map<string, ScopeLease>();
+  /** Scopes whose lease lacks holds or costs taken over from another ledger ({@link cover}). */
+  private readonly uncovered = new Set<string>();
   private readonly instance = randomBytes(6).toString('hex');
   private generation = 0;
   private timer: NodeJS.Timeout | null = null;
@@ -117,6 +119,83 @@ export class LeaseLedger implements BudgetLedger {
     return this.settle(r, 0);
   }
 
+  /**
+   * Counts in this instance's leases the hold of a request already running,
+   * admitted by another ledger (Redis, now away), so that what is admitted
+   * here after it does not take its room. Never refused: its request runs
+   * either way. Counted at once (a settle before the database answers finds
+   * it); {@link cover} then puts it in the database. Settled as any other.
+   */
+  adoptRunning(tag: string, scopeIds: string[], nano: number, requestId: string): Reservation {
+    for (const id of scopeIds) {
+      const state = this.current(id);
+      state.inflight += nano;
+      this.uncovered.add(id);
+    }
+    return { id: requestId, nano, scopes: scopeIds, tag };
+  }
+
+  /** Counts a cost settled in another ledger that may not be in `spent` yet (its usage record was made at `at`), as a settle here does. */
+  adoptSettled(scopeIds: string[], nano: number, at: number): void {
+    if (nano <= 0 || at < this.options.storedBefore()) return;
+    for (const id of scopeIds) {
+      const state = this.current(id);
+      // In the order of their records: costs leave from the front once stored.
+      const after = state.settled.findIndex((c) => c.at > at);
+      state.settled.splice(after < 0 ? state.settled.length : after, 0, { at, nano });
+      state.settledSum += nano;
+      this.uncovered.add(id);
+    }
+  }
+
+  /**
+   * Adds to each lease what the holds and costs taken over lack beyond the
+   * room it held unused, whatever the budget has left: room beyond the
+   * budget leaves none for any instance's grow until it is settled, stored
+   * and given back. Resolves when tried; what failed is tried again by
+   * {@link tend}.
+   */
+  async cover(): Promise<void> {
+    await Promise.all([...this.uncovered].map((id) => this.coverScope(id)));
+  }
+
+  private async coverScope(id: string): Promise<void> {
+    const state = this.scopes.get(id);
+    if (!state) {
+      this.uncovered.delete(id);
+      return;
+    }
+    // One change of a lease at a time: a grow in flight first (its room counts), and requests wait for this one.
+    while (state.growing) await state.growing.catch(() => false);
+    this.uncovered.delete(id);
+    const lacking = state.inflight + state.settledSum - state.leased;
+    if (lacking <= 0) return;
+    const leaseId = state.leaseId;
+    const now = this.now();
+    state.growing = this.leases.add(id, leaseId, lacking, LEASE_TTL_MS).then(
+      () => {
+        if (state.leaseId !== leaseId) {
+          this.uncovered.add(id);
+          return true;
+        }
+        state.leased += lacking;
+        state.validUntil = now + LEASE_TTL_MS - LEASE_MARGIN_MS;
+        // The budget may have no room for it: what it holds unused goes back after each settle, as near a budget's end.
+        state.tight = true;
+        return true;
+      },
+      () => {
+        this.uncovered.add(id);
+        return true;
+      },
+    );
+    state.growing = state.growing.finally(() => {
+      state.growing = null;
+    });
+    this.timer ??= setInterval(() => void this.tend(), TEND_EVERY_MS).unref();
+    await state.growing;
+  }
+
   /** Not kept here: the store's `spent` is what the admin API shows. */
   async peek(): Promise<{ spent: number; reserved: number } | null> {
     return null;
@@ -144,6 +223,13 @@ export class LeaseLedger implements BudgetLedger {
       };
       this.scopes.set(id, state);
     }
+    return state;
+  }
+
+  /** The scope's state, its lease let go first if it may have run out. */
+  private current(id: string): ScopeLease {
+    const state = this.state(id);
+    if (state.leased > 0 && this.now() >= state.validUntil) this.lapse(state);
     return state;
   }
 
@@ -238,13 +324,15 @@ export class LeaseLedger implements BudgetLedger {
     const calls: Promise<void>[] = [];
     const now = this.now();
     const storedBefore = this.options.storedBefore();
+    if (this.uncovered.size > 0) calls.push(this.cover());
     for (const [id, state] of this.scopes) {
       // A grow in flight on a lease with nothing leased may be making its row (a shrink would find none and
       // lapse it); any other grow leaves the row there. Near a budget's end, refused requests keep a grow in
       // flight nearly all the time: skipping the scope then kept costs already in `spent` counted in the lease
       // too, for seconds, and every instance refused requests the budget had room for.
-      if (state.tending || (state.growing && state.leased === 0)) continue;
-      if (state.leased === 0 && state.inflight === 0) {
+      // A lease still lacking what was taken over (its add failed) is covered first (above), then tended.
+      if (state.tending || (state.growing && state.leased === 0) || this.uncovered.has(id)) continue;
+      if (state.leased === 0 && state.inflight === 0 && state.settledSum === 0) {
         this.scopes.delete(id);
         continue;
       }

@@ -30,6 +30,14 @@ export class DrizzleBudgetLeaseRepo implements BudgetLeaseRepo {
     return rowsOf(result).length > 0;
   }
 
+  async add(scopeId: string, leaseId: string, nano: number, ttlMs: number): Promise<void> {
+    await this.db.execute(
+      sql`INSERT INTO budget_leases (scope_id, lease_id, nano, expires_at) VALUES (${scopeId}, ${leaseId}, ${nano}::bigint, ${inMs(ttlMs)})
+        ON CONFLICT (scope_id, lease_id) DO UPDATE SET expires_at = EXCLUDED.expires_at,
+          nano = CASE WHEN budget_leases.expires_at > now() THEN budget_leases.nano ELSE 0 END + EXCLUDED.nano`,
+    );
+  }
+
   async live(scopeId: string): Promise<{ nano: number; ms: number }> {
     const result = await this.db.execute(
       sql`SELECT coalesce(sum(nano), 0) AS nano, coalesce(ceil(extract(epoch FROM max(expires_at) - now()) * 1000), 0) AS ms

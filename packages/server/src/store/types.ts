@@ -159,6 +159,13 @@ export interface BudgetLeaseRepo {
    * and renews it for `ttlMs`; false when it had already run out.
    */
   shrink(scopeId: string, leaseId: string, nano: number, ttlMs: number): Promise<boolean>;
+  /**
+   * Adds `nano` to the lease whatever room the scope has left (holds of
+   * requests already running, which cannot be refused: room beyond the
+   * budget leaves none for any grow until it is given back), and renews
+   * it for `ttlMs`. A lease that had run out starts again from `nano`.
+   */
+  add(scopeId: string, leaseId: string, nano: number, ttlMs: number): Promise<void>;
   /** The room every live lease of the scope holds, and how long the longest of them lives (ms). */
   live(scopeId: string): Promise<{ nano: number; ms: number }>;
 }
