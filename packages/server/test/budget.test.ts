@@ -113,6 +113,18 @@ describe('budgets while Redis is away', () => {
   }, 30_000);
 });
 
+describe('budgets lowered while Redis is away', () => {
+  it('a lowered budget cuts the room an instance leased under the old one: the next request is held to the new budget', async () => {
+    // Room for 200 worst cases: the first request leases room for 64 of them, far from the end, so none goes back at its settle.
+    const { id, key } = await three.createKey({ budget: worst * 200, rateLimitRpm: 1000 });
+    expect((await chat(three, key)).status).toBe(200);
+    expect((await three.admin('PATCH', `/keys/${id}`, { budget: worst })).status).toBe(200);
+    // What the first cost leaves of one worst case is less than one: refused on the instance holding the lease too.
+    expect([(await chat(three, key)).status, (await chat(four, key)).status]).toEqual([402, 402]);
+    expect(await spentOf(three, id)).toBeLessThanOrEqual(worst);
+  }, 30_000);
+});
+
 describe('budgets when Redis restarts empty', () => {
   it('costs settled during the outage are counted once: the totals are loaded again from PostgreSQL, not added to one another instance loaded already', async () => {
     const own = await startRedis();

@@ -31,6 +31,8 @@ interface ScopeLease {
   /** Costs settled but perhaps not yet in `spent`: still counted in the lease. */
   settled: { at: number; nano: number }[];
   settledSum: number;
+  /** The scope's budget (nano-EUR) as last met here: a lower one gives back the room leased under the higher one. */
+  limit: number;
   /** Local time until which the lease is known to live in the database. */
   validUntil: number;
   lastUse: number;
@@ -84,6 +86,10 @@ export class LeaseLedger implements BudgetLedger {
     const limited = scopes.filter((s) => s.limit !== null);
     for (const scope of limited) {
       const state = this.state(scope.id);
+      const limit = toNano(scope.limit as number);
+      // Lowered (PATCH) while this instance leases: the room it leased under the old budget is not counted on.
+      if (limit < state.limit) this.giveBackUnused(scope.id, state, true);
+      state.limit = limit;
       let admitted: boolean;
       try {
         admitted = await this.take(scope.id, state, nano);
@@ -215,6 +221,7 @@ export class LeaseLedger implements BudgetLedger {
         inflight: 0,
         settled: [],
         settledSum: 0,
+        limit: Number.POSITIVE_INFINITY,
         validUntil: 0,
         lastUse: 0,
         growing: null,
@@ -272,13 +279,16 @@ export class LeaseLedger implements BudgetLedger {
    * What this lease holds unused goes back at once: when the database had
    * no room for a request (the remainder was less than it needed), so that
    * another instance whose own remainder falls short can put the two
-   * together; and after each settle near a budget's end (`tight`).
+   * together; after each settle near a budget's end (`tight`); and when the
+   * budget was lowered (`evenWhileBusy`: that room must not be used, whatever
+   * else is on its way to the database).
    */
-  private giveBackUnused(id: string, state: ScopeLease): void {
+  private giveBackUnused(id: string, state: ScopeLease, evenWhileBusy = false): void {
     const unused = state.leased - state.inflight - state.settledSum;
-    if (unused <= 0 || state.growing || state.tending) return;
+    if (unused <= 0 || (!evenWhileBusy && (state.growing || state.tending))) return;
     state.leased -= unused;
     const leaseId = state.leaseId;
+    const mine = !state.tending;
     state.tending = true;
     this.leases
       .shrink(id, leaseId, unused, LEASE_TTL_MS)
@@ -289,7 +299,7 @@ export class LeaseLedger implements BudgetLedger {
         // The database keeps more than this instance counts on, which only holds others back.
       })
       .finally(() => {
-        state.tending = false;
+        if (mine) state.tending = false;
       });
   }
 
