@@ -224,6 +224,52 @@ describe('budgets when Redis dies with requests in flight', () => {
   }, 60_000);
 });
 
+describe('budgets when Redis restarts empty with requests in flight', () => {
+  it("the costs of requests whose holds the restart took reach Redis's totals: they are raised to the store's once stored", async () => {
+    const own = await startRedis();
+    const url = await pg.createDatabase();
+    const slow = await startSimulator({ latencyScale: 0 });
+    const [g1, g2] = [
+      await startGateway({ sim: slow, redisUrl: own.url, databaseUrl: url }),
+      await startGateway({ sim: slow, redisUrl: own.url, databaseUrl: url }),
+    ];
+    const probe = new Redis(own.url, { maxRetriesPerRequest: 1 });
+    probe.on('error', () => {});
+    const scaleway = slow.providers.scaleway;
+    try {
+      scaleway?.configure({ latencyMs: 2500, answerTokens: MAX_TOKENS });
+      const { id, key } = await g1.createKey({ budget: worst * 100, rateLimitRpm: 1000 });
+      const { workspaceId } = (await g1.admin<{ workspaceId: string | null }>('GET', `/keys/${id}`)).body;
+      const spentKey = `gw:budget:{${workspaceId ? `ws:${workspaceId}` : `key:${id}`}}:key:${id}:spent`;
+      // Five requests Redis admitted, running on the first instance when Redis restarts empty.
+      const running = Array.from({ length: 5 }, () => chat(g1, key));
+      await eventually(() => expect(scaleway?.stats().inFlight).toBe(5), 5000);
+      await own.kill();
+      await own.restart();
+      // The other instance loads the total into the new Redis before they end: their costs are in neither yet.
+      // (Each try waits for its instance's Redis to be back; one that came before goes to the leases.)
+      const loading: Promise<Response>[] = [];
+      await eventually(async () => {
+        loading.push(chat(g2, key));
+        await new Promise((r) => setTimeout(r, 200));
+        expect(await probe.exists(spentKey)).toBe(1);
+      }, 5000);
+      const statuses = await Promise.all([...running, ...loading].map(async (r) => (await r).status));
+      expect(statuses).toEqual(Array(5 + loading.length).fill(200));
+      await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+      const stored = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+      expect(stored).toBeGreaterThan(5 * worst * 0.9);
+      // Their settles found no hold, so added nothing: without more, Redis would admit their room once again.
+      await eventually(async () => expect(Number(await probe.get(spentKey)) / 1e9).toBeCloseTo(stored, 12), 6000);
+    } finally {
+      probe.disconnect();
+      await Promise.all([g1.close(), g2.close()]);
+      await slow.close();
+      await own.stop();
+    }
+  }, 60_000);
+});
+
 describe('budget holds of an instance that died', () => {
   it('are let go once it stops saying it is alive, instead of refusing the room they held for 15 minutes', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-'));

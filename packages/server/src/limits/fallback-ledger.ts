@@ -5,6 +5,8 @@ import { MemoryLedger } from './memory-ledger.js';
 
 /** What the shared ledger (Redis) offers to be brought up to date after it was away. */
 export interface SharedLedger extends BudgetLedger {
+  /** A settle that tells whether the shared ledger still had the hold (else it added nothing: a restart took the hold). */
+  settleHeld(r: Reservation, actualEur: number): Promise<boolean>;
   reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation;
   addSpent(tag: string, scopeIds: string[], nano: number): Promise<void>;
   /** Changes when the shared ledger lost what it held (Redis restarted). */
@@ -94,6 +96,9 @@ export class FallbackLedger implements BudgetLedger {
   private readonly owed = new Map<string, { tag: string; scopeIds: string[]; nano: number }>();
   private missedSettles: { r: Reservation; eur: number }[] = [];
   private strayHolds: Reservation[] = [];
+  /** Scopes of costs whose settle found no hold in the shared ledger (it restarted meanwhile): raised to the store's. */
+  private readonly unheld = new Map<string, { tag: string; scopeIds: string[] }>();
+  private raiseRun: Promise<void> | null = null;
   private catchUpTimer: NodeJS.Timeout | null = null;
   private catchUpRun: Promise<void> | null = null;
   /** The scopes seen in reservations, by id: their totals in the store, for a catch-up after Redis restarted. */
@@ -169,8 +174,9 @@ export class FallbackLedger implements BudgetLedger {
       this.openInShared.set(r, { eur: actualEur, at: Date.now() });
     }
     try {
-      await this.shared.settle(r, actualEur);
+      const held = await this.shared.settleHeld(r, actualEur);
       this.openInShared.delete(r);
+      if (!held) this.costWithoutHold(r, actualEur);
     } catch {
       this.missedSettles.push({ r, eur: actualEur });
       this.scheduleCatchUp();
@@ -224,6 +230,30 @@ export class FallbackLedger implements BudgetLedger {
     const entry = this.owed.get(id);
     if (entry) entry.nano += nano;
     else this.owed.set(id, { tag, scopeIds, nano });
+  }
+
+  /**
+   * A settle found no hold: Redis restarted (or the hold expired) while the request ran, so its cost was added to
+   * no total there, and a total loaded from the store before its usage record was written lacks it for good. Once
+   * this instance's records are written, the scope's total is raised to the store's (now and again later, as after
+   * a catch-up): never counted twice, as the higher of the two stays.
+   */
+  private costWithoutHold(r: Reservation, actualEur: number): void {
+    if (toNano(actualEur) <= 0) return;
+    this.unheld.set(`${r.tag} ${r.scopes.join(' ')}`, { tag: r.tag, scopeIds: r.scopes });
+    this.raiseRun ??= this.raiseUnheld().finally(() => {
+      this.raiseRun = null;
+    });
+  }
+
+  private async raiseUnheld(): Promise<void> {
+    while (this.unheld.size > 0) {
+      const entries = [...this.unheld.values()];
+      this.unheld.clear();
+      await this.flushUsage().catch(() => {});
+      for (const e of entries) await this.raiseToStore(e.tag, e.scopeIds).catch(() => {});
+      this.raiseAgainLater(entries);
+    }
   }
 
   /** Something waits to be brought to the shared ledger: it is tried every second until it is. */
@@ -320,8 +350,9 @@ export class FallbackLedger implements BudgetLedger {
       settles.map((m) =>
         retry(
           m,
-          this.shared.settle(m.r, m.eur).then(() => {
+          this.shared.settleHeld(m.r, m.eur).then((held) => {
             this.openInShared.delete(m.r);
+            if (!held) this.costWithoutHold(m.r, m.eur);
           }),
         ),
       ),

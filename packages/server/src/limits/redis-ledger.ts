@@ -57,13 +57,17 @@ return 0
 
 // KEYS: per scope, spent, holds, held sum. ARGV: pairs of hold member and actual nano (0 to release),
 // one pair per settled request: the settles of one turn of the event loop that share their scopes go as one call.
+// Returns, per pair, 1 if a hold was found (its cost added), else 0 (a restart or an expiry took it: nothing added).
 const SETTLE = `
+local found = {}
 for j = 1, #ARGV, 2 do
   local member = ARGV[j]
   local actual = tonumber(ARGV[j+1])
   local held = tonumber(string.match(member, ':(%d+)$'))
+  found[#found + 1] = 0
   for i = 1, #KEYS / 3 do
     if redis.call('ZREM', KEYS[3*i-1], member) == 1 then
+      found[#found] = 1
       if redis.call('EXISTS', KEYS[3*i]) == 1 then redis.call('DECRBY', KEYS[3*i], held) end
       if actual > 0 and redis.call('EXISTS', KEYS[3*i-2]) == 1 then
         redis.call('INCRBY', KEYS[3*i-2], actual)
@@ -71,7 +75,7 @@ for j = 1, #ARGV, 2 do
     end
   end
 end
-return 0
+return found
 `;
 
 // KEYS: a spent key. ARGV: the store's total, nano. The higher of the two stays; a missing total stays missing.
@@ -114,7 +118,7 @@ return 1
 interface SettleBatch {
   keys: string[];
   args: (string | number)[];
-  waiters: { resolve: () => void; reject: (err: unknown) => void }[];
+  waiters: { resolve: (held: boolean) => void; reject: (err: unknown) => void }[];
 }
 
 type Cmd = (...args: (string | number)[]) => Promise<number>;
@@ -139,7 +143,7 @@ export class RedisLedger implements BudgetLedger {
   private readonly settling = new Map<string, SettleBatch>();
   private readonly argsOfScopes = new WeakMap<BudgetScope[], ReserveArgs>();
   private readonly reserveCmd: Cmd;
-  private readonly settleCmd: Cmd;
+  private readonly settleCmd: (...args: (string | number)[]) => Promise<number[]>;
   private readonly addSpentCmd: Cmd;
   private readonly raiseSpentCmd: Cmd;
   private readonly loadSpentCmd: Cmd;
@@ -152,7 +156,7 @@ export class RedisLedger implements BudgetLedger {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
     redis.defineCommand('gwBudgetSettle', { lua: SETTLE });
     this.reserveCmd = this.cmd('gwBudgetReserve');
-    this.settleCmd = this.cmd('gwBudgetSettle');
+    this.settleCmd = this.cmd('gwBudgetSettle') as unknown as (...args: (string | number)[]) => Promise<number[]>;
     redis.defineCommand('gwBudgetAddSpent', { lua: ADD_SPENT });
     this.addSpentCmd = this.cmd('gwBudgetAddSpent');
     redis.defineCommand('gwBudgetRaiseSpent', { lua: RAISE_SPENT });
@@ -257,7 +261,12 @@ export class RedisLedger implements BudgetLedger {
    * load) share one script call per set of scopes; until it runs, the
    * hold still counts, so a reservation meanwhile sees less left, never more.
    */
-  settle(r: Reservation, actualEur: number): Promise<void> {
+  async settle(r: Reservation, actualEur: number): Promise<void> {
+    await this.settleHeld(r, actualEur);
+  }
+
+  /** As {@link settle}; resolves false if Redis had no hold for it (it restarted, or the hold expired): its cost was not added. */
+  settleHeld(r: Reservation, actualEur: number): Promise<boolean> {
     const { keys, group } = settleKeysOf.get(r) ?? settleKeys(r);
     let batch = this.settling.get(group);
     if (!batch) {
@@ -274,8 +283,8 @@ export class RedisLedger implements BudgetLedger {
     this.settling.clear();
     for (const b of batches) {
       this.settleCmd(b.keys.length, ...b.keys, ...b.args).then(
-        () => {
-          for (const w of b.waiters) w.resolve();
+        (found) => {
+          for (const [i, w] of b.waiters.entries()) w.resolve(found[i] === 1);
         },
         (err: unknown) => {
           for (const w of b.waiters) w.reject(err);
