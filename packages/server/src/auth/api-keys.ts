@@ -187,7 +187,10 @@ export class ApiKeyAuthenticator {
   }
 
   private apply(event: KeyEvent): void {
-    if (event.op === 'workspace') return this.onWorkspaceChanged(event.id);
+    if (event.op === 'workspace') {
+      this.onWorkspaceChanged(event.id);
+      return;
+    }
     if (this.readsInFlight > 0) this.eventSeq.set(event.id, ++this.seq);
     const hash = this.hashById.get(event.id);
     if (!hash) return;
