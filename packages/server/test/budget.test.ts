@@ -125,14 +125,37 @@ describe('budgets lowered while Redis is away', () => {
   }, 30_000);
 });
 
+/**
+ * Two gateways sharing a Redis of their own (which the test may kill) and a fresh PostgreSQL database, with an
+ * upstream of their own when `ownUpstream` (configured freely), and a connection to that Redis to look into it;
+ * all of it stopped after `run`.
+ */
+async function twoOnOwnRedis(
+  run: (t: { g1: TestGateway; g2: TestGateway; own: RedisServer; upstream: Simulator; probe: Redis }) => Promise<void>,
+  ownUpstream = false,
+): Promise<void> {
+  const own = await startRedis();
+  const url = await pg.createDatabase();
+  const upstream = ownUpstream ? await startSimulator({ latencyScale: 0 }) : sim;
+  const [g1, g2] = [
+    await startGateway({ sim: upstream, redisUrl: own.url, databaseUrl: url }),
+    await startGateway({ sim: upstream, redisUrl: own.url, databaseUrl: url }),
+  ];
+  const probe = new Redis(own.url, { maxRetriesPerRequest: 1 });
+  probe.on('error', () => {});
+  try {
+    await run({ g1, g2, own, upstream, probe });
+  } finally {
+    probe.disconnect();
+    await Promise.all([g1.close(), g2.close()]);
+    if (ownUpstream) await upstream.close();
+    await own.stop();
+  }
+}
+
 describe('budgets when Redis restarts empty', () => {
   it('costs settled during the outage are counted once: the totals are loaded again from PostgreSQL, not added to one another instance loaded already', async () => {
-    const own = await startRedis();
-    const url = await pg.createDatabase();
-    const [g1, g2] = [await startGateway({ sim, redisUrl: own.url, databaseUrl: url }), await startGateway({ sim, redisUrl: own.url, databaseUrl: url })];
-    const probe = new Redis(own.url, { maxRetriesPerRequest: 1 });
-    probe.on('error', () => {});
-    try {
+    await twoOnOwnRedis(async ({ g1, g2, own, probe }) => {
       const { id, key } = await g1.createKey({ budget: worst * 100, rateLimitRpm: 1000 });
       const { workspaceId } = (await g1.admin<{ workspaceId: string | null }>('GET', `/keys/${id}`)).body;
       const tag = workspaceId ? `ws:${workspaceId}` : `key:${id}`;
@@ -172,26 +195,15 @@ describe('budgets when Redis restarts empty', () => {
       expect(inRedis).toBeGreaterThanOrEqual(stored - 2 * perRequest - 1e-12);
       // And what it missed, it gets back: the totals are raised to the store's again 2 s and 10 s after the catch-up.
       await eventually(async () => expect(Number(await probe.get(spentKey)) / 1e9).toBeCloseTo(stored, 12), 12_000);
-    } finally {
-      probe.disconnect();
-      await Promise.all([g1.close(), g2.close()]);
-      await own.stop();
-    }
+    });
   }, 60_000);
 });
 
 describe('budgets when Redis dies with requests in flight', () => {
   it('the holds of the requests Redis admitted go into the PostgreSQL leases first: what the instances admit after never takes the budget past its end', async () => {
-    const own = await startRedis();
-    const url = await pg.createDatabase();
     // An upstream of its own, slow and answering to max_tokens, so the requests stay in flight and each costs about its worst case.
-    const slow = await startSimulator({ latencyScale: 0 });
-    const [g1, g2] = [
-      await startGateway({ sim: slow, redisUrl: own.url, databaseUrl: url }),
-      await startGateway({ sim: slow, redisUrl: own.url, databaseUrl: url }),
-    ];
-    const scaleway = slow.providers.scaleway;
-    try {
+    await twoOnOwnRedis(async ({ g1, g2, own, upstream }) => {
+      const scaleway = upstream.providers.scaleway;
       scaleway?.configure({ latencyMs: 1500, answerTokens: MAX_TOKENS });
       const budget = worst * 10 + 1e-9;
       const { id, key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
@@ -216,27 +228,14 @@ describe('budgets when Redis dies with requests in flight', () => {
       expect([(await chat(g2, key)).status, (await chat(g1, key)).status]).toEqual([402, 402]);
       await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
       expect((await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeLessThanOrEqual(budget);
-    } finally {
-      await Promise.all([g1.close(), g2.close()]);
-      await slow.close();
-      await own.stop();
-    }
+    }, true);
   }, 60_000);
 });
 
 describe('budgets when Redis restarts empty with requests in flight', () => {
   it("the costs of requests whose holds the restart took reach Redis's totals: they are raised to the store's once stored", async () => {
-    const own = await startRedis();
-    const url = await pg.createDatabase();
-    const slow = await startSimulator({ latencyScale: 0 });
-    const [g1, g2] = [
-      await startGateway({ sim: slow, redisUrl: own.url, databaseUrl: url }),
-      await startGateway({ sim: slow, redisUrl: own.url, databaseUrl: url }),
-    ];
-    const probe = new Redis(own.url, { maxRetriesPerRequest: 1 });
-    probe.on('error', () => {});
-    const scaleway = slow.providers.scaleway;
-    try {
+    await twoOnOwnRedis(async ({ g1, g2, own, upstream, probe }) => {
+      const scaleway = upstream.providers.scaleway;
       scaleway?.configure({ latencyMs: 2500, answerTokens: MAX_TOKENS });
       const { id, key } = await g1.createKey({ budget: worst * 100, rateLimitRpm: 1000 });
       const { workspaceId } = (await g1.admin<{ workspaceId: string | null }>('GET', `/keys/${id}`)).body;
@@ -261,12 +260,7 @@ describe('budgets when Redis restarts empty with requests in flight', () => {
       expect(stored).toBeGreaterThan(5 * worst * 0.9);
       // Their settles found no hold, so added nothing: without more, Redis would admit their room once again.
       await eventually(async () => expect(Number(await probe.get(spentKey)) / 1e9).toBeCloseTo(stored, 12), 6000);
-    } finally {
-      probe.disconnect();
-      await Promise.all([g1.close(), g2.close()]);
-      await slow.close();
-      await own.stop();
-    }
+    }, true);
   }, 60_000);
 });
 
