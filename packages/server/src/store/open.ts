@@ -6,7 +6,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { isProcessAlive } from '../lib/process-alive.js';
+import { isProcessAlive, processStartTime } from '../lib/process-alive.js';
 import { nodePg, nodePgMigrator, pgProxy } from './drizzle-cjs.js';
 import { type Db, DrizzleStore } from './drizzle-store.js';
 import { PgliteThread } from './pglite-client.js';
@@ -145,22 +145,31 @@ async function openPglite(dataDir: string): Promise<Store> {
   });
 }
 
+/** The lock files this process holds, so that its own pid in a lock can tell this process from an earlier one. */
+const heldLocks = new Set<string>();
+
 /**
  * PGlite is one process's database: a second process opening the same files
- * would corrupt them. A pid lock file turns that into a clear error; a lock
- * left by a process that is gone is taken over.
+ * would corrupt them. A lock file naming its process (pid and start time)
+ * turns that into a clear error; a lock left by a process that is gone is
+ * taken over, even where its pid now belongs to another process: a gateway
+ * killed in a container restarts with the same pid, and one killed with its
+ * machine may find its pid taken by anything after the reboot.
  */
 function lockDataDir(dataDir: string): () => void {
   const lockFile = join(dataDir, 'pglite.lock');
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       const fd = openSync(lockFile, 'wx');
-      writeSync(fd, String(process.pid));
+      const started = processStartTime(process.pid);
+      writeSync(fd, started === null ? String(process.pid) : `${process.pid} ${started}`);
       closeSync(fd);
+      heldLocks.add(lockFile);
       let released = false;
       const release = () => {
         if (released) return;
         released = true;
+        heldLocks.delete(lockFile);
         process.off('exit', release);
         rmSync(lockFile, { force: true });
       };
@@ -168,17 +177,24 @@ function lockDataDir(dataDir: string): () => void {
       return release;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const owner = Number.parseInt(readFileSync(lockFile, 'utf8'), 10);
-      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isProcessAlive(owner)) {
+      if (heldLocks.has(lockFile)) throw new Error(`the embedded database in ${dataDir} is already open in this process`);
+      const [pidText, started] = readFileSync(lockFile, 'utf8').trim().split(' ');
+      const owner = Number.parseInt(pidText ?? '', 10);
+      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && ownerRuns(owner, started)) {
         throw new Error(
           `the embedded database in ${dataDir} is in use by process ${owner}; stop it, use another GW_DATA_DIR, or set DATABASE_URL to share a PostgreSQL`,
         );
-      }
-      if (owner === process.pid) {
-        throw new Error(`the embedded database in ${dataDir} is already open in this process`);
       }
       rmSync(lockFile, { force: true }); // stale: its process is gone
     }
   }
   throw new Error(`could not lock ${lockFile}`);
+}
+
+/** Whether the process that wrote a lock still runs: its pid, with the same start time where the lock has one. */
+function ownerRuns(pid: number, started: string | undefined): boolean {
+  if (!isProcessAlive(pid)) return false;
+  if (started === undefined) return true;
+  const now = processStartTime(pid);
+  return now === null || now === started;
 }
