@@ -31,6 +31,7 @@ import { MemoryBus } from './kv/memory.js';
 import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
 import { sha256Hex } from './lib/crypto.js';
+import { freeBytes, lowDiskHint } from './lib/disk-room.js';
 import { errorSummary } from './lib/error-summary.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
@@ -128,7 +129,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     const what = config.databaseUrl
       ? `the database at DATABASE_URL (${withoutPassword(config.databaseUrl)})`
       : `the embedded database in GW_DATA_DIR (${config.dataDir})`;
-    throw new Error(`cannot open ${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    const disk = config.databaseUrl ? '' : lowDiskHint(config.dataDir, freeBytes(config.dataDir));
+    throw new Error(`cannot open ${what}: ${err instanceof Error ? err.message : String(err)}${disk}`, { cause: err });
   };
   const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir }).catch(cannotOpen);
   // PostgreSQL is first reached here (a pool connects on its first query): a refused connection or login is named too.
