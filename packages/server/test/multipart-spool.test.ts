@@ -1,9 +1,10 @@
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GatewayError } from '../src/errors/gateway-error.js';
-import { boundaryOf, readMultipart, sweepStaleUploads, UploadSpool } from '../src/http/multipart-spool.js';
+import { boundaryOf, readMultipart, sweepStaleUploads, UploadSpool, uploadOwnerTag } from '../src/http/multipart-spool.js';
 
 const root = mkdtempSync(join(tmpdir(), 'gw-mp-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -123,5 +124,33 @@ describe('sweeping upload folders no request can own any more', () => {
     expect(await sweepStaleUploads(dir, hour)).toBe(2);
     expect(readdirSync(dir).sort()).toEqual(['gw-upload-new', 'gw-upload-writing', 'someone-else']);
     expect(await sweepStaleUploads(join(dir, 'missing'), hour)).toBe(0);
+  });
+
+  it("removes at once a folder this host's process made once that process is gone, and no other before its time", async () => {
+    const dir = mkdtempSync(join(root, 'sweep-owner-'));
+    const hour = 3_600_000;
+    const own = uploadOwnerTag();
+    const [host] = own.split('.') as [string];
+    // A child that has exited: its pid runs no more (or, taken again, with another start time).
+    const gone = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))']).stdout.toString();
+    const names = [
+      `gw-upload-${host}.${gone}.123-aaaaaa`,
+      `gw-upload-${host}.${process.pid}.1-bbbbbb`,
+      `gw-upload-${own}-cccccc`,
+      `gw-upload-otherhost.${gone}.123-dddddd`,
+      'gw-upload-untagged',
+    ];
+    for (const name of names) {
+      mkdirSync(join(dir, name));
+      writeFileSync(join(dir, name, 'upload'), 'x');
+    }
+    // Fresh, all of them: only those whose maker is known gone go (a dead pid; this pid from an earlier start).
+    expect(await sweepStaleUploads(dir, hour)).toBe(2);
+    expect(readdirSync(dir).sort()).toEqual([`gw-upload-${own}-cccccc`, `gw-upload-otherhost.${gone}.123-dddddd`, 'gw-upload-untagged'].sort());
+    // And a new upload's folder carries this process's tag.
+    const spool = new UploadSpool(dir);
+    const file = await spool.newFile();
+    expect(file).toContain(`gw-upload-${own}-`);
+    await spool.dispose();
   });
 });

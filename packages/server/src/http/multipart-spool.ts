@@ -1,11 +1,36 @@
 import { once } from 'node:events';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { GatewayError } from '../errors/gateway-error.js';
+import { isProcessAlive, processStartTime } from '../lib/process-alive.js';
 import type { SpooledUpload } from '../providers/types.js';
+
+/**
+ * Who makes an upload folder, in its name: host, pid and the process's start time. A folder of this host whose
+ * process no longer runs (its pid gone, or taken by a process started at another time) is swept at once, rather than
+ * after the hours any request could last: a gateway that keeps being killed mid-upload does not pile uploads up.
+ */
+export function uploadOwnerTag(host = hostname(), pid = process.pid, started = processStartTime(pid)): string {
+  return `${host.replace(/[^A-Za-z0-9_]/g, '_')}.${pid}.${started ?? 'x'}`;
+}
+
+const OWN_TAG = uploadOwnerTag();
+const TAGGED = /^gw-upload-([A-Za-z0-9_]+)\.(\d+)\.(\d+|x)-/;
+
+/** Whether a folder's name says it was made on this host by a process that no longer runs. */
+function ownerGone(name: string, ownTag: string): boolean {
+  const m = TAGGED.exec(name);
+  if (!m) return false;
+  const [, host, pidText, started] = m as unknown as [string, string, string, string];
+  if (host !== ownTag.slice(0, ownTag.indexOf('.')) || `${host}.${pidText}.${started}` === ownTag) return false;
+  const pid = Number(pidText);
+  if (!isProcessAlive(pid)) return true;
+  return started !== 'x' && processStartTime(pid) !== started;
+}
 
 export interface FormLimits {
   /** Largest file part, bytes. */
@@ -36,7 +61,7 @@ export class UploadSpool {
 
   async newFile(): Promise<string> {
     if (this.disposed) throw new GatewayError('validation', 'The request ended before its upload was read.');
-    const dir = await mkdtemp(join(this.root, 'gw-upload-'));
+    const dir = await mkdtemp(join(this.root, `gw-upload-${OWN_TAG}-`));
     this.dir = dir;
     if (this.disposed) {
       await rm(dir, { recursive: true, force: true });
@@ -56,18 +81,21 @@ export class UploadSpool {
 
 /**
  * Removes the upload folders that outlived every request that could own them: what an instance killed in the middle
- * of an upload (SIGKILL, out of memory) left behind. Instances may share the folder, so a folder goes only once
- * neither it nor its file has changed for `olderThanMs`, longer than any request lasts. Returns how many went.
+ * of an upload (SIGKILL, out of memory) left behind. A folder this host's process made goes as soon as that process
+ * is gone ({@link uploadOwnerTag}). Instances of other hosts may share the folder, so any other goes only once neither
+ * it nor its file has changed for `olderThanMs`, longer than any request lasts. Returns how many went.
  */
-export async function sweepStaleUploads(root: string, olderThanMs: number, now = Date.now()): Promise<number> {
+export async function sweepStaleUploads(root: string, olderThanMs: number, now = Date.now(), ownTag = OWN_TAG): Promise<number> {
   const names = await readdir(root).catch(() => [] as string[]);
   let removed = 0;
   for (const name of names) {
     if (!name.startsWith('gw-upload-')) continue;
     const dir = join(root, name);
     try {
-      const [folder, file] = await Promise.all([stat(dir), stat(join(dir, 'upload')).catch(() => null)]);
-      if (now - Math.max(folder.mtimeMs, file?.mtimeMs ?? 0) < olderThanMs) continue;
+      if (!ownerGone(name, ownTag)) {
+        const [folder, file] = await Promise.all([stat(dir), stat(join(dir, 'upload')).catch(() => null)]);
+        if (now - Math.max(folder.mtimeMs, file?.mtimeMs ?? 0) < olderThanMs) continue;
+      }
       await rm(dir, { recursive: true, force: true });
       removed++;
     } catch {
