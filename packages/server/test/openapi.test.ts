@@ -54,6 +54,17 @@ describe('OpenAPI 3.1', () => {
     }
     expect(have).toContain('post /admin/v1/keys');
     expect(have).not.toContain('get /healthz');
+    // Every answer is described: none is left as the generator's "Default Response".
+    const generic = Object.entries(doc.paths).flatMap(([path, ops]) =>
+      Object.entries(ops as Record<string, { responses?: Record<string, { description?: string }> }>).flatMap(([method, op]) =>
+        Object.entries(op.responses ?? {})
+          .filter(([, answer]) => answer.description === 'Default Response')
+          .map(([status]) => `${method} ${path} ${status}`),
+      ),
+    );
+    expect(generic).toEqual([]);
+    const chat = (doc.paths['/v1/chat/completions'] as { post: { responses: Record<string, { description: string }> } }).post;
+    expect(chat.responses['200']?.description).toBe('The answer to: chat completion, streaming optional.');
   });
 
   it('documents each variant with its own error codes', async () => {

@@ -2,6 +2,7 @@ import swagger from '@fastify/swagger';
 import type { FastifyInstance } from 'fastify';
 import { documentErrors } from './openapi-errors.js';
 import { documentHeaders } from './openapi-headers.js';
+import { describeSuccesses } from './openapi-successes.js';
 
 /** Registers the OpenAPI 3.1 generator; the document is built from the routes' own schemas. */
 export async function registerOpenApi(app: FastifyInstance, version: string): Promise<void> {
@@ -29,7 +30,7 @@ export function openApiRoutes(app: FastifyInstance): void {
   let doc: unknown;
   // Built once, on first request: every route is registered by then.
   const handler = async () => {
-    doc ??= documentErrors(documentHeaders(structuredClone(app.swagger()) as Parameters<typeof documentHeaders>[0]));
+    doc ??= describeSuccesses(documentErrors(documentHeaders(structuredClone(app.swagger()) as Parameters<typeof documentHeaders>[0])));
     return doc;
   };
   app.get('/openapi.json', { schema: { hide: true } }, handler);
