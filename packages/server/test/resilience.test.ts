@@ -26,6 +26,20 @@ afterAll(async () => {
 });
 
 const models = (gw: TestGateway, key: string) => fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } });
+/** The ids variant B lists to `key` on `gw`: its workspace's models. */
+const modelIdsB = async (gw: TestGateway, key: string) =>
+  ((await (await fetch(`${gw.baseB}/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] }).data.map((m) => m.id);
+
+/** Runs `during` right after Redis dropped the instances' connections of `type` (pubsub: their subscriptions; normal: their commands). */
+async function afterRedisDrops(type: 'pubsub' | 'normal', during: (admin: Redis) => Promise<void>): Promise<void> {
+  const admin = new Redis(redis.url);
+  try {
+    await admin.client('KILL', 'TYPE', type);
+    await during(admin);
+  } finally {
+    admin.disconnect();
+  }
+}
 const chat = (gw: TestGateway, key: string) =>
   fetch(`${gw.baseA}/chat/completions`, {
     method: 'POST',
@@ -47,13 +61,11 @@ describe('two instances sharing PostgreSQL and Redis', () => {
   it('a workspace changed on one instance (PATCH) is applied on the other within a second, though the other had it cached', async () => {
     const ws = await one.admin<{ id: string }>('POST', '/workspaces', { name: 'moving', enabledModels: null });
     const { key } = await one.createKey({ workspaceId: ws.body.id });
-    const listB = async (gw: TestGateway) =>
-      ((await (await fetch(`${gw.baseB}/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] }).data.map((m) => m.id);
-    expect((await listB(two)).length).toBeGreaterThan(1);
+    expect((await modelIdsB(two, key)).length).toBeGreaterThan(1);
     const changedAt = Date.now();
     const patched = await one.admin<Record<string, unknown>>('PATCH', `/workspaces/${ws.body.id}`, { enabledModels: ['mistral/small'] });
     expect(patched.body).toMatchObject({ id: ws.body.id, name: 'moving', enabledModels: ['mistral/small'] });
-    await eventually(async () => expect(await listB(two)).toEqual(['mistral/small']), 1000);
+    await eventually(async () => expect(await modelIdsB(two, key)).toEqual(['mistral/small']), 1000);
     expect(Date.now() - changedAt).toBeLessThan(1000);
   });
 
@@ -92,49 +104,33 @@ describe('two instances sharing PostgreSQL and Redis', () => {
   it('an instance whose subscription dropped for a moment re-reads the keys it knows: a revocation published meanwhile is not missed', async () => {
     const { id, key } = await one.createKey();
     expect((await models(two, key)).status).toBe(200);
-    const admin = new Redis(redis.url);
-    try {
-      // Both instances' subscriber connections go (a network blip); their publishing connections stay.
-      await admin.client('KILL', 'TYPE', 'pubsub');
+    // Both instances' subscriber connections go (a network blip); their publishing connections stay.
+    await afterRedisDrops('pubsub', async (admin) => {
       expect((await one.admin('POST', `/keys/${id}/revoke`)).status).toBe(200);
       expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 0]);
-    } finally {
-      admin.disconnect();
-    }
+    });
     await eventually(async () => expect((await models(two, key)).status).toBe(401), 8_000);
   }, 30_000);
 
   it('an instance whose subscription dropped for a moment reads its workspaces again: a change published meanwhile is not missed', async () => {
     const ws = await one.admin<{ id: string }>('POST', '/workspaces', { name: 'blip', enabledModels: null });
     const { key } = await one.createKey({ workspaceId: ws.body.id });
-    const listB = async () =>
-      ((await (await fetch(`${two.baseB}/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] }).data.map(
-        (m) => m.id,
-      );
-    expect((await listB()).length).toBeGreaterThan(1);
-    const admin = new Redis(redis.url);
-    try {
-      await admin.client('KILL', 'TYPE', 'pubsub');
+    expect((await modelIdsB(two, key)).length).toBeGreaterThan(1);
+    await afterRedisDrops('pubsub', async (admin) => {
       expect((await one.admin('PATCH', `/workspaces/${ws.body.id}`, { enabledModels: ['mistral/small'] })).status).toBe(200);
       expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 0]);
-    } finally {
-      admin.disconnect();
-    }
-    await eventually(async () => expect(await listB()).toEqual(['mistral/small']), 8_000);
+    });
+    await eventually(async () => expect(await modelIdsB(two, key)).toEqual(['mistral/small']), 8_000);
   }, 30_000);
 
   it('a revocation whose publish failed (the connection it goes out on dropped a moment before) is sent once that connection is back', async () => {
     const { id, key } = await one.createKey();
     expect((await models(two, key)).status).toBe(200);
-    const admin = new Redis(redis.url);
-    try {
-      // The instances' command connections go (their subscriptions stay): the revocation's publish fails.
-      await admin.client('KILL', 'TYPE', 'normal');
+    // The instances' command connections go (their subscriptions stay): the revocation's publish fails.
+    await afterRedisDrops('normal', async () => {
       expect((await one.admin('POST', `/keys/${id}/revoke`)).status).toBe(200);
       expect((await models(two, key)).status).toBe(200);
-    } finally {
-      admin.disconnect();
-    }
+    });
     await eventually(async () => expect((await models(two, key)).status).toBe(401), 8_000);
   }, 30_000);
 });

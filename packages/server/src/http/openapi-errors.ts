@@ -1,4 +1,5 @@
 import { type CanonicalCode, errorEnvelopeSchema, type Variant, wireError } from '@gw/schema';
+import { int, limitHeaders, requestIdHeader } from './openapi-headers.js';
 import { pendingRouteError } from './routes/not-implemented.js';
 
 /**
@@ -93,15 +94,12 @@ function errorsOf(method: string, path: string): CanonicalCode[] {
   return ROUTED;
 }
 
-const text = (description: string, required = false) => ({ description, required, schema: { type: 'string' } });
-const int = (description: string, required = false) => ({ description, required, schema: { type: 'integer' } });
-
 /** Statuses at which the limiter has always run (the request named a model the key may use): its headers are sent. */
 const AFTER_LIMITER = new Set([402, 409, 422, 429, 502, 504]);
 
 /** The headers an error of `status` carries; `required` where every such answer has them. */
 function headersOf(status: number, limited: boolean): Record<string, unknown> {
-  const headers: Record<string, unknown> = { 'X-Request-Id': text('The request identifier, for correlating logs.', true) };
+  const headers: Record<string, unknown> = { 'X-Request-Id': requestIdHeader() };
   if (status === 402 || status === 409 || status === 429 || status === 503) {
     headers['Retry-After'] = int('Seconds to wait before retrying.', status !== 402);
   }
@@ -112,18 +110,7 @@ function headersOf(status: number, limited: boolean): Record<string, unknown> {
       schema: { type: 'string', enum: ['true', 'false'] },
     };
   }
-  if (limited) {
-    const sent = AFTER_LIMITER.has(status);
-    headers['X-RateLimit-Limit'] = int("The key's cap, requests per minute (sent once the request was counted).", sent);
-    headers['X-RateLimit-Remaining'] = int('Requests left in the current window.', sent);
-    headers['X-RateLimit-Reset'] = int('Seconds until the oldest request in the window ages out.', sent);
-    headers['X-RateLimit-Enforced'] = {
-      description: 'false when the limiter backend was unreachable (the request was let through).',
-      required: sent,
-      schema: { type: 'boolean' },
-    };
-  }
-  return headers;
+  return limited ? { ...headers, ...limitHeaders(AFTER_LIMITER.has(status)) } : headers;
 }
 
 /** One documented status: the envelope with `code` narrowed to what the status carries, and when each is given. */
@@ -167,7 +154,7 @@ export function documentErrors(doc: Document): Document {
         if (!range) continue;
         if (path.startsWith('/admin/')) {
           range.description = `${range === clientRange ? 'A refused request' : 'A failure'}, in variant A's error envelope.`;
-          range.headers = { ...(range.headers ?? {}), 'X-Request-Id': text('The request identifier, for correlating logs.', true) };
+          range.headers = { ...(range.headers ?? {}), 'X-Request-Id': requestIdHeader() };
         }
         range.description = `${range.description ?? ''}${FALLBACK_NOTE}`;
       }
@@ -181,8 +168,7 @@ export function documentErrors(doc: Document): Document {
       // The admin API's successes carry the request id too (the public API's get theirs in openapi-headers.ts).
       if (path.startsWith('/admin/')) {
         for (const [status, answer] of Object.entries(op.responses)) {
-          if (answer && status.startsWith('2'))
-            answer.headers = { ...(answer.headers ?? {}), 'X-Request-Id': text('The request identifier, for correlating logs.', true) };
+          if (answer && status.startsWith('2')) answer.headers = { ...(answer.headers ?? {}), 'X-Request-Id': requestIdHeader() };
         }
       }
     }

@@ -47,22 +47,29 @@ const IDEMPOTENCY = headerParam(
 );
 const LAST_EVENT_ID = headerParam('Last-Event-ID', 'Resumes an interrupted event stream after this event id (stream: true).', { type: 'string' });
 
-const text = (description: string, required = false) => ({ description, required, schema: { type: 'string' } });
-const int = (description: string, required = false) => ({ description, required, schema: { type: 'integer' } });
+export const text = (description: string, required = false) => ({ description, required, schema: { type: 'string' } });
+export const int = (description: string, required = false) => ({ description, required, schema: { type: 'integer' } });
 
-/** `required`: X-Request-Id is on every answer, and the limit headers on every answer of a request that was counted (each success). */
-function answerHeaders(variant: 'a' | 'b', routed: boolean, limited: boolean, required = true): Record<string, unknown> {
-  const headers: Record<string, unknown> = { 'X-Request-Id': text('The request identifier, for correlating logs.', true) };
-  if (limited) {
-    headers['X-RateLimit-Limit'] = int("The key's cap, requests per minute.", required);
-    headers['X-RateLimit-Remaining'] = int('Requests left in the current window.', required);
-    headers['X-RateLimit-Reset'] = int('Seconds until the oldest request in the window ages out.', required);
-    headers['X-RateLimit-Enforced'] = {
+/** The header every answer carries. */
+export const requestIdHeader = () => text('The request identifier, for correlating logs.', true);
+
+/** The rate-limit headers, `required` where every such answer has them (each answer of a request that was counted). */
+export function limitHeaders(required: boolean): Record<string, unknown> {
+  return {
+    'X-RateLimit-Limit': int("The key's cap, requests per minute.", required),
+    'X-RateLimit-Remaining': int('Requests left in the current window.', required),
+    'X-RateLimit-Reset': int('Seconds until the oldest request in the window ages out.', required),
+    'X-RateLimit-Enforced': {
       description: 'false when the limiter backend was unreachable (the request was let through).',
       required,
       schema: { type: 'boolean' },
-    };
-  }
+    },
+  };
+}
+
+/** `required`: X-Request-Id is on every answer, and the limit headers on every answer of a request that was counted (each success). */
+function answerHeaders(variant: 'a' | 'b', routed: boolean, limited: boolean, required = true): Record<string, unknown> {
+  const headers: Record<string, unknown> = { 'X-Request-Id': requestIdHeader(), ...(limited ? limitHeaders(required) : {}) };
   if (!routed) return headers;
   headers['X-Gateway-Provider'] = text('The provider that served the request.');
   if (variant === 'b') {

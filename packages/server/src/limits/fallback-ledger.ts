@@ -174,13 +174,18 @@ export class FallbackLedger implements BudgetLedger {
       this.openInShared.set(r, { eur: actualEur, at: Date.now() });
     }
     try {
-      const held = await this.shared.settleHeld(r, actualEur);
-      this.openInShared.delete(r);
-      if (!held) this.costWithoutHold(r, actualEur);
+      await this.settleInShared(r, actualEur);
     } catch {
       this.missedSettles.push({ r, eur: actualEur });
       this.scheduleCatchUp();
     }
+  }
+
+  /** A settle that reached the shared ledger: no longer open there; a cost whose hold it no longer had is raised to the store's. */
+  private async settleInShared(r: Reservation, actualEur: number): Promise<void> {
+    const held = await this.shared.settleHeld(r, actualEur);
+    this.openInShared.delete(r);
+    if (!held) this.costWithoutHold(r, actualEur);
   }
 
   /**
@@ -346,17 +351,7 @@ export class FallbackLedger implements BudgetLedger {
     this.missedSettles = [];
     this.strayHolds = [];
     const retry = <T>(item: T, sent: Promise<void>) => sent.then(noneLeft, () => item);
-    const failed = await Promise.all(
-      settles.map((m) =>
-        retry(
-          m,
-          this.shared.settleHeld(m.r, m.eur).then((held) => {
-            this.openInShared.delete(m.r);
-            if (!held) this.costWithoutHold(m.r, m.eur);
-          }),
-        ),
-      ),
-    );
+    const failed = await Promise.all(settles.map((m) => retry(m, this.settleInShared(m.r, m.eur))));
     const stuck = await Promise.all(strays.map((r) => retry(r, this.shared.release(r))));
     for (const m of failed) if (m) this.missedSettles.push(m);
     for (const r of stuck) if (r) this.strayHolds.push(r);

@@ -16,16 +16,30 @@ export function offersTakingFields(
 ): RegistryModel {
   const used = answerFieldsUsed(body);
   if (used === null) return model;
-  const refusedBy = (o: Offer): AnswerField | null => {
+  const takes = (o: Offer): boolean => {
     const vendor = adapters.get(o.provider)?.vendor;
-    return vendor === undefined ? null : refusedField(vendor, used);
+    return vendor === undefined || refusedField(vendor, used) === null;
   };
-  const kept = model.offers.filter((o) => refusedBy(o) === null);
+  return keepOffers(model, pin, takes, (scope) => noOfferTakes(model, used, scope, adapters, pin));
+}
+
+/**
+ * The model with only the offers `keep` takes (the model itself when it takes all), left out before planning so that
+ * neither a preference nor the failover cut leaves an empty plan. `refused(scope)` is thrown when none is left of
+ * the pinned provider's offers or, unpinned, of any; a pin to a provider that does not serve the model is planning's
+ * own error.
+ */
+export function keepOffers(model: RegistryModel, pin: string | null, keep: (o: Offer) => boolean, refused: (scope: Offer[]) => GatewayError): RegistryModel {
+  const kept = model.offers.filter(keep);
   if (kept.length === model.offers.length) return model;
   const scope = pin === null ? model.offers : model.offers.filter((o) => o.provider === pin);
-  // A pin to a provider that does not serve the model is planning's own error.
-  if (scope.length > 0 && !scope.some((o) => kept.includes(o))) throw noOfferTakes(model, used, scope, adapters, pin);
+  if (scope.length > 0 && !scope.some((o) => kept.includes(o))) throw refused(scope);
   return { ...model, offers: kept };
+}
+
+/** How a refusal names where: any provider of the model, or the one the request pins it to. */
+export function refusedWhere(model: RegistryModel, pin: string | null): string {
+  return pin === null ? `any provider serving '${model.id}'` : `'${pin}', the provider X-Gateway-Provider pins '${model.id}' to`;
 }
 
 /** Names the field every provider in scope refuses, or else each one's refusal ("'n' … together with 'logprobs'"). */
@@ -40,6 +54,5 @@ function noOfferTakes(
   const everywhere = used.find((field) => vendors.every((v) => refusedField(v, [field]) !== null));
   const fields = everywhere !== undefined ? [everywhere] : [...new Set(vendors.map((v) => refusedField(v, used) as AnswerField))];
   const what = fields.map(describeField).join(' together with ');
-  const where = pin === null ? `any provider serving '${model.id}'` : `'${pin}', the provider X-Gateway-Provider pins '${model.id}' to`;
-  return new GatewayError('validation', `${what} is not supported by ${where}.`, { param: fields[0] as string });
+  return new GatewayError('validation', `${what} is not supported by ${refusedWhere(model, pin)}.`, { param: fields[0] as string });
 }

@@ -113,14 +113,17 @@ class DrizzleWorkspaceRepo implements WorkspaceRepo {
   }
 
   async update(id: string, patch: WorkspacePatch): Promise<Workspace | null> {
-    const set: WorkspacePatch = {};
-    if (patch.name !== undefined) set.name = patch.name;
-    if (patch.enabledModels !== undefined) set.enabledModels = patch.enabledModels;
-    if (patch.budget !== undefined) set.budget = patch.budget;
-    if (Object.keys(set).length === 0) return this.get(id);
+    const set = given(patch);
+    if (set === null) return this.get(id);
     const [row] = await this.db.update(workspaces).set(set).where(eq(workspaces.id, id)).returning();
     return row ?? null;
   }
+}
+
+/** The fields a patch gives (one left undefined keeps what is stored); null when it gives none. */
+function given<T extends object>(patch: T): Partial<T> | null {
+  const set = Object.fromEntries(Object.entries(patch).filter(([, value]) => value !== undefined)) as Partial<T>;
+  return Object.keys(set).length === 0 ? null : set;
 }
 
 /**
@@ -162,10 +165,8 @@ class DrizzleKeyRepo implements KeyRepo {
   }
 
   async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
-    const set: { rateLimitRpm?: number; budget?: number | null } = {};
-    if (patch.rateLimitRpm !== undefined) set.rateLimitRpm = patch.rateLimitRpm;
-    if (patch.budget !== undefined) set.budget = patch.budget;
-    if (Object.keys(set).length === 0) return this.getById(id);
+    const set = given(patch);
+    if (set === null) return this.getById(id);
     const [row] = await this.db.update(apiKeys).set(set).where(eq(apiKeys.id, id)).returning();
     return row ?? null;
   }

@@ -5,6 +5,7 @@ import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { ProviderAdapter, RerankRequest, RerankResult, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
+import { keepOffers, refusedWhere } from '../../routing/param-routing.js';
 import { planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { reserveBudget } from '../budget.js';
@@ -105,17 +106,14 @@ function truncationNeeded(services: Services, model: RegistryModel, cap: number 
   return true;
 }
 
-/**
- * The model with only the offers that truncate documents, left out before planning so that neither a preferred
- * provider nor the failover cut (X-Gateway-Max-Hops) leaves an empty plan; a pin to a provider that does not is a 400.
- */
+/** The model with only the offers that truncate documents; a pin to a provider that does not is a 400. */
 function offersTruncating(services: Services, model: RegistryModel, pin: string | null, cap: number): RegistryModel {
-  const kept = model.offers.filter((o) => truncates(services, o));
-  // A pin to a provider that does not serve the model is planning's own error.
-  if (pin !== null && model.offers.some((o) => o.provider === pin) && !kept.some((o) => o.provider === pin)) {
-    throw capRefused(cap, `'${pin}', the provider X-Gateway-Provider pins '${model.id}' to: it does not`);
-  }
-  return kept.length === model.offers.length ? model : { ...model, offers: kept };
+  return keepOffers(
+    model,
+    pin,
+    (o) => truncates(services, o),
+    () => capRefused(cap, `${refusedWhere(model, pin)}: it does not`),
+  );
 }
 
 function capRefused(cap: number, where: string): GatewayError {
