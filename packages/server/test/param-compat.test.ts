@@ -139,6 +139,18 @@ describe('fields that change the answer', () => {
     expect(chats('mistral') + chats('scaleway')).toBe(0);
   });
 
+  it('record no usage for a request refused for a field, as for any body refused', async () => {
+    const { key, id } = await gw.createKey({ rateLimitRpm: 10_000 });
+    const { a: own } = openAiClients(gw, key);
+    expect((await fail(own, DUO, { logit_bias: { '1000': 5 } })).status).toBe(400);
+    expect((await fail(own, SMALL, { n: 3 }, { 'X-Gateway-Provider': 'scaleway' })).status).toBe(400);
+    // A request answered after them is recorded: the store was written, and the refusals are not in it.
+    await ask(own, SMALL, {});
+    await gw.gateway.services.usage.flush();
+    const rows = await gw.gateway.services.store.usage.list({ keyId: id });
+    expect(rows.map((r) => [r.status, r.model])).toEqual([[200, SMALL]]);
+  });
+
   it('answer 400 when the pinned provider refuses it', async () => {
     for (const [name, client] of variants()) {
       const err = await fail(client, SMALL, { n: 3 }, { 'X-Gateway-Provider': 'scaleway' });

@@ -6,7 +6,7 @@ import { estimatedUsage, generatedChars } from '../../providers/usage-estimate.j
 import { executePlan } from '../../routing/execute.js';
 import { offersTakingFields } from '../../routing/param-routing.js';
 import { expectedCost, planOffers } from '../../routing/plan.js';
-import type { Offer } from '../../routing/registry.js';
+import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { reserveBudgetWithRateLimit } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
@@ -86,7 +86,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const perChoice = cap?.tokens ?? Math.max(1, model.context_window - promptTokens);
       const size = { promptTokens, maxTokens: perChoice * (body.n ?? 1) };
       // Offers whose provider refuses an answer-changing field the request uses are left out (never attempted).
-      const plan = planOffers(offersTakingFields(model, body, services.adapters, options.pin), options, size);
+      const plan = planOffers(modelWithOffersTakingFields(services, request, model, body, options.pin), options, size);
       try {
         await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       } catch (err) {
@@ -111,6 +111,19 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       return completion;
     },
   );
+}
+
+/**
+ * The model with only the offers that take every field the request uses. A request no offer takes is refused for its body (a 400): like
+ * any body refused, it reached no provider and no budget, and is not recorded (docs/decisions.md, usage records).
+ */
+function modelWithOffersTakingFields(services: Services, request: FastifyRequest, model: RegistryModel, body: ChatBody, pin: string | null): RegistryModel {
+  try {
+    return offersTakingFields(model, body, services.adapters, pin);
+  } catch (err) {
+    request.gw.usage = null;
+    throw err;
+  }
 }
 
 /**
