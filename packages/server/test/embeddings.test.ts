@@ -154,6 +154,26 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     expect((native.body as unknown as { data: { embedding: number[] }[] }).data[0]?.embedding).toHaveLength(3584);
   });
 
+  it.each([
+    ['A', 'validation_error', () => a],
+    ['B', 'invalid_request', () => b],
+  ])('variant %s: a size the model cannot give is refused naming `dimensions` as param, as the SDK reads it', async (_v, code, client) => {
+    const refusals: [string, number][] = [
+      ['mistral/embed', 5000], // Mistral refuses its output_dimension
+      ['baai/bge-m3', 5000], // OVH refuses dimensions
+      ['cohere/embed-multilingual-v3', 256], // Cohere refuses output_dimension for a model that cannot shorten
+    ];
+    // Scaleway ignores dimensions: the gateway's own refusal (variant B does not serve this model).
+    if (_v === 'A') refusals.push(['baai/bge-multilingual-gemma2', 256]);
+    for (const [model, dimensions] of refusals) {
+      const err = (await client()
+        .embeddings.create({ model, input: 'x', dimensions })
+        .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+      expect(err, model).toBeInstanceOf(OpenAI.BadRequestError);
+      expect({ model, code: err.code, param: err.param }).toEqual({ model, code, param: 'dimensions' });
+    }
+  });
+
   it('validates the body: input, encoding_format, dimensions and unknown fields', async () => {
     for (const [body, param] of [
       [{ model: 'baai/bge-m3', input: [] }, 'input'],

@@ -9,6 +9,8 @@ export interface UpstreamErrorInit {
   retryAfterS?: number;
   /** What the provider said in full, for the operator's log when the message clients get is shorter. */
   detail?: string;
+  /** The client's field the provider refused, when known (a refusal's `param`). */
+  param?: string;
   cause?: unknown;
 }
 
@@ -18,6 +20,7 @@ export class UpstreamError extends Error {
   readonly status: number | undefined;
   readonly retryAfterS: number | undefined;
   readonly detail: string;
+  readonly param: string | null;
 
   constructor(init: UpstreamErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -27,6 +30,7 @@ export class UpstreamError extends Error {
     this.status = init.status;
     this.retryAfterS = init.retryAfterS;
     this.detail = init.detail ?? init.message;
+    this.param = init.param ?? null;
   }
 
   /** Worth trying the next offer: the provider, not the request, is at fault. */

@@ -39,7 +39,7 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
       const attempt = { provider: offer.provider, ok: false, error: err.message, ms: performance.now() - started };
       attempts.push(attempt);
       onAttempt?.(attempt);
-      if (err.clientFault) throw new GatewayError('validation', `The provider rejected the request: ${err.message}`, { cause: err });
+      if (err.clientFault) throw new GatewayError('validation', `The provider rejected the request: ${err.message}`, { cause: err, param: err.param });
       // Not the client's fault and not worth another provider (an odd status, a client that left): the provider failed this request.
       if (!err.retryable) throw finalError(attempts, err);
       lastError = err;

@@ -96,9 +96,32 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
   );
 }
 
-function embed(adapter: ProviderAdapter, request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
+async function embed(adapter: ProviderAdapter, request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
   if (!adapter.embeddings) throw new UpstreamError({ kind: 'http', provider: adapter.id, status: 501, message: `${adapter.id} has no embeddings endpoint` });
-  return adapter.embeddings(request, call);
+  try {
+    return await adapter.embeddings(request, call);
+  } catch (err) {
+    throw refusedField(err, request);
+  }
+}
+
+/**
+ * A provider's refusal of the size asked for names the client's field, whatever the provider calls it (Mistral's and
+ * Cohere's `output_dimension`): `dimensions` is the only field of the request a provider refuses by name.
+ */
+function refusedField(err: unknown, request: EmbeddingsRequest): unknown {
+  if (!(err instanceof UpstreamError) || !err.clientFault || err.param !== null || request.dimensions === undefined) return err;
+  if (!/dimension/i.test(err.detail)) return err;
+  return new UpstreamError({
+    kind: err.kind,
+    provider: err.provider,
+    message: err.message,
+    detail: err.detail,
+    param: 'dimensions',
+    cause: err,
+    ...(err.status === undefined ? {} : { status: err.status }),
+    ...(err.retryAfterS === undefined ? {} : { retryAfterS: err.retryAfterS }),
+  });
 }
 
 /**

@@ -41,6 +41,7 @@ export function dimensionsIgnored(provider: string, upstreamModel: string, got: 
     provider,
     status: 400,
     message: `${provider} does not support 'dimensions' for ${upstreamModel} (it answers ${got}-dimensional vectors only)`,
+    param: 'dimensions',
   });
 }
 
