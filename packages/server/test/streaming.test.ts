@@ -156,6 +156,43 @@ describe('streaming chat with the official openai SDK', () => {
     expect(response.headers.get('x-gateway-routing-hops')).toBe('1');
   });
 
+  it('n > 1 streams every choice: the SDK assembles each as the whole answer has it, reasoning between <think> tags split per choice', async () => {
+    sim.providers.ovh?.configure({ reasoningStyle: 'think_tags' });
+    try {
+      const req = { model: 'deepseek/r1-distill-70b', messages, n: 2 };
+      const whole = await b.chat.completions.create(req, { headers: { 'X-Gateway-Provider': 'ovh' } });
+      const { data: stream, response } = await b.chat.completions
+        .create({ ...req, stream: true, stream_options: { include_usage: true } }, { headers: { 'X-Gateway-Provider': 'ovh' } })
+        .withResponse();
+      const got = new Map<number, { content: string; reasoning: string; finish: string | null }>();
+      let usage: OpenAI.CompletionUsage | undefined;
+      for await (const chunk of stream) {
+        if (chunk.usage) usage = chunk.usage;
+        for (const c of chunk.choices) {
+          const seen = got.get(c.index) ?? { content: '', reasoning: '', finish: null };
+          seen.content += c.delta.content ?? '';
+          seen.reasoning += (c.delta as { reasoning_content?: string }).reasoning_content ?? '';
+          seen.finish = c.finish_reason ?? seen.finish;
+          got.set(c.index, seen);
+        }
+      }
+      const asWhole = whole.choices.map((c) => ({
+        content: c.message.content,
+        reasoning: (c.message as { reasoning_content?: string }).reasoning_content,
+        finish: c.finish_reason,
+      }));
+      expect(asWhole).toHaveLength(2);
+      expect(asWhole[1]?.content).toContain('#2');
+      expect([...got.keys()].sort()).toEqual([0, 1]);
+      expect([got.get(0), got.get(1)]).toEqual(asWhole);
+      expect(usage?.completion_tokens).toBe(whole.usage?.completion_tokens);
+      const [record] = await usageOf(response.headers.get('x-request-id') as string);
+      expect(record?.completionTokens).toBe(whole.usage?.completion_tokens);
+    } finally {
+      sim.providers.ovh?.configure({ reasoningStyle: 'reasoning_content' });
+    }
+  });
+
   it('works with the Vercel AI SDK’s streamText', async () => {
     const provider = createOpenAICompatible({ name: 'gw', baseURL: gw.baseA, apiKey: key, includeUsage: true });
     const result = streamText({ model: provider(MODEL), prompt: 'Bonjour from the AI SDK' });

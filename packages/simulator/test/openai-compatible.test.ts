@@ -93,6 +93,37 @@ describe('reasoning fields', () => {
   });
 });
 
+describe('n choices', () => {
+  const model = 'Meta-Llama-3_3-70B-Instruct';
+  it('ovh answers n choices, whole and streamed, and counts every choice in usage', async () => {
+    const whole = await json(p('ovh'), '/v1/chat/completions', { model, messages: userMessages('Paris museums'), n: 2, max_tokens: 4 });
+    expect(whole.body.choices.map((c: Json) => [c.index, c.message.content, c.finish_reason])).toEqual([
+      [0, 'Simulated answer from ovh', 'length'],
+      [1, 'Simulated answer #2 from', 'length'],
+    ]);
+    expect(whole.body.usage.completion_tokens).toBe(8);
+    const s = await stream(p('ovh'), '/v1/chat/completions', {
+      model,
+      messages: userMessages('Paris museums'),
+      n: 2,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const text = (i: number) => s.chunks.map((c) => (c.choices[0]?.index === i ? (c.choices[0]?.delta?.content ?? '') : '')).join('');
+    expect(text(0)).toBe('Simulated answer from ovh (Meta-Llama-3_3-70B-Instruct) about: Paris museums.');
+    expect(text(1)).toBe('Simulated answer #2 from ovh (Meta-Llama-3_3-70B-Instruct) about: Paris museums.');
+    // Interleaved as vLLM sends them: the second choice starts before the first ends.
+    expect(must(s.chunks[1]).choices[0].index).toBe(1);
+    const finishes = s.chunks.filter((c) => c.choices[0]?.finish_reason).map((c) => [c.choices[0].index, c.choices[0].finish_reason]);
+    expect(finishes).toEqual([
+      [0, 'stop'],
+      [1, 'stop'],
+    ]);
+    const pieces = s.chunks.filter((c) => c.choices[0]?.delta?.content).length;
+    expect(must(s.chunks.at(-1)).usage.completion_tokens).toBe(pieces);
+  });
+});
+
 describe('tool calls (OpenAI style)', () => {
   it('streams arguments incrementally with id and name on the first fragment', async () => {
     const tools = [

@@ -34,6 +34,8 @@ export interface ChatInput {
   stop?: unknown;
   /** Pad the answer to this many pieces (see ProviderSettings.answerTokens). */
   padTo?: number | null | undefined;
+  /** Which of the request's `n` choices this is (from 0): the choices after the first say which they are, so they differ. */
+  choice?: number;
 }
 
 /** Text of a message's `content` (string or parts), ignoring non-text parts. */
@@ -106,7 +108,8 @@ export function planChat(input: ChatInput): ChatPlan {
       .join(' ');
     text = `According to the tool result (${result || 'empty'}), here is the answer from ${input.provider}.`;
   } else {
-    text = `Simulated answer from ${input.provider} (${input.model}) about: ${topic}.`;
+    const which = input.choice ? ` #${input.choice + 1}` : '';
+    text = `Simulated answer${which} from ${input.provider} (${input.model}) about: ${topic}.`;
   }
   if (input.padTo) text = pad(text, words, input.padTo);
   const json = jsonAnswer(input.responseFormat, text, words);

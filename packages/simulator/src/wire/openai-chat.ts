@@ -42,17 +42,25 @@ const filterResults = (hit = false): Record<string, unknown> => ({
 });
 const promptFilter = [{ prompt_index: 0, content_filter_results: { ...filterResults(), jailbreak: { filtered: false, detected: false } } }];
 
-function usageOf(plan: ChatPlan, reasoningTokens: number): Record<string, unknown> {
+function usageOf(plans: ChatPlan[]): Record<string, unknown> {
+  const prompt = (plans[0] as ChatPlan).promptTokens;
+  const completion = plans.reduce((n, p) => n + p.completionTokens, 0);
   return {
-    prompt_tokens: plan.promptTokens,
-    completion_tokens: plan.completionTokens,
-    total_tokens: plan.promptTokens + plan.completionTokens,
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
     prompt_tokens_details: { cached_tokens: 0 },
-    completion_tokens_details: { reasoning_tokens: reasoningTokens },
+    completion_tokens_details: { reasoning_tokens: plans.reduce((n, p) => n + p.reasoning.length, 0) },
   };
 }
 
-function planFor(body: Record<string, unknown>, f: ChatFlavor, model: string): ChatPlan {
+/** How many choices the request asks for: vLLM and Azure answer `n` of them (Scaleway and Cohere refuse `n`, before this). */
+function choiceCount(body: Record<string, unknown>): number {
+  const n = body['n'];
+  return typeof n === 'number' && Number.isInteger(n) && n >= 1 ? Math.min(n, 128) : 1;
+}
+
+function planFor(body: Record<string, unknown>, f: ChatFlavor, model: string, choice: number): ChatPlan {
   const max = body['max_completion_tokens'] ?? body['max_tokens'];
   const plan = planChat({
     messages: body['messages'] as unknown[],
@@ -65,6 +73,7 @@ function planFor(body: Record<string, unknown>, f: ChatFlavor, model: string): C
     responseFormat: body['response_format'],
     stop: body['stop'],
     padTo: f.provider.settings.answerTokens,
+    choice,
   });
   if (f.azure?.filterCompletion && plan.toolCall === null) {
     return { ...plan, content: plan.content.slice(0, Math.ceil(plan.content.length / 2)), finishReason: 'stop' };
@@ -77,16 +86,41 @@ function thinkPieces(plan: ChatPlan): string[] {
   return plan.reasoning.length === 0 ? plan.content : ['<think>\n', ...plan.reasoning, '\n</think>\n\n', ...plan.content];
 }
 
+/** One of the answer's choices: its plan, how it ends, and its tool call's id. */
+interface ChoicePlan {
+  plan: ChatPlan;
+  finish: string;
+  toolCallId: string;
+}
+
 export function chatReply(body: Record<string, unknown>, f: ChatFlavor, model: string): Reply {
-  const plan = planFor(body, f, model);
+  const choices: ChoicePlan[] = [];
+  for (let i = 0; i < choiceCount(body); i++) {
+    const plan = planFor(body, f, model, i);
+    const finish = f.azure?.filterCompletion && plan.toolCall === null ? 'content_filter' : plan.finishReason;
+    choices.push({ plan, finish, toolCallId: `call_${alnum(24)}` });
+  }
   const style = f.provider.info(model).reasoningStyle ?? f.reasoningStyle;
   const id = `chatcmpl-${alnum(29)}`;
   const created = nowSeconds();
-  const finish = f.azure?.filterCompletion && plan.toolCall === null ? 'content_filter' : plan.finishReason;
-  const toolCallId = `call_${alnum(24)}`;
-  const reasoningTokens = plan.reasoning.length;
-  if (body['stream'] === true) return streamReply(body, f, { plan, style, id, created, finish, toolCallId, reasoningTokens });
+  const plans = choices.map((c) => c.plan);
+  const tokens = plans.reduce((n, p) => n + p.completionTokens, 0);
+  if (body['stream'] === true) return streamReply(body, f, { choices, style, id, created, tokens });
 
+  const out: Record<string, unknown> = {
+    id,
+    object: 'chat.completion',
+    created,
+    model: f.responseModel,
+    choices: choices.map((c, index) => wholeChoice(c, index, style, f)),
+    usage: usageOf(plans),
+    system_fingerprint: f.azure ? 'fp_b705f0c291' : null,
+  };
+  if (f.azure) out['prompt_filter_results'] = promptFilter;
+  return { type: 'json', body: out, tokens };
+}
+
+function wholeChoice({ plan, finish, toolCallId }: ChoicePlan, index: number, style: ReasoningStyle, f: ChatFlavor): Record<string, unknown> {
   const text = style === 'think_tags' ? thinkPieces(plan).join('') : plan.content.join('');
   const message: Record<string, unknown> = { role: 'assistant', content: plan.toolCall && text === '' ? null : text };
   if (plan.reasoning.length > 0 && style !== 'think_tags') {
@@ -98,36 +132,24 @@ export function chatReply(body: Record<string, unknown>, f: ChatFlavor, model: s
     : f.azure
       ? undefined
       : [];
-  const choice: Record<string, unknown> = { index: 0, message, logprobs: null, finish_reason: finish };
+  const choice: Record<string, unknown> = { index, message, logprobs: null, finish_reason: finish };
   if (f.azure) choice['content_filter_results'] = filterResults(finish === 'content_filter');
-  const out: Record<string, unknown> = {
-    id,
-    object: 'chat.completion',
-    created,
-    model: f.responseModel,
-    choices: [choice],
-    usage: usageOf(plan, reasoningTokens),
-    system_fingerprint: f.azure ? 'fp_b705f0c291' : null,
-  };
-  if (f.azure) out['prompt_filter_results'] = promptFilter;
-  return { type: 'json', body: out, tokens: plan.completionTokens };
+  return choice;
 }
 
 interface StreamParts {
-  plan: ChatPlan;
+  choices: ChoicePlan[];
   style: ReasoningStyle;
   id: string;
   created: number;
-  finish: string;
-  toolCallId: string;
-  reasoningTokens: number;
+  tokens: number;
 }
 
 function streamReply(body: Record<string, unknown>, f: ChatFlavor, p: StreamParts): Reply {
   const opts = body['stream_options'];
   const includeUsage = isRecord(opts) && opts['include_usage'] === true;
   const az = f.azure;
-  const chunk = (choice: Record<string, unknown> | null): Record<string, unknown> => {
+  const chunk = (choice: Record<string, unknown> | null, index = 0): Record<string, unknown> => {
     const c: Record<string, unknown> = {
       id: p.id,
       object: 'chat.completion.chunk',
@@ -135,40 +157,57 @@ function streamReply(body: Record<string, unknown>, f: ChatFlavor, p: StreamPart
       model: f.responseModel,
       system_fingerprint: az ? 'fp_b705f0c291' : null,
     };
-    c['choices'] = choice === null ? [] : [{ index: 0, logprobs: null, finish_reason: null, ...choice }];
+    c['choices'] = choice === null ? [] : [{ index, logprobs: null, finish_reason: null, ...choice }];
     if (includeUsage) c['usage'] = null;
     return c;
   };
-  const delta = (d: Record<string, unknown>): Record<string, unknown> =>
-    chunk(az ? { delta: d, content_filter_results: d['role'] ? {} : filterResults() } : { delta: d });
+  const delta = (d: Record<string, unknown>, index: number): Record<string, unknown> =>
+    chunk(az ? { delta: d, content_filter_results: d['role'] ? {} : filterResults() } : { delta: d }, index);
 
   const events: SseEvent[] = [];
   if (az) events.push({ data: { choices: [], created: 0, id: '', model: '', object: '', prompt_filter_results: promptFilter } });
-  events.push({ data: delta({ role: 'assistant', content: '', ...(az ? { refusal: null } : {}) }) });
-  const reasoningKey = p.style === 'reasoning' || p.style === 'split' ? 'reasoning' : 'reasoning_content';
-  if (p.style !== 'think_tags') for (const r of p.plan.reasoning) events.push({ data: delta({ [reasoningKey]: r }) });
-  const content = p.style === 'think_tags' ? thinkPieces(p.plan) : p.plan.content;
-  for (const c of content) events.push({ data: delta({ content: c }) });
-  const tc = p.plan.toolCall;
+  // Each choice's deltas in order; with n > 1 they are interleaved, one chunk per choice each round, as vLLM sends them.
+  const perChoice = p.choices.map((c, index) => choiceDeltas(c, p.style, az !== null).map((d) => ({ data: delta(d, index) })));
+  for (let round = 0; perChoice.some((ds) => round < ds.length); round++) {
+    for (const ds of perChoice) if (round < ds.length) events.push(ds[round] as SseEvent);
+  }
+  p.choices.forEach((c, index) => {
+    if (az?.asyncFilter) {
+      const end = (p.style === 'think_tags' ? thinkPieces(c.plan) : c.plan.content).join('').length;
+      events.push({
+        data: chunk(
+          {
+            content_filter_offsets: { check_offset: 0, start_offset: 0, end_offset: end },
+            content_filter_results: filterResults(c.finish === 'content_filter'),
+          },
+          index,
+        ),
+      });
+    }
+  });
+  p.choices.forEach((c, index) => {
+    const finalChoice: Record<string, unknown> = { delta: {}, finish_reason: c.finish };
+    if (az) finalChoice['content_filter_results'] = c.finish === 'content_filter' ? filterResults(true) : {};
+    events.push({ data: chunk(finalChoice, index) });
+  });
+  if (includeUsage) events.push({ data: { ...chunk(null), usage: usageOf(p.choices.map((c) => c.plan)) } });
+  return { type: 'sse', events, done: true };
+}
+
+/** One choice's deltas: its role, its reasoning, its content, its tool call in fragments. */
+function choiceDeltas({ plan, toolCallId }: ChoicePlan, style: ReasoningStyle, azure: boolean): Record<string, unknown>[] {
+  const deltas: Record<string, unknown>[] = [];
+  deltas.push({ role: 'assistant', content: '', ...(azure ? { refusal: null } : {}) });
+  const reasoningKey = style === 'reasoning' || style === 'split' ? 'reasoning' : 'reasoning_content';
+  if (style !== 'think_tags') for (const r of plan.reasoning) deltas.push({ [reasoningKey]: r });
+  for (const c of style === 'think_tags' ? thinkPieces(plan) : plan.content) deltas.push({ content: c });
+  const tc = plan.toolCall;
   if (tc) {
-    events.push({ data: delta({ tool_calls: [{ index: 0, id: p.toolCallId, type: 'function', function: { name: tc.name, arguments: '' } }] }) });
+    deltas.push({ tool_calls: [{ index: 0, id: toolCallId, type: 'function', function: { name: tc.name, arguments: '' } }] });
     const third = Math.max(1, Math.ceil(tc.arguments.length / 3));
     for (let i = 0; i < tc.arguments.length; i += third) {
-      events.push({ data: delta({ tool_calls: [{ index: 0, function: { arguments: tc.arguments.slice(i, i + third) } }] }) });
+      deltas.push({ tool_calls: [{ index: 0, function: { arguments: tc.arguments.slice(i, i + third) } }] });
     }
   }
-  if (az?.asyncFilter) {
-    const end = content.join('').length;
-    events.push({
-      data: chunk({
-        content_filter_offsets: { check_offset: 0, start_offset: 0, end_offset: end },
-        content_filter_results: filterResults(p.finish === 'content_filter'),
-      }),
-    });
-  }
-  const finalChoice: Record<string, unknown> = { delta: {}, finish_reason: p.finish };
-  if (az) finalChoice['content_filter_results'] = p.finish === 'content_filter' ? filterResults(true) : {};
-  events.push({ data: chunk(finalChoice) });
-  if (includeUsage) events.push({ data: { ...chunk(null), usage: usageOf(p.plan, p.reasoningTokens) } });
-  return { type: 'sse', events, done: true };
+  return deltas;
 }
