@@ -117,7 +117,7 @@ describe('pushing an upstream SSE body to a sink', () => {
     );
     const err = await ended;
     expect(err).toBeInstanceOf(UpstreamError);
-    expect((err as UpstreamError).message).toMatch(/failed mid-stream: Internal server error\./);
+    expect((err as UpstreamError).message).toMatch(/sent an error in its stream: Internal server error\./);
     expect(seen).toHaveLength(1);
   });
 });

@@ -135,6 +135,8 @@ describe('streaming chat with the official openai SDK', () => {
     // The error event speaks the variant's codes, as its errors before the first byte do.
     expect((err as InstanceType<typeof OpenAI.APIError>).code).toBe('provider_down');
     expect((err as InstanceType<typeof OpenAI.APIError>).type).toBe('provider_down');
+    // The message says once what happened, then the provider's own words.
+    expect((err as Error).message).toBe('The upstream provider failed mid-stream: scaleway sent an error in its stream: Internal server error.');
     const [record] = await usageOf(response.headers.get('x-request-id') as string);
     expect(record?.errorCode).toBe('upstream_failed');
     const errB = await (async () => {

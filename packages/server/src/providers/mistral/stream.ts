@@ -19,7 +19,7 @@ export function mistralChunkStream(http: UpstreamHttp, body: UpstreamBody): Chat
     if (event.data === '[DONE]') return SSE_DONE;
     const raw = parse(provider, event.data);
     if (event.event === 'error' || isStreamErrorObject(raw)) {
-      throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${mistralMessage(raw)}` });
+      throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} sent an error in its stream: ${mistralMessage(raw)}` });
     }
     return mapMistralChunk(provider, raw);
   });

@@ -37,7 +37,7 @@ export function openAiDecoder(provider: string): SseDecoder {
       throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
     }
     if (event.event === 'error' || isStreamErrorObject(parsed)) {
-      throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} failed mid-stream: ${upstreamErrorMessage(parsed)}` });
+      throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} sent an error in its stream: ${upstreamErrorMessage(parsed)}` });
     }
     const split = splitThinkTags(parsed, thinking);
     if (last === null || last.id !== parsed.id) last = { id: parsed.id, created: parsed.created, model: parsed.model };
