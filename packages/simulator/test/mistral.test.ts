@@ -147,4 +147,16 @@ describe('mistral models, embeddings, transcription', () => {
     expect(must((body['segments'] as { type: string }[])[0]).type).toBe('transcription_segment');
     expect(body['usage']).toMatchObject({ prompt_audio_seconds: 3 });
   });
+
+  it('refuses an upload that is no audio with 400 in its error shape', async () => {
+    const res = await upload(m(), '/v1/audio/transcriptions', { model: 'voxtral-mini-latest' }, Buffer.alloc(20_000, 7));
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      object: 'error',
+      message: 'Invalid file: the audio could not be decoded.',
+      type: 'invalid_request_error',
+      param: null,
+      code: null,
+    });
+  });
 });

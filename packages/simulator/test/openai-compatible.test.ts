@@ -190,10 +190,31 @@ describe('embeddings, models, rerank, transcription', () => {
     expect(body).toMatchObject({ task: 'transcribe', duration: 2.5, text: 'Simulated transcript of 2.5 seconds of audio.' });
     expect(body.segments[0]).toMatchObject({ id: 0, start: 0 });
     expect(body.words.length).toBe(7);
-    const t = await upload(p('scaleway'), '/v1/audio/transcriptions', { model: 'voxtral-mini-3b-2507', response_format: 'text' }, Buffer.alloc(64_000));
+    // Not a WAV: timed at 16 kHz 16-bit mono.
+    const mp3 = Buffer.concat([Buffer.from('ID3'), Buffer.alloc(64_000 - 3)]);
+    const t = await upload(p('scaleway'), '/v1/audio/transcriptions', { model: 'voxtral-mini-3b-2507', response_format: 'text' }, mp3);
     expect(await t.text()).toBe('Simulated transcript of 2.0 seconds of audio.\n');
     const srt = await upload(p('scaleway'), '/v1/audio/transcriptions', { model: 'whisper-large-v3', response_format: 'srt' }, wav(1));
     expect(await srt.text()).toMatch(/^1\n00:00:00,000 --> 00:00:01,000\n/);
+  });
+
+  it('scaleway refuses bytes that open no audio container with 400, as a decoder would', async () => {
+    for (const model of ['whisper-large-v3', 'voxtral-mini-3b-2507']) {
+      for (const bytes of [Buffer.alloc(20_000, 7), Buffer.from('%PDF-1.7 not audio'), Buffer.from([0xff, 0xff, 0xff, 0xff])]) {
+        const r = await upload(p('scaleway'), '/v1/audio/transcriptions', { model }, bytes);
+        expect(r.status).toBe(400);
+        expect(await r.json()).toEqual({
+          error: { message: 'Audio file might be corrupted or unsupported', type: 'invalid_request_error', param: 'file', code: 400 },
+        });
+      }
+      // Each container it knows, by its first bytes.
+      const heads = ['fLaC', 'OggS', '\0\0\0\x20ftypM4A ', '\x1a\x45\xdf\xa3', 'ID3\x04'].map((h) => Buffer.from(h, 'latin1'));
+      heads.push(Buffer.from([0xff, 0xfb, 0x90, 0x64]));
+      for (const head of heads) {
+        const r = await upload(p('scaleway'), '/v1/audio/transcriptions', { model }, Buffer.concat([head, Buffer.alloc(32_000)]));
+        expect(r.status, head.toString('latin1')).toBe(200);
+      }
+    }
   });
 
   it('ovh lets key-less calls through, then rate-limits them', async () => {

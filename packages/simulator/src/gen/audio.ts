@@ -1,5 +1,25 @@
 /** Simulated transcription: duration from the upload (WAV header, else 16 kHz 16-bit mono PCM), fixed text. */
 
+/**
+ * Whether the bytes open an audio container a provider's decoder (ffmpeg) reads: RIFF/WAVE, an ID3 tag or an
+ * MPEG audio frame, FLAC, Ogg, MP4/M4A (`ftyp`), WebM (EBML). Real providers refuse anything else with a 400.
+ */
+export function isAudio(data: Buffer): boolean {
+  const at = (from: number, to: number) => data.toString('latin1', from, to);
+  if (at(0, 4) === 'RIFF' && at(8, 12) === 'WAVE') return true;
+  if (at(0, 3) === 'ID3' || at(0, 4) === 'fLaC' || at(0, 4) === 'OggS' || at(4, 8) === 'ftyp') return true;
+  if (data.length >= 4 && data.readUInt32BE(0) === 0x1a45dfa3) return true;
+  return mpegFrame(data);
+}
+
+/** 11 sync bits, then no reserved version, layer, bitrate or sample rate. */
+function mpegFrame(data: Buffer): boolean {
+  if (data.length < 4 || data[0] !== 0xff) return false;
+  const b1 = data[1] as number;
+  const b2 = data[2] as number;
+  return (b1 & 0xe0) === 0xe0 && ((b1 >> 3) & 3) !== 1 && ((b1 >> 1) & 3) !== 0 && b2 >> 4 !== 15 && ((b2 >> 2) & 3) !== 3;
+}
+
 /** Seconds of audio: parsed from a RIFF/WAVE header if present, else bytes / 32000. */
 export function audioSeconds(data: Buffer): number {
   if (data.length >= 12 && data.toString('ascii', 0, 4) === 'RIFF' && data.toString('ascii', 8, 12) === 'WAVE') {

@@ -1,7 +1,7 @@
 /** Mistral La Plateforme (PROVIDERS §4): chat, embeddings, models, Voxtral transcription, its error shapes. */
 import { bearer, header, hex, isRecord, uuid } from '../core/http.js';
 import { field, fieldAll } from '../core/multipart.js';
-import { transcribe } from '../gen/audio.js';
+import { isAudio, transcribe } from '../gen/audio.js';
 import { tokensOf } from '../gen/text.js';
 import { type EmbeddingType, embedText, encodeAs } from '../gen/vectors.js';
 import { mistralChat, validationReply } from './mistral-chat.js';
@@ -173,6 +173,13 @@ function transcription(ctx: HandlerCtx): Reply {
       type: 'json',
       status: 400,
       body: { object: 'error', message: 'One of file, file_url or file_id must be provided.', type: 'invalid_request_error', param: null, code: null },
+    };
+  }
+  if (file && !isAudio(file.data)) {
+    return {
+      type: 'json',
+      status: 400,
+      body: { object: 'error', message: 'Invalid file: the audio could not be decoded.', type: 'invalid_request_error', param: null, code: null },
     };
   }
   const granularities = fieldAll(mp, 'timestamp_granularities');

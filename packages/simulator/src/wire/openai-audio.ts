@@ -1,6 +1,6 @@
 /** OpenAI-format transcription (`/v1/audio/transcriptions`): json, text, srt, vtt, verbose_json (PROVIDERS §1.5). */
 import { field, fieldAll } from '../core/multipart.js';
-import { toSrt, toVtt, transcribe } from '../gen/audio.js';
+import { isAudio, toSrt, toVtt, transcribe } from '../gen/audio.js';
 import type { HandlerCtx, Reply } from './types.js';
 
 const FORMATS = ['json', 'text', 'srt', 'verbose_json', 'vtt'];
@@ -18,6 +18,9 @@ export function transcriptionReply(ctx: HandlerCtx, maxBytes: number): Reply {
   if (!file) return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Field required: file', param: 'file' } };
   if (file.data.length > maxBytes)
     return { type: 'error', error: { status: 413, kind: 'too_large', message: `File too large: the limit is ${maxBytes / 1024 / 1024} MB`, param: 'file' } };
+  // OpenAI's words for bytes its decoder cannot read (the OpenAI-compatible hosts run the same Whisper stack).
+  if (!isAudio(file.data))
+    return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Audio file might be corrupted or unsupported', param: 'file' } };
   const format = field(mp, 'response_format') ?? 'json';
   if (!FORMATS.includes(format)) {
     return {
