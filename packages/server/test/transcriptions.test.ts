@@ -341,6 +341,57 @@ describe('the form, validated', () => {
     await eventually(() => expect(spools()).toEqual([]));
   });
 
+  it('refuses bytes that are no audio (whatever their name) with 400 naming file, before any provider, unrecorded', async () => {
+    const own = await gw.createKey({ rateLimitRpm: 10_000 });
+    const clients = openAiClients(gw, own.key);
+    const notAudio = Buffer.alloc(20_000, 7);
+    for (const [client, code] of [
+      [clients.a, 'validation_error'],
+      [clients.b, 'invalid_request'],
+    ] as const) {
+      for (const model of ['openai/whisper-large-v3', 'mistral/voxtral-mini']) {
+        for (const name of ['a.png', 'a.txt', 'a.bin', 'noext', 'a.wav', undefined]) {
+          const file = await toFile(notAudio, name);
+          const err = (await client.audio.transcriptions.create({ file, model }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+          expect([err.status, err.code, err.param], `${model} ${name}`).toEqual([400, code, 'file']);
+          expect(err.message).toContain('Supported formats: flac, m4a, mp3, mp4, mpeg, mpga, oga, ogg, wav, webm');
+        }
+      }
+    }
+    expect(sim.providers.scaleway?.stats().total).toBe(0);
+    expect(sim.providers.mistral?.stats().total).toBe(0);
+    // A refusal for the body, as an empty file's: no usage record, nothing billed.
+    await gw.gateway.services.usage.flush();
+    expect(await gw.gateway.services.store.usage.list({ keyId: own.id })).toEqual([]);
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
+  it('transcribes audio sent with no extension, or as a file part with a content type and no name, under a name with its format', async () => {
+    const sent = () => (sim.providers.scaleway?.stats().last?.body as { files: { filename: string }[] } | undefined)?.files[0]?.filename;
+    // The SDK names bytes given without a name `unknown_file`.
+    const bare = await a.audio.transcriptions.create({ file: await toFile(wav(1)), model: 'openai/whisper-large-v3' });
+    expect(bare.text).toContain('1.0 seconds');
+    expect(sent()).toBe('unknown_file.wav');
+    const mp3 = Buffer.concat([Buffer.from([0xff, 0xfb, 0x90, 0x64]), Buffer.alloc(31_996)]);
+    await a.audio.transcriptions.create({ file: await toFile(mp3, 'voice.bin'), model: 'openai/whisper-large-v3' });
+    expect(sent()).toBe('voice.bin.mp3');
+    // httpx's `files={'file': (None, data, 'audio/wav')}`: a part with a content type and no filename.
+    const boundary = 'nameless';
+    const body = Buffer.concat([
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper-large-v3\r\n`),
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"\r\nContent-Type: audio/wav\r\n\r\n`),
+      wav(2),
+      Buffer.from(`\r\n--${boundary}--\r\n`),
+    ]);
+    const res = await fetch(`${gw.baseA}/audio/transcriptions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      body,
+    });
+    expect([res.status, ((await res.json()) as { text: string }).text]).toEqual([200, 'Simulated transcript of 2.0 seconds of audio.']);
+    expect(sent()).toBe('upload.wav');
+  });
+
   it('refuses a malformed multipart body with 400', async () => {
     const res = await fetch(`${gw.baseA}/audio/transcriptions`, {
       method: 'POST',

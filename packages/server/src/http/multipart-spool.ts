@@ -236,8 +236,11 @@ class FormParser {
     const params = dispositionParams(disposition ?? '');
     const name = disposition === null ? undefined : params.get('name');
     if (name === undefined) throw malformed('a part has no form-data name');
-    const filename = params.get('filename') ?? extendedFilename(params.get('filename*'));
-    const contentType = /^content-type:\s*(.+)$/im.exec(rawHeaders)?.[1]?.trim() ?? 'application/octet-stream';
+    const declaredType = /^content-type:\s*(.+)$/im.exec(rawHeaders)?.[1]?.trim();
+    const contentType = declaredType ?? 'application/octet-stream';
+    // A 'file' part with a content type of its own but no name (httpx's `(None, bytes, 'audio/wav')`) is still the file.
+    const unnamedFile = name === 'file' && declaredType !== undefined && !/^text\/plain\b/i.test(declaredType);
+    const filename = params.get('filename') ?? extendedFilename(params.get('filename*')) ?? (unnamedFile ? 'upload' : null);
     this.part = { name, filename, contentType, chunks: [], size: 0, out: null };
     if (filename === null) {
       if (this.form.fields.length >= this.limits.fields) throw new GatewayError('validation', `The form has more than ${this.limits.fields} fields.`);

@@ -1,4 +1,3 @@
-import { open } from 'node:fs/promises';
 import type { TimestampGranularity, Transcription, TranscriptSegment, TranscriptWord } from '../providers/types.js';
 
 export const RESPONSE_FORMATS = ['json', 'text', 'srt', 'vtt', 'verbose_json'] as const;
@@ -112,15 +111,8 @@ const MIN_BYTES_PER_SECOND = 500;
  * The most audio seconds an upload can hold, for the budget hold: its size
  * at a WAV header's byte rate, else at the lowest speech byte rate.
  */
-export async function worstCaseSeconds(path: string, size: number): Promise<number> {
-  const handle = await open(path, 'r');
-  try {
-    const head = Buffer.alloc(Math.min(size, 64));
-    await handle.read(head, 0, head.length, 0);
-    return Math.ceil(size / (wavByteRate(head) ?? MIN_BYTES_PER_SECOND));
-  } finally {
-    await handle.close();
-  }
+export function worstCaseSeconds(head: Buffer, size: number): number {
+  return Math.ceil(size / (wavByteRate(head) ?? MIN_BYTES_PER_SECOND));
 }
 
 /**

@@ -7,13 +7,13 @@ import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall
 import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
+import { AUDIO_EXTENSIONS, audioContainer, readHead, upstreamFilename } from '../audio-container.js';
 import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { compressedBodyError } from '../errors.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { boundaryOf, declaredTooLarge, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
 import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
-import { recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, setRoutingHeaders } from '../upstream-call.js';
@@ -64,6 +64,17 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
         if (!file) throw new GatewayError('validation', "Invalid body: 'file' must be an audio file part.", { param: 'file' });
         // Nothing to transcribe: refused here rather than sent (and billed) to a provider.
         if (file.size === 0) throw new GatewayError('validation', "Invalid body: 'file' is empty.", { param: 'file' });
+        let head: Buffer;
+        try {
+          head = await readHead(file.path, file.size);
+        } catch (err) {
+          // The client left meanwhile and its spool went with it: nothing was drafted, so nothing to record.
+          if (leftBeforeAnswer(reply.raw)) return reply;
+          throw err;
+        }
+        // Bytes no provider could decode: refused here rather than sent (and, by a lenient one, billed).
+        const container = audioContainer(head);
+        if (container === null) throw notAudio();
         const body = request.body;
         const model = await resolveModel(services, request, body.model, 'audio');
         const format = body.response_format ?? 'json';
@@ -77,17 +88,9 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
         request.gw.usage = newUsageDraft('audio', model.id);
         const options = routeOptions(services, request);
         const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
-        let seconds: number;
-        try {
-          seconds = await worstCaseSeconds(file.path, file.size);
-        } catch (err) {
-          // The client left meanwhile and its spool went with it; its close passed before the draft, so it is recorded here.
-          if (!leftBeforeAnswer(reply.raw)) throw err;
-          recordClientGone(services, request);
-          return reply;
-        }
+        const seconds = worstCaseSeconds(head, file.size);
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => seconds * (o.pricing.per_unit ?? 0))));
-        const upstream = transcriptionRequest(body, file, format !== 'json' && format !== 'text');
+        const upstream = transcriptionRequest(body, { ...file, filename: upstreamFilename(file.filename, container) }, format !== 'json' && format !== 'text');
         const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
         const done = await executePlan(plan, (offer) =>
           callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
@@ -100,6 +103,14 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
       },
     );
   });
+}
+
+function notAudio(): GatewayError {
+  return new GatewayError(
+    'validation',
+    `Invalid body: 'file' is not audio in a format the gateway knows. Supported formats: ${AUDIO_EXTENSIONS.join(', ')} (WAV, MP3, FLAC, Ogg, MP4/M4A, WebM), told by the file's content.`,
+    { param: 'file' },
+  );
 }
 
 /**

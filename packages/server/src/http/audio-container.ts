@@ -1,0 +1,64 @@
+import { open } from 'node:fs/promises';
+import { extname } from 'node:path';
+
+/** The extensions OpenAI's API takes for a transcription's file, named in the refusal of one that is no audio. */
+export const AUDIO_EXTENSIONS = ['flac', 'm4a', 'mp3', 'mp4', 'mpeg', 'mpga', 'oga', 'ogg', 'wav', 'webm'] as const;
+
+export type AudioContainer = 'wav' | 'mp3' | 'flac' | 'ogg' | 'mp4' | 'webm';
+
+/** Enough of a file's start to tell its container and read a WAV header's `fmt ` chunk. */
+export const HEAD_BYTES = 64;
+
+/**
+ * The audio container a file's first bytes open (null for none known):
+ * RIFF/WAVE, MP3 (an ID3 tag or an MPEG audio frame header), FLAC, Ogg,
+ * MP4/M4A (`ftyp` box) and WebM/Matroska (EBML). Told by content, not by
+ * name: the official SDKs send bytes as `upload` or `unknown_file` with
+ * no extension, and a name says nothing of what the bytes are.
+ */
+export function audioContainer(head: Buffer): AudioContainer | null {
+  const ascii = (from: number, to: number) => head.toString('latin1', from, to);
+  if (head.length >= 12 && ascii(0, 4) === 'RIFF' && ascii(8, 12) === 'WAVE') return 'wav';
+  if (ascii(0, 3) === 'ID3' || mpegFrame(head)) return 'mp3';
+  if (ascii(0, 4) === 'fLaC') return 'flac';
+  if (ascii(0, 4) === 'OggS') return 'ogg';
+  if (head.length >= 8 && ascii(4, 8) === 'ftyp') return 'mp4';
+  if (head.length >= 4 && head.readUInt32BE(0) === 0x1a45dfa3) return 'webm';
+  return null;
+}
+
+/** An MPEG audio frame header: 11 sync bits, then a version, layer, bitrate and sample rate that are not the reserved values. */
+function mpegFrame(head: Buffer): boolean {
+  if (head.length < 4 || head[0] !== 0xff) return false;
+  const b1 = head[1] as number;
+  const b2 = head[2] as number;
+  if ((b1 & 0xe0) !== 0xe0) return false;
+  const version = (b1 >> 3) & 3;
+  const layer = (b1 >> 1) & 3;
+  const bitrate = b2 >> 4;
+  const sampleRate = (b2 >> 2) & 3;
+  return version !== 1 && layer !== 0 && bitrate !== 15 && sampleRate !== 3;
+}
+
+/** The first bytes of a spooled upload. */
+export async function readHead(path: string, size: number): Promise<Buffer> {
+  const handle = await open(path, 'r');
+  try {
+    const head = Buffer.alloc(Math.min(size, HEAD_BYTES));
+    await handle.read(head, 0, head.length, 0);
+    return head;
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * The file name to send a provider: the client's when it ends in an
+ * extension OpenAI's API takes, else with the container's added, since
+ * OpenAI and Azure tell the format by the name and refuse bytes sent
+ * without one (`upload`, `blob`) or under another (`voice.bin`).
+ */
+export function upstreamFilename(filename: string, container: AudioContainer): string {
+  const ext = extname(filename).slice(1).toLowerCase();
+  return (AUDIO_EXTENSIONS as readonly string[]).includes(ext) ? filename : `${filename}.${container}`;
+}
