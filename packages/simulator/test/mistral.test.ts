@@ -133,6 +133,16 @@ describe('mistral models, embeddings, transcription', () => {
     expect(bad.body.message.detail[0].loc).toEqual(['body', 'dimensions']);
   });
 
+  it('refuses an input longer than the model’s context with 400 in its error shape', async () => {
+    const r = await json(m(), '/v1/embeddings', { model: 'mistral-embed', input: ['a', 'word '.repeat(40_000)] });
+    expect([r.status, r.body]).toEqual([
+      400,
+      { object: 'error', message: 'Too many tokens in input. Max is 8192 got 50000', type: 'invalid_request_error', param: null, code: null },
+    ]);
+    const full = await json(m(), '/v1/embeddings', { model: 'mistral-embed', input: 'abcd'.repeat(8192) });
+    expect([full.status, full.body.usage?.prompt_tokens]).toEqual([200, 8192]);
+  });
+
   it('transcribes with Voxtral keys only', async () => {
     const res = await upload(
       m(),

@@ -198,6 +198,21 @@ describe('embeddings, models, rerank, transcription', () => {
     expect(await srt.text()).toMatch(/^1\n00:00:00,000 --> 00:00:01,000\n/);
   });
 
+  it('refuses an input longer than the model’s context with 400 in each host’s shape (vLLM’s words), billing nothing', async () => {
+    const input = ['short', 'word '.repeat(40_000)];
+    const message =
+      "This model's maximum context length is 8192 tokens. However, you requested 50000 tokens in the input for embedding generation. Please reduce the length of the input.";
+    const scw = await json(p('scaleway'), '/v1/embeddings', { model: 'bge-multilingual-gemma2', input });
+    expect([scw.status, scw.body]).toEqual([400, { error: { message, type: 'invalid_request_error', param: null, code: 400 } }]);
+    const ovh = await json(p('ovh'), '/v1/embeddings', { model: 'bge-m3', input });
+    expect([ovh.status, ovh.body]).toEqual([400, { object: 'error', message, type: 'BadRequestError', param: null, code: 400 }]);
+    const nebius = await json(p('nebius'), '/v1/embeddings', { model: 'BAAI/bge-m3', input });
+    expect([nebius.status, nebius.body]).toEqual([400, { error: { message, type: 'invalid_request_error', param: null, code: 'invalid_request' } }]);
+    // At the context exactly: served.
+    const full = await json(p('ovh'), '/v1/embeddings', { model: 'bge-m3', input: 'abcd'.repeat(8192) });
+    expect([full.status, full.body.usage?.prompt_tokens]).toEqual([200, 8192]);
+  });
+
   it('scaleway refuses bytes that open no audio container with 400, as a decoder would', async () => {
     for (const model of ['whisper-large-v3', 'voxtral-mini-3b-2507']) {
       for (const bytes of [Buffer.alloc(20_000, 7), Buffer.from('%PDF-1.7 not audio'), Buffer.from([0xff, 0xff, 0xff, 0xff])]) {

@@ -142,6 +142,14 @@ function embeddings(ctx: HandlerCtx): Reply {
   if (info.kind !== 'embedding') return { type: 'error', error: { status: 400, kind: 'bad_request', message: `Model ${model} does not support embeddings.` } };
   const texts = inputTexts(body['input']);
   if (texts === null) return validationReply([{ type: 'string_type', loc: ['body', 'input'], msg: 'Input should be a valid string', input: body['input'] }]);
+  // Each input is held to the model's context (Mistral truncates nothing); its words for a batch over its limit are alike.
+  const longest = Math.max(...texts.map(tokensOf));
+  if (info.contextLength > 0 && longest > info.contextLength) {
+    return {
+      type: 'error',
+      error: { status: 400, kind: 'bad_request', message: `Too many tokens in input. Max is ${info.contextLength} got ${longest}` },
+    };
+  }
   const native = info.dim ?? 1024;
   const asked = body['output_dimension'];
   if (typeof asked === 'number' && (asked < 1 || asked > native || !info.matryoshka)) {

@@ -36,6 +36,19 @@ function checkModel(ctx: HandlerCtx, kinds: string[]): ErrorSpec | null {
   return null;
 }
 
+/**
+ * The refusal of an input longer than the model's context, in the words of vLLM (the OpenAI-compatible hosts) or of
+ * OpenAI (Azure); each input is embedded alone, so each is held to the context. Nothing is truncated, nothing billed.
+ */
+function overContext(texts: string[], context: number, vllm: boolean): ErrorSpec | null {
+  const longest = Math.max(...texts.map(tokensOf));
+  if (context <= 0 || longest <= context) return null;
+  const message = vllm
+    ? `This model's maximum context length is ${context} tokens. However, you requested ${longest} tokens in the input for embedding generation. Please reduce the length of the input.`
+    : `This model's maximum context length is ${context} tokens, however you requested ${longest} tokens (${longest} in your prompt; 0 for the completion). Please reduce your prompt; or completion length.`;
+  return { status: 400, kind: 'bad_request', message };
+}
+
 export function embeddingsReply(ctx: HandlerCtx, f: EmbedFlavor): Reply {
   const body = ctx.json;
   if (!isRecord(body)) return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Request body must be a JSON object.' } };
@@ -45,6 +58,8 @@ export function embeddingsReply(ctx: HandlerCtx, f: EmbedFlavor): Reply {
   const texts = inputTexts(body['input']);
   if (texts === null)
     return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'input must be a non-empty string or array', param: 'input' } };
+  const tooLong = overContext(texts, ctx.provider.info(model).contextLength, f.vllm);
+  if (tooLong) return { type: 'error', error: tooLong };
   const native = ctx.provider.info(model).dim ?? 1024;
   let dim = native;
   const asked = body['dimensions'];
