@@ -174,6 +174,45 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     }
   });
 
+  it.each([
+    ['A', 'validation_error', () => a],
+    ['B', 'invalid_request', () => b],
+  ])('variant %s: an input longer than the model’s context is the provider’s 400, not failed over, not billed', async (_v, code, client) => {
+    const input = 'word '.repeat(40_000); // 50,000 tokens as the demo providers count, over the 8,192 of each model below
+    const cases: [string, string, string | null, string][] = [
+      ['mistral/embed', 'mistral', null, 'Too many tokens in input. Max is 8192 got 50000'],
+      ['baai/bge-m3', 'ovh', 'nebius', "This model's maximum context length is 8192 tokens"],
+      ['baai/bge-m3', 'nebius', 'ovh', "This model's maximum context length is 8192 tokens"],
+      ['baai/bge-multilingual-gemma2', 'scaleway', null, "This model's maximum context length is 8192 tokens"],
+    ];
+    // Variant B serves only the beta embeddings models.
+    for (const [model, provider, other, message] of cases.filter(([m]) => _v === 'A' || m !== 'baai/bge-multilingual-gemma2')) {
+      resetProviders(sim);
+      const own = await gw.createKey({ rateLimitRpm: 10_000 });
+      const err = (await client()
+        .withOptions({ apiKey: own.key, maxRetries: 0 })
+        .embeddings.create({ model, input }, { headers: { 'x-gateway-provider': provider } })
+        .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+      expect(err, `${model} on ${provider}`).toBeInstanceOf(OpenAI.BadRequestError);
+      expect({ model, provider, code: err.code }).toEqual({ model, provider, code });
+      expect(err.message).toContain(message);
+      // The client's fault: one call, no other provider tried.
+      expect(sim.providers[provider]?.stats().total).toBe(1);
+      if (other) expect(sim.providers[other]?.stats().total).toBe(0);
+      await gw.gateway.services.usage.flush();
+      const records = await gw.gateway.services.store.usage.list({ keyId: own.id });
+      expect(records.map((r) => [r.status, r.cost, r.promptTokens])).toEqual([[400, 0, 0]]);
+      expect((await gw.admin<{ spent: number }>('GET', `/keys/${own.id}`)).body.spent).toBe(0);
+    }
+    // Without a pin too: the first offer's refusal is the answer.
+    resetProviders(sim);
+    const unpinned = (await client()
+      .embeddings.create({ model: 'baai/bge-m3', input })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+    expect(unpinned.status).toBe(400);
+    expect((sim.providers.ovh?.stats().total ?? 0) + (sim.providers.nebius?.stats().total ?? 0)).toBe(1);
+  });
+
   it('validates the body: input, encoding_format, dimensions and unknown fields', async () => {
     for (const [body, param] of [
       [{ model: 'baai/bge-m3', input: [] }, 'input'],
