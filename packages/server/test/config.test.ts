@@ -54,6 +54,35 @@ describe('config file', () => {
     );
   });
 
+  it('refuses a provider key or admin token that a header cannot carry, without showing it', () => {
+    // A secret read from a file (a mounted Kubernetes secret, `echo k > file`) ends with a line break: the key would
+    // fail every upstream call as 'cannot reach', the token refuse every admin call.
+    expect(() => parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: 'sk-alpha-0123456789\n' })).toThrowError(
+      /\/providers\/0\/apiKey: expected a key a request header can carry, without a line break/,
+    );
+    expect(() => parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: 'sk alpha' })).toThrowError(/apiKey: expected .* without whitespace/);
+    expect(() => loadConfig({ GW_ADMIN_TOKEN: 'admin-token-0123456789\n' })).toThrowError(
+      /GW_ADMIN_TOKEN: expected a token an Authorization header can carry, without a line break/,
+    );
+    expect(() => loadConfig({ GW_ADMIN_TOKEN: 'admin-tökén-0123456789' })).toThrowError(/GW_ADMIN_TOKEN: .*outside printable ASCII/);
+    expect(loadConfig({ GW_ADMIN_TOKEN: 'admin-token-0123456789' }).adminToken).toBe('admin-token-0123456789');
+    try {
+      loadConfig({ GW_ADMIN_TOKEN: 'admin-token-0123456789\n' });
+    } catch (err) {
+      expect(String(err)).not.toContain('admin-token-0123456789');
+    }
+  });
+
+  it('refuses a $' + '{NAME} whose variable is set but empty (a secret not mounted), naming the variable', () => {
+    expect(() => parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: '' })).toThrowError(
+      /gw\.yaml at \/providers\/0\/apiKey: expected environment variable ALPHA_API_KEY to hold a value \(it is set but empty\)/,
+    );
+    // Empty in a longer string is left to the field's own rule.
+    const prefixed = good.replace(`apiKey: \${ALPHA_API_KEY}`, `apiKey: k-\${ALPHA_SUFFIX}`);
+    expect(parseConfigText(prefixed, 'gw.yaml', { ALPHA_SUFFIX: '' }).providers[0]?.apiKey).toBe('k-');
+    expect(() => parseConfigText(good.replace(`apiKey: \${ALPHA_API_KEY}`, "apiKey: ''"), 'gw.yaml', {})).toThrowError(/\/providers\/0\/apiKey/);
+  });
+
   it('names the file, the field path and what was expected', () => {
     const cases: [string, Record<string, string>, RegExp][] = [
       [
@@ -155,6 +184,19 @@ describe('config file', () => {
     );
     rmSync(base, { recursive: true, force: true });
   });
+
+  it('an admin token with a line break stops the start with exit code 2, as any bad variable does', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-token-'));
+    try {
+      const { code, output } = await runGatewayToExit({ GW_ADMIN_TOKEN: 'admin-token-S3cret-0123\n', GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output).toContain('GW_ADMIN_TOKEN: expected a token an Authorization header can carry, without a line break');
+      expect(output).not.toContain('S3cret');
+      expect(output).not.toContain('listening on');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('a bad config stops the process with a clear message, a non-zero exit and no secret', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-'));

@@ -1,6 +1,7 @@
 import { accessSync, constants, mkdirSync } from 'node:fs';
 import type { GatewayFileConfig } from '@gw/schema';
 import { ConfigError } from './config-error.js';
+import { headerUnsafe } from './header-safe.js';
 import { loadConfigFile } from './load-file.js';
 
 export { ConfigError } from './config-error.js';
@@ -114,6 +115,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   const redisUrl = url(env, 'REDIS_URL', /^rediss?:\/\//, 'a redis:// URL');
   const adminToken = str(env, 'GW_ADMIN_TOKEN');
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'at least 16 characters');
+  const unsendable = adminToken === null ? null : headerUnsafe(adminToken);
+  if (unsendable !== null) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', `a token an Authorization header can carry, without ${unsendable}`);
   const secret = str(env, 'GW_SECRET');
   if (secret !== null && secret.length < 32) throw new ConfigError('environment', 'GW_SECRET', 'at least 32 characters (it keys every HMAC the gateway signs)');
   return Object.freeze({

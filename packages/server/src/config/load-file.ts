@@ -4,15 +4,21 @@ import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError } from './config-error.js';
 import { FileConfigSchema } from './file-schema.js';
+import { headerUnsafe } from './header-safe.js';
 
 /** Replaces `${NAME}` in every string with that environment variable; a missing one is an error. */
 function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string): unknown {
   if (typeof value === 'string') {
-    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_m, name: string) => {
+    const empty: string[] = [];
+    const out = value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_m, name: string) => {
       const v = env[name];
       if (v === undefined) throw new ConfigError(file, path || '/', `environment variable ${name} to be set`);
+      if (v === '') empty.push(name);
       return v;
     });
+    // No field takes an empty string: one made so by a variable set but empty is a deploy mistake (a secret not mounted), named here.
+    if (out === '' && empty.length > 0) throw new ConfigError(file, path || '/', `environment variable ${empty[0]} to hold a value (it is set but empty)`);
+    return out;
   }
   if (Array.isArray(value)) return value.map((v, i) => substitute(v, env, file, `${path}/${i}`));
   if (value !== null && typeof value === 'object') {
@@ -63,6 +69,8 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     if (ids.has(p.id)) throw new ConfigError(file, `/providers/${i}/id`, `a unique provider id (${p.id} repeats)`);
     ids.add(p.id);
     types.set(p.id, p.type);
+    const unsendable = p.apiKey === undefined ? null : headerUnsafe(p.apiKey);
+    if (unsendable !== null) throw new ConfigError(file, `/providers/${i}/apiKey`, `a key a request header can carry, without ${unsendable}`);
     if (!URL.canParse(p.baseUrl)) throw new ConfigError(file, `/providers/${i}/baseUrl`, `an http(s) URL that parses, not ${JSON.stringify(p.baseUrl)}`);
     // Only an openai-type entry can be one of several providers; elsewhere the vendor would be silently ignored.
     if (p.vendor !== undefined && p.type !== 'openai') {
