@@ -54,6 +54,15 @@ describe('config file', () => {
     );
   });
 
+  it('refuses an apiVersion on an entry that is not of the azure type, where it would be ignored', () => {
+    const openai = good.replace('region: fr-par', 'region: fr-par\n    apiVersion: 2024-10-21');
+    expect(() => parseConfigText(openai, 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+      /gw\.yaml at \/providers\/0\/apiVersion: expected no apiVersion on a provider of type openai/,
+    );
+    const azure = openai.replace('type: openai', 'type: azure');
+    expect(parseConfigText(azure, 'gw.yaml', { ALPHA_API_KEY: 'k' }).providers[0]?.apiVersion).toBe('2024-10-21');
+  });
+
   it('refuses a provider key or admin token that a header cannot carry, without showing it', () => {
     // A secret read from a file (a mounted Kubernetes secret, `echo k > file`) ends with a line break: the key would
     // fail every upstream call as 'cannot reach', the token refuse every admin call.

@@ -76,6 +76,13 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     if (p.vendor !== undefined && p.type !== 'openai') {
       throw new ConfigError(file, `/providers/${i}/vendor`, `no vendor on a ${p.type} provider (vendor says which provider an openai-type entry is)`);
     }
+    if (p.apiVersion !== undefined && p.type !== 'azure') {
+      throw new ConfigError(
+        file,
+        `/providers/${i}/apiVersion`,
+        `no apiVersion on a provider of type ${p.type} (it chooses Azure's dated API, and only an azure entry reads it)`,
+      );
+    }
   });
   const models = new Set<string>();
   config.models.forEach((m, i) => {
