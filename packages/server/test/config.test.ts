@@ -82,14 +82,9 @@ describe('config file', () => {
     }
   });
 
-  it('refuses a $' + '{NAME} whose variable is set but empty (a secret not mounted), naming the variable', () => {
-    expect(() => parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: '' })).toThrowError(
-      /gw\.yaml at \/providers\/0\/apiKey: expected environment variable ALPHA_API_KEY to hold a value \(it is set but empty\)/,
-    );
-    // Empty in a longer string is left to the field's own rule.
-    const prefixed = good.replace(`apiKey: \${ALPHA_API_KEY}`, `apiKey: k-\${ALPHA_SUFFIX}`);
-    expect(parseConfigText(prefixed, 'gw.yaml', { ALPHA_SUFFIX: '' }).providers[0]?.apiKey).toBe('k-');
-    expect(() => parseConfigText(good.replace(`apiKey: \${ALPHA_API_KEY}`, "apiKey: ''"), 'gw.yaml', {})).toThrowError(/\/providers\/0\/apiKey/);
+  it('takes an empty key (from a variable set but empty) as no key: a local upstream needs none', () => {
+    expect(parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: '' }).providers[0]?.apiKey).toBe('');
+    expect(parseConfigText(good.replace(`apiKey: \${ALPHA_API_KEY}`, "apiKey: ''"), 'gw.yaml', {}).providers[0]?.apiKey).toBe('');
   });
 
   it('names the file, the field path and what was expected', () => {

@@ -20,7 +20,7 @@ export const ProviderSchema = Type.Object(
     id: Id,
     type: Type.Union(PROVIDER_TYPES.map((t) => Type.Literal(t))),
     baseUrl: Type.String({ pattern: '^https?://' }),
-    apiKey: Type.Optional(Type.String({ minLength: 1 })),
+    apiKey: Type.Optional(Type.String()),
     region: Type.String({ minLength: 1 }),
     timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: 3_600_000 })),
     connectTimeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: 600_000 })),

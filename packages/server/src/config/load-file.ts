@@ -9,16 +9,11 @@ import { headerUnsafe } from './header-safe.js';
 /** Replaces `${NAME}` in every string with that environment variable; a missing one is an error. */
 function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string): unknown {
   if (typeof value === 'string') {
-    const empty: string[] = [];
-    const out = value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_m, name: string) => {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_m, name: string) => {
       const v = env[name];
       if (v === undefined) throw new ConfigError(file, path || '/', `environment variable ${name} to be set`);
-      if (v === '') empty.push(name);
       return v;
     });
-    // No field takes an empty string: one made so by a variable set but empty is a deploy mistake (a secret not mounted), named here.
-    if (out === '' && empty.length > 0) throw new ConfigError(file, path || '/', `environment variable ${empty[0]} to hold a value (it is set but empty)`);
-    return out;
   }
   if (Array.isArray(value)) return value.map((v, i) => substitute(v, env, file, `${path}/${i}`));
   if (value !== null && typeof value === 'object') {
