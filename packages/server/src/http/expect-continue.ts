@@ -6,6 +6,7 @@ import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
 import { errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
+import { lingerOnClose } from './lingering-close.js';
 import { declaredTooLarge, tooLarge } from './multipart-spool.js';
 import { pendingRouteError } from './routes/not-implemented.js';
 import { serverTiming } from './server-timing.js';
@@ -56,7 +57,10 @@ async function refusal(req: IncomingMessage, auth: ApiKeyAuthenticator, config: 
 function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError, startedAt: number, statusOverride?: number): void {
   const { status: envelopeStatus, body } = errorEnvelope(refused, variantOfUrl(req.url ?? ''));
   const status = statusOverride ?? envelopeStatus;
-  // The body was never asked for: the connection cannot be reused.
+  // The body was never asked for: the connection cannot be reused. A client may send it without waiting for 100
+  // (RFC 9110 10.1.1), so what it sends is read and dropped after the answer: closed at once, the connection is
+  // reset under the client's writes and the answer lost with it.
+  lingerOnClose(req);
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),
