@@ -10,38 +10,60 @@ function unsent(socket: Socket): number {
   return socket.writableLength + (handle?.writeQueueSize ?? 0);
 }
 
+interface Watched {
+  onCut: () => void;
+  /** Bytes unsent at the last look, and when they last went down; null until the answer was seen written whole. */
+  left: number | null;
+  progressAt: number;
+}
+
 /**
- * Closes the connection of an answer, written whole, that the client stops taking (as nginx's send_timeout): once
- * `res` has ended, the bytes still unsent must go down within every `timeoutMs`. A client that never reads would
- * otherwise hold the answer's memory (a 20 MB embeddings answer), its budget hold and its usage record (written
- * when the answer is) for as long as it keeps the connection open. Nothing is watched while the answer is being
- * made (a provider's wait is not the client's), nor for an answer the kernel took at once.
+ * Closes the connection of an answer, written whole, that its client stops taking (as nginx's send_timeout): once the
+ * answer has ended, the bytes still unsent must go down within every `timeoutMs`. A client that never reads would
+ * otherwise hold the answer's memory (a 20 MB embeddings answer), its budget hold and its usage record (written when
+ * the answer is) for as long as it keeps the connection open. Nothing is judged while the answer is being made (a
+ * provider's wait is not the client's), nor for an answer the kernel took at once.
+ *
+ * One sweep of the answers in flight, a few times per timeout, rather than a listener and a timer per request: the
+ * usual answer is taken at once and leaves before any sweep sees it, at the cost of a set's add and delete.
  */
-export function closeWhenAnswerNotTaken(res: ServerResponse, timeoutMs: number, onCut: () => void): void {
-  res.once('prefinish', () =>
-    // After Node's uncork of the answer (next tick) and the write's completion when the kernel took it all.
-    setImmediate(() => {
+export class UnsentAnswers {
+  private readonly open = new Map<ServerResponse, Watched>();
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(private readonly timeoutMs: number) {
+    this.timer = setInterval(() => this.sweep(), Math.max(100, Math.min(5_000, timeoutMs / 4)));
+    this.timer.unref();
+  }
+
+  /** Watches `res` until {@link forget}; `onCut` is told when its connection is closed for want of progress. */
+  watch(res: ServerResponse, onCut: () => void): void {
+    this.open.set(res, { onCut, left: null, progressAt: 0 });
+  }
+
+  forget(res: ServerResponse): void {
+    this.open.delete(res);
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    this.open.clear();
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    for (const [res, w] of this.open) {
       const socket = res.socket;
-      if (!socket || socket.destroyed || res.writableFinished) return;
-      let left = unsent(socket);
-      let progressAt = Date.now();
-      const timer = setInterval(
-        () => {
-          if (socket.destroyed || res.writableFinished) return clearInterval(timer);
-          const now = unsent(socket);
-          if (now < left) {
-            left = now;
-            progressAt = Date.now();
-          } else if (Date.now() - progressAt >= timeoutMs) {
-            clearInterval(timer);
-            onCut();
-            socket.destroy();
-          }
-        },
-        Math.max(100, Math.min(5_000, timeoutMs / 4)),
-      );
-      timer.unref();
-      res.once('close', () => clearInterval(timer));
-    }),
-  );
+      if (!res.writableEnded || res.writableFinished || !socket || socket.destroyed) continue;
+      const left = unsent(socket);
+      if (w.left === null || left < w.left) {
+        w.left = left;
+        w.progressAt = now;
+      } else if (now - w.progressAt >= this.timeoutMs) {
+        this.open.delete(res);
+        w.onCut();
+        socket.destroy();
+      }
+    }
+  }
 }

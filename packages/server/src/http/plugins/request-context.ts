@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { kGatewayRequest, type ResponseOfRequest } from '../context.js';
 import { lingerOnClose } from '../lingering-close.js';
-import { closeWhenAnswerNotTaken } from '../send-timeout.js';
+import { UnsentAnswers } from '../send-timeout.js';
 import { serverTiming } from '../server-timing.js';
 import type { Services } from '../services.js';
 import { leftBeforeAnswer } from '../upstream-call.js';
@@ -16,6 +16,11 @@ import { recordClientGone } from './usage-recording.js';
  */
 export function registerRequestContext(app: FastifyInstance, services: Services): void {
   app.decorateRequest('gw', null as never);
+  const unsentAnswers = new UnsentAnswers(services.config.sendTimeoutMs);
+  app.addHook('onClose', (_app, done) => {
+    unsentAnswers.close();
+    done();
+  });
   // Callback-style hooks: they do no I/O, and an async hook costs a promise and a microtask hop per request.
   app.addHook('onRequest', (request, reply, done) => {
     request.gw = {
@@ -37,6 +42,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     services.lifecycle.inFlight++;
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
+      unsentAnswers.forget(reply.raw);
       const ms = performance.now() - request.gw.startedAt;
       const raw = request.gw.answeredRaw;
       // Answered on the connection itself (its body not received in time): not a client that left.
@@ -51,9 +57,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const status = raw ?? (gone ? 499 : reply.raw.statusCode);
       services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, ms / 1000);
     });
-    closeWhenAnswerNotTaken(reply.raw, services.config.sendTimeoutMs, () =>
-      request.log.info('the client took none of its answer within GW_SEND_TIMEOUT_MS: connection closed'),
-    );
+    unsentAnswers.watch(reply.raw, () => request.log.info('the client took none of its answer within GW_SEND_TIMEOUT_MS: connection closed'));
     // HTTP/1.1 requires Host (RFC 9112: 400 without it); Node's own check answers without a body, so it is done here.
     if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
       done(new GatewayError('validation', 'An HTTP/1.1 request must carry a Host header.'));
