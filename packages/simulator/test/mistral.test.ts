@@ -143,6 +143,17 @@ describe('mistral models, embeddings, transcription', () => {
     expect([full.status, full.body.usage?.prompt_tokens]).toEqual([200, 8192]);
   });
 
+  it('refuses a batch over 16,384 tokens in all with 400 in its error shape, each input within the context', async () => {
+    const text = 'abcd'.repeat(6000); // 6,000 tokens
+    const r = await json(m(), '/v1/embeddings', { model: 'mistral-embed', input: [text, text, text] });
+    expect([r.status, r.body]).toEqual([
+      400,
+      { object: 'error', message: 'Too many tokens in batch. Max is 16384 got 18000', type: 'invalid_request_error', param: null, code: null },
+    ]);
+    const two = await json(m(), '/v1/embeddings', { model: 'mistral-embed', input: [text, text, 'abcd'.repeat(4384)] });
+    expect([two.status, two.body.usage?.prompt_tokens]).toEqual([200, 16384]);
+  });
+
   it('transcribes with Voxtral keys only', async () => {
     const res = await upload(
       m(),

@@ -128,6 +128,9 @@ function entry(p: ProviderView, id: string): Record<string, unknown> {
   };
 }
 
+/** Mistral's limit on the tokens of one embeddings request, all inputs together (twice mistral-embed's context). */
+const BATCH_TOKENS = 16_384;
+
 function embeddings(ctx: HandlerCtx): Reply {
   const body = ctx.json;
   if (!isRecord(body))
@@ -142,13 +145,17 @@ function embeddings(ctx: HandlerCtx): Reply {
   if (info.kind !== 'embedding') return { type: 'error', error: { status: 400, kind: 'bad_request', message: `Model ${model} does not support embeddings.` } };
   const texts = inputTexts(body['input']);
   if (texts === null) return validationReply([{ type: 'string_type', loc: ['body', 'input'], msg: 'Input should be a valid string', input: body['input'] }]);
-  // Each input is held to the model's context (Mistral truncates nothing); its words for a batch over its limit are alike.
+  // Each input is held to the model's context (Mistral truncates nothing), and the whole batch to its own limit.
   const longest = Math.max(...texts.map(tokensOf));
   if (info.contextLength > 0 && longest > info.contextLength) {
     return {
       type: 'error',
       error: { status: 400, kind: 'bad_request', message: `Too many tokens in input. Max is ${info.contextLength} got ${longest}` },
     };
+  }
+  const tokens = texts.reduce((n, t) => n + Math.max(1, tokensOf(t)), 0);
+  if (tokens > BATCH_TOKENS) {
+    return { type: 'error', error: { status: 400, kind: 'bad_request', message: `Too many tokens in batch. Max is ${BATCH_TOKENS} got ${tokens}` } };
   }
   const native = info.dim ?? 1024;
   const asked = body['output_dimension'];
@@ -162,7 +169,6 @@ function embeddings(ctx: HandlerCtx): Reply {
   const dtype = (body['output_dtype'] ?? 'float') as EmbeddingType;
   const b64 = body['encoding_format'] === 'base64' && dtype === 'float';
   const data = texts.map((t, index) => ({ object: 'embedding', embedding: encodeAs(embedText(t, dim), b64 ? 'base64' : dtype), index }));
-  const tokens = texts.reduce((n, t) => n + Math.max(1, tokensOf(t)), 0);
   const usage = { prompt_tokens: tokens, completion_tokens: 0, total_tokens: tokens, prompt_audio_seconds: null };
   return { type: 'json', body: { id: hex(16), object: 'list', data, model, usage }, tokens: 1 };
 }
