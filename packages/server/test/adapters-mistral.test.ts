@@ -1,3 +1,4 @@
+import { createServer } from 'node:http';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { ChatCompletionStream } from 'openai/lib/ChatCompletionStream';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -76,7 +77,7 @@ describe('Mistral adapter fixtures: request mapping', () => {
   });
 
   it('maps dimensions to output_dimension, and Voxtral’s form has no response_format, prompt, or language with timings', () => {
-    expect(toMistralEmbeddingsBody({ input: ['a'], dimensions: 256 }, 'mistral-embed')).toEqual({
+    expect(toMistralEmbeddingsBody({ input: ['a'], dimensions: 256 }, ['a'], 'mistral-embed')).toEqual({
       model: 'mistral-embed',
       input: ['a'],
       output_dimension: 256,
@@ -345,5 +346,51 @@ describe('Mistral adapter against the simulated La Plateforme', () => {
     const denied = await upstreamError(() => wrongKey.listModels());
     expect([denied.status, denied.retryable]).toEqual([401, true]);
     await wrongKey.close();
+  });
+});
+
+describe('Mistral embeddings over its batch limit', () => {
+  it('sends again in halves a call Mistral refuses as over its limit (text denser than the estimate), in order, paying only what it answered', async () => {
+    const bodies: string[][] = [];
+    // A Mistral whose tokenizer counts a token per character, past the gateway's estimate of one per 3.
+    const host = createServer((req, res) => {
+      let text = '';
+      req.on('data', (d) => {
+        text += d;
+      });
+      req.on('end', () => {
+        const input = (JSON.parse(text) as { input: string[] }).input;
+        bodies.push(input);
+        const tokens = input.reduce((n, t) => n + t.length, 0);
+        res.writeHead(tokens > 16_384 ? 400 : 200, { 'content-type': 'application/json' });
+        if (tokens > 16_384) {
+          const message = `Too many tokens in batch. Max is 16384 got ${tokens}`;
+          res.end(JSON.stringify({ object: 'error', message, type: 'invalid_request_error', param: null, code: null }));
+          return;
+        }
+        const data = input.map((t, index) => ({ object: 'embedding', embedding: [Number.parseInt(t, 10)], index }));
+        res.end(JSON.stringify({ id: 'e', object: 'list', model: 'mistral-embed', data, usage: { prompt_tokens: tokens, total_tokens: tokens } }));
+      });
+    });
+    await new Promise<void>((r) => host.listen(0, '127.0.0.1', r));
+    const baseUrl = `http://127.0.0.1:${(host.address() as { port: number }).port}`;
+    const adapter = new MistralAdapter({ id: 'mistral', type: 'mistral', baseUrl: `${baseUrl}/v1`, apiKey: 'k', region: 'eu' });
+    try {
+      // 20 texts of 1,000 characters: 6,680 tokens as estimated, 20,000 as this Mistral counts.
+      const input = Array.from({ length: 20 }, (_, i) => `${i} `.padEnd(1000, 'x'));
+      const paid: number[] = [];
+      const result = await adapter.embeddings({ input }, { ...call('mistral-embed'), paid: (p) => paid.push(p.promptTokens) });
+      expect(bodies.map((b) => b.length)).toEqual([20, 10, 10]);
+      expect(result.vectors).toEqual(input.map((_, i) => [i]));
+      expect(result.promptTokens).toBe(20_000);
+      // The refused call was not paid; the first half was, while the second followed.
+      expect(paid).toEqual([10_000]);
+      // One input over the limit alone is not split further: Mistral's 400 is the answer.
+      const err = await upstreamError(() => adapter.embeddings({ input: ['1 '.padEnd(17_000, 'x')] }, call('mistral-embed')));
+      expect([err.status, err.detail]).toEqual([400, 'mistral answered 400: Too many tokens in batch. Max is 16384 got 17000']);
+    } finally {
+      await adapter.close();
+      host.close();
+    }
   });
 });

@@ -350,6 +350,57 @@ describe('a request served by several upstream calls is billed every call the pr
   });
 });
 
+describe('Mistral’s limit of 16,384 tokens a call: a larger batch is sent in calls that each fit', () => {
+  // 100 chunks of 500 tokens (as the simulator counts): 50,000 tokens, over three times Mistral's limit.
+  const chunks = Array.from({ length: 100 }, (_, i) => `chunk ${String(i).padStart(3, '0')} `.padEnd(2000, 'abcd'));
+
+  async function recordOf(requestId: string) {
+    await gw.gateway.services.usage.flush();
+    const [record] = await gw.gateway.services.store.usage.list({ requestId });
+    return record;
+  }
+
+  it('answers every input in order, with the vectors each gets alone and the usage of all the calls', async () => {
+    const { data, response } = await a.embeddings.create({ model: 'mistral/embed', input: chunks }).withResponse();
+    expect(data.data.map((d) => d.index)).toEqual(chunks.map((_, i) => i));
+    expect(data.usage).toEqual({ prompt_tokens: 50_000, total_tokens: 50_000 });
+    // At one token per 3 characters, 24 chunks a call: 5 calls, none refused.
+    expect(sim.providers.mistral?.stats().byEndpoint['embeddings']).toBe(5);
+    for (const i of [0, 23, 24, 99]) {
+      const alone = await a.embeddings.create({ model: 'mistral/embed', input: chunks[i] as string });
+      expect(data.data[i]?.embedding, `input ${i}`).toEqual(alone.data[0]?.embedding);
+    }
+    const record = await recordOf(response.headers.get('x-request-id') as string);
+    expect(record).toMatchObject({ provider: 'mistral', status: 200, promptTokens: 50_000 });
+    expect(record?.cost).toBeCloseTo((50_000 * 0.1) / 1e6, 15);
+  });
+
+  it('a call that fails after others were paid: the error’s record carries the paid calls', async () => {
+    sim.providers.mistral?.setFault({ kind: 'status', status: 503, skip: 1, times: 1, endpoints: ['embeddings'] });
+    const res = await post(gw.baseA, { model: 'mistral/embed', input: chunks });
+    expect([res.status, res.body.error?.code]).toEqual([502, 'provider_down']);
+    expect(sim.providers.mistral?.stats().byEndpoint['embeddings']).toBe(2);
+    // The first call held chunks 0-23: 24 × 500 tokens.
+    const record = await recordOf(res.headers.get('x-request-id') as string);
+    expect(record).toMatchObject({ provider: 'mistral', status: 502, promptTokens: 12_000 });
+  });
+
+  it('an input over the model’s context among them is Mistral’s 400, sent first, so no call was paid', async () => {
+    const input = [...chunks.slice(0, 60), 'word '.repeat(8000), ...chunks.slice(60)]; // 10,000 tokens at index 60
+    const own = await gw.createKey({ rateLimitRpm: 10_000 });
+    const err = (await a
+      .withOptions({ apiKey: own.key, maxRetries: 0 })
+      .embeddings.create({ model: 'mistral/embed', input })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(err.message).toContain('Too many tokens in input. Max is 8192 got 10000');
+    expect(sim.providers.mistral?.stats().byEndpoint['embeddings']).toBe(1);
+    await gw.gateway.services.usage.flush();
+    const records = await gw.gateway.services.store.usage.list({ keyId: own.id });
+    expect(records.map((r) => [r.status, r.cost, r.promptTokens])).toEqual([[400, 0, 0]]);
+  });
+});
+
 describe('variant B: embeddings are a private beta', () => {
   it('serves the models marked beta and refuses the others as model_not_found', async () => {
     const ok = await b.embeddings.create({ model: 'mistral/embed', input: 'x' });

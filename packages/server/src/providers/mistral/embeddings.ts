@@ -1,15 +1,68 @@
 import type { JsonResponse } from '../http-client.js';
 import { parseEmbeddingsList } from '../openai-compatible/embeddings.js';
 import type { EmbeddingsRequest, EmbeddingsResult } from '../types.js';
-import { mistralError } from './errors.js';
+import { estimateTokens } from '../usage-estimate.js';
+import { mistralError, mistralMessage } from './errors.js';
+
+/** Mistral refuses an embeddings call over this many tokens, all inputs together ("Too many tokens in batch. Max is 16384 got N"). */
+export const EMBED_BATCH_TOKENS = 16_384;
+
+/** Consecutive inputs sent in one call: where they start in the request's input, and their texts. */
+export interface EmbedBatch {
+  start: number;
+  texts: string[];
+}
 
 /** Mistral's strict embeddings schema: `dimensions` is `output_dimension`, no `user`, no `encoding_format` needed (floats by default). */
-export function toMistralEmbeddingsBody(request: EmbeddingsRequest, upstreamModel: string): Record<string, unknown> {
+export function toMistralEmbeddingsBody(request: EmbeddingsRequest, texts: string[], upstreamModel: string): Record<string, unknown> {
   return {
     model: upstreamModel,
-    input: request.input,
+    input: texts,
     ...(request.dimensions === undefined ? {} : { output_dimension: request.dimensions }),
   };
+}
+
+/**
+ * The inputs in runs whose tokens, at the gateway's estimate of one per 3 characters (above Mistral's count for
+ * European text), fit Mistral's batch limit; an input estimated over the limit goes alone, for Mistral to take or
+ * refuse. The run holding the longest input goes first: if Mistral refuses that input as longer than the model's
+ * context, no other call was made, so nothing was paid.
+ */
+export function embedBatches(input: string[], limit = EMBED_BATCH_TOKENS): EmbedBatch[] {
+  const batches: EmbedBatch[] = [];
+  let current: EmbedBatch | null = null;
+  let tokens = 0;
+  for (const [i, text] of input.entries()) {
+    const own = estimateTokens([text], 3);
+    if (current === null || tokens + own > limit) {
+      current = { start: i, texts: [] };
+      batches.push(current);
+      tokens = 0;
+    }
+    current.texts.push(text);
+    tokens += own;
+  }
+  return longestFirst(batches);
+}
+
+/** A run Mistral refused as over its batch limit (the estimate was under its count), in two halves, longest first. */
+export function halves(batch: EmbedBatch): EmbedBatch[] {
+  const mid = Math.ceil(batch.texts.length / 2);
+  return longestFirst([
+    { start: batch.start, texts: batch.texts.slice(0, mid) },
+    { start: batch.start + mid, texts: batch.texts.slice(mid) },
+  ]);
+}
+
+function longestFirst(batches: EmbedBatch[]): EmbedBatch[] {
+  const longest = (b: EmbedBatch) => Math.max(...b.texts.map((t) => t.length));
+  const first = batches.reduce((best, b, i) => (longest(b) > longest(batches[best] as EmbedBatch) ? i : best), 0);
+  return first === 0 ? batches : [batches[first] as EmbedBatch, ...batches.slice(0, first), ...batches.slice(first + 1)];
+}
+
+/** Mistral's 400 for a call over its batch limit (in either of its wordings), which it does not bill. */
+export function overBatchLimit(res: JsonResponse): boolean {
+  return res.status === 400 && /too many tokens (in batch|overall)/i.test(mistralMessage(res.body));
 }
 
 /** OpenAI's list shape; usage's extra keys (`completion_tokens`, `prompt_audio_seconds`) are not kept. */

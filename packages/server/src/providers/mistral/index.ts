@@ -13,9 +13,10 @@ import type {
   TranscriptionRequest,
   UpstreamCall,
 } from '../types.js';
+import { estimateTokens } from '../usage-estimate.js';
 import { parseVoxtral, voxtralFields } from './audio.js';
 import { parseMistralCompletion, toMistralChatBody } from './chat.js';
-import { parseMistralEmbeddings, toMistralEmbeddingsBody } from './embeddings.js';
+import { embedBatches, halves, overBatchLimit, parseMistralEmbeddings, toMistralEmbeddingsBody } from './embeddings.js';
 import { mistralError } from './errors.js';
 import { parseMistralModels } from './models.js';
 import { mistralChunkStream } from './stream.js';
@@ -62,9 +63,31 @@ export class MistralAdapter implements ProviderAdapter {
     return mistralChunkStream(this.http, res.body);
   }
 
+  /**
+   * Inputs over Mistral's tokens per call are sent in several calls (embedBatches), each answer's vectors put back at
+   * their inputs' places. Each call answered while others follow was paid at Mistral: the call is told of it at once,
+   * so that the request is billed it even if a later call fails (as Cohere's batches). A call Mistral refuses as over
+   * its batch limit (unpaid) is sent again in halves.
+   */
   async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
-    const res = await this.postJson('/embeddings', toMistralEmbeddingsBody(request, call.upstreamModel), call);
-    return parseMistralEmbeddings(this.id, res, request.input.length);
+    const vectors: number[][] = new Array(request.input.length);
+    const queue = embedBatches(request.input);
+    let promptTokens = 0;
+    let counted = true;
+    for (let batch = queue.shift(); batch; batch = queue.shift()) {
+      const res = await this.postJson('/embeddings', toMistralEmbeddingsBody(request, batch.texts, call.upstreamModel), call);
+      if (batch.texts.length > 1 && overBatchLimit(res)) {
+        queue.unshift(...halves(batch));
+        continue;
+      }
+      const part = parseMistralEmbeddings(this.id, res, batch.texts.length);
+      for (const [i, vector] of part.vectors.entries()) vectors[batch.start + i] = vector;
+      if (part.promptTokens === 0) counted = false;
+      promptTokens += part.promptTokens;
+      if (queue.length > 0) call.paid?.({ promptTokens: part.promptTokens || estimateTokens(batch.texts, 3), completionTokens: 0, units: 0 });
+    }
+    // One call without a count would bill its inputs at nothing: no count at all, so the route bills its estimate of all.
+    return { vectors, promptTokens: counted ? promptTokens : 0 };
   }
 
   async transcribe(request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription> {
