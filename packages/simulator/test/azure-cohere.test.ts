@@ -101,6 +101,27 @@ describe('cohere', () => {
     expect(r.body.response_type).toBe('embeddings_by_type');
   });
 
+  it('cuts a text longer than the model’s context as truncate says (END by default) and bills the tokens it kept', async () => {
+    const long = `${'a'.repeat(2048)}${'b'.repeat(2048)}`; // 1,024 tokens, twice embed-multilingual-v3.0's 512
+    const body = { model: 'embed-multilingual-v3.0', input_type: 'search_document', texts: [long, 'hello world'] };
+    const end = await json(co(), '/v2/embed', body);
+    expect([end.status, end.body.meta.billed_units.input_tokens]).toEqual([200, 512 + 3]);
+    const start = await json(co(), '/v2/embed', { ...body, truncate: 'START' });
+    expect([start.status, start.body.meta.billed_units.input_tokens]).toEqual([200, 512 + 3]);
+    // END kept the start of the text and START its end: each embeds as that half alone does.
+    const halves = await json(co(), '/v2/embed', { ...body, texts: ['a'.repeat(2048), 'b'.repeat(2048)] });
+    expect(end.body.embeddings.float[0]).toEqual(halves.body.embeddings.float[0]);
+    expect(start.body.embeddings.float[0]).toEqual(halves.body.embeddings.float[1]);
+    const none = await json(co(), '/v2/embed', { ...body, truncate: 'NONE' });
+    expect([none.status, none.body.message]).toEqual([
+      400,
+      "invalid request: text at index 0 has 1024 tokens, more than the model's 512; set truncate to END or START",
+    ]);
+    // embed-v4.0's context is 128k: the same text is embedded whole.
+    const v4 = await json(co(), '/v2/embed', { ...body, model: 'embed-v4.0' });
+    expect(v4.body.meta.billed_units.input_tokens).toBe(1024 + 3);
+  });
+
   it('answers errors as {id, message}', async () => {
     const empty = await json(co(), '/v2/rerank', { model: 'rerank-v3.5', query: 'q', documents: [] });
     expect(empty.status).toBe(400);

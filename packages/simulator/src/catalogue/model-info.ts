@@ -98,8 +98,9 @@ export const KNOWN_MODELS: Record<string, ModelInfo> = {
   'text-embedding-3-small': { ...embed('system', 1536, true), servedModel: 'text-embedding-3-small' },
   // Cohere
   'rerank-v3.5': { kind: 'rerank', ownedBy: 'cohere', created: T0, contextLength: 4096 },
-  'embed-multilingual-v3.0': embed('cohere', 1024, false),
-  'embed-v4.0': embed('cohere', 1536, true),
+  // Cohere's models list: context_length 512 for the v3 embed models, 128k for embed v4.
+  'embed-multilingual-v3.0': { ...embed('cohere', 1024, false), contextLength: 512 },
+  'embed-v4.0': { ...embed('cohere', 1536, true), contextLength: 128_000 },
   // Chat through its compatibility API only (the gateway does not speak Cohere's native chat).
   'command-a-03-2025': chat('cohere', 256_000),
 };

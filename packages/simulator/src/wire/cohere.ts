@@ -105,15 +105,34 @@ function embed(ctx: HandlerCtx): Reply {
     if (![256, 512, 1024, 1536].includes(asked as number) || (asked as number) > native) return bad('output_dimension must be one of 256, 512, 1024, 1536');
   }
   const dim = typeof asked === 'number' ? asked : native;
-  const vectors = (texts as string[]).map((t) => embedText(t, dim));
+  const truncate = b['truncate'] ?? 'END';
+  if (truncate !== 'NONE' && truncate !== 'START' && truncate !== 'END') return bad('truncate must be one of NONE, START, END');
+  const kept: string[] = [];
+  for (const [i, t] of (texts as string[]).entries()) {
+    const cut = cutToContext(t, info.contextLength, truncate);
+    if (cut === null) return bad(`text at index ${i} has ${tokensOf(t)} tokens, more than the model's ${info.contextLength}; set truncate to END or START`);
+    kept.push(cut);
+  }
+  const vectors = kept.map((t) => embedText(t, dim));
   const embeddings: Record<string, unknown> = {};
   for (const t of types as EmbeddingType[]) embeddings[t] = vectors.map((v) => encodeAs(v, t));
-  const tokens = (texts as string[]).reduce((n, t) => n + Math.max(1, tokensOf(t)), 0);
+  // Billed for what was embedded: a text cut to the context is billed the context.
+  const tokens = kept.reduce((n, t) => n + Math.max(1, tokensOf(t)), 0);
   return {
     type: 'json',
     body: { id: uuid(), texts, embeddings, meta: { ...META, billed_units: { input_tokens: tokens } }, response_type: 'embeddings_by_type' },
     tokens: 1,
   };
+}
+
+/**
+ * A text longer than the model's context, as Cohere's `truncate` says: END (its default) keeps the start, START keeps
+ * the end, NONE refuses it (null). Tokens are the simulator's 4 characters.
+ */
+function cutToContext(text: string, context: number, truncate: 'NONE' | 'START' | 'END'): string | null {
+  if (context <= 0 || tokensOf(text) <= context) return text;
+  if (truncate === 'NONE') return null;
+  return truncate === 'END' ? text.slice(0, context * 4) : text.slice(text.length - context * 4);
 }
 
 function entry(p: ProviderView, name: string): Record<string, unknown> {
