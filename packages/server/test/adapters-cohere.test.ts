@@ -40,12 +40,13 @@ describe('Cohere adapter fixtures', () => {
     expect(() => parseCohereRerank('cohere', answer(200, { results: [{ index: 5, relevance_score: 0.2 }] }), 2)).toThrow(/index/);
   });
 
-  it('maps embeddings to embed v2: texts, input_type (search_document by default), floats, output_dimension', () => {
+  it('maps embeddings to embed v2: texts, input_type (search_document by default), floats, truncate END, output_dimension', () => {
     expect(toCohereEmbedBody({ input: ['a'], dimensions: 512, inputType: 'search_query' }, ['a'], 'embed-v4.0')).toEqual({
       model: 'embed-v4.0',
       input_type: 'search_query',
       texts: ['a'],
       embedding_types: ['float'],
+      truncate: 'END',
       output_dimension: 512,
     });
     expect(toCohereEmbedBody({ input: ['a'] }, ['a'], 'embed-v4.0').input_type).toBe('search_document');

@@ -213,6 +213,19 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     expect((sim.providers.ovh?.stats().total ?? 0) + (sim.providers.nebius?.stats().total ?? 0)).toBe(1);
   });
 
+  it('Cohere cuts an input longer than the model’s context to its start and bills what it kept: a 200 with that usage', async () => {
+    const long = `${'a'.repeat(2048)}${'b'.repeat(2048)}`; // 1,024 tokens as the demo providers count; the model's context is 512
+    const { data, response } = await a.embeddings.create({ model: 'cohere/embed-multilingual-v3', input: [long, 'hello world'] }).withResponse();
+    expect(data.usage).toEqual({ prompt_tokens: 512 + 3, total_tokens: 512 + 3 });
+    expect(sim.providers.cohere?.stats().last?.body).toMatchObject({ texts: [long, 'hello world'], truncate: 'END' });
+    // The start it kept is what was embedded.
+    const start = await a.embeddings.create({ model: 'cohere/embed-multilingual-v3', input: 'a'.repeat(2048) });
+    expect(data.data[0]?.embedding).toEqual(start.data[0]?.embedding);
+    await gw.gateway.services.usage.flush();
+    const [record] = await gw.gateway.services.store.usage.list({ requestId: response.headers.get('x-request-id') as string });
+    expect(record).toMatchObject({ provider: 'cohere', status: 200, promptTokens: 515 });
+  });
+
   it('validates the body: input, encoding_format, dimensions and unknown fields', async () => {
     for (const [body, param] of [
       [{ model: 'baai/bge-m3', input: [] }, 'input'],

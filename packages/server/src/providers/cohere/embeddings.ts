@@ -9,7 +9,9 @@ export const EMBED_BATCH = 96;
 /**
  * Embed v2: `input` → `texts`, `dimensions` → `output_dimension`, floats
  * only, and `input_type` (required by Cohere) from the request's extension
- * field, `search_document` by default.
+ * field, `search_document` by default. `truncate: END`, Cohere's default,
+ * said outright: a text longer than the model's context is cut to its start
+ * and billed what was kept, whatever Cohere's default becomes.
  */
 export function toCohereEmbedBody(request: EmbeddingsRequest, texts: string[], upstreamModel: string): Record<string, unknown> {
   return {
@@ -17,6 +19,7 @@ export function toCohereEmbedBody(request: EmbeddingsRequest, texts: string[], u
     input_type: request.inputType ?? 'search_document',
     texts,
     embedding_types: ['float'],
+    truncate: 'END',
     ...(request.dimensions === undefined ? {} : { output_dimension: request.dimensions }),
   };
 }
