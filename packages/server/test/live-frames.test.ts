@@ -20,6 +20,7 @@ async function handFed() {
     store: new MemoryStreamStore(60),
     graceMs: 50,
     promptTokens: 0,
+    choices: 1,
     completionCap: 1000,
     onEnd: () => {},
   });

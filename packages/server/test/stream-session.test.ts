@@ -38,6 +38,7 @@ async function start(up: ReturnType<typeof upstream>, graceMs: number) {
     store,
     graceMs,
     promptTokens: 7,
+    choices: 1,
     completionCap: 1000,
     onEnd: (o) => {
       outcome = o;

@@ -13,6 +13,11 @@ export interface StreamOutcome {
   /** Characters of content and reasoning relayed, for billing a stream cut before its usage. */
   relayedChars: number;
   error: Error | null;
+  /**
+   * The provider's failure after its answer was whole (every choice finished, and its usage in if it came), before
+   * `[DONE]`: the stream ended normally all the same (`error` is null), told here for the operator.
+   */
+  lateFailure: Error | null;
   /** The client left and the grace period ran out. */
   abandoned: boolean;
 }
@@ -30,6 +35,8 @@ export interface SessionInit {
   graceMs: number;
   /** The gateway's count of the prompt, for the usage chunk of a stream whose provider reported none. */
   promptTokens: number;
+  /** How many choices the request asked for (`n`): the answer is whole once each has its `finish_reason`. */
+  choices: number;
   /** The most completion tokens the request allows (`max_tokens` times `n`): an estimate never goes past what its budget hold covered. */
   completionCap: number;
   onEnd: (outcome: StreamOutcome) => void;
@@ -92,6 +99,10 @@ export class StreamSession implements ReclaimableSession {
   private lastId: string | null = null;
   private lastCreated = 0;
   private relayedChars = 0;
+  /** The choices that have their `finish_reason`. */
+  private readonly finishedChoices = new Set<number>();
+  /** The usage held came after every choice finished: the provider's count of the whole answer. */
+  private usageOfWhole = false;
   private bufferedBytes = 0;
   private wakeQueued = false;
   private readonly wake = () => {
@@ -259,11 +270,12 @@ export class StreamSession implements ReclaimableSession {
       // Some hosts put usage on every chunk: only the last count is sent, once, at the end.
       this.usage = c.usage;
       this.usageData = chunkJson(c, this.init.model);
+      this.usageOfWhole = this.answered();
       return;
     }
     this.lastId = c.id;
     this.lastCreated = c.created;
-    this.relayedChars += contentChars(c);
+    this.relayedChars += contentChars(c, this.finishedChoices);
     this.push('chunk', chunkJson(c, this.init.model));
   }
 
@@ -276,8 +288,25 @@ export class StreamSession implements ReclaimableSession {
     return JSON.stringify(chunk);
   }
 
-  private end(error: Error | null): void {
+  /** Every choice has its `finish_reason`: nothing of the answer is still to come. */
+  private answered(): boolean {
+    return this.finishedChoices.size >= this.init.choices;
+  }
+
+  private end(failure: Error | null): void {
     if (this.done) return;
+    let error = failure;
+    let lateFailure: Error | null = null;
+    if (error !== null && !(error instanceof StreamEndedByGateway) && !this.abandoned && this.answered()) {
+      // The provider failed after its answer was whole (a stall or a reset before [DONE]): nothing is lost, so the
+      // stream ends as it would have. A usage from before the last finish is not the whole answer's: estimated instead.
+      lateFailure = error;
+      error = null;
+      if (!this.usageOfWhole) {
+        this.usage = null;
+        this.usageData = null;
+      }
+    }
     if (error === null) {
       const usage = this.finalUsageData();
       if (usage !== null) this.push('usage', usage);
@@ -296,7 +325,7 @@ export class StreamSession implements ReclaimableSession {
     if (this.graceTimer) clearTimeout(this.graceTimer);
     this.notify();
     if (this.readers === 0) this.releaseMemory();
-    this.init.onEnd({ usage: this.usage, relayedChars: this.relayedChars, error, abandoned: this.abandoned });
+    this.init.onEnd({ usage: this.usage, relayedChars: this.relayedChars, error, lateFailure, abandoned: this.abandoned });
     this.resolveFinished();
   }
 
@@ -318,9 +347,14 @@ export class StreamSession implements ReclaimableSession {
   }
 }
 
-function contentChars(c: ChatChunk): number {
+/** Characters the chunk generated; notes in `finished` the choices it ends. */
+function contentChars(c: ChatChunk, finished: Set<number>): number {
   let n = 0;
-  for (const choice of c.choices) n += generatedChars((choice as { delta?: Parameters<typeof generatedChars>[0] }).delta);
+  for (const choice of c.choices) {
+    const part = choice as { index?: unknown; delta?: Parameters<typeof generatedChars>[0]; finish_reason?: unknown };
+    n += generatedChars(part.delta);
+    if (part.finish_reason != null) finished.add(typeof part.index === 'number' ? part.index : 0);
+  }
   return n;
 }
 

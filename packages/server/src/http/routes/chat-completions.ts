@@ -96,7 +96,10 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         }
         throw err;
       }
-      if (body.stream === true) return startStream(services, request, reply, { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice });
+      if (body.stream === true) {
+        const stream = { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice, choices: body.n ?? 1 };
+        return startStream(services, request, reply, stream);
+      }
       const signal = clientAbortSignal(services, reply);
       const result = await executePlan(plan, (offer: Offer) =>
         callUpstream(services, request, offer, (adapter) =>

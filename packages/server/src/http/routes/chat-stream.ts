@@ -41,7 +41,7 @@ export async function startStream(
   services: Services,
   request: FastifyRequest,
   reply: FastifyReply,
-  args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number; completionCap: number; perChoice: number },
+  args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number; completionCap: number; perChoice: number; choices: number },
 ) {
   const { body, plan, options } = args;
   const model = request.gw.usage?.model as string;
@@ -102,6 +102,7 @@ export async function startStream(
     store: services.streams,
     graceMs: services.config.streamGraceS * 1000,
     promptTokens: args.promptTokens,
+    choices: args.choices,
     completionCap: args.completionCap,
     onEnd: (outcome: StreamOutcome) => {
       // A provider that failed after its first chunk: no failover is possible then, but the operator is told, as of any failed attempt.
@@ -113,6 +114,13 @@ export async function startStream(
         request.log.warn(
           { provider: result.offer.provider, upstreamModel: result.offer.upstreamModel, kind: err instanceof UpstreamError ? err.kind : 'error' },
           `upstream failed mid-stream: ${redactSecrets(err instanceof UpstreamError ? err.detail : err.message)}`,
+        );
+      } else if (outcome.lateFailure) {
+        // The answer was whole: the client got a normal end and the request is a success, but the provider misbehaved.
+        const err = outcome.lateFailure;
+        request.log.warn(
+          { provider: result.offer.provider, upstreamModel: result.offer.upstreamModel, kind: err instanceof UpstreamError ? err.kind : 'error' },
+          `upstream failed after its answer was whole, before [DONE]: ${redactSecrets(err instanceof UpstreamError ? err.detail : err.message)}`,
         );
       }
       const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
