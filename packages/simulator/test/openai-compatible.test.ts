@@ -124,6 +124,32 @@ describe('n choices', () => {
   });
 });
 
+describe('logprobs', () => {
+  const model = 'Meta-Llama-3_3-70B-Instruct';
+  it('ovh answers OpenAI-shaped logprobs for each content token, whole and streamed alike', async () => {
+    const ask = { model, messages: userMessages('Paris museums'), logprobs: true, top_logprobs: 2 };
+    const whole = await json(p('ovh'), '/v1/chat/completions', ask);
+    const content = whole.body.choices[0].logprobs.content as Json[];
+    expect(content.map((t) => t.token).join('')).toBe(whole.body.choices[0].message.content);
+    expect(Object.keys(must(content[0]))).toEqual(['token', 'logprob', 'bytes', 'top_logprobs']);
+    expect(must(content[0]).top_logprobs.map((t: Json) => t.token)).toEqual([must(content[0]).token, ' the']);
+    const s = await stream(p('ovh'), '/v1/chat/completions', { ...ask, stream: true });
+    expect(s.chunks.flatMap((c) => c.choices[0]?.logprobs?.content ?? [])).toEqual(content);
+    // The role chunk and the finish chunk carry none.
+    expect(must(s.chunks[0]).choices[0].logprobs).toBeNull();
+    expect(must(s.chunks.at(-1)).choices[0].logprobs).toBeNull();
+    const plain = await json(p('ovh'), '/v1/chat/completions', { model, messages: userMessages('Paris museums') });
+    expect(plain.body.choices[0].logprobs).toBeNull();
+  });
+
+  it('refuses top_logprobs without logprobs, or past 20', async () => {
+    for (const extra of [{ top_logprobs: 2 }, { logprobs: true, top_logprobs: 21 }]) {
+      const r = await json(p('nebius'), '/v1/chat/completions', { model: 'meta-llama/Llama-3.3-70B-Instruct', messages: userMessages('hi'), ...extra });
+      expect(r.status).toBe(400);
+    }
+  });
+});
+
 describe('tool calls (OpenAI style)', () => {
   it('streams arguments incrementally with id and name on the first fragment', async () => {
     const tools = [

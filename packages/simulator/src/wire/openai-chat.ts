@@ -1,5 +1,6 @@
 /** OpenAI-compatible chat completions (vLLM-style hosts and Azure), non-streaming and SSE (PROVIDERS §1.1, §3, §9). */
 import { alnum, isRecord, nowSeconds } from '../core/http.js';
+import { MAX_TOP_LOGPROBS, type TokenLogprob, tokenLogprobs } from '../gen/logprobs.js';
 import { type ChatPlan, planChat } from '../gen/text.js';
 import type { ReasoningStyle } from '../types.js';
 import type { ErrorSpec, ProviderView, Reply, SseEvent } from './types.js';
@@ -31,6 +32,26 @@ export function checkChat(body: unknown, provider: ProviderView, model: string |
     return { status: 400, kind: 'bad_request', message: 'max_tokens must be a positive integer', param: 'max_tokens' };
   }
   return null;
+}
+
+/** vLLM's and OpenAI's checks of `top_logprobs`: an integer up to 20, and only with `logprobs: true` (after a host's own refusals). */
+function checkLogprobs(body: Record<string, unknown>): ErrorSpec | null {
+  const top = body['top_logprobs'];
+  if (top === undefined || top === null) return null;
+  if (typeof top !== 'number' || !Number.isInteger(top) || top < 0 || top > MAX_TOP_LOGPROBS) {
+    return { status: 400, kind: 'bad_request', message: `top_logprobs must be an integer between 0 and ${MAX_TOP_LOGPROBS}`, param: 'top_logprobs' };
+  }
+  if (body['logprobs'] !== true) {
+    return { status: 400, kind: 'bad_request', message: 'when using `top_logprobs`, `logprobs` must be set to true.', param: 'top_logprobs' };
+  }
+  return null;
+}
+
+/** How many alternatives each token's logprobs list, or null when the request asks for no logprobs. */
+function logprobsAsked(body: Record<string, unknown>): number | null {
+  if (body['logprobs'] !== true) return null;
+  const top = body['top_logprobs'];
+  return typeof top === 'number' ? top : 0;
 }
 
 const SAFE = { filtered: false, severity: 'safe' } as const;
@@ -86,21 +107,26 @@ function thinkPieces(plan: ChatPlan): string[] {
   return plan.reasoning.length === 0 ? plan.content : ['<think>\n', ...plan.reasoning, '\n</think>\n\n', ...plan.content];
 }
 
-/** One of the answer's choices: its plan, how it ends, and its tool call's id. */
+/** One of the answer's choices: its plan, how it ends, its tool call's id, and its content tokens' logprobs when asked. */
 interface ChoicePlan {
   plan: ChatPlan;
   finish: string;
   toolCallId: string;
+  logprobs: TokenLogprob[] | null;
 }
 
 export function chatReply(body: Record<string, unknown>, f: ChatFlavor, model: string): Reply {
+  const badLogprobs = checkLogprobs(body);
+  if (badLogprobs) return { type: 'error', error: badLogprobs };
+  const style = f.provider.info(model).reasoningStyle ?? f.reasoningStyle;
+  const top = logprobsAsked(body);
   const choices: ChoicePlan[] = [];
   for (let i = 0; i < choiceCount(body); i++) {
     const plan = planFor(body, f, model, i);
     const finish = f.azure?.filterCompletion && plan.toolCall === null ? 'content_filter' : plan.finishReason;
-    choices.push({ plan, finish, toolCallId: `call_${alnum(24)}` });
+    const logprobs = top === null ? null : tokenLogprobs(contentPieces(plan, style), top);
+    choices.push({ plan, finish, toolCallId: `call_${alnum(24)}`, logprobs });
   }
-  const style = f.provider.info(model).reasoningStyle ?? f.reasoningStyle;
   const id = `chatcmpl-${alnum(29)}`;
   const created = nowSeconds();
   const plans = choices.map((c) => c.plan);
@@ -120,8 +146,18 @@ export function chatReply(body: Record<string, unknown>, f: ChatFlavor, model: s
   return { type: 'json', body: out, tokens };
 }
 
-function wholeChoice({ plan, finish, toolCallId }: ChoicePlan, index: number, style: ReasoningStyle, f: ChatFlavor): Record<string, unknown> {
-  const text = style === 'think_tags' ? thinkPieces(plan).join('') : plan.content.join('');
+/** The pieces the answer's content is made of, each one token: what its logprobs are of. */
+function contentPieces(plan: ChatPlan, style: ReasoningStyle): string[] {
+  return style === 'think_tags' ? thinkPieces(plan) : plan.content;
+}
+
+/** A choice's `logprobs` object: OpenAI's (Azure's) has a `refusal` list beside `content`, vLLM's only `content`. */
+function logprobsObject(content: TokenLogprob[], f: ChatFlavor): Record<string, unknown> {
+  return f.azure ? { content, refusal: null } : { content };
+}
+
+function wholeChoice({ plan, finish, toolCallId, logprobs }: ChoicePlan, index: number, style: ReasoningStyle, f: ChatFlavor): Record<string, unknown> {
+  const text = contentPieces(plan, style).join('');
   const message: Record<string, unknown> = { role: 'assistant', content: plan.toolCall && text === '' ? null : text };
   if (plan.reasoning.length > 0 && style !== 'think_tags') {
     message[style === 'reasoning' ? 'reasoning' : 'reasoning_content'] = plan.reasoning.join('');
@@ -132,7 +168,7 @@ function wholeChoice({ plan, finish, toolCallId }: ChoicePlan, index: number, st
     : f.azure
       ? undefined
       : [];
-  const choice: Record<string, unknown> = { index, message, logprobs: null, finish_reason: finish };
+  const choice: Record<string, unknown> = { index, message, logprobs: logprobs ? logprobsObject(logprobs, f) : null, finish_reason: finish };
   if (f.azure) choice['content_filter_results'] = filterResults(finish === 'content_filter');
   return choice;
 }
@@ -161,8 +197,15 @@ function streamReply(body: Record<string, unknown>, f: ChatFlavor, p: StreamPart
     if (includeUsage) c['usage'] = null;
     return c;
   };
-  const delta = (d: Record<string, unknown>, index: number): Record<string, unknown> =>
-    chunk(az ? { delta: d, content_filter_results: d['role'] ? {} : filterResults() } : { delta: d }, index);
+  const delta = ({ delta: d, logprob }: ChoiceDelta, index: number): Record<string, unknown> =>
+    chunk(
+      {
+        delta: d,
+        ...(az ? { content_filter_results: d['role'] ? {} : filterResults() } : {}),
+        ...(logprob ? { logprobs: logprobsObject([logprob], f) } : {}),
+      },
+      index,
+    );
 
   const events: SseEvent[] = [];
   if (az) events.push({ data: { choices: [], created: 0, id: '', model: '', object: '', prompt_filter_results: promptFilter } });
@@ -194,19 +237,29 @@ function streamReply(body: Record<string, unknown>, f: ChatFlavor, p: StreamPart
   return { type: 'sse', events, done: true };
 }
 
-/** One choice's deltas: its role, its reasoning, its content, its tool call in fragments. */
-function choiceDeltas({ plan, toolCallId }: ChoicePlan, style: ReasoningStyle, azure: boolean): Record<string, unknown>[] {
-  const deltas: Record<string, unknown>[] = [];
-  deltas.push({ role: 'assistant', content: '', ...(azure ? { refusal: null } : {}) });
+/** One streamed delta, and the logprob of the content token it carries when logprobs were asked. */
+interface ChoiceDelta {
+  delta: Record<string, unknown>;
+  logprob?: TokenLogprob | undefined;
+}
+
+/** One choice's deltas: its role, its reasoning, its content (one token each, with its logprob), its tool call in fragments. */
+function choiceDeltas({ plan, toolCallId, logprobs }: ChoicePlan, style: ReasoningStyle, azure: boolean): ChoiceDelta[] {
+  const deltas: ChoiceDelta[] = [];
+  const add = (delta: Record<string, unknown>, logprob?: TokenLogprob): void => {
+    deltas.push({ delta, logprob });
+  };
+  add({ role: 'assistant', content: '', ...(azure ? { refusal: null } : {}) });
   const reasoningKey = style === 'reasoning' || style === 'split' ? 'reasoning' : 'reasoning_content';
-  if (style !== 'think_tags') for (const r of plan.reasoning) deltas.push({ [reasoningKey]: r });
-  for (const c of style === 'think_tags' ? thinkPieces(plan) : plan.content) deltas.push({ content: c });
+  if (style !== 'think_tags') for (const r of plan.reasoning) add({ [reasoningKey]: r });
+  const pieces = contentPieces(plan, style);
+  for (let i = 0; i < pieces.length; i++) add({ content: pieces[i] }, logprobs?.[i]);
   const tc = plan.toolCall;
   if (tc) {
-    deltas.push({ tool_calls: [{ index: 0, id: toolCallId, type: 'function', function: { name: tc.name, arguments: '' } }] });
+    add({ tool_calls: [{ index: 0, id: toolCallId, type: 'function', function: { name: tc.name, arguments: '' } }] });
     const third = Math.max(1, Math.ceil(tc.arguments.length / 3));
     for (let i = 0; i < tc.arguments.length; i += third) {
-      deltas.push({ tool_calls: [{ index: 0, function: { arguments: tc.arguments.slice(i, i + third) } }] });
+      add({ tool_calls: [{ index: 0, function: { arguments: tc.arguments.slice(i, i + third) } }] });
     }
   }
   return deltas;
