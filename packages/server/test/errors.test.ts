@@ -211,6 +211,18 @@ describe('errors in each variant’s envelope', () => {
     expect((await post(gw.url, '/nothing/here', chat())).body.error.message).toBe('No route POST /nothing/here.');
   });
 
+  it("OpenAI's Responses API and legacy completions are told which route takes the request instead", async () => {
+    for (const [base, chatRoute] of [
+      [gw.baseA, 'POST /v1/chat/completions'],
+      [gw.baseB, 'POST /alt/v1/chat/completions'],
+    ] as const) {
+      const responses = await post(base, '/responses', { model: 'mistral/small', input: 'Bonjour' });
+      expect([responses.status, responses.body.error.message]).toEqual([404, expect.stringContaining(`Responses API is not served here: use ${chatRoute}`)]);
+      const legacy = await post(base, '/completions', { model: 'mistral/small', prompt: 'Bonjour' });
+      expect([legacy.status, legacy.body.error.message]).toEqual([404, expect.stringContaining(`as a user message to ${chatRoute}.`)]);
+    }
+  });
+
   it('an unknown model is 404 (A) / 400 (B) model_not_found; a retired one is 410 model_deprecated (A)', async () => {
     const ra = await post(gw.baseA, '/chat/completions', chat({ model: 'nobody/nothing' }));
     expect([ra.status, ra.body.error.code]).toEqual([404, 'model_not_found']);

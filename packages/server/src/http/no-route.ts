@@ -11,7 +11,8 @@ export function noRouteError(app: FastifyInstance, request: FastifyRequest, repl
   const path = request.url.split('?')[0] ?? '/';
   const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
   if (allowed.length === 0) {
-    return new GatewayError('not_found', `No route ${request.method} ${path}.${baseHint(app, request.method, path) || cohereEmbedHint(request.method, path)}`);
+    const hint = baseHint(app, request.method, path) || cohereEmbedHint(request.method, path) || openAiRouteHint(request.method, path);
+    return new GatewayError('not_found', `No route ${request.method} ${path}.${hint}`);
   }
   reply.header('allow', allowed.join(', '));
   return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}.`);
@@ -34,4 +35,16 @@ function cohereEmbedHint(method: string, path: string): string {
   if (method !== 'POST' || !match) return '';
   const base = match[1] ? '/alt/v1' : '/v1';
   return ` Cohere's embed API is not served here: embeddings are at POST ${base}/embeddings in OpenAI's shape (Cohere's models too, as GET ${base}/models lists them).`;
+}
+
+/**
+ * OpenAI's Responses API (the newer SDKs' `responses.create`, and the Vercel AI SDK's `openai(model)` by default) and
+ * its legacy completions are not served: say which route takes the same request, rather than a bare 404.
+ */
+function openAiRouteHint(method: string, path: string): string {
+  const match = /^(\/alt)?\/v1\/(responses|completions)(\/.*)?$/.exec(path);
+  if (method !== 'POST' || !match) return '';
+  const chat = `POST ${match[1] ? '/alt/v1' : '/v1'}/chat/completions`;
+  if (match[2] === 'completions') return ` The legacy completions API is not served here: send the prompt as a user message to ${chat}.`;
+  return ` OpenAI's Responses API is not served here: use ${chat} (OpenAI SDK: chat.completions.create; Vercel AI SDK: openai.chat(model) or @ai-sdk/openai-compatible).`;
 }
