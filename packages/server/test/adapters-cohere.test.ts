@@ -36,7 +36,13 @@ describe('Cohere adapter fixtures', () => {
         { index: 0, relevanceScore: 0.1 },
       ],
       searchUnits: 3,
+      inputTokens: null,
     });
+    // Its token count where it gives one: billed_units first, else what it read (meta.tokens).
+    const counted = (meta: Record<string, unknown>) =>
+      parseCohereRerank('cohere', answer(200, { id: 'r', results: [{ index: 0, relevance_score: 0.5 }], meta }), 1).inputTokens;
+    expect(counted({ billed_units: { search_units: 1, input_tokens: 120 }, tokens: { input_tokens: 150 } })).toBe(120);
+    expect(counted({ billed_units: { search_units: 1 }, tokens: { input_tokens: 150 } })).toBe(150);
     expect(() => parseCohereRerank('cohere', answer(200, { results: [{ index: 5, relevance_score: 0.2 }] }), 2)).toThrow(/index/);
   });
 

@@ -3,7 +3,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { ChatCompletionStream } from 'openai/lib/ChatCompletionStream';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { UpstreamHttp } from '../src/providers/http-client.js';
-import { voxtralFields } from '../src/providers/mistral/audio.js';
+import { parseVoxtral, voxtralFields } from '../src/providers/mistral/audio.js';
 import { mistralToolId, parseMistralCompletion, splitContent, toMistralChatBody } from '../src/providers/mistral/chat.js';
 import { toMistralEmbeddingsBody } from '../src/providers/mistral/embeddings.js';
 import { mistralError } from '../src/providers/mistral/errors.js';
@@ -101,6 +101,20 @@ describe('Mistral adapter fixtures: request mapping', () => {
 });
 
 describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
+  it('reads Voxtral’s usage: its seconds, and its tokens (audio and prompt in, transcript out) for an offer priced per token', () => {
+    const file = { path: '/x', size: 1, filename: 'a.wav', contentType: 'audio/wav' };
+    const request = { file, granularities: [], needSegments: false };
+    const body = { model: 'voxtral-mini-latest', text: 'Hello and welcome to the meeting.', language: 'en', segments: [] };
+    const t = parseVoxtral(
+      'mistral',
+      answer(200, { ...body, usage: { prompt_audio_seconds: 4, prompt_tokens: 50, completion_tokens: 12, total_tokens: 62 } }),
+      request,
+      null,
+    );
+    expect(t).toMatchObject({ billedSeconds: 4, tokens: { input: 50, output: 12 } });
+    expect(parseVoxtral('mistral', answer(200, { ...body, usage: { prompt_audio_seconds: 4 } }), request, null).tokens).toBeNull();
+  });
+
   it('maps thinking content to reasoning_content, model_length to length, object arguments to strings', () => {
     const completion = parseMistralCompletion(
       'mistral',

@@ -67,7 +67,7 @@ describe('OpenAI-compatible adapter fixtures: embeddings, rerank, transcription'
     expect(parseModelList('tiny', answer(200, { data: [{ id: 'a' }, { name: 'b' }] }))).toEqual(['a']);
   });
 
-  it('reads Jina-style rerank answers (document echoed, token usage) as index and score, billed as Cohere search units', () => {
+  it('reads Jina-style rerank answers (document echoed, token usage) as index and score, with Cohere search units and the tokens used', () => {
     const parsed = parseRerank(
       'scaleway',
       answer(200, {
@@ -78,7 +78,11 @@ describe('OpenAI-compatible adapter fixtures: embeddings, rerank, transcription'
       }),
       2,
     );
-    expect(parsed).toEqual({ id: 'rerank-1', results: [{ index: 1, relevanceScore: 0.7 }], searchUnits: 1 });
+    expect(parsed).toEqual({ id: 'rerank-1', results: [{ index: 1, relevanceScore: 0.7 }], searchUnits: 1, inputTokens: 42 });
+    // No usage (or a count of 0): no count, and an offer priced per token is billed the gateway's estimate.
+    for (const usage of [undefined, { total_tokens: 0 }]) {
+      expect(parseRerank('scaleway', answer(200, { results: [{ index: 0, relevance_score: 0.1 }], usage }), 1).inputTokens).toBeNull();
+    }
     expect([searchUnitsOf(1), searchUnitsOf(100), searchUnitsOf(101), searchUnitsOf(250)]).toEqual([1, 1, 2, 3]);
   });
 
@@ -129,9 +133,14 @@ describe('OpenAI-compatible adapter fixtures: embeddings, rerank, transcription'
       ],
       words: null,
       billedSeconds: 6,
+      tokens: null,
     });
-    const tokenBilled = parseVerboseTranscription('x', answer(200, { text: 'a', duration: 2.1, usage: { type: 'tokens', input_tokens: 3 } }));
+    const tokenBilled = parseVerboseTranscription(
+      'x',
+      answer(200, { text: 'a', duration: 2.1, usage: { type: 'tokens', input_tokens: 30, output_tokens: 2, total_tokens: 32 } }),
+    );
     expect(tokenBilled.billedSeconds).toBe(3);
+    expect(tokenBilled.tokens).toEqual({ input: 30, output: 2 });
   });
 });
 

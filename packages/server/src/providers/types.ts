@@ -110,6 +110,8 @@ export interface RerankResult {
   results: { index: number; relevanceScore: number }[];
   /** Cohere's billing unit: one query over up to 100 documents. */
   searchUnits: number;
+  /** The tokens the provider says it read (Cohere's `billed_units.input_tokens`, vLLM's `usage.total_tokens`); null: it gave no count. */
+  inputTokens: number | null;
 }
 
 /** An upload spooled to disk, so that each attempt reads it again from the start. */
@@ -157,6 +159,8 @@ export interface Transcription {
   words: TranscriptWord[] | null;
   /** Whole seconds the provider bills. */
   billedSeconds: number;
+  /** The tokens the provider counted (Voxtral's usage, OpenAI's `usage.type: tokens`); null: it gave no count. */
+  tokens: { input: number; output: number } | null;
 }
 
 /**

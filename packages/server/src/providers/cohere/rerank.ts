@@ -1,6 +1,7 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
 import { searchUnitsOf } from '../openai-compatible/rerank.js';
+import { tokenCount } from '../token-count.js';
 import type { RerankRequest, RerankResult } from '../types.js';
 import { cohereError } from './errors.js';
 
@@ -15,10 +16,14 @@ export function toCohereRerankBody(request: RerankRequest, upstreamModel: string
   };
 }
 
-/** `{id, results:[{index, relevance_score}], meta:{billed_units:{search_units}}}`. */
+/** `{id, results:[{index, relevance_score}], meta:{billed_units:{search_units, input_tokens?}, tokens?:{input_tokens}}}`. */
 export function parseCohereRerank(provider: string, res: JsonResponse, documents: number): RerankResult {
   if (res.status < 200 || res.status >= 300) throw cohereError(provider, res);
-  const body = res.body as { id?: unknown; results?: unknown; meta?: { billed_units?: { search_units?: unknown } } } | null;
+  const body = res.body as {
+    id?: unknown;
+    results?: unknown;
+    meta?: { billed_units?: { search_units?: unknown; input_tokens?: unknown }; tokens?: { input_tokens?: unknown } };
+  } | null;
   if (!body || !Array.isArray(body.results))
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent a rerank answer without results` });
   const results = body.results.map((r) => {
@@ -29,5 +34,12 @@ export function parseCohereRerank(provider: string, res: JsonResponse, documents
     return { index: item.index, relevanceScore: item.relevance_score };
   });
   const units = body.meta?.billed_units?.search_units;
-  return { id: typeof body.id === 'string' ? body.id : null, results, searchUnits: typeof units === 'number' ? units : searchUnitsOf(documents) };
+  // The tokens it billed, else those it says it read: what an offer priced per token is billed.
+  const tokens = tokenCount(body.meta?.billed_units?.input_tokens) ?? tokenCount(body.meta?.tokens?.input_tokens);
+  return {
+    id: typeof body.id === 'string' ? body.id : null,
+    results,
+    searchUnits: typeof units === 'number' ? units : searchUnitsOf(documents),
+    inputTokens: tokens,
+  };
 }

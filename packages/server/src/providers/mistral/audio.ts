@@ -1,5 +1,6 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
+import { tokenCount } from '../token-count.js';
 import type { Transcription, TranscriptionRequest, TranscriptSegment, TranscriptWord } from '../types.js';
 import { mistralError } from './errors.js';
 
@@ -32,7 +33,8 @@ export function parseVoxtral(provider: string, res: JsonResponse, request: Trans
   if (!body || typeof body['text'] !== 'string')
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent a transcription without text` });
   const raw = Array.isArray(body['segments']) ? body['segments'].map(toSegment) : [];
-  const usage = (body['usage'] ?? {}) as { prompt_audio_seconds?: unknown };
+  const usage = (body['usage'] ?? {}) as { prompt_audio_seconds?: unknown; prompt_tokens?: unknown; completion_tokens?: unknown };
+  const input = tokenCount(usage.prompt_tokens);
   const seconds = typeof usage.prompt_audio_seconds === 'number' ? usage.prompt_audio_seconds : null;
   const lastEnd = raw.at(-1)?.end ?? 0;
   const words: TranscriptWord[] | null = granularity === 'word' ? raw.map((s) => ({ word: s.text.trim(), start: s.start, end: s.end })) : null;
@@ -44,6 +46,8 @@ export function parseVoxtral(provider: string, res: JsonResponse, request: Trans
     segments: granularity === 'segment' && raw.length > 0 ? raw : null,
     words,
     billedSeconds: seconds ?? Math.ceil(lastEnd),
+    // Its audio and prompt tokens, and the transcript's: what an offer priced per token is billed.
+    tokens: input === null ? null : { input, output: tokenCount(usage.completion_tokens) ?? 0 },
   };
 }
 

@@ -1,4 +1,5 @@
 import type { JsonResponse } from '../http-client.js';
+import { tokenCount } from '../token-count.js';
 import type { Transcription, TranscriptionRequest, TranscriptSegment, TranscriptWord } from '../types.js';
 import { protocol } from './embeddings.js';
 import { httpError } from './errors.js';
@@ -32,8 +33,10 @@ export function parseVerboseTranscription(provider: string, res: JsonResponse): 
   const segments = Array.isArray(body['segments']) ? body['segments'].map(toSegment) : null;
   const words = Array.isArray(body['words']) ? body['words'].flatMap(toWord) : null;
   const duration = typeof body['duration'] === 'number' ? body['duration'] : (segments?.at(-1)?.end ?? 0);
-  const usage = body['usage'] as { type?: unknown; seconds?: unknown } | undefined;
+  const usage = body['usage'] as { type?: unknown; seconds?: unknown; input_tokens?: unknown; output_tokens?: unknown } | undefined;
   const billed = usage?.type === 'duration' && typeof usage.seconds === 'number' ? usage.seconds : Math.ceil(duration);
+  // A token-billed model's count (gpt-4o-transcribe's `{type: "tokens"}`), for an offer priced per token.
+  const input = usage?.type === 'tokens' ? tokenCount(usage.input_tokens) : null;
   return {
     text: body['text'],
     language: typeof body['language'] === 'string' ? body['language'] : null,
@@ -41,6 +44,7 @@ export function parseVerboseTranscription(provider: string, res: JsonResponse): 
     segments,
     words,
     billedSeconds: billed,
+    tokens: input === null ? null : { input, output: tokenCount(usage?.output_tokens) ?? 0 },
   };
 }
 

@@ -1,4 +1,5 @@
 import type { JsonResponse } from '../http-client.js';
+import { tokenCount } from '../token-count.js';
 import type { RerankRequest, RerankResult } from '../types.js';
 import { protocol } from './embeddings.js';
 import { httpError } from './errors.js';
@@ -21,10 +22,10 @@ export function searchUnitsOf(documents: number): number {
   return Math.max(1, Math.ceil(documents / 100));
 }
 
-/** Results with `index` and `relevance_score`; the echoed `document` and token `usage` are dropped (billing is per search unit). */
+/** Results with `index` and `relevance_score`, and the token `usage` (an offer priced per token is billed by it); the echoed `document` is dropped. */
 export function parseRerank(provider: string, res: JsonResponse, documents: number): RerankResult {
   if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
-  const body = res.body as { id?: unknown; results?: unknown } | null;
+  const body = res.body as { id?: unknown; results?: unknown; usage?: { total_tokens?: unknown; prompt_tokens?: unknown } | null } | null;
   if (!body || !Array.isArray(body.results)) throw protocol(provider, 'a rerank answer without results');
   const results = body.results.map((r) => {
     const item = r as { index?: unknown; relevance_score?: unknown; score?: unknown } | null;
@@ -34,5 +35,6 @@ export function parseRerank(provider: string, res: JsonResponse, documents: numb
     }
     return { index: item.index, relevanceScore: score };
   });
-  return { id: typeof body.id === 'string' ? body.id : null, results, searchUnits: searchUnitsOf(documents) };
+  const tokens = body.usage?.total_tokens ?? body.usage?.prompt_tokens;
+  return { id: typeof body.id === 'string' ? body.id : null, results, searchUnits: searchUnitsOf(documents), inputTokens: tokenCount(tokens) };
 }
