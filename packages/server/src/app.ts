@@ -22,6 +22,7 @@ import { publicApi } from './http/public-api.js';
 import { adminRoutes } from './http/routes/admin.js';
 import { opsRoutes } from './http/routes/ops.js';
 import type { Services } from './http/services.js';
+import { tokenPricedOffers } from './http/unit-billing.js';
 import { UpstreamCalls } from './http/upstream-call.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
 import { UsageSpill } from './jobs/usage-spill.js';
@@ -180,6 +181,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
     ),
   );
+  // A rerank or audio offer priced as INTERFACES.md shows (tokens only) is billed by its token prices: the operator is told how.
+  for (const o of tokenPricedOffers(catalogue)) app.log.warn({ model: o.model, provider: o.provider }, o.message);
   const firstRebuild = await registry.rebuild();
   // A configured model no provider lists answers as an unknown one: the operator is told which, once each time it changes.
   let unlisted = '';

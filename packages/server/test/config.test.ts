@@ -233,6 +233,31 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a rerank or audio offer priced as INTERFACES.md shows (tokens, no per_unit) starts, with one warning each saying how it is billed', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-token-priced-'));
+    const offer = (upstream: string, perUnit = '') =>
+      `    offers:\n      - provider: alpha\n        upstreamModel: ${upstream}\n        pricing: { prompt_per_1m: 0.20, completion_per_1m: 0.60, currency: EUR${perUnit} }\n`;
+    const config = `${good}  - id: baai/rerank\n    kind: rerank\n    owned_by: baai\n${offer('bge-reranker')}  - id: openai/whisper\n    kind: audio\n    owned_by: openai\n${offer('whisper-large-v3')}  - id: cohere/rerank\n    kind: rerank\n    owned_by: cohere\n${offer('rerank-v3.5', ', per_unit: 0.002')}`;
+    writeFileSync(join(dir, 'gw.yaml'), config.replace('http://127.0.0.1:9101/v1', 'http://127.0.0.1:9/v1'));
+    const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.yaml'), GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: 'sk-alpha-S3cretKey' });
+    try {
+      const warnings = gw
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('has no pricing.per_unit'));
+      expect(warnings).toHaveLength(2);
+      expect(warnings[0]).toMatch(/"level":40.*baai\/rerank's offer from alpha .*billed by tokens at prompt_per_1m \(0\.2 EUR a million tokens\)/);
+      expect(warnings[1]).toMatch(
+        /"level":40.*openai\/whisper's offer from alpha .*12\.5 tokens per audio second .*completion_per_1m \(0\.6 EUR a million tokens\)/,
+      );
+      expect(gw.output()).not.toContain('S3cretKey');
+    } finally {
+      gw.child.kill('SIGTERM');
+      await gw.exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('the first start’s example request names a model this gateway serves (none yet: the model list)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-banner-'));
     // Its only provider does not answer: no model is served yet.

@@ -5,6 +5,8 @@ export type ResponseFormat = (typeof RESPONSE_FORMATS)[number];
 
 export interface RenderOptions {
   granularities: TimestampGranularity[];
+  /** The tokens an offer priced per token billed: the answer's usage is then OpenAI's `{type: "tokens"}`, not seconds. */
+  billedTokens?: { input: number; output: number };
   language?: string;
   temperature?: number;
 }
@@ -23,7 +25,10 @@ const SEGMENT_SECONDS = 30;
  * get it built here from their text and timings.
  */
 export function renderTranscription(t: Transcription, format: ResponseFormat, options: RenderOptions): Rendered {
-  const usage = { type: 'duration', seconds: t.billedSeconds };
+  const tokens = options.billedTokens;
+  const usage = tokens
+    ? { type: 'tokens', input_tokens: tokens.input, output_tokens: tokens.output, total_tokens: tokens.input + tokens.output }
+    : { type: 'duration', seconds: t.billedSeconds };
   switch (format) {
     case 'json':
       return { contentType: 'application/json; charset=utf-8', body: { text: t.text, usage } };

@@ -12,6 +12,7 @@ import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
+import { rerankBill, rerankTokenEstimate, type UnitBill } from '../unit-billing.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
@@ -39,7 +40,8 @@ const RerankResponse = Type.Object({
   ),
   meta: Type.Object({
     api_version: Type.Object({ version: Type.String() }),
-    billed_units: Type.Object({ search_units: Type.Integer() }),
+    // input_tokens: what an offer priced per token billed (Cohere's own key for it).
+    billed_units: Type.Object({ search_units: Type.Integer(), input_tokens: Type.Optional(Type.Integer()) }),
   }),
 });
 
@@ -51,7 +53,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
     '/rerank',
     {
       config: { usageKind: 'rerank' },
-      schema: docs.operation('rerank', "Document re-ranking in Cohere's wire format (billed per search unit)", {
+      schema: docs.operation('rerank', "Document re-ranking in Cohere's wire format (billed per search unit, or per token for an offer priced by tokens)", {
         body: RerankBody,
         response: { 200: RerankResponse },
       }),
@@ -67,7 +69,8 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const servable = mustTruncate ? offersTruncating(services, model, options.pin, body.max_tokens_per_doc ?? 0) : model;
       const plan = planOffers(servable, options, { promptTokens: 0, maxTokens: 0 });
       const units = worstSearchUnits(body.query, texts);
-      await reserveBudget(services, request, Math.max(0, ...plan.map((o) => units * (o.pricing.per_unit ?? 0))));
+      const tokens = rerankTokenEstimate(body.query, texts);
+      await reserveBudget(services, request, Math.max(0, ...plan.map((o) => rerankBill(o.pricing, units, tokens).cost)));
       const upstream: RerankRequest = {
         query: body.query,
         documents: texts,
@@ -78,7 +81,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const done = await executePlan(plan, (offer) =>
         callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
       );
-      bill(request, done.offer, done.value);
+      const billed = bill(request, done.offer, done.value, tokens);
       setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
       const ranked = [...done.value.results].sort((x, y) => y.relevanceScore - x.relevanceScore).slice(0, body.top_n ?? texts.length);
       return {
@@ -88,7 +91,10 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
           relevance_score: r.relevanceScore,
           ...(body.return_documents ? { document: asObject(body.documents[r.index] ?? '') } : {}),
         })),
-        meta: { api_version: { version: '2' }, billed_units: { search_units: done.value.searchUnits } },
+        meta: {
+          api_version: { version: '2' },
+          billed_units: { search_units: done.value.searchUnits, ...(billed.promptTokens > 0 ? { input_tokens: billed.promptTokens } : {}) },
+        },
       };
     },
   );
@@ -160,10 +166,14 @@ function rerank(adapter: ProviderAdapter, request: RerankRequest, call: Upstream
   return adapter.rerank(request, call);
 }
 
-function bill(request: FastifyRequest, offer: Offer, result: RerankResult): void {
+/** Per search unit, or (an offer without per_unit) per token: the provider's count, else the estimate its hold used. */
+function bill(request: FastifyRequest, offer: Offer, result: RerankResult, estimate: number): UnitBill {
+  const billed = rerankBill(offer.pricing, result.searchUnits, result.inputTokens ?? estimate);
   const usage = request.gw.usage;
-  if (!usage) return;
+  if (!usage) return billed;
   usage.provider = offer.provider;
   usage.units = result.searchUnits;
-  usage.cost = result.searchUnits * (offer.pricing.per_unit ?? 0);
+  usage.promptTokens = billed.promptTokens;
+  usage.cost = billed.cost;
+  return billed;
 }

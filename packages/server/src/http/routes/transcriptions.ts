@@ -16,6 +16,7 @@ import { boundaryOf, declaredTooLarge, type ParsedForm, readMultipart, tooLarge,
 import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
 import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
+import { audioBill, estimatedAudioTokens, type UnitBill, worstAudioTokens } from '../unit-billing.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
@@ -54,7 +55,7 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
       '/audio/transcriptions',
       {
         config: { usageKind: 'audio' },
-        schema: docs.operation('createTranscription', 'Speech-to-text (multipart; billed per audio second)', {
+        schema: docs.operation('createTranscription', 'Speech-to-text (multipart; billed per audio second, or per token for an offer priced by tokens)', {
           consumes: ['multipart/form-data'],
           body: TranscriptionForm,
         }),
@@ -89,15 +90,17 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
         const options = routeOptions(services, request);
         const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
         const seconds = worstCaseSeconds(head, file.size);
-        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => seconds * (o.pricing.per_unit ?? 0))));
+        const worstTokens = worstAudioTokens(seconds);
+        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => audioBill(o.pricing, seconds, worstTokens).cost)));
         const upstream = transcriptionRequest(body, { ...file, filename: upstreamFilename(file.filename, container) }, format !== 'json' && format !== 'text');
         const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
         const done = await executePlan(plan, (offer) =>
           callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
         );
-        bill(request, done.offer, done.value);
+        const billed = bill(request, done.offer, done.value);
         setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
-        const rendered = renderTranscription(done.value, format, { granularities, ...optional(body) });
+        const billedTokens = done.offer.pricing.per_unit === undefined ? { input: billed.promptTokens, output: billed.completionTokens } : undefined;
+        const rendered = renderTranscription(done.value, format, { granularities, ...optional(body), ...(billedTokens ? { billedTokens } : {}) });
         reply.type(rendered.contentType);
         return typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body);
       },
@@ -183,10 +186,15 @@ function transcribe(adapter: ProviderAdapter, request: TranscriptionRequest, cal
   return adapter.transcribe(request, call);
 }
 
-function bill(request: FastifyRequest, offer: Offer, t: Transcription): void {
+/** Per audio second, or (an offer without per_unit) per token: the provider's count, else the gateway's (docs/decisions.md). */
+function bill(request: FastifyRequest, offer: Offer, t: Transcription): UnitBill {
+  const billed = audioBill(offer.pricing, t.billedSeconds, t.tokens ?? estimatedAudioTokens(t.billedSeconds, t.text));
   const usage = request.gw.usage;
-  if (!usage) return;
+  if (!usage) return billed;
   usage.provider = offer.provider;
   usage.units = t.billedSeconds;
-  usage.cost = t.billedSeconds * (offer.pricing.per_unit ?? 0);
+  usage.promptTokens = billed.promptTokens;
+  usage.completionTokens = billed.completionTokens;
+  usage.cost = billed.cost;
+  return billed;
 }
