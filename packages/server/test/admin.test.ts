@@ -196,6 +196,36 @@ describe('admin API', () => {
     expect(res.status).toBe(404);
   });
 
+  it('a model the workspace does not enable is model_not_found on every route, whatever its kind, retired or not', async () => {
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'kinds', enabledModels: ['mistral/small'] });
+    const { key } = await gw.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1000 });
+    const post = (base: string, path: string, body: unknown) =>
+      fetch(`${base}${path}`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const cases: [string, Record<string, unknown>][] = [
+      ['/chat/completions', { model: 'mistral/embed', messages: [{ role: 'user', content: 'x' }] }],
+      ['/chat/completions', { model: 'cohere/rerank-v3.5:eu', messages: [{ role: 'user', content: 'x' }] }],
+      ['/chat/completions', { model: 'mistral/nemo', messages: [{ role: 'user', content: 'x' }] }],
+      ['/embeddings', { model: 'mistral/large', input: 'x' }],
+      ['/embeddings', { model: 'mistral/nemo', input: 'x' }],
+      ['/rerank', { model: 'mistral/embed', query: 'q', documents: ['a'] }],
+    ];
+    for (const [base, status] of [
+      [gw.baseA, 404],
+      [gw.baseB, 400],
+    ] as const) {
+      for (const [path, body] of cases) {
+        const res = await post(base, path, body);
+        const { error } = (await res.json()) as { error: { code: string; message: string } };
+        // Neither its kind nor its retirement is told: the key's model list and GET /models/{id} do not show it either.
+        expect([res.status, error.code, error.message], `${base}${path} ${body.model}`).toEqual([
+          status,
+          'model_not_found',
+          `The model '${body.model}' is not enabled for this workspace.`,
+        ]);
+      }
+    }
+  });
+
   it('enabledModels applies from the first request of a workspace key on, before and after the workspace is cached', async () => {
     const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'first-request', enabledModels: ['mistral/small'] });
     const { key } = await gw.createKey({ workspaceId: ws.body.id });

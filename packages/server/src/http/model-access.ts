@@ -12,11 +12,22 @@ import type { Services } from './services.js';
 export function resolveModel(services: Services, request: FastifyRequest, id: string, kind: ModelKind): RegistryModel | Promise<RegistryModel> {
   const model = services.registry.get(id);
   if (!model) return refuseUnknown(services, request, id, kind);
+  const enabled = enabledModels(services, request);
+  return enabled instanceof Promise ? enabled.then((list) => checkModel(model, id, kind, list)) : checkModel(model, id, kind, enabled);
+}
+
+/**
+ * The workspace's allow-list is checked first: a model the key may not use is model_not_found on every route,
+ * as the model list and GET /models/{id} hide it, never a 410 or a 400 telling what kind of model it is.
+ */
+function checkModel(model: RegistryModel, id: string, kind: ModelKind, enabled: readonly string[] | null): RegistryModel {
+  if (enabled !== null && !enabled.includes(model.id)) {
+    throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'model' });
+  }
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
   if (model.kind !== kind)
     throw new GatewayError('validation', `The model '${id}' is ${kindPhrase(model.kind)} model, not ${kindPhrase(kind)} model.`, { param: 'model' });
-  const enabled = enabledModels(services, request);
-  return enabled instanceof Promise ? enabled.then((list) => checkEnabled(model, id, list)) : checkEnabled(model, id, enabled);
+  return model;
 }
 
 /** The model_not_found of an id the registry lacks, with a hint among the models this caller may use (its workspace read first if need be). */
@@ -37,13 +48,6 @@ function refuseUnknown(services: Services, request: FastifyRequest, id: string, 
 /** 'a chat', 'an embedding', 'a rerank', 'an audio'. */
 function kindPhrase(kind: ModelKind): string {
   return `${/^[aeiou]/.test(kind) ? 'an' : 'a'} ${kind}`;
-}
-
-function checkEnabled(model: RegistryModel, id: string, enabled: readonly string[] | null): RegistryModel {
-  if (enabled !== null && !enabled.includes(model.id)) {
-    throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'model' });
-  }
-  return model;
 }
 
 /** The caller's workspace allow-list (null: every model); at once when the workspace is cached. */
