@@ -123,6 +123,40 @@ describe('the live registry', () => {
     }
   }, 60_000);
 
+  it('a model whose only provider was unreachable at start is an outage to retry (503 in A, 502 in B), not a model that does not exist', async () => {
+    const mistral = sim.providers.mistral;
+    mistral?.setFault({ kind: 'status', status: 500, endpoints: ['models'] });
+    const late = await startGateway({ sim });
+    try {
+      const ws = await late.admin<{ id: string }>('POST', '/workspaces', { name: 'small-only', enabledModels: ['mistral/small'] });
+      const [own, narrow] = [await late.createKey({ rateLimitRpm: 1000 }), await late.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1000 })];
+      const ask = async (base: string, model: string, key = own.key) => {
+        const res = await fetch(`${base}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }] }),
+        });
+        const body = (await res.json()) as { error?: { code: string; message: string } };
+        return [res.status, res.headers.get('retry-after'), body.error?.code ?? 'ok'];
+      };
+      expect(await ask(late.baseA, 'mistral/large')).toEqual([503, '5', 'provider_down']);
+      expect(await ask(late.baseA, 'mistral/large:eu')).toEqual([503, '5', 'provider_down']);
+      expect(await ask(late.baseB, 'mistral/large')).toEqual([502, '5', 'upstream_unavailable']);
+      // Still model_not_found where the key could not use it anyway, and for an id no configuration names.
+      expect(await ask(late.baseA, 'mistral/large', narrow.key)).toEqual([404, null, 'model_not_found']);
+      expect(await ask(late.baseA, 'mistral/larger')).toEqual([404, null, 'model_not_found']);
+      // A model that another provider lists is served by it meanwhile.
+      expect(await ask(late.baseA, 'mistral/small')).toEqual([200, null, 'ok']);
+      mistral?.clearFaults();
+      const rebuilt = await late.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild');
+      expect(rebuilt.body.providers.mistral).toBe('ok');
+      expect(await ask(late.baseA, 'mistral/large')).toEqual([200, null, 'ok']);
+    } finally {
+      mistral?.clearFaults();
+      await late.close();
+    }
+  }, 60_000);
+
   it('filters B by family, capability and provider, and A by kind', async () => {
     const get = async (base: string, q: string) =>
       ((await (await fetch(`${base}/models?${q}`, { headers: auth() })).json()) as { data: Record<string, unknown>[] }).data;

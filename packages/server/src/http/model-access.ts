@@ -1,6 +1,7 @@
 import { type ModelKind, STRATEGIES, type Strategy, type Variant } from '@gw/schema';
 import type { FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
+import { LIST_RETRY_FIRST_S } from '../jobs/registry-refresh.js';
 import type { RouteOptions } from '../routing/plan.js';
 import type { RegistryModel } from '../routing/registry.js';
 import type { Services } from './services.js';
@@ -39,6 +40,16 @@ function refuseUnknown(services: Services, request: FastifyRequest, id: string, 
       (enabled === null || enabled.includes(m.id)) &&
       // Variant B's embeddings are a beta of some models: it refuses the others (routes/embeddings.ts).
       (request.gw.variant !== 'b' || kind !== 'embedding' || m.beta);
+    const unread = services.registry.unreadable(id);
+    if (unread && usable(unread.model)) {
+      // Its provider was unreachable when the gateway started: an outage (retried as one), not a model that does not exist.
+      const named = unread.providers.join(', ');
+      throw new GatewayError(
+        'no_healthy_provider',
+        `No provider of '${unread.model.id}' can be reached right now: the model list of ${named} could not be read since the gateway started.`,
+        { retryAfterS: LIST_RETRY_FIRST_S },
+      );
+    }
     throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id, request.gw.variant, usable)}`, { param: 'model' });
   };
   const enabled = enabledModels(services, request);

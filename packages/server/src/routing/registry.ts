@@ -42,6 +42,8 @@ const DEFAULT_CONTEXT_WINDOW = 32_768;
  */
 export class ModelRegistry {
   private models = new Map<string, RegistryModel>();
+  /** Models left out only because a provider that may serve them has had no readable list since start: by id, those providers. */
+  private unread = new Map<string, { model: RegistryModel; providers: string[] }>();
   /** Each provider's last list; null where the provider lists nothing offers name, so every configured offer stands. */
   private readonly lists = new Map<string, Set<string> | null>();
   private readonly firstSeen = new Map<string, number>();
@@ -58,6 +60,14 @@ export class ModelRegistry {
   get(id: string): RegistryModel | undefined {
     // `:eu` asks for EU hosting, which every offer here already is.
     return this.models.get(id) ?? (id.endsWith(':eu') ? this.models.get(id.slice(0, -3)) : undefined);
+  }
+
+  /**
+   * A model the registry lacks only because no list of a provider configured to serve it could be read since start
+   * (with the providers), so that a request for it is told the provider is unreachable, not that the model does not exist.
+   */
+  unreadable(id: string): { model: RegistryModel; providers: string[] } | undefined {
+    return this.unread.get(id) ?? (id.endsWith(':eu') ? this.unread.get(id.slice(0, -3)) : undefined);
   }
 
   /** The id of a model the configuration names (`:eu` allowed), whether or not a provider lists it right now. */
@@ -109,13 +119,19 @@ export class ModelRegistry {
       }),
     );
     const next = new Map<string, RegistryModel>();
+    const unread = new Map<string, { model: RegistryModel; providers: string[] }>();
     const unlisted: string[] = [];
     for (const model of this.catalogue.models) {
       const entry = this.toEntry(model);
       if (entry.offers.length > 0 || entry.deprecated) next.set(entry.id, entry);
-      else unlisted.push(entry.id);
+      else {
+        unlisted.push(entry.id);
+        const providers = [...new Set(model.offers.map((o) => o.provider).filter((p) => !this.lists.has(p)))];
+        if (providers.length > 0) unread.set(entry.id, { model: entry, providers });
+      }
     }
     this.models = next;
+    this.unread = unread;
     return { models: next.size, providers, unlisted };
   }
 
