@@ -232,7 +232,15 @@ describe('errors in each variant’s envelope', () => {
     // Each variant points at its own list: B's client reads B's envelope and B's model fields there.
     expect(rb.body.error.message).toBe("The model 'nobody/nothing' does not exist. Model ids are '<family>/<model>', as GET /alt/v1/models lists them.");
     // A model named without its family, or by a provider's own name: the gateway's id is suggested.
-    for (const named of ['llama-3.3-70b', 'llama-3.3-70b-instruct']) {
+    // So is the id written in another case, with spaces around it, or with its suffix in capitals (ids are matched exactly).
+    for (const named of [
+      'llama-3.3-70b',
+      'llama-3.3-70b-instruct',
+      'Meta/Llama-3.3-70B',
+      ' meta/llama-3.3-70b',
+      'meta/llama-3.3-70b\n',
+      'meta/llama-3.3-70b:EU',
+    ]) {
       const r = await post(gw.baseA, '/chat/completions', chat({ model: named }));
       expect([named, r.status, r.body.error.message]).toEqual([named, 404, expect.stringContaining("Did you mean 'meta/llama-3.3-70b'?")]);
     }

@@ -130,10 +130,15 @@ export function routeOptions(services: Services, request: FastifyRequest): Route
  * variant's list, since the other variant's answers in another envelope. On the error path only.
  */
 function modelHint(services: Services, id: string, variant: Variant, usable: (m: RegistryModel) => boolean): string {
-  const lower = id.toLowerCase();
+  // Ids are matched exactly; the hint forgives what a client's typing or templating adds: case, outer spaces, ':EU'.
+  const lower = id.trim().toLowerCase().replace(/:eu$/, '');
   const meant = services.registry
     .list()
-    .filter((m) => usable(m) && (m.id.toLowerCase().endsWith(`/${lower}`) || m.offers.some((o) => o.upstreamModel.toLowerCase() === lower)))
+    .filter(
+      (m) =>
+        usable(m) &&
+        (m.id.toLowerCase() === lower || m.id.toLowerCase().endsWith(`/${lower}`) || m.offers.some((o) => o.upstreamModel.toLowerCase() === lower)),
+    )
     .map((m) => `'${m.id}'`);
   const listed = `Model ids are '<family>/<model>', as GET ${variant === 'b' ? '/alt/v1' : '/v1'}/models lists them.`;
   if (meant.length > 0 && meant.length <= 3) return ` Did you mean ${meant.join(' or ')}? ${listed}`;
