@@ -211,6 +211,21 @@ describe('errors in each variant’s envelope', () => {
     expect((await post(gw.url, '/nothing/here', chat())).body.error.message).toBe('No route POST /nothing/here.');
   });
 
+  it('variant B does not name the kind of an embedding model outside its beta, which its model list hides', async () => {
+    const hidden = 'baai/bge-multilingual-gemma2';
+    const listed = (await (await fetch(`${gw.baseB}/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] };
+    expect(listed.data.map((m) => m.id)).not.toContain(hidden);
+    const rb = await post(gw.baseB, '/chat/completions', chat({ model: hidden }));
+    expect([rb.status, rb.body.error.code, rb.body.error.message]).toEqual([
+      400,
+      'model_not_found',
+      expect.stringContaining(`The model '${hidden}' does not exist.`),
+    ]);
+    // Variant A lists it: a chat request is told what kind of model it is.
+    const ra = await post(gw.baseA, '/chat/completions', chat({ model: hidden }));
+    expect([ra.status, ra.body.error.message]).toEqual([400, expect.stringContaining('is an embedding model, not a chat model')]);
+  });
+
   it("OpenAI's Responses API and legacy completions are told which route takes the request instead", async () => {
     for (const [base, chatRoute] of [
       [gw.baseA, 'POST /v1/chat/completions'],

@@ -14,16 +14,24 @@ export function resolveModel(services: Services, request: FastifyRequest, id: st
   const model = services.registry.get(id);
   if (!model) return refuseUnknown(services, request, id, kind);
   const enabled = enabledModels(services, request);
-  return enabled instanceof Promise ? enabled.then((list) => checkModel(model, id, kind, list)) : checkModel(model, id, kind, enabled);
+  const variant = request.gw.variant;
+  return enabled instanceof Promise ? enabled.then((list) => checkModel(model, id, kind, list, variant)) : checkModel(model, id, kind, enabled, variant);
 }
 
 /**
  * The workspace's allow-list is checked first: a model the key may not use is model_not_found on every route,
  * as the model list and GET /models/{id} hide it, never a 410 or a 400 telling what kind of model it is.
  */
-function checkModel(model: RegistryModel, id: string, kind: ModelKind, enabled: readonly string[] | null): RegistryModel {
+function checkModel(model: RegistryModel, id: string, kind: ModelKind, enabled: readonly string[] | null, variant: Variant): RegistryModel {
   if (enabled !== null && !enabled.includes(model.id)) {
     throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'model' });
+  }
+  // Variant B's embeddings are a private beta: to a B client the other embedding models do not exist (its list and
+  // GET /models/{id} hide them), on any route; the embeddings route says so in its own words.
+  if (variant === 'b' && model.kind === 'embedding' && !model.beta && kind !== 'embedding') {
+    throw new GatewayError('model_not_found', `The model '${id}' does not exist. Model ids are '<family>/<model>', as GET /alt/v1/models lists them.`, {
+      param: 'model',
+    });
   }
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'model' });
   if (model.kind !== kind)
