@@ -221,6 +221,8 @@ describe('errors in each variant’s envelope', () => {
       'model_not_found',
       expect.stringContaining(`The model '${hidden}' does not exist.`),
     ]);
+    // A model that does not exist for the caller is not counted against its rate limit (SPEC: Limits).
+    expect(rb.headers.get('x-ratelimit-remaining')).toBeNull();
     // Variant A lists it: a chat request is told what kind of model it is.
     const ra = await post(gw.baseA, '/chat/completions', chat({ model: hidden }));
     expect([ra.status, ra.body.error.message]).toEqual([400, expect.stringContaining('is an embedding model, not a chat model')]);

@@ -152,8 +152,8 @@ function isUpload(request: FastifyRequest): boolean {
 function modelFor(services: Services, request: FastifyRequest, id: string): RegistryModel | null | Promise<RegistryModel | null> {
   const m = services.registry.get(id);
   if (!m) return null;
-  // Variant B's embeddings are a beta of some models: to a B client the others do not exist (its model list hides them).
-  if (request.gw.variant === 'b' && m.kind === 'embedding' && !m.beta && request.routeOptions.url?.endsWith('/embeddings')) return null;
+  // Variant B's embeddings are a beta of some models: to a B client the others do not exist on any route (its model list hides them).
+  if (request.gw.variant === 'b' && m.kind === 'embedding' && !m.beta) return null;
   const allowed = (enabled: readonly string[] | null) => (enabled === null || enabled.includes(m.id) ? m : null);
   const enabled = enabledModels(services, request);
   return enabled instanceof Promise ? enabled.then(allowed) : allowed(enabled);
