@@ -22,7 +22,27 @@ function clientVisible(status: number, message: string): string {
   if (status === 401 || status === 403) return "it refused the gateway's credentials";
   const html = htmlPageTitle(message);
   if (html !== null) return html === '' ? 'an HTML page' : `an HTML page titled "${html}"`;
+  return relayedMessage(message);
+}
+
+/** A provider's message as clients are told it: at most MAX_RELAYED_CHARS long. */
+function relayedMessage(message: string): string {
   return message.length > MAX_RELAYED_CHARS ? `${message.slice(0, MAX_RELAYED_CHARS)}…` : message;
+}
+
+/**
+ * An error object a provider sent inside its event stream: clients are told its message as they are a status
+ * answer's (at most MAX_RELAYED_CHARS), the log gets more of it.
+ */
+export function streamErrorEvent(provider: string, message: string): UpstreamError {
+  const said = `${provider} sent an error in its stream: `;
+  return new UpstreamError({
+    kind: 'http',
+    provider,
+    status: 502,
+    message: `${said}${relayedMessage(message)}`,
+    detail: `${said}${message.slice(0, MAX_LOGGED_CHARS)}`,
+  });
 }
 
 /**

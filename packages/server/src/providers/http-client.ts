@@ -179,14 +179,26 @@ export function retryAfterSeconds(headers: Record<string, string | string[] | un
   return Number.isNaN(date) ? undefined : Math.min(MAX_RETRY_AFTER_S, Math.max(0, Math.ceil((date - Date.now()) / 1000)));
 }
 
-/** Pulls a human message out of the many error shapes providers use. */
+/**
+ * The most of a provider's error message the gateway reads (and logs). An answer can be megabytes: the message is
+ * cut before any pattern runs on it, since a few of those take time that grows with the square of its length
+ * (a 120 KB message held the event loop, and every other request, for seconds).
+ */
+export const MAX_PROVIDER_MESSAGE_CHARS = 4000;
+
+/** A provider's message cut to {@link MAX_PROVIDER_MESSAGE_CHARS}. */
+export function boundedMessage(message: string): string {
+  return message.length > MAX_PROVIDER_MESSAGE_CHARS ? `${message.slice(0, MAX_PROVIDER_MESSAGE_CHARS)}…` : message;
+}
+
+/** Pulls a human message out of the many error shapes providers use; at most {@link MAX_PROVIDER_MESSAGE_CHARS} long. */
 export function upstreamErrorMessage(body: unknown): string {
   if (typeof body === 'string') return body.slice(0, 500) || 'no body';
   if (body === null || typeof body !== 'object') return 'no body';
   const b = body as { error?: unknown; message?: unknown; detail?: unknown };
   const inner = b.error && typeof b.error === 'object' ? (b.error as { message?: unknown }).message : b.error;
   for (const candidate of [inner, b.message, b.detail]) {
-    if (typeof candidate === 'string' && candidate) return candidate;
+    if (typeof candidate === 'string' && candidate) return boundedMessage(candidate);
     if (candidate && typeof candidate === 'object') return JSON.stringify(candidate).slice(0, 500);
   }
   return JSON.stringify(body).slice(0, 500);

@@ -57,10 +57,17 @@ function finalError(attempts: Attempt[], last: UpstreamError | null): GatewayErr
   const retryAfterS = last?.retryAfterS ?? (last?.status === 429 ? 1 : undefined);
   return new GatewayError(
     'upstream_failed',
-    `Every provider failed for this request (tried: ${tried}); last error: ${(last?.message ?? 'unknown').replace(/\.+$/, '')}.`,
+    `Every provider failed for this request (tried: ${tried}); last error: ${withoutFinalDots(last?.message ?? 'unknown')}.`,
     {
       cause: last,
       ...(retryAfterS === undefined ? {} : { retryAfterS }),
     },
   );
+}
+
+/** The message without the full stops it ends with (the sentence gets its own), in one pass: a regex such as /\.+$/ retries from every dot. */
+function withoutFinalDots(message: string): string {
+  let end = message.length;
+  while (end > 0 && message[end - 1] === '.') end--;
+  return message.slice(0, end);
 }

@@ -1,6 +1,6 @@
 import type { UpstreamError } from '../../errors/upstream-error.js';
 import { upstreamHttpError } from '../error-status.js';
-import { type JsonResponse, upstreamErrorMessage } from '../http-client.js';
+import { boundedMessage, type JsonResponse, upstreamErrorMessage } from '../http-client.js';
 
 /**
  * Azure's `{error:{code, message, innererror}}` (with `code` a string, and
@@ -15,7 +15,7 @@ export function azureError(provider: string, res: JsonResponse): UpstreamError {
   const error = (raw && typeof raw === 'object' ? raw : {}) as { code?: unknown; message?: unknown; innererror?: { code?: unknown } };
   const code = typeof error.code === 'string' ? error.code : '';
   // Not every answer is Azure's envelope (an API Management or proxy error, `{error: "…"}`, `{message}`): its text is still the message.
-  let message = typeof error.message === 'string' ? error.message : upstreamErrorMessage(res.body);
+  let message = typeof error.message === 'string' ? boundedMessage(error.message) : upstreamErrorMessage(res.body);
   let status = res.status;
   if (code === 'DeploymentNotFound') status = 404;
   if (code === 'content_filter') {

@@ -1,6 +1,6 @@
 import type { UpstreamError } from '../../errors/upstream-error.js';
 import { upstreamHttpError } from '../error-status.js';
-import { type JsonResponse, upstreamErrorMessage } from '../http-client.js';
+import { boundedMessage, type JsonResponse, upstreamErrorMessage } from '../http-client.js';
 
 interface Issue {
   loc?: unknown;
@@ -26,13 +26,15 @@ export function mistralMessage(body: unknown): string {
   const nested = b['message'] && typeof b['message'] === 'object' ? (b['message'] as Record<string, unknown>)['detail'] : undefined;
   const detail = Array.isArray(nested) ? nested : Array.isArray(b['detail']) ? b['detail'] : null;
   if (detail) {
-    return detail
-      .map((d) => {
-        const issue = (d ?? {}) as Issue;
-        const loc = Array.isArray(issue.loc) ? issue.loc.join('.') : 'body';
-        return `${loc}: ${typeof issue.msg === 'string' ? issue.msg : 'invalid'}`;
-      })
-      .join('; ');
+    return boundedMessage(
+      detail
+        .map((d) => {
+          const issue = (d ?? {}) as Issue;
+          const loc = Array.isArray(issue.loc) ? issue.loc.join('.') : 'body';
+          return `${loc}: ${typeof issue.msg === 'string' ? issue.msg : 'invalid'}`;
+        })
+        .join('; '),
+    );
   }
   return upstreamErrorMessage(body);
 }

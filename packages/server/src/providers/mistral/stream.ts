@@ -1,4 +1,5 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
+import { streamErrorEvent } from '../error-status.js';
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { mapFinishReason, mapToolCalls } from '../openai-shape.js';
 import { isStreamErrorObject, SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
@@ -19,7 +20,7 @@ export function mistralChunkStream(http: UpstreamHttp, body: UpstreamBody): Chat
     if (event.data === '[DONE]') return SSE_DONE;
     const raw = parse(provider, event.data);
     if (event.event === 'error' || isStreamErrorObject(raw)) {
-      throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} sent an error in its stream: ${mistralMessage(raw)}` });
+      throw streamErrorEvent(provider, mistralMessage(raw));
     }
     return mapMistralChunk(provider, raw);
   });

@@ -1,5 +1,6 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { keepWireText } from '../chunk-json.js';
+import { streamErrorEvent } from '../error-status.js';
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
 import { isOpenAiFinishReason, mapFinishReason, mapToolCalls } from '../openai-shape.js';
@@ -37,7 +38,7 @@ export function openAiDecoder(provider: string): SseDecoder {
       throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
     }
     if (event.event === 'error' || isStreamErrorObject(parsed)) {
-      throw new UpstreamError({ kind: 'http', provider, status: 502, message: `${provider} sent an error in its stream: ${upstreamErrorMessage(parsed)}` });
+      throw streamErrorEvent(provider, upstreamErrorMessage(parsed));
     }
     const split = splitThinkTags(parsed, thinking);
     if (last === null || last.id !== parsed.id) last = { id: parsed.id, created: parsed.created, model: parsed.model };
