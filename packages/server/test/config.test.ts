@@ -173,6 +173,29 @@ describe('config file', () => {
     expect(() => loadConfig({ GW_REGISTRY_INTERVAL_S: '2147484' })).toThrowError(/GW_REGISTRY_INTERVAL_S: expected an integer from 1 to 2147483/);
   });
 
+  it('takes an integer variable only as plain decimal digits, trimmed', () => {
+    expect(loadConfig({ PORT: '80' }).port).toBe(80);
+    expect(loadConfig({ PORT: ' 80\n' }).port).toBe(80);
+    expect(loadConfig({ PORT: '0080' }).port).toBe(80);
+    // Each of these is a number to Number(), and was taken as one.
+    for (const raw of ['0x50', '1e3', '80.0', '80.5', '+80', '-0', '0b1010000', '0o120', '8_0', ' ', 'Infinity']) {
+      expect(() => loadConfig({ PORT: raw }), raw).toThrowError(`PORT: expected an integer from 0 to 65535, not ${JSON.stringify(raw)}`);
+    }
+    expect(() => loadConfig({ GW_BODY_LIMIT_BYTES: '4e6' })).toThrowError(/GW_BODY_LIMIT_BYTES: expected an integer from 1024/);
+  });
+
+  it('a port given in hex stops the start with exit code 2, naming PORT', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-port-'));
+    try {
+      const { code, output } = await runGatewayToExit({ PORT: '0x50', GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output).toContain('PORT: expected an integer from 0 to 65535, not "0x50"');
+      expect(output).not.toContain('listening on');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('makes GW_UPLOAD_DIR at start, and stops the start if it cannot', () => {
     const base = mkdtempSync(join(tmpdir(), 'gw-upload-dir-'));
     const dir = join(base, 'spool', 'uploads');

@@ -56,8 +56,11 @@ export interface GatewayConfig {
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError('environment', name, `an integer from ${min} to ${max}, not ${JSON.stringify(raw)}`);
+  // Plain decimal digits only: Number() also takes hex (0x50), exponents (1e3), fractions (80.0) and signs.
+  const digits = raw.trim();
+  const n = /^[0-9]+$/.test(digits) ? Number(digits) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max)
+    throw new ConfigError('environment', name, `an integer from ${min} to ${max}, not ${JSON.stringify(raw)}`);
   return n;
 }
 
