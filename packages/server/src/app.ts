@@ -267,7 +267,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const stopUploadSweep = scheduleUploadSweep(uploadRoot, staleUploadMs(config, catalogue), HOUR_MS, (n) =>
     app.log.info(`removed ${n} upload folders left in ${uploadRoot} by a request that can no longer be running (an instance killed mid-upload)`),
   );
-  const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, (err) => app.log.warn({ err }, 'registry rebuild failed'), firstRebuild);
+  const stopRebuild = scheduleRegistryRebuild(
+    registry,
+    config.registryIntervalS,
+    (err) => app.log.warn({ err: errorSummary(err) }, 'registry rebuild failed'),
+    firstRebuild,
+  );
   await mountRoutes(app, services);
   return {
     app,

@@ -2,6 +2,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { createGateway } from './app.js';
 import { ensureFirstKey } from './auth/first-key.js';
 import { ConfigError, type GatewayConfig, loadConfig } from './config/index.js';
+import { errorSummary } from './lib/error-summary.js';
 
 /** The process entry: config, demo simulators when no config file, listen, graceful shutdown. */
 async function main(): Promise<void> {
@@ -73,7 +74,7 @@ async function main(): Promise<void> {
       .then(
         () => process.exit(0),
         (err: unknown) => {
-          app.log.error({ err }, 'shutdown failed');
+          app.log.error({ err: errorSummary(err) }, 'shutdown failed');
           process.exit(1);
         },
       );

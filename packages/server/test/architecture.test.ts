@@ -66,6 +66,17 @@ describe('server folder boundaries', () => {
     expect(runtimeImport.test("import type { SQL } from 'drizzle-orm';")).toBe(false);
   });
 
+  it('a log line carries an error as its summary (lib/error-summary.ts), never the error object', () => {
+    // pino writes an error object whole: a Redis reply error's command arguments (a stored answer), a query's parameters.
+    const rawError = /\blog\.(?:fatal|error|warn|info|debug|trace)\(\s*\{[^}]*\berr(?:\s*[,}]|\s*:(?!\s*errorSummary\())/;
+    const offenders = filesUnder(SRC).filter((file) => rawError.test(readFileSync(file, 'utf8')));
+    expect(offenders.map((f) => relative(SRC, f))).toEqual([]);
+    expect(rawError.test("request.log.warn({ err }, 'x')")).toBe(true);
+    expect(rawError.test("app.log.error({ err: (err as Error).message }, 'x')")).toBe(true);
+    expect(rawError.test("request.log.warn({ provider, err }, 'x')")).toBe(true);
+    expect(rawError.test("request.log.warn({ err: errorSummary(err) }, 'x')")).toBe(false);
+  });
+
   it('catches a forbidden edge when one exists', () => {
     // The checker itself must be able to fail: a lib file importing http is flagged, the reverse is not.
     const up = { file: join(SRC, 'lib', 'probe.ts'), text: "import { x } from '../http/errors.js';" };

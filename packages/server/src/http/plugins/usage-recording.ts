@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { errorSummary } from '../../lib/error-summary.js';
 import type { Services } from '../services.js';
 
 /** One usage record per authenticated model request, success or not, written in batches. */
@@ -38,7 +39,7 @@ function record(services: Services, request: FastifyRequest, status: number): vo
   request.gw.usage = null;
   request.gw.reservation = null;
   if (reservation) {
-    services.ledger.settle(reservation, usage?.cost ?? 0).catch((err: unknown) => request.log.warn({ err }, 'budget settle failed'));
+    services.ledger.settle(reservation, usage?.cost ?? 0).catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'budget settle failed'));
   }
   if (!key || !usage) return;
   services.usage.record({

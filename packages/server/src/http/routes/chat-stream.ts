@@ -4,6 +4,7 @@ import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
+import { errorSummary } from '../../lib/error-summary.js';
 import { redactSecrets } from '../../lib/redact.js';
 import { RelayGate } from '../../providers/chunk-relay.js';
 import type { ChatBody, ChatStream } from '../../providers/types.js';
@@ -91,7 +92,7 @@ export async function startStream(
   const routing = { provider: result.offer.provider, region: result.offer.region, strategy: options.strategy, hops: result.hops };
   const owner = { keyId: key.id, model, routing };
   services.streams.create(request.id, owner).catch((err: unknown) => {
-    request.log.warn({ err: (err as Error).message }, 'stream resume record not written; resume unavailable for this stream');
+    request.log.warn({ err: errorSummary(err) }, 'stream resume record not written; resume unavailable for this stream');
   });
   const started = performance.now();
   const session = services.sessions.start({
