@@ -146,6 +146,26 @@ describe('admin API', () => {
     // A page size out of range is told in words, not as the expression that checks it.
     const words = await gw.admin<{ error: { message: string } }>('GET', '/keys?limit=abc');
     expect(words.body.error.message).toBe("Invalid querystring: 'limit' must be a whole number from 1 to 100.");
+    // A parameter named twice is told it takes one value, not that it is not a string.
+    for (const [path, param, times] of [
+      ['/keys?limit=1&limit=2', 'limit', 2],
+      [`/keys?after=${made[1]}&after=${made[0]}`, 'after', 2],
+      [`/keys?workspaceId=${ws.body.id}&workspaceId=${ws.body.id}&workspaceId=x`, 'workspaceId', 3],
+      ['/workspaces?limit=1&limit=1', 'limit', 2],
+      [`/workspaces?after=${ws.body.id}&after=${ws.body.id}`, 'after', 2],
+    ] as const) {
+      const res = await gw.admin<{ error: { message: string; code: string; param: string } }>('GET', path);
+      expect([path, res.status, res.body.error]).toEqual([
+        path,
+        400,
+        {
+          type: 'validation_error',
+          code: 'validation_error',
+          param,
+          message: `Invalid querystring: '${param}' is given ${times} times; a query parameter takes one value.`,
+        },
+      ]);
+    }
   });
 
   it('PATCH /workspaces/{id} changes a workspace at once: a budget raised admits what it refused, models narrowed refuse', async () => {

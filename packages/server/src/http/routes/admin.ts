@@ -23,6 +23,7 @@ import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
 import { noRouteError } from '../no-route.js';
+import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
 
 export const DEFAULT_RPM = 60;
@@ -124,6 +125,9 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
   // A route whose body fields are all optional (POST /keys) takes none at all, labelled or not, as `{}`; one with required fields then names them.
   app.addHook('preValidation', (request, _reply, done) => {
     if (request.body === undefined && request.routeOptions.schema?.body !== undefined) request.body = {};
+    const queryFields = (request.routeOptions.schema?.querystring as { properties?: Record<string, unknown> } | undefined)?.properties;
+    const repeated = queryFields ? repeatedQueryParam(request.query, Object.keys(queryFields)) : null;
+    if (repeated) return done(repeated);
     // PostgreSQL's text cannot hold NUL: refused here, rather than a 500 from the store. No id has one: a 404.
     if (nulAt(request.params, '') !== null)
       return done(new GatewayError('not_found', `No admin resource at ${request.method} ${request.routeOptions.url}: the id holds a NUL character.`));

@@ -2,6 +2,7 @@ import { ModelA, ModelB, type ModelKind, ModelListA, ModelListB, ModelParams, Mo
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { enabledModels } from '../model-access.js';
+import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
 import { filterModelsA, modelViewA } from '../variants/a.js';
 import { filterModelsB, modelViewB, type ModelsQueryB as QueryB } from '../variants/b.js';
@@ -47,19 +48,11 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
   );
 }
 
-/**
- * A filter named twice (`?provider=ovh&provider=nebius`) reaches the schema as a list, which would call it
- * the wrong type ("must be string"): the client is told instead that a filter takes one value.
- */
+/** A filter named twice is told it takes one value, rather than that it is not a string. */
 function oneValueEach(filters: string[]) {
   return async (request: FastifyRequest): Promise<void> => {
-    const query = request.query as Record<string, unknown>;
-    for (const name of filters) {
-      const value = query[name];
-      if (Array.isArray(value)) {
-        throw new GatewayError('validation', `Invalid querystring: '${name}' is given ${value.length} times; a filter takes one value.`, { param: name });
-      }
-    }
+    const repeated = repeatedQueryParam(request.query, filters, 'a filter');
+    if (repeated) throw repeated;
   };
 }
 
