@@ -377,6 +377,33 @@ describe('errors in each variant’s envelope', () => {
     const r = await post(gw.baseA, '/chat/completions', big);
     expect(r.status).toBe(413);
     expect(r.body.error.code).toBe('payload_too_large');
+    // Declared (Content-Length) or counted as it arrives (chunked, no length to refuse it from): the limit is said both ways.
+    const chunked = (text: string) =>
+      new ReadableStream<Uint8Array>({
+        start(c) {
+          c.enqueue(new TextEncoder().encode(text));
+          c.close();
+        },
+      });
+    for (const [base, type] of [
+      [gw.baseA, 'payload_too_large'],
+      [gw.baseB, 'invalid_request_error'],
+    ] as const) {
+      for (const body of [big, chunked(big)]) {
+        const res = await fetch(`${base}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body,
+          duplex: 'half',
+        } as RequestInit);
+        expect([base, typeof body, res.status, ((await res.json()) as Envelope).error]).toEqual([
+          base,
+          typeof body,
+          413,
+          { type, code: 'payload_too_large', param: null, message: 'The request body is larger than this gateway accepts (65536 bytes).' },
+        ]);
+      }
+    }
   });
 
   it('routes still to come answer 501 not_implemented in the envelope; unknown routes 404', async () => {

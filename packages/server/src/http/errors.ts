@@ -5,14 +5,15 @@ import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
 import { leftBeforeAnswer } from './upstream-call.js';
 
-/** Normalises anything thrown in a request into a GatewayError. */
-export function toGatewayError(err: unknown, contentEncoding?: string | string[]): GatewayError {
+/** Normalises anything thrown in a request into a GatewayError. `bodyLimit`: the route's, in bytes, said in a 413. */
+export function toGatewayError(err: unknown, contentEncoding?: string | string[], bodyLimit?: number): GatewayError {
   if (isGatewayError(err)) return err;
   const e = err as FastifyError;
   if (e.validation && e.validation.length > 0) return validationError(e);
   switch (e.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new GatewayError('payload_too_large', 'The request body is larger than this gateway accepts.');
+      // Declared too large or counted past the limit as it arrived (chunked): the same words as a refused Expect: 100-continue.
+      return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts${bodyLimit ? ` (${bodyLimit} bytes)` : ''}.`);
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return new GatewayError('unsupported_media_type', 'Unsupported Content-Type: send application/json.');
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
@@ -130,7 +131,7 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
     request.log.debug('the client left while its answer was being written');
     return reply;
   }
-  const g = toGatewayError(err, request.headers['content-encoding']);
+  const g = toGatewayError(err, request.headers['content-encoding'], request.routeOptions.bodyLimit);
   const { status, body } = errorEnvelope(g, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
   if (request.gw) {
