@@ -80,6 +80,29 @@ describe('an error answer to a request without a body keeps the connection open'
     await c.closed;
   });
 
+  it('a 400 for an empty or invalid JSON body, read to its end, leaves the connection usable', async () => {
+    const c = connection();
+    const post = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n`;
+    // No body and no Content-Length (curl -X POST without -d): nothing is left to read.
+    const none = await c.send(`${post}\r\n`);
+    expect(none.status).toBe(400);
+    expect(none.head).not.toMatch(/\r\nconnection: close/i);
+    expect(JSON.parse(none.body).error).toMatchObject({ code: 'validation_error', message: 'The request body is empty; send a JSON object.' });
+    const empty = await c.send(`${post}Content-Length: 0\r\n\r\n`);
+    expect([empty.status, empty.head]).toEqual([400, expect.not.stringMatching(/\r\nconnection: close/i)]);
+    const broken = await c.send(`${post}Content-Length: 9\r\n\r\n{"model":`);
+    expect([broken.status, broken.head]).toEqual([400, expect.not.stringMatching(/\r\nconnection: close/i)]);
+    expect(JSON.parse(broken.body).error.code).toBe('validation_error');
+    // B's envelope, the same connection.
+    const noneB = await c.send(`${post.replace('/v1/', '/alt/v1/')}\r\n`);
+    expect([noneB.status, JSON.parse(noneB.body).error.code]).toEqual([400, 'invalid_request']);
+    expect(noneB.head).not.toMatch(/\r\nconnection: close/i);
+    const ok = await c.send(`GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`);
+    expect(ok.status).toBe(200);
+    c.socket.end();
+    await c.closed;
+  });
+
   it('an answer given before a declared body was read still closes the connection', async () => {
     const c = connection();
     // The 401 is decided from the head; the body (declared, not sent) is not waited for.
