@@ -198,7 +198,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
-  checkBeforeContinue(app.server, auth, config);
+  checkBeforeContinue(app.server, auth, limiter, config);
   app.server.on('connect', (_req, socket: Socket) => refuseConnect(socket));
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
   // One directory per database, so that two gateways sharing GW_DATA_DIR with different databases never store each other's records.

@@ -8,6 +8,7 @@ import { MemoryWindowLimiter } from '../src/limits/memory-window.js';
 import { RedisWindowLimiter } from '../src/limits/redis-window.js';
 import { wav } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { exchange } from './helpers/raw-http.js';
 
 let redis: RedisServer;
 let pg: PostgresServer;
@@ -83,6 +84,43 @@ describe.each([
     expect(bad.status).toBe(400);
     expect(bad.headers.get('x-ratelimit-remaining')).toBe('2');
     expect((await chat(gw().baseA, key)).headers.get('x-ratelimit-remaining')).toBe('1');
+  });
+
+  it('counts every other authenticated request, refused ones included, each once', async () => {
+    const { key } = await gw().createKey({ rateLimitRpm: 100 });
+    const auth = { authorization: `Bearer ${key}` };
+    const json = { ...auth, 'content-type': 'application/json' };
+    const post = (path: string, headers: Record<string, string>, body?: string) => fetch(`${gw().baseA}${path}`, { method: 'POST', headers, body });
+    const refusals: [string, () => Promise<Response>, number][] = [
+      ['unknown path', () => fetch(`${gw().baseA}/nothing`, { headers: auth }), 404],
+      ['wrong method', () => fetch(`${gw().baseB}/chat/completions`, { method: 'DELETE', headers: auth }), 405],
+      ['no body', () => post('/chat/completions', json), 400],
+      ['invalid JSON', () => post('/chat/completions', json, '{"model":'), 400],
+      ['not JSON', () => post('/embeddings', { ...auth, 'content-type': 'text/plain' }, 'x'), 415],
+      ['too large', () => post('/chat/completions', json, JSON.stringify({ model: 'x', pad: 'x'.repeat(4_200_000) })), 413],
+      ['bad body', () => post('/chat/completions', json, JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [] })), 400],
+      // Refused for its body, not as model_not_found: counted, although the model it names is unknown.
+      ['bad body, unknown model', () => post('/chat/completions', json, JSON.stringify({ model: 'ghost/model', messages: [] })), 400],
+      ['route still to come', () => post('/batches', json, '{}'), 501],
+    ];
+    let left = 100;
+    for (const [what, send, status] of refusals) {
+      const res = await send();
+      await res.arrayBuffer();
+      left -= 1;
+      expect([what, res.status, res.headers.get('x-ratelimit-remaining')]).toEqual([what, status, String(left)]);
+    }
+    // The same refusals given to Expect: 100-continue, before the body is asked for: counted too.
+    const port = Number(new URL(gw().url).port);
+    for (const [path, status] of [
+      ['/v1/chat/completions', 413],
+      ['/alt/v1/files', 501],
+    ] as const) {
+      const head = `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n`;
+      expect((await exchange(port, head)).slice(0, 12)).toBe(`HTTP/1.1 ${status}`);
+      left -= 1;
+    }
+    expect((await chat(gw().baseA, key)).headers.get('x-ratelimit-remaining')).toBe(String(left - 1));
   });
 
   it('records a 429 at no cost on every model route, as any failure of a request naming a model the key may use', async () => {

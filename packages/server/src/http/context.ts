@@ -21,6 +21,8 @@ export interface RequestState {
   reservation: Reservation | null;
   /** The rate limiter's decision while it is on its way, until it is applied (see plugins/rate-limit.ts). */
   limit: LimitDecision | Promise<LimitDecision> | null;
+  /** Whether the request has been counted against its key's rate limit (once, however it ends). */
+  counted: boolean;
   /** The model a counted request named: a 429 answered before the handler's usage draft is recorded under it. */
   countedModel: RegistryModel | null;
   /**

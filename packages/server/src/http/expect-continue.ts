@@ -4,6 +4,8 @@ import type { ApiKeyAuthenticator } from '../auth/api-keys.js';
 import type { GatewayConfig } from '../config/index.js';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
+import type { RateLimiter } from '../limits/types.js';
+import type { ApiKeyRecord } from '../store/types.js';
 import { errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
 import { lingerOnClose } from './lingering-close.js';
@@ -16,45 +18,59 @@ import { serverTiming } from './server-timing.js';
  * the declared size are checked before the client is told to send its body, so a wrong key or a file
  * over the limit is refused without the upload. Node would otherwise answer 100 at once.
  */
-export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, config: GatewayConfig): void {
+export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, limiter: RateLimiter, config: GatewayConfig): void {
   // An expectation other than 100-continue cannot be met (RFC 9110: 417), answered in the envelope rather than Node's bare 417.
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     const refused = new GatewayError('validation', `The Expect header '${String(req.headers.expect).slice(0, 80)}' cannot be met: only 100-continue is.`);
-    refuse(req, res, refused, performance.now(), 417);
+    refuse(req, res, refused, performance.now(), newRequestId(), 417);
   });
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     const startedAt = performance.now();
-    void refusal(req, auth, config).then((refused) => {
-      if (refused) return refuse(req, res, refused, startedAt);
+    const requestId = newRequestId();
+    void refusal(req, auth, limiter, config, requestId).then((refused) => {
+      if (refused) return refuse(req, res, refused, startedAt, requestId);
       res.writeContinue();
       server.emit('request', req, res);
     });
   });
 }
 
-async function refusal(req: IncomingMessage, auth: ApiKeyAuthenticator, config: GatewayConfig): Promise<GatewayError | null> {
+async function refusal(
+  req: IncomingMessage,
+  auth: ApiKeyAuthenticator,
+  limiter: RateLimiter,
+  config: GatewayConfig,
+  requestId: string,
+): Promise<GatewayError | null> {
   const path = (req.url ?? '').split('?')[0] ?? '';
   // Only the public API is keyed; other paths go on as usual.
   if (!/^\/(alt\/)?v\d+\//.test(path)) return null;
   // In the order the routes answer once the body comes (the key, a route still to come, the size), so a body
   // gets the same answer with Expect or without.
+  let key: ApiKeyRecord | null = null;
   try {
-    await auth.authenticate(req.headers.authorization);
+    key = await auth.authenticate(req.headers.authorization);
   } catch (err) {
     if (isGatewayError(err) && (err.code === 'unauthorized' || err.code === 'store_unavailable')) return err;
   }
-  const pending = pendingRouteError(req.method ?? '', path);
-  if (pending) return pending;
+  const refused = pendingRouteError(req.method ?? '', path) ?? tooLargeDeclared(req, path, config);
+  if (refused === null || key === null) return refused;
+  // Counted against the key's rate limit, as the same refusal is without Expect (SPEC, Limits); the limiter's refusal wins.
+  const decision = await Promise.resolve(limiter.hit(key.id, key.rateLimitRpm, requestId)).catch(() => null);
+  if (decision && !decision.allowed) return new GatewayError('rate_limited', `Rate limit exceeded (${decision.limit} RPM)`, { retryAfterS: decision.resetS });
+  return refused;
+}
+
+function tooLargeDeclared(req: IncomingMessage, path: string, config: GatewayConfig): GatewayError | null {
   const length = Number(req.headers['content-length']);
-  if (/\/audio\/transcriptions$/.test(path)) {
-    if (declaredTooLarge(length, config.uploadLimitBytes)) return tooLarge(config.uploadLimitBytes);
-  } else if (Number.isFinite(length) && length > config.bodyLimitBytes) {
+  if (/\/audio\/transcriptions$/.test(path)) return declaredTooLarge(length, config.uploadLimitBytes) ? tooLarge(config.uploadLimitBytes) : null;
+  if (Number.isFinite(length) && length > config.bodyLimitBytes) {
     return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts (${config.bodyLimitBytes} bytes).`);
   }
   return null;
 }
 
-function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError, startedAt: number, statusOverride?: number): void {
+function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError, startedAt: number, requestId: string, statusOverride?: number): void {
   const { status: envelopeStatus, body } = errorEnvelope(refused, variantOfUrl(req.url ?? ''));
   const status = statusOverride ?? envelopeStatus;
   // The body was never asked for: the connection cannot be reused. A client may send it without waiting for 100
@@ -64,9 +80,10 @@ function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),
-    [H.requestId]: newRequestId(),
+    [H.requestId]: requestId,
     [H.serverTiming]: serverTiming(performance.now() - startedAt, 0),
     ...(refused.code === 'store_unavailable' ? { [H.retryAfter]: '1' } : {}),
+    ...(refused.retryAfterS !== undefined ? { [H.retryAfter]: String(refused.retryAfterS) } : {}),
     connection: 'close',
   });
   res.end(body);

@@ -5,7 +5,7 @@ import { noRouteError } from './no-route.js';
 import { registerApiKeyAuth } from './plugins/api-key-auth.js';
 import { registerIdempotency } from './plugins/idempotency.js';
 import { refuseNonUtf8Json } from './plugins/json-charset.js';
-import { errorAfterRateLimit, registerRateLimit } from './plugins/rate-limit.js';
+import { countRefusal, errorAfterRateLimit, registerRateLimit } from './plugins/rate-limit.js';
 import { registerUsageRecording } from './plugins/usage-recording.js';
 import { chatCompletionsRoute } from './routes/chat-completions.js';
 import { routeDocs } from './routes/docs.js';
@@ -25,6 +25,7 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
   // Response schemas document the API; bodies are relayed as the provider shaped them, so no field is dropped.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   const answerError = (err: unknown, request: FastifyRequest, reply: FastifyReply) => {
+    countRefusal(services, request, err);
     const waiting = errorAfterRateLimit(request, reply, err);
     if (!waiting) return sendError(err, request, reply, variant);
     return waiting.then((e) => {

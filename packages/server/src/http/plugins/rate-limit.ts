@@ -1,6 +1,6 @@
 import { H, type ModelKind } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { GatewayError } from '../../errors/gateway-error.js';
+import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import type { LimitDecision } from '../../limits/types.js';
 import type { RegistryModel } from '../../routing/registry.js';
 import { newUsageDraft } from '../context.js';
@@ -41,8 +41,7 @@ export function registerRateLimit(app: FastifyInstance, services: Services): voi
     if (!key || request.routeOptions.config.uncounted) return done();
     const model = (request.body as { model?: unknown } | undefined)?.model;
     const count = (named: RegistryModel | null) => {
-      request.gw.limit = services.limiter.hit(key.id, key.rateLimitRpm, request.id);
-      request.gw.countedModel = named;
+      countRequest(services, request, named);
       done();
     };
     if (typeof model !== 'string') return count(null);
@@ -68,6 +67,27 @@ export function registerRateLimit(app: FastifyInstance, services: Services): voi
       () => done(null, payload),
     );
   });
+}
+
+function countRequest(services: Services, request: FastifyRequest, named: RegistryModel | null): void {
+  const key = request.gw.key;
+  if (!key) return;
+  request.gw.counted = true;
+  request.gw.limit = services.limiter.hit(key.id, key.rateLimitRpm, request.id);
+  request.gw.countedModel = named;
+}
+
+/**
+ * An authenticated request refused without having been counted is counted as it is answered: one refused before
+ * the count (a body that cannot be read: a 400 for an empty or invalid JSON body, a 413, a 415; a route still to
+ * come, 501), or one left out for naming a model the key cannot use but refused for something else (a 400 for its
+ * body). SPEC (Limits) leaves out only GET /models, a 401 and a 404 model_not_found; the limiter's own 429 (an upload
+ * refused before it is read) is its decision, not a request to count again.
+ */
+export function countRefusal(services: Services, request: FastifyRequest, err: unknown): void {
+  if (!request.gw?.key || request.gw.counted || request.routeOptions.config?.uncounted) return;
+  if (isGatewayError(err) && (err.code === 'model_not_found' || err.code === 'rate_limited')) return;
+  countRequest(services, request, null);
 }
 
 /**

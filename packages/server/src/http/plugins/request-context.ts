@@ -33,6 +33,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       errorCode: null,
       reservation: null,
       limit: null,
+      counted: false,
       countedModel: null,
       outlivesClient: false,
       answeredRaw: null,
