@@ -4,7 +4,7 @@ import type { ApiKeyAuthenticator } from '../auth/api-keys.js';
 import type { GatewayConfig } from '../config/index.js';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
-import type { RateLimiter } from '../limits/types.js';
+import type { LimitDecision, RateLimiter } from '../limits/types.js';
 import type { ApiKeyRecord } from '../store/types.js';
 import { errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
@@ -22,7 +22,7 @@ export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, l
   // An expectation other than 100-continue cannot be met (RFC 9110: 417), answered in the envelope rather than Node's bare 417.
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     const refused = new GatewayError('validation', `The Expect header '${String(req.headers.expect).slice(0, 80)}' cannot be met: only 100-continue is.`);
-    refuse(req, res, refused, performance.now(), newRequestId(), 417);
+    refuse(req, res, { error: refused, limit: null }, performance.now(), newRequestId(), 417);
   });
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     const startedAt = performance.now();
@@ -35,13 +35,19 @@ export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, l
   });
 }
 
+/** A refusal, with the limiter's decision when the request was counted (its headers go on the answer). */
+interface Refusal {
+  error: GatewayError;
+  limit: LimitDecision | null;
+}
+
 async function refusal(
   req: IncomingMessage,
   auth: ApiKeyAuthenticator,
   limiter: RateLimiter,
   config: GatewayConfig,
   requestId: string,
-): Promise<GatewayError | null> {
+): Promise<Refusal | null> {
   const path = (req.url ?? '').split('?')[0] ?? '';
   // Only the public API is keyed; other paths go on as usual.
   if (!/^\/(alt\/)?v\d+\//.test(path)) return null;
@@ -51,14 +57,17 @@ async function refusal(
   try {
     key = await auth.authenticate(req.headers.authorization);
   } catch (err) {
-    if (isGatewayError(err) && (err.code === 'unauthorized' || err.code === 'store_unavailable')) return err;
+    if (isGatewayError(err) && (err.code === 'unauthorized' || err.code === 'store_unavailable')) return { error: err, limit: null };
   }
   const refused = pendingRouteError(req.method ?? '', path) ?? tooLargeDeclared(req, path, config);
-  if (refused === null || key === null) return refused;
-  // Counted against the key's rate limit, as the same refusal is without Expect (SPEC, Limits); the limiter's refusal wins.
-  const decision = await Promise.resolve(limiter.hit(key.id, key.rateLimitRpm, requestId)).catch(() => null);
-  if (decision && !decision.allowed) return new GatewayError('rate_limited', `Rate limit exceeded (${decision.limit} RPM)`, { retryAfterS: decision.resetS });
-  return refused;
+  if (refused === null) return null;
+  if (key === null) return { error: refused, limit: null };
+  // Counted against the key's rate limit, with its headers, as the same refusal is without Expect (SPEC, Limits); the limiter's refusal wins.
+  const limit = await Promise.resolve(limiter.hit(key.id, key.rateLimitRpm, requestId)).catch(() => null);
+  if (limit && !limit.allowed) {
+    return { error: new GatewayError('rate_limited', `Rate limit exceeded (${limit.limit} RPM)`, { retryAfterS: limit.resetS }), limit };
+  }
+  return { error: refused, limit };
 }
 
 function tooLargeDeclared(req: IncomingMessage, path: string, config: GatewayConfig): GatewayError | null {
@@ -70,7 +79,14 @@ function tooLargeDeclared(req: IncomingMessage, path: string, config: GatewayCon
   return null;
 }
 
-function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError, startedAt: number, requestId: string, statusOverride?: number): void {
+function refuse(
+  req: IncomingMessage,
+  res: ServerResponse,
+  { error: refused, limit }: Refusal,
+  startedAt: number,
+  requestId: string,
+  statusOverride?: number,
+): void {
   const { status: envelopeStatus, body } = errorEnvelope(refused, variantOfUrl(req.url ?? ''));
   const status = statusOverride ?? envelopeStatus;
   // The body was never asked for: the connection cannot be reused. A client may send it without waiting for 100
@@ -84,7 +100,18 @@ function refuse(req: IncomingMessage, res: ServerResponse, refused: GatewayError
     [H.serverTiming]: serverTiming(performance.now() - startedAt, 0),
     ...(refused.code === 'store_unavailable' ? { [H.retryAfter]: '1' } : {}),
     ...(refused.retryAfterS !== undefined ? { [H.retryAfter]: String(refused.retryAfterS) } : {}),
+    ...(limit === null ? {} : limitHeaders(limit)),
     connection: 'close',
   });
   res.end(body);
+}
+
+/** The limiter's headers, as plugins/rate-limit.ts sets them on every counted answer. */
+function limitHeaders(d: LimitDecision): Record<string, string> {
+  return {
+    [H.rateLimitLimit]: String(d.limit),
+    [H.rateLimitRemaining]: String(d.remaining),
+    [H.rateLimitReset]: String(d.resetS),
+    [H.rateLimitEnforced]: String(d.enforced),
+  };
 }
