@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { FastifyBaseLogger } from 'fastify';
 
 /**
  * What the connection has not yet handed to the kernel: Node's queue, and what is left of the write libuv is doing
@@ -11,7 +12,8 @@ function unsent(socket: Socket): number {
 }
 
 interface Watched {
-  onCut: () => void;
+  /** The request's logger: told when the connection is cut (a logger rather than a callback: no closure per request). */
+  log: FastifyBaseLogger;
   /** Bytes unsent at the last look, and when they last went down; null until the answer was seen written whole. */
   left: number | null;
   progressAt: number;
@@ -25,7 +27,7 @@ interface Watched {
  * provider's wait is not the client's), nor for an answer the kernel took at once.
  *
  * One sweep of the answers in flight, a few times per timeout, rather than a listener and a timer per request: the
- * usual answer is taken at once and leaves before any sweep sees it, at the cost of a set's add and delete.
+ * usual answer is taken at once and leaves before any sweep sees it, at the cost of a map's set and delete.
  */
 export class UnsentAnswers {
   private readonly open = new Map<ServerResponse, Watched>();
@@ -36,9 +38,9 @@ export class UnsentAnswers {
     this.timer.unref();
   }
 
-  /** Watches `res` until {@link forget}; `onCut` is told when its connection is closed for want of progress. */
-  watch(res: ServerResponse, onCut: () => void): void {
-    this.open.set(res, { onCut, left: null, progressAt: 0 });
+  /** Watches `res` until {@link forget}; `log` is told when its connection is closed for want of progress. */
+  watch(res: ServerResponse, log: FastifyBaseLogger): void {
+    this.open.set(res, { log, left: null, progressAt: 0 });
   }
 
   forget(res: ServerResponse): void {
@@ -61,7 +63,7 @@ export class UnsentAnswers {
         w.progressAt = now;
       } else if (now - w.progressAt >= this.timeoutMs) {
         this.open.delete(res);
-        w.onCut();
+        w.log.info('the client stopped taking its answer for GW_SEND_TIMEOUT_MS: connection closed');
         socket.destroy();
       }
     }

@@ -58,7 +58,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const status = raw ?? (gone ? 499 : reply.raw.statusCode);
       services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, ms / 1000);
     });
-    unsentAnswers.watch(reply.raw, () => request.log.info('the client took none of its answer within GW_SEND_TIMEOUT_MS: connection closed'));
+    unsentAnswers.watch(reply.raw, request.log);
     // HTTP/1.1 requires Host (RFC 9112: 400 without it); Node's own check answers without a body, so it is done here.
     if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
       done(new GatewayError('validation', 'An HTTP/1.1 request must carry a Host header.'));
