@@ -139,6 +139,10 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
     // Refused before its variant's own hooks ran (a 404 under /alt/v1, a missing Host): its metrics line says the variant too.
     request.gw.variant = variant;
   }
+  // Fastify closes after any body parser error (an empty or invalid JSON body), in case more of the body is to come;
+  // setAnswerHeaders closes when some of it is unread, so with the body read to its end, or none sent, the client
+  // keeps its connection. Here rather than in onSend: only an error can carry it, and every answer goes through onSend.
+  reply.removeHeader('connection');
   for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
   if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
   // Errors a retry cannot fix: the OpenAI SDK retries every 5xx (and would spend the key's limit on each) unless told not to.

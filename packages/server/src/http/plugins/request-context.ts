@@ -82,7 +82,8 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
 /**
  * What every answer gets as it goes out (the onSend hook, or a route that
  * writes its answer itself): Server-Timing, and `connection: close` while
- * draining or when the request's body was not read to its end, and only then.
+ * draining or when the request's body was not read to its end, and only then
+ * (sendError takes off the one Fastify sets on a body parser error).
  */
 export function setAnswerHeaders(services: Services, request: FastifyRequest, reply: FastifyReply): void {
   reply.header(H.serverTiming, serverTiming(performance.now() - request.gw.startedAt, request.gw.upstreamMs));
@@ -93,9 +94,6 @@ export function setAnswerHeaders(services: Services, request: FastifyRequest, re
   const bodyUnread = !request.raw.complete && mayCarryBody(request.raw.headers);
   if (bodyUnread) lingerOnClose(request.raw);
   if (services.lifecycle.draining || bodyUnread) reply.header('connection', 'close');
-  // Fastify closes after any body parser error (an empty or invalid JSON body), in case more of the body is to come:
-  // with the body read to its end, or none sent, nothing is, and the client keeps its connection.
-  else if (reply.getHeader('connection') === 'close') reply.removeHeader('connection');
 }
 
 /** RFC 9112 6.3: a request has a body only when it carries Transfer-Encoding or a non-zero Content-Length. */
