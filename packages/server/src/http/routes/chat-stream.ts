@@ -111,18 +111,10 @@ export async function startStream(
       if (byGateway?.code === 'stream_buffer_exceeded') {
         request.log.warn({ provider: result.offer.provider }, byGateway.message);
       } else if (outcome.error && !byGateway && !outcome.abandoned) {
-        const err = outcome.error;
-        request.log.warn(
-          { provider: result.offer.provider, upstreamModel: result.offer.upstreamModel, kind: err instanceof UpstreamError ? err.kind : 'error' },
-          `upstream failed mid-stream: ${redactSecrets(err instanceof UpstreamError ? err.detail : err.message)}`,
-        );
+        warnUpstreamFailed(request, result.offer, outcome.error, 'mid-stream');
       } else if (outcome.lateFailure) {
         // The answer was whole: the client got a normal end and the request is a success, but the provider misbehaved.
-        const err = outcome.lateFailure;
-        request.log.warn(
-          { provider: result.offer.provider, upstreamModel: result.offer.upstreamModel, kind: err instanceof UpstreamError ? err.kind : 'error' },
-          `upstream failed after its answer was whole, before [DONE]: ${redactSecrets(err instanceof UpstreamError ? err.detail : err.message)}`,
-        );
+        warnUpstreamFailed(request, result.offer, outcome.lateFailure, 'after its answer was whole, before [DONE]');
       }
       const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
       const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
@@ -160,6 +152,14 @@ export async function startStream(
     reply,
     request.id,
     new LiveFrames(session, 0, includeUsage(body), services.config.streamHeartbeatMs, request.gw.variant),
+  );
+}
+
+/** The operator's warning of a provider's failure in a stream that started: what it said in full, secrets redacted. */
+function warnUpstreamFailed(request: FastifyRequest, offer: Offer, err: Error, when: string): void {
+  request.log.warn(
+    { provider: offer.provider, upstreamModel: offer.upstreamModel, kind: err instanceof UpstreamError ? err.kind : 'error' },
+    `upstream failed ${when}: ${redactSecrets(err instanceof UpstreamError ? err.detail : err.message)}`,
   );
 }
 
