@@ -1,5 +1,5 @@
 import { UpstreamError } from '../errors/upstream-error.js';
-import { type JsonResponse, MAX_RETRY_AFTER_S, retryAfterSeconds } from './http-client.js';
+import { type JsonResponse, MAX_PROVIDER_MESSAGE_CHARS, MAX_RETRY_AFTER_S, retryAfterSeconds } from './http-client.js';
 
 /** Statuses routing understands: the client's (400/413/422), the provider's key or model (401/403/404), limits (408/429) and 5xx. */
 const ROUTABLE = new Set([400, 401, 403, 404, 408, 413, 422, 429]);
@@ -9,9 +9,8 @@ export function routableStatus(status: number): number {
   return status >= 500 || ROUTABLE.has(status) ? status : 502;
 }
 
-/** The longest provider message passed on to clients; the whole of it goes to the log. */
+/** The longest provider message passed on to clients; the log gets as much as the gateway reads (MAX_PROVIDER_MESSAGE_CHARS). */
 const MAX_RELAYED_CHARS = 300;
-const MAX_LOGGED_CHARS = 4000;
 
 /**
  * What a client is told of a provider's answer: a 401 or 403 is about the gateway's own credentials
@@ -41,7 +40,7 @@ export function streamErrorEvent(provider: string, message: string): UpstreamErr
     provider,
     status: 502,
     message: `${said}${relayedMessage(message)}`,
-    detail: `${said}${message.slice(0, MAX_LOGGED_CHARS)}`,
+    detail: `${said}${message.slice(0, MAX_PROVIDER_MESSAGE_CHARS)}`,
   });
 }
 
@@ -66,7 +65,7 @@ export function upstreamHttpError(provider: string, res: JsonResponse, status: n
     provider,
     status: routableStatus(status),
     message: `${provider} answered ${res.status}: ${clientVisible(status, message)}`,
-    detail: `${provider} answered ${res.status}: ${message.slice(0, MAX_LOGGED_CHARS)}`,
+    detail: `${provider} answered ${res.status}: ${message.slice(0, MAX_PROVIDER_MESSAGE_CHARS)}`,
     ...(retry === undefined ? {} : { retryAfterS: retry }),
   });
 }
