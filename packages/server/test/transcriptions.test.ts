@@ -345,13 +345,19 @@ describe('the form, validated', () => {
     const own = await gw.createKey({ rateLimitRpm: 10_000 });
     const clients = openAiClients(gw, own.key);
     const notAudio = Buffer.alloc(20_000, 7);
+    // A phone's photo (HEIC, AVIF) opens with an ISO media `ftyp` box as MP4 audio does: its brand says it is a picture.
+    const photo = (brand: string) => Buffer.concat([Buffer.from([0, 0, 0, 24]), Buffer.from(`ftyp${brand}`, 'latin1'), Buffer.alloc(20_000)]);
     for (const [client, code] of [
       [clients.a, 'validation_error'],
       [clients.b, 'invalid_request'],
     ] as const) {
       for (const model of ['openai/whisper-large-v3', 'mistral/voxtral-mini']) {
-        for (const name of ['a.png', 'a.txt', 'a.bin', 'noext', 'a.wav', undefined]) {
-          const file = await toFile(notAudio, name);
+        for (const [name, bytes] of [
+          ...['a.png', 'a.txt', 'a.bin', 'noext', 'a.wav', undefined].map((n) => [n, notAudio] as const),
+          ['IMG_0001.HEIC', photo('heic')],
+          ['cover.avif', photo('avif')],
+        ] as const) {
+          const file = await toFile(bytes, name);
           const err = (await client.audio.transcriptions.create({ file, model }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
           expect([err.status, err.code, err.param], `${model} ${name}`).toEqual([400, code, 'file']);
           expect(err.message).toContain('Supported formats: flac, m4a, mp3, mp4, mpeg, mpga, oga, ogg, wav, webm');
@@ -375,6 +381,10 @@ describe('the form, validated', () => {
     const mp3 = Buffer.concat([Buffer.from([0xff, 0xfb, 0x90, 0x64]), Buffer.alloc(31_996)]);
     await a.audio.transcriptions.create({ file: await toFile(mp3, 'voice.bin'), model: 'openai/whisper-large-v3' });
     expect(sent()).toBe('voice.bin.mp3');
+    // An M4A voice memo's brand is audio: it passes where a photo's does not.
+    const m4a = Buffer.concat([Buffer.from([0, 0, 0, 24]), Buffer.from('ftypM4A ', 'latin1'), Buffer.alloc(31_988)]);
+    await a.audio.transcriptions.create({ file: await toFile(m4a, 'memo'), model: 'openai/whisper-large-v3' });
+    expect(sent()).toBe('memo.mp4');
     // httpx's `files={'file': (None, data, 'audio/wav')}`: a part with a content type and no filename.
     const boundary = 'nameless';
     const body = Buffer.concat([

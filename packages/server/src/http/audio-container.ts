@@ -22,10 +22,16 @@ export function audioContainer(head: Buffer): AudioContainer | null {
   if (ascii(0, 3) === 'ID3' || mpegFrame(head)) return 'mp3';
   if (ascii(0, 4) === 'fLaC') return 'flac';
   if (ascii(0, 4) === 'OggS') return 'ogg';
-  if (head.length >= 8 && ascii(4, 8) === 'ftyp') return 'mp4';
+  if (head.length >= 12 && ascii(4, 8) === 'ftyp' && !IMAGE_BRANDS.has(ascii(8, 12))) return 'mp4';
   if (head.length >= 4 && head.readUInt32BE(0) === 0x1a45dfa3) return 'webm';
   return null;
 }
+
+/**
+ * The major brands of ISO media files that are pictures, not audio or video (HEIF/HEIC photos, AVIF, JPEG XL): an
+ * `ftyp` box opens them too, and a phone's photo sent by mistake would otherwise reach a provider as MP4.
+ */
+const IMAGE_BRANDS = new Set(['heic', 'heix', 'heim', 'heis', 'hevc', 'hevx', 'hevm', 'hevs', 'mif1', 'msf1', 'avif', 'avis', 'avio', 'jxl ']);
 
 /** An MPEG audio frame header: 11 sync bits, then a version, layer, bitrate and sample rate that are not the reserved values. */
 function mpegFrame(head: Buffer): boolean {
