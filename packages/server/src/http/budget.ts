@@ -1,7 +1,8 @@
 import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
-import type { BudgetScope } from '../limits/budget-types.js';
+import { errorSummary } from '../lib/error-summary.js';
+import { type BudgetScope, fromNano, toNano } from '../limits/budget-types.js';
 import { BudgetsUnavailableError } from '../limits/fallback-ledger.js';
 import type { ApiKeyRecord, Workspace } from '../store/types.js';
 import { applyRateLimit } from './plugins/rate-limit.js';
@@ -73,6 +74,32 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
   request.gw.reservation = res.reservation;
   // The client left while the hold was being taken: its connection's close has passed already, so it is recorded here.
   if (request.raw.socket?.destroyed) recordClientGone(services, request);
+}
+
+/**
+ * Holds `moreEur` more of the request's budget, for a failover after the provider was paid for part of the failed
+ * attempt: the admission hold covers one attempt's worst case, and the next offer's answer is billed on top of the
+ * parts. The extra hold (grown by a new one on a later failover) is let go when the request is recorded, its cost
+ * settled on the admission hold. False when the budget cannot hold it (the request then ends with its failure) or the
+ * request was recorded meanwhile (its client left).
+ */
+export async function growBudgetHold(services: Services, request: FastifyRequest, moreEur: number): Promise<boolean> {
+  const held = request.gw.reservation;
+  const key = request.gw.key;
+  if (held === null || key === null || moreEur <= 0) return true;
+  const found = key.workspaceId ? services.workspaces.get(key.workspaceId) : null;
+  const ws = found instanceof Promise ? await found : found;
+  const before = request.gw.failoverHold;
+  const eur = (before === null ? 0 : fromNano(before.nano)) + moreEur;
+  const grown = await services.ledger.reserve(held.tag, budgetScopes(services, key, ws), eur, `${request.id}:failover:${toNano(eur)}`).catch(() => null);
+  if (!grown?.ok) return false;
+  if (request.gw.reservation !== held) {
+    await services.ledger.release(grown.reservation).catch(() => {});
+    return false;
+  }
+  request.gw.failoverHold = grown.reservation;
+  if (before !== null) await services.ledger.release(before).catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'budget release failed'));
+  return true;
 }
 
 /** Whether the request would fit in what its budget has left once the holds of requests in flight are let go. */

@@ -19,6 +19,8 @@ export interface RequestState {
   errorCode: string | null;
   /** The budget hold taken at admission, settled when the response ends. */
   reservation: Reservation | null;
+  /** More of the budget held for a failover after a partly paid attempt (http/budget.ts), let go when the request is recorded. */
+  failoverHold: Reservation | null;
   /** The rate limiter's decision while it is on its way, until it is applied (see plugins/rate-limit.ts). */
   limit: LimitDecision | Promise<LimitDecision> | null;
   /** Whether the request has been counted against its key's rate limit (once, however it ends). */

@@ -21,12 +21,21 @@ export interface PlanResult<T> {
  * Walks the plan: each offer in turn until one answers. Only provider
  * faults (connect, timeout, 5xx, 429) move on; a request the provider
  * refuses as invalid is the client's error and is not retried elsewhere.
+ * `mayFailOver`, asked before each offer after a failure, can end the walk
+ * there with that failure.
  */
-export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Promise<T>, onAttempt?: (a: Attempt) => void): Promise<PlanResult<T>> {
+export async function executePlan<T>(
+  plan: Offer[],
+  call: (offer: Offer) => Promise<T>,
+  onAttempt?: (a: Attempt) => void,
+  mayFailOver?: () => Promise<boolean>,
+): Promise<PlanResult<T>> {
   if (plan.length === 0) throw new GatewayError('no_healthy_provider', 'No EU provider is available for this model right now.', { retryAfterS: 5 });
   const attempts: Attempt[] = [];
   let lastError: UpstreamError | null = null;
   for (const offer of plan) {
+    // The request ends with the last failure when the next offer may not be tried (a budget that cannot hold it).
+    if (lastError !== null && mayFailOver && !(await mayFailOver())) break;
     const started = performance.now();
     try {
       const value = await call(offer);

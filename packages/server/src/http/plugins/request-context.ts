@@ -32,6 +32,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       usage: null,
       errorCode: null,
       reservation: null,
+      failoverHold: null,
       limit: null,
       counted: false,
       countedModel: null,

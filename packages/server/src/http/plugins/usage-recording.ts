@@ -35,11 +35,16 @@ function recordUsage(services: Services, request: FastifyRequest, reply: Fastify
 
 /** Records the request once: its draft and hold are taken off it. */
 function record(services: Services, request: FastifyRequest, status: number): void {
-  const { key, usage, reservation } = request.gw;
+  const { key, usage, reservation, failoverHold } = request.gw;
   request.gw.usage = null;
   request.gw.reservation = null;
+  request.gw.failoverHold = null;
   if (reservation) {
     services.ledger.settle(reservation, usage?.cost ?? 0).catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'budget settle failed'));
+  }
+  // After the settle, which carries the cost the failover hold kept room for.
+  if (failoverHold) {
+    services.ledger.release(failoverHold).catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'budget release failed'));
   }
   if (!key || !usage) return;
   services.usage.record({

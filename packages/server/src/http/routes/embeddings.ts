@@ -8,7 +8,7 @@ import { estimateTokens } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
-import { reserveBudget } from '../budget.js';
+import { growBudgetHold, reserveBudget } from '../budget.js';
 import { newUsageDraft, type UsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
@@ -80,8 +80,21 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
           ...(body.input_type ? { inputType: body.input_type } : {}),
         };
         const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
-        const done = await executePlan(plan, (offer) =>
-          callUpstreamPaidInParts(services, request, offer, (adapter, paid) => embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel, paid })),
+        // What failed attempts were paid for is billed on top of the answer: the hold grows by it before a failover.
+        let partsHeld = 0;
+        const holdParts = async () => {
+          const grown = await growBudgetHold(services, request, usage.cost - partsHeld);
+          if (grown) partsHeld = usage.cost;
+          return grown;
+        };
+        const done = await executePlan(
+          plan,
+          (offer) =>
+            callUpstreamPaidInParts(services, request, offer, (adapter, paid) =>
+              embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel, paid }),
+            ),
+          undefined,
+          holdParts,
         );
         // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used.
         const result = done.value.promptTokens > 0 ? done.value : { ...done.value, promptTokens };
