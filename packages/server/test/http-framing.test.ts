@@ -127,6 +127,31 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect(answer).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
   });
 
+  it('Expect: 100-continue of a key whose window is full: an upload is refused before the 100, and a 429 carries the rate-limit headers', async () => {
+    const limited = await gw.createKey({ rateLimitRpm: 1 });
+    const counted = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${limited.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 }),
+    });
+    expect(counted.status).toBe(200);
+    const head = (path: string, type: string) =>
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${limited.key}\r\nContent-Type: ${type}\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n`;
+    // Told to send 5 MB only to be refused once it began: the 429 comes instead of the 100, as it does without Expect.
+    const upload = await raw(head('/alt/v1/audio/transcriptions', 'multipart/form-data; boundary=b'));
+    expect(upload.head).toMatch(/^HTTP\/1\.1 429 /);
+    expect(envelopeOf(upload.body)).toMatchObject({ code: 'rate_limited' });
+    // A refusal counted before the body is asked for (413 over the body limit) loses to the limiter's 429.
+    const json = await raw(head('/v1/chat/completions', 'application/json'));
+    expect(json.head).toMatch(/^HTTP\/1\.1 429 /);
+    for (const r of [upload, json]) {
+      expect(r.head).toMatch(/\r\nx-ratelimit-limit: 1(\r\n|$)/i);
+      expect(r.head).toMatch(/\r\nx-ratelimit-remaining: 0(\r\n|$)/i);
+      expect(r.head).toMatch(/\r\nx-ratelimit-enforced: true(\r\n|$)/i);
+      expect(r.head).toMatch(/\r\nretry-after: \d+(\r\n|$)/i);
+    }
+  });
+
   it('Expect: 100-continue with the body sent at once (RFC 9110 lets a client not wait): the refusal reaches the client, not a reset', async () => {
     const head = (path: string, auth: string, length: number) =>
       `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${auth}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`;

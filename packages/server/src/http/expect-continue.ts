@@ -14,10 +14,17 @@ import { pendingRouteError } from './routes/not-implemented.js';
 import { serverTiming } from './server-timing.js';
 
 /**
- * `Expect: 100-continue` (curl sends it for any body over 1 MB, such as an audio upload): the key and
- * the declared size are checked before the client is told to send its body, so a wrong key or a file
- * over the limit is refused without the upload. Node would otherwise answer 100 at once.
+ * `Expect: 100-continue` (curl sends it for any body over 1 MB, such as an audio upload): the key, the
+ * declared size and, for an upload, the key's rate-limit window are checked before the client is told to
+ * send its body, so a wrong key, a file over the limit or an upload of a key over its limit is refused
+ * without the upload. Node would otherwise answer 100 at once.
  */
+
+/** A refusal, with the limiter's decision when the request met the limiter (its X-RateLimit-* headers go with it). */
+interface Refusal {
+  error: GatewayError;
+  limit: LimitDecision | null;
+}
 export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, limiter: RateLimiter, config: GatewayConfig): void {
   // An expectation other than 100-continue cannot be met (RFC 9110: 417), answered in the envelope rather than Node's bare 417.
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
@@ -60,14 +67,27 @@ async function refusal(
     if (isGatewayError(err) && (err.code === 'unauthorized' || err.code === 'store_unavailable')) return { error: err, limit: null };
   }
   const refused = pendingRouteError(req.method ?? '', path) ?? tooLargeDeclared(req, path, config);
-  if (refused === null) return null;
-  if (key === null) return { error: refused, limit: null };
-  // Counted against the key's rate limit, with its headers, as the same refusal is without Expect (SPEC, Limits); the limiter's refusal wins.
-  const limit = await Promise.resolve(limiter.hit(key.id, key.rateLimitRpm, requestId)).catch(() => null);
-  if (limit && !limit.allowed) {
-    return { error: new GatewayError('rate_limited', `Rate limit exceeded (${limit.limit} RPM)`, { retryAfterS: limit.resetS }), limit };
+  if (key === null) return refused && { error: refused, limit: null };
+  if (refused === null) {
+    // An upload of a key whose window is full is refused before it is read, as without Expect (rate-limit.ts,
+    // refuseUploadsOverLimit): the client is not told to send tens of MB only to get the 429. Not counted, as there.
+    if (!isUpload(req, path)) return null;
+    const peeked = await Promise.resolve(limiter.peek(key.id, key.rateLimitRpm)).catch(() => null);
+    return peeked && !peeked.allowed ? rateLimited(peeked) : null;
   }
-  return { error: refused, limit };
+  // Counted against the key's rate limit, as the same refusal is without Expect (SPEC, Limits); the limiter's refusal wins.
+  const decision = await Promise.resolve(limiter.hit(key.id, key.rateLimitRpm, requestId)).catch(() => null);
+  if (decision && !decision.allowed) return rateLimited(decision);
+  return { error: refused, limit: decision };
+}
+
+function rateLimited(decision: LimitDecision): Refusal {
+  return { error: new GatewayError('rate_limited', `Rate limit exceeded (${decision.limit} RPM)`, { retryAfterS: decision.resetS }), limit: decision };
+}
+
+function isUpload(req: IncomingMessage, path: string): boolean {
+  const type = req.headers['content-type'];
+  return /\/audio\/transcriptions$/.test(path) && typeof type === 'string' && type.toLowerCase().startsWith('multipart/');
 }
 
 function tooLargeDeclared(req: IncomingMessage, path: string, config: GatewayConfig): GatewayError | null {
