@@ -97,6 +97,11 @@ describe('an error answer to a request without a body keeps the connection open'
     const noneB = await c.send(`${post.replace('/v1/', '/alt/v1/')}\r\n`);
     expect([noneB.status, JSON.parse(noneB.body).error.code]).toEqual([400, 'invalid_request']);
     expect(noneB.head).not.toMatch(/\r\nconnection: close/i);
+    // Each says so as every answer on a kept-alive connection does, with the idle timeout (README: 72 s).
+    for (const a of [none, empty, broken, noneB]) {
+      expect(a.head).toMatch(/\r\nconnection: keep-alive\r\n/i);
+      expect(a.head).toMatch(/\r\nkeep-alive: timeout=72(\r\n|$)/i);
+    }
     const ok = await c.send(`GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`);
     expect(ok.status).toBe(200);
     c.socket.end();

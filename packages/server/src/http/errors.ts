@@ -142,7 +142,11 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
   // Fastify closes after any body parser error (an empty or invalid JSON body), in case more of the body is to come;
   // setAnswerHeaders closes when some of it is unread, so with the body read to its end, or none sent, the client
   // keeps its connection. Here rather than in onSend: only an error can carry it, and every answer goes through onSend.
-  reply.removeHeader('connection');
+  // Said as every other answer says it: a removed header would make Node send neither it nor Keep-Alive's timeout.
+  if (reply.getHeader('connection') === 'close' && reply.raw.shouldKeepAlive) {
+    reply.header('connection', 'keep-alive');
+    reply.header('keep-alive', `timeout=${Math.floor(request.server.server.keepAliveTimeout / 1000)}`);
+  }
   for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
   if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
   // Errors a retry cannot fix: the OpenAI SDK retries every 5xx (and would spend the key's limit on each) unless told not to.

@@ -94,7 +94,10 @@ export function setAnswerHeaders(services: Services, request: FastifyRequest, re
   // answer given from a synchronous hook: a 401, a 404): nothing of it is left to read, so the connection stays open.
   const bodyUnread = !request.raw.complete && mayCarryBody(request.raw.headers);
   if (bodyUnread) lingerOnClose(request.raw);
-  if (services.lifecycle.draining || bodyUnread) reply.header('connection', 'close');
+  if (services.lifecycle.draining || bodyUnread) {
+    reply.header('connection', 'close');
+    reply.removeHeader('keep-alive');
+  }
 }
 
 /** RFC 9112 6.3: a request has a body only when it carries Transfer-Encoding or a non-zero Content-Length. */
