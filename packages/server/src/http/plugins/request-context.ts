@@ -42,9 +42,10 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     (reply.raw as ResponseOfRequest)[kGatewayRequest] = request;
     reply.header(H.requestId, request.id);
     services.lifecycle.inFlight++;
+    const watched = unsentAnswers.watch(reply.raw, request.log);
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
-      unsentAnswers.forget(reply.raw);
+      unsentAnswers.forget(watched);
       const ms = performance.now() - request.gw.startedAt;
       const raw = request.gw.answeredRaw;
       // Answered on the connection itself (its body not received in time): not a client that left.
@@ -59,7 +60,6 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const status = raw ?? (gone ? 499 : reply.raw.statusCode);
       services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, ms / 1000);
     });
-    unsentAnswers.watch(reply.raw, request.log);
     // HTTP/1.1 requires Host (RFC 9112: 400 without it); Node's own check answers without a body, so it is done here.
     if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
       done(new GatewayError('validation', 'An HTTP/1.1 request must carry a Host header.'));
