@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import type { IncomingMessage } from 'node:http';
 import { Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +20,7 @@ import { noRouteError } from './http/no-route.js';
 import { openApiRoutes, registerOpenApi } from './http/openapi.js';
 import { registerRequestContext } from './http/plugins/request-context.js';
 import { publicApi } from './http/public-api.js';
+import { RawAnswers } from './http/raw-answers.js';
 import { adminRoutes } from './http/routes/admin.js';
 import { opsRoutes } from './http/routes/ops.js';
 import type { Services } from './http/services.js';
@@ -174,7 +176,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     registerSecret(p.apiKey);
     adapters.set(p.id, createAdapter(p));
   }
-  const app = buildFastify(config, options.logger ?? true);
+  const metrics = new Metrics();
+  const rawAnswers = new RawAnswers(metrics);
+  const app = buildFastify(config, options.logger ?? true, rawAnswers);
+  rawAnswers.logTo(app.log);
   const registry = new ModelRegistry(catalogue, adapters, (provider, err, kept) =>
     app.log.warn(
       { provider },
@@ -195,11 +200,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   };
   tellUnlisted(firstRebuild);
   registry.onRebuilt(tellUnlisted);
-  const metrics = new Metrics();
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
-  checkBeforeContinue(app.server, auth, limiter, config);
-  app.server.on('connect', (_req, socket: Socket) => refuseConnect(socket));
+  checkBeforeContinue(app.server, auth, limiter, config, rawAnswers);
+  app.server.on('connect', (req: IncomingMessage, socket: Socket) => refuseConnect(req, socket, rawAnswers));
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
   // One directory per database, so that two gateways sharing GW_DATA_DIR with different databases never store each other's records.
   const spill = await openUsageSpill(join(config.dataDir, 'usage-spill', config.databaseUrl ? databaseTag(config.databaseUrl) : 'embedded'), app.log);
@@ -347,7 +351,7 @@ async function closeStore(store: Store): Promise<void> {
   }
 }
 
-function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
+function buildFastify(config: GatewayConfig, logger: boolean, rawAnswers: RawAnswers): FastifyInstance {
   return Fastify({
     logger: logger
       ? {
@@ -379,7 +383,7 @@ function buildFastify(config: GatewayConfig, logger: boolean): FastifyInstance {
     // Model ids travel in paths (GET /alt/v1/models/{id}): a long one is a 404 model_not_found, not a framework 414.
     routerOptions: { maxParamLength: 1000 },
     frameworkErrors,
-    clientErrorHandler,
+    clientErrorHandler: clientErrorHandler(rawAnswers),
     genReqId: () => newRequestId(),
     requestIdHeader: false,
     // Our own 503 while draining (request-context.ts), in the variant's envelope with Retry-After, not Fastify's bare one.

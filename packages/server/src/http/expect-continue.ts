@@ -10,8 +10,30 @@ import { errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
 import { lingerOnClose } from './lingering-close.js';
 import { declaredTooLarge, tooLarge } from './multipart-spool.js';
+import type { RawAnswers } from './raw-answers.js';
 import { pendingRouteError } from './routes/not-implemented.js';
 import { serverTiming } from './server-timing.js';
+
+/** A refusal, with the limiter's decision when the request met the limiter (its X-RateLimit-* headers go with it). */
+interface Refusal {
+  error: GatewayError;
+  limit: LimitDecision | null;
+}
+
+/** A refusal decided before the body was asked for, handed to the routes' first hook (request-context.ts) to answer. */
+export interface RefusedBeforeContinue {
+  error: GatewayError;
+  /** When the request's head arrived: its Server-Timing and logged time include the checks made before it reached Fastify. */
+  startedAt: number;
+}
+
+const kRefused = Symbol('gw.refusedBeforeContinue');
+type RefusableRequest = IncomingMessage & { [kRefused]?: RefusedBeforeContinue };
+
+/** The refusal checkContinue decided for this request, if any. */
+export function refusedBeforeContinue(req: IncomingMessage): RefusedBeforeContinue | undefined {
+  return (req as RefusableRequest)[kRefused];
+}
 
 /**
  * `Expect: 100-continue` (curl sends it for any body over 1 MB, such as an audio upload): the key, the
@@ -19,33 +41,22 @@ import { serverTiming } from './server-timing.js';
  * send its body, so a wrong key, a file over the limit or an upload of a key over its limit is refused
  * without the upload. Node would otherwise answer 100 at once.
  */
-
-/** A refusal, with the limiter's decision when the request met the limiter (its X-RateLimit-* headers go with it). */
-interface Refusal {
-  error: GatewayError;
-  limit: LimitDecision | null;
-}
-export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, limiter: RateLimiter, config: GatewayConfig): void {
+export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, limiter: RateLimiter, config: GatewayConfig, observe: RawAnswers): void {
   // An expectation other than 100-continue cannot be met (RFC 9110: 417), answered in the envelope rather than Node's bare 417.
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     const refused = new GatewayError('validation', `The Expect header '${String(req.headers.expect).slice(0, 80)}' cannot be met: only 100-continue is.`);
-    refuse(req, res, { error: refused, limit: null }, performance.now(), newRequestId(), 417);
+    refuse417(req, res, refused, performance.now(), observe);
   });
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     const startedAt = performance.now();
-    const requestId = newRequestId();
-    void refusal(req, auth, limiter, config, requestId).then((refused) => {
-      if (refused) return refuse(req, res, refused, startedAt, requestId);
-      res.writeContinue();
+    void refusal(req, auth, limiter, config, newRequestId()).then((refused) => {
+      // A refusal is answered by the routes, without the 100, as every other answer is: so it is counted in /metrics under
+      // its route, logged with the request id the client gets, and carries the same headers as without Expect.
+      if (refused) (req as RefusableRequest)[kRefused] = { error: withLimitHeaders(refused), startedAt };
+      else res.writeContinue();
       server.emit('request', req, res);
     });
   });
-}
-
-/** A refusal, with the limiter's decision when the request was counted (its headers go on the answer). */
-interface Refusal {
-  error: GatewayError;
-  limit: LimitDecision | null;
 }
 
 async function refusal(
@@ -99,31 +110,33 @@ function tooLargeDeclared(req: IncomingMessage, path: string, config: GatewayCon
   return null;
 }
 
-function refuse(
-  req: IncomingMessage,
-  res: ServerResponse,
-  { error: refused, limit }: Refusal,
-  startedAt: number,
-  requestId: string,
-  statusOverride?: number,
-): void {
-  const { status: envelopeStatus, body } = errorEnvelope(refused, variantOfUrl(req.url ?? ''));
-  const status = statusOverride ?? envelopeStatus;
-  // The body was never asked for: the connection cannot be reused. A client may send it without waiting for 100
-  // (RFC 9110 10.1.1), so what it sends is read and dropped after the answer: closed at once, the connection is
-  // reset under the client's writes and the answer lost with it.
+/** The 417, answered here: Node asks for it before there is a request for the routes to take. */
+function refuse417(req: IncomingMessage, res: ServerResponse, refused: GatewayError, startedAt: number, observe: RawAnswers): void {
+  const variant = variantOfUrl(req.url ?? '');
+  const { body } = errorEnvelope(refused, variant);
+  const requestId = newRequestId();
+  // The body was never asked for: the connection cannot be reused. A client may send it anyway (RFC 9110 10.1.1), so what
+  // it sends is read and dropped after the answer: closed at once, the connection is reset under the client's writes.
   lingerOnClose(req);
-  res.writeHead(status, {
+  res.writeHead(417, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),
     [H.requestId]: requestId,
     [H.serverTiming]: serverTiming(performance.now() - startedAt, 0),
-    ...(refused.code === 'store_unavailable' ? { [H.retryAfter]: '1' } : {}),
-    ...(refused.retryAfterS !== undefined ? { [H.retryAfter]: String(refused.retryAfterS) } : {}),
-    ...(limit === null ? {} : limitHeaders(limit)),
     connection: 'close',
   });
   res.end(body);
+  observe.answered({ requestId, status: 417, variant, startedAt, method: req.method, url: req.url });
+}
+
+/** The refusal's error, carrying the limiter's headers when it met the limiter (as plugins/rate-limit.ts sets them on every counted answer). */
+function withLimitHeaders({ error, limit }: Refusal): GatewayError {
+  if (limit === null) return error;
+  return new GatewayError(error.code, error.message, {
+    param: error.param,
+    ...(error.retryAfterS === undefined ? {} : { retryAfterS: error.retryAfterS }),
+    headers: { ...error.headers, ...limitHeaders(limit) },
+  });
 }
 
 /** The limiter's headers, as plugins/rate-limit.ts sets them on every counted answer. */

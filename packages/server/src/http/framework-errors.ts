@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { H, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
@@ -5,6 +6,7 @@ import { GatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
 import { kGatewayRequest, type ResponseOfRequest } from './context.js';
 import { errorEnvelope, sendError, toGatewayError } from './errors.js';
+import type { RawAnswers } from './raw-answers.js';
 import { serverTiming } from './server-timing.js';
 
 /** Under /alt (variant B's mount) even an unknown path answers in B's envelope. */
@@ -30,60 +32,70 @@ export function frameworkErrors(err: FastifyError, request: FastifyRequest, repl
 /**
  * What Node's HTTP parser refuses before there is a request (malformed or smuggling-shaped framing,
  * oversized headers, a request not sent in time): answered in variant A's envelope, since the path
- * may not be known, and the connection closed.
+ * may not be known, and the connection closed. `raw` counts and logs the answers no request object carries.
  */
-export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed) return;
-  // The client closed its side in the middle of a request (its body cut off): it gave up, and nobody reads an
-  // answer. Closed unanswered, the request is counted and logged as a client that left (499), not as a 400.
-  if (err.code === 'HPE_INVALID_EOF_STATE') {
-    socket.destroy();
-    return;
-  }
-  const startedAt = performance.now();
-  const error =
-    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-      ? new GatewayError('request_timeout', 'The request was not received in time (GW_REQUEST_TIMEOUT_MS); the connection is closed.')
-      : err.code === 'HPE_HEADER_OVERFLOW'
-        ? new GatewayError('headers_too_large', 'The request headers are larger than this gateway accepts.')
-        : new GatewayError('validation', 'The request is not valid HTTP/1.1.');
-  // A request whose head arrived (its body did not, in time) is named: its id, its variant, its status in the
-  // metrics and the log. Before its head, the path is not known: variant A's envelope and a new id.
-  const answering = (socket as Socket & { _httpMessage?: ({ headersSent?: boolean } & ResponseOfRequest) | null })._httpMessage;
-  // Only the request still being read: with pipelining the connection's answer may be an earlier request's, read whole
-  // and in its handler (a budget hold, an upstream call), while a later one's body is what ran out of time. Naming that
-  // earlier one would skip its recording as a client gone (request-context.ts): its hold kept, no usage record.
-  const named = answering?.[kGatewayRequest];
-  const request = named && !named.raw.complete ? named : undefined;
-  const variant = request ? variantOfUrl(request.url) : 'a';
-  const { status, body } = errorEnvelope(error, variant);
-  // Only while no answer has begun on the connection (as Node's own handler): bytes after a streamed answer's
-  // headers would land inside its body.
-  if (!answering?.headersSent) {
-    if (request) {
-      request.gw.answeredRaw = status;
-      request.gw.variant = variant;
+export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException, socket: Socket) => void {
+  return (err, socket) => {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    // The client closed its side in the middle of a request (its body cut off): it gave up, and nobody reads an
+    // answer. Closed unanswered, the request is counted and logged as a client that left (499), not as a 400.
+    if (err.code === 'HPE_INVALID_EOF_STATE') {
+      socket.destroy();
+      return;
     }
-    writeRawAnswer(socket, status, body, startedAt, request?.id);
-  }
-  socket.destroy();
+    const error =
+      err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? new GatewayError('request_timeout', 'The request was not received in time (GW_REQUEST_TIMEOUT_MS); the connection is closed.')
+        : err.code === 'HPE_HEADER_OVERFLOW'
+          ? new GatewayError('headers_too_large', 'The request headers are larger than this gateway accepts.')
+          : new GatewayError('validation', 'The request is not valid HTTP/1.1.');
+    // A request whose head arrived (its body did not, in time) is named: its id, its variant, its status in the
+    // metrics and the log. Before its head, the path is not known: variant A's envelope and a new id.
+    const answering = (socket as Socket & { _httpMessage?: ({ headersSent?: boolean } & ResponseOfRequest) | null })._httpMessage;
+    // Only the request still being read: with pipelining the connection's answer may be an earlier request's, read whole
+    // and in its handler (a budget hold, an upstream call), while a later one's body is what ran out of time. Naming that
+    // earlier one would skip its recording as a client gone (request-context.ts): its hold kept, no usage record.
+    const named = answering?.[kGatewayRequest];
+    const request = named && !named.raw.complete ? named : undefined;
+    const variant = request ? variantOfUrl(request.url) : 'a';
+    const { status, body } = errorEnvelope(error, variant);
+    // Only while no answer has begun on the connection (as Node's own handler): bytes after a streamed answer's
+    // headers would land inside its body.
+    if (!answering?.headersSent) {
+      if (request) {
+        // Counted and logged as it closes (request-context.ts); timed from its head, as its wait was (a 408 comes seconds after it).
+        request.gw.answeredRaw = status;
+        request.gw.variant = variant;
+        writeRawAnswer(socket, status, body, request.gw.startedAt, request.id);
+      } else {
+        const startedAt = performance.now();
+        const requestId = newRequestId();
+        if (writeRawAnswer(socket, status, body, startedAt, requestId)) raw.answered({ requestId, status, variant, startedAt });
+      }
+    }
+    socket.destroy();
+  };
 }
 
 /** CONNECT (a tunnel): not something this gateway does; answered in the envelope, then the connection closed (Node would close it unanswered). */
-export function refuseConnect(socket: Socket): void {
+export function refuseConnect(req: IncomingMessage, socket: Socket, raw: RawAnswers): void {
+  const startedAt = performance.now();
+  const requestId = newRequestId();
   const { body } = errorEnvelope(new GatewayError('validation', 'CONNECT is not supported: this is an HTTP API, not a proxy.'), 'a');
-  writeRawAnswer(socket, 405, body, performance.now());
+  if (writeRawAnswer(socket, 405, body, startedAt, requestId))
+    raw.answered({ requestId, status: 405, variant: 'a', startedAt, method: req.method, url: req.url });
   socket.destroy();
 }
 
-/** An error answer written straight to a socket that has no request object (yet): the headers every answer carries, then close. */
-function writeRawAnswer(socket: Socket, status: number, body: string, startedAt: number, requestId = newRequestId()): void {
-  if (!socket.writable) return;
+/** An error answer written straight to a socket that has no request object (yet): the headers every answer carries, then close. False if it could not be. */
+function writeRawAnswer(socket: Socket, status: number, body: string, startedAt: number, requestId: string): boolean {
+  if (!socket.writable) return false;
   socket.write(
     `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
       `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${requestId}\r\n` +
       `${H.serverTiming}: ${serverTiming(performance.now() - startedAt, 0)}\r\nconnection: close\r\n\r\n${body}`,
   );
+  return true;
 }
 
 const STATUS_TEXT: Record<number, string> = {

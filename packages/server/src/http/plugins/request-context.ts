@@ -2,6 +2,7 @@ import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { kGatewayRequest, type ResponseOfRequest } from '../context.js';
+import { refusedBeforeContinue } from '../expect-continue.js';
 import { lingerOnClose } from '../lingering-close.js';
 import { UnsentAnswers } from '../send-timeout.js';
 import { serverTiming } from '../server-timing.js';
@@ -60,6 +61,13 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const status = raw ?? (gone ? 499 : reply.raw.statusCode);
       services.metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.gw.variant, status, ms / 1000);
     });
+    // Refused before its body was asked for (Expect: 100-continue): answered here, as any refusal, timed from its head.
+    const refused = refusedBeforeContinue(request.raw);
+    if (refused !== undefined) {
+      request.gw.startedAt = refused.startedAt;
+      done(refused.error);
+      return;
+    }
     // HTTP/1.1 requires Host (RFC 9112: 400 without it); Node's own check answers without a body, so it is done here.
     if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
       done(new GatewayError('validation', 'An HTTP/1.1 request must carry a Host header.'));
