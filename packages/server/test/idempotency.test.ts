@@ -156,6 +156,49 @@ describe('X-Idempotency-Key', () => {
     expect(await usageOf([gw], own.id)).toHaveLength(1);
   });
 
+  it('a keyed request whose client leaves (the SDK timing out and retrying) runs on: the retry replays its answer, one set of upstream calls, billed once', async () => {
+    // An embeddings batch Mistral is sent in 5 calls, each paid as it answers, and a chat completion; each slower than the SDK's timeout.
+    const chunks = Array.from({ length: 100 }, (_, i) => `chunk ${String(i).padStart(3, '0')} `.padEnd(2000, 'abcd'));
+    sim.providers.mistral?.configure({ latencyMs: 250 });
+    sim.providers.scaleway?.configure({ latencyMs: 900 });
+    sim.providers.cohere?.configure({ latencyMs: 900 });
+    type Billed = { usage?: { prompt_tokens: number }; meta?: { billed_units: { search_units: number } } };
+    const cases = [
+      {
+        provider: 'mistral',
+        endpoint: 'embeddings',
+        calls: 5,
+        ask: (c: OpenAI) => c.embeddings.create({ model: 'mistral/embed', input: chunks }).withResponse(),
+      },
+      { provider: 'scaleway', endpoint: 'chat', calls: 1, ask: (c: OpenAI) => c.chat.completions.create(chatBody('Answer me once')).withResponse() },
+      {
+        provider: 'cohere',
+        endpoint: 'rerank',
+        calls: 1,
+        ask: (c: OpenAI) =>
+          c.post<Billed>('/rerank', { body: { model: 'cohere/rerank-v3.5', query: 'Capital of France?', documents: ['Paris', 'Lyon'] } }).withResponse(),
+      },
+    ];
+    for (const { provider, endpoint, calls, ask } of cases) {
+      const own = await gw.createKey({ rateLimitRpm: 1000, budget: 1 });
+      const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseA, maxRetries: 1, timeout: 600, defaultHeaders: { 'X-Idempotency-Key': fresh() } });
+      const { data, response } = await ask(client);
+      expect(response.headers.get('idempotent-replayed'), endpoint).toBe('true');
+      expect(sim.providers[provider]?.stats().byEndpoint[endpoint], endpoint).toBe(calls);
+      const records = await usageOf([gw], own.id);
+      // Recorded as a client that left (it did), at the whole cost, which the replay's usage says.
+      expect(
+        records.map((r) => [r.status, r.errorCode]),
+        endpoint,
+      ).toEqual([[499, 'client_closed']]);
+      const billed = data as Billed;
+      expect([records[0]?.promptTokens, records[0]?.units], endpoint).toEqual([billed.usage?.prompt_tokens ?? 0, billed.meta?.billed_units.search_units ?? 0]);
+      expect(records[0]?.cost, endpoint).toBeGreaterThan(0);
+      const { body: spent } = await gw.admin<{ spent: number }>('GET', `/keys/${own.id}`);
+      expect(spent.spent, endpoint).toBeCloseTo(records[0]?.cost ?? -1, 12);
+    }
+  });
+
   it('a repeat that waits longer than its bound gets 409 with Retry-After, then the answer once it is there', async () => {
     const own = await impatient.createKey({ rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 800 });

@@ -28,9 +28,11 @@ export interface RequestState {
   /** The model a counted request named: a 429 answered before the handler's usage draft is recorded under it. */
   countedModel: RegistryModel | null;
   /**
-   * A stream with an idempotency key goes on when its client leaves before
-   * the first byte (a retry with the key gets it whole), and its session
-   * records it; any other request is recorded when its client leaves.
+   * A request with an idempotency key goes on when its client leaves (a
+   * retry with the key gets its answer, where stopping it had the retry
+   * run, and be billed, again): a stream's session records it, any other
+   * request is recorded once its answer is ready (idempotency.ts). A
+   * request without one is recorded when its client leaves.
    */
   outlivesClient: boolean;
   /** The status of an answer written straight to the connection, past Fastify (a 408 for a body not received in time). */

@@ -114,6 +114,26 @@ export function clientAbortSignal(services: Services, reply: FastifyReply, whenC
 }
 
 /**
+ * The signal of a route's upstream calls: a request with X-Idempotency-Key outlives its client (RequestState's
+ * outlivesClient), so that the retry the key was sent for (an SDK's after its timeout) waits for this answer and
+ * replays it, rather than find the key released and run the calls again, paid twice; a shutdown still stops it.
+ * Disarm it once the calls are over.
+ */
+export function keyedRequestSignal(services: Services, request: FastifyRequest, reply: FastifyReply): CancelSignal & { disarm(): void } {
+  request.gw.outlivesClient = request.headers[H.idempotencyKey] !== undefined;
+  return clientAbortSignal(services, reply, !request.gw.outlivesClient);
+}
+
+/** `run`'s calls, their signal disarmed once they are over (one that outlives its client is kept until then). */
+export async function disarmedAfter<T>(signal: { disarm(): void }, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } finally {
+    signal.disarm();
+  }
+}
+
+/**
  * The calls this instance has waiting on a provider for an answer not yet begun, so that a shutdown about to run out of
  * time can answer them (app.ts): each one ends with the shutdown's error (a 503 the client retries elsewhere), is
  * recorded, and lets its budget hold go, where the process's exit would have reset its connection with nothing written.

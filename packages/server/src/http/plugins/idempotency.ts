@@ -8,6 +8,7 @@ import { endedByShutdown } from '../../streaming/sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { REPLAYED_HEADERS, replayable, sendReplay } from '../idempotent-replay.js';
 import type { Services } from '../services.js';
+import { recordOutlivedClient } from './usage-recording.js';
 
 /** How long archiving a finished stream's events may take. */
 const ARCHIVE_TIMEOUT_MS = 30_000;
@@ -49,6 +50,8 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     const claim = claims.get(request);
     if (!claim) return done(null, payload);
     claims.delete(request);
+    // A keyed request runs on when its client leaves: with its answer ready, it is recorded now.
+    recordOutlivedClient(services, request, reply);
     void settle(services, request, reply, payload, claim)
       .catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'idempotency: storing the answer failed'))
       .then(() => done(null, payload));

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { errorSummary } from '../../lib/error-summary.js';
 import type { Services } from '../services.js';
+import { leftBeforeAnswer } from '../upstream-call.js';
 
 /** One usage record per authenticated model request, success or not, written in batches. */
 export function registerUsageRecording(app: FastifyInstance, services: Services): void {
@@ -27,6 +28,17 @@ export function recordClientGone(services: Services, request: FastifyRequest): v
   if (request.gw.outlivesClient || (request.gw.usage === null && request.gw.reservation === null)) return;
   request.gw.errorCode = 'client_closed';
   record(services, request, CLIENT_CLOSED_STATUS);
+}
+
+/**
+ * A request that outlived its client (X-Idempotency-Key) and whose answer is now ready: recorded as the client's
+ * leaving, at what it cost, since no onResponse comes for an answer nobody takes. A stream that began is its
+ * session's to record (its draft is off the request).
+ */
+export function recordOutlivedClient(services: Services, request: FastifyRequest, reply: FastifyReply): void {
+  if (!request.gw.outlivesClient || !leftBeforeAnswer(reply.raw)) return;
+  request.gw.outlivesClient = false;
+  recordClientGone(services, request);
 }
 
 function recordUsage(services: Services, request: FastifyRequest, reply: FastifyReply): void {

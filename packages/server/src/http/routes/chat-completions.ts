@@ -13,7 +13,7 @@ import { resolveModel, routeOptions } from '../model-access.js';
 import { applyRateLimit } from '../plugins/rate-limit.js';
 import { billedCompletionTokens } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
-import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import { callUpstream, clientAbortSignal, disarmedAfter, setRoutingHeaders } from '../upstream-call.js';
 import { resumeStream, startStream } from './chat-stream.js';
 import type { RouteDocs } from './docs.js';
 
@@ -74,7 +74,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       request.gw.usage = newUsageDraft('chat', model.id);
       // A stream refused or failed before its first event is recorded as the stream it was asked to be.
       if (body.stream === true) request.gw.usage.streamed = true;
-      request.gw.outlivesClient = body.stream === true && request.headers[H.idempotencyKey] !== undefined;
+      // With an idempotency key it runs on when its client leaves (the retry gets its answer); set before the hold for the same reason.
+      request.gw.outlivesClient = request.headers[H.idempotencyKey] !== undefined;
       const lastEventId = request.headers['last-event-id'];
       if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
         await applyRateLimit(request, reply);
@@ -100,10 +101,12 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         const stream = { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice, choices: body.n ?? 1 };
         return startStream(services, request, reply, stream);
       }
-      const signal = clientAbortSignal(services, reply);
-      const result = await executePlan(plan, (offer: Offer) =>
-        callUpstream(services, request, offer, (adapter) =>
-          adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
+      const signal = clientAbortSignal(services, reply, !request.gw.outlivesClient);
+      const result = await disarmedAfter(signal, () =>
+        executePlan(plan, (offer: Offer) =>
+          callUpstream(services, request, offer, (adapter) =>
+            adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
+          ),
         ),
       );
       const completion: ChatCompletion = { ...result.value, model: model.id };

@@ -12,7 +12,7 @@ import { growBudgetHold, reserveBudget } from '../budget.js';
 import { newUsageDraft, type UsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
-import { callUpstreamPaidInParts, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import { callUpstreamPaidInParts, keyedRequestSignal, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
 export const EmbeddingsBody = Type.Object(
@@ -71,15 +71,18 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
       const options = routeOptions(services, request);
       const promptTokens = estimateTokens(input, 3);
       const plan = planOffers(model, options, { promptTokens, maxTokens: 0 });
-      const settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, input) : null;
+      // Set before anything is awaited, so that a client leaving meanwhile leaves a keyed request running, recorded at its end.
+      const signal = keyedRequestSignal(services, request, reply);
+      let settleBeta: ((tokens: number) => Promise<void>) | null = null;
       try {
+        settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, input) : null;
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000)));
         const upstream: EmbeddingsRequest = {
           input,
           ...(body.dimensions === undefined ? {} : { dimensions: body.dimensions }),
           ...(body.input_type ? { inputType: body.input_type } : {}),
         };
-        const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
+        const call = { signal, requestId: request.id };
         // What failed attempts were paid for is billed on top of the answer: the hold grows by it before a failover.
         let partsHeld = 0;
         const holdParts = async () => {
@@ -103,6 +106,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
         // The answer's usage is what the request is billed, batches of a failed attempt included, as a client adds it up.
         return render(model, { ...result, promptTokens: usage.promptTokens }, body.encoding_format ?? 'float');
       } finally {
+        signal.disarm();
         // The window counts every token sent upstream, those of a failed attempt's paid batches too.
         await settleBeta?.(usage.promptTokens);
       }

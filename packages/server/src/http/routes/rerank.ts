@@ -13,7 +13,7 @@ import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
 import { rerankBill, rerankTokenEstimate, type UnitBill } from '../unit-billing.js';
-import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import { callUpstream, disarmedAfter, keyedRequestSignal, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
 /** A document: a string, or Cohere's object form (string fields; `text` unless `rank_fields` names others). */
@@ -70,17 +70,21 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const plan = planOffers(servable, options, { promptTokens: 0, maxTokens: 0 });
       const units = worstSearchUnits(body.query, texts);
       const tokens = rerankTokenEstimate(body.query, texts);
-      await reserveBudget(services, request, Math.max(0, ...plan.map((o) => rerankBill(o.pricing, units, tokens).cost)));
-      const upstream: RerankRequest = {
-        query: body.query,
-        documents: texts,
-        ...(body.top_n === undefined ? {} : { topN: body.top_n }),
-        ...(body.max_tokens_per_doc === undefined ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
-      };
-      const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
-      const done = await executePlan(plan, (offer) =>
-        callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
-      );
+      // Set before the hold, so that a client leaving during it leaves a keyed request running, recorded at its end.
+      const signal = keyedRequestSignal(services, request, reply);
+      const done = await disarmedAfter(signal, async () => {
+        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => rerankBill(o.pricing, units, tokens).cost)));
+        const upstream: RerankRequest = {
+          query: body.query,
+          documents: texts,
+          ...(body.top_n === undefined ? {} : { topN: body.top_n }),
+          ...(body.max_tokens_per_doc === undefined ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
+        };
+        const call = { signal, requestId: request.id };
+        return executePlan(plan, (offer) =>
+          callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+        );
+      });
       const billed = bill(request, done.offer, done.value, tokens);
       setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
       const ranked = [...done.value.results].sort((x, y) => y.relevanceScore - x.relevanceScore).slice(0, body.top_n ?? texts.length);
