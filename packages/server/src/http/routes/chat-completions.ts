@@ -13,7 +13,7 @@ import { resolveModel, routeOptions } from '../model-access.js';
 import { applyRateLimit } from '../plugins/rate-limit.js';
 import { billedCompletionTokens } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
-import { callUpstream, clientAbortSignal, disarmedAfter, setRoutingHeaders } from '../upstream-call.js';
+import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import { resumeStream, startStream } from './chat-stream.js';
 import type { RouteDocs } from './docs.js';
 
@@ -101,14 +101,19 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         const stream = { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice, choices: body.n ?? 1 };
         return startStream(services, request, reply, stream);
       }
-      const signal = clientAbortSignal(services, reply, !request.gw.outlivesClient);
-      const result = await disarmedAfter(signal, () =>
-        executePlan(plan, (offer: Offer) =>
+      const outlives = request.gw.outlivesClient;
+      const signal = clientAbortSignal(services, reply, !outlives);
+      let result: Awaited<ReturnType<typeof executePlan<ChatCompletion>>>;
+      try {
+        result = await executePlan(plan, (offer: Offer) =>
           callUpstream(services, request, offer, (adapter) =>
             adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
           ),
-        ),
-      );
+        );
+      } finally {
+        // Only a signal that outlives its client stays among the waiting calls until disarmed; the others leave at 'close'.
+        if (outlives) signal.disarm();
+      }
       const completion: ChatCompletion = { ...result.value, model: model.id };
       // A provider that reported no usage: answered and billed at the gateway's estimate, as a stream is.
       completion.usage ??= estimatedUsage(promptTokens, answeredChars(completion), size.maxTokens);
