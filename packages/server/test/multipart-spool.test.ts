@@ -100,6 +100,21 @@ describe('the streaming multipart reader', () => {
     await expect(pending).rejects.toBeInstanceOf(GatewayError);
     expect(readdirSync(root)).toEqual([]);
   });
+
+  it('a held spool outlives its connection until its holder releases it; one gone already cannot be held', async () => {
+    const spool = new UploadSpool(root);
+    const path = await spool.newFile();
+    writeFileSync(path, 'RIFF');
+    expect(spool.hold()).toBe(true);
+    // The connection closes: the request that held it still reads it.
+    await spool.release();
+    expect(readFileSync(path, 'utf8')).toBe('RIFF');
+    await spool.release();
+    expect(readdirSync(root)).toEqual([]);
+    const gone = new UploadSpool(root);
+    await gone.release();
+    expect(gone.hold()).toBe(false);
+  });
 });
 
 describe('sweeping upload folders no request can own any more', () => {

@@ -6,8 +6,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { gzipSync } from 'node:zlib';
 import { type Simulator, startSimulator } from '@gw/simulator';
-import type OpenAI from 'openai';
-import { toFile } from 'openai';
+import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
 import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
@@ -141,6 +140,61 @@ describe('POST /v1/audio/transcriptions through the official openai SDK', () => 
     >;
     expect([err.status, err.code]).toEqual([502, 'provider_down']);
     await eventually(() => expect(spools()).toEqual([]));
+  });
+
+  it('a keyed transcription whose client leaves (the SDK timing out and retrying) runs on, a failover reading its spool: the retry replays it, billed once, no spool left', async () => {
+    // Slower than the SDK's timeout: Whisper on Scaleway, and Voxtral on Mistral failing (503) late, then sent to Scaleway.
+    const cases = [
+      { model: 'openai/whisper-large-v3', calls: { scaleway: 1 }, slow: () => sim.providers.scaleway?.configure({ latencyMs: 900 }) },
+      {
+        model: 'mistral/voxtral-mini',
+        calls: { mistral: 1, scaleway: 1 },
+        slow: () => {
+          sim.providers.mistral?.configure({ latencyMs: 900 });
+          sim.providers.mistral?.setFault({ kind: 'status', status: 503 });
+        },
+      },
+    ];
+    const fast = () => {
+      for (const p of ['mistral', 'scaleway']) sim.providers[p]?.configure({ latencyMs: 0 });
+    };
+    try {
+      for (const { model, calls, slow } of cases) {
+        resetProviders(sim);
+        fast();
+        slow();
+        const own = await gw.createKey({ rateLimitRpm: 1000, budget: 1 });
+        const idem = `transcribe-${model}-${Date.now()}`;
+        const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseA, maxRetries: 1, timeout: 600, defaultHeaders: { 'X-Idempotency-Key': idem } });
+        // Settled either way, so that a retry run again shows as the provider calls it made.
+        const answer = await client.audio.transcriptions
+          .create({ file: await audio(), model })
+          .withResponse()
+          .catch((err: Error) => err);
+        const made = { mistral: sim.providers.mistral?.stats().byEndpoint.transcriptions, scaleway: sim.providers.scaleway?.stats().byEndpoint.transcriptions };
+        expect(made, model).toEqual({ mistral: undefined, scaleway: undefined, ...calls });
+        if (answer instanceof Error) throw answer;
+        expect([answer.response.headers.get('idempotent-replayed'), answer.data.text], model).toEqual([
+          'true',
+          'Simulated transcript of 3.5 seconds of audio.',
+        ]);
+        // The answer came from the whole upload, read again from the spool after the client had left.
+        expect((sim.providers.scaleway?.stats().last?.body as { files: { size: number }[] } | undefined)?.files[0]?.size, model).toBe(wav(3.5).length);
+        await gw.gateway.services.usage.flush();
+        const records = await gw.gateway.services.store.usage.list({ keyId: own.id });
+        // Recorded once, as a client that left (it did), at the whole cost.
+        expect(
+          records.map((r) => [r.status, r.errorCode, r.provider, r.units]),
+          model,
+        ).toEqual([[499, 'client_closed', 'scaleway', 4]]);
+        expect(records[0]?.cost, model).toBeCloseTo(4 * 0.00005, 12);
+        const { body: spent } = await gw.admin<{ spent: number }>('GET', `/keys/${own.id}`);
+        expect(spent.spent, model).toBeCloseTo(records[0]?.cost ?? -1, 12);
+        await eventually(() => expect(spools(), model).toEqual([]));
+      }
+    } finally {
+      fast();
+    }
   });
 });
 

@@ -50,11 +50,14 @@ export interface ParsedForm {
 /**
  * The on-disk home of one request's upload: a `gw-upload-*` folder,
  * removed by `dispose` (idempotent; a folder created after it is removed
- * at once), so the spool never outlives its request.
+ * at once), or once every holder has released it, so the spool never
+ * outlives its request.
  */
 export class UploadSpool {
   private dir: string | null = null;
   private disposed = false;
+  /** Its connection, until it closes; and a request that outlives its client, until its calls are over. */
+  private holders = 1;
   file: SpooledUpload | null = null;
 
   constructor(private readonly root: string) {}
@@ -68,6 +71,22 @@ export class UploadSpool {
       throw new GatewayError('validation', 'The request ended before its upload was read.');
     }
     return join(dir, 'upload');
+  }
+
+  /**
+   * Keeps the upload past its connection's close, until {@link release}d: a request that outlives its client reads it
+   * again on a failover. False when it is gone already (its client left before).
+   */
+  hold(): boolean {
+    if (this.disposed) return false;
+    this.holders++;
+    return true;
+  }
+
+  /** One holder is done with the upload (its connection closed, or its request's calls are over); the last removes it. */
+  release(): Promise<void> {
+    this.holders--;
+    return this.holders > 0 ? Promise.resolve() : this.dispose();
   }
 
   async dispose(): Promise<void> {

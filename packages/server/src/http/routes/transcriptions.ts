@@ -1,6 +1,7 @@
 import { tmpdir } from 'node:os';
+import { H } from '@gw/schema';
 import { type Static, Type } from '@sinclair/typebox';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { errorSummary } from '../../lib/error-summary.js';
@@ -18,12 +19,12 @@ import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
 import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
 import { audioBill, estimatedAudioTokens, type UnitBill, worstAudioTokens } from '../unit-billing.js';
-import { callUpstream, clientAbortSignal, leftBeforeAnswer, setRoutingHeaders } from '../upstream-call.js';
+import { callUpstream, disarmedAfter, keyedRequestSignal, leftBeforeAnswer, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The transcription route's upload spool, removed when the response ends. */
+    /** The transcription route's upload spool, removed when the response ends (a keyed request's: when its calls end, if later). */
     spool: UploadSpool | null;
   }
 }
@@ -62,51 +63,66 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
         }),
       },
       async (request, reply) => {
-        const file = request.spool?.file;
-        if (!file) throw new GatewayError('validation', "Invalid body: 'file' must be an audio file part.", { param: 'file' });
-        // Nothing to transcribe: refused here rather than sent (and billed) to a provider.
-        if (file.size === 0) throw new GatewayError('validation', "Invalid body: 'file' is empty.", { param: 'file' });
-        let head: Buffer;
+        // A keyed request runs on when its client leaves (keyedRequestSignal): its upload stays until its calls are over.
+        const kept = request.headers[H.idempotencyKey] !== undefined && request.spool?.hold() === true ? request.spool : null;
         try {
-          head = await readHead(file.path, file.size);
-        } catch (err) {
-          // The client left meanwhile and its spool went with it: nothing was drafted, so nothing to record.
-          if (leftBeforeAnswer(reply.raw)) return reply;
-          throw err;
+          return await transcribeUpload(services, request, reply);
+        } finally {
+          kept?.release().catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'upload spool removal failed'));
         }
-        // Bytes no provider could decode: refused here rather than sent (and, by a lenient one, billed).
-        const container = audioContainer(head);
-        if (container === null) throw notAudio();
-        const body = request.body;
-        const model = await resolveModel(services, request, body.model, 'audio');
-        const format = body.response_format ?? 'json';
-        const granularities = body.timestamp_granularities ?? [];
-        if (granularities.length > 0 && format !== 'verbose_json') {
-          throw new GatewayError('validation', "Invalid body: 'timestamp_granularities' needs response_format verbose_json.", {
-            param: 'timestamp_granularities',
-          });
-        }
-        // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
-        request.gw.usage = newUsageDraft('audio', model.id);
-        const options = routeOptions(services, request);
-        const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
-        const seconds = worstCaseSeconds(head, file.size);
-        const worstTokens = worstAudioTokens(seconds);
-        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => audioBill(o.pricing, seconds, worstTokens).cost)));
-        const upstream = transcriptionRequest(body, { ...file, filename: upstreamFilename(file.filename, container) }, format !== 'json' && format !== 'text');
-        const call = { signal: clientAbortSignal(services, reply), requestId: request.id };
-        const done = await executePlan(plan, (offer) =>
-          callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
-        );
-        const billed = bill(request, done.offer, done.value);
-        setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
-        const billedTokens = done.offer.pricing.per_unit === undefined ? { input: billed.promptTokens, output: billed.completionTokens } : undefined;
-        const rendered = renderTranscription(done.value, format, { granularities, ...optional(body), ...(billedTokens ? { billedTokens } : {}) });
-        reply.type(rendered.contentType);
-        return typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body);
       },
     );
   });
+}
+
+/** The handler's work: the spooled upload checked, routed, transcribed and rendered. */
+async function transcribeUpload(services: Services, request: FastifyRequest<{ Body: TranscriptionForm }>, reply: FastifyReply): Promise<FastifyReply | string> {
+  const file = request.spool?.file;
+  if (!file) throw new GatewayError('validation', "Invalid body: 'file' must be an audio file part.", { param: 'file' });
+  // Nothing to transcribe: refused here rather than sent (and billed) to a provider.
+  if (file.size === 0) throw new GatewayError('validation', "Invalid body: 'file' is empty.", { param: 'file' });
+  let head: Buffer;
+  try {
+    head = await readHead(file.path, file.size);
+  } catch (err) {
+    // The client left meanwhile and its spool went with it: nothing was drafted, so nothing to record.
+    if (leftBeforeAnswer(reply.raw)) return reply;
+    throw err;
+  }
+  // Bytes no provider could decode: refused here rather than sent (and, by a lenient one, billed).
+  const container = audioContainer(head);
+  if (container === null) throw notAudio();
+  const body = request.body;
+  const model = await resolveModel(services, request, body.model, 'audio');
+  const format = body.response_format ?? 'json';
+  const granularities = body.timestamp_granularities ?? [];
+  if (granularities.length > 0 && format !== 'verbose_json') {
+    throw new GatewayError('validation', "Invalid body: 'timestamp_granularities' needs response_format verbose_json.", {
+      param: 'timestamp_granularities',
+    });
+  }
+  // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
+  request.gw.usage = newUsageDraft('audio', model.id);
+  const options = routeOptions(services, request);
+  const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
+  const seconds = worstCaseSeconds(head, file.size);
+  const worstTokens = worstAudioTokens(seconds);
+  // Set before the hold, so that a client leaving during it leaves a keyed request running, recorded at its end.
+  const signal = keyedRequestSignal(services, request, reply);
+  const done = await disarmedAfter(signal, async () => {
+    await reserveBudget(services, request, Math.max(0, ...plan.map((o) => audioBill(o.pricing, seconds, worstTokens).cost)));
+    const upstream = transcriptionRequest(body, { ...file, filename: upstreamFilename(file.filename, container) }, format !== 'json' && format !== 'text');
+    const call = { signal, requestId: request.id };
+    return executePlan(plan, (offer) =>
+      callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+    );
+  });
+  const billed = bill(request, done.offer, done.value);
+  setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
+  const billedTokens = done.offer.pricing.per_unit === undefined ? { input: billed.promptTokens, output: billed.completionTokens } : undefined;
+  const rendered = renderTranscription(done.value, format, { granularities, ...optional(body), ...(billedTokens ? { billedTokens } : {}) });
+  reply.type(rendered.contentType);
+  return typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body);
 }
 
 function notAudio(): GatewayError {
@@ -119,7 +135,8 @@ function notAudio(): GatewayError {
 
 /**
  * Gives each request of this context a spool (removed when its response
- * closes, sent or cut) and reads multipart bodies into it as they arrive.
+ * closes, sent or cut, or a keyed request's calls are over if later) and
+ * reads multipart bodies into it as they arrive.
  */
 function registerUploadSpool(scope: FastifyInstance, services: Services): void {
   const limit = services.config.uploadLimitBytes;
@@ -129,7 +146,7 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     const spool = new UploadSpool(services.config.uploadDir ?? tmpdir());
     request.spool = spool;
     reply.raw.once('close', () => {
-      spool.dispose().catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'upload spool removal failed'));
+      spool.release().catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'upload spool removal failed'));
     });
   });
   // Only a form: a JSON (or any other) body is the wrong media type here, not a body that fails the form's schema.
