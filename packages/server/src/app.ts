@@ -35,7 +35,7 @@ import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './k
 import type { Bus } from './kv/types.js';
 import { sha256Hex } from './lib/crypto.js';
 import { freeBytes, lowDiskHint } from './lib/disk-room.js';
-import { errorSummary } from './lib/error-summary.js';
+import { errorSummary, warnOnFailure } from './lib/error-summary.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
 import { redactSecrets, registerSecret, urlForLog } from './lib/redact.js';
@@ -271,12 +271,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const stopUploadSweep = scheduleUploadSweep(uploadRoot, staleUploadMs(config, catalogue), HOUR_MS, (n) =>
     app.log.info(`removed ${n} upload folders left in ${uploadRoot} by a request that can no longer be running (an instance killed mid-upload)`),
   );
-  const stopRebuild = scheduleRegistryRebuild(
-    registry,
-    config.registryIntervalS,
-    (err) => app.log.warn({ err: errorSummary(err) }, 'registry rebuild failed'),
-    firstRebuild,
-  );
+  const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, warnOnFailure(app.log, 'registry rebuild failed'), firstRebuild);
   await mountRoutes(app, services);
   return {
     app,

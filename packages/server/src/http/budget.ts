@@ -1,7 +1,7 @@
 import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
-import { errorSummary } from '../lib/error-summary.js';
+import { warnOnFailure } from '../lib/error-summary.js';
 import { type BudgetScope, fromNano, toNano } from '../limits/budget-types.js';
 import { BudgetsUnavailableError } from '../limits/fallback-ledger.js';
 import type { ApiKeyRecord, Workspace } from '../store/types.js';
@@ -98,7 +98,7 @@ export async function growBudgetHold(services: Services, request: FastifyRequest
     return false;
   }
   request.gw.failoverHold = grown.reservation;
-  if (before !== null) await services.ledger.release(before).catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'budget release failed'));
+  if (before !== null) await services.ledger.release(before).catch(warnOnFailure(request.log, 'budget release failed'));
   return true;
 }
 

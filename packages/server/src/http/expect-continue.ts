@@ -9,7 +9,7 @@ import type { ApiKeyRecord } from '../store/types.js';
 import { errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
 import { lingerOnClose } from './lingering-close.js';
-import { declaredTooLarge, tooLarge } from './multipart-spool.js';
+import { declaredTooLarge, isMultipart, tooLarge } from './multipart-spool.js';
 import type { RawAnswers } from './raw-answers.js';
 import { pendingRouteError } from './routes/not-implemented.js';
 import { serverTiming } from './server-timing.js';
@@ -82,7 +82,7 @@ async function refusal(
   if (refused === null) {
     // An upload of a key whose window is full is refused before it is read, as without Expect (rate-limit.ts,
     // refuseUploadsOverLimit): the client is not told to send tens of MB only to get the 429. Not counted, as there.
-    if (!isUpload(req, path)) return null;
+    if (!isTranscription(path) || !isMultipart(req.headers['content-type'])) return null;
     const peeked = await Promise.resolve(limiter.peek(key.id, key.rateLimitRpm)).catch(() => null);
     return peeked && !peeked.allowed ? rateLimited(peeked) : null;
   }
@@ -96,14 +96,13 @@ function rateLimited(decision: LimitDecision): Refusal {
   return { error: new GatewayError('rate_limited', `Rate limit exceeded (${decision.limit} RPM)`, { retryAfterS: decision.resetS }), limit: decision };
 }
 
-function isUpload(req: IncomingMessage, path: string): boolean {
-  const type = req.headers['content-type'];
-  return /\/audio\/transcriptions$/.test(path) && typeof type === 'string' && type.toLowerCase().startsWith('multipart/');
+function isTranscription(path: string): boolean {
+  return /\/audio\/transcriptions$/.test(path);
 }
 
 function tooLargeDeclared(req: IncomingMessage, path: string, config: GatewayConfig): GatewayError | null {
   const length = Number(req.headers['content-length']);
-  if (/\/audio\/transcriptions$/.test(path)) return declaredTooLarge(length, config.uploadLimitBytes) ? tooLarge(config.uploadLimitBytes) : null;
+  if (isTranscription(path)) return declaredTooLarge(length, config.uploadLimitBytes) ? tooLarge(config.uploadLimitBytes) : null;
   if (Number.isFinite(length) && length > config.bodyLimitBytes) {
     return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts (${config.bodyLimitBytes} bytes).`);
   }

@@ -136,6 +136,11 @@ export function scheduleUploadSweep(root: string, olderThanMs: number, everyMs: 
   return () => clearInterval(timer);
 }
 
+/** A request whose body is a form upload (multipart), by its Content-Type. */
+export function isMultipart(contentType: string | string[] | undefined): boolean {
+  return typeof contentType === 'string' && contentType.toLowerCase().startsWith('multipart/');
+}
+
 export function boundaryOf(contentType: string | undefined): string | null {
   const m = /boundary=(?:"([^"]{1,70})"|([^;\s]{1,70}))/i.exec(contentType ?? '');
   return m ? (m[1] ?? m[2] ?? null) : null;

@@ -15,3 +15,11 @@ export function errorSummary(err: unknown): { message: string; code?: string; st
   const code = (err as { code?: unknown }).code;
   return { message: err.message, ...(typeof code === 'string' ? { code } : {}), ...(err.stack ? { stack: err.stack } : {}) };
 }
+
+/**
+ * A promise's `catch` for a write whose failure is only worth a warning: the error is logged summarised (a raw
+ * error object may carry user content: a Redis reply error's command arguments, a query's parameters).
+ */
+export function warnOnFailure(log: { warn(obj: object, msg: string): void }, message: string): (err: unknown) => void {
+  return (err) => log.warn({ err: errorSummary(err) }, message);
+}

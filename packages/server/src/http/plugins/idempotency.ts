@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { errorSummary } from '../../lib/error-summary.js';
+import { warnOnFailure } from '../../lib/error-summary.js';
 import { type Claim, checkIdempotencyKey, fingerprint, idempotencyScope, type StoredAnswer } from '../../routing/idempotency.js';
 import { endedByShutdown } from '../../streaming/sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from '../../streaming/types.js';
@@ -53,7 +53,7 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     // A keyed request runs on when its client leaves: with its answer ready, it is recorded now.
     recordOutlivedClient(services, request, reply);
     void settle(services, request, reply, payload, claim)
-      .catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'idempotency: storing the answer failed'))
+      .catch(warnOnFailure(request.log, 'idempotency: storing the answer failed'))
       .then(() => done(null, payload));
   });
   // Whatever ended the request without a reply being sent, its key is not left claimed.
@@ -75,8 +75,8 @@ async function settle(services: Services, request: FastifyRequest, reply: Fastif
     const begun = claim.complete({ status, headers, stream: { id } });
     // Archived even if storing the begun answer fails (Redis away): the archive, with every event, is what replays
     // for 24 hours, where the begun answer replays only while the resume buffer keeps the stream.
-    void archiveStream(services, claim, { status, headers, stream: { id } }).catch((err: unknown) =>
-      request.log.warn({ err: errorSummary(err) }, 'idempotency: archiving the stream failed; it replays from the resume buffer while that lasts'),
+    void archiveStream(services, claim, { status, headers, stream: { id } }).catch(
+      warnOnFailure(request.log, 'idempotency: archiving the stream failed; it replays from the resume buffer while that lasts'),
     );
     await begun;
     return;

@@ -5,6 +5,7 @@ import type { LimitDecision } from '../../limits/types.js';
 import type { RegistryModel } from '../../routing/registry.js';
 import { newUsageDraft } from '../context.js';
 import { enabledModels } from '../model-access.js';
+import { isMultipart } from '../multipart-spool.js';
 import type { Services } from '../services.js';
 
 declare module 'fastify' {
@@ -147,7 +148,7 @@ export function errorAfterRateLimit(request: FastifyRequest, reply: FastifyReply
 export function refuseUploadsOverLimit(scope: FastifyInstance, services: Services): void {
   scope.addHook('preParsing', (request, reply, payload, done) => {
     const key = request.gw.key;
-    if (!key || request.routeOptions.config.uncounted || !isUpload(request)) return done(null, payload);
+    if (!key || request.routeOptions.config.uncounted || !isMultipart(request.headers['content-type'])) return done(null, payload);
     const refuseIfFull = (d: LimitDecision) => {
       if (d.allowed) return done(null, payload);
       try {
@@ -161,11 +162,6 @@ export function refuseUploadsOverLimit(scope: FastifyInstance, services: Service
     if (peeked instanceof Promise) peeked.then(refuseIfFull, () => done(null, payload));
     else refuseIfFull(peeked);
   });
-}
-
-function isUpload(request: FastifyRequest): boolean {
-  const type = request.headers['content-type'];
-  return typeof type === 'string' && type.toLowerCase().startsWith('multipart/');
 }
 
 /** The model, if the caller may use it (else null): at once when the caller's workspace is cached, else once it is read. */

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { errorSummary } from '../../lib/error-summary.js';
+import { warnOnFailure } from '../../lib/error-summary.js';
 import type { Services } from '../services.js';
 import { leftBeforeAnswer } from '../upstream-call.js';
 
@@ -52,11 +52,11 @@ function record(services: Services, request: FastifyRequest, status: number): vo
   request.gw.reservation = null;
   request.gw.failoverHold = null;
   if (reservation) {
-    services.ledger.settle(reservation, usage?.cost ?? 0).catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'budget settle failed'));
+    services.ledger.settle(reservation, usage?.cost ?? 0).catch(warnOnFailure(request.log, 'budget settle failed'));
   }
   // After the settle, which carries the cost the failover hold kept room for.
   if (failoverHold) {
-    services.ledger.release(failoverHold).catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'budget release failed'));
+    services.ledger.release(failoverHold).catch(warnOnFailure(request.log, 'budget release failed'));
   }
   if (!key || !usage) return;
   services.usage.record({

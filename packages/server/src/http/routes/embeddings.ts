@@ -2,7 +2,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
-import { errorSummary } from '../../lib/error-summary.js';
+import { warnOnFailure } from '../../lib/error-summary.js';
 import type { EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall } from '../../providers/types.js';
 import { estimateTokens } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
@@ -164,7 +164,7 @@ async function admitBeta(services: Services, request: FastifyRequest, input: str
     const limit = decision.reason === 'requests' ? `${quota.limits.requests} requests` : `${quota.limits.tokens.toLocaleString('en')} tokens`;
     throw new GatewayError('rate_limited', `Embeddings beta limit exceeded (${limit} per minute per workspace)`, { retryAfterS: decision.retryAfterS });
   }
-  return (used) => quota.settle(scope, request.id, used).catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'beta quota settle failed'));
+  return (used) => quota.settle(scope, request.id, used).catch(warnOnFailure(request.log, 'beta quota settle failed'));
 }
 
 /** The answer's cost joins what failed attempts were billed (batches paid before a later one failed) on the request's usage. */

@@ -4,7 +4,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
-import { errorSummary } from '../../lib/error-summary.js';
+import { warnOnFailure } from '../../lib/error-summary.js';
 import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
@@ -68,7 +68,7 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
         try {
           return await transcribeUpload(services, request, reply);
         } finally {
-          kept?.release().catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'upload spool removal failed'));
+          kept?.release().catch(warnOnFailure(request.log, 'upload spool removal failed'));
         }
       },
     );
@@ -146,7 +146,7 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     const spool = new UploadSpool(services.config.uploadDir ?? tmpdir());
     request.spool = spool;
     reply.raw.once('close', () => {
-      spool.release().catch((err: unknown) => request.log.warn({ err: errorSummary(err) }, 'upload spool removal failed'));
+      spool.release().catch(warnOnFailure(request.log, 'upload spool removal failed'));
     });
   });
   // Only a form: a JSON (or any other) body is the wrong media type here, not a body that fails the form's schema.
