@@ -181,7 +181,8 @@ describe('X-Idempotency-Key', () => {
     ];
     for (const { provider, endpoint, calls, ask } of cases) {
       const own = await gw.createKey({ rateLimitRpm: 1000, budget: 1 });
-      const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseA, maxRetries: 1, timeout: 600, defaultHeaders: { 'X-Idempotency-Key': fresh() } });
+      // Retries to spare: on a busy machine a retry may time out too while the first request still runs (it replays all the same).
+      const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseA, maxRetries: 4, timeout: 600, defaultHeaders: { 'X-Idempotency-Key': fresh() } });
       const { data, response } = await ask(client);
       expect(response.headers.get('idempotent-replayed'), endpoint).toBe('true');
       expect(sim.providers[provider]?.stats().byEndpoint[endpoint], endpoint).toBe(calls);
