@@ -110,7 +110,7 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
     }
   });
 
-  it('Cohere’s embed through its SDK is a 404 that says where embeddings are served, in both variants, with no upstream call', async () => {
+  it('Cohere’s embed and chat through its SDK are 404s that say where those requests are served, in both variants, with no upstream call', async () => {
     for (const [base, mount] of [
       [gw.url, '/v1'],
       [`${gw.url}/alt`, '/alt/v1'],
@@ -125,6 +125,15 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
         expect(err.statusCode).toBe(404);
         const message = (err.body as { error: { message: string } }).error.message;
         expect(message).toContain(`embeddings are at POST ${mount}/embeddings in OpenAI's shape`);
+      }
+      for (const call of [
+        () => v1.chat({ model: 'cohere/command-r', message: 'hello' }),
+        () => v2.chat({ model: 'cohere/command-r', messages: [{ role: 'user', content: 'hello' }] }),
+      ]) {
+        const err = (await call().catch((e: unknown) => e)) as CohereError;
+        expect(err.statusCode).toBe(404);
+        const message = (err.body as { error: { message: string } }).error.message;
+        expect(message).toContain(`chat is at POST ${mount}/chat/completions in OpenAI's shape`);
       }
     }
     expect(sim.providers.cohere?.stats().total).toBe(0);

@@ -11,7 +11,7 @@ export function noRouteError(app: FastifyInstance, request: FastifyRequest, repl
   const path = request.url.split('?')[0] ?? '/';
   const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
   if (allowed.length === 0) {
-    const hint = baseHint(app, request.method, path) || cohereEmbedHint(request.method, path) || openAiRouteHint(request.method, path);
+    const hint = baseHint(app, request.method, path) || cohereRouteHint(request.method, path) || openAiRouteHint(request.method, path);
     return new GatewayError('not_found', `No route ${request.method} ${path}.${hint}`);
   }
   reply.header('allow', allowed.join(', '));
@@ -27,13 +27,17 @@ function baseHint(app: FastifyInstance, method: string, path: string): string {
 }
 
 /**
- * Cohere's SDK, pointed at the gateway for rerank, embeds through Cohere's own route (`/v1/embed`, `/v2/embed`), which
- * the gateway does not serve: say where embeddings are, rather than leave a bare 404 that reads like a wrong address.
+ * Cohere's SDK, pointed at the gateway for rerank, embeds and chats through Cohere's own routes (`/v1/embed`,
+ * `/v2/chat`, …), which the gateway does not serve: say where those requests go, rather than leave a bare 404 that
+ * reads like a wrong address.
  */
-function cohereEmbedHint(method: string, path: string): string {
-  const match = /^(\/alt)?\/v[12]\/embed\/?$/.exec(path);
+function cohereRouteHint(method: string, path: string): string {
+  const match = /^(\/alt)?\/v[12]\/(embed|chat)\/?$/.exec(path);
   if (method !== 'POST' || !match) return '';
   const base = match[1] ? '/alt/v1' : '/v1';
+  if (match[2] === 'chat') {
+    return ` Cohere's chat API is not served here: chat is at POST ${base}/chat/completions in OpenAI's shape (Cohere's Command models too, as GET ${base}/models lists them).`;
+  }
   return ` Cohere's embed API is not served here: embeddings are at POST ${base}/embeddings in OpenAI's shape (Cohere's models too, as GET ${base}/models lists them).`;
 }
 
