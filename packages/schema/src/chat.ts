@@ -1,4 +1,4 @@
-import { type Static, Type } from '@sinclair/typebox';
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
 
 const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool'].map((r) => Type.Literal(r)));
 
@@ -88,21 +88,42 @@ export const ResponseFormat = Type.Unsafe<ResponseFormatValue>({
 /** `reasoning_effort` values OpenAI's API takes. */
 export const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'] as const;
 
+/**
+ * A field OpenAI's API takes as null, meaning "not given" (its SDKs type these `number | null`; Python's sends None as
+ * null): accepted here, and dropped before anything reads the body (routes/chat-completions.ts).
+ */
+function Nullable<T extends TSchema>(schema: T) {
+  return Type.Union([schema, Type.Null()]);
+}
+
+/** The fields of {@link ChatCompletionRequest} that {@link Nullable} lets be null. */
+export const NULLABLE_CHAT_FIELDS = [
+  'stream',
+  'stream_options',
+  'temperature',
+  'max_tokens',
+  'max_completion_tokens',
+  'top_p',
+  'seed',
+  'n',
+  'reasoning_effort',
+] as const;
+
 export const ChatCompletionRequest = Type.Object(
   {
     model: Type.String({ minLength: 1, maxLength: 200 }),
     messages: Type.Array(ChatMessage, { minItems: 1 }),
-    stream: Type.Optional(Type.Boolean({ default: false })),
+    stream: Type.Optional(Nullable(Type.Boolean({ default: false }))),
     stream_options: Type.Optional(
       Type.Union([Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }), Type.Null()], {
         description: 'Only with `stream: true` (400 `stream_options` otherwise, as OpenAI answers).',
       }),
     ),
-    temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2, default: 1 })),
-    max_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
+    temperature: Type.Optional(Nullable(Type.Number({ minimum: 0, maximum: 2, default: 1 }))),
+    max_tokens: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
     // OpenAI's newer name for the same cap; taken as max_tokens where max_tokens is not given.
-    max_completion_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
-    top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: 1 })),
+    max_completion_tokens: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+    top_p: Type.Optional(Nullable(Type.Number({ minimum: 0, maximum: 1, default: 1 }))),
     tools: Type.Optional(Type.Array(ChatTool)),
     tool_choice: Type.Optional(
       Type.Union(
@@ -117,12 +138,12 @@ export const ChatCompletionRequest = Type.Object(
       ),
     ),
     response_format: Type.Optional(ResponseFormat),
-    seed: Type.Optional(Type.Integer()),
+    seed: Type.Optional(Nullable(Type.Integer())),
     // OpenAI's bounds: a count outside them is refused here, not passed to a provider that may ignore it.
-    n: Type.Optional(Type.Integer({ minimum: 1, maximum: 128 })),
+    n: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: 128 }))),
     // OpenAI's values (its SDK's ReasoningEffort): `none` turns thinking off where a provider can (Mistral, Cohere);
     // adapters map them onto what each provider knows (docs/adapters.md).
-    reasoning_effort: Type.Optional(Type.Union(REASONING_EFFORTS.map((e) => Type.Literal(e)))),
+    reasoning_effort: Type.Optional(Nullable(Type.Union(REASONING_EFFORTS.map((e) => Type.Literal(e))))),
   },
   { additionalProperties: true },
 );

@@ -1,4 +1,4 @@
-import { ChatCompletionRequest, ChatCompletionResponse, H } from '@gw/schema';
+import { ChatCompletionRequest, ChatCompletionResponse, H, NULLABLE_CHAT_FIELDS } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
@@ -62,6 +62,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
+      dropNullFields(body);
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       checkRequestCoherence(body);
@@ -125,6 +126,15 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
 }
 
 /**
+ * A null where OpenAI takes one (`temperature: null`, `max_tokens: null`) means the field was not given: it is left
+ * out here, so that neither the checks below nor a provider (some refuse a null) see it.
+ */
+function dropNullFields(body: Record<string, unknown>): void {
+  // Set undefined rather than deleted: JSON leaves it out, and the body keeps its shape.
+  for (const field of NULLABLE_CHAT_FIELDS) if (body[field] === null) body[field] = undefined;
+}
+
+/**
  * The model with only the offers that take every field the request uses. A request no offer takes is refused for its body (a 400): like
  * any body refused, it reached no provider and no budget, and is not recorded (docs/decisions.md, usage records).
  */
@@ -143,8 +153,8 @@ function modelWithOffersTakingFields(services: Services, request: FastifyRequest
  */
 function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'max_completion_tokens'; tokens: number } | undefined {
   const { max_tokens: old, max_completion_tokens: current } = body;
-  if (current !== undefined && (old === undefined || current > old)) return { field: 'max_completion_tokens', tokens: current };
-  if (old !== undefined) return { field: 'max_tokens', tokens: old };
+  if (current != null && (old == null || current > old)) return { field: 'max_completion_tokens', tokens: current };
+  if (old != null) return { field: 'max_tokens', tokens: old };
   return undefined;
 }
 
