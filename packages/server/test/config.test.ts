@@ -237,6 +237,22 @@ describe('config file', () => {
     expect(output).not.toContain('sk-secret-value-123');
   });
 
+  it('a JSON config with a provider key written without its quotes stops the start naming where, not quoting the key', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-json-'));
+    try {
+      const file = join(dir, 'gw.json');
+      writeFileSync(file, '{\n  "providers": [\n    {"id": "alpha", "type": "openai", "apiKey": sk-live-Unquoted5ecret}\n  ]\n}\n');
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: file, GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(`gw: Invalid configuration in ${file} at /: expected valid JSON (Unexpected token in JSON at line 3 column 49)`);
+      // The same for a token that V8 quotes with the whole (short) text around it.
+      expect(() => parseConfigText('[1,]', 'gw.json', {})).toThrowError(/expected valid JSON \(Unexpected token in JSON at line 1 column 4\)$/);
+      expect(() => parseConfigText('undefined', 'gw.json', {})).toThrowError(/expected valid JSON \(Unexpected token in JSON at line 1 column 1\)$/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a database that cannot be reached stops the start naming DATABASE_URL, its password hidden', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-db-down-'));
     try {

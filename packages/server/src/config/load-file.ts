@@ -29,7 +29,9 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   try {
     raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
-    throw new ConfigError(file, '/', `valid ${file.endsWith('.json') ? 'JSON' : 'YAML'} (${(err as Error).message.split('\n')[0]})`);
+    const json = file.endsWith('.json');
+    const message = json ? jsonSyntaxError((err as Error).message, text) : (err as Error).message.split('\n')[0];
+    throw new ConfigError(file, '/', `valid ${json ? 'JSON' : 'YAML'} (${message})`);
   }
   const data = substitute(raw, env, file, '');
   const errors = [...Value.Errors(FileConfigSchema, data)];
@@ -40,6 +42,37 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   const config = data as GatewayFileConfig;
   checkReferences(config, file);
   return config;
+}
+
+/**
+ * V8's message for an unexpected token quotes the text around it (`Unexpected token 's', ..."apiKey": sk-live-"...
+ * is not valid JSON`), which in a config file may be a key written without its quotes: this says where instead,
+ * as V8's other JSON messages do.
+ */
+function jsonSyntaxError(message: string, text: string): string {
+  if (!QUOTES_TEXT.test(message)) return message.split('\n')[0] ?? message;
+  // A prefix that ends before the token is JSON cut short, which V8 words otherwise ("end of input", a position):
+  // the shortest prefix that gets the quoting message ends with the token.
+  let lo = 1;
+  let hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (quotingError(text.slice(0, mid))) hi = mid;
+    else lo = mid + 1;
+  }
+  const lines = text.slice(0, lo - 1).split('\n');
+  return `Unexpected token in JSON at line ${lines.length} column ${(lines.at(-1)?.length ?? 0) + 1}`;
+}
+
+const QUOTES_TEXT = / is not valid JSON$/;
+
+function quotingError(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return false;
+  } catch (err) {
+    return QUOTES_TEXT.test((err as Error).message);
+  }
 }
 
 function describeExpectation(message: string, schema: unknown, path: string): string {
