@@ -253,6 +253,23 @@ describe('config file', () => {
     }
   });
 
+  it('a YAML tag the gateway does not know (!env, !secret) stops the start, without quoting the line that holds it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-tag-'));
+    try {
+      const file = join(dir, 'gw.yaml');
+      writeFileSync(file, good.replace(`apiKey: \${ALPHA_API_KEY}`, 'apiKey: !secret sk-live-Tagged5ecret'));
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: file, GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(`gw: Invalid configuration in ${file} at /: expected valid YAML (Unresolved tag: !secret at line 6, column 13:)`);
+      // Read as a plain string, `!env NAME` sent the variable's name as the key.
+      expect(() => parseConfigText(good.replace(`\${ALPHA_API_KEY}`, '!env ALPHA_API_KEY'), 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+        /expected valid YAML \(Unresolved tag: !env/,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a database that cannot be reached stops the start naming DATABASE_URL, its password hidden', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-db-down-'));
     try {

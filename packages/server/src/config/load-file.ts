@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { type GatewayFileConfig, KINDS_BY_PROVIDER_TYPE } from '@gw/schema';
 import { Value } from '@sinclair/typebox/value';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument } from 'yaml';
 import { ConfigError } from './config-error.js';
 import { FileConfigSchema } from './file-schema.js';
 import { headerUnsafe } from './header-safe.js';
@@ -27,7 +27,7 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   // A byte order mark, as some editors save it: YAML skips it, JSON.parse does not.
   if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   try {
-    raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+    raw = file.endsWith('.json') ? JSON.parse(text) : parseYamlStrictly(text);
   } catch (err) {
     const json = file.endsWith('.json');
     const message = json ? jsonSyntaxError((err as Error).message, text) : (err as Error).message.split('\n')[0];
@@ -42,6 +42,18 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   const config = data as GatewayFileConfig;
   checkReferences(config, file);
   return config;
+}
+
+/**
+ * YAML's parse only warns of what it could not read as written, on stderr with the line quoted (a provider key
+ * included) and the value then taken as a plain string: `apiKey: !env ALPHA_KEY` sent `ALPHA_KEY` as the key.
+ * A warning is refused as an error is.
+ */
+function parseYamlStrictly(text: string): unknown {
+  const doc = parseDocument(text);
+  const problem = doc.errors[0] ?? doc.warnings[0];
+  if (problem) throw problem;
+  return doc.toJS();
 }
 
 /**
