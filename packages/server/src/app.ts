@@ -31,7 +31,7 @@ import { UsageSpill } from './jobs/usage-spill.js';
 import { UsageWriter } from './jobs/usage-writer.js';
 import { InstancePresence } from './kv/instance-presence.js';
 import { MemoryBus } from './kv/memory.js';
-import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, RedisBus } from './kv/redis.js';
+import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, lastConnectionError, RedisBus } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
 import { sha256Hex } from './lib/crypto.js';
 import { freeBytes, lowDiskHint } from './lib/disk-room.js';
@@ -437,7 +437,10 @@ function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { r
     gauge.set(0);
     if (lost || stopped) return;
     lost = true;
+    // Why it went (a refused password: WRONGPASS, NOAUTH), where "unreachable" alone sent the operator to the network.
+    const err = lastConnectionError(redis);
     log.warn(
+      err === undefined ? {} : { err: errorSummary(err) },
       'redis unreachable: the rate limiter fails open and budgets are held without it until it is back; revocations reach other instances within GW_KEY_CACHE_TTL_MS',
     );
   });

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type RedisServer, startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../src/store/open.js';
 import { ADMIN_TOKEN, eventually } from './helpers/gateway.js';
@@ -335,4 +336,31 @@ describe('stopping with Redis', () => {
       }),
     30_000,
   );
+});
+
+describe('a Redis that refuses the gateway', () => {
+  it('a wrong Redis password is logged as the reason Redis is unreachable, the password not shown', async () => {
+    const redis = await startRedis();
+    const client = new Redis(redis.url);
+    const dir = mkdtempSync(join(tmpdir(), 'gw-ops-redis-auth-'));
+    let gw: GatewayProcess | undefined;
+    try {
+      await client.config('SET', 'requirepass', 'Right-Redis-Pass-1');
+      writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+      const wrong = redis.url.replace('redis://', 'redis://:Wrong-Redis-Pass-2@');
+      gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: wrong });
+      const running = gw;
+      await eventually(async () => expect(running.output()).toMatch(/"message":"WRONGPASS[^"]*"[^\n]*"msg":"redis unreachable/), 10_000);
+      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'unreachable' });
+      expect(gw.output()).not.toContain('Wrong-Redis-Pass-2');
+    } finally {
+      client.disconnect();
+      if (gw && gw.child.exitCode === null) {
+        gw.child.kill('SIGKILL');
+        await gw.exited;
+      }
+      await redis.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 30_000);
 });

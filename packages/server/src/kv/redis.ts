@@ -33,13 +33,26 @@ export const FAST_FAIL_OPTIONS: RedisOptions = {
  */
 export const BATCHING_OPTIONS: RedisOptions = { ...FAST_FAIL_OPTIONS, enableAutoPipelining: true };
 
+const lastErrors = new WeakMap<Redis, unknown>();
+
+/** The last connection error of a client made by {@link connectRedis} since it was last ready, if any. */
+export function lastConnectionError(client: Redis): unknown {
+  return lastErrors.get(client);
+}
+
 export async function connectRedis(url: string, options: RedisOptions = FAST_FAIL_OPTIONS): Promise<Redis> {
   const { commandTimeout, ...rest } = options;
   const client = new Redis(url, rest);
   if (commandTimeout !== undefined) applyLagTolerantTimeout(client, commandTimeout);
   if (!rest.enableAutoPipelining) writeTogetherPerRun(client);
-  // Errors are expected while Redis is away; callers see failed commands, not crashes.
-  client.on('error', () => {});
+  // Errors are expected while Redis is away; callers see failed commands, not crashes. The last one is kept to say
+  // why the connection went (it may come before the caller listens: a refused password fails connect() itself).
+  client.on('error', (err: unknown) => {
+    lastErrors.set(client, err);
+  });
+  client.on('ready', () => {
+    lastErrors.delete(client);
+  });
   try {
     await client.connect();
   } catch {
