@@ -82,6 +82,18 @@ describe('config file', () => {
     }
   });
 
+  it('refuses a ${ that names no variable (a shell default, no closing brace) rather than send it as the key', () => {
+    const env = { ALPHA_API_KEY: 'sk-alpha-Secret' };
+    expect(() => parseConfigText(good.replace(`\${ALPHA_API_KEY}`, `\${ALPHA_API_KEY:-}`), 'gw.yaml', env)).toThrowError(
+      /gw\.yaml at \/providers\/0\/apiKey: expected \$\{NAME\} to name an environment variable \(letters, digits and _; no default value\), not \$\{ALPHA_API_KEY:-\}$/,
+    );
+    expect(() => parseConfigText(good.replace(`\${ALPHA_API_KEY}`, `\${ALPHA_API_KEY`), 'gw.yaml', env)).toThrowError(
+      /\/providers\/0\/apiKey: expected .* not a \$\{ with no closing \}$/,
+    );
+    // What a variable holds is not read as a reference.
+    expect(parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: `a\${b` }).providers[0]?.apiKey).toBe(`a\${b`);
+  });
+
   it('takes an empty key (from a variable set but empty) as no key: a local upstream needs none', () => {
     expect(parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: '' }).providers[0]?.apiKey).toBe('');
     expect(parseConfigText(good.replace(`apiKey: \${ALPHA_API_KEY}`, "apiKey: ''"), 'gw.yaml', {}).providers[0]?.apiKey).toBe('');

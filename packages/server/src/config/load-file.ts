@@ -6,10 +6,26 @@ import { ConfigError } from './config-error.js';
 import { FileConfigSchema } from './file-schema.js';
 import { headerUnsafe } from './header-safe.js';
 
-/** Replaces `${NAME}` in every string with that environment variable; a missing one is an error. */
+const REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+
+/**
+ * Replaces `${NAME}` in every string with that environment variable; a missing one is an error, and so is a `${`
+ * that is no such reference (`${KEY:-}`, `${KEY`), which was kept as written and sent as the provider key.
+ */
 function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string): unknown {
   if (typeof value === 'string') {
-    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_m, name: string) => {
+    // Looked for in the file's text, not in what the variables hold.
+    const rest = value.replace(REFERENCE, '');
+    const at = rest.indexOf('${');
+    if (at !== -1) {
+      const shown = /^\$\{[^}\s]{0,60}\}/.exec(rest.slice(at))?.[0];
+      throw new ConfigError(
+        file,
+        path || '/',
+        `\${NAME} to name an environment variable (letters, digits and _; no default value), not ${shown ?? `a \${ with no closing }`}`,
+      );
+    }
+    return value.replace(REFERENCE, (_m, name: string) => {
       const v = env[name];
       if (v === undefined) throw new ConfigError(file, path || '/', `environment variable ${name} to be set`);
       return v;
