@@ -149,7 +149,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   // What this instance leaves in Redis (budget holds, stream buffers) names it, so that others can tell when it died.
   const presence = redis ? new InstancePresence(redis) : null;
   // Before it has Redis reload totals from the store, the ledger has this instance's own usage records written there.
-  const fallback = redis && presence ? new FallbackLedger(new RedisLedger(redis, presence), leases, () => usage.flush()) : null;
+  // Budgets go through Redis only where instances share them (PostgreSQL): the one embedded instance holds them in its
+  // own memory, exact, with Redis or without. Through Redis, each outage switched it to a memory ledger that knew
+  // neither the requests Redis had admitted nor what was spent since the last outage, and a budget was overspent.
+  const fallback = redis && presence && store.kind === 'postgres' ? new FallbackLedger(new RedisLedger(redis, presence), leases, () => usage.flush()) : null;
   // When Redis's connection drops, the holds it had for this instance's running requests go into the leases at once.
   if (redis && fallback) redis.on('close', () => fallback.sharedLost());
   const ledger = fallback ?? new MemoryLedger();

@@ -264,6 +264,67 @@ describe('budgets when Redis restarts empty with requests in flight', () => {
   }, 60_000);
 });
 
+describe('budgets of one embedded instance (PGlite) whose Redis goes away', () => {
+  /** One gateway on the embedded store with a Redis of its own (killed by the test) and an upstream of its own. */
+  async function embeddedOnOwnRedis(run: (t: { gw: TestGateway; own: RedisServer; upstream: Simulator }) => Promise<void>): Promise<void> {
+    const own = await startRedis();
+    const upstream = await startSimulator({ latencyScale: 0 });
+    const gw = await startGateway({ sim: upstream, redisUrl: own.url });
+    try {
+      await run({ gw, own, upstream });
+    } finally {
+      await gw.close();
+      await upstream.close();
+      await own.stop();
+    }
+  }
+
+  it('requests Redis admitted that still run keep their room: what is admitted after it dies never takes the budget past its end', async () => {
+    await embeddedOnOwnRedis(async ({ gw, own, upstream }) => {
+      const scaleway = upstream.providers.scaleway;
+      scaleway?.configure({ latencyMs: 1500, answerTokens: MAX_TOKENS });
+      const budget = worst * 10 + 1e-9;
+      const { id, key } = await gw.createKey({ budget, rateLimitRpm: 1000 });
+      // Ten worst cases fill the budget; Redis admits them all.
+      const first = Array.from({ length: 10 }, () => chat(gw, key));
+      await eventually(() => expect(scaleway?.stats().inFlight).toBe(10), 5000);
+      await own.kill();
+      const after = Array.from({ length: 10 }, () => chat(gw, key));
+      const statuses = await Promise.all([...first, ...after].map(async (r) => (await r).status));
+      expect(statuses.slice(0, 10)).toEqual(Array(10).fill(200));
+      expect(statuses.slice(10)).toEqual(Array(10).fill(402));
+      await gw.gateway.services.usage.flush();
+      const spent = (await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+      // Overshoot, the figure that must be 0:
+      expect(Math.max(0, spent - budget)).toBe(0);
+    });
+  }, 60_000);
+
+  it('a second outage starts from what was spent meanwhile, not from the total the first one read', async () => {
+    await embeddedOnOwnRedis(async ({ gw, own, upstream }) => {
+      upstream.providers.scaleway?.configure({ latencyMs: 30, answerTokens: MAX_TOKENS });
+      const budget = worst * 10 + 1e-9;
+      const { id, key } = await gw.createKey({ budget, rateLimitRpm: 1000 });
+      // The first outage: its ledger reads the total once, with nothing spent yet.
+      await own.kill();
+      expect((await chat(gw, key)).status).toBe(200);
+      await own.restart();
+      const probe = await gw.createKey({ rateLimitRpm: 1000 });
+      await eventually(async () => expect((await chat(gw, probe.key)).headers.get('x-ratelimit-enforced')).toBe('true'), 10_000);
+      // Its reconnects settle down (they come up to 2 s apart) before most of the budget is spent, through Redis.
+      await new Promise((r) => setTimeout(r, 3000));
+      for (let i = 0; i < 7; i++) expect((await chat(gw, key)).status).toBe(200);
+      // The second outage: what is left is about two worst cases, not the nine the first outage's total leaves.
+      await own.kill();
+      for (let i = 0; i < 10; i++) await chat(gw, key);
+      await gw.gateway.services.usage.flush();
+      const spent = (await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+      // Overshoot, the figure that must be 0:
+      expect(Math.max(0, spent - budget)).toBe(0);
+    });
+  }, 60_000);
+});
+
 describe('budget holds of an instance that died', () => {
   it('are let go once it stops saying it is alive, instead of refusing the room they held for 15 minutes', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-'));
