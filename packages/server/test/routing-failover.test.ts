@@ -131,6 +131,13 @@ describe('failover and X-Gateway-Max-Hops', () => {
     expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'nebius' })).toEqual({ provider: 'ovh', hops: '2' });
   });
 
+  it('a provider that hangs up is said to have closed the connection, not to be unreachable', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'reset' });
+    const err = await fail(a, { 'X-Gateway-Provider': 'scaleway' });
+    expect([err.status, err.code]).toEqual([502, 'provider_down']);
+    expect(err.message).toContain('scaleway closed the connection before its answer was complete');
+  });
+
   it('0 hops: the first offer only', async () => {
     sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
     const err = await fail(a, { 'X-Gateway-Max-Hops': '0' });

@@ -149,6 +149,10 @@ export class UpstreamHttp {
     if (err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError) {
       return new UpstreamError({ ...base, kind: 'timeout', message: `no answer from ${this.providerId} within ${this.timeoutMs} ms` });
     }
+    // The provider was reached and hung up (a reset, a close mid-answer): "cannot reach" would send an operator to the network.
+    if (e.code === 'UND_ERR_SOCKET' || e.code === 'ECONNRESET' || e.code === 'EPIPE') {
+      return new UpstreamError({ ...base, kind: 'connect', message: `${this.providerId} closed the connection before its answer was complete (${e.code})` });
+    }
     return new UpstreamError({ ...base, kind: 'connect', message: `cannot reach ${this.providerId}: ${e.code ?? e.message ?? 'connection failed'}` });
   }
 
