@@ -94,6 +94,15 @@ describe('config file', () => {
     expect(parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: `a\${b` }).providers[0]?.apiKey).toBe(`a\${b`);
   });
 
+  it('reads a variable in a number or boolean field as the number or boolean it holds, and still refuses one that is not', () => {
+    const withVars = good.replace('timeoutMs: 30000', `timeoutMs: \${TIMEOUT_MS}`).replace('owned_by: mistral', `owned_by: mistral\n    beta: \${BETA}`);
+    const config = parseConfigText(withVars, 'gw.yaml', { ALPHA_API_KEY: 'k', TIMEOUT_MS: '12000', BETA: 'true' });
+    expect([config.providers[0]?.timeoutMs, config.models[0]?.beta]).toEqual([12000, true]);
+    expect(() => parseConfigText(withVars, 'gw.yaml', { ALPHA_API_KEY: 'k', TIMEOUT_MS: '12s', BETA: 'true' })).toThrowError(
+      /\/providers\/0\/timeoutMs: expected/,
+    );
+  });
+
   it('takes an empty key (from a variable set but empty) as no key: a local upstream needs none', () => {
     expect(parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: '' }).providers[0]?.apiKey).toBe('');
     expect(parseConfigText(good.replace(`apiKey: \${ALPHA_API_KEY}`, "apiKey: ''"), 'gw.yaml', {}).providers[0]?.apiKey).toBe('');

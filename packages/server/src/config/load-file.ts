@@ -50,6 +50,7 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
     throw new ConfigError(file, '/', `valid ${json ? 'JSON' : 'YAML'} (${message})`);
   }
   const data = substitute(raw, env, file, '');
+  readVariablesAsTyped(raw, data);
   const errors = [...Value.Errors(FileConfigSchema, data)];
   // A field the file has but got wrong says more than one it lacks, which the validator lists first
   // (`providers: 5` read as "/models: expected required property").
@@ -58,6 +59,36 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   const config = data as GatewayFileConfig;
   checkReferences(config, file);
   return config;
+}
+
+/**
+ * A variable's value is text: `timeoutMs: ${TIMEOUT_MS}`, as compose files write it, is read as the number (or
+ * boolean) the field takes when the whole value is one. Only where the file named a variable: a field written with the
+ * wrong type is still refused.
+ */
+function readVariablesAsTyped(raw: unknown, data: unknown): void {
+  for (const error of Value.Errors(FileConfigSchema, data)) {
+    const type = (error.schema as { type?: unknown }).type;
+    if (typeof error.value !== 'string' || !(type === 'integer' || type === 'number' || type === 'boolean')) continue;
+    const written = at(raw, error.path);
+    if (typeof written !== 'string' || !written.includes('${')) continue;
+    const text = error.value.trim();
+    const typed = type === 'boolean' ? { true: true, false: false }[text] : /^-?\d+(\.\d+)?$/.test(text) ? Number(text) : undefined;
+    const parent = at(data, error.path.slice(0, error.path.lastIndexOf('/')));
+    if (typed !== undefined && parent !== null && typeof parent === 'object') {
+      (parent as Record<string, unknown>)[error.path.slice(error.path.lastIndexOf('/') + 1)] = typed;
+    }
+  }
+}
+
+/** The value at a JSON pointer (the validator's paths: no escaped characters in the config's keys). */
+function at(value: unknown, pointer: string): unknown {
+  let here = value;
+  for (const key of pointer.split('/').slice(1)) {
+    if (here === null || typeof here !== 'object') return undefined;
+    here = (here as Record<string, unknown>)[key];
+  }
+  return here;
 }
 
 /**
