@@ -26,6 +26,7 @@ async function post(base: string, path: string, body: unknown, headers: Record<s
   return { status: res.status, headers: res.headers, body: (await res.json()) as Envelope };
 }
 
+const upstreamCalls = () => Object.values(gw.sim.providers).reduce((sum, p) => sum + (p?.stats().total ?? 0), 0);
 const chat = (extra: Record<string, unknown> = {}) => ({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], ...extra });
 
 describe('errors in each variant’s envelope', () => {
@@ -184,6 +185,32 @@ describe('errors in each variant’s envelope', () => {
     for (const charset of ['utf-8', 'UTF-8', 'utf8', '"utf-8"']) {
       const r = await post(gw.baseB, '/chat/completions', JSON.stringify(chat()), { 'content-type': `application/json;charset=${charset}` });
       expect([charset, r.status]).toEqual([charset, 200]);
+    }
+  });
+
+  it('a body that is not UTF-8 (Latin-1 sent without its charset) is refused, not passed on with its text replaced', async () => {
+    const json = JSON.stringify(chat({ messages: [{ role: 'user', content: 'Où est la gare ?' }] }));
+    for (const [base, code] of [
+      [gw.baseA, 'validation_error'],
+      [gw.baseB, 'invalid_request'],
+    ] as const) {
+      const before = upstreamCalls();
+      const r = await fetch(`${base}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: Buffer.from(json, 'latin1'),
+      });
+      const body = (await r.json()) as { error: { code: string; message: string } };
+      expect([r.status, body.error.code]).toEqual([400, code]);
+      expect(body.error.message).toContain('not valid UTF-8');
+      expect(upstreamCalls()).toBe(before);
+      // The same text in UTF-8 is answered.
+      const ok = await fetch(`${base}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: Buffer.from(json, 'utf8'),
+      });
+      expect(ok.status).toBe(200);
     }
   });
 

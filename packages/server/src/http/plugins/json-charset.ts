@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 
@@ -11,7 +12,9 @@ export function refuseNonUtf8Json(app: FastifyInstance): void {
   // Fastify's own JSON parser, with its defaults (a prototype-poisoning key is an error).
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+  // As bytes: decoded as text, bytes that are not UTF-8 (a Latin-1 body sent without its charset) would become U+FFFD
+  // unseen. Checking them costs about 0.1 µs a request.
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, bytes, done) => {
     const charset = declaredCharset(request.headers['content-type']);
     if (charset !== null && charset !== 'utf-8' && charset !== 'utf8') {
       done(new GatewayError('unsupported_media_type', `Unsupported charset '${charset.slice(0, 40)}': send the JSON body in UTF-8.`), undefined);
@@ -19,7 +22,12 @@ export function refuseNonUtf8Json(app: FastifyInstance): void {
     }
     // A body sent compressed is left to the error handler, which says so (415) rather than point at its JSON.
     const plain = request.headers['content-encoding'] === undefined;
-    void parseJson(request, body as string, (err, value) => done(err && plain && isInvalidJson(err) ? invalidJson(body as string) : err, value));
+    if (plain && !isUtf8(bytes as Buffer)) {
+      done(notUtf8(), undefined);
+      return;
+    }
+    const body = (bytes as Buffer).toString('utf8');
+    void parseJson(request, body, (err, value) => done(err && plain && isInvalidJson(err) ? invalidJson(body) : err, value));
   });
 }
 
@@ -41,6 +49,11 @@ function invalidJson(body: string): GatewayError {
     'validation',
     "The request body holds a '__proto__' key or a 'constructor' with a 'prototype' key, which this gateway refuses anywhere in a body.",
   );
+}
+
+/** A body that is not UTF-8 (a Latin-1 or Windows-1252 body sent as UTF-8): refused, where it would reach the model garbled. */
+function notUtf8(): GatewayError {
+  return new GatewayError('validation', 'The request body is not valid UTF-8: send the JSON body in UTF-8 (RFC 8259), with no other encoding.');
 }
 
 /** The charset a Content-Type names, lower-cased; null when it names none (most requests: one substring test). */
