@@ -27,6 +27,23 @@ beforeEach(() => {
 const ask = { model: MODEL, messages: [{ role: 'user' as const, content: 'Say bonjour to Paris' }] };
 
 describe('chat completions through the official openai SDK', () => {
+  it('a prompt over the model’s context is the provider’s 400 in each variant’s envelope, with no failover and nothing billed', async () => {
+    const { id, key: own } = await gw.createKey({ name: 'over context', budget: 100 });
+    const clients = openAiClients(gw, own);
+    const long = [{ role: 'user' as const, content: 'abcd '.repeat(110_000) }]; // about 137,500 tokens, over 131,072
+    for (const [client, code] of [
+      [clients.a, 'validation_error'],
+      [clients.b, 'invalid_request'],
+    ] as const) {
+      const err = (await client.chat.completions.create({ model: MODEL, messages: long }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+      expect([err.status, err.code]).toEqual([400, code]);
+      expect(err.message).toContain('maximum context length is 131072 tokens');
+    }
+    expect([gw.sim.providers.scaleway?.stats().total, gw.sim.providers.ovh?.stats().total, gw.sim.providers.nebius?.stats().total]).toEqual([2, 0, 0]);
+    const after = await gw.admin<{ spent: number }>('GET', `/keys/${id}`);
+    expect(after.body.spent).toBe(0);
+  });
+
   it('variant A answers in OpenAI shape with the gateway model id and the routing headers', async () => {
     const { data, response } = await a.chat.completions.create(ask).withResponse();
     expect(data.object).toBe('chat.completion');

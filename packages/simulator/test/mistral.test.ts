@@ -133,6 +133,23 @@ describe('mistral models, embeddings, transcription', () => {
     expect(bad.body.message.detail[0].loc).toEqual(['body', 'dimensions']);
   });
 
+  it('refuses a chat prompt longer than the model’s context with its 3051 error, the cap not counted', async () => {
+    const over = await json(m(), chat, { model, messages: [{ role: 'user', content: 'abcd'.repeat(131_073) }] });
+    expect([over.status, over.body]).toEqual([
+      400,
+      {
+        object: 'error',
+        message: 'Prompt contains 131073 tokens and 0 draft tokens, too large for model with 131072 maximum context length',
+        type: 'invalid_request_invalid_args',
+        param: null,
+        code: '3051',
+        raw_status_code: 400,
+      },
+    ]);
+    const full = await json(m(), chat, { model, messages: [{ role: 'user', content: 'abcd'.repeat(131_072) }], max_tokens: 50 });
+    expect(full.status).toBe(200);
+  });
+
   it('refuses an input longer than the model’s context with 400 in its error shape', async () => {
     const r = await json(m(), '/v1/embeddings', { model: 'mistral-embed', input: ['a', 'word '.repeat(40_000)] });
     expect([r.status, r.body]).toEqual([

@@ -239,6 +239,18 @@ describe('embeddings, models, rerank, transcription', () => {
     expect([full.status, full.body.usage?.prompt_tokens]).toEqual([200, 8192]);
   });
 
+  it('refuses a chat whose prompt and cap pass the model’s context with vLLM’s 400, generating nothing', async () => {
+    const messages = [{ role: 'user', content: 'abcd'.repeat(131_000) }]; // 131,000 tokens
+    const model = 'llama-3.3-70b-instruct'; // 131,072
+    const over = await json(p('scaleway'), '/v1/chat/completions', { model, messages, max_tokens: 100 });
+    expect(over.status).toBe(400);
+    expect(over.body.error.message).toBe(
+      "This model's maximum context length is 131072 tokens. However, you requested 131100 tokens (131000 in the messages, 100 in the completion). Please reduce the length of the messages or completion.",
+    );
+    const fits = await json(p('scaleway'), '/v1/chat/completions', { model, messages, max_tokens: 72 });
+    expect([fits.status, fits.body.usage?.prompt_tokens]).toEqual([200, 131_000]);
+  });
+
   it('scaleway refuses bytes that open no audio container with 400, as a decoder would', async () => {
     for (const model of ['whisper-large-v3', 'voxtral-mini-3b-2507']) {
       for (const bytes of [Buffer.alloc(20_000, 7), Buffer.from('%PDF-1.7 not audio'), Buffer.from([0xff, 0xff, 0xff, 0xff])]) {

@@ -1,6 +1,6 @@
 /** Mistral chat completions: 32-hex ids, usage on the last content chunk, thinking chunks, whole tool calls (PROVIDERS §4.3, §3.2, §3.3). */
 import { alnum, hex, isRecord, nowSeconds } from '../core/http.js';
-import { type ChatPlan, planChat } from '../gen/text.js';
+import { type ChatPlan, planChat, promptTokens } from '../gen/text.js';
 import { semanticChatError, validateChat } from './mistral-validate.js';
 import type { HandlerCtx, Reply, SseEvent } from './types.js';
 
@@ -29,6 +29,13 @@ export function mistralChat(ctx: HandlerCtx): Reply {
   if (semantic)
     return { type: 'json', status: 400, body: { object: 'error', message: semantic.message, type: semantic.type, param: null, code: semantic.code } };
 
+  // Mistral's refusal of a prompt over the model's context (code 3051; the cap is not counted), before anything is generated.
+  const prompt = promptTokens(messages);
+  if (info.contextLength > 0 && prompt > info.contextLength) {
+    const message = `Prompt contains ${prompt} tokens and 0 draft tokens, too large for model with ${info.contextLength} maximum context length`;
+    const error = { object: 'error', message, type: 'invalid_request_invalid_args', param: null, code: '3051', raw_status_code: 400 };
+    return { type: 'json', status: 400, body: error };
+  }
   const thinking = info.adjustableReasoning === true && (body['reasoning_effort'] === 'high' || body['prompt_mode'] === 'reasoning');
   const plan = planChat({
     messages,

@@ -1,7 +1,7 @@
 /** OpenAI-compatible chat completions (vLLM-style hosts and Azure), non-streaming and SSE (PROVIDERS §1.1, §3, §9). */
 import { alnum, isRecord, nowSeconds } from '../core/http.js';
 import { MAX_TOP_LOGPROBS, type TokenLogprob, tokenLogprobs } from '../gen/logprobs.js';
-import { type ChatPlan, planChat } from '../gen/text.js';
+import { type ChatPlan, planChat, promptTokens } from '../gen/text.js';
 import type { ReasoningStyle } from '../types.js';
 import type { ErrorSpec, ProviderView, Reply, SseEvent } from './types.js';
 
@@ -31,7 +31,15 @@ export function checkChat(body: unknown, provider: ProviderView, model: string |
   if (max !== undefined && max !== null && (typeof max !== 'number' || !Number.isInteger(max) || max < 1)) {
     return { status: 400, kind: 'bad_request', message: 'max_tokens must be a positive integer', param: 'max_tokens' };
   }
-  return null;
+  return overContext(messages, typeof max === 'number' ? max : 0, provider.info(model).contextLength);
+}
+
+/** vLLM's refusal (OpenAI's words are alike) of a prompt and cap that do not fit the model's context: nothing is generated or billed. */
+function overContext(messages: unknown[], cap: number, context: number): ErrorSpec | null {
+  const prompt = promptTokens(messages);
+  if (context <= 0 || prompt + cap <= context) return null;
+  const message = `This model's maximum context length is ${context} tokens. However, you requested ${prompt + cap} tokens (${prompt} in the messages, ${cap} in the completion). Please reduce the length of the messages or completion.`;
+  return { status: 400, kind: 'bad_request', message, param: 'messages' };
 }
 
 /** vLLM's and OpenAI's checks of `top_logprobs`: an integer up to 20, and only with `logprobs: true` (after a host's own refusals). */
