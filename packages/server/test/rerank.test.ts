@@ -104,6 +104,7 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
       const answer = await v2.rerank({ model: MODEL, query, documents, topN: 2 });
       expect(answer.results.map((r) => r.index)).toEqual([1, 0]);
       expect(answer.meta?.billedUnits?.searchUnits).toBe(1);
+      expect(answer.meta?.apiVersion?.version).toBe('2');
       // Its errors reach the SDK's classes as well.
       const err = (await v2.rerank({ model: 'nobody/nothing', query, documents }).catch((e: unknown) => e)) as CohereError;
       expect([400, 404]).toContain(err.statusCode);
@@ -211,7 +212,8 @@ describe('POST /v1/rerank on the wire', () => {
     expect(body.results.map((r) => r.index)[0]).toBe(1);
     expect(body.results[0]?.document).toEqual({ text: documents[1] });
     expect(Object.keys(body.results[0] ?? {}).sort()).toEqual(['document', 'index', 'relevance_score']);
-    expect(body.meta).toEqual({ api_version: { version: '2' }, billed_units: { search_units: 1 } });
+    // The v1 path answers as Cohere's v1 does.
+    expect(body.meta).toEqual({ api_version: { version: '1' }, billed_units: { search_units: 1 } });
     expect(sim.providers.scaleway?.stats().last?.path).toBe('/v1/rerank');
   });
 

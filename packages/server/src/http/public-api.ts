@@ -47,14 +47,14 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
   registerIdempotency(app, services);
   if (opts.cohereV2) {
     // Cohere's current SDK (CohereClientV2) posts to {base}/v2/rerank, with a body /v1/rerank takes as it is.
-    rerankRoute(app, services, routeDocs(variant, { idPrefix: 'cohere_v2_', tag: "Cohere's v2 path" }));
+    rerankRoute(app, services, routeDocs(variant, { idPrefix: 'cohere_v2_', tag: "Cohere's v2 path" }), '2');
     return;
   }
   const docs = routeDocs(variant);
   modelsRoutes(app, services, docs);
   chatCompletionsRoute(app, services, docs);
   embeddingsRoute(app, services, docs);
-  rerankRoute(app, services, docs);
+  rerankRoute(app, services, docs, '1');
   await transcriptionsRoute(app, services, docs);
   notImplementedRoutes(app, docs);
 }

@@ -48,7 +48,8 @@ const RerankResponse = Type.Object({
 /** Cohere's chunking for billing: a document and the query past this many tokens count as more than one document. */
 const CHUNK_TOKENS = 500;
 
-export function rerankRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
+/** `apiVersion`: Cohere's API version the route answers as in `meta.api_version` (its v1 path's answers say 1, its v2 path's 2). */
+export function rerankRoute(app: FastifyInstance, services: Services, docs: RouteDocs, apiVersion: '1' | '2'): void {
   app.post<{ Body: RerankBody }>(
     '/rerank',
     {
@@ -96,7 +97,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
           ...(body.return_documents ? { document: asObject(body.documents[r.index] ?? '') } : {}),
         })),
         meta: {
-          api_version: { version: '2' },
+          api_version: { version: apiVersion },
           billed_units: { search_units: done.value.searchUnits, ...(billed.promptTokens > 0 ? { input_tokens: billed.promptTokens } : {}) },
         },
       };
