@@ -325,6 +325,43 @@ describe('budgets of one embedded instance (PGlite) whose Redis goes away', () =
   }, 60_000);
 });
 
+describe('budgets when Redis restarts from a snapshot older than its last writes', () => {
+  it("neither the snapshot's stale totals nor its holds of requests long ended count: the totals are loaded again from PostgreSQL", async () => {
+    await twoOnOwnRedis(async ({ g1, g2, own, upstream, probe }) => {
+      const scaleway = upstream.providers.scaleway;
+      // Answers as long as max_tokens, so that each request costs about its worst case.
+      scaleway?.configure({ latencyMs: 1500, answerTokens: MAX_TOKENS });
+      const budget = worst * 10 + 1e-9;
+      const { id, key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
+      // Five requests running when Redis saves its snapshot: their holds are in it.
+      const running = Array.from({ length: 5 }, (_, i) => chat(i % 2 ? g2 : g1, key));
+      await eventually(() => expect(scaleway?.stats().inFlight).toBe(5), 5000);
+      await probe.save();
+      expect((await Promise.all(running.map(async (r) => (await r).status))).every((s) => s === 200)).toBe(true);
+      scaleway?.configure({ latencyMs: 30 });
+      // Three more after the snapshot: Redis and PostgreSQL have all eight, the snapshot none of them.
+      for (let i = 0; i < 3; i++) expect((await chat(i % 2 ? g2 : g1, key)).status).toBe(200);
+      // A crash, then a start that loads the snapshot (as with Redis's default `save` points).
+      await own.kill();
+      await own.restart();
+      for (const g of [g1, g2]) {
+        await eventually(async () => expect((await chat(g, key, 'A', { max_tokens: 1 })).headers.get('x-ratelimit-enforced')).toBe('true'), 15_000);
+      }
+      // Each budget breaker lets a call through to Redis a second after its last failure: both are back on it.
+      await new Promise((r) => setTimeout(r, 1200));
+      // What is left is a few requests: as many are admitted, neither more (the snapshot's total) nor none
+      // (its holds, of requests that ended, would refuse the key for their 15 minutes).
+      const statuses: number[] = [];
+      for (let i = 0; i < 8; i++) statuses.push((await chat(i % 2 ? g2 : g1, key)).status);
+      await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+      const spent = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+      expect(Math.max(0, spent - budget)).toBe(0);
+      expect(statuses.filter((s) => s === 200).length).toBeGreaterThanOrEqual(1);
+      expect(statuses.slice(-3)).toEqual([402, 402, 402]);
+    }, true);
+  }, 60_000);
+});
+
 describe('budget holds of an instance that died', () => {
   it('are let go once it stops saying it is alive, instead of refusing the room they held for 15 minutes', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-'));

@@ -3,9 +3,11 @@ import { ALIVE_TTL_MS, type InstancePresence } from '../kv/instance-presence.js'
 import { hiddenSlot } from '../lib/hidden-slot.js';
 import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
-// Per scope three keys: its spent total, its holds (sorted set, member "<request>@<instance>:<nano>", score: expiry)
-// and the running sum of those holds, so that a reservation does not walk every hold in flight
-// (with 1,000 streams open that walk was 1,000 string matches inside Redis per request).
+// Per scope four keys: its spent total, its holds (sorted set, member "<request>@<instance>:<nano>", score: expiry),
+// the running sum of those holds, so that a reservation does not walk every hold in flight
+// (with 1,000 streams open that walk was 1,000 string matches inside Redis per request), and the run id of the Redis
+// that loaded the total. A total of another run came back from a snapshot after a restart: it lacks what was spent
+// after the snapshot, and its holds are of requests long ended, so it is loaded again from the store as a missing one.
 // A sum key that is missing while holds exist (older data, eviction) is rebuilt from the holds.
 const HELD_SUM = `
 local function amount(m) return tonumber(string.match(m, ':(%d+)$')) end
@@ -32,45 +34,48 @@ local function heldSum(holds, sumKey, now)
 end
 `;
 
-// KEYS: per scope, spent, holds, held sum. ARGV: nano, request id, hold ttl ms, then a limit per scope (-1: none).
-// Returns 0 (held), i (scope i refused) or -i (scope i not loaded yet: call again with its spent).
+// KEYS: per scope, spent, holds, held sum, run. ARGV: nano, request id, hold ttl ms, run id, then a limit per scope
+// (-1: none). Returns 0 (held), i (scope i refused) or -i (scope i not loaded in this run: call again with its spent).
 const RESERVE = `${HELD_SUM}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nano = tonumber(ARGV[1])
-local n = #KEYS / 3
+local n = #KEYS / 4
 for i = 1, n do
-  local spent = redis.call('GET', KEYS[3*i-2])
-  if not spent then return -i end
-  local held = heldSum(KEYS[3*i-1], KEYS[3*i], now)
-  local limit = tonumber(ARGV[3+i])
+  local spent = redis.call('GET', KEYS[4*i-3])
+  if not spent or redis.call('GET', KEYS[4*i]) ~= ARGV[4] then return -i end
+  local held = heldSum(KEYS[4*i-2], KEYS[4*i-1], now)
+  local limit = tonumber(ARGV[4+i])
   if limit >= 0 and (tonumber(spent) >= limit or tonumber(spent) + held + nano > limit) then return i end
 end
 for i = 1, n do
-  redis.call('ZADD', KEYS[3*i-1], now + tonumber(ARGV[3]), ARGV[2] .. ':' .. ARGV[1])
-  redis.call('PEXPIRE', KEYS[3*i-1], tonumber(ARGV[3]))
-  redis.call('INCRBY', KEYS[3*i], nano)
-  redis.call('PEXPIRE', KEYS[3*i], tonumber(ARGV[3]))
+  redis.call('ZADD', KEYS[4*i-2], now + tonumber(ARGV[3]), ARGV[2] .. ':' .. ARGV[1])
+  redis.call('PEXPIRE', KEYS[4*i-2], tonumber(ARGV[3]))
+  redis.call('INCRBY', KEYS[4*i-1], nano)
+  redis.call('PEXPIRE', KEYS[4*i-1], tonumber(ARGV[3]))
 end
 return 0
 `;
 
-// KEYS: per scope, spent, holds, held sum. ARGV: pairs of hold member and actual nano (0 to release),
+// KEYS: per scope, spent, holds, held sum, run. ARGV: run id, then pairs of hold member and actual nano (0 to release),
 // one pair per settled request: the settles of one turn of the event loop that share their scopes go as one call.
 // Returns, per pair, 1 if a hold was found (its cost added), else 0 (a restart or an expiry took it: nothing added).
+// A scope of another run is left alone: it is loaded again from the store, and its holds with it are let go.
 const SETTLE = `
 local found = {}
-for j = 1, #ARGV, 2 do
+local current = {}
+for i = 1, #KEYS / 4 do current[i] = redis.call('GET', KEYS[4*i]) == ARGV[1] end
+for j = 2, #ARGV, 2 do
   local member = ARGV[j]
   local actual = tonumber(ARGV[j+1])
   local held = tonumber(string.match(member, ':(%d+)$'))
   found[#found + 1] = 0
-  for i = 1, #KEYS / 3 do
-    if redis.call('ZREM', KEYS[3*i-1], member) == 1 then
+  for i = 1, #KEYS / 4 do
+    if current[i] and redis.call('ZREM', KEYS[4*i-2], member) == 1 then
       found[#found] = 1
-      if redis.call('EXISTS', KEYS[3*i]) == 1 then redis.call('DECRBY', KEYS[3*i], held) end
-      if actual > 0 and redis.call('EXISTS', KEYS[3*i-2]) == 1 then
-        redis.call('INCRBY', KEYS[3*i-2], actual)
+      if redis.call('EXISTS', KEYS[4*i-1]) == 1 then redis.call('DECRBY', KEYS[4*i-1], held) end
+      if actual > 0 and redis.call('EXISTS', KEYS[4*i-3]) == 1 then
+        redis.call('INCRBY', KEYS[4*i-3], actual)
       end
     end
   end
@@ -78,28 +83,36 @@ end
 return found
 `;
 
-// KEYS: a spent key. ARGV: the store's total, nano. The higher of the two stays; a missing total stays missing.
+// KEYS: a spent key, its run key. ARGV: the store's total, nano, run id. The higher of the two stays; a missing
+// total (or one of another run) stays as it is, to be loaded.
 const RAISE_SPENT = `
 local have = redis.call('GET', KEYS[1])
-if have and tonumber(have) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+if have and redis.call('GET', KEYS[2]) == ARGV[2] and tonumber(have) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
 return 0
 `;
 
-// KEYS: spent keys. ARGV: nano. Costs settled elsewhere while Redis was away; a total not loaded yet
-// will be read from the store, which has them (or will, once their usage records are written).
+// KEYS: pairs of spent key and run key. ARGV: nano, run id. Costs settled elsewhere while Redis was away; a total
+// not loaded yet in this run will be read from the store, which has them (or will, once their usage records are written).
 const ADD_SPENT = `
-for i = 1, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], ARGV[1]) end
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i]) == 1 and redis.call('GET', KEYS[i+1]) == ARGV[2] then redis.call('INCRBY', KEYS[i], ARGV[1]) end
 end
 return 0
 `;
 
-// KEYS: spent, holds, held sum of one scope. ARGV: the store's total, room leased in the database, how long those
-// leases live (ms). Loads a total Redis does not hold; the one call that loads it also holds the leased room (a hold
-// with no instance in its name, never taken for a dead one's), until those leases lapse: instances still on the
-// database's leases (Redis came back, they have not seen it yet) admit from that room, which Redis must not admit too.
+// KEYS: spent, holds, held sum, run of one scope. ARGV: the store's total, room leased in the database, how long those
+// leases live (ms), run id. Loads a total Redis does not hold in this run (one of another run goes, and its holds with
+// it); the one call that loads it also holds the leased room (a hold with no instance in its name, never taken for a
+// dead one's), until those leases lapse: instances still on the database's leases (Redis came back, they have not
+// seen it yet) admit from that room, which Redis must not admit too.
 const LOAD_SPENT = `
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+if redis.call('GET', KEYS[4]) == ARGV[4] then
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+else
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[4], ARGV[4])
+end
 local leased = tonumber(ARGV[2])
 local ms = tonumber(ARGV[3])
 if leased <= 0 or ms <= 0 then return 1 end
@@ -147,6 +160,9 @@ export class RedisLedger implements BudgetLedger {
   private readonly addSpentCmd: Cmd;
   private readonly raiseSpentCmd: Cmd;
   private readonly loadSpentCmd: Cmd;
+  /** Redis's run id, which each total names (null: to be read, at start and after the connection dropped). */
+  private run: string | null = null;
+  private runRead: Promise<string> | null = null;
 
   constructor(
     private readonly redis: Redis,
@@ -163,6 +179,23 @@ export class RedisLedger implements BudgetLedger {
     this.raiseSpentCmd = this.cmd('gwBudgetRaiseSpent');
     redis.defineCommand('gwBudgetLoadSpent', { lua: LOAD_SPENT });
     this.loadSpentCmd = this.cmd('gwBudgetLoadSpent');
+    // The Redis that answers after a dropped connection may be another run, restored from a snapshot.
+    redis.on('close', () => {
+      this.run = null;
+    });
+  }
+
+  /** Redis's run id, read once per connection. */
+  private readRun(): Promise<string> {
+    this.runRead ??= this.epoch()
+      .then((run) => {
+        this.run = run;
+        return run;
+      })
+      .finally(() => {
+        this.runRead = null;
+      });
+    return this.runRead;
   }
 
   /** The reservation `reserve` would have made: to release a hold whose reserve call failed yet may have run. */
@@ -188,7 +221,7 @@ export class RedisLedger implements BudgetLedger {
     // restart empties both): its owner says it again within ALIVE_TTL_MS. Dropping it would free room a running
     // request still needs, and its settle, finding no hold, would add nothing to the total.
     const madeBefore = redisNow + RESERVATION_TTL_MS - ALIVE_TTL_MS;
-    for (let i = 1; i < args.keys.length; i += 3) {
+    for (let i = 1; i < args.keys.length; i += 4) {
       for (const m of await this.redis.zrangebyscore(args.keys[i] as string, '-inf', madeBefore)) members.add(m);
     }
     const instanceOf = (m: string) => {
@@ -200,14 +233,17 @@ export class RedisLedger implements BudgetLedger {
     const alive = await this.presence.alive(named.map((m) => instanceOf(m) as string));
     const dead = named.filter((m) => !alive.has(instanceOf(m) as string));
     if (dead.length === 0) return false;
-    await this.settleCmd(args.keys.length, ...args.keys, ...dead.flatMap((m) => [m, 0]));
+    await this.settleCmd(args.keys.length, ...args.keys, this.run ?? (await this.readRun()), ...dead.flatMap((m) => [m, 0]));
     return true;
   }
 
   /** Adds costs settled in another ledger (while this one was away) to the scopes' totals. */
   async addSpent(tag: string, scopeIds: string[], nano: number): Promise<void> {
-    const keys = scopeIds.map((id) => keysOf(tag, id)[0]);
-    await this.addSpentCmd(keys.length, ...keys, nano);
+    const keys = scopeIds.flatMap((id) => {
+      const k = keysOf(tag, id);
+      return [k[0], k[3]];
+    });
+    await this.addSpentCmd(keys.length, ...keys, nano, this.run ?? (await this.readRun()));
   }
 
   /** Redis's run id: a restart changes it, and takes every total Redis held with it. */
@@ -221,7 +257,8 @@ export class RedisLedger implements BudgetLedger {
    * the store at the next reservation anyway). Never lowers it, and never drops it: settles in flight still land.
    */
   async raiseSpent(tag: string, scopeId: string, storeEur: number): Promise<void> {
-    await this.raiseSpentCmd(1, keysOf(tag, scopeId)[0] as string, toNano(storeEur));
+    const k = keysOf(tag, scopeId);
+    await this.raiseSpentCmd(2, k[0], k[3], toNano(storeEur), this.run ?? (await this.readRun()));
   }
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
@@ -229,9 +266,10 @@ export class RedisLedger implements BudgetLedger {
     const args = this.reserveArgs(tag, scopes);
     const { keys, limits, ids } = args;
     const holder = this.holder(requestId);
+    const run = this.run ?? (await this.readRun());
     let swept = false;
     for (let attempt = 0; attempt < 4; attempt++) {
-      const res = await this.reserveCmd(keys.length, ...keys, nano, holder, RESERVATION_TTL_MS, ...limits);
+      const res = await this.reserveCmd(keys.length, ...keys, nano, holder, RESERVATION_TTL_MS, run, ...limits);
       if (res === 0) {
         const reservation = { id: `${holder}:${nano}`, nano, scopes: ids, tag };
         settleKeysOf.set(reservation, args);
@@ -250,7 +288,7 @@ export class RedisLedger implements BudgetLedger {
       // both (room held back a moment), never in neither.
       const leased = await (scope.loadLeased?.() ?? NOTHING_LEASED);
       const spent = await scope.loadSpent();
-      await this.loadSpentCmd(3, ...keysOf(tag, scope.id), toNano(spent), leased.nano, Math.ceil(Math.min(leased.ms, LEASED_HOLD_MS)));
+      await this.loadSpentCmd(4, ...keysOf(tag, scope.id), toNano(spent), leased.nano, Math.ceil(Math.min(leased.ms, LEASED_HOLD_MS)), run);
     }
     throw new Error('budget ledger could not load its totals');
   }
@@ -281,8 +319,19 @@ export class RedisLedger implements BudgetLedger {
   private flushSettles(): void {
     const batches = [...this.settling.values()];
     this.settling.clear();
+    if (this.run !== null) this.sendSettles(batches, this.run);
+    else
+      this.readRun().then(
+        (run) => this.sendSettles(batches, run),
+        (err: unknown) => {
+          for (const b of batches) for (const w of b.waiters) w.reject(err);
+        },
+      );
+  }
+
+  private sendSettles(batches: SettleBatch[], run: string): void {
     for (const b of batches) {
-      this.settleCmd(b.keys.length, ...b.keys, ...b.args).then(
+      this.settleCmd(b.keys.length, ...b.keys, run, ...b.args).then(
         (found) => {
           for (const [i, w] of b.waiters.entries()) w.resolve(found[i] === 1);
         },
@@ -337,7 +386,7 @@ function settleKeys(r: Reservation): { keys: string[]; group: string } {
 }
 
 /** The scopes of one request share a hash tag, so the script's keys sit in one Cluster slot. */
-function keysOf(tag: string, scopeId: string): [spent: string, holds: string, heldSum: string] {
+function keysOf(tag: string, scopeId: string): [spent: string, holds: string, heldSum: string, run: string] {
   const base = `gw:budget:{${tag}}:${scopeId}`;
-  return [`${base}:spent`, `${base}:holds`, `${base}:held`];
+  return [`${base}:spent`, `${base}:holds`, `${base}:held`, `${base}:run`];
 }
