@@ -209,6 +209,9 @@ describe('models', () => {
     expect([unknown.status, ((await unknown.json()) as { error: { code: string } }).error.code]).toEqual([400, 'model_not_found']);
     const twice = await fetch(`${gw.baseB}/models/meta%252Fllama-3.3-70b`, auth);
     expect(twice.status).toBe(400);
-    expect(((await twice.json()) as { error: { message: string } }).error.message).toBe("The model 'meta%2Fllama-3.3-70b' does not exist.");
+    // Another id, not served as the one meant; but told which one that is.
+    expect(((await twice.json()) as { error: { message: string } }).error.message).toBe(
+      "The model 'meta%2Fllama-3.3-70b' does not exist. Did you mean 'meta/llama-3.3-70b'? Model ids are '<family>/<model>', as GET /alt/v1/models lists them.",
+    );
   });
 });

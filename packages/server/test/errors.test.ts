@@ -331,6 +331,39 @@ describe('errors in each variant’s envelope', () => {
     }
   });
 
+  it('GET /models/{id} with a near-miss id suggests the id meant, among the models its variant lists', async () => {
+    const get = async (base: string, path: string, headers: Record<string, string> = {}) => {
+      const r = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${key}`, ...headers } });
+      return { status: r.status, error: ((await r.json()) as Envelope).error };
+    };
+    for (const [base, status, list] of [
+      [gw.baseA, 404, '/v1/models'],
+      [gw.baseB, 400, '/alt/v1/models'],
+    ] as const) {
+      // Named without its family, in another case (encoded or with its slash unencoded), or by a provider's own name.
+      for (const path of ['/models/small', '/models/Mistral%2FSmall', '/models/Mistral/Small', '/models/mistral-small-latest']) {
+        const r = await get(base, path);
+        expect([path, r.status, r.error.code, r.error.param, r.error.message]).toEqual([
+          path,
+          status,
+          'model_not_found',
+          'id',
+          expect.stringContaining(`Did you mean 'mistral/small'? Model ids are '<family>/<model>', as GET ${list} lists them.`),
+        ]);
+      }
+      // Never a retired model.
+      expect((await get(base, '/models/nemo')).error.message).not.toContain('Did you mean');
+    }
+    // B's list hides an embedding model outside its beta, and a model its workspace does not enable: so does the hint.
+    expect((await get(gw.baseA, '/models/bge-multilingual-gemma2')).error.message).toContain("Did you mean 'baai/bge-multilingual-gemma2'?");
+    expect((await get(gw.baseB, '/models/bge-multilingual-gemma2')).error.message).not.toContain('Did you mean');
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'model-hints', enabledModels: ['mistral/small'] });
+    const own = await gw.createKey({ workspaceId: ws.body.id });
+    const as = { authorization: `Bearer ${own.key}` };
+    expect((await get(gw.baseB, '/models/llama-3.3-70b', as)).error.message).not.toContain('Did you mean');
+    expect((await get(gw.baseB, '/models/small', as)).error.message).toContain("Did you mean 'mistral/small'?");
+  });
+
   it('a request refused for its body or its model, in the handler as in the schema, leaves no usage record', async () => {
     const own = await gw.createKey();
     const as = { authorization: `Bearer ${own.key}` };

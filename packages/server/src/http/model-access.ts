@@ -137,9 +137,10 @@ export function routeOptions(services: Services, request: FastifyRequest): Route
  * one the caller would then be refused: retired, of another kind, not enabled for its workspace), else where the ids are listed: the client's own
  * variant's list, since the other variant's answers in another envelope. On the error path only.
  */
-function modelHint(services: Services, id: string, variant: Variant, usable: (m: RegistryModel) => boolean): string {
-  // Ids are matched exactly; the hint forgives what a client's typing or templating adds: case, outer spaces, ':EU'.
-  const lower = id.trim().toLowerCase().replace(/:eu$/, '');
+export function modelHint(services: Services, id: string, variant: Variant, usable: (m: RegistryModel) => boolean): string {
+  // Ids are matched exactly; the hint forgives what a client's typing or templating adds: case, outer spaces, ':EU',
+  // and a slash encoded once too often (`meta%252Fllama` in a path reaches here as `meta%2Fllama`).
+  const lower = id.trim().toLowerCase().replace(/:eu$/, '').replaceAll('%2f', '/');
   const meant = services.registry
     .list()
     .filter(

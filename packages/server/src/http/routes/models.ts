@@ -1,7 +1,8 @@
 import { ModelA, ModelB, type ModelKind, ModelListA, ModelListB, ModelParams, ModelsQueryA, ModelsQueryB, SlashedModelParams } from '@gw/schema';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
-import { enabledModels } from '../model-access.js';
+import type { RegistryModel } from '../../routing/registry.js';
+import { enabledModels, modelHint } from '../model-access.js';
 import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
 import { filterModelsA, modelViewA } from '../variants/a.js';
@@ -59,8 +60,13 @@ function oneValueEach(filters: string[]) {
 async function oneModel(services: Services, request: FastifyRequest, isA: boolean, id: string) {
   const model = services.registry.get(id);
   // B's list leaves retired models out; asked for one by id, B says it is retired, as a chat request naming it is told.
-  const visible = model && (isA || filterModelsB([{ ...model, deprecated: false }], {}, await enabledModels(services, request)).length > 0);
-  if (!model || !visible) throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'id' });
+  const enabled = isA ? null : await enabledModels(services, request);
+  const visible = model && (isA || filterModelsB([{ ...model, deprecated: false }], {}, enabled).length > 0);
+  if (!model || !visible) {
+    // The hint names only a model the variant's list shows, as a chat request's hint names one it could use.
+    const listed = (m: RegistryModel) => (isA ? !m.deprecated : filterModelsB([m], {}, enabled).length > 0);
+    throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id, isA ? 'a' : 'b', listed)}`, { param: 'id' });
+  }
   if (model.deprecated) throw new GatewayError('model_deprecated', `The model '${id}' has been retired upstream.`, { param: 'id' });
   return isA ? modelViewA(model) : modelViewB(model);
 }
