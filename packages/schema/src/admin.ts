@@ -1,4 +1,5 @@
 import { type Static, Type } from '@sinclair/typebox';
+import { PAGE_SIZE } from './patterns.js';
 
 // EUR; the store keeps 12 digits before the decimal point (numeric(24, 12)).
 const Money = Type.Number({ minimum: 0, exclusiveMaximum: 1e12 });
@@ -81,12 +82,6 @@ export const RebuildResult = Type.Object({
 });
 
 export const WorkspaceParams = Type.Object({ id: Type.String({ minLength: 1 }) });
-
-/** A page size's digits (query strings are not coerced), and how a refusal of it reads. */
-const PAGE_SIZE = '^(100|[1-9][0-9]?)$';
-
-/** What each string pattern of the schemas asks for, in words: a refusal says this rather than the expression. */
-export const PATTERN_MEANINGS: Readonly<Record<string, string>> = { [PAGE_SIZE]: 'must be a whole number from 1 to 100' };
 
 /** Paging of the admin lists. */
 const PageFields = {

@@ -5,3 +5,4 @@ export * from './error-schema.js';
 export * from './errors.js';
 export * from './headers.js';
 export * from './models.js';
+export * from './patterns.js';

@@ -371,6 +371,13 @@ describe('the form, validated', () => {
       expect(res.status, JSON.stringify(fields)).toBe(400);
       expect(res.error.param, JSON.stringify(fields)).toBe(param);
     }
+    // A language's name is told what code is expected, never the expression that checks it.
+    const language = await send(form({ model, language: 'french' }));
+    expect([language.status, language.error.param, language.error.message]).toEqual([
+      400,
+      'language',
+      "Invalid body: 'language' must be the language's ISO-639-1 code, such as 'fr' or 'en'.",
+    ]);
     const empty = new FormData();
     empty.append('model', model);
     empty.append('file', new Blob([], { type: 'audio/wav' }), 'empty.wav');

@@ -1,5 +1,5 @@
 import { tmpdir } from 'node:os';
-import { H } from '@gw/schema';
+import { H, LANGUAGE_CODE } from '@gw/schema';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
@@ -39,7 +39,7 @@ export const TranscriptionForm = Type.Object(
         { default: 'json' },
       ),
     ),
-    language: Type.Optional(Type.String({ pattern: '^[A-Za-z]{2,3}$', description: 'ISO-639-1 code of the spoken language' })),
+    language: Type.Optional(Type.String({ pattern: LANGUAGE_CODE, description: 'ISO-639-1 code of the spoken language' })),
     prompt: Type.Optional(Type.String({ maxLength: 4096 })),
     temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
     timestamp_granularities: Type.Optional(Type.Array(Type.Union([Type.Literal('word'), Type.Literal('segment')]), { maxItems: 2 })),

@@ -1,0 +1,11 @@
+/** A page size's digits (query strings are not coerced), and how a refusal of it reads. */
+export const PAGE_SIZE = '^(100|[1-9][0-9]?)$';
+
+/** A spoken language's code, as OpenAI's transcription takes it (ISO-639-1; three letters for a language that has no two-letter code). */
+export const LANGUAGE_CODE = '^[A-Za-z]{2,3}$';
+
+/** What each string pattern of the schemas asks for, in words: a refusal says this rather than the expression. */
+export const PATTERN_MEANINGS: Readonly<Record<string, string>> = {
+  [PAGE_SIZE]: 'must be a whole number from 1 to 100',
+  [LANGUAGE_CODE]: "must be the language's ISO-639-1 code, such as 'fr' or 'en'",
+};
