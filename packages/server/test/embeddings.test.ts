@@ -226,10 +226,33 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     expect(record).toMatchObject({ provider: 'cohere', status: 200, promptTokens: 515 });
   });
 
+  it('token ids for input (LangChain sends them by default) are refused saying text is wanted, not that an id must be a string', async () => {
+    for (const [client, code] of [
+      [a, 'validation_error'],
+      [b, 'invalid_request'],
+    ] as const) {
+      for (const input of [
+        [1, 2, 3],
+        [[1, 2], [3]],
+      ]) {
+        const err = await client.embeddings.create({ model: 'baai/bge-m3', input }).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+        const refused = err as InstanceType<typeof OpenAI.BadRequestError>;
+        expect([refused.status, refused.code, refused.param, refused.message]).toEqual([
+          400,
+          code,
+          'input',
+          "400 Invalid body: 'input' must be text, a string or a list of strings: token ids (lists of integers) are not taken; send the text itself.",
+        ]);
+      }
+    }
+  });
+
   it('validates the body: input, encoding_format, dimensions and unknown fields', async () => {
     for (const [body, param] of [
       [{ model: 'baai/bge-m3', input: [] }, 'input'],
-      [{ model: 'baai/bge-m3', input: [1, 2, 3] }, 'input.0'],
+      [{ model: 'baai/bge-m3', input: [1, 2, 3] }, 'input'],
+      [{ model: 'baai/bge-m3', input: ['a', 2] }, 'input.1'],
       // Nothing to embed is refused, as OpenAI does, rather than billed.
       [{ model: 'baai/bge-m3', input: '' }, 'input'],
       [{ model: 'baai/bge-m3', input: ['a', ''] }, 'input.1'],

@@ -68,8 +68,8 @@ describe('errors in each variant’s envelope', () => {
     const emptyInput = await post(gw.baseB, '/embeddings', { model: 'mistral/embed', input: [] });
     expect([emptyInput.status, emptyInput.body.error.param]).toEqual([400, 'input']);
     expect(emptyInput.body.error.message).toContain('fewer than 1 items');
-    const numberInput = await post(gw.baseA, '/embeddings', { model: 'mistral/embed', input: [5] });
-    expect([numberInput.body.error.param, numberInput.body.error.message]).toEqual(['input.0', "Invalid body: 'input.0' must be string."]);
+    const numberInput = await post(gw.baseA, '/embeddings', { model: 'mistral/embed', input: ['a', 5] });
+    expect([numberInput.body.error.param, numberInput.body.error.message]).toEqual(['input.1', "Invalid body: 'input.1' must be string."]);
     // Every message but an assistant's (which may carry only tool calls) says something.
     for (const role of ['user', 'system', 'tool']) {
       const silent = await post(gw.baseA, '/chat/completions', chat({ messages: [{ role: 'user', content: 'hi' }, { role }] }));

@@ -5,11 +5,14 @@ import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
 import { leftBeforeAnswer } from './upstream-call.js';
 
-/** Normalises anything thrown in a request into a GatewayError. `bodyLimit`: the route's, in bytes, said in a 413. */
-export function toGatewayError(err: unknown, contentEncoding?: string | string[], bodyLimit?: number): GatewayError {
+/**
+ * Normalises anything thrown in a request into a GatewayError. `bodyLimit`: the route's, in bytes, said in a 413;
+ * `body`: the parsed body, read only to word a refusal of it.
+ */
+export function toGatewayError(err: unknown, contentEncoding?: string | string[], bodyLimit?: number, body?: unknown): GatewayError {
   if (isGatewayError(err)) return err;
   const e = err as FastifyError;
-  if (e.validation && e.validation.length > 0) return validationError(e);
+  if (e.validation && e.validation.length > 0) return validationError(e, body);
   switch (e.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       // Declared too large or counted past the limit as it arrived (chunked): the same words as a refused Expect: 100-continue.
@@ -58,6 +61,7 @@ export function compressedBodyError(contentEncoding: string | string[] | undefin
 
 interface AjvError {
   instancePath: string;
+  schemaPath: string;
   keyword: string;
   message?: string;
   params: Record<string, unknown>;
@@ -92,11 +96,29 @@ function allowedValues(errors: AjvError[], first: AjvError): string | null {
   return values.map((v) => JSON.stringify(v)).join(', ');
 }
 
+/**
+ * Embeddings input sent as token ids (lists of integers), as LangChain's OpenAIEmbeddings does by default: OpenAI takes
+ * them, the providers behind this gateway take text only. Said so, rather than that the first id 'must be string'.
+ */
+function tokenIdsRefusal(errors: AjvError[], body: unknown): GatewayError | null {
+  if (!errors.some((x) => x.schemaPath.startsWith('#/properties/input/'))) return null;
+  const input = (body as { input?: unknown } | null | undefined)?.input;
+  const ids = (v: unknown) => typeof v === 'number' || (Array.isArray(v) && v.length > 0 && v.every((t) => typeof t === 'number'));
+  if (!Array.isArray(input) || input.length === 0 || !input.every(ids)) return null;
+  return new GatewayError(
+    'validation',
+    "Invalid body: 'input' must be text, a string or a list of strings: token ids (lists of integers) are not taken; send the text itself.",
+    { param: 'input' },
+  );
+}
+
 /** Turns Ajv's first error into a message naming the field, e.g. `'temperature' must be <= 2`. */
-function validationError(e: FastifyError): GatewayError {
+function validationError(e: FastifyError, body: unknown): GatewayError {
   const errors = e.validation as unknown as AjvError[];
-  const first = mostTelling(errors);
   const where = (e as { validationContext?: string }).validationContext ?? 'body';
+  const tokens = where === 'body' ? tokenIdsRefusal(errors, body) : null;
+  if (tokens) return tokens;
+  const first = mostTelling(errors);
   const path = first.instancePath.replace(/^\//, '').replace(/\//g, '.');
   const missing = first.params['missingProperty'];
   const extra = first.params['additionalProperty'];
@@ -131,7 +153,7 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
     request.log.debug('the client left while its answer was being written');
     return reply;
   }
-  const g = toGatewayError(err, request.headers['content-encoding'], request.routeOptions.bodyLimit);
+  const g = toGatewayError(err, request.headers['content-encoding'], request.routeOptions.bodyLimit, request.body);
   const { status, body } = errorEnvelope(g, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
   if (request.gw) {
