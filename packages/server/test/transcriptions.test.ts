@@ -402,6 +402,31 @@ describe('the form, validated', () => {
     await eventually(() => expect(spools()).toEqual([]));
   });
 
+  it("OpenAI's fields the gateway does not offer are refused saying so, in each variant, not as fields it does not know", async () => {
+    const own = await gw.createKey({ rateLimitRpm: 10_000 });
+    const clients = openAiClients(gw, own.key);
+    const model = 'openai/whisper-large-v3';
+    for (const [client, code] of [
+      [clients.a, 'validation_error'],
+      [clients.b, 'invalid_request'],
+    ] as const) {
+      for (const [extra, param, said] of [
+        [{ include: ['logprobs'] }, 'include', 'is not offered: the providers behind this gateway give no logprobs of a transcript.'],
+        [{ chunking_strategy: 'auto' }, 'chunking_strategy', 'is not offered: the audio is sent to the provider whole'],
+        [{ chunking_strategy: { type: 'server_vad' } }, 'chunking_strategy', 'is not offered: the audio is sent to the provider whole'],
+        [{ known_speaker_names: ['agent'] }, 'known_speaker_names', 'is not offered: transcripts here do not tell speakers apart'],
+        [{ stream: true }, 'stream', 'is not offered: a transcription is answered whole'],
+      ] as const) {
+        const file = await toFile(wav(1), 'a.wav', { type: 'audio/wav' });
+        const err = await client.audio.transcriptions.create({ file, model, ...extra } as OpenAI.Audio.TranscriptionCreateParams).catch((e: unknown) => e);
+        expect(err, JSON.stringify(extra)).toBeInstanceOf(OpenAI.BadRequestError);
+        const refused = err as InstanceType<typeof OpenAI.BadRequestError>;
+        expect([refused.code, refused.param, refused.message]).toEqual([code, param, expect.stringContaining(`'${param}' ${said}`)]);
+      }
+    }
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
   it('refuses bytes that are no audio (whatever their name) with 400 naming file, before any provider, unrecorded', async () => {
     const own = await gw.createKey({ rateLimitRpm: 10_000 });
     const clients = openAiClients(gw, own.key);

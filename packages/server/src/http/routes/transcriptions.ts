@@ -166,20 +166,41 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
   });
 }
 
+/**
+ * Fields of OpenAI's transcription that this gateway does not offer, and why: refused saying so, rather than as fields
+ * it does not know (which reads as a typo). An object's parts come as `name[key]` (the SDK's `chunking_strategy[type]`).
+ */
+const NOT_OFFERED = new Map([
+  ['include', 'is not offered: the providers behind this gateway give no logprobs of a transcript.'],
+  ['chunking_strategy', 'is not offered: the audio is sent to the provider whole, and the provider cuts it itself; leave the field out.'],
+  ['known_speaker_names', 'is not offered: transcripts here do not tell speakers apart (no diarization).'],
+  ['known_speaker_references', 'is not offered: transcripts here do not tell speakers apart (no diarization).'],
+]);
+
 /** Form fields as the body schema sees them: `name[]` as `name`, numbers and booleans typed (left as text when they are not, so the schema names them). */
 function formBody(form: ParsedForm): Record<string, unknown> {
   // No prototype: a field named `constructor` or `__proto__` is a field like any other (and an unknown one).
   const body: Record<string, unknown> = Object.create(null);
   for (const [raw, value] of form.fields) {
     const name = raw.endsWith('[]') ? raw.slice(0, -2) : raw;
+    const bracket = name.indexOf('[');
+    const field = bracket === -1 ? name : name.slice(0, bracket);
+    const notOffered = NOT_OFFERED.get(field);
+    if (notOffered !== undefined) throw new GatewayError('validation', `Invalid body: '${field}' ${notOffered}`, { param: field });
     // One value per field (but the list): which of two models or formats to use is not for the gateway to guess.
     if (name !== 'timestamp_granularities' && Object.hasOwn(body, name)) {
       throw new GatewayError('validation', `Invalid form: the field '${name}' is sent more than once.`, { param: name });
     }
     if (name === 'timestamp_granularities') body[name] = [...((body[name] as string[] | undefined) ?? []), value];
     else if (name === 'temperature') body[name] = value.trim() !== '' && Number.isFinite(Number(value)) ? Number(value) : value;
-    else if (name === 'stream') body[name] = value === 'true' ? true : value === 'false' ? false : value;
-    else body[name] = value;
+    else if (name === 'stream') {
+      if (value === 'true') {
+        throw new GatewayError('validation', "Invalid body: 'stream' is not offered: a transcription is answered whole; leave it out or send false.", {
+          param: 'stream',
+        });
+      }
+      body[name] = value === 'false' ? false : value;
+    } else body[name] = value;
   }
   if (form.file) body['file'] = form.file.filename;
   return body;
