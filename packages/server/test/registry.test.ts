@@ -175,8 +175,18 @@ describe('the live registry', () => {
     expect(((await bad.json()) as { error: { message: string } }).error.message).toBe(
       `Invalid querystring: 'kind' has a value that is not allowed (allowed: "chat", "embedding", "rerank", "audio").`,
     );
-    const badB = await fetch(`${gw.baseB}/models?kind=chat`, { headers: auth() });
-    expect(badB.status).toBe(400);
+    // A filter of the other variant (or none at all) is told this list's filters, in the variant's envelope.
+    for (const [base, q, name, code, filters] of [
+      [gw.baseB, 'kind=chat', 'kind', 'invalid_request', 'family, capability, provider'],
+      [gw.baseA, 'family=meta', 'family', 'validation_error', 'kind'],
+      [gw.baseA, 'kind=chat&limit=5', 'limit', 'validation_error', 'kind'],
+    ] as const) {
+      const res = await fetch(`${base}/models?${q}`, { headers: auth() });
+      expect([res.status, ((await res.json()) as { error: unknown }).error]).toEqual([
+        400,
+        expect.objectContaining({ code, param: name, message: `Invalid querystring: '${name}' is not a filter of this list; its filters are ${filters}.` }),
+      ]);
+    }
   });
 
   it('refuses a filter given twice, saying a filter takes one value', async () => {

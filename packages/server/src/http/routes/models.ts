@@ -49,11 +49,21 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
   );
 }
 
-/** A filter named twice is told it takes one value, rather than that it is not a string. */
+/**
+ * A filter named twice is told it takes one value, rather than that it is not a string; a parameter that is no filter
+ * is told the list's filters (A's `kind` sent to B, B's `family` to A), rather than only that it is not known.
+ */
 function oneValueEach(filters: string[]) {
   return async (request: FastifyRequest): Promise<void> => {
     const repeated = repeatedQueryParam(request.query, filters, 'a filter');
     if (repeated) throw repeated;
+    for (const name in request.query as object) {
+      if (!filters.includes(name)) {
+        throw new GatewayError('validation', `Invalid querystring: '${name}' is not a filter of this list; its filters are ${filters.join(', ')}.`, {
+          param: name,
+        });
+      }
+    }
   };
 }
 
