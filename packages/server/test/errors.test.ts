@@ -331,6 +331,35 @@ describe('errors in each variant’s envelope', () => {
     }
   });
 
+  it('a body that is JSON but not an object says what was sent; a POST with no body at all says it is empty', async () => {
+    for (const [base, code] of [
+      [gw.baseA, 'validation_error'],
+      [gw.baseB, 'invalid_request'],
+    ] as const) {
+      for (const path of ['/chat/completions', '/embeddings', '/rerank']) {
+        for (const [sent, what] of [
+          ['[1]', 'an array'],
+          ['"hi"', 'a string'],
+          ['null', 'null'],
+          ['5', 'a number'],
+        ]) {
+          const r = await post(base, path, sent);
+          expect([path, sent, r.status, r.body.error.code, r.body.error.message]).toEqual([
+            path,
+            sent,
+            400,
+            code,
+            `Invalid body: the body must be a JSON object, not ${what}.`,
+          ]);
+        }
+        // Neither a body nor a Content-Type: nothing to parse, so the schema met no body.
+        const res = await fetch(`${base}${path}`, { method: 'POST', headers: { authorization: `Bearer ${key}` } });
+        const body = (await res.json()) as Envelope;
+        expect([path, res.status, body.error.code, body.error.message]).toEqual([path, 400, code, 'The request body is empty; send a JSON object.']);
+      }
+    }
+  });
+
   it('GET /models/{id} with a near-miss id suggests the id meant, among the models its variant lists', async () => {
     const get = async (base: string, path: string, headers: Record<string, string> = {}) => {
       const r = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${key}`, ...headers } });

@@ -20,7 +20,7 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return new GatewayError('unsupported_media_type', 'Unsupported Content-Type: send application/json.');
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return new GatewayError('validation', 'The request body is empty; send a JSON object.');
+      return emptyBody();
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return new GatewayError('validation', 'Content-Length does not match the body.');
   }
@@ -50,6 +50,10 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
     return new GatewayError('validation', e.message);
   }
   return new GatewayError('internal', 'Internal error.', { cause: err });
+}
+
+function emptyBody(): GatewayError {
+  return new GatewayError('validation', 'The request body is empty; send a JSON object.');
 }
 
 /** A body sent compressed (a `Content-Encoding` other than identity): bodies are taken uncompressed. */
@@ -135,6 +139,11 @@ function validationError(e: FastifyError, body: unknown): GatewayError {
   } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {
     const allowed = allowedValues(errors, first);
     detail = allowed === null ? 'has a value that is not allowed' : `has a value that is not allowed (allowed: ${allowed})`;
+  } else if (where === 'body' && path === '' && first.keyword === 'type') {
+    // No body at all (a POST without one, or without a Content-Type), or valid JSON that is not an object: said so,
+    // with what was sent, rather than as Ajv's 'must be object'.
+    if (body === undefined) return emptyBody();
+    detail = `must be a JSON object, not ${body === null ? 'null' : Array.isArray(body) ? 'an array' : `a ${typeof body}`}`;
   }
   const label = field ? `'${field}'` : `the ${where}`;
   return new GatewayError('validation', `Invalid ${where}: ${label} ${detail}.`, { param: field || null });
