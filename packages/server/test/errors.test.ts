@@ -67,7 +67,19 @@ describe('errors in each variant’s envelope', () => {
     );
     const emptyInput = await post(gw.baseB, '/embeddings', { model: 'mistral/embed', input: [] });
     expect([emptyInput.status, emptyInput.body.error.param]).toEqual([400, 'input']);
-    expect(emptyInput.body.error.message).toContain('fewer than 1 items');
+    expect(emptyInput.body.error.message).toBe("Invalid body: 'input' must not be empty.");
+    // Sizes are said in words, not in Ajv's ('must NOT have fewer than 1 characters').
+    for (const [path, body, message] of [
+      ['/embeddings', { model: 'mistral/embed', input: '' }, "Invalid body: 'input' must not be empty."],
+      ['/embeddings', { model: 'mistral/embed', input: ['a', ''] }, "Invalid body: 'input.1' must not be empty."],
+      ['/embeddings', { model: 'x'.repeat(201), input: 'a' }, "Invalid body: 'model' must be at most 200 characters long."],
+      ['/embeddings', { model: 'mistral/embed', input: Array(2049).fill('a') }, "Invalid body: 'input' must have at most 2048 items."],
+      ['/chat/completions', chat({ messages: [] }), "Invalid body: 'messages' must not be empty."],
+      ['/rerank', { model: 'cohere/rerank-v3.5', query: '', documents: ['a'] }, "Invalid body: 'query' must not be empty."],
+    ] as const) {
+      const r = await post(gw.baseB, path, body);
+      expect([path, r.status, r.body.error.code, r.body.error.message]).toEqual([path, 400, 'invalid_request', message]);
+    }
     const numberInput = await post(gw.baseA, '/embeddings', { model: 'mistral/embed', input: ['a', 5] });
     expect([numberInput.body.error.param, numberInput.body.error.message]).toEqual(['input.1', "Invalid body: 'input.1' must be string."]);
     // Every message but an assistant's (which may carry only tool calls) says something.

@@ -116,6 +116,14 @@ function tokenIdsRefusal(errors: AjvError[], body: unknown): GatewayError | null
   );
 }
 
+/** Ajv's size rules in plain words: 'must NOT have fewer than 1 items' reads as a riddle. */
+const SIZE_WORDS: Readonly<Record<string, (n: number) => string>> = {
+  minLength: (n) => (n === 1 ? 'must not be empty' : `must be at least ${n} characters long`),
+  maxLength: (n) => `must be at most ${n} characters long`,
+  minItems: (n) => (n === 1 ? 'must not be empty' : `must have at least ${n} items`),
+  maxItems: (n) => `must have at most ${n} items`,
+};
+
 /** Turns Ajv's first error into a message naming the field, e.g. `'temperature' must be <= 2`. */
 function validationError(e: FastifyError, body: unknown): GatewayError {
   const errors = e.validation as unknown as AjvError[];
@@ -139,6 +147,8 @@ function validationError(e: FastifyError, body: unknown): GatewayError {
   } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {
     const allowed = allowedValues(errors, first);
     detail = allowed === null ? 'has a value that is not allowed' : `has a value that is not allowed (allowed: ${allowed})`;
+  } else if (Object.hasOwn(SIZE_WORDS, first.keyword) && typeof first.params['limit'] === 'number') {
+    detail = (SIZE_WORDS[first.keyword] as (n: number) => string)(first.params['limit']);
   } else if (where === 'body' && path === '' && first.keyword === 'type') {
     // No body at all (a POST without one, or without a Content-Type), or valid JSON that is not an object: said so,
     // with what was sent, rather than as Ajv's 'must be object'.
