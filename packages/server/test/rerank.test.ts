@@ -187,6 +187,9 @@ describe('POST /v1/rerank on the wire', () => {
       expect(res.status, JSON.stringify(body)).toBe(400);
       expect(((await res.json()) as { error: { param: string } }).error.param, JSON.stringify(body)).toBe(param);
     }
+    // Cohere's v1 SDK still sends its chunk count: told which field takes its place.
+    const v1 = await post(gw.baseA, { model: MODEL, query, documents: ['a'], max_chunks_per_doc: 3 });
+    expect(((await v1.json()) as { error: { message: string } }).error.message).toContain("'max_tokens_per_doc' (its v2 field)");
   });
 
   it('bills Cohere’s search units: 150 documents are 2 units at the offer’s per-unit price', async () => {

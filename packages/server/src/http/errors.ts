@@ -116,6 +116,11 @@ function tokenIdsRefusal(errors: AjvError[], body: unknown): GatewayError | null
   );
 }
 
+/** Fields of an older API version that a client library still sends, and what takes their place here. */
+const NEWER_NAMES: Readonly<Record<string, string>> = {
+  max_chunks_per_doc: "Cohere's v1 chunk count; documents are cut by 'max_tokens_per_doc' (its v2 field) here",
+};
+
 /** Ajv's size rules in plain words: 'must NOT have fewer than 1 items' reads as a riddle. */
 const SIZE_WORDS: Readonly<Record<string, (n: number) => string>> = {
   minLength: (n) => (n === 1 ? 'must not be empty' : `must be at least ${n} characters long`),
@@ -141,7 +146,8 @@ function validationError(e: FastifyError, body: unknown): GatewayError {
     detail = 'is required';
   } else if (first.keyword === 'additionalProperties' && typeof extra === 'string') {
     field = path ? `${path}.${extra}` : extra;
-    detail = 'is not a known field';
+    const successor = NEWER_NAMES[extra];
+    detail = successor ? `is not a known field: ${successor}` : 'is not a known field';
   } else if (first.keyword === 'pattern' && typeof first.params['pattern'] === 'string' && PATTERN_MEANINGS[first.params['pattern']]) {
     detail = PATTERN_MEANINGS[first.params['pattern']] as string;
   } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {
