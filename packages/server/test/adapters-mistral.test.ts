@@ -350,6 +350,18 @@ describe('Mistral adapter against the simulated La Plateforme', () => {
     expect(chunks.at(-1)?.usage?.completion_tokens).toBeGreaterThan(0);
   });
 
+  it('answers n choices, whole and streamed, each ended on its own and the usage of all of them in one chunk', async () => {
+    const body = { model: 'mistral/large', messages: [{ role: 'user' as const, content: 'Lyon' }], n: 2 };
+    const completion = await adapter.chat(body, call('mistral-large-latest'));
+    expect(completion.choices.map((c) => (c as { index: number }).index)).toEqual([0, 1]);
+    const chunks = await collect(await adapter.chatStream(body, call('mistral-large-latest')));
+    const finishes = chunks.flatMap((c) => c.choices.filter((x) => (x as { finish_reason: unknown }).finish_reason !== null));
+    expect(finishes.map((x) => (x as { index: number }).index).sort()).toEqual([0, 1]);
+    const usages = chunks.filter((c) => c.usage);
+    expect(usages).toHaveLength(1);
+    expect(usages[0]).toMatchObject({ choices: [], usage: { completion_tokens: completion.usage?.completion_tokens } });
+  });
+
   it('maps the provider’s errors: a model it lacks (404, next offer), 429 with Retry-After, a wrong key 401', async () => {
     const lacking = await upstreamError(() => adapter.chat({ model: 'x', messages: [{ role: 'user', content: 'x' }] }, call('no-such-model')));
     expect([lacking.status, lacking.retryable]).toEqual([404, true]);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Simulator, startSimulator } from '../src/index.js';
-import { json, must, stream, upload, userMessages, wav } from './helpers.js';
+import { type Json, json, must, stream, upload, userMessages, wav } from './helpers.js';
 
 let sim: Simulator;
 beforeAll(async () => {
@@ -103,6 +103,38 @@ describe('mistral chat', () => {
     const r = await json(m(), chat, { model, messages: userMessages('one two three four'), max_tokens: 2 });
     expect(r.body.choices[0].finish_reason).toBe('length');
     expect(r.body.usage.completion_tokens).toBe(2);
+  });
+
+  it('answers n choices, whole and streamed, with usage counting them all once on the last chunk', async () => {
+    const body = { model, messages: userMessages('Paris museums'), n: 2 };
+    const whole = await json(m(), chat, body);
+    expect(whole.body.choices.map((c: Json) => c.index)).toEqual([0, 1]);
+    expect(whole.body.choices[1].message.content).toContain('Simulated answer #2 from mistral');
+    const words = (c: Json): number => c.message.content.match(/\s*\S+/g).length;
+    expect(whole.body.usage.completion_tokens).toBe(words(whole.body.choices[0]) + words(whole.body.choices[1]));
+
+    const s = await stream(m(), chat, { ...body, stream: true });
+    expect(s.done).toBe(true);
+    expect(s.chunks.every((c) => c.choices.length === 1)).toBe(true);
+    const of = (i: number) => s.chunks.filter((c) => c.choices[0].index === i);
+    for (const i of [0, 1]) {
+      expect(of(i)[0]?.choices[0].delta).toEqual({ role: 'assistant', content: '' });
+      expect(
+        of(i)
+          .map((c) => c.choices[0].delta.content ?? '')
+          .join(''),
+      ).toBe(whole.body.choices[i].message.content);
+      expect(
+        of(i)
+          .filter((c) => c.choices[0].finish_reason !== null)
+          .map((c) => c.choices[0].finish_reason),
+      ).toEqual(['stop']);
+    }
+    expect(s.chunks.filter((c) => c.usage !== null)).toEqual([must(s.chunks.at(-1))]);
+    expect(must(s.chunks.at(-1)).usage.completion_tokens).toBe(whole.body.usage.completion_tokens);
+    const bad = await json(m(), chat, { ...body, n: 'two' });
+    expect(bad.status).toBe(422);
+    expect(bad.body.message.detail[0]).toMatchObject({ type: 'int_type', loc: ['body', 'n'] });
   });
 });
 

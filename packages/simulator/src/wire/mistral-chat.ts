@@ -37,55 +37,66 @@ export function mistralChat(ctx: HandlerCtx): Reply {
     return { type: 'json', status: 400, body: error };
   }
   const thinking = info.adjustableReasoning === true && (body['reasoning_effort'] === 'high' || body['prompt_mode'] === 'reasoning');
-  const plan = planChat({
-    messages,
-    provider: ctx.provider.id,
-    model,
-    reasoning: thinking,
-    maxTokens: typeof body['max_tokens'] === 'number' ? body['max_tokens'] : undefined,
-    tools: body['tools'],
-    toolChoice: body['tool_choice'] === 'any' ? 'required' : body['tool_choice'],
-    responseFormat: body['response_format'],
-    stop: body['stop'],
-    padTo: ctx.provider.settings.answerTokens,
-  });
+  const plans: ChatPlan[] = [];
+  for (let choice = 0; choice < choiceCount(body['n']); choice++) {
+    plans.push(
+      planChat({
+        messages,
+        provider: ctx.provider.id,
+        model,
+        reasoning: thinking,
+        maxTokens: typeof body['max_tokens'] === 'number' ? body['max_tokens'] : undefined,
+        tools: body['tools'],
+        toolChoice: body['tool_choice'] === 'any' ? 'required' : body['tool_choice'],
+        responseFormat: body['response_format'],
+        stop: body['stop'],
+        padTo: ctx.provider.settings.answerTokens,
+        choice,
+      }),
+    );
+  }
   const id = hex(16);
   const created = nowSeconds();
-  const usage = { prompt_tokens: plan.promptTokens, completion_tokens: plan.completionTokens, total_tokens: plan.promptTokens + plan.completionTokens };
-  const toolCalls = plan.toolCall
-    ? [{ id: alnum(9), type: 'function', function: { name: plan.toolCall.name, arguments: plan.toolCall.arguments }, index: 0 }]
-    : null;
-  if (body['stream'] === true) return streamReply({ plan, id, created, model, usage, toolCalls });
+  const prompt0 = (plans[0] as ChatPlan).promptTokens;
+  const completion = plans.reduce((n, p) => n + p.completionTokens, 0);
+  const usage = { prompt_tokens: prompt0, completion_tokens: completion, total_tokens: prompt0 + completion };
+  const choices = plans.map((plan) => ({
+    plan,
+    toolCalls: plan.toolCall
+      ? [{ id: alnum(9), type: 'function', function: { name: plan.toolCall.name, arguments: plan.toolCall.arguments }, index: 0 }]
+      : null,
+  }));
+  if (body['stream'] === true) return streamReply({ choices, id, created, model, usage });
 
-  const text = plan.content.join('');
-  const content = plan.reasoning.length > 0 ? [thinkChunk(plan.reasoning.join('')), { type: 'text', text }] : text;
-  const message = { role: 'assistant', content, tool_calls: toolCalls, prefix: false };
-  return {
-    type: 'json',
-    body: { id, object: 'chat.completion', model, usage, created, choices: [{ index: 0, message, finish_reason: plan.finishReason }] },
-    tokens: plan.completionTokens,
-  };
+  const out = choices.map(({ plan, toolCalls }, index) => {
+    const text = plan.content.join('');
+    const content = plan.reasoning.length > 0 ? [thinkChunk(plan.reasoning.join('')), { type: 'text', text }] : text;
+    return { index, message: { role: 'assistant', content, tool_calls: toolCalls, prefix: false }, finish_reason: plan.finishReason };
+  });
+  return { type: 'json', body: { id, object: 'chat.completion', model, usage, created, choices: out }, tokens: completion };
+}
+
+/** Mistral answers `n` choices (validation has made it an integer); the cap only keeps a runaway request small. */
+function choiceCount(n: unknown): number {
+  return typeof n === 'number' && n >= 1 ? Math.min(n, 128) : 1;
 }
 
 const thinkChunk = (text: string): Record<string, unknown> => ({ type: 'thinking', thinking: [{ type: 'text', text }] });
 
 interface StreamInput {
-  plan: ChatPlan;
+  choices: { plan: ChatPlan; toolCalls: unknown[] | null }[];
   id: string;
   created: number;
   model: string;
   usage: Record<string, number>;
-  toolCalls: unknown[] | null;
 }
 
-function streamReply(s: StreamInput): Reply {
-  const chunk = (delta: Record<string, unknown>, finish: string | null = null, usage: unknown = null): SseEvent => ({
-    data: { id: s.id, object: 'chat.completion.chunk', created: s.created, model: s.model, choices: [{ index: 0, delta, finish_reason: finish }], usage },
-  });
+/** One choice's deltas: thinking arrays, the transition array, plain strings, then its whole tool call. */
+function choiceDeltas(plan: ChatPlan, toolCalls: unknown[] | null): Record<string, unknown>[] {
   const deltas: Record<string, unknown>[] = [];
-  for (const r of s.plan.reasoning) deltas.push({ content: [thinkChunk(r)] });
-  const content = [...s.plan.content];
-  if (s.plan.reasoning.length > 0) {
+  for (const r of plan.reasoning) deltas.push({ content: [thinkChunk(r)] });
+  const content = [...plan.content];
+  if (plan.reasoning.length > 0) {
     const first = content.shift() ?? '';
     deltas.push({
       content: [
@@ -95,12 +106,34 @@ function streamReply(s: StreamInput): Reply {
     });
   }
   for (const c of content) deltas.push({ content: c });
-  if (s.toolCalls) deltas.push({ tool_calls: s.toolCalls });
+  if (toolCalls) deltas.push({ tool_calls: toolCalls });
   if (deltas.length === 0) deltas.push({ content: '' });
-  const events: SseEvent[] = [chunk({ role: 'assistant', content: '' })];
-  deltas.forEach((d, i) => {
-    const last = i === deltas.length - 1;
-    events.push(last ? chunk(d, s.plan.finishReason, s.usage) : chunk(d));
+  return deltas;
+}
+
+/**
+ * Each choice's deltas, interleaved one per choice each round when `n` > 1; a choice's last delta carries its
+ * finish_reason, and the stream's very last chunk carries the usage of all choices (earlier chunks `usage: null`).
+ */
+function streamReply(s: StreamInput): Reply {
+  const chunk = (index: number, delta: Record<string, unknown>, finish: string | null = null): Record<string, unknown> => ({
+    id: s.id,
+    object: 'chat.completion.chunk',
+    created: s.created,
+    model: s.model,
+    choices: [{ index, delta, finish_reason: finish }],
+    usage: null,
   });
+  const perChoice = s.choices.map(({ plan, toolCalls }) => choiceDeltas(plan, toolCalls));
+  const events: SseEvent[] = s.choices.map((_, index) => ({ data: chunk(index, { role: 'assistant', content: '' }) }));
+  for (let round = 0; perChoice.some((ds) => round < ds.length); round++) {
+    perChoice.forEach((ds, index) => {
+      const d = ds[round];
+      if (d === undefined) return;
+      const finish = round === ds.length - 1 ? (s.choices[index] as StreamInput['choices'][number]).plan.finishReason : null;
+      events.push({ data: chunk(index, d, finish) });
+    });
+  }
+  (events[events.length - 1] as { data: Record<string, unknown> }).data['usage'] = s.usage;
   return { type: 'sse', events, done: true };
 }

@@ -69,6 +69,7 @@ export function validateChat(body: Record<string, unknown>): Issue[] {
   const issues = [...missing(body, ['model', 'messages'], ['body']), ...extras(body, CHAT_KEYS, ['body'])];
   issues.push(...typed(body, 'temperature', 'number'), ...typed(body, 'top_p', 'number'), ...typed(body, 'max_tokens', 'integer'));
   issues.push(...typed(body, 'random_seed', 'integer'), ...typed(body, 'stream', 'boolean'), ...typed(body, 'model', 'string'));
+  issues.push(...typed(body, 'n', 'integer'));
   const effort = body['reasoning_effort'];
   if (effort !== undefined && effort !== null && effort !== 'high' && effort !== 'none') {
     issues.push({
