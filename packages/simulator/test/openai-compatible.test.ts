@@ -224,6 +224,30 @@ describe('embeddings, models, rerank, transcription', () => {
     expect(await srt.text()).toMatch(/^1\n00:00:00,000 --> 00:00:01,000\n/);
   });
 
+  it('ovh transcription defaults to verbose_json, numbers segments from 1 and adds success and diarization', async () => {
+    const ovh = p('ovh');
+    ovh.setModels([...ovh.models(), 'whisper-large-v3']);
+    try {
+      const r = await upload(ovh, '/v1/audio/transcriptions', { model: 'whisper-large-v3' }, wav(2.5));
+      const body = (await r.json()) as Json;
+      expect(body).toMatchObject({
+        task: 'transcribe',
+        language: 'en',
+        duration: 2.5,
+        success: true,
+        diarization: [],
+        usage: { type: 'duration', seconds: 3 },
+      });
+      expect(body.segments.map((s: Json) => s.id)).toEqual([1]);
+      const d = await upload(ovh, '/v1/audio/transcriptions', { model: 'whisper-large-v3', diarize: 'true' }, wav(2.5));
+      expect(((await d.json()) as Json).diarization).toEqual([{ speaker: 0, text: body.segments[0].text.trim(), start: 0, end: 2.5 }]);
+      const plain = await upload(ovh, '/v1/audio/transcriptions', { model: 'whisper-large-v3', response_format: 'json' }, wav(1));
+      expect(Object.keys((await plain.json()) as Json)).toEqual(['text', 'usage']);
+    } finally {
+      ovh.reset();
+    }
+  });
+
   it('refuses an input longer than the model’s context with 400 in each host’s shape (vLLM’s words), billing nothing', async () => {
     const input = ['short', 'word '.repeat(40_000)];
     const message =

@@ -1,11 +1,14 @@
-/** OpenAI-format transcription (`/v1/audio/transcriptions`): json, text, srt, vtt, verbose_json (PROVIDERS §1.5). */
+/**
+ * OpenAI-format transcription (`/v1/audio/transcriptions`): json, text, srt, vtt, verbose_json (PROVIDERS §1.5).
+ * OVH's (§6) defaults to verbose_json, numbers segments from 1 and adds `success` and `diarization`.
+ */
 import { field, fieldAll } from '../core/multipart.js';
 import { isAudio, toSrt, toVtt, transcribe } from '../gen/audio.js';
 import type { HandlerCtx, Reply } from './types.js';
 
 const FORMATS = ['json', 'text', 'srt', 'verbose_json', 'vtt'];
 
-export function transcriptionReply(ctx: HandlerCtx, maxBytes: number): Reply {
+export function transcriptionReply(ctx: HandlerCtx, maxBytes: number, ovh = false): Reply {
   const mp = ctx.multipart;
   if (mp === null) return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Expected multipart/form-data' } };
   const model = ctx.model;
@@ -21,7 +24,7 @@ export function transcriptionReply(ctx: HandlerCtx, maxBytes: number): Reply {
   // OpenAI's words for bytes its decoder cannot read (the OpenAI-compatible hosts run the same Whisper stack).
   if (!isAudio(file.data))
     return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Audio file might be corrupted or unsupported', param: 'file' } };
-  const format = field(mp, 'response_format') ?? 'json';
+  const format = field(mp, 'response_format') ?? (ovh ? 'verbose_json' : 'json');
   if (!FORMATS.includes(format)) {
     return {
       type: 'error',
@@ -47,8 +50,8 @@ export function transcriptionReply(ctx: HandlerCtx, maxBytes: number): Reply {
     language: field(mp, 'language') ?? 'en',
     duration: t.duration,
     text: t.text,
-    segments: t.segments.map((s, id) => ({
-      id,
+    segments: t.segments.map((s, i) => ({
+      id: ovh ? i + 1 : i,
       seek: 0,
       start: s.start,
       end: s.end,
@@ -62,5 +65,9 @@ export function transcriptionReply(ctx: HandlerCtx, maxBytes: number): Reply {
     usage,
   };
   if (granularities.includes('word')) body['words'] = t.words;
+  if (ovh) {
+    body['success'] = true;
+    body['diarization'] = field(mp, 'diarize') === 'true' ? t.segments.map((s) => ({ speaker: 0, text: s.text, start: s.start, end: s.end })) : [];
+  }
   return { type: 'json', body, tokens };
 }

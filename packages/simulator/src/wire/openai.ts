@@ -29,7 +29,9 @@ export function openaiWire(flavor: OpenAIFlavor): Wire {
         case '/v1/embeddings':
           return { endpoint: 'embeddings', body: 'json', handle: (ctx) => embeddingsReply(ctx, { honourOptions: flavor !== 'scaleway', vllm: true }) };
         case '/v1/audio/transcriptions':
-          return flavor === 'nebius' ? null : { endpoint: 'transcriptions', body: 'multipart', handle: (ctx) => transcriptionReply(ctx, 25 * 1024 * 1024) };
+          return flavor === 'nebius'
+            ? null
+            : { endpoint: 'transcriptions', body: 'multipart', handle: (ctx) => transcriptionReply(ctx, 25 * 1024 * 1024, flavor === 'ovh') };
         case '/v1/rerank':
           return flavor === 'scaleway' ? { endpoint: 'rerank', body: 'json', handle: scalewayRerankReply } : null;
         default:
