@@ -13,6 +13,7 @@ import { openAiClients } from './helpers/sdk.js';
 const COMMAND = 'cohere/command-a'; // only on Cohere's compatibility API
 const DUO = 'test/command-duo'; // Cohere's compatibility API first, then Nebius (another model: what routing around looks like)
 const UPSTREAM = 'command-a-03-2025';
+const EMBED = 'test/cohere-embed-compat'; // embeddings through the compatibility API
 const PRICE = { prompt_per_1m: 2.5, completion_per_1m: 10, currency: 'EUR' as const };
 
 let sim: Simulator;
@@ -39,6 +40,16 @@ beforeAll(async () => {
         context_window: 256_000,
         capabilities: ['streaming', 'tools', 'json'],
         offers: [{ provider: 'cohere-compat', upstreamModel: UPSTREAM, pricing: PRICE }],
+      },
+      {
+        id: EMBED,
+        kind: 'embedding',
+        owned_by: 'cohere',
+        context_window: 512,
+        beta: true, // variant B serves only the embeddings beta
+        offers: [
+          { provider: 'cohere-compat', upstreamModel: 'embed-multilingual-v3.0', pricing: { prompt_per_1m: 0.1, completion_per_1m: 0, currency: 'EUR' } },
+        ],
       },
       {
         id: DUO,
@@ -130,6 +141,20 @@ describe('the simulated compatibility API refuses what Cohere does not list', ()
     expect((await post({ reasoning_effort: 'high', max_tokens: 5 })).status).toBe(200);
     // No OpenAI models list on the compatibility path: the gateway reads Cohere's native one.
     expect((await fetch(`${p.url}/compatibility/v1/models`, { headers: { authorization: `Bearer ${p.apiKey}` } })).status).toBe(404);
+  });
+});
+
+describe('embeddings through Cohere’s compatibility API', () => {
+  it('answers the OpenAI SDK in both variants from its /embeddings', async () => {
+    for (const [variant, client] of variants()) {
+      const res = await client.embeddings.create({ model: EMBED, input: ['hello world', 'bonjour'] });
+      expect(
+        res.data.map((d) => d.embedding.length),
+        variant,
+      ).toEqual([1024, 1024]);
+      expect(res.usage.prompt_tokens).toBe(5);
+      expect(last()?.path).toBe('/compatibility/v1/embeddings');
+    }
   });
 });
 

@@ -122,6 +122,24 @@ describe('cohere', () => {
     expect(v4.body.meta.billed_units.input_tokens).toBe(1024 + 3);
   });
 
+  it('embeds through its compatibility API in OpenAI’s list shape, refusing dimensions and user', async () => {
+    const path = '/compatibility/v1/embeddings';
+    const long = 'a'.repeat(4096); // 1,024 tokens, twice embed-multilingual-v3.0's 512: cut, as Cohere's embed does by default
+    const r = await json(co(), path, { model: 'embed-multilingual-v3.0', input: ['hello world', long] });
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ object: 'list', model: 'embed-multilingual-v3.0', usage: { prompt_tokens: 3 + 512, total_tokens: 3 + 512 } });
+    expect(r.body.data.map((d: { index: number; embedding: number[] }) => [d.index, d.embedding.length])).toEqual([
+      [0, 1024],
+      [1, 1024],
+    ]);
+    const b64 = await json(co(), path, { model: 'embed-multilingual-v3.0', input: 'hello world', encoding_format: 'base64' });
+    expect(Buffer.from(b64.body.data[0].embedding, 'base64').length).toBe(4096);
+    for (const field of ['dimensions', 'user']) {
+      const refused = await json(co(), path, { model: 'embed-multilingual-v3.0', input: 'x', [field]: field === 'user' ? 'u' : 256 });
+      expect([refused.status, refused.body.message]).toEqual([400, `invalid request: ${field} is not supported by the Compatibility API`]);
+    }
+  });
+
   it('answers errors as {id, message}', async () => {
     const empty = await json(co(), '/v2/rerank', { model: 'rerank-v3.5', query: 'q', documents: [] });
     expect(empty.status).toBe(400);

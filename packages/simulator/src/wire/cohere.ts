@@ -3,7 +3,7 @@ import { bearer, isRecord, uuid } from '../core/http.js';
 import { rank } from '../gen/rerank.js';
 import { tokensOf } from '../gen/text.js';
 import { EMBEDDING_TYPES, type EmbeddingType, embedText, encodeAs } from '../gen/vectors.js';
-import { cohereCompatChat } from './cohere-compat.js';
+import { cohereCompatChat, cohereCompatEmbeddings } from './cohere-compat.js';
 import type { ErrorSpec, HandlerCtx, ProviderView, RenderedError, Reply, Wire } from './types.js';
 
 const META = { api_version: { version: '2', is_experimental: false } };
@@ -20,6 +20,7 @@ export function cohereWire(): Wire {
       if (method === 'POST' && path === '/v2/rerank') return { endpoint: 'rerank', body: 'json', handle: rerank };
       if (method === 'POST' && path === '/v2/embed') return { endpoint: 'embeddings', body: 'json', handle: embed };
       if (method === 'POST' && path === '/compatibility/v1/chat/completions') return { endpoint: 'chat', body: 'json', handle: cohereCompatChat };
+      if (method === 'POST' && path === '/compatibility/v1/embeddings') return { endpoint: 'embeddings', body: 'json', handle: cohereCompatEmbeddings };
       return null;
     },
     auth(headers, apiKey) {

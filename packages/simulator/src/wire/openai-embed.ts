@@ -11,6 +11,8 @@ export interface EmbedFlavor {
   /** vLLM adds `id` and `created`. */
   vllm: boolean;
   responseModel?: string;
+  /** Cut each input to the model's context (Cohere's default `truncate: END`) instead of refusing a longer one. */
+  truncate?: boolean;
 }
 
 /** `input` as a list of texts (token-id arrays are joined, as a stand-in). */
@@ -55,10 +57,12 @@ export function embeddingsReply(ctx: HandlerCtx, f: EmbedFlavor): Reply {
   const bad = checkModel(ctx, ['embedding']);
   if (bad) return { type: 'error', error: bad };
   const model = ctx.model as string;
-  const texts = inputTexts(body['input']);
-  if (texts === null)
+  const given = inputTexts(body['input']);
+  if (given === null)
     return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'input must be a non-empty string or array', param: 'input' } };
-  const tooLong = overContext(texts, ctx.provider.info(model).contextLength, f.vllm);
+  const context = ctx.provider.info(model).contextLength;
+  const texts = f.truncate && context > 0 ? given.map((t) => t.slice(0, context * 4)) : given;
+  const tooLong = overContext(texts, context, f.vllm);
   if (tooLong) return { type: 'error', error: tooLong };
   const native = ctx.provider.info(model).dim ?? 1024;
   let dim = native;
