@@ -62,6 +62,12 @@ describe.each([
   it('rejects an unknown model and a wrong key in its own shape', async () => {
     const unknown = await json(p(id), '/v1/chat/completions', { model: 'nope', messages: userMessages('hi') });
     expect(unknown.status).toBe(id === 'scaleway' ? 422 : 404);
+    // Scaleway answers a missing model as it does an unknown one; vLLM-style hosts with a 400.
+    const missing = await json(p(id), '/v1/chat/completions', { messages: userMessages('hi') });
+    expect(missing.status).toBe(id === 'scaleway' ? 422 : 400);
+    if (id === 'scaleway') expect(missing.body.error).toMatchObject({ code: 422, param: 'model' });
+    const noEmbedModel = await json(p(id), '/v1/embeddings', { input: 'hi' });
+    expect(noEmbedModel.status).toBe(id === 'scaleway' ? 422 : 400);
     const bad = await json(p(id), '/v1/chat/completions', { model, messages: userMessages('hi') }, { headers: { authorization: 'Bearer wrong' } });
     expect(bad.status).toBe(id === 'scaleway' ? 403 : 401);
     if (id === 'scaleway') expect(bad.body.error.code).toBe(403);

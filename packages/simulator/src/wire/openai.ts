@@ -23,20 +23,8 @@ export function openaiWire(flavor: OpenAIFlavor): Wire {
         return { endpoint: 'models', body: 'none', handle: (ctx) => oneModelReply(flavor, ctx.provider, id) };
       }
       if (method !== 'POST') return null;
-      switch (path) {
-        case '/v1/chat/completions':
-          return chatRoute(flavor);
-        case '/v1/embeddings':
-          return { endpoint: 'embeddings', body: 'json', handle: (ctx) => embeddingsReply(ctx, { honourOptions: flavor !== 'scaleway', vllm: true }) };
-        case '/v1/audio/transcriptions':
-          return flavor === 'nebius'
-            ? null
-            : { endpoint: 'transcriptions', body: 'multipart', handle: (ctx) => transcriptionReply(ctx, 25 * 1024 * 1024, flavor === 'ovh') };
-        case '/v1/rerank':
-          return flavor === 'scaleway' ? { endpoint: 'rerank', body: 'json', handle: scalewayRerankReply } : null;
-        default:
-          return null;
-      }
+      const route = postRoute(flavor, path);
+      return flavor === 'scaleway' && route !== null ? scalewayModelRequired(route) : route;
     },
     auth(headers, apiKey) {
       const key = bearer(headers);
@@ -45,6 +33,32 @@ export function openaiWire(flavor: OpenAIFlavor): Wire {
     },
     error: (spec) => renderOpenAIError(flavor, spec),
   };
+}
+
+/** Scaleway answers a request that names no model as it does an unknown one: 422 (PROVIDERS §5). */
+function scalewayModelRequired(route: Route): Route {
+  return {
+    ...route,
+    handle: (ctx) =>
+      ctx.model === null ? { type: 'error', error: { status: 422, kind: 'bad_request', message: 'Field required: model', param: 'model' } } : route.handle(ctx),
+  };
+}
+
+function postRoute(flavor: OpenAIFlavor, path: string): Route | null {
+  switch (path) {
+    case '/v1/chat/completions':
+      return chatRoute(flavor);
+    case '/v1/embeddings':
+      return { endpoint: 'embeddings', body: 'json', handle: (ctx) => embeddingsReply(ctx, { honourOptions: flavor !== 'scaleway', vllm: true }) };
+    case '/v1/audio/transcriptions':
+      return flavor === 'nebius'
+        ? null
+        : { endpoint: 'transcriptions', body: 'multipart', handle: (ctx) => transcriptionReply(ctx, 25 * 1024 * 1024, flavor === 'ovh') };
+    case '/v1/rerank':
+      return flavor === 'scaleway' ? { endpoint: 'rerank', body: 'json', handle: scalewayRerankReply } : null;
+    default:
+      return null;
+  }
 }
 
 /** What Scaleway's Generative APIs document as unsupported (PROVIDERS.md 2): refused with a 400, whatever the value. */
