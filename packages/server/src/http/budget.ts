@@ -36,6 +36,15 @@ export async function reserveBudgetWithRateLimit(services: Services, request: Fa
 function ignore(): void {}
 
 /**
+ * An amount as the store keeps it, to its 12th decimal with trailing zeros dropped: six decimals said €0.000000 of a
+ * worst case of €0.00000002 that a budget of 0 refuses, and rounded €0.0000047 up to €0.000005.
+ */
+function eurText(eur: number): string {
+  const fixed = eur.toFixed(12).replace(/0+$/, '');
+  return `€${fixed.endsWith('.') ? `${fixed}00` : fixed}`;
+}
+
+/**
  * Holds the request's worst-case cost against its key's and workspace's
  * budgets before any upstream call; the hold is settled to the real cost
  * (or released) when the response ends (usage-recording plugin).
@@ -57,7 +66,7 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
   });
   if (!res.ok) {
     const what = res.scope.startsWith('ws:') ? 'workspace' : 'API key';
-    const worst = `€${worstEur.toFixed(6)}`;
+    const worst = eurText(worstEur);
     if (await heldByRequestsInFlight(services, tag, scopes, res.scope, worstEur)) {
       // Not used up: the holds of requests in flight are settled to what they really cost when they end.
       throw new GatewayError(
