@@ -52,9 +52,8 @@ function eurText(eur: number): string {
 export async function reserveBudget(services: Services, request: FastifyRequest, worstEur: number): Promise<void> {
   const key = request.gw.key;
   if (!key) return;
-  const found = key.workspaceId ? services.workspaces.get(key.workspaceId) : null;
-  const ws = found instanceof Promise ? await found : found;
-  const scopes = budgetScopes(services, key, ws);
+  const listed = keyScopes(services, key);
+  const scopes = listed instanceof Promise ? await listed : listed;
   if (scopes.length === 0) return;
   const tag = key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;
   const res = await services.ledger.reserve(tag, scopes, worstEur, request.id).catch((err: unknown) => {
@@ -96,11 +95,10 @@ export async function growBudgetHold(services: Services, request: FastifyRequest
   const held = request.gw.reservation;
   const key = request.gw.key;
   if (held === null || key === null || moreEur <= 0) return true;
-  const found = key.workspaceId ? services.workspaces.get(key.workspaceId) : null;
-  const ws = found instanceof Promise ? await found : found;
+  const scopes = await keyScopes(services, key);
   const before = request.gw.failoverHold;
   const eur = (before === null ? 0 : fromNano(before.nano)) + moreEur;
-  const grown = await services.ledger.reserve(held.tag, budgetScopes(services, key, ws), eur, `${request.id}:failover:${toNano(eur)}`).catch(() => null);
+  const grown = await services.ledger.reserve(held.tag, scopes, eur, `${request.id}:failover:${toNano(eur)}`).catch(() => null);
   if (!grown?.ok) return false;
   if (request.gw.reservation !== held) {
     await services.ledger.release(grown.reservation).catch(() => {});
@@ -109,6 +107,12 @@ export async function growBudgetHold(services: Services, request: FastifyRequest
   request.gw.failoverHold = grown.reservation;
   if (before !== null) await services.ledger.release(before).catch(warnOnFailure(request.log, 'budget release failed'));
   return true;
+}
+
+/** The budgets a key's requests are held against: at once when its workspace is cached (no await), else once it is read. */
+function keyScopes(services: Services, key: ApiKeyRecord): BudgetScope[] | Promise<BudgetScope[]> {
+  const found = key.workspaceId ? services.workspaces.get(key.workspaceId) : null;
+  return found instanceof Promise ? found.then((ws) => budgetScopes(services, key, ws)) : budgetScopes(services, key, found);
 }
 
 /** Whether the request would fit in what its budget has left once the holds of requests in flight are let go. */

@@ -16,7 +16,7 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
   switch (e.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       // Declared too large or counted past the limit as it arrived (chunked): the same words as a refused Expect: 100-continue.
-      return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts${bodyLimit ? ` (${bodyLimit} bytes)` : ''}.`);
+      return bodyTooLarge(bodyLimit);
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return new GatewayError('unsupported_media_type', 'Unsupported Content-Type: send application/json.');
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
@@ -50,6 +50,11 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
     return new GatewayError('validation', e.message);
   }
   return new GatewayError('internal', 'Internal error.', { cause: err });
+}
+
+/** A JSON body over the route's limit, declared (Content-Length, or refused before Expect: 100-continue) or counted as it came. */
+export function bodyTooLarge(limit?: number): GatewayError {
+  return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts${limit ? ` (${limit} bytes)` : ''}.`);
 }
 
 function emptyBody(): GatewayError {

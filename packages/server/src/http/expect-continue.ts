@@ -6,10 +6,11 @@ import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
 import type { LimitDecision, RateLimiter } from '../limits/types.js';
 import type { ApiKeyRecord } from '../store/types.js';
-import { errorEnvelope } from './errors.js';
+import { bodyTooLarge, errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
 import { lingerOnClose } from './lingering-close.js';
 import { declaredTooLarge, isMultipart, tooLarge } from './multipart-spool.js';
+import { rateLimitedError, rateLimitHeaders } from './plugins/rate-limit.js';
 import type { RawAnswers } from './raw-answers.js';
 import { pendingRouteError } from './routes/not-implemented.js';
 import { serverTiming } from './server-timing.js';
@@ -93,7 +94,7 @@ async function refusal(
 }
 
 function rateLimited(decision: LimitDecision): Refusal {
-  return { error: new GatewayError('rate_limited', `Rate limit exceeded (${decision.limit} RPM)`, { retryAfterS: decision.resetS }), limit: decision };
+  return { error: rateLimitedError(decision), limit: decision };
 }
 
 function isTranscription(path: string): boolean {
@@ -104,7 +105,7 @@ function tooLargeDeclared(req: IncomingMessage, path: string, config: GatewayCon
   const length = Number(req.headers['content-length']);
   if (isTranscription(path)) return declaredTooLarge(length, config.uploadLimitBytes) ? tooLarge(config.uploadLimitBytes) : null;
   if (Number.isFinite(length) && length > config.bodyLimitBytes) {
-    return new GatewayError('payload_too_large', `The request body is larger than this gateway accepts (${config.bodyLimitBytes} bytes).`);
+    return bodyTooLarge(config.bodyLimitBytes);
   }
   return null;
 }
@@ -134,16 +135,6 @@ function withLimitHeaders({ error, limit }: Refusal): GatewayError {
   return new GatewayError(error.code, error.message, {
     param: error.param,
     ...(error.retryAfterS === undefined ? {} : { retryAfterS: error.retryAfterS }),
-    headers: { ...error.headers, ...limitHeaders(limit) },
+    headers: { ...error.headers, ...rateLimitHeaders(limit) },
   });
-}
-
-/** The limiter's headers, as plugins/rate-limit.ts sets them on every counted answer. */
-function limitHeaders(d: LimitDecision): Record<string, string> {
-  return {
-    [H.rateLimitLimit]: String(d.limit),
-    [H.rateLimitRemaining]: String(d.remaining),
-    [H.rateLimitReset]: String(d.resetS),
-    [H.rateLimitEnforced]: String(d.enforced),
-  };
 }

@@ -2,6 +2,7 @@
 import { alnum, hex, isRecord, nowSeconds } from '../core/http.js';
 import { type ChatPlan, planChat, promptTokens } from '../gen/text.js';
 import { semanticChatError, validateChat } from './mistral-validate.js';
+import { choiceCount } from './openai-chat.js';
 import type { HandlerCtx, Reply, SseEvent } from './types.js';
 
 export function validationReply(issues: unknown[]): Reply {
@@ -38,7 +39,7 @@ export function mistralChat(ctx: HandlerCtx): Reply {
   }
   const thinking = info.adjustableReasoning === true && (body['reasoning_effort'] === 'high' || body['prompt_mode'] === 'reasoning');
   const plans: ChatPlan[] = [];
-  for (let choice = 0; choice < choiceCount(body['n']); choice++) {
+  for (let choice = 0; choice < choiceCount(body); choice++) {
     plans.push(
       planChat({
         messages,
@@ -74,11 +75,6 @@ export function mistralChat(ctx: HandlerCtx): Reply {
     return { index, message: { role: 'assistant', content, tool_calls: toolCalls, prefix: false }, finish_reason: plan.finishReason };
   });
   return { type: 'json', body: { id, object: 'chat.completion', model, usage, created, choices: out }, tokens: completion };
-}
-
-/** Mistral answers `n` choices (validation has made it an integer); the cap only keeps a runaway request small. */
-function choiceCount(n: unknown): number {
-  return typeof n === 'number' && n >= 1 ? Math.min(n, 128) : 1;
 }
 
 const thinkChunk = (text: string): Record<string, unknown> => ({ type: 'thinking', thinking: [{ type: 'text', text }] });

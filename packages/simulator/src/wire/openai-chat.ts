@@ -83,8 +83,11 @@ function usageOf(plans: ChatPlan[]): Record<string, unknown> {
   };
 }
 
-/** How many choices the request asks for: vLLM and Azure answer `n` of them (Scaleway and Cohere refuse `n`, before this). */
-function choiceCount(body: Record<string, unknown>): number {
+/**
+ * How many choices the request asks for: vLLM, Azure and Mistral answer `n` of them (Scaleway and Cohere refuse `n`,
+ * before this); the cap only keeps a runaway request small.
+ */
+export function choiceCount(body: Record<string, unknown>): number {
   const n = body['n'];
   return typeof n === 'number' && Number.isInteger(n) && n >= 1 ? Math.min(n, 128) : 1;
 }

@@ -113,13 +113,25 @@ export function applyRateLimit(request: FastifyRequest, reply: FastifyReply): Pr
 }
 
 function applyDecision(reply: FastifyReply, d: LimitDecision): void {
-  reply.header(H.rateLimitLimit, String(d.limit));
-  reply.header(H.rateLimitRemaining, String(d.remaining));
-  reply.header(H.rateLimitReset, String(d.resetS));
-  reply.header(H.rateLimitEnforced, String(d.enforced));
+  reply.headers(rateLimitHeaders(d));
   if (d.allowed) return;
   draftRefusal(reply.request);
-  throw new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterS: d.resetS });
+  throw rateLimitedError(d);
+}
+
+/** The limiter's headers, which every counted answer carries. */
+export function rateLimitHeaders(d: LimitDecision): Record<string, string> {
+  return {
+    [H.rateLimitLimit]: String(d.limit),
+    [H.rateLimitRemaining]: String(d.remaining),
+    [H.rateLimitReset]: String(d.resetS),
+    [H.rateLimitEnforced]: String(d.enforced),
+  };
+}
+
+/** The 429 of a limiter that refused (SPEC, Errors: the message names the limit). */
+export function rateLimitedError(d: LimitDecision): GatewayError {
+  return new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterS: d.resetS });
 }
 
 /**
