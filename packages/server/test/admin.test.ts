@@ -111,6 +111,32 @@ describe('admin API', () => {
     expect(((await nameless.json()) as { error: { param: string } }).error.param).toBe('name');
   });
 
+  it('refuses a body in another charset than UTF-8, as the public API does, rather than store its letters replaced', async () => {
+    const latin1Cafe = Buffer.from('{"name":"Caf\xe9"}', 'latin1');
+    const before = await gw.admin<{ data: { name: string }[] }>('GET', '/workspaces?limit=100');
+    for (const [type, status, code] of [
+      ['application/json; charset=iso-8859-1', 415, 'unsupported_media_type'],
+      ['application/json', 400, 'validation_error'],
+    ] as const) {
+      const res = await fetch(`${gw.url}/admin/v1/workspaces`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': type },
+        body: latin1Cafe,
+      });
+      const body = (await res.json()) as { error: { code: string } };
+      expect([type, res.status, body.error.code]).toEqual([type, status, code]);
+    }
+    const after = await gw.admin<{ data: { name: string }[] }>('GET', '/workspaces?limit=100');
+    expect(after.body.data.length).toBe(before.body.data.length);
+    // UTF-8, said so, still passes.
+    const utf8 = await fetch(`${gw.url}/admin/v1/workspaces`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json; charset=UTF-8' },
+      body: JSON.stringify({ name: 'Café' }),
+    });
+    expect([utf8.status, ((await utf8.json()) as { name: string }).name]).toEqual([201, 'Café']);
+  });
+
   it('lists keys and workspaces newest first, page by page, and reads a workspace', async () => {
     const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'listed', budget: 7 });
     const made: string[] = [];

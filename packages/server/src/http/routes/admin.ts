@@ -23,6 +23,7 @@ import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
 import { noRouteError } from '../no-route.js';
+import { refuseNonUtf8Json } from '../plugins/json-charset.js';
 import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
 
@@ -117,11 +118,8 @@ function op(id: string, summary: string, schema: { response?: Record<string, unk
 export async function adminRoutes(app: FastifyInstance, services: Services & { adminToken: string }): Promise<void> {
   app.setErrorHandler(async (err, request, reply) => sendError(await unlessStoreDown(err, services), request, reply, 'a'));
   // Routes without a body (revoke, rebuild) are often called with `Content-Type: application/json` and nothing after it.
-  const json = app.getDefaultJsonParser('error', 'error');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if (body === '') done(null, undefined);
-    else void json(request, body as string, done);
-  });
+  // A body in another charset than UTF-8 is refused as on the public API, rather than stored with its letters replaced.
+  refuseNonUtf8Json(app, { emptyIsNoBody: true });
   // A route whose body fields are all optional (POST /keys) takes none at all, labelled or not, as `{}`; one with required fields then names them.
   app.addHook('preValidation', (request, _reply, done) => {
     if (request.body === undefined && request.routeOptions.schema?.body !== undefined) request.body = {};
