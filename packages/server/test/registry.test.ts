@@ -66,6 +66,19 @@ describe('the live registry', () => {
     expect((await chat('qwen/qwen3-32b')).status).toBe(200);
   });
 
+  it('reports the providers in the config’s order, whichever answers first', async () => {
+    const first = Object.keys((await gw.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild')).body.providers);
+    // The first provider's list now comes last.
+    sim.providers[first[0] as string]?.setFault({ kind: 'latency', ms: 300, endpoints: ['models'] });
+    try {
+      const again = await gw.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild');
+      expect(Object.keys(again.body.providers)).toEqual(first);
+      expect(Object.values(again.body.providers).every((s) => s === 'ok')).toBe(true);
+    } finally {
+      sim.providers[first[0] as string]?.clearFaults();
+    }
+  });
+
   it('keeps a failing provider’s last good list', async () => {
     sim.providers.ovh?.setFault({ kind: 'status', status: 500, endpoints: ['models'] });
     try {

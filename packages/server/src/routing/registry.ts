@@ -103,7 +103,8 @@ export class ModelRegistry {
   }
 
   private async doRebuild(): Promise<RebuildReport> {
-    const providers: Record<string, ProviderListStatus> = {};
+    // Keyed in the config's order, whichever provider answers first.
+    const providers: Record<string, ProviderListStatus> = Object.fromEntries(this.catalogue.providers.map((p) => [p.id, 'error']));
     await Promise.all(
       this.catalogue.providers.map(async (p) => {
         const adapter = this.adapters.get(p.id);
