@@ -1,6 +1,6 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
-import { searchUnitsOf } from '../openai-compatible/rerank.js';
+import { badRerankIndex, ranksNewDocument, searchUnitsOf } from '../openai-compatible/rerank.js';
 import { tokenCount } from '../token-count.js';
 import type { RerankRequest, RerankResult } from '../types.js';
 import { cohereError } from './errors.js';
@@ -26,10 +26,14 @@ export function parseCohereRerank(provider: string, res: JsonResponse, documents
   } | null;
   if (!body || !Array.isArray(body.results))
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent a rerank answer without results` });
+  const ranked = new Uint8Array(documents);
   const results = body.results.map((r) => {
     const item = (r ?? {}) as { index?: unknown; relevance_score?: unknown };
-    if (typeof item.index !== 'number' || item.index < 0 || item.index >= documents || typeof item.relevance_score !== 'number') {
+    if (typeof item.relevance_score !== 'number') {
       throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent a rerank result without index and relevance_score` });
+    }
+    if (!ranksNewDocument(item.index, ranked)) {
+      throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent ${badRerankIndex(item.index)}` });
     }
     return { index: item.index, relevanceScore: item.relevance_score };
   });

@@ -22,17 +22,33 @@ export function searchUnitsOf(documents: number): number {
   return Math.max(1, Math.ceil(documents / 100));
 }
 
+/**
+ * Whether a result's `index` names a document not ranked before in this answer (`ranked` marks those that were):
+ * a fractional, out-of-range or repeated index would give the client no document, or one document twice and
+ * another never.
+ */
+export function ranksNewDocument(index: unknown, ranked: Uint8Array): index is number {
+  if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= ranked.length || ranked[index] === 1) return false;
+  ranked[index] = 1;
+  return true;
+}
+
+/** A result whose `index` is no document's, or repeats one already ranked. */
+export function badRerankIndex(index: unknown): string {
+  return `a rerank result whose index ${String(JSON.stringify(index)).slice(0, 40)} is no document's or repeats one already ranked`;
+}
+
 /** Results with `index` and `relevance_score`, and the token `usage` (an offer priced per token is billed by it); the echoed `document` is dropped. */
 export function parseRerank(provider: string, res: JsonResponse, documents: number): RerankResult {
   if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
   const body = res.body as { id?: unknown; results?: unknown; usage?: { total_tokens?: unknown; prompt_tokens?: unknown } | null } | null;
   if (!body || !Array.isArray(body.results)) throw protocol(provider, 'a rerank answer without results');
+  const ranked = new Uint8Array(documents);
   const results = body.results.map((r) => {
     const item = r as { index?: unknown; relevance_score?: unknown; score?: unknown } | null;
     const score = item?.relevance_score ?? item?.score;
-    if (typeof item?.index !== 'number' || item.index < 0 || item.index >= documents || typeof score !== 'number') {
-      throw protocol(provider, 'a rerank result without index and relevance_score');
-    }
+    if (typeof score !== 'number') throw protocol(provider, 'a rerank result without index and relevance_score');
+    if (!ranksNewDocument(item?.index, ranked)) throw protocol(provider, badRerankIndex(item?.index));
     return { index: item.index, relevanceScore: score };
   });
   const tokens = body.usage?.total_tokens ?? body.usage?.prompt_tokens;
