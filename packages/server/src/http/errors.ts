@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import { errorJson, H, PATTERN_MEANINGS, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
@@ -6,10 +7,10 @@ import { redactSecrets } from '../lib/redact.js';
 import { leftBeforeAnswer } from './upstream-call.js';
 
 /**
- * Normalises anything thrown in a request into a GatewayError. `bodyLimit`: the route's, in bytes, said in a 413;
- * `body`: the parsed body, read only to word a refusal of it.
+ * Normalises anything thrown in a request into a GatewayError. `headers`: the request's, read only to word a refusal
+ * of its body; `bodyLimit`: the route's, in bytes, said in a 413; `body`: the parsed body, read only to word a refusal of it.
  */
-export function toGatewayError(err: unknown, contentEncoding?: string | string[], bodyLimit?: number, body?: unknown): GatewayError {
+export function toGatewayError(err: unknown, headers?: IncomingHttpHeaders, bodyLimit?: number, body?: unknown): GatewayError {
   if (isGatewayError(err)) return err;
   const e = err as FastifyError;
   if (e.validation && e.validation.length > 0) return validationError(e, body);
@@ -26,7 +27,7 @@ export function toGatewayError(err: unknown, contentEncoding?: string | string[]
   }
   if (e instanceof SyntaxError || e.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
     // A compressed body is what failed to parse: say so, rather than send the client looking at its JSON.
-    const compressed = compressedBodyError(contentEncoding);
+    const compressed = headers && encodedBodyError(headers);
     if (compressed) return compressed;
     // Fastify's parser gives no detail, and it also refuses valid JSON that names `__proto__` or a
     // `constructor.prototype` (prototype poisoning): the message says both, so that such a body is not taken for a typo.
@@ -61,11 +62,28 @@ function emptyBody(): GatewayError {
   return new GatewayError('validation', 'The request body is empty; send a JSON object.');
 }
 
-/** A body sent compressed (a `Content-Encoding` other than identity): bodies are taken uncompressed. */
-export function compressedBodyError(contentEncoding: string | string[] | undefined): GatewayError | null {
-  const coding = String(contentEncoding ?? '').trim();
-  if (coding === '' || coding.toLowerCase() === 'identity') return null;
-  return new GatewayError('unsupported_media_type', `Content-Encoding '${coding}' is not supported: send the request body uncompressed.`);
+/**
+ * A body sent encoded, which the gateway does not decode: a `Content-Encoding` other than identity, or a
+ * `Transfer-Encoding` coding other than chunked (`gzip, chunked`: Node takes the chunks off and leaves the gzip).
+ * Bodies are taken as sent, uncompressed; null for such a body.
+ */
+export function encodedBodyError(headers: IncomingHttpHeaders): GatewayError | null {
+  const content = String(headers['content-encoding'] ?? '').trim();
+  if (content !== '' && content.toLowerCase() !== 'identity') {
+    return new GatewayError('unsupported_media_type', `Content-Encoding '${content.slice(0, 60)}' is not supported: send the request body uncompressed.`);
+  }
+  const transfer = headers['transfer-encoding'];
+  if (transfer === undefined) return null;
+  const codings = transfer
+    .toLowerCase()
+    .split(',')
+    .map((c) => c.trim())
+    .filter((c) => c !== '' && c !== 'chunked' && c !== 'identity');
+  if (codings.length === 0) return null;
+  return new GatewayError(
+    'unsupported_media_type',
+    `Transfer-Encoding '${codings.join(', ').slice(0, 60)}' is not supported: send the request body uncompressed (chunked alone is taken).`,
+  );
 }
 
 interface AjvError {
@@ -183,7 +201,7 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
     request.log.debug('the client left while its answer was being written');
     return reply;
   }
-  const g = toGatewayError(err, request.headers['content-encoding'], request.routeOptions.bodyLimit, request.body);
+  const g = toGatewayError(err, request.headers, request.routeOptions.bodyLimit, request.body);
   const { status, body } = errorEnvelope(g, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
   if (request.gw) {

@@ -25,7 +25,7 @@ export function frameworkErrors(err: FastifyError, request: FastifyRequest, repl
   let error: GatewayError;
   if (err.code === 'FST_ERR_BAD_URL') error = new GatewayError('validation', `The path '${path}' has an invalid percent-escape.`);
   else if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') error = new GatewayError('validation', 'A path parameter is longer than this gateway accepts.');
-  else error = toGatewayError(err, request.headers['content-encoding'], request.routeOptions.bodyLimit);
+  else error = toGatewayError(err, request.headers, request.routeOptions.bodyLimit);
   sendError(error, request, reply, variantOfUrl(request.url));
 }
 

@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
+import { encodedBodyError } from '../errors.js';
 
 /**
  * A JSON body declared in a charset other than UTF-8 is refused (415) rather than read as UTF-8: JSON between
@@ -26,14 +27,22 @@ export function refuseNonUtf8Json(app: FastifyInstance, options: { emptyIsNoBody
       done(new GatewayError('unsupported_media_type', `Unsupported charset '${charset.slice(0, 40)}': send the JSON body in UTF-8.`), undefined);
       return;
     }
-    // A body sent compressed is left to the error handler, which says so (415) rather than point at its JSON.
-    const plain = request.headers['content-encoding'] === undefined;
-    if (plain && !isUtf8(bytes as Buffer)) {
+    // A body declared encoded (Content-Encoding, or a Transfer-Encoding coding besides chunked) is refused as such (415),
+    // whether or not its bytes happen to parse: not read as JSON that is not valid, or as UTF-8 that is not.
+    const headers = request.headers;
+    if (headers['content-encoding'] !== undefined || (headers['transfer-encoding'] !== undefined && headers['transfer-encoding'] !== 'chunked')) {
+      const encoded = encodedBodyError(headers);
+      if (encoded) {
+        done(encoded, undefined);
+        return;
+      }
+    }
+    if (!isUtf8(bytes as Buffer)) {
       done(notUtf8(), undefined);
       return;
     }
     const body = (bytes as Buffer).toString('utf8');
-    void parseJson(request, body, (err, value) => done(err && plain && isInvalidJson(err) ? invalidJson(body) : err, value));
+    void parseJson(request, body, (err, value) => done(err && isInvalidJson(err) ? invalidJson(body) : err, value));
   });
 }
 

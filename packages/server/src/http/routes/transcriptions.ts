@@ -12,7 +12,7 @@ import type { Offer } from '../../routing/registry.js';
 import { AUDIO_EXTENSIONS, audioContainer, readHead, upstreamFilename } from '../audio-container.js';
 import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
-import { compressedBodyError } from '../errors.js';
+import { encodedBodyError } from '../errors.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { boundaryOf, declaredTooLarge, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
 import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
@@ -155,7 +155,7 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     throw new GatewayError('unsupported_media_type', `Unsupported Content-Type '${request.headers['content-type'] ?? ''}': send multipart/form-data.`);
   });
   scope.addContentTypeParser('multipart/form-data', async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
-    const compressed = compressedBodyError(request.headers['content-encoding']);
+    const compressed = encodedBodyError(request.headers);
     if (compressed) throw compressed;
     const declared = Number(request.headers['content-length']);
     if (declaredTooLarge(declared, limit)) throw tooLarge(limit);
