@@ -54,6 +54,19 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect(envelopeOf(r.body)).toMatchObject({ code: 'validation_error', type: 'validation_error' });
   });
 
+  it('a key with its trailing newline (curl -H "Authorization: Bearer $(cat keyfile)") is told about the line break, without the key', async () => {
+    // curl sends the value's LF as it is, before the line's CRLF: Node refuses the head before any route runs.
+    const r = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\n\r\nConnection: close\r\n\r\n`);
+    expect(r.head).toMatch(/^HTTP\/1\.1 400 /);
+    const error = envelopeOf(r.body);
+    expect(error).toMatchObject({ code: 'validation_error', message: expect.stringContaining('line break') });
+    expect(error.message).toContain('trailing newline');
+    expect(r.body).not.toContain(key.slice(8));
+    // Other framing Node refuses says what, in Node's words: here a control character in a value.
+    const control = await raw(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Note: a\x01b\r\n\r\n`);
+    expect(envelopeOf(control.body).message).toBe('The request is not valid HTTP/1.1: Invalid header value char.');
+  });
+
   it('two Authorization headers are a 401, whichever of them is the good key', async () => {
     for (const [first, second] of [
       [key, 'gw_live_wrong'],

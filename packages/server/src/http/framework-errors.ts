@@ -48,7 +48,7 @@ export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException
         ? new GatewayError('request_timeout', 'The request was not received in time (GW_REQUEST_TIMEOUT_MS); the connection is closed.')
         : err.code === 'HPE_HEADER_OVERFLOW'
           ? new GatewayError('headers_too_large', 'The request headers are larger than this gateway accepts.')
-          : new GatewayError('validation', 'The request is not valid HTTP/1.1.');
+          : malformedRequest(err);
     // A request whose head arrived (its body did not, in time) is named: its id, its variant, its status in the
     // metrics and the log. Before its head, the path is not known: variant A's envelope and a new id.
     const answering = (socket as Socket & { _httpMessage?: ({ headersSent?: boolean } & ResponseOfRequest) | null })._httpMessage;
@@ -75,6 +75,25 @@ export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException
     }
     socket.destroy();
   };
+}
+
+/**
+ * What is wrong with a request Node's parser refused, in its words (they hold no request bytes). A header line
+ * ending in a bare LF or CR is, in practice, a value with a line break in it: a key read from a file, `$(cat key)`,
+ * which curl sends with its trailing newline. Said so, since such a client sees nothing wrong in its command.
+ */
+function malformedRequest(err: NodeJS.ErrnoException): GatewayError {
+  if (err.code === 'HPE_CR_EXPECTED' || err.code === 'HPE_LF_EXPECTED') {
+    return new GatewayError(
+      'validation',
+      'The request is not valid HTTP/1.1: a header line ends in a bare line break. A header value holds a line break (an API key read from a file with its trailing newline?): remove it.',
+    );
+  }
+  const reason = (err as { reason?: unknown }).reason;
+  return new GatewayError(
+    'validation',
+    typeof reason === 'string' && reason !== '' ? `The request is not valid HTTP/1.1: ${reason}.` : 'The request is not valid HTTP/1.1.',
+  );
 }
 
 /** CONNECT (a tunnel): not something this gateway does; answered in the envelope, then the connection closed (Node would close it unanswered). */
