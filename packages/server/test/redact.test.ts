@@ -43,7 +43,7 @@ describe('secrets in provider errors', () => {
   it("the gateway's own 401 guidance is not taken for a secret: it names the header to send", async () => {
     for (const [headers, start] of [
       [{}, 'Missing API key: send the header Authorization: Bearer gw_live_…'],
-      [{ authorization: 'Basic abc' }, 'Malformed API key: expected Authorization: Bearer gw_live_…'],
+      [{ authorization: 'Bearer abc' }, 'Malformed API key: expected Authorization: Bearer gw_live_…'],
     ] as const) {
       for (const base of [gw.baseA, gw.baseB]) {
         const res = await fetch(`${base}/models`, { headers });
@@ -51,6 +51,27 @@ describe('secrets in provider errors', () => {
         expect([res.status, body.error.message]).toEqual([401, start]);
       }
     }
+  });
+
+  it('a key sent where it is not read (x-api-key, api-key, the URL) or under another scheme is told so, never echoed', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    const basic = `Basic ${Buffer.from(`:${key}`).toString('base64')}`;
+    for (const [path, headers, message] of [
+      ['/models', { 'x-api-key': key }, "Missing API key: the 'x-api-key' header is not read here; send the key as Authorization: Bearer gw_live_…"],
+      ['/models', { 'api-key': key }, "Missing API key: the 'api-key' header is not read here; send the key as Authorization: Bearer gw_live_…"],
+      [`/models?api_key=${key}`, {}, expect.stringContaining('Missing API key: a key in the URL is not read here')],
+      ['/models', { authorization: basic }, "The Authorization scheme 'Basic' is not taken: expected Authorization: Bearer gw_live_…"],
+    ] as const) {
+      for (const base of [gw.baseA, gw.baseB]) {
+        const res = await fetch(`${base}${path}`, { headers });
+        const text = await res.text();
+        expect([res.status, (JSON.parse(text) as { error: { message: string } }).error.message]).toEqual([401, message]);
+        expect(text).not.toContain(key.slice(8));
+      }
+    }
+    // Only Authorization is read: beside it, another header's key changes nothing.
+    const both = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}`, 'x-api-key': 'gw_live_other' } });
+    expect(both.status).toBe(200);
   });
 });
 

@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import { KEY_PREFIX } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { Bus } from '../kv/types.js';
@@ -247,8 +248,33 @@ function parseBearer(authorization: string | undefined): string {
   if (!authorization) throw new GatewayError('unauthorized', 'Missing API key: send the header Authorization: Bearer gw_live_…');
   const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
   const key = match?.[1];
-  if (!key || !KEY_PATTERN.test(key)) throw new GatewayError('unauthorized', 'Malformed API key: expected Authorization: Bearer gw_live_…');
+  if (!key || !KEY_PATTERN.test(key)) {
+    // Another scheme (Basic, as some HTTP clients build from a user and password) is named, rather than called a malformed key.
+    const scheme = match ? null : /^([A-Za-z][A-Za-z0-9_-]{0,19})\s/.exec(authorization)?.[1];
+    const what = scheme && scheme.toLowerCase() !== 'bearer' ? `The Authorization scheme '${scheme}' is not taken` : 'Malformed API key';
+    throw new GatewayError('unauthorized', `${what}: expected Authorization: Bearer gw_live_…`);
+  }
   return key;
+}
+
+/**
+ * The 401 for a request without Authorization that carries a key elsewhere: in `x-api-key` (Anthropic's clients) or
+ * `api-key` (Azure OpenAI's), or in the URL. Only Authorization is read; said so, rather than 'Missing API key' to a
+ * client that sent one. Null when there is no such key. Never says the key.
+ */
+export function keyElsewhereError(headers: IncomingHttpHeaders, url: string): GatewayError | null {
+  const header = headers['x-api-key'] !== undefined ? 'x-api-key' : headers['api-key'] !== undefined ? 'api-key' : null;
+  if (header) {
+    return new GatewayError('unauthorized', `Missing API key: the '${header}' header is not read here; send the key as Authorization: Bearer gw_live_…`);
+  }
+  const at = url.indexOf('?');
+  if (at !== -1 && url.includes(KEY_PREFIX, at)) {
+    return new GatewayError(
+      'unauthorized',
+      'Missing API key: a key in the URL is not read here (URLs end up in logs along the way: treat that key as exposed); send it as Authorization: Bearer gw_live_…',
+    );
+  }
+  return null;
 }
 
 function checkUsable(record: ApiKeyRecord): ApiKeyRecord {

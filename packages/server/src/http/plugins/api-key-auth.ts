@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { refuseDoubleAuthorization } from '../../auth/admin-token.js';
+import { keyElsewhereError } from '../../auth/api-keys.js';
 import type { Services } from '../services.js';
 
 /**
@@ -13,7 +14,8 @@ export function registerApiKeyAuth(app: FastifyInstance, services: Services): vo
       refuseDoubleAuthorization(request.raw.rawHeaders);
       found = services.auth.authenticate(request.headers.authorization);
     } catch (err) {
-      return done(err as Error);
+      // No Authorization: a key sent where it is not read (another header, the URL) is named as such.
+      return done((request.headers.authorization === undefined && keyElsewhereError(request.headers, request.url)) || (err as Error));
     }
     if (!(found instanceof Promise)) {
       request.gw.key = found;
