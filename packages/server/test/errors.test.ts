@@ -315,6 +315,20 @@ describe('errors in each variant’s envelope', () => {
     expect((await post(gw.url, '/nothing/here', chat())).body.error.message).toBe('No route POST /nothing/here.');
   });
 
+  it('a path off only by a doubled or trailing slash or its letter case is a 404 that names the route meant', async () => {
+    for (const [base, path, meant] of [
+      [gw.url, '/v1/chat/completions/', '/v1/chat/completions'],
+      [gw.url, '/v1//chat/completions', '/v1/chat/completions'],
+      [gw.url, '//v1/embeddings', '/v1/embeddings'],
+      [gw.url, '/alt/v1/chat/completions/', '/alt/v1/chat/completions'],
+      [gw.url, '/V1/Chat/Completions', '/v1/chat/completions'],
+    ]) {
+      const r = await post(base as string, path as string, chat());
+      expect([path, r.status, r.body.error.code, r.body.error.message]).toEqual([path, 404, 'not_found', expect.stringContaining(`Did you mean ${meant}?`)]);
+    }
+    expect((await post(gw.url, '/v1/chat/complete', chat())).body.error.message).toBe('No route POST /v1/chat/complete.');
+  });
+
   it('variant B does not name the kind of an embedding model outside its beta, which its model list hides', async () => {
     const hidden = 'baai/bge-multilingual-gemma2';
     const listed = (await (await fetch(`${gw.baseB}/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] };

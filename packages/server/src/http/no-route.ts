@@ -11,7 +11,11 @@ export function noRouteError(app: FastifyInstance, request: FastifyRequest, repl
   const path = request.url.split('?')[0] ?? '/';
   const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
   if (allowed.length === 0) {
-    const hint = baseHint(app, request.method, path) || cohereRouteHint(request.method, path) || openAiRouteHint(request.method, path);
+    const hint =
+      baseHint(app, request.method, path) ||
+      spellingHint(app, request.method, path) ||
+      cohereRouteHint(request.method, path) ||
+      openAiRouteHint(request.method, path);
     return new GatewayError('not_found', `No route ${request.method} ${path}.${hint}`);
   }
   reply.header('allow', allowed.join(', '));
@@ -24,6 +28,22 @@ function baseHint(app: FastifyInstance, method: string, path: string): string {
   const candidate = path.startsWith('/alt/') ? `/alt/v1${path.slice(4)}` : `/v1${path}`;
   const found = known !== undefined && app.findRoute({ method: known, url: candidate }) !== null;
   return found ? ` Did you mean ${candidate}? The base address ends in /v1 (variant B: /alt/v1).` : '';
+}
+
+/**
+ * A path that differs from a route only in doubled or trailing slashes (a base address ending in `/` joined to a
+ * path), or in letter case: which route. Paths are matched as they are, as OpenAI's are; the 404 says what to send.
+ */
+function spellingHint(app: FastifyInstance, method: string, path: string): string {
+  const known = METHODS.find((m) => m === method);
+  if (known === undefined) return '';
+  const slashes = path.replace(/\/{2,}/g, '/').replace(/(.)\/$/, '$1');
+  for (const candidate of [slashes, slashes.toLowerCase()]) {
+    if (candidate !== path && app.findRoute({ method: known, url: candidate }) !== null) {
+      return ` Did you mean ${candidate}? Paths are matched as written: in lower case, without doubled or trailing slashes.`;
+    }
+  }
+  return '';
 }
 
 /**
