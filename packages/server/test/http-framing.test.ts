@@ -228,6 +228,10 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect(r.head).toMatch(/^HTTP\/1\.1 431 /);
     expect(envelopeOf(r.body)).toMatchObject({ code: 'headers_too_large' });
     expect(r.head).toMatch(/\r\nserver-timing: gw;desc="gateway";dur=\d+\.\d\d, upstream;dur=0\.00, total;dur=\d+\.\d\d(\r\n|$)/im);
+    // A long URL counts in the same head: the message says so, and the limit, not 'headers' alone.
+    const url = await raw(`GET /v1/models?q=${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    expect(url.head).toMatch(/^HTTP\/1\.1 431 /);
+    expect(envelopeOf(url.body).message).toMatch(/its URL and headers together\) is larger than this gateway accepts \(16384 bytes\)/);
   });
 
   it('a body trickled in slower than GW_REQUEST_TIMEOUT_MS is cut with 408 request_timeout, whatever the key', async () => {

@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import { type IncomingMessage, maxHeaderSize } from 'node:http';
 import type { Socket } from 'node:net';
 import { H, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
@@ -47,7 +47,10 @@ export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException
       err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? new GatewayError('request_timeout', 'The request was not received in time (GW_REQUEST_TIMEOUT_MS); the connection is closed.')
         : err.code === 'HPE_HEADER_OVERFLOW'
-          ? new GatewayError('headers_too_large', 'The request headers are larger than this gateway accepts.')
+          ? new GatewayError(
+              'headers_too_large',
+              `The request's head (its URL and headers together) is larger than this gateway accepts (${maxHeaderSize} bytes): a long query or a large header, such as a cookie.`,
+            )
           : malformedRequest(err);
     // A request whose head arrived (its body did not, in time) is named: its id, its variant, its status in the
     // metrics and the log. Before its head, the path is not known: variant A's envelope and a new id.
