@@ -1,4 +1,5 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { TOOL_NAME } from './patterns.js';
 
 const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool'].map((r) => Type.Literal(r)));
 
@@ -44,7 +45,8 @@ export const ChatTool = Type.Object(
     type: Type.Literal('function'),
     function: Type.Object(
       {
-        name: Type.String({ minLength: 1, maxLength: 64 }),
+        // Checked here, as OpenAI does: a provider would refuse it after the budget hold, or a lenient one answer with it.
+        name: Type.String({ pattern: TOOL_NAME }),
         description: Type.Optional(Type.String()),
         parameters: Type.Optional(Type.Object({}, { additionalProperties: true })),
         strict: Type.Optional(Type.Boolean()),
