@@ -98,7 +98,13 @@ function Nullable<T extends TSchema>(schema: T) {
   return Type.Union([schema, Type.Null()]);
 }
 
-/** The fields of {@link ChatCompletionRequest} that {@link Nullable} lets be null. */
+/**
+ * The request's optional fields, each taken as null meaning "not given": those of {@link ChatCompletionRequest} that
+ * {@link Nullable} lets be null, and those passed through as sent. OpenAI's API description marks most of them nullable;
+ * `tools` and `response_format` come as null from clients (LangChain, LiteLLM, Python's None) that OpenAI answers; the
+ * few it does not mark (`parallel_tool_calls`, `user`, `web_search_options`) are dropped too rather than sent to a
+ * provider that may refuse a null, so that no request's fate depends on where it is routed.
+ */
 export const NULLABLE_CHAT_FIELDS = [
   'stream',
   'stream_options',
@@ -109,6 +115,30 @@ export const NULLABLE_CHAT_FIELDS = [
   'seed',
   'n',
   'reasoning_effort',
+  'tools',
+  'tool_choice',
+  'response_format',
+  'stop',
+  'logit_bias',
+  'logprobs',
+  'top_logprobs',
+  'presence_penalty',
+  'frequency_penalty',
+  'user',
+  'metadata',
+  'store',
+  'service_tier',
+  'parallel_tool_calls',
+  'modalities',
+  'prediction',
+  'audio',
+  'web_search_options',
+  'functions',
+  'function_call',
+  'verbosity',
+  'safety_identifier',
+  'prompt_cache_key',
+  'prompt_cache_retention',
 ] as const;
 
 export const ChatCompletionRequest = Type.Object(
@@ -126,12 +156,13 @@ export const ChatCompletionRequest = Type.Object(
     // OpenAI's newer name for the same cap; taken as max_tokens where max_tokens is not given.
     max_completion_tokens: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
     top_p: Type.Optional(Nullable(Type.Number({ minimum: 0, maximum: 1, default: 1 }))),
-    tools: Type.Optional(Type.Array(ChatTool)),
+    tools: Type.Optional(Nullable(Type.Array(ChatTool))),
     tool_choice: Type.Optional(
       Type.Union(
         [
           Type.Union(['none', 'auto', 'required'].map((c) => Type.Literal(c))),
           Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: Type.String() }) }, { additionalProperties: true }),
+          Type.Null(),
         ],
         {
           description:
@@ -139,7 +170,7 @@ export const ChatCompletionRequest = Type.Object(
         },
       ),
     ),
-    response_format: Type.Optional(ResponseFormat),
+    response_format: Type.Optional(Nullable(ResponseFormat)),
     seed: Type.Optional(Nullable(Type.Integer())),
     // OpenAI's bounds: a count outside them is refused here, not passed to a provider that may ignore it.
     n: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: 128 }))),

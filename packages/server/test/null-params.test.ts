@@ -33,6 +33,25 @@ const nulls = {
   seed: null,
   reasoning_effort: null,
   stream_options: null,
+  // Null from clients that build the body from optional settings (LangChain, LiteLLM, Python's None).
+  tools: null,
+  tool_choice: null,
+  response_format: null,
+  stop: null,
+  logit_bias: null,
+  logprobs: null,
+  top_logprobs: null,
+  presence_penalty: null,
+  frequency_penalty: null,
+  user: null,
+  metadata: null,
+  store: null,
+  service_tier: null,
+  parallel_tool_calls: null,
+  modalities: null,
+  prediction: null,
+  audio: null,
+  web_search_options: null,
 } as const;
 
 describe('a null where OpenAI takes one means the field was not given', () => {
@@ -43,7 +62,8 @@ describe('a null where OpenAI takes one means the field was not given', () => {
       ['openai/gpt-4o-mini', 'azure'],
     ] as const) {
       const { data, response } = await client(variant)
-        .chat.completions.create({ model, messages, stream: null, ...nulls })
+        // The SDK types a few of them as not nullable (OpenAI's description does not mark them): sent as clients send them.
+        .chat.completions.create({ model, messages, stream: null, ...(nulls as unknown as Record<string, undefined>) })
         .withResponse();
       expect(response.headers.get('x-gateway-provider')).toBe(provider);
       expect(data.choices[0]?.finish_reason).toBe('stop');
@@ -68,7 +88,7 @@ describe('a null where OpenAI takes one means the field was not given', () => {
       model: 'mistral/small',
       messages,
       stream: true,
-      ...nulls,
+      ...(nulls as unknown as Record<string, undefined>),
       stream_options: { include_usage: true },
     });
     let text = '';
@@ -79,6 +99,17 @@ describe('a null where OpenAI takes one means the field was not given', () => {
     }
     expect(text).toContain('one two three four');
     expect(usage?.completion_tokens).toBeGreaterThan(0);
+  });
+
+  it.each(variants)('%s: a null tools is no tools: a tool call asked for is still refused, naming tool_choice', async (variant) => {
+    const err = await client(variant)
+      .chat.completions.create({ model: 'mistral/small', messages, tools: null as unknown as undefined, tool_choice: 'required' })
+      .then(
+        () => null,
+        (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+      );
+    expect(err?.status).toBe(400);
+    expect(err?.error).toMatchObject({ param: 'tool_choice' });
   });
 
   it.each(variants)('%s: a value of the wrong type is still refused, naming the field', async (variant) => {
@@ -97,5 +128,12 @@ describe('a null where OpenAI takes one means the field was not given', () => {
         (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
       );
     expect(bounded?.error).toMatchObject({ param: 'top_p', message: "Invalid body: 'top_p' must be <= 1." });
+    const tools = await client(variant)
+      .chat.completions.create({ model: 'mistral/small', messages, tools: {} as unknown as [] })
+      .then(
+        () => null,
+        (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+      );
+    expect(tools?.error).toMatchObject({ param: 'tools', message: "Invalid body: 'tools' must be array or null." });
   });
 });

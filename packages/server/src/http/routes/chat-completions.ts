@@ -130,9 +130,12 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
  * out here, so that neither the checks below nor a provider (some refuse a null) see it.
  */
 function dropNullFields(body: Record<string, unknown>): void {
+  // The body's few keys walked rather than the list's many looked up: the set is asked only about a null.
   // Set undefined rather than deleted: JSON leaves it out, and the body keeps its shape.
-  for (const field of NULLABLE_CHAT_FIELDS) if (body[field] === null) body[field] = undefined;
+  for (const field in body) if (body[field] === null && NULLABLE.has(field)) body[field] = undefined;
 }
+
+const NULLABLE: ReadonlySet<string> = new Set(NULLABLE_CHAT_FIELDS);
 
 /**
  * The model with only the offers that take every field the request uses. A request no offer takes is refused for its body (a 400): like
@@ -169,7 +172,7 @@ function checkRequestCoherence(body: ChatCompletionRequest): void {
     throw new GatewayError('validation', "Invalid body: 'stream_options' is only allowed when 'stream' is true.", { param: 'stream_options' });
   }
   const choice = body.tool_choice;
-  if (choice === undefined || choice === 'none' || choice === 'auto') return;
+  if (choice == null || choice === 'none' || choice === 'auto') return;
   const names = (body.tools ?? []).map((t) => t.function.name);
   if (names.length === 0) {
     throw new GatewayError('validation', "Invalid body: 'tool_choice' asks for a tool call, but 'tools' gives none.", { param: 'tool_choice' });
