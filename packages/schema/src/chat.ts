@@ -1,5 +1,5 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
-import { TOOL_NAME } from './patterns.js';
+import { OPENAI_NAME } from './patterns.js';
 
 const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool'].map((r) => Type.Literal(r)));
 
@@ -46,7 +46,7 @@ export const ChatTool = Type.Object(
     function: Type.Object(
       {
         // Checked here, as OpenAI does: a provider would refuse it after the budget hold, or a lenient one answer with it.
-        name: Type.String({ pattern: TOOL_NAME }),
+        name: Type.String({ pattern: OPENAI_NAME }),
         description: Type.Optional(Type.String()),
         parameters: Type.Optional(Type.Object({}, { additionalProperties: true })),
         strict: Type.Optional(Type.Boolean()),
@@ -59,7 +59,8 @@ export const ChatTool = Type.Object(
 
 const JsonSchemaFormat = Type.Object(
   {
-    name: Type.String({ minLength: 1 }),
+    // As a tool's name: a strict provider would refuse another after the budget hold, a lenient one answer it.
+    name: Type.String({ pattern: OPENAI_NAME }),
     schema: Type.Optional(Type.Object({}, { additionalProperties: true })),
     strict: Type.Optional(Type.Boolean()),
     description: Type.Optional(Type.String()),

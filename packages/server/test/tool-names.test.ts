@@ -66,3 +66,48 @@ describe("a tool's function name is checked as OpenAI checks it", () => {
     }
   });
 });
+
+describe("a response format's name is checked as OpenAI checks it", () => {
+  // As the SDK's zodResponseFormat writes it, without a schema library: parse() reads the answer as JSON all the same.
+  const format = (name: string) =>
+    ({
+      type: 'json_schema',
+      json_schema: {
+        name,
+        strict: true,
+        schema: { type: 'object', properties: { name: { type: 'string' }, date: { type: 'string' } }, required: ['name', 'date'], additionalProperties: false },
+      },
+    }) as const;
+
+  it.each(variants)('%s: a name OpenAI refuses is a 400 naming it, before any provider is called or anything billed', async (variant) => {
+    const calls = upstreamCalls();
+    const before = await spent();
+    for (const model of ['mistral/small', 'mistral/large', 'openai/gpt-4o-mini']) {
+      for (const name of ['calendar event', 'event.v2', 'x'.repeat(65)]) {
+        const err = await client(variant)
+          .chat.completions.parse({ model, messages, response_format: format(name) })
+          .then(
+            () => null,
+            (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+          );
+        expect(err, `${model} '${name}'`).toBeInstanceOf(OpenAI.BadRequestError);
+        expect(err?.error, `${model} '${name}'`).toMatchObject({
+          param: 'response_format.json_schema.name',
+          message:
+            "Invalid body: 'response_format.json_schema.name' must be 1 to 64 letters, digits, underscores or dashes (no spaces, dots or other characters).",
+        });
+      }
+    }
+    expect(upstreamCalls()).toBe(calls);
+    expect(await spent()).toBe(before);
+  });
+
+  it.each(variants)('%s: a name within the rule is answered, and parsed by the SDK', async (variant) => {
+    const answer = await client(variant).chat.completions.parse({
+      model: 'openai/gpt-4o-mini',
+      messages,
+      response_format: format('calendar_event-v2'),
+    });
+    expect(answer.choices[0]?.message.parsed).toMatchObject({ name: expect.any(String), date: expect.any(String) });
+  });
+});
