@@ -13,7 +13,8 @@ export const ChatMessage = Type.Object(
     content: Type.Optional(Type.Union([Type.String(), Type.Array(Type.Object({}, { additionalProperties: true })), Type.Null()])),
     name: Type.Optional(Type.String()),
     tool_call_id: Type.Optional(Type.String()),
-    tool_calls: Type.Optional(Type.Array(Type.Object({}, { additionalProperties: true }))),
+    // Null as well: a message read back from an answer (Python's `message.model_dump()`, LiteLLM) says `tool_calls: null`.
+    tool_calls: Type.Optional(Type.Union([Type.Array(Type.Object({}, { additionalProperties: true })), Type.Null()])),
   },
   {
     additionalProperties: true,

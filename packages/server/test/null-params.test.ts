@@ -75,6 +75,52 @@ describe('a null where OpenAI takes one means the field was not given', () => {
     expect(lastBody('scaleway')).toMatchObject({ temperature: 1, top_p: 1 });
   });
 
+  it.each(variants)('%s: a conversation read back from answers (tool_calls: null and the other nulls an answer carries) is answered', async (variant) => {
+    // What Python's `message.model_dump()` (and LiteLLM) put in the history: every field of an answer's message.
+    const readBack = { role: 'assistant', content: 'Paris.', refusal: null, annotations: [], audio: null, function_call: null, tool_calls: null };
+    const called = {
+      role: 'assistant',
+      content: null,
+      refusal: null,
+      audio: null,
+      function_call: null,
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+    };
+    const history = [
+      { role: 'user', content: 'capital of France?' },
+      readBack,
+      { role: 'user', content: 'weather there?' },
+      called,
+      { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
+    ];
+    for (const [model, provider] of [
+      ['mistral/small', 'scaleway'],
+      ['mistral/large', 'mistral'],
+      ['openai/gpt-4o-mini', 'azure'],
+    ] as const) {
+      const { data, response } = await client(variant)
+        .chat.completions.create({ model, messages: history as unknown as OpenAI.ChatCompletionMessageParam[] })
+        .withResponse();
+      expect(response.headers.get('x-gateway-provider')).toBe(provider);
+      expect(data.choices[0]?.finish_reason).toBe('stop');
+      const sent = lastBody(provider)['messages'] as Record<string, unknown>[];
+      expect(sent[1], model).not.toHaveProperty('tool_calls');
+      expect(sent[1], model).not.toHaveProperty('function_call');
+      expect(sent[3]?.['tool_calls'], model).toHaveLength(1);
+    }
+    // A message that says nothing at all is still refused.
+    const err = await client(variant)
+      .chat.completions.create({
+        model: 'mistral/small',
+        messages: [{ role: 'assistant', content: null, tool_calls: null }] as unknown as OpenAI.ChatCompletionMessageParam[],
+      })
+      .then(
+        () => null,
+        (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+      );
+    expect(err?.status).toBe(400);
+  });
+
   it.each(variants)('%s: a null max_tokens beside max_completion_tokens leaves the cap to max_completion_tokens', async (variant) => {
     for (const model of ['mistral/large', 'mistral/small']) {
       const answer = await client(variant).chat.completions.create({ model, messages, max_tokens: null, max_completion_tokens: 2 });

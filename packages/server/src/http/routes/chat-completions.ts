@@ -133,6 +133,12 @@ function dropNullFields(body: Record<string, unknown>): void {
   // The body's few keys walked rather than the list's many looked up: the set is asked only about a null.
   // Set undefined rather than deleted: JSON leaves it out, and the body keeps its shape.
   for (const field in body) if (body[field] === null && NULLABLE.has(field)) body[field] = undefined;
+  // An assistant message read back from an answer (Python's `model_dump()`, LiteLLM) says `tool_calls: null` and
+  // `function_call: null`: no calls, as OpenAI takes it; some hosts fail on the null.
+  for (const message of body['messages'] as Record<string, unknown>[]) {
+    if (message['tool_calls'] === null) message['tool_calls'] = undefined;
+    if (message['function_call'] === null) message['function_call'] = undefined;
+  }
 }
 
 const NULLABLE: ReadonlySet<string> = new Set(NULLABLE_CHAT_FIELDS);
