@@ -2,7 +2,7 @@ import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { idempotencyScope } from '../src/routing/idempotency.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { chatBody, classify, post, usageOf } from './helpers/idempotent.js';
@@ -298,6 +298,61 @@ describe('when Redis restarts empty and the instance that ran a keyed request re
       await late.close();
       await relay.close();
     }
+  }, 30_000);
+});
+
+describe('when Redis restarts from a snapshot taken while a keyed request ran', () => {
+  const idem = (gw: TestGateway) => (gw.gateway.services.idempotency.backend as unknown as { redis: Redis }).redis;
+
+  /** `first` upstream (`before` chats seen until then), a snapshot saved, then `afterSave` before Redis is killed and restarted from it. */
+  async function restartFromSnapshot(before: number, afterSave: () => Promise<void>): Promise<void> {
+    await eventually(() => expect(chats()).toBe(before + 1), 5_000);
+    await withAdmin((admin) => admin.save());
+    await afterSave();
+    await redis.kill();
+    await redis.restart();
+    await eventually(() => expect(idem(two).status).toBe('ready'), 10_000);
+  }
+
+  afterEach(async () => {
+    // Later restarts start empty again: the snapshot left is an empty one.
+    await withAdmin(async (admin) => {
+      await admin.flushall();
+      await admin.save();
+    });
+  });
+
+  it('a claim of a request that ended since (its answer lost with the run that had it) holds its key no longer than the restart settles: the repeat runs', async () => {
+    await settledAfterRestart();
+    const own = await one.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 600 });
+    const before = chats();
+    const first = post(one.baseA, own.key, chatBody('Ended after the snapshot'), { 'x-idempotency-key': 'ended-after-snapshot' });
+    await restartFromSnapshot(before, async () => {
+      expect((await first).status).toBe(200);
+    });
+    const stored = `gw:idem:{${idempotencyScope(own.id, 'ended-after-snapshot')}}`;
+    await withAdmin(async (admin) => expect(await admin.hget(stored, 'state')).toBe('pending'));
+    // Before, the repeat waited its 10 s and got a 409, and so did every retry until the claim ran out (60 s).
+    const started = Date.now();
+    const again = await post(two.baseA, own.key, chatBody('Ended after the snapshot'), { 'x-idempotency-key': 'ended-after-snapshot' });
+    expect(again.status).toBe(200);
+    expect(Date.now() - started).toBeLessThan(6_000);
+    expect(chats()).toBe(before + 2);
+  }, 30_000);
+
+  it('a claim whose request still runs is written again by its instance: the repeat waits for it and replays it, nothing runs twice', async () => {
+    await settledAfterRestart();
+    const own = await one.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ latencyMs: 5_000 });
+    const before = chats();
+    const first = post(one.baseA, own.key, chatBody('Runs through the snapshot'), { 'x-idempotency-key': 'runs-through-snapshot' });
+    await restartFromSnapshot(before, async () => {});
+    const again = await post(two.baseA, own.key, chatBody('Runs through the snapshot'), { 'x-idempotency-key': 'runs-through-snapshot' });
+    const answered = await first;
+    expect(answered.status).toBe(200);
+    expect([again.status, again.headers.get('idempotent-replayed'), again.text]).toEqual([200, 'true', answered.text]);
+    expect(chats()).toBe(before + 1);
   }, 30_000);
 });
 

@@ -20,7 +20,7 @@ export interface RedisServer {
   pause(): void;
   /** SIGCONT */
   resume(): void;
-  /** Stops (or finishes off) the process and starts a fresh one on the same port; data is forgotten. */
+  /** Stops (or finishes off) the process and starts a fresh one on the same port; data is forgotten, unless a SAVE left a snapshot, which it loads. */
   restart(): Promise<void>;
 }
 

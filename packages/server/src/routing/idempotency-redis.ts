@@ -28,22 +28,30 @@ interface Held {
 /** One hash per scope, hash-tagged for Redis Cluster. */
 const keyOf = (scope: string) => `gw:idem:{${scope}}`;
 
+// A claim names the run of Redis it was written in (ARGV[4]). A claim of an earlier run came back from a snapshot
+// (RDB or AOF) after a restart: its owner, if still running it, wrote it again in this run (writeHeldAgain); one
+// nobody wrote again by the time the restart has settled (ARGV[5] = '1') is of a request long ended or an instance
+// gone, and is taken over rather than waited on until it expires. A claim without a run is kept (an older gateway's).
 const CLAIM = `
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer')
+local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer', 'run')
+if e[1] then
+  if not (ARGV[5] == '1' and e[1] == 'pending' and e[4] and e[4] ~= ARGV[4]) then return {e[1], e[2], e[3]} end
+  redis.call('DEL', KEYS[1])
 end
-redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[1], 'owner', ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[1], 'owner', ARGV[2], 'run', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return false
 `;
 // A missing hash is a claim Redis lost (a restart without persistence): its owner writes it again, so that a repeat
-// waits for this request or replays its answer rather than running it a second time. ARGV[3]: the fingerprint.
+// waits for this request or replays its answer rather than running it a second time. ARGV[3]: the fingerprint;
+// ARGV[4]: this run of Redis ('' while not read yet), which a claim back from a snapshot is marked with again.
 const REFRESH = `
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[3], 'owner', ARGV[1])
+  redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[3], 'owner', ARGV[1], 'run', ARGV[4])
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == 'pending' then
+  if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'run', ARGV[4]) end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
@@ -72,18 +80,28 @@ return 0
 
 const PEEK = `return redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer')`;
 
-/** Written once per life of Redis's data, with Redis's time: how long ago it was written tells a reconnect whether Redis was emptied just now. */
+/**
+ * Written once per life of Redis's data, with Redis's time: how long ago it was written tells a reconnect whether Redis
+ * was emptied just now. A life is also a run of Redis (`gw:idem:run`, INFO's run_id): a Redis restarted from a snapshot
+ * holds the mark of its earlier run, which is written anew. Returns the mark's age and the run id.
+ */
 const MARK_KEY = 'gw:idem:since';
+const RUN_KEY = 'gw:idem:run';
 const MARK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
 local since = tonumber(redis.call('GET', KEYS[1]))
-if not since then
+if not since or redis.call('GET', KEYS[2]) ~= run then
   redis.call('SET', KEYS[1], now)
+  redis.call('SET', KEYS[2], run)
   since = now
 end
-return now - since
+return {now - since, run}
 `;
+
+/** state, fingerprint, answer of a key. */
+type Fields = [string | null, string | null, string | null];
 
 type Script = (key: string, ...args: (string | number)[]) => Promise<unknown>;
 interface Scripts {
@@ -114,6 +132,11 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   private connectedBefore = false;
   /** Until when (Date.now()) a key Redis does not hold is not claimed, but waited on: see RESTART_SETTLE_MS. */
   private settleUntil = 0;
+  /** The run id of the Redis connected to (null: to be read, at start and after the connection dropped). */
+  private run: string | null = null;
+  private markRead: Promise<number> | null = null;
+  /** From when (Date.now()) a claim of an earlier run of Redis is taken over: see CLAIM. */
+  private takeOverFrom = Number.POSITIVE_INFINITY;
 
   constructor(private readonly redis: Redis) {
     redis.defineCommand('gwIdemClaim', { numberOfKeys: 1, lua: CLAIM });
@@ -122,12 +145,28 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     redis.defineCommand('gwIdemRelease', { numberOfKeys: 1, lua: RELEASE });
     redis.defineCommand('gwIdemDrop', { numberOfKeys: 1, lua: DROP });
     redis.defineCommand('gwIdemPeek', { numberOfKeys: 1, lua: PEEK });
-    redis.defineCommand('gwIdemMark', { numberOfKeys: 1, lua: MARK });
-    redis.on('ready', () => {
-      this.writeHeldAgain();
-      void this.noteRestart();
+    redis.defineCommand('gwIdemMark', { numberOfKeys: 2, lua: MARK });
+    redis.on('ready', () => void this.noteRestart());
+    // The Redis that answers after a dropped connection may be another run, restored from a snapshot.
+    redis.on('close', () => {
+      this.run = null;
     });
     if (redis.status === 'ready') void this.noteRestart();
+  }
+
+  /** Reads the mark (and with it the run id): once per connection; claims made meanwhile wait for it. */
+  private readMark(): Promise<number> {
+    this.markRead ??= ((this.redis as unknown as Scripts).gwIdemMark.call(this.redis, MARK_KEY, RUN_KEY) as Promise<[number, string]>)
+      .then(([ageMs, run]) => {
+        this.run = run;
+        // A claim of an earlier run is taken over only once every instance has had the time to write its own again.
+        this.takeOverFrom = Date.now() + Math.max(0, RESTART_SETTLE_MS - Number(ageMs));
+        return Number(ageMs);
+      })
+      .finally(() => {
+        this.markRead = null;
+      });
+    return this.markRead;
   }
 
   /**
@@ -143,17 +182,23 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     const until = this.settleUntil;
     let ageMs: number;
     try {
-      ageMs = Number(await (this.redis as unknown as Scripts).gwIdemMark.call(this.redis, MARK_KEY));
+      ageMs = await this.readMark();
     } catch {
       return;
+    } finally {
+      // After the mark, so that a claim back from a snapshot is marked with this run (unless it could not be read).
+      if (reconnect) this.writeHeldAgain();
     }
     if (this.settleUntil !== until) return;
     this.settleUntil = reconnect && ageMs < RESTART_SETTLE_MS ? Date.now() + RESTART_SETTLE_MS - ageMs : 0;
   }
 
   async claim(scope: string, fingerprint: string, owner: string, ttlMs: number): Promise<IdempotencyEntry | null> {
-    if (Date.now() < this.settleUntil) return this.peekWhileSettling(scope, fingerprint);
-    const res = (await this.run('gwIdemClaim', scope, fingerprint, owner, Math.round(ttlMs))) as [string | null, string | null, string | null] | null;
+    const now = Date.now();
+    if (now < this.settleUntil) return this.peekWhileSettling(scope, fingerprint);
+    if (this.run === null) await this.readMark();
+    const takeOver = now >= this.takeOverFrom ? '1' : '0';
+    const res = (await this.exec('gwIdemClaim', scope, fingerprint, owner, Math.round(ttlMs), this.run ?? '', takeOver)) as Fields | null;
     if (res === null) {
       this.held.set(owner, { scope, fingerprint, ttlMs, answer: null, expiry: null });
       return null;
@@ -168,7 +213,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
    * on its way from the instance running it), and the repeat looks again until the settling is over.
    */
   private async peekWhileSettling(scope: string, fingerprint: string): Promise<IdempotencyEntry> {
-    const res = (await this.run('gwIdemPeek', scope)) as [string | null, string | null, string | null];
+    const res = (await this.exec('gwIdemPeek', scope)) as Fields;
     const [state, fp, answer] = res;
     if (state === null) return { state: 'pending', fingerprint };
     if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: JSON.parse(answer) as StoredAnswer };
@@ -179,7 +224,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     const held = this.held.get(owner);
     // Only a claim of this instance is written again if lost: its fingerprint is known here.
     if (!held) return;
-    await this.run('gwIdemRefresh', scope, owner, Math.round(ttlMs), held.fingerprint);
+    await this.exec('gwIdemRefresh', scope, owner, Math.round(ttlMs), held.fingerprint, this.run ?? '');
   }
 
   async complete(_scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void> {
@@ -231,12 +276,12 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
 
   async release(scope: string, owner: string): Promise<void> {
     this.letGo(owner);
-    await this.run('gwIdemRelease', scope, owner);
+    await this.exec('gwIdemRelease', scope, owner);
   }
 
   async drop(scope: string, owner: string): Promise<void> {
     this.letGo(owner);
-    await this.run('gwIdemDrop', scope, owner);
+    await this.exec('gwIdemDrop', scope, owner);
   }
 
   /** After a reconnect: every claim and stream answer of this instance that is still running, written again where missing. */
@@ -257,12 +302,12 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   private writeHeld(owner: string, h: Held, pastBreaker = false): Promise<unknown> {
     const [name, args] = h.answer
       ? (['gwIdemComplete', [owner, JSON.stringify(h.answer), Math.round(h.ttlMs), h.fingerprint]] as const)
-      : (['gwIdemRefresh', [owner, Math.round(h.ttlMs), h.fingerprint]] as const);
-    if (!pastBreaker) return this.run(name, h.scope, ...args);
+      : (['gwIdemRefresh', [owner, Math.round(h.ttlMs), h.fingerprint, this.run ?? '']] as const);
+    if (!pastBreaker) return this.exec(name, h.scope, ...args);
     return (this.redis as unknown as Scripts)[name].call(this.redis, keyOf(h.scope), ...args);
   }
 
-  private async run(name: keyof Scripts, scope: string, ...args: (string | number)[]): Promise<unknown> {
+  private async exec(name: keyof Scripts, scope: string, ...args: (string | number)[]): Promise<unknown> {
     if (this.redis.status !== 'ready' || !this.breaker.allow()) throw new Error('Redis is unavailable');
     try {
       const res = await (this.redis as unknown as Scripts)[name].call(this.redis, keyOf(scope), ...args);
