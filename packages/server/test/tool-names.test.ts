@@ -23,7 +23,11 @@ afterAll(async () => {
 const variants = ['A', 'B'] as const;
 const client = (variant: 'A' | 'B') => (variant === 'A' ? a : b);
 const upstreamCalls = () => Object.values(gw.sim.providers).reduce((sum, p) => sum + (p?.stats().total ?? 0), 0);
-const spent = async () => (await gw.admin<{ spent: number }>('GET', `/keys/${keyId}`)).body.spent;
+/** The key's spend with every usage record written (they are written in batches). */
+async function spent(): Promise<number> {
+  await gw.gateway.services.usage.flush();
+  return (await gw.admin<{ spent: number }>('GET', `/keys/${keyId}`)).body.spent;
+}
 const messages = [{ role: 'user' as const, content: 'What is the weather in Paris?' }];
 const tool = (name: string): OpenAI.ChatCompletionTool => ({
   type: 'function',
