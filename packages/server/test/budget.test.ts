@@ -452,6 +452,41 @@ describe('budgets when Redis stalls and comes back', () => {
     const probe = await one.createKey({ rateLimitRpm: 100_000 });
     for (const gw of [one, two]) await eventually(async () => expect((await chat(gw, probe.key)).headers.get('x-ratelimit-enforced')).toBe('true'), 5000);
   }, 60_000);
+
+  it('a settle Redis ran late, once it answers, counts once: the totals match what was stored and the key spends on to its end', async () => {
+    const budget = worst * 80 + 1e-9;
+    const { id, key } = await one.createKey({ budget, rateLimitRpm: 100_000 });
+    const tag = `key:${id}`;
+    const batch = async (n: number) => (await Promise.all(Array.from({ length: n }, (_, i) => chat(i % 2 ? two : one, key)))).map((r) => r.status);
+    expect(await batch(2)).toEqual([200, 200]);
+    // Requests Redis admitted that end while it stalls: their settles time out here, yet Redis runs them when it
+    // wakes, and they are sent again. Meanwhile both instances admit from their PostgreSQL leases.
+    const scaleway = sim.providers.scaleway;
+    scaleway?.configure({ latencyMs: 900 });
+    const slow = batch(4);
+    await new Promise((r) => setTimeout(r, 200));
+    redis.pause();
+    let during: number[];
+    try {
+      await new Promise((r) => setTimeout(r, 1500));
+      scaleway?.configure({ latencyMs: 30 });
+      during = await batch(12);
+    } finally {
+      redis.resume();
+      scaleway?.configure({ latencyMs: 30 });
+    }
+    expect(await slow).toEqual([200, 200, 200, 200]);
+    expect(during).toEqual(Array(12).fill(200));
+    // Both instances have caught up (each tries every second).
+    await new Promise((r) => setTimeout(r, 3000));
+    const stored = await spentOf(one, id);
+    expect((await one.gateway.services.ledger.peek(tag, tag))?.spent).toBeCloseTo(stored, 9);
+    // Spending on, the key is refused only once less than one request's worst case is left.
+    let statuses: number[] = [0];
+    for (let round = 0; round < 150 && !statuses.every((s) => s === 402); round++) statuses = await batch(4);
+    expect(statuses.every((s) => s === 402)).toBe(true);
+    expect(budget - (await spentOf(one, id))).toBeLessThan(worst);
+  }, 60_000);
 });
 
 describe('budgets while Redis is away, near their end', () => {

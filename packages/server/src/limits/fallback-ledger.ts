@@ -184,11 +184,16 @@ export class FallbackLedger implements BudgetLedger {
     }
   }
 
-  /** A settle that reached the shared ledger: no longer open there; a cost whose hold it no longer had is raised to the store's. */
-  private async settleInShared(r: Reservation, actualEur: number): Promise<void> {
+  /**
+   * A settle that reached the shared ledger: no longer open there; a cost whose hold it no longer had is raised to
+   * the store's. Not for a settle sent again to a Redis that did not restart (`raiseUnheld` false): its hold is gone
+   * because the first one ran after all (a stalled Redis runs what it was sent once it wakes), and a raise then put
+   * in costs other instances still owe it and add on their catch-up, counting them twice.
+   */
+  private async settleInShared(r: Reservation, actualEur: number, raiseUnheld = true): Promise<void> {
     const held = await this.shared.settleHeld(r, actualEur);
     if (this.openInShared.get(r.id)?.r === r) this.openInShared.delete(r.id);
-    if (!held) this.costWithoutHold(r, actualEur);
+    if (!held && raiseUnheld) this.costWithoutHold(r, actualEur);
   }
 
   /**
@@ -354,7 +359,7 @@ export class FallbackLedger implements BudgetLedger {
     this.missedSettles = [];
     this.strayHolds = [];
     const retry = <T>(item: T, sent: Promise<void>) => sent.then(noneLeft, () => item);
-    const failed = await Promise.all(settles.map((m) => retry(m, this.settleInShared(m.r, m.eur))));
+    const failed = await Promise.all(settles.map((m) => retry(m, this.settleInShared(m.r, m.eur, restarted))));
     const stuck = await Promise.all(strays.map((r) => retry(r, this.shared.release(r))));
     for (const m of failed) if (m) this.missedSettles.push(m);
     for (const r of stuck) if (r) this.strayHolds.push(r);
