@@ -135,9 +135,20 @@ describe('variant B through the gateway: 500 requests and 200,000 tokens per min
     }
     const over = await embed(solo.baseB, key, 'x');
     expect(over.status).toBe(429);
-    expect(((await over.json()) as { error: { message: string } }).error.message).toContain('200,000 tokens per minute');
+    expect(((await over.json()) as { error: { message: string } }).error.message).toContain('200,000 tokens per minute per workspace');
     // Another workspace has its own allowance.
     expect((await embed(solo.baseB, await workspaceKey(solo), 'x')).status).toBe(200);
+  }, 30_000);
+
+  it('a key without a workspace is told the allowance is its own, not a workspace’s', async () => {
+    const { key } = await solo.createKey({ rateLimitRpm: 100_000 });
+    const big = Array.from({ length: 50 }, (_, i) => `${i}`.padEnd(4000, 'x'));
+    for (let i = 0; i < 4; i++) expect((await embed(solo.baseB, key, big)).status).toBe(200);
+    const over = await embed(solo.baseB, key, 'x');
+    expect(over.status).toBe(429);
+    expect(((await over.json()) as { error: { message: string } }).error.message).toBe(
+      'Embeddings beta limit exceeded (200,000 tokens per minute per API key)',
+    );
   }, 30_000);
 
   it('one input larger than the whole minute’s tokens is a 400, not a 429 a client would retry forever', async () => {

@@ -162,7 +162,11 @@ async function admitBeta(services: Services, request: FastifyRequest, input: str
   const decision = await quota.admit(scope, request.id, tokens);
   if (!decision.allowed) {
     const limit = decision.reason === 'requests' ? `${quota.limits.requests} requests` : `${quota.limits.tokens.toLocaleString('en')} tokens`;
-    throw new GatewayError('rate_limited', `Embeddings beta limit exceeded (${limit} per minute per workspace)`, { retryAfterS: decision.retryAfterS });
+    // Say whose allowance it is: a key without a workspace has its own, shared with no other key.
+    const holder = key?.workspaceId ? 'workspace' : 'API key';
+    throw new GatewayError('rate_limited', `Embeddings beta limit exceeded (${limit} per minute per ${holder})`, {
+      retryAfterS: decision.retryAfterS,
+    });
   }
   return (used) => quota.settle(scope, request.id, used).catch(warnOnFailure(request.log, 'beta quota settle failed'));
 }
