@@ -24,6 +24,12 @@ const variants = ['A', 'B'] as const;
 const client = (variant: 'A' | 'B') => (variant === 'A' ? a : b);
 const lastBody = (provider: string) => gw.sim.providers[provider]?.stats().last?.body as Record<string, unknown>;
 const messages = [{ role: 'user' as const, content: 'one two three four' }];
+/** A model and the provider that serves it, for each adapter the demo catalogue has (vLLM's, Mistral's, Azure's). */
+const ONE_PER_ADAPTER = [
+  ['mistral/small', 'scaleway'],
+  ['mistral/large', 'mistral'],
+  ['openai/gpt-4o-mini', 'azure'],
+] as const;
 const nulls = {
   temperature: null,
   top_p: null,
@@ -56,11 +62,7 @@ const nulls = {
 
 describe('a null where OpenAI takes one means the field was not given', () => {
   it.each(variants)('%s: every such field null is answered, and no null reaches the provider', async (variant) => {
-    for (const [model, provider] of [
-      ['mistral/small', 'scaleway'],
-      ['mistral/large', 'mistral'],
-      ['openai/gpt-4o-mini', 'azure'],
-    ] as const) {
+    for (const [model, provider] of ONE_PER_ADAPTER) {
       const { data, response } = await client(variant)
         // The SDK types a few of them as not nullable (OpenAI's description does not mark them): sent as clients send them.
         .chat.completions.create({ model, messages, stream: null, ...(nulls as unknown as Record<string, undefined>) })
@@ -93,11 +95,7 @@ describe('a null where OpenAI takes one means the field was not given', () => {
       called,
       { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
     ];
-    for (const [model, provider] of [
-      ['mistral/small', 'scaleway'],
-      ['mistral/large', 'mistral'],
-      ['openai/gpt-4o-mini', 'azure'],
-    ] as const) {
+    for (const [model, provider] of ONE_PER_ADAPTER) {
       const { data, response } = await client(variant)
         .chat.completions.create({ model, messages: history as unknown as OpenAI.ChatCompletionMessageParam[] })
         .withResponse();
