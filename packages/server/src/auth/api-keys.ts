@@ -4,9 +4,14 @@ import { GatewayError } from '../errors/gateway-error.js';
 import type { Bus } from '../kv/types.js';
 import { randomToken, sha256Hex } from '../lib/crypto.js';
 import type { ApiKeyRecord, Store } from '../store/types.js';
+import { Confirmations } from './confirmations.js';
 
 const KEY_PATTERN = /^gw_live_[A-Za-z0-9_-]{43}$/;
 const CHANNEL = 'gw:keys';
+/** Where each instance confirms, by the event's nonce, that it applied an event of {@link CHANNEL}. */
+const ACK_CHANNEL = 'gw:keys:ack';
+/** How long an admin change waits for every instance to confirm it (past it, the call answers anyway). */
+export const CONFIRM_TIMEOUT_MS = 1_000;
 const MAX_CACHED = 100_000;
 /** How long a key the store does not know is answered 401 without asking it again, and how many such keys are kept. */
 const UNKNOWN_TTL_MS = 10_000;
@@ -25,8 +30,17 @@ interface Cached {
   refreshing: boolean;
 }
 
-/** `workspace`: a workspace changed (its id), for {@link ApiKeyAuthenticator.onWorkspaceChanged}. */
-type KeyEvent = { op: 'revoke' | 'changed' | 'workspace'; id: string };
+/**
+ * `workspace`: a workspace changed (its id), for {@link ApiKeyAuthenticator.onWorkspaceChanged}. `nonce`: the
+ * publisher waits for its confirmation by every instance (an event sent again after an outage has none).
+ */
+type KeyEvent = { op: 'revoke' | 'changed' | 'workspace'; id: string; nonce?: string };
+
+/** What {@link ApiKeyAuthenticator.announce} knows of the other instances: how many heard it, how many did not confirm in time. */
+export interface Announced {
+  receivers: number;
+  unconfirmed: number;
+}
 
 /**
  * Authenticates API keys. Lookup is by the key's sha256, so the time it
@@ -54,6 +68,8 @@ export class ApiKeyAuthenticator {
   private readonly unknown = new Map<string, number>();
   /** Events whose publish failed (the bus was away), sent again when it is back. */
   private unsent: KeyEvent[] = [];
+  /** Admin changes waiting for every instance to confirm it applied them. */
+  readonly confirmations = new Confirmations(CONFIRM_TIMEOUT_MS);
 
   constructor(
     private readonly store: Store,
@@ -68,6 +84,7 @@ export class ApiKeyAuthenticator {
   async start(): Promise<void> {
     this.bus.onResubscribe(() => this.markAllStale());
     this.bus.onPublishReady(() => void this.publishUnsent());
+    await this.bus.subscribe(ACK_CHANNEL, (nonce) => this.confirmations.heard(nonce));
     await this.bus.subscribe(CHANNEL, (msg) => this.onEvent(msg));
   }
 
@@ -140,16 +157,26 @@ export class ApiKeyAuthenticator {
     }
   }
 
-  /** Drops a key from this instance's cache and tells every other instance. */
-  async announce(op: KeyEvent['op'], id: string): Promise<void> {
+  /**
+   * Drops a key from this instance's cache, tells every other instance, and waits until each that heard it has
+   * applied it (at most {@link CONFIRM_TIMEOUT_MS}): the publish answers once Redis has taken it, and a client's
+   * next request could reach another instance before its subscriber connection was read.
+   */
+  async announce(op: KeyEvent['op'], id: string): Promise<Announced> {
     this.apply({ op, id });
+    const nonce = randomToken(12);
+    this.confirmations.expect(nonce);
+    let receivers: number;
     try {
-      await this.bus.publish(CHANNEL, JSON.stringify({ op, id } satisfies KeyEvent));
+      receivers = await this.bus.publish(CHANNEL, JSON.stringify({ op, id, nonce } satisfies KeyEvent));
     } catch {
+      this.confirmations.forget(nonce);
       // Sent again when the bus is back: until then other instances go on with the key as they know it,
       // and waiting for their cache TTL let a revoked key work on them well after Redis was back.
       this.keepUnsent({ op, id });
+      return { receivers: 0, unconfirmed: 0 };
     }
+    return { receivers, unconfirmed: await this.confirmations.wait(nonce, receivers) };
   }
 
   private keepUnsent(event: KeyEvent): void {
@@ -179,12 +206,17 @@ export class ApiKeyAuthenticator {
   }
 
   private onEvent(message: string): void {
+    let event: KeyEvent;
     try {
-      const event = JSON.parse(message) as KeyEvent;
-      if (typeof event.id === 'string') this.apply(event);
+      event = JSON.parse(message) as KeyEvent;
+      if (typeof event.id !== 'string') return;
+      this.apply(event);
     } catch {
       // Ignore foreign messages.
+      return;
     }
+    // Applied: the instance that made the change may answer its admin call. A lost confirmation only makes it wait.
+    if (typeof event.nonce === 'string') this.bus.publish(ACK_CHANNEL, event.nonce).catch(() => {});
   }
 
   private apply(event: KeyEvent): void {

@@ -5,8 +5,10 @@ import type { Bus } from './types.js';
 export class MemoryBus implements Bus {
   private readonly emitter = new EventEmitter();
 
-  async publish(channel: string, message: string): Promise<void> {
+  /** The subscribers run before this returns, as their count says. */
+  async publish(channel: string, message: string): Promise<number> {
     this.emitter.emit(channel, message);
+    return this.emitter.listenerCount(channel);
   }
 
   async subscribe(channel: string, handler: (message: string) => void): Promise<void> {

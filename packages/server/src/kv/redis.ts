@@ -191,8 +191,8 @@ export class RedisBus implements Bus {
     return new RedisBus(pub, sub);
   }
 
-  async publish(channel: string, message: string): Promise<void> {
-    await this.pub.publish(channel, message);
+  async publish(channel: string, message: string): Promise<number> {
+    return await this.pub.publish(channel, message);
   }
 
   async subscribe(channel: string, handler: (message: string) => void): Promise<void> {

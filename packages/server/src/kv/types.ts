@@ -1,6 +1,7 @@
 /** Messages between gateway instances (key revocations, key changes). */
 export interface Bus {
-  publish(channel: string, message: string): Promise<void>;
+  /** Resolves with how many subscriber connections (of every instance) received the message. */
+  publish(channel: string, message: string): Promise<number>;
   subscribe(channel: string, handler: (message: string) => void): Promise<void>;
   /** Called each time the subscriptions are renewed after a lost connection: what was published meanwhile was missed. */
   onResubscribe(handler: () => void): void;

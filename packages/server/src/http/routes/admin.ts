@@ -15,9 +15,9 @@ import {
   WorkspaceListQuery,
   WorkspaceParams,
 } from '@gw/schema';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { checkAdminToken, refuseDoubleAuthorization } from '../../auth/admin-token.js';
-import { generateApiKey } from '../../auth/api-keys.js';
+import { CONFIRM_TIMEOUT_MS, generateApiKey } from '../../auth/api-keys.js';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord, Workspace as WorkspaceRecord } from '../../store/types.js';
@@ -28,6 +28,21 @@ import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
 
 export const DEFAULT_RPM = 60;
+
+/**
+ * Tells every instance of a change and waits until each has applied it. An instance that did not confirm in time
+ * (stalled, far from Redis, or a subscriber that is no gateway) applies it when the message reaches it: said here.
+ */
+async function announce(services: Services, log: FastifyBaseLogger, op: 'revoke' | 'changed' | 'workspace', id: string): Promise<void> {
+  const { receivers, unconfirmed } = await services.auth.announce(op, id);
+  if (unconfirmed > 0) {
+    const what = op === 'workspace' ? 'workspace' : 'key';
+    log.warn(
+      { [op === 'workspace' ? 'workspaceId' : 'keyId']: id, receivers, unconfirmed },
+      `${unconfirmed} of ${receivers} subscribers of gw:keys did not confirm the ${what} change within ${CONFIRM_TIMEOUT_MS} ms; answered anyway, they apply it as the message reaches them`,
+    );
+  }
+}
 
 /**
  * An error no route expected, while the store does not answer: the store's
@@ -223,7 +238,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         ...(body.budget === undefined ? {} : { budget: body.budget }),
       });
       if (!ws) throw new GatewayError('not_found', `No workspace '${id}'.`, { param: 'id' });
-      await services.auth.announce('workspace', id);
+      await announce(services, request.log, 'workspace', id);
       return workspaceView(ws);
     },
   );
@@ -268,7 +283,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         ...(body.budget === undefined ? {} : { budget: body.budget }),
       });
       if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
-      await services.auth.announce('changed', id);
+      await announce(services, request.log, 'changed', id);
       return keyView(rec);
     },
   );
@@ -280,7 +295,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       const { id } = request.params as { id: string };
       const rec = await services.store.keys.revoke(id);
       if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
-      await services.auth.announce('revoke', id);
+      await announce(services, request.log, 'revoke', id);
       return keyView(rec);
     },
   );
