@@ -258,6 +258,37 @@ describe('config file', () => {
     expect(output).not.toContain('sk-secret-value-123');
   });
 
+  it('a baseUrl with a user and password, a query string or a fragment stops the start, the password never shown', async () => {
+    // The adapters call the URL's origin and path: these parts were dropped without a word (Basic credentials for a
+    // proxy never sent, an Azure ?api-version= never used).
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-url-'));
+    try {
+      const file = join(dir, 'gw.yaml');
+      writeFileSync(file, good.replace('http://127.0.0.1:9101/v1', 'http://proxy:hunter2-Pa55word@127.0.0.1:9101/v1'));
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: file, GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: 'k' });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(
+        `gw: Invalid configuration in ${file} at /providers/0/baseUrl: expected a URL without a user or password (they are never sent; the provider's key goes in apiKey), not "http://***@127.0.0.1:9101/v1"`,
+      );
+      // One that does not parse either is shown with its password masked.
+      const unparsable = good.replace('http://127.0.0.1:9101/v1', 'https://proxy:hunter2-Pa55word@127.0.0.1:99999/v1');
+      expect(() => parseConfigText(unparsable, 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+        /\/providers\/0\/baseUrl: expected an http\(s\) URL that parses, not "https:\/\/\*\*\*@127\.0\.0\.1:99999\/v1"$/,
+      );
+      const azure = good.replace('type: openai', 'type: azure').replace('http://127.0.0.1:9101/v1', 'https://res.openai.azure.com?api-version=2024-10-21');
+      expect(() => parseConfigText(azure, 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+        /\/providers\/0\/baseUrl: expected a URL without a query string \(it is never sent; Azure's api-version goes in apiVersion\)/,
+      );
+      expect(() => parseConfigText(good.replace('/v1', '/v1#chat'), 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+        /\/providers\/0\/baseUrl: expected a URL without a fragment/,
+      );
+      // A trailing slash is no mistake: the path is taken without it.
+      expect(parseConfigText(good.replace('/v1', '/v1/'), 'gw.yaml', { ALPHA_API_KEY: 'k' }).providers[0]?.baseUrl).toBe('http://127.0.0.1:9101/v1/');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a JSON config with a provider key written without its quotes stops the start naming where, not quoting the key', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-json-'));
     try {

@@ -158,7 +158,7 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     types.set(p.id, p.type);
     const unsendable = p.apiKey === undefined ? null : headerUnsafe(p.apiKey);
     if (unsendable !== null) throw new ConfigError(file, `/providers/${i}/apiKey`, `a key a request header can carry, without ${unsendable}`);
-    if (!URL.canParse(p.baseUrl)) throw new ConfigError(file, `/providers/${i}/baseUrl`, `an http(s) URL that parses, not ${JSON.stringify(p.baseUrl)}`);
+    checkBaseUrl(p.baseUrl, file, `/providers/${i}/baseUrl`);
     // Only an openai-type entry can be one of several providers; elsewhere the vendor would be silently ignored.
     if (p.vendor !== undefined && p.type !== 'openai') {
       throw new ConfigError(file, `/providers/${i}/vendor`, `no vendor on a ${p.type} provider (vendor says which provider an openai-type entry is)`);
@@ -189,6 +189,25 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
       }
     });
   });
+}
+
+/** A URL as an error may show it: a password it holds is masked, as it would be in a log line. */
+function shownUrl(url: string): string {
+  return JSON.stringify(url.replace(/^(https?:\/\/)[^/?#]*@/i, '$1***@'));
+}
+
+/**
+ * The adapters call the URL's origin and path: a user and password, a query string or a fragment in it were dropped
+ * without a word (a proxy's Basic credentials never sent, an Azure `?api-version=` never used).
+ */
+function checkBaseUrl(baseUrl: string, file: string, path: string): void {
+  if (!URL.canParse(baseUrl)) throw new ConfigError(file, path, `an http(s) URL that parses, not ${shownUrl(baseUrl)}`);
+  const url = new URL(baseUrl);
+  if (url.username !== '' || url.password !== '')
+    throw new ConfigError(file, path, `a URL without a user or password (they are never sent; the provider's key goes in apiKey), not ${shownUrl(baseUrl)}`);
+  if (baseUrl.includes('?'))
+    throw new ConfigError(file, path, `a URL without a query string (it is never sent; Azure's api-version goes in apiVersion), not ${shownUrl(baseUrl)}`);
+  if (baseUrl.includes('#')) throw new ConfigError(file, path, `a URL without a fragment (#…), not ${shownUrl(baseUrl)}`);
 }
 
 export function loadConfigFile(file: string, env: NodeJS.ProcessEnv): GatewayFileConfig {
