@@ -289,6 +289,30 @@ describe('config file', () => {
     }
   });
 
+  it('a region a response header cannot carry stops the start, where every variant B answer was a 500 after the provider was called', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-region-'));
+    try {
+      const file = join(dir, 'gw.yaml');
+      // An en dash, as a region name pasted from a document comes.
+      writeFileSync(file, good.replace('region: fr-par', 'region: fr\u2013par'));
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: file, GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: 'k' });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(
+        `gw: Invalid configuration in ${file} at /providers/0/region: expected a region an X-Gateway-Region header can carry (printable ASCII), not "fr\u2013par"`,
+      );
+      for (const region of ['île-de-france', ' fr-par', 'fr-par\t']) {
+        expect(() => parseConfigText(good.replace('region: fr-par', `region: ${JSON.stringify(region)}`), 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+          /\/providers\/0\/region: expected a region an X-Gateway-Region header can carry/,
+        );
+      }
+      for (const region of ['eu-west-1', 'westeurope', 'Paris 1']) {
+        expect(parseConfigText(good.replace('region: fr-par', `region: ${region}`), 'gw.yaml', { ALPHA_API_KEY: 'k' }).providers[0]?.region).toBe(region);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a JSON config with a provider key written without its quotes stops the start naming where, not quoting the key', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-json-'));
     try {

@@ -159,6 +159,10 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     const unsendable = p.apiKey === undefined ? null : headerUnsafe(p.apiKey);
     if (unsendable !== null) throw new ConfigError(file, `/providers/${i}/apiKey`, `a key a request header can carry, without ${unsendable}`);
     checkBaseUrl(p.baseUrl, file, `/providers/${i}/baseUrl`);
+    // Every answer of variant B carries it in X-Gateway-Region: one a header cannot hold (an en dash pasted from a
+    // document) started, and then failed every such request with a 500 after the provider was called.
+    if (!HEADER_TEXT.test(p.region))
+      throw new ConfigError(file, `/providers/${i}/region`, `a region an X-Gateway-Region header can carry (printable ASCII), not ${JSON.stringify(p.region)}`);
     // Only an openai-type entry can be one of several providers; elsewhere the vendor would be silently ignored.
     if (p.vendor !== undefined && p.type !== 'openai') {
       throw new ConfigError(file, `/providers/${i}/vendor`, `no vendor on a ${p.type} provider (vendor says which provider an openai-type entry is)`);
@@ -190,6 +194,9 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     });
   });
 }
+
+/** Printable ASCII, no space at either end: what a response header carries as written. */
+const HEADER_TEXT = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
 
 /** A URL as an error may show it: a password it holds is masked, as it would be in a log line. */
 function shownUrl(url: string): string {
