@@ -313,6 +313,19 @@ describe('config file', () => {
     }
   });
 
+  it('refuses one offer given twice in a model, which fail-over would try twice and whose price would be unclear', () => {
+    const offer = `      - provider: alpha
+        upstreamModel: mistral-small-latest
+        pricing: { prompt_per_1m: 0.10, completion_per_1m: 0.30, currency: EUR }
+`;
+    expect(() => parseConfigText(`${good}${offer}`, 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+      /gw\.yaml at \/models\/0\/offers\/1: expected an offer not given twice \(alpha with upstreamModel mistral-small-latest is \/models\/0\/offers\/0 too\)$/,
+    );
+    // The same provider under another upstream name is another offer.
+    const other = offer.replace('upstreamModel: mistral-small-latest', 'upstreamModel: mistral-small-2506');
+    expect(parseConfigText(`${good}${other}`, 'gw.yaml', { ALPHA_API_KEY: 'k' }).models[0]?.offers).toHaveLength(2);
+  });
+
   it('a JSON config with a provider key written without its quotes stops the start naming where, not quoting the key', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-json-'));
     try {

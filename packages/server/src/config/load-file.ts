@@ -182,6 +182,15 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     m.offers.forEach((o, j) => {
       if (!ids.has(o.provider))
         throw new ConfigError(file, `/models/${i}/offers/${j}/provider`, `one of the providers' ids (${[...ids].join(', ')}), not ${o.provider}`);
+      // Offers are told apart by provider and upstream model (circuits, measures, fail-over): a repeat would be tried
+      // twice in a row on failure and leave unclear which of its prices is billed.
+      const same = m.offers.findIndex((other) => other.provider === o.provider && other.upstreamModel === o.upstreamModel);
+      if (same !== j)
+        throw new ConfigError(
+          file,
+          `/models/${i}/offers/${j}`,
+          `an offer not given twice (${o.provider} with upstreamModel ${o.upstreamModel} is /models/${i}/offers/${same} too)`,
+        );
       const type = types.get(o.provider) as keyof typeof KINDS_BY_PROVIDER_TYPE;
       if (!KINDS_BY_PROVIDER_TYPE[type].includes(m.kind)) {
         const serving = config.providers.filter((p) => KINDS_BY_PROVIDER_TYPE[p.type].includes(m.kind)).map((p) => p.id);
