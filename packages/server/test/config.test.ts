@@ -342,6 +342,27 @@ describe('config file', () => {
     }
   });
 
+  it('a key written twice in a JSON config stops the start, where the last one silently won', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-dup-'));
+    try {
+      const file = join(dir, 'gw.json');
+      const config = parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: 'k' });
+      // A second "models" (one list per team, pasted together) dropped the first list whole.
+      const text = JSON.stringify({ providers: config.providers, models: config.models }, null, 2).replace(/\n}$/, ',\n  "models": []\n}');
+      writeFileSync(file, text);
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: file, GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(
+        `gw: Invalid configuration in ${file} at /: expected valid JSON (Map keys must be unique at line ${text.split('\n').length - 1}, column 3)`,
+      );
+      expect(() => parseConfigText('{"providers": [{"id": "a", "id": "b"}]}', 'gw.json', {})).toThrowError(/expected valid JSON \(Map keys must be unique/);
+      // The same key in two objects is no repeat.
+      expect(() => parseConfigText('{"providers": [{"id": "a"}, {"id": "b"}]}', 'gw.json', {})).toThrowError(/\/providers\/0\/type/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a YAML tag the gateway does not know (!env, !secret) stops the start, without quoting the line that holds it', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-tag-'));
     try {

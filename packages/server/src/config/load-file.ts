@@ -43,7 +43,7 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   // A byte order mark, as some editors save it: YAML skips it, JSON.parse does not.
   if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   try {
-    raw = file.endsWith('.json') ? JSON.parse(text) : parseYamlStrictly(text);
+    raw = file.endsWith('.json') ? parseJsonStrictly(text) : parseYamlStrictly(text);
   } catch (err) {
     const json = file.endsWith('.json');
     const message = json ? jsonSyntaxError((err as Error).message, text) : (err as Error).message.split('\n')[0];
@@ -101,6 +101,17 @@ function parseYamlStrictly(text: string): unknown {
   const problem = doc.errors[0] ?? doc.warnings[0];
   if (problem) throw problem;
   return doc.toJS();
+}
+
+/**
+ * JSON.parse keeps the last of a key written twice: a second `"models"` dropped the whole first list, a second
+ * `"apiKey"` the first key, without a word. Refused as YAML refuses it; the YAML parser reads JSON and says where.
+ */
+function parseJsonStrictly(text: string): unknown {
+  const value: unknown = JSON.parse(text);
+  const repeated = parseDocument(text).errors.find((e) => e.code === 'DUPLICATE_KEY');
+  if (repeated) throw new Error(repeated.message.split('\n')[0]?.replace(/:$/, ''));
+  return value;
 }
 
 /**
