@@ -488,6 +488,38 @@ describe('the form, validated', () => {
     expect(sent()).toBe('upload.wav');
   });
 
+  it("sends the provider the file's own name: no folders of the client, no control characters, not kilobytes long", async () => {
+    const sent = () => (sim.providers.scaleway?.stats().last?.body as { files: { filename: string }[] } | undefined)?.files[0]?.filename;
+    const boundary = 'named';
+    const upload = (filename: string) =>
+      fetch(`${gw.baseA}/audio/transcriptions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+        body: Buffer.concat([
+          Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper-large-v3\r\n`),
+          Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${filename}"\r\nContent-Type: audio/wav\r\n\r\n`),
+          wav(1),
+          Buffer.from(`\r\n--${boundary}--\r\n`),
+        ]),
+      });
+    for (const [filename, forwarded] of [
+      ['meeting.wav', 'meeting.wav'],
+      ['../../etc/passwd.mp3', 'passwd.mp3'],
+      ['C:\\Users\\anna\\Klient Müller\\call.wav', 'call.wav'],
+      ['/home/anna/private/', 'upload.wav'],
+      ['..', 'upload.wav'],
+      ['take\u00001.wav', 'take1.wav'],
+      [`${'a'.repeat(3000)}.wav`, `${'a'.repeat(124)}.wav`],
+      ['réunion 日本.wav', 'réunion 日本.wav'],
+    ]) {
+      const res = await upload(filename);
+      expect(res.status, filename).toBe(200);
+      await res.arrayBuffer();
+      expect(sent(), filename).toBe(forwarded);
+    }
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
   it('refuses a malformed multipart body with 400', async () => {
     const res = await fetch(`${gw.baseA}/audio/transcriptions`, {
       method: 'POST',

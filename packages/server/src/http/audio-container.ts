@@ -65,6 +65,36 @@ export async function readHead(path: string, size: number): Promise<Buffer> {
  * without one (`upload`, `blob`) or under another (`voice.bin`).
  */
 export function upstreamFilename(filename: string, container: AudioContainer): string {
-  const ext = extname(filename).slice(1).toLowerCase();
-  return (AUDIO_EXTENSIONS as readonly string[]).includes(ext) ? filename : `${filename}.${container}`;
+  const name = leafName(filename);
+  const ext = extname(name).slice(1).toLowerCase();
+  return (AUDIO_EXTENSIONS as readonly string[]).includes(ext) ? name : `${name}.${container}`;
 }
+
+/** Longest file name sent on, in UTF-16 units: file systems take 255 bytes, and a name says nothing past that. */
+const MAX_NAME = 128;
+
+/**
+ * The last segment of a client's file name, without control characters, at most {@link MAX_NAME} long (its extension
+ * kept): a client's folders (`C:\Users\…`, `../../`) are not the provider's business (RFC 7578 §4.2), and a NUL or
+ * a name of kilobytes is no name a provider stores. Nothing left is `upload`, as a file part with no name.
+ */
+function leafName(filename: string): string {
+  // The common name (`meeting.wav`) passes as it is.
+  if (filename.length <= MAX_NAME && !UNSAFE_NAME.test(filename)) return filename;
+  let name = filename
+    .slice(Math.max(filename.lastIndexOf('/'), filename.lastIndexOf('\\')) + 1)
+    .replace(CONTROL, '')
+    .trim();
+  if (name.length > MAX_NAME) {
+    const ext = extname(name);
+    const keep = ext.length <= 16 ? ext : '';
+    let stem = name.slice(0, MAX_NAME - keep.length);
+    // Not half of a character outside the BMP.
+    if (/[\uD800-\uDBFF]$/.test(stem)) stem = stem.slice(0, -1);
+    name = stem + keep;
+  }
+  return name === '' || name === '.' || name === '..' ? 'upload' : name;
+}
+
+const CONTROL = /\p{Cc}/gu;
+const UNSAFE_NAME = /[/\\\p{Cc}]|^\.\.?$|^\s|\s$|^$/u;
