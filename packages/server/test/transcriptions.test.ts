@@ -520,6 +520,40 @@ describe('the form, validated', () => {
     await eventually(() => expect(spools()).toEqual([]));
   });
 
+  it('refuses a part header over 16 KB however the body is cut on its way', async () => {
+    const boundary = 'longhead';
+    const body = Buffer.concat([
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper-large-v3\r\n`),
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${'a'.repeat(20_000)}.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+      wav(1),
+      Buffer.from(`\r\n--${boundary}--\r\n`),
+    ]);
+    for (const piece of [body.length, 1000]) {
+      const answer = await new Promise<{ status: number; message: string }>((resolve, reject) => {
+        const req = httpRequest(
+          `${gw.baseA}/audio/transcriptions`,
+          {
+            method: 'POST',
+            headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}`, 'content-length': body.length },
+          },
+          (res) => {
+            let text = '';
+            res.on('data', (d: Buffer) => {
+              text += d;
+            });
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, message: (JSON.parse(text) as { error?: { message: string } }).error?.message ?? '' }));
+          },
+        );
+        req.on('error', reject);
+        for (let at = 0; at < body.length; at += piece) req.write(body.subarray(at, at + piece));
+        req.end();
+      });
+      expect(answer, `in pieces of ${piece}`).toEqual({ status: 400, message: 'The multipart/form-data body is malformed: a part header is too long.' });
+    }
+    expect(sim.providers.scaleway?.stats().total).toBe(0);
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
   it('refuses a malformed multipart body with 400', async () => {
     const res = await fetch(`${gw.baseA}/audio/transcriptions`, {
       method: 'POST',

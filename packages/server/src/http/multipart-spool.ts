@@ -220,10 +220,9 @@ class FormParser {
       }
       case 'headers': {
         const end = this.buf.indexOf(CRLF2);
-        if (end < 0) {
-          if (this.buf.length > MAX_HEADER_BYTES) throw malformed('a part header is too long');
-          return false;
-        }
+        // Whether it came in one piece or several: the same form is not refused or taken by how the network cut it.
+        if (end > MAX_HEADER_BYTES || (end < 0 && this.buf.length > MAX_HEADER_BYTES)) throw malformed('a part header is too long');
+        if (end < 0) return false;
         await this.startPart(this.buf.toString('utf8', 0, end));
         this.buf = this.buf.subarray(end + 4);
         this.state = 'body';
