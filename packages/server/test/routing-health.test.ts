@@ -69,7 +69,7 @@ const scalewayCircuit = (gw: TestGateway) => {
 
 describe('circuits per offer', () => {
   it('three failures in a row open the circuit: the offer is skipped, then one probe closes it again', async () => {
-    sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503, retryAfter: null });
     for (let i = 0; i < 3; i++) expect(await ask(solo)).toEqual({ provider: 'ovh', hops: '1' });
     // Open: scaleway is left out of the plan, so no hop is spent on it.
     expect(await ask(solo)).toEqual({ provider: 'ovh', hops: '0' });
@@ -123,7 +123,7 @@ describe('circuits per offer', () => {
 
 describe('instances sharing Redis learn from each other', () => {
   it('a circuit opened on one instance is open on the other; its recovery reaches the other too; without Redis nothing is shared', async () => {
-    sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503, retryAfter: null });
     for (let i = 0; i < 3; i++) expect((await ask(one)).hops).toBe('1');
     expect(chats('scaleway')).toBe(3);
     // Instance two never called scaleway, yet skips it once one's observations arrive (batched every 50 ms).
@@ -140,5 +140,56 @@ describe('instances sharing Redis learn from each other', () => {
     expect((await ask(one)).provider).toBe('scaleway');
     await eventually(() => expect(scalewayCircuit(two)).toBe('closed'));
     expect((await ask(two)).provider).toBe('scaleway');
+  });
+});
+
+describe('a provider that names its wait (429 or 503 with Retry-After)', () => {
+  const SMALL = 'mistral/small'; // scaleway, ovh, mistral
+
+  it('a 429 without Retry-After only counts; with Retry-After: 1 the offer sits out that second, pinned requests are told so, then it serves again', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 429, retryAfter: null, times: 2 });
+    for (let i = 0; i < 2; i++) expect(await ask(solo)).toEqual({ provider: 'ovh', hops: '1' });
+    expect(scalewayCircuit(solo)).toBe('closed');
+    expect(await ask(solo)).toEqual({ provider: 'scaleway', hops: '0' });
+
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 429, retryAfter: 1, times: 1 });
+    expect(await ask(solo)).toEqual({ provider: 'ovh', hops: '1' });
+    // Out at once, for the provider's second rather than after three failures: no hop is spent on it.
+    expect(await ask(solo)).toEqual({ provider: 'ovh', hops: '0' });
+    for (const variant of ['a', 'b'] as const) {
+      const err = await failing(solo, variant, MODEL, { 'X-Gateway-Provider': 'scaleway' });
+      expect([err.status, err.code]).toEqual(variant === 'a' ? [503, 'provider_down'] : [502, 'upstream_unavailable']);
+      expect(err.headers?.get('retry-after')).toBe('1');
+    }
+    expect(chats('scaleway')).toBe(4);
+    await sleep(1050);
+    expect(await ask(solo)).toEqual({ provider: 'scaleway', hops: '0' });
+    expect(scalewayCircuit(solo)).toBe('closed');
+  });
+
+  it('a wait far ahead (503 with an HTTP date a day away) keeps the offer out for 60 s at most', async () => {
+    const tomorrow = new Date(Date.now() + 86_400_000).toUTCString();
+    sim.providers.mistral?.setFault({ kind: 'status', status: 503, retryAfter: tomorrow, model: 'mistral-small-latest' });
+    // The client is told the provider's wait (at most an hour); the offer sits out a minute, then a probe asks again.
+    const first = await failing(solo, 'a', SMALL, { 'X-Gateway-Provider': 'mistral' });
+    expect([first.status, Number(first.headers?.get('retry-after'))]).toEqual([502, 3600]);
+    const err = await failing(solo, 'a', SMALL, { 'X-Gateway-Provider': 'mistral' });
+    expect([err.status, err.code]).toEqual([503, 'provider_down']);
+    expect(Number(err.headers?.get('retry-after'))).toBeGreaterThanOrEqual(59);
+    expect(Number(err.headers?.get('retry-after'))).toBeLessThanOrEqual(60);
+    expect((await ask(solo, SMALL)).provider).toBe('scaleway');
+    expect(sim.providers.mistral?.stats().byEndpoint.chat).toBe(1);
+  });
+
+  it("one instance's wait is the other's over Redis, for the provider's time rather than the other's open period", async () => {
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 429, retryAfter: 1, times: 1 });
+    expect(await ask(one)).toEqual({ provider: 'ovh', hops: '1' });
+    await eventually(() => expect(scalewayCircuit(two)).toBe('open'));
+    expect(await ask(two)).toEqual({ provider: 'ovh', hops: '0' });
+    expect(chats('scaleway')).toBe(1);
+    await sleep(1050);
+    // Two opens circuits for a minute on its own, yet tries scaleway again once its one second is over.
+    expect(await ask(two)).toEqual({ provider: 'scaleway', hops: '0' });
+    await eventually(() => expect(scalewayCircuit(one)).toBe('closed'));
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { GatewayError } from '../src/errors/gateway-error.js';
-import { CIRCUIT_WINDOW_MS, CircuitBook } from '../src/routing/health.js';
+import { CIRCUIT_WINDOW_MS, CircuitBook, MAX_PROVIDER_WAIT_MS } from '../src/routing/health.js';
 import { EXPLORE_EVERY, LATENCY_ALPHA } from '../src/routing/latency.js';
 import { OfferStats } from '../src/routing/offer-stats.js';
 import { planOffers, type RouteOptions } from '../src/routing/plan.js';
@@ -61,7 +61,7 @@ describe('circuits', () => {
     expect(book.state('k', now)).toBe('open');
     now += 500;
     book.started('k', now);
-    book.success('k');
+    book.success('k', now);
     expect(book.state('k', now)).toBe('closed');
   });
 
@@ -74,7 +74,7 @@ describe('circuits', () => {
     const book = new CircuitBook({ failures: 3, openMs: 500 });
     book.failure('k', at(1));
     book.failure('k', at(1));
-    book.success('k');
+    book.success('k', now);
     book.failure('k', at(1));
     book.failure('k', at(1));
     expect(book.state('k', now)).toBe('closed');
@@ -83,6 +83,20 @@ describe('circuits', () => {
     expect(book.state('k', now)).toBe('closed');
     book.failure('k', at(1));
     expect(book.state('k', now)).toBe('open');
+  });
+
+  it("a provider's wait opens the circuit at once, capped; answers to attempts begun before do not close it; then one probe", () => {
+    const book = new CircuitBook({ failures: 3, openMs: 500 });
+    book.failure('k', 0, 2_000);
+    expect([book.state('k', 0), book.remainingMs('k', 0)]).toEqual(['open', 2_000]);
+    book.success('k', 1_000);
+    expect(book.state('k', 1_000)).toBe('open');
+    expect(book.available('k', 2_000)).toBe(true);
+    book.started('k', 2_000);
+    book.success('k', 2_000);
+    expect(book.state('k', 2_000)).toBe('closed');
+    book.failure('k', 0, 86_400_000);
+    expect(book.remainingMs('k', 0)).toBe(MAX_PROVIDER_WAIT_MS);
   });
 
   it('a probe whose client left frees the slot without a verdict', () => {

@@ -97,7 +97,16 @@ function streams(request: FastifyRequest): boolean {
 /** Only the provider's own faults (those that fail over) count against it; a refused request or a client that left says nothing. */
 function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: number, mode: LatencyMode): void {
   if (!(err instanceof UpstreamError) || !err.retryable) stats.abandoned(offer);
-  else stats.record(offer, err.kind === 'timeout' ? 'timeout' : 'error', ms, mode);
+  else stats.record(offer, err.kind === 'timeout' ? 'timeout' : 'error', ms, mode, providerWaitMs(err));
+}
+
+/**
+ * A 429 or 503 naming its wait (Retry-After, retry-after-ms, or what an adapter read in its place): the provider asked
+ * not to be called until then, and its offer sits out (health.ts caps it). Without one, the failure only counts.
+ */
+function providerWaitMs(err: UpstreamError): number | undefined {
+  const s = err.retryAfterS;
+  return (err.status === 429 || err.status === 503) && s !== undefined && s > 0 ? s * 1000 : undefined;
 }
 
 /** The client closed the connection before its answer was written whole. */

@@ -1,6 +1,12 @@
 /** How long failures count as "in a row": a failure more than this after the previous one starts a new count. */
 export const CIRCUIT_WINDOW_MS = 60_000;
 
+/**
+ * The longest a provider's own wait (a 429's or 503's Retry-After) keeps its offer out of plans: a wrong header
+ * (a date hours ahead) must not take an offer out for long; after it, a probe asks the provider again.
+ */
+export const MAX_PROVIDER_WAIT_MS = 60_000;
+
 export interface CircuitSettings {
   /** Failures in a row (each within CIRCUIT_WINDOW_MS of the previous) that open the circuit. */
   failures: number;
@@ -17,13 +23,18 @@ interface Circuit {
   openUntil: number;
   /** A probe of this instance is in flight (half-open lets one through at a time). */
   probing: boolean;
+  /** Until then the provider asked not to be called (its Retry-After); 0: it did not. */
+  waitUntil: number;
 }
 
 /**
  * One circuit per offer: closed while the offer answers; open (skipped by
  * every plan) for `openMs` after `failures` failures in a row; then
  * half-open, letting one probe through: its success closes the circuit,
- * its failure opens it again for another `openMs`.
+ * its failure opens it again for another `openMs`. A provider that names
+ * its wait (a 429's or 503's Retry-After) opens it at once until then
+ * (at most MAX_PROVIDER_WAIT_MS), and the answers of attempts begun
+ * before do not close it early.
  */
 export class CircuitBook {
   private readonly circuits = new Map<string, Circuit>();
@@ -61,24 +72,35 @@ export class CircuitBook {
     if (c) c.probing = false;
   }
 
-  /** Any answer (here or, with Redis, on another instance) closes the circuit. */
-  success(key: string): void {
-    this.circuits.delete(key);
+  /**
+   * Any answer (here or, with Redis, on another instance) closes the circuit; while the provider's own wait
+   * runs, it is an attempt begun before it asked (its limit let that one in) and the offer stays out.
+   */
+  success(key: string, now: number): void {
+    const c = this.circuits.get(key);
+    if (c === undefined) return;
+    if (now < c.waitUntil) c.probing = false;
+    else this.circuits.delete(key);
   }
 
-  failure(key: string, now: number): void {
-    const c = this.circuits.get(key) ?? { failures: 0, lastFailureAt: 0, openUntil: 0, probing: false };
+  /** `waitMs`: the provider asked not to be called for that long (its Retry-After); the circuit opens at once until then. */
+  failure(key: string, now: number, waitMs = 0): void {
+    const c = this.circuits.get(key) ?? { failures: 0, lastFailureAt: 0, openUntil: 0, probing: false, waitUntil: 0 };
     this.circuits.set(key, c);
     const state = this.state(key, now);
     c.probing = false;
+    if (waitMs > 0) {
+      c.waitUntil = Math.max(c.waitUntil, now + Math.min(waitMs, MAX_PROVIDER_WAIT_MS));
+      c.openUntil = Math.max(c.openUntil, c.waitUntil);
+    }
     if (state === 'open') return;
     if (state === 'half_open') {
       // The probe (or another instance's attempt) failed: stay out for another period.
-      c.openUntil = now + this.settings.openMs;
+      c.openUntil = Math.max(c.openUntil, now + this.settings.openMs);
       return;
     }
     c.failures = now - c.lastFailureAt > CIRCUIT_WINDOW_MS ? 1 : c.failures + 1;
     c.lastFailureAt = now;
-    if (c.failures >= this.settings.failures) c.openUntil = now + this.settings.openMs;
+    if (c.failures >= this.settings.failures) c.openUntil = Math.max(c.openUntil, now + this.settings.openMs);
   }
 }

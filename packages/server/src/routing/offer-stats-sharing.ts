@@ -86,6 +86,7 @@ function isObservation(o: unknown): o is Observation {
     typeof x?.offer === 'string' &&
     (x.outcome === 'ok' || x.outcome === 'error' || x.outcome === 'timeout') &&
     typeof x.ms === 'number' &&
-    (x.mode === 'stream' || x.mode === 'full')
+    (x.mode === 'stream' || x.mode === 'full') &&
+    (x.waitMs === undefined || (typeof x.waitMs === 'number' && x.waitMs >= 0))
   );
 }

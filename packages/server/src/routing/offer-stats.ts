@@ -14,6 +14,8 @@ export interface Observation {
   outcome: AttemptOutcome;
   ms: number;
   mode: LatencyMode;
+  /** A failure whose provider named its wait (a 429's or 503's Retry-After): the offer stays out of plans that long. */
+  waitMs?: number;
 }
 
 export interface OfferStatsSettings extends CircuitSettings {
@@ -106,8 +108,9 @@ export class OfferStats implements OfferStatsView {
   }
 
   /** Records this instance's attempt and tells the listeners. */
-  record(offer: Offer, outcome: AttemptOutcome, ms: number, mode: LatencyMode): void {
-    const observation: Observation = { offer: offerKey(offer), outcome, ms, mode };
+  record(offer: Offer, outcome: AttemptOutcome, ms: number, mode: LatencyMode, waitMs?: number): void {
+    const observation: Observation =
+      waitMs === undefined ? { offer: offerKey(offer), outcome, ms, mode } : { offer: offerKey(offer), outcome, ms, mode, waitMs };
     this.apply(observation);
     for (const listener of this.listeners) listener(observation);
   }
@@ -115,8 +118,8 @@ export class OfferStats implements OfferStatsView {
   /** Applies an observation, made here or by another instance. */
   apply(o: Observation): void {
     const now = this.now();
-    if (o.outcome === 'ok') this.circuits.success(o.offer);
-    else this.circuits.failure(o.offer, now);
+    if (o.outcome === 'ok') this.circuits.success(o.offer, now);
+    else this.circuits.failure(o.offer, now, o.waitMs);
     this.measures.addOutcome(o.offer, o.outcome === 'ok', now);
     // A plain error says nothing about speed (it may fail fast); a timeout says the offer is slow.
     if (o.outcome !== 'error') this.measures.addLatency(o.offer, o.mode, o.ms, now);
