@@ -75,7 +75,7 @@ async function spentOf(path: string): Promise<number> {
 }
 
 /** Mistral answers the first call of the next request and fails the second, which the gateway fails over. */
-const failSecondCall = () => sim.providers.mistral?.setFault({ kind: 'status', status: 503, skip: 1, times: 1, endpoints: ['embeddings'] });
+const failSecondCall = () => sim.providers.mistral?.setFault({ kind: 'status', status: 503, retryAfter: null, skip: 1, times: 1, endpoints: ['embeddings'] });
 
 describe('a failover after the provider was paid for part of the failed attempt', () => {
   it('is not tried when the budget cannot hold the paid part on top of the worst case: the failure is answered, billed the part, and the budget is not passed', async () => {

@@ -101,7 +101,7 @@ describe('chat completions through the official openai SDK', () => {
   });
 
   it('fails over to the next provider on an upstream 5xx', async () => {
-    gw.sim.providers.scaleway?.setFault({ kind: 'status', status: 503 });
+    gw.sim.providers.scaleway?.setFault({ kind: 'status', status: 503, retryAfter: null });
     const { response } = await b.chat.completions.create(ask).withResponse();
     expect(response.headers.get('x-gateway-provider')).toBe('ovh');
     expect(response.headers.get('x-gateway-routing-hops')).toBe('1');

@@ -272,7 +272,7 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
   });
 
   it('fails over to the next provider, and bills the tokens of the provider that served', async () => {
-    sim.providers.ovh?.setFault({ kind: 'status', status: 503 });
+    sim.providers.ovh?.setFault({ kind: 'status', status: 503, retryAfter: null });
     const { data, response } = await b.embeddings.create({ model: 'baai/bge-m3', input: 'a text of some length for billing' }).withResponse();
     expect(response.headers.get('x-gateway-provider')).toBe('nebius');
     expect(response.headers.get('x-gateway-routing-hops')).toBe('1');
@@ -317,7 +317,7 @@ describe('a request served by several upstream calls is billed every call the pr
     expect(firstBatch).toBeGreaterThan(0);
     const budgeted = await gw.createKey({ rateLimitRpm: 10_000, budget: 5 });
     const before = sim.providers.cohere?.stats().byEndpoint['embeddings'] ?? 0;
-    sim.providers.cohere?.setFault({ kind: 'status', status: 503, skip: 1, times: 1, endpoints: ['embeddings'] });
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503, retryAfter: null, skip: 1, times: 1, endpoints: ['embeddings'] });
     const res = await embedWith(budgeted.key, { model: 'cohere/embed-multilingual-v3', input: texts });
     expect([res.status, res.json.error?.code]).toEqual([502, 'provider_down']);
     expect(sim.providers.cohere?.stats().byEndpoint['embeddings']).toBe(before + 2);
@@ -331,7 +331,7 @@ describe('a request served by several upstream calls is billed every call the pr
     const firstBatch = await tokensAt(COHERE_THEN_OVH, texts.slice(0, 96), 'cohere');
     const atOvh = await tokensAt(COHERE_THEN_OVH, texts, 'ovh');
     const budgeted = await gw.createKey({ rateLimitRpm: 10_000, budget: 5 });
-    sim.providers.cohere?.setFault({ kind: 'status', status: 503, skip: 1, times: 1, endpoints: ['embeddings'] });
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503, retryAfter: null, skip: 1, times: 1, endpoints: ['embeddings'] });
     const res = await embedWith(budgeted.key, { model: COHERE_THEN_OVH, input: texts });
     expect([res.status, res.provider]).toEqual([200, 'ovh']);
     // The answer's usage is what the request is billed.
@@ -412,7 +412,7 @@ describe('Mistral’s limit of 16,384 tokens a call: a larger batch is sent in c
   });
 
   it('a call that fails after others were paid: the error’s record carries the paid calls', async () => {
-    sim.providers.mistral?.setFault({ kind: 'status', status: 503, skip: 1, times: 1, endpoints: ['embeddings'] });
+    sim.providers.mistral?.setFault({ kind: 'status', status: 503, retryAfter: null, skip: 1, times: 1, endpoints: ['embeddings'] });
     const res = await post(gw.baseA, { model: 'mistral/embed', input: chunks });
     expect([res.status, res.body.error?.code]).toEqual([502, 'provider_down']);
     expect(sim.providers.mistral?.stats().byEndpoint['embeddings']).toBe(2);

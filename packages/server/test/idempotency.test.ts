@@ -121,7 +121,7 @@ describe('X-Idempotency-Key', () => {
     const limited = await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k });
     expect(limited.status).toBe(429);
     await gw.admin('PATCH', `/keys/${poor.id}`, { rateLimitRpm: 100 });
-    for (const p of ['scaleway', 'ovh', 'nebius']) sim.providers[p]?.setFault({ kind: 'status', status: 503, times: 1 });
+    for (const p of ['scaleway', 'ovh', 'nebius']) sim.providers[p]?.setFault({ kind: 'status', status: 503, retryAfter: null, times: 1 });
     const down = await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k });
     expect([down.status, JSON.parse(down.text).error.code]).toEqual([502, 'provider_down']);
     const ok = await post(gw.baseA, poor.key, chatBody(), { 'x-idempotency-key': k });

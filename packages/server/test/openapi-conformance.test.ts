@@ -314,7 +314,7 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
     await call('embeddings bad body', 'post', emb, `${base}/embeddings`, json(key, { model: 'mistral/embed' }), 400);
     await call('embeddings no key', 'post', emb, `${base}/embeddings`, json(null, { model: 'mistral/embed', input: 'a' }), 401);
     await call('embeddings not json', 'post', emb, `${base}/embeddings`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: 'a' }, 415);
-    gw.sim.providers.mistral?.setFault({ kind: 'status', status: 503, endpoints: ['embeddings'], times: 3 });
+    gw.sim.providers.mistral?.setFault({ kind: 'status', status: 503, retryAfter: null, endpoints: ['embeddings'], times: 3 });
     await call('embeddings upstream 5xx', 'post', emb, `${base}/embeddings`, json(key, { model: 'mistral/embed', input: 'a' }), 502);
     resetProviders(gw.sim);
     for (const [label, path, url] of [

@@ -167,7 +167,7 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
     expect(b).toBeInstanceOf(Cohere.BadRequestError);
     expect(((b as CohereError).body as { error: { code: string } }).error.code).toBe('model_not_found');
     await expect(coA.rerank({ model: MODEL, query, documents: [] })).rejects.toBeInstanceOf(Cohere.BadRequestError);
-    sim.providers.cohere?.setFault({ kind: 'status', status: 503 });
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503, retryAfter: null });
     const down = await coA.rerank({ model: MODEL, query, documents }).catch((e: unknown) => e);
     expect((down as CohereError).statusCode).toBe(502);
     expect(((down as CohereError).body as { error: { code: string } }).error.code).toBe('provider_down');
@@ -206,7 +206,7 @@ describe('POST /v1/rerank on the wire', () => {
   });
 
   it('fails over from Cohere to an OpenAI-compatible (Jina-style) rerank and answers in Cohere’s shape', async () => {
-    sim.providers.cohere?.setFault({ kind: 'status', status: 503 });
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503, retryAfter: null });
     const res = await post(gw.baseB, { model: TWO_PROVIDERS, query, documents, top_n: 2, return_documents: true });
     expect(res.status).toBe(200);
     expect(res.headers.get('x-gateway-provider')).toBe('scaleway');
@@ -241,7 +241,7 @@ describe('POST /v1/rerank on the wire', () => {
   });
 
   it('max_tokens_per_doc that could cut a document does not fail over to a provider that would rank it whole', async () => {
-    sim.providers.cohere?.setFault({ kind: 'status', status: 503 });
+    sim.providers.cohere?.setFault({ kind: 'status', status: 503, retryAfter: null });
     const before = sim.providers.scaleway?.stats().total ?? 0;
     const res = await post(gw.baseA, { model: TWO_PROVIDERS, query, documents, max_tokens_per_doc: 8 });
     expect([res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([502, 'provider_down']);

@@ -30,7 +30,7 @@ async function chat(pin: string, stream: boolean) {
 
 describe('a provider error with a huge message', () => {
   it('an HTML page opening with 30,000 unclosed <title tags is answered at once, named as an HTML page', async () => {
-    gw.sim.providers.scaleway?.setFault({ kind: 'status', status: 503, message: `<html>${'<title'.repeat(30_000)}` });
+    gw.sim.providers.scaleway?.setFault({ kind: 'status', status: 503, retryAfter: null, message: `<html>${'<title'.repeat(30_000)}` });
     const r = await chat('scaleway', false);
     expect(r.status).toBe(502);
     expect(r.message).toContain('scaleway answered 503: an HTML page');
@@ -55,7 +55,7 @@ describe('a provider error with a huge message', () => {
   });
 
   it("Mistral's answer of the same HTML page is answered at once, named as an HTML page", async () => {
-    gw.sim.providers.mistral?.setFault({ kind: 'status', status: 503, message: `<html>${'<title'.repeat(30_000)}` });
+    gw.sim.providers.mistral?.setFault({ kind: 'status', status: 503, retryAfter: null, message: `<html>${'<title'.repeat(30_000)}` });
     const r = await chat('mistral', false);
     expect(r.status).toBe(502);
     expect(r.message).toContain('mistral answered 503: an HTML page');
