@@ -14,6 +14,9 @@ const COMMAND = 'cohere/command-a'; // only on Cohere's compatibility API
 const DUO = 'test/command-duo'; // Cohere's compatibility API first, then Nebius (another model: what routing around looks like)
 const UPSTREAM = 'command-a-03-2025';
 const EMBED = 'test/cohere-embed-compat'; // embeddings through the compatibility API
+// Cohere's compatibility API again under a provider id per variant: a 429 naming its wait sits its offer out for that
+// wait, so each variant's 429 is asked of an offer no other request here uses.
+const WAITING = { A: 'cohere-wait-a', B: 'cohere-wait-b' } as const;
 const PRICE = { prompt_per_1m: 2.5, completion_per_1m: 10, currency: 'EUR' as const };
 
 let sim: Simulator;
@@ -30,6 +33,14 @@ beforeAll(async () => {
     providers: [
       ...c.providers,
       { id: 'cohere-compat', type: 'openai', vendor: 'cohere', baseUrl: `${cohere.url}/compatibility/v1`, apiKey: cohere.apiKey, region: 'eu' },
+      ...Object.values(WAITING).map((id) => ({
+        id,
+        type: 'openai' as const,
+        vendor: 'cohere' as const,
+        baseUrl: `${cohere.url}/compatibility/v1`,
+        apiKey: cohere.apiKey,
+        region: 'eu',
+      })),
     ],
     models: [
       ...c.models,
@@ -41,6 +52,13 @@ beforeAll(async () => {
         capabilities: ['streaming', 'tools', 'json'],
         offers: [{ provider: 'cohere-compat', upstreamModel: UPSTREAM, pricing: PRICE }],
       },
+      ...Object.values(WAITING).map((provider) => ({
+        id: `test/${provider}`,
+        kind: 'chat' as const,
+        owned_by: 'cohere',
+        context_window: 256_000,
+        offers: [{ provider, upstreamModel: UPSTREAM, pricing: PRICE }],
+      })),
       {
         id: EMBED,
         kind: 'embedding',
@@ -301,10 +319,10 @@ describe('Cohere’s errors', () => {
   it('a 429 in its {id, message} shape is the provider failing, with its message and its wait passed on', async () => {
     for (const [variant, client] of variants()) {
       sim.providers.cohere?.setFault({ kind: 'status', status: 429, retryAfter: 3, times: 1 });
-      const err = await fail(client, COMMAND, {});
+      const err = await fail(client, `test/${WAITING[variant]}`, {});
       expect(err.status, variant).toBe(502);
       expect(err.code).toBe(variant === 'A' ? 'provider_down' : 'upstream_unavailable');
-      expect(err.message).toContain('cohere-compat answered 429: You are past the rate limit');
+      expect(err.message).toContain(`${WAITING[variant]} answered 429: You are past the rate limit`);
       expect(err.headers?.get('retry-after')).toBe('3');
     }
   });
