@@ -1,5 +1,6 @@
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
@@ -563,5 +564,54 @@ describe('the form, validated', () => {
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: { message: string } }).error.message).toContain('closing boundary');
     await eventually(() => expect(spools()).toEqual([]));
+  });
+  it('refuses an upload of a key or workspace whose budget is used up before reading it (402, the spool not filled)', async () => {
+    const { port } = new URL(gw.baseA);
+    // 10 MB announced (under the upload limit), 1 KB sent, and no more: only a refusal before the body can answer it.
+    const firstLine = (apiKey: string, base = '/v1') =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(port), '127.0.0.1');
+        let out = '';
+        const timer = setTimeout(() => {
+          socket.destroy();
+          reject(new Error(`no answer before the body: ${JSON.stringify(out)}`));
+        }, 3000);
+        socket.on('data', (d) => {
+          out += String(d);
+          if (out.includes('\r\n\r\n')) {
+            clearTimeout(timer);
+            socket.destroy();
+            resolve(out.split('\r\n')[0] ?? '');
+          }
+        });
+        socket.on('error', () => {});
+        socket.write(
+          `POST ${base}/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${apiKey}\r\n` +
+            `Content-Type: multipart/form-data; boundary=b\r\nContent-Length: ${10 * 2 ** 20}\r\n\r\n--b\r\n${'x'.repeat(1024)}`,
+        );
+      });
+    const before = spools().length;
+    // A budget of 0, the key's own or its workspace's.
+    const zero = await gw.createKey({ rateLimitRpm: 1000, budget: 0 });
+    expect(await firstLine(zero.key)).toMatch(/^HTTP\/1\.1 402 /);
+    expect(await firstLine(zero.key, '/alt/v1')).toMatch(/^HTTP\/1\.1 402 /);
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'spent-out', budget: 0 });
+    const inWs = await gw.createKey({ rateLimitRpm: 1000, workspaceId: ws.body.id });
+    expect(await firstLine(inWs.key)).toMatch(/^HTTP\/1\.1 402 /);
+    // A budget spent: lowered under what the key has spent.
+    const spender = await gw.createKey({ rateLimitRpm: 1000, budget: 1 });
+    const client = new OpenAI({ apiKey: spender.key, baseURL: gw.baseA, maxRetries: 0 });
+    await client.chat.completions.create({ model: 'mistral/small', messages: [{ role: 'user', content: 'hello there' }] });
+    await gw.gateway.services.usage.flush();
+    const spent = (await gw.admin<{ spent: number }>('GET', `/keys/${spender.id}`)).body.spent;
+    expect(spent).toBeGreaterThan(0);
+    await gw.admin('PATCH', `/keys/${spender.id}`, { budget: spent / 2 });
+    expect(await firstLine(spender.key)).toMatch(/^HTTP\/1\.1 402 /);
+    // With budget left, the upload is read and transcribed as before.
+    await gw.admin('PATCH', `/keys/${spender.id}`, { budget: 1 });
+    const file = await toFile(wav(1), 'a.wav', { type: 'audio/wav' });
+    const text = await client.audio.transcriptions.create({ model: 'openai/whisper-large-v3', file, response_format: 'text' });
+    expect(String(text).length).toBeGreaterThan(0);
+    await eventually(() => expect(spools().length).toBe(before));
   });
 });

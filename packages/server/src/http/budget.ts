@@ -1,10 +1,11 @@
 import { H } from '@gw/schema';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import { warnOnFailure } from '../lib/error-summary.js';
 import { type BudgetScope, fromNano, toNano } from '../limits/budget-types.js';
 import { BudgetsUnavailableError } from '../limits/fallback-ledger.js';
 import type { ApiKeyRecord, Workspace } from '../store/types.js';
+import { isMultipart } from './multipart-spool.js';
 import { applyRateLimit } from './plugins/rate-limit.js';
 import { recordClientGone } from './plugins/usage-recording.js';
 import type { Services } from './services.js';
@@ -107,6 +108,31 @@ export async function growBudgetHold(services: Services, request: FastifyRequest
   request.gw.failoverHold = grown.reservation;
   if (before !== null) await services.ledger.release(before).catch(warnOnFailure(request.log, 'budget release failed'));
   return true;
+}
+
+/**
+ * Refuses an upload (multipart) of a key whose budget, or whose workspace's, is used up before its body is read: the
+ * hold is worked out from the audio, so without this a client with nothing left sent up to the upload limit for a
+ * 402. Only what is spent counts here (holds of requests in flight may settle lower): the hold after the body decides
+ * the rest. As for the limiter's refusal at this point, the model is not known yet, so the refusal is not recorded.
+ */
+export function refuseUploadsOverBudget(scope: FastifyInstance, services: Services): void {
+  scope.addHook('preParsing', async (request, _reply, payload) => {
+    const key = request.gw.key;
+    if (!key || !isMultipart(request.headers['content-type'])) return payload;
+    const listed = keyScopes(services, key);
+    const scopes = listed instanceof Promise ? await listed : listed;
+    const tag = key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;
+    for (const s of scopes) {
+      if (s.limit === null) continue;
+      const seen = s.limit <= 0 ? { spent: 0 } : await services.ledger.peek(tag, s.id).catch(() => null);
+      if (seen !== null && seen.spent >= s.limit) {
+        const what = s.id.startsWith('ws:') ? 'workspace' : 'API key';
+        throw new GatewayError('budget_exceeded', `The budget of this ${what} is used up; the upload was not read.`);
+      }
+    }
+    return payload;
+  });
 }
 
 /** The budgets a key's requests are held against: at once when its workspace is cached (no await), else once it is read. */

@@ -10,7 +10,7 @@ import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { AUDIO_EXTENSIONS, audioContainer, readHead, upstreamFilename } from '../audio-container.js';
-import { reserveBudget } from '../budget.js';
+import { refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { encodedBodyError } from '../errors.js';
 import { resolveModel, routeOptions } from '../model-access.js';
@@ -141,6 +141,7 @@ function notAudio(): GatewayError {
 function registerUploadSpool(scope: FastifyInstance, services: Services): void {
   const limit = services.config.uploadLimitBytes;
   refuseUploadsOverLimit(scope, services);
+  refuseUploadsOverBudget(scope, services);
   scope.decorateRequest('spool', null);
   scope.addHook('onRequest', async (request, reply) => {
     const spool = new UploadSpool(services.config.uploadDir ?? tmpdir());
