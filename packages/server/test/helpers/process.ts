@@ -24,7 +24,11 @@ export async function spawnGateway(env: Record<string, string>, timeoutMs = 20_0
   });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`gateway did not start:\n${out}`)), timeoutMs);
+    // Killed, not left running: an orphan would load the machine under the tests that follow.
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`gateway did not start:\n${out}`));
+    }, timeoutMs);
     const check = () => {
       const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
       if (m?.[1]) {
