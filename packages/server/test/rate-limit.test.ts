@@ -1,4 +1,3 @@
-import { connect } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
@@ -8,7 +7,7 @@ import { MemoryWindowLimiter } from '../src/limits/memory-window.js';
 import { RedisWindowLimiter } from '../src/limits/redis-window.js';
 import { wav } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
-import { exchange } from './helpers/raw-http.js';
+import { exchange, headBeforeUpload } from './helpers/raw-http.js';
 
 let redis: RedisServer;
 let pg: PostgresServer;
@@ -166,28 +165,8 @@ describe.each([
     const { key } = await gw().createKey({ rateLimitRpm: 1 });
     expect((await chat(gw().baseA, key)).status).toBe(200);
     const { port } = new URL(gw().baseA);
-    // 10 MB announced (under the upload limit), 1 KB sent, and no more: only a refusal before the body can answer it.
-    const answer = await new Promise<string>((resolve, reject) => {
-      const socket = connect(Number(port), '127.0.0.1');
-      let out = '';
-      const timer = setTimeout(() => {
-        socket.destroy();
-        reject(new Error(`no answer before the body: ${JSON.stringify(out)}`));
-      }, 3000);
-      socket.on('data', (d) => {
-        out += String(d);
-        if (out.includes('\r\n\r\n')) {
-          clearTimeout(timer);
-          socket.destroy();
-          resolve(out);
-        }
-      });
-      socket.on('error', () => {});
-      socket.write(
-        `POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
-          `Content-Type: multipart/form-data; boundary=b\r\nContent-Length: ${10 * 2 ** 20}\r\n\r\n--b\r\n${'x'.repeat(1024)}`,
-      );
-    });
+    // Only a refusal before the body can answer it.
+    const answer = await headBeforeUpload(Number(port), '/v1/audio/transcriptions', key);
     expect(answer).toMatch(/^HTTP\/1\.1 429 /);
     expect(answer.toLowerCase()).toContain('retry-after:');
     expect(answer.toLowerCase()).toContain('x-ratelimit-remaining: 0');

@@ -1,6 +1,5 @@
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
@@ -11,6 +10,7 @@ import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
 import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { headBeforeUpload } from './helpers/raw-http.js';
 import { openAiClients } from './helpers/sdk.js';
 
 let sim: Simulator;
@@ -567,29 +567,8 @@ describe('the form, validated', () => {
   });
   it('refuses an upload of a key or workspace whose budget is used up before reading it (402, the spool not filled)', async () => {
     const { port } = new URL(gw.baseA);
-    // 10 MB announced (under the upload limit), 1 KB sent, and no more: only a refusal before the body can answer it.
-    const firstLine = (apiKey: string, base = '/v1') =>
-      new Promise<string>((resolve, reject) => {
-        const socket = connect(Number(port), '127.0.0.1');
-        let out = '';
-        const timer = setTimeout(() => {
-          socket.destroy();
-          reject(new Error(`no answer before the body: ${JSON.stringify(out)}`));
-        }, 3000);
-        socket.on('data', (d) => {
-          out += String(d);
-          if (out.includes('\r\n\r\n')) {
-            clearTimeout(timer);
-            socket.destroy();
-            resolve(out.split('\r\n')[0] ?? '');
-          }
-        });
-        socket.on('error', () => {});
-        socket.write(
-          `POST ${base}/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${apiKey}\r\n` +
-            `Content-Type: multipart/form-data; boundary=b\r\nContent-Length: ${10 * 2 ** 20}\r\n\r\n--b\r\n${'x'.repeat(1024)}`,
-        );
-      });
+    const firstLine = async (apiKey: string, base = '/v1') =>
+      (await headBeforeUpload(Number(port), `${base}/audio/transcriptions`, apiKey)).split('\r\n')[0] ?? '';
     const before = spools().length;
     // A budget of 0, the key's own or its workspace's.
     const zero = await gw.createKey({ rateLimitRpm: 1000, budget: 0 });

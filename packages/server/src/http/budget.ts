@@ -56,7 +56,7 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
   const listed = keyScopes(services, key);
   const scopes = listed instanceof Promise ? await listed : listed;
   if (scopes.length === 0) return;
-  const tag = key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;
+  const tag = budgetTag(key);
   const res = await services.ledger.reserve(tag, scopes, worstEur, request.id).catch((err: unknown) => {
     if (!(err instanceof BudgetsUnavailableError)) throw err;
     throw new GatewayError('store_unavailable', 'The budget of this key cannot be checked right now (its stores are unreachable); please retry shortly.', {
@@ -65,7 +65,7 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
     });
   });
   if (!res.ok) {
-    const what = res.scope.startsWith('ws:') ? 'workspace' : 'API key';
+    const what = scopeHolder(res.scope);
     const worst = eurText(worstEur);
     if (await heldByRequestsInFlight(services, tag, scopes, res.scope, worstEur)) {
       // Not used up: the holds of requests in flight are settled to what they really cost when they end.
@@ -122,17 +122,26 @@ export function refuseUploadsOverBudget(scope: FastifyInstance, services: Servic
     if (!key || !isMultipart(request.headers['content-type'])) return payload;
     const listed = keyScopes(services, key);
     const scopes = listed instanceof Promise ? await listed : listed;
-    const tag = key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;
+    const tag = budgetTag(key);
     for (const s of scopes) {
       if (s.limit === null) continue;
       const seen = s.limit <= 0 ? { spent: 0 } : await services.ledger.peek(tag, s.id).catch(() => null);
       if (seen !== null && seen.spent >= s.limit) {
-        const what = s.id.startsWith('ws:') ? 'workspace' : 'API key';
-        throw new GatewayError('budget_exceeded', `The budget of this ${what} is used up; the upload was not read.`);
+        throw new GatewayError('budget_exceeded', `The budget of this ${scopeHolder(s.id)} is used up; the upload was not read.`);
       }
     }
     return payload;
   });
+}
+
+/** The ledger's tag of a key's holds: its workspace's, else its own. */
+function budgetTag(key: ApiKeyRecord): string {
+  return key.workspaceId ? `ws:${key.workspaceId}` : `key:${key.id}`;
+}
+
+/** Whose budget a scope is, as a refusal says it. */
+function scopeHolder(scopeId: string): string {
+  return scopeId.startsWith('ws:') ? 'workspace' : 'API key';
 }
 
 /** The budgets a key's requests are held against: at once when its workspace is cached (no await), else once it is read. */

@@ -56,3 +56,31 @@ export function uploadFromOwnProcess(port: number, head: string, bodyBytes: numb
     child.once('exit', () => resolve(out));
   });
 }
+
+/**
+ * Starts an upload of 10 MB (under the upload limit) to `path` with `apiKey`, sends 1 KB of it and no more, and
+ * resolves with the answer's head: only a refusal before the body is read can answer it (rejects after 3 s).
+ */
+export function headBeforeUpload(port: number, path: string, apiKey: string): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let out = '';
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no answer before the body: ${JSON.stringify(out)}`));
+    }, 3000);
+    socket.on('data', (d) => {
+      out += String(d);
+      if (out.includes('\r\n\r\n')) {
+        clearTimeout(timer);
+        socket.destroy();
+        resolve(out);
+      }
+    });
+    socket.on('error', () => {});
+    socket.write(
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${apiKey}\r\n` +
+        `Content-Type: multipart/form-data; boundary=b\r\nContent-Length: ${10 * 2 ** 20}\r\n\r\n--b\r\n${'x'.repeat(1024)}`,
+    );
+  });
+}
