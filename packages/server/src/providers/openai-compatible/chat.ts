@@ -7,10 +7,17 @@ import { httpError } from './errors.js';
 /**
  * The body an OpenAI-compatible provider gets: the client's, under the provider's model name, without the `stripped`
  * keys the provider refuses; with `maxTokens` (for a provider whose default cap is tiny) and no cap of the client's,
- * that cap.
+ * that cap; with `developer` messages as `system` ones for a provider whose roles do not include `developer`.
  */
-export function toUpstreamChatBody(body: ChatBody, upstreamModel: string, maxTokens?: number, stripped: readonly string[] = []): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...body, model: upstreamModel, messages: body.messages.map(stripReasoning), stream: false };
+export function toUpstreamChatBody(
+  body: ChatBody,
+  upstreamModel: string,
+  maxTokens?: number,
+  stripped: readonly string[] = [],
+  developerAsSystem = false,
+): Record<string, unknown> {
+  const messages = body.messages.map(developerAsSystem ? stripReasoningAsSystem : stripReasoning);
+  const out: Record<string, unknown> = { ...body, model: upstreamModel, messages, stream: false };
   if (maxTokens !== undefined && body['max_tokens'] == null && body['max_completion_tokens'] == null) out['max_tokens'] = maxTokens;
   // Set undefined rather than deleted: JSON leaves it out, and the copy keeps its shape.
   for (const key of stripped) if (out[key] !== undefined) out[key] = undefined;
@@ -18,9 +25,15 @@ export function toUpstreamChatBody(body: ChatBody, upstreamModel: string, maxTok
 }
 
 /** A streamed request always asks for usage, so every stream is billed from the provider's own count. */
-export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string, maxTokens?: number, stripped?: readonly string[]): Record<string, unknown> {
+export function toUpstreamStreamBody(
+  body: ChatBody,
+  upstreamModel: string,
+  maxTokens?: number,
+  stripped?: readonly string[],
+  developerAsSystem?: boolean,
+): Record<string, unknown> {
   // The one copy toUpstreamChatBody made, changed in place rather than copied again.
-  const out = toUpstreamChatBody(body, upstreamModel, maxTokens, stripped);
+  const out = toUpstreamChatBody(body, upstreamModel, maxTokens, stripped, developerAsSystem);
   out['stream'] = true;
   out['stream_options'] = { include_usage: true };
   return out;
@@ -33,6 +46,13 @@ function stripReasoning(message: unknown): unknown {
   if (!('reasoning_content' in m) && !('reasoning' in m)) return message;
   const { reasoning_content: _rc, reasoning: _r, ...rest } = m;
   return rest;
+}
+
+/** As stripReasoning, and a `developer` message (OpenAI's newer name for `system`) sent as `system`, in its place. */
+function stripReasoningAsSystem(message: unknown): unknown {
+  const m = stripReasoning(message);
+  if (!m || typeof m !== 'object' || (m as Record<string, unknown>)['role'] !== 'developer') return m;
+  return { ...(m as Record<string, unknown>), role: 'system' };
 }
 
 export function parseChatCompletion(provider: string, res: JsonResponse): ChatCompletion {
