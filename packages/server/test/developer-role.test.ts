@@ -6,10 +6,11 @@ import { resetProviders, startGateway, type TestGateway } from './helpers/gatewa
 import { openAiClients } from './helpers/sdk.js';
 
 /**
- * OpenAI's `developer` role (its newer name for `system`) reaching a provider whose documented roles do not include
- * it: Vertex's OpenAI-compatible endpoint takes system, user, assistant, tool and function messages (PROVIDERS.md 12).
- * No simulator plays Vertex, so an `openai` entry named `vendor: vertex` points at the simulated OVHcloud host, whose
- * stats show the body it got.
+ * OpenAI's `developer` role (its newer name for `system`) goes to every OpenAI-compatible host as `system`: none of the
+ * EU hosts documents it (Vertex's endpoint lists system, user, assistant, tool and function; PROVIDERS.md 12), and vLLM
+ * hands roles to chat templates that may refuse it. No simulator plays Vertex, so an `openai` entry named
+ * `vendor: vertex` points at the simulated OVHcloud host; the demo's OVHcloud and Azure models are asked too. The
+ * simulators' stats show the body each got.
  */
 const MODEL = 'test/vertex-llama';
 
@@ -46,7 +47,14 @@ afterAll(async () => {
 });
 beforeEach(() => resetProviders(sim));
 
-const sentMessages = () => (sim.providers.ovh?.stats().last?.body as { messages?: unknown[] } | undefined)?.messages;
+const sentMessages = (provider: string) => (sim.providers[provider]?.stats().last?.body as { messages?: unknown[] } | undefined)?.messages;
+/** The model asked, the simulated host that answers it, and the provider the gateway names. */
+const hosts = [
+  [MODEL, 'ovh', 'vertex-eu'],
+  ['openai/gpt-4o-mini', 'azure', 'azure'],
+  ['meta/llama-3.3-70b', 'scaleway', 'scaleway'],
+  ['meta/llama-3.3-70b', 'nebius', 'nebius'],
+] as const;
 const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
   { role: 'system', content: 'You are terse.' },
   { role: 'developer', content: 'Answer in French.', name: 'app' },
@@ -65,25 +73,27 @@ const variants = () =>
     ['B', b],
   ] as const;
 
-describe('a developer message to a provider whose roles do not include it (Vertex)', () => {
-  it('is sent as a system message, in its place and with its content', async () => {
+describe('a developer message to an OpenAI-compatible host', () => {
+  it.each(hosts)('%s on %s: is sent as a system message, in its place and with its content', async (model, host, provider) => {
     for (const [, client] of variants()) {
-      const { data, response } = await client.chat.completions.create({ model: MODEL, messages }).withResponse();
+      const { data, response } = await client.chat.completions.create({ model, messages }, { headers: { 'x-gateway-provider': provider } }).withResponse();
       expect(response.status).toBe(200);
-      expect(response.headers.get('x-gateway-provider')).toBe('vertex-eu');
+      expect(response.headers.get('x-gateway-provider')).toBe(provider);
       expect(data.choices[0]?.message.content).toBeTruthy();
-      expect(sentMessages()).toEqual(expected);
+      expect(sentMessages(host)).toEqual(expected);
     }
   });
 
-  it('is sent as a system message in a stream too', async () => {
+  it.each(hosts)('%s on %s: is sent as a system message in a stream too', async (model, host, provider) => {
     for (const [, client] of variants()) {
-      const { data: stream, response } = await client.chat.completions.create({ model: MODEL, messages, stream: true }).withResponse();
+      const { data: stream, response } = await client.chat.completions
+        .create({ model, messages, stream: true }, { headers: { 'x-gateway-provider': provider } })
+        .withResponse();
       expect(response.status).toBe(200);
       let text = '';
       for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
       expect(text).not.toBe('');
-      expect(sentMessages()).toEqual(expected);
+      expect(sentMessages(host)).toEqual(expected);
     }
   });
 });

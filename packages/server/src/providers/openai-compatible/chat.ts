@@ -7,17 +7,10 @@ import { httpError } from './errors.js';
 /**
  * The body an OpenAI-compatible provider gets: the client's, under the provider's model name, without the `stripped`
  * keys the provider refuses; with `maxTokens` (for a provider whose default cap is tiny) and no cap of the client's,
- * that cap; with `developer` messages as `system` ones for a provider whose roles do not include `developer`.
+ * that cap.
  */
-export function toUpstreamChatBody(
-  body: ChatBody,
-  upstreamModel: string,
-  maxTokens?: number,
-  stripped: readonly string[] = [],
-  developerAsSystem = false,
-): Record<string, unknown> {
-  const messages = body.messages.map(developerAsSystem ? stripReasoningAsSystem : stripReasoning);
-  const out: Record<string, unknown> = { ...body, model: upstreamModel, messages, stream: false };
+export function toUpstreamChatBody(body: ChatBody, upstreamModel: string, maxTokens?: number, stripped: readonly string[] = []): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...body, model: upstreamModel, messages: body.messages.map(toUpstreamMessage), stream: false };
   if (maxTokens !== undefined && body['max_tokens'] == null && body['max_completion_tokens'] == null) out['max_tokens'] = maxTokens;
   // Set undefined rather than deleted: JSON leaves it out, and the copy keeps its shape.
   for (const key of stripped) if (out[key] !== undefined) out[key] = undefined;
@@ -25,34 +18,29 @@ export function toUpstreamChatBody(
 }
 
 /** A streamed request always asks for usage, so every stream is billed from the provider's own count. */
-export function toUpstreamStreamBody(
-  body: ChatBody,
-  upstreamModel: string,
-  maxTokens?: number,
-  stripped?: readonly string[],
-  developerAsSystem?: boolean,
-): Record<string, unknown> {
+export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string, maxTokens?: number, stripped?: readonly string[]): Record<string, unknown> {
   // The one copy toUpstreamChatBody made, changed in place rather than copied again.
-  const out = toUpstreamChatBody(body, upstreamModel, maxTokens, stripped, developerAsSystem);
+  const out = toUpstreamChatBody(body, upstreamModel, maxTokens, stripped);
   out['stream'] = true;
   out['stream_options'] = { include_usage: true };
   return out;
 }
 
-/** Reasoning from an earlier turn is not sent back upstream (several providers reject it). */
-function stripReasoning(message: unknown): unknown {
+/**
+ * A message as the provider gets it. Reasoning from an earlier turn is not sent back upstream (several providers
+ * reject it). A `developer` message, OpenAI's newer name for `system`, goes as `system`, in its place: the EU hosts
+ * document no `developer` role (Vertex lists system, user, assistant, tool and function; PROVIDERS.md 12), vLLM hands
+ * roles to the model's chat template as they come, and open-weight templates (Qwen's among them) refuse one they do
+ * not know, while every host takes `system`, OpenAI's own API included.
+ */
+function toUpstreamMessage(message: unknown): unknown {
   if (!message || typeof message !== 'object') return message;
   const m = message as Record<string, unknown>;
-  if (!('reasoning_content' in m) && !('reasoning' in m)) return message;
+  const developer = m['role'] === 'developer';
+  if (!developer && !('reasoning_content' in m) && !('reasoning' in m)) return message;
   const { reasoning_content: _rc, reasoning: _r, ...rest } = m;
+  if (developer) rest['role'] = 'system';
   return rest;
-}
-
-/** As stripReasoning, and a `developer` message (OpenAI's newer name for `system`) sent as `system`, in its place. */
-function stripReasoningAsSystem(message: unknown): unknown {
-  const m = stripReasoning(message);
-  if (!m || typeof m !== 'object' || (m as Record<string, unknown>)['role'] !== 'developer') return m;
-  return { ...(m as Record<string, unknown>), role: 'system' };
 }
 
 export function parseChatCompletion(provider: string, res: JsonResponse): ChatCompletion {

@@ -43,11 +43,6 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
    * with a cap, the client's or the most the model's context leaves.
    */
   private readonly capsCompletions: boolean;
-  /**
-   * A provider whose documented message roles do not include `developer` (PROVIDERS.md 12: Vertex takes system, user,
-   * assistant, tool and function messages): a `developer` message is sent to it as `system`.
-   */
-  private readonly developerAsSystem: boolean;
   /** Cohere's compatibility API: its native model list's root (the compatibility path has none), else null. */
   private readonly cohereRoot: string | null;
   /** Upstream models seen answering full-size vectors despite `dimensions`: refused from then on without a call. */
@@ -61,7 +56,6 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     this.vendor = vendorOf(config);
     this.stripped = strippedKeys(this.vendor);
     this.capsCompletions = this.vendor === 'ionos';
-    this.developerAsSystem = this.vendor === 'vertex';
     this.cohereRoot = this.vendor === 'cohere' ? cohereModelsRoot(this.basePath) : null;
     this.http = new UpstreamHttp(config.id, url.origin, config.timeoutMs ?? DEFAULT_UPSTREAM_TIMEOUT_MS, config.connectTimeoutMs);
     this.headers = { 'content-type': 'application/json', accept: 'application/json', ...IDENTITY_ENCODING };
@@ -88,7 +82,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, 'x-request-id': call.requestId },
-      body: this.upstreamBody(toUpstreamChatBody(body, call.upstreamModel, this.completionCap(call), this.stripped, this.developerAsSystem)),
+      body: this.upstreamBody(toUpstreamChatBody(body, call.upstreamModel, this.completionCap(call), this.stripped)),
       signal: call.signal,
     });
     return parseChatCompletion(this.id, res);
@@ -99,7 +93,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
       headers: { ...this.headers, accept: 'text/event-stream', 'x-request-id': call.requestId },
-      body: this.upstreamBody(toUpstreamStreamBody(body, call.upstreamModel, this.completionCap(call), this.stripped, this.developerAsSystem)),
+      body: this.upstreamBody(toUpstreamStreamBody(body, call.upstreamModel, this.completionCap(call), this.stripped)),
       signal: call.signal,
     });
     if (!res.ok) throw httpError(this.id, res);
