@@ -509,6 +509,9 @@ describe('the form, validated', () => {
       ['C:\\Users\\anna\\Klient Müller\\call.wav', 'call.wav'],
       ['/home/anna/private/', 'upload.wav'],
       ['..', 'upload.wav'],
+      // A name that is only an extension: the stem a nameless file gets, not the extension twice (`.wav.wav`).
+      ['.wav', 'upload.wav'],
+      ['C:\\rec\\.MP3', 'upload.MP3'],
       ['take\u00001.wav', 'take1.wav'],
       [`${'a'.repeat(3000)}.wav`, `${'a'.repeat(124)}.wav`],
       ['réunion 日本.wav', 'réunion 日本.wav'],

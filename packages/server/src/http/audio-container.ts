@@ -62,12 +62,19 @@ export async function readHead(path: string, size: number): Promise<Buffer> {
  * The file name to send a provider: the client's when it ends in an
  * extension OpenAI's API takes, else with the container's added, since
  * OpenAI and Azure tell the format by the name and refuse bytes sent
- * without one (`upload`, `blob`) or under another (`voice.bin`).
+ * without one (`upload`, `blob`) or under another (`voice.bin`). A name
+ * that is only such an extension (`.wav`) is a hidden file with no
+ * extension to Node's extname and Python's splitext alike: it gets the
+ * stem `upload` (`upload.wav`), not a second extension (`.wav.wav`).
  */
 export function upstreamFilename(filename: string, container: AudioContainer): string {
   const name = leafName(filename);
-  const ext = extname(name).slice(1).toLowerCase();
-  return (AUDIO_EXTENSIONS as readonly string[]).includes(ext) ? name : `${name}.${container}`;
+  if (isAudioExtension(extname(name).slice(1))) return name;
+  return name.startsWith('.') && isAudioExtension(name.slice(1)) ? `upload${name}` : `${name}.${container}`;
+}
+
+function isAudioExtension(ext: string): boolean {
+  return (AUDIO_EXTENSIONS as readonly string[]).includes(ext.toLowerCase());
 }
 
 /** Longest file name sent on, in UTF-16 units: file systems take 255 bytes, and a name says nothing past that. */
