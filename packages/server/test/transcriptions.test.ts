@@ -10,7 +10,7 @@ import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
 import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
-import { headBeforeUpload } from './helpers/raw-http.js';
+import { answerBeforeUpload, headBeforeUpload } from './helpers/raw-http.js';
 import { openAiClients } from './helpers/sdk.js';
 
 let sim: Simulator;
@@ -595,5 +595,38 @@ describe('the form, validated', () => {
     const text = await client.audio.transcriptions.create({ model: 'openai/whisper-large-v3', file, response_format: 'text' });
     expect(String(text).length).toBeGreaterThan(0);
     await eventually(() => expect(spools().length).toBe(before));
+  });
+
+  it('refuses a model named before the file that the key may not use as soon as it is read, the upload not read (the variant’s envelope)', async () => {
+    const { port } = new URL(gw.baseA);
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'no-audio', enabledModels: ['mistral/small'] });
+    const inWs = await gw.createKey({ rateLimitRpm: 1000, workspaceId: ws.body.id });
+    // openai-python and `curl -F model=… -F file=@…` send the text fields first, then the file part.
+    const modelFirst = (model: string) =>
+      `--b\r\nContent-Disposition: form-data; name="model"\r\n\r\n${model}\r\n` +
+      `--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\nRIFF`;
+    const refused = async (base: string, apiKey: string, model: string) => {
+      const answer = await answerBeforeUpload(Number(port), `${base}/audio/transcriptions`, apiKey, modelFirst(model));
+      const [head = '', body = ''] = answer.split('\r\n\r\n');
+      return {
+        status: Number(head.split(' ')[1]),
+        close: /\r\nconnection: close\r\n/i.test(head),
+        error: (JSON.parse(body) as { error: Record<string, unknown> }).error,
+      };
+    };
+    expect(await refused('/v1', key, 'openai/whisper-9')).toMatchObject({ status: 404, close: true, error: { code: 'model_not_found', param: 'model' } });
+    expect(await refused('/alt/v1', key, 'openai/whisper-9')).toMatchObject({ status: 400, close: true, error: { code: 'model_not_found' } });
+    const notEnabled = await refused('/v1', inWs.key, 'openai/whisper-large-v3');
+    expect(notEnabled).toMatchObject({
+      status: 404,
+      error: { code: 'model_not_found', message: "The model 'openai/whisper-large-v3' is not enabled for this workspace." },
+    });
+    expect(await refused('/alt/v1', inWs.key, 'openai/whisper-large-v3')).toMatchObject({ status: 400, error: { code: 'model_not_found' } });
+    expect([sim.providers.scaleway?.stats().total, sim.providers.mistral?.stats().total]).toEqual([0, 0]);
+    await eventually(() => expect(spools()).toEqual([]));
+    // A model the key may use goes on to read the file, in that order too.
+    const file = await toFile(wav(1), 'a.wav', { type: 'audio/wav' });
+    const text = await a.audio.transcriptions.create({ model: 'openai/whisper-large-v3', file, response_format: 'text' });
+    expect(String(text)).toContain('1.0 seconds');
   });
 });

@@ -164,8 +164,14 @@ interface Part {
  * the stream's backpressure, so memory stays flat whatever the upload's
  * size. Past `fileBytes` it stops with 413; a malformed body is a 400.
  */
-export async function readMultipart(source: AsyncIterable<Buffer>, boundary: string, spool: UploadSpool, limits: FormLimits): Promise<ParsedForm> {
-  const parser = new FormParser(boundary, spool, limits);
+export async function readMultipart(
+  source: AsyncIterable<Buffer>,
+  boundary: string,
+  spool: UploadSpool,
+  limits: FormLimits,
+  beforeFile?: FieldCheck,
+): Promise<ParsedForm> {
+  const parser = new FormParser(boundary, spool, limits, beforeFile);
   try {
     // Stopping early must not destroy the request: that resets the connection before the 413 is read.
     const chunks = source instanceof Readable ? source.iterator({ destroyOnReturn: false }) : source;
@@ -176,6 +182,12 @@ export async function readMultipart(source: AsyncIterable<Buffer>, boundary: str
     throw err;
   }
 }
+
+/**
+ * Looks at a text field that came before the file part, and throws to refuse the form there: the rest of the
+ * body (the file) is then not read, and the answer goes out with the connection closed after it.
+ */
+export type FieldCheck = (name: string, value: string) => void | Promise<void>;
 
 class FormParser {
   private state: 'preamble' | 'after' | 'headers' | 'body' | 'done' = 'preamble';
@@ -190,6 +202,7 @@ class FormParser {
     boundary: string,
     private readonly spool: UploadSpool,
     private readonly limits: FormLimits,
+    private readonly beforeFile: FieldCheck | undefined,
   ) {
     this.delim = Buffer.from(`\r\n--${boundary}`);
   }
@@ -299,7 +312,11 @@ class FormParser {
     this.part = null;
     if (!part) return;
     if (!part.out) {
-      this.form.fields.push([part.name, Buffer.concat(part.chunks).toString('utf8')]);
+      const value = Buffer.concat(part.chunks).toString('utf8');
+      // A field's second value is the form's error (sent more than once), told once the form is read.
+      const first = !this.form.fields.some(([name]) => name === part.name);
+      this.form.fields.push([part.name, value]);
+      if (first && this.form.file === null && this.beforeFile) await this.beforeFile(part.name, value);
       return;
     }
     const out = part.out;

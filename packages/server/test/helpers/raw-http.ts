@@ -62,6 +62,15 @@ export function uploadFromOwnProcess(port: number, head: string, bodyBytes: numb
  * resolves with the answer's head: only a refusal before the body is read can answer it (rejects after 3 s).
  */
 export function headBeforeUpload(port: number, path: string, apiKey: string): Promise<string> {
+  return answerBeforeUpload(port, path, apiKey, '--b\r\n', (out) => out.includes('\r\n\r\n'));
+}
+
+/**
+ * As {@link headBeforeUpload}, the form (boundary `b`) opening with `formStart` (text fields, the file part's
+ * header) before its 1 KB: resolves with what was read once `done` says it is enough, by default when the gateway ends the
+ * connection after its whole answer.
+ */
+export function answerBeforeUpload(port: number, path: string, apiKey: string, formStart: string, done?: (out: string) => boolean): Promise<string> {
   return new Promise<string>((resolve, reject) => {
     const socket = connect(port, '127.0.0.1');
     let out = '';
@@ -69,18 +78,20 @@ export function headBeforeUpload(port: number, path: string, apiKey: string): Pr
       socket.destroy();
       reject(new Error(`no answer before the body: ${JSON.stringify(out)}`));
     }, 3000);
+    const end = () => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(out);
+    };
     socket.on('data', (d) => {
       out += String(d);
-      if (out.includes('\r\n\r\n')) {
-        clearTimeout(timer);
-        socket.destroy();
-        resolve(out);
-      }
+      if (done?.(out)) end();
     });
+    socket.on('end', end);
     socket.on('error', () => {});
     socket.write(
       `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${apiKey}\r\n` +
-        `Content-Type: multipart/form-data; boundary=b\r\nContent-Length: ${10 * 2 ** 20}\r\n\r\n--b\r\n${'x'.repeat(1024)}`,
+        `Content-Type: multipart/form-data; boundary=b\r\nContent-Length: ${10 * 2 ** 20}\r\n\r\n${formStart}${'x'.repeat(1024)}`,
     );
   });
 }

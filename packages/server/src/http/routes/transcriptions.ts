@@ -29,10 +29,12 @@ declare module 'fastify' {
   }
 }
 
+const MAX_MODEL_ID = 200;
+
 export const TranscriptionForm = Type.Object(
   {
     file: Type.String({ contentMediaType: 'application/octet-stream', description: 'The audio file part (spooled to disk as it arrives)' }),
-    model: Type.String({ minLength: 1, maxLength: 200 }),
+    model: Type.String({ minLength: 1, maxLength: MAX_MODEL_ID }),
     response_format: Type.Optional(
       Type.Union(
         RESPONSE_FORMATS.map((f) => Type.Literal(f)),
@@ -162,9 +164,23 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     if (declaredTooLarge(declared, limit)) throw tooLarge(limit);
     const boundary = boundaryOf(request.headers['content-type']);
     if (!boundary || !request.spool) throw new GatewayError('validation', 'The multipart/form-data body has no boundary.');
-    const form = await readMultipart(payload, boundary, request.spool, { fileBytes: limit, fieldBytes: 64 * 1024, fields: 50 });
+    const form = await readMultipart(payload, boundary, request.spool, { fileBytes: limit, fieldBytes: 64 * 1024, fields: 50 }, (name, value) =>
+      refuseModelBeforeFile(services, request, name, value),
+    );
     return formBody(form);
   });
+}
+
+/**
+ * A `model` field read before the file part (openai-python and curl -F send the text fields first) naming a model
+ * the key may not use is refused there, as the handler would refuse it, without reading the upload (up to the
+ * limit) first. A model named after the file is checked once the whole form is read, as before: the file is read.
+ */
+function refuseModelBeforeFile(services: Services, request: FastifyRequest, name: string, value: string): void | Promise<void> {
+  // An empty or over-long id is the schema's to refuse, in its own words.
+  if (name !== 'model' || value.length === 0 || value.length > MAX_MODEL_ID) return;
+  const model = resolveModel(services, request, value, 'audio');
+  if (model instanceof Promise) return model.then(() => undefined);
 }
 
 /**
