@@ -199,6 +199,53 @@ describe('POST /v1/audio/transcriptions through the official openai SDK', () => 
   });
 });
 
+// A gateway of its own: the router of the one above has learnt from the faults its tests injected which offer to try first.
+describe('a provider refusing a file as too large (413)', () => {
+  let fresh: TestGateway;
+  let fa: OpenAI;
+  let fb: OpenAI;
+  beforeAll(async () => {
+    fresh = await startGateway({ sim, env: { GW_UPLOAD_DIR: spoolDir } });
+    ({ a: fa, b: fb } = openAiClients(fresh, (await fresh.createKey({ rateLimitRpm: 10_000 })).key));
+  }, 60_000);
+  afterAll(async () => {
+    await fresh?.close();
+  });
+
+  it('fails over on a provider’s 413 (the file over that host’s size limit), billing only the offer that answered; the last 413 is the client’s 400', async () => {
+    sim.providers.mistral?.setFault({ kind: 'status', status: 413, message: 'File too large: the limit is 20 MB' });
+    // Mistral first: the cheaper offer, named first for a router that knows nothing of either yet.
+    const mistralFirst = { headers: { 'x-gateway-provider-prefer': 'mistral' } };
+    const { data, response } = await fb.audio.transcriptions
+      .create({ file: await audio(), model: 'mistral/voxtral-mini', response_format: 'json' }, mistralFirst)
+      .withResponse();
+    expect(data.text).toContain('3.5 seconds');
+    expect([response.headers.get('x-gateway-provider'), response.headers.get('x-gateway-routing-hops')]).toEqual(['scaleway', '1']);
+    expect([sim.providers.mistral?.stats().total, sim.providers.scaleway?.stats().total]).toEqual([1, 1]);
+    await fresh.gateway.services.usage.flush();
+    const records = await fresh.gateway.services.store.usage.list({ requestId: response.headers.get('x-request-id') as string });
+    expect(records.map((r) => [r.provider, r.status, r.units])).toEqual([['scaleway', 200, 4]]);
+    expect(records[0]?.cost).toBeCloseTo(4 * 0.00005, 12);
+    // Every host refuses it: the request's own fault, told in the provider's words, not a 502 to retry.
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 413, message: 'File too large: the limit is 25 MB' });
+    for (const client of [fa, fb]) {
+      const err = (await client.audio.transcriptions
+        .create({ file: await audio(), model: 'mistral/voxtral-mini' }, mistralFirst)
+        .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+      expect([err.status, err.message]).toEqual([400, expect.stringContaining('answered 413')]);
+    }
+    expect([sim.providers.mistral?.stats().total, sim.providers.scaleway?.stats().total]).toEqual([3, 3]);
+    // A 400 (the file itself is bad) still ends the request at the first offer.
+    resetProviders(sim);
+    sim.providers.mistral?.setFault({ kind: 'status', status: 400, message: 'Audio file might be corrupted or unsupported' });
+    const bad = (await fa.audio.transcriptions
+      .create({ file: await audio(), model: 'mistral/voxtral-mini' }, mistralFirst)
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect([bad.status, sim.providers.scaleway?.stats().total]).toEqual([400, 0]);
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+});
+
 describe('the upload limit (GW_UPLOAD_LIMIT_BYTES, 25 MiB by default)', () => {
   const THIRTY_MB = 30 * 1024 * 1024;
 

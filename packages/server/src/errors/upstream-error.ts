@@ -11,6 +11,8 @@ export interface UpstreamErrorInit {
   detail?: string;
   /** The client's field the provider refused, when known (a refusal's `param`). */
   param?: string;
+  /** Refused by this provider alone, so worth the next offer whatever its status (see {@link UpstreamError.elsewhere}). */
+  elsewhere?: boolean;
   cause?: unknown;
 }
 
@@ -21,6 +23,7 @@ export class UpstreamError extends Error {
   readonly retryAfterS: number | undefined;
   readonly detail: string;
   readonly param: string | null;
+  readonly elsewhere: boolean;
 
   constructor(init: UpstreamErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -31,11 +34,30 @@ export class UpstreamError extends Error {
     this.retryAfterS = init.retryAfterS;
     this.detail = init.detail ?? init.message;
     this.param = init.param ?? null;
+    this.elsewhere = init.elsewhere ?? false;
+  }
+
+  /**
+   * This refusal, as one the next offer may not make: a transcription's 413 is the file over that host's own size
+   * limit, which other hosts of the model set higher. It then fails over; the last offer's is still the client's 400.
+   */
+  refusedHereOnly(): UpstreamError {
+    return new UpstreamError({
+      kind: this.kind,
+      provider: this.provider,
+      message: this.message,
+      detail: this.detail,
+      elsewhere: true,
+      cause: this,
+      ...(this.status === undefined ? {} : { status: this.status }),
+      ...(this.param === null ? {} : { param: this.param }),
+    });
   }
 
   /** Worth trying the next offer: the provider, not the request, is at fault. */
   get retryable(): boolean {
     if (this.kind === 'aborted') return false;
+    if (this.elsewhere) return true;
     if (this.kind !== 'http' || this.status === undefined) return true;
     // 401/403/404 from a provider mean its key or model is wrong: the next provider may still serve.
     return this.status >= 500 || [401, 403, 404, 408, 429].includes(this.status);
@@ -43,6 +65,6 @@ export class UpstreamError extends Error {
 
   /** The client's request itself was refused by the provider (bad input). */
   get clientFault(): boolean {
-    return this.kind === 'http' && (this.status === 400 || this.status === 413 || this.status === 422);
+    return this.kind === 'http' && !this.elsewhere && (this.status === 400 || this.status === 413 || this.status === 422);
   }
 }

@@ -48,7 +48,7 @@ export async function executePlan<T>(
       const attempt = { provider: offer.provider, ok: false, error: err.message, ms: performance.now() - started };
       attempts.push(attempt);
       onAttempt?.(attempt);
-      if (err.clientFault) throw new GatewayError('validation', `The provider rejected the request: ${err.message}`, { cause: err, param: err.param });
+      if (err.clientFault) throw refusedByProvider(err);
       // Not the client's fault and not worth another provider (an odd status, a client that left): the provider failed this request.
       if (!err.retryable) throw finalError(attempts, err);
       lastError = err;
@@ -58,6 +58,9 @@ export async function executePlan<T>(
 }
 
 function finalError(attempts: Attempt[], last: UpstreamError | null): GatewayError {
+  // The last offer refused the request as the others before it may have (a file over every host's size limit): the
+  // client's error, as a provider's refusal is without failover.
+  if (last?.elsewhere && last.kind === 'http' && last.status !== undefined && last.status < 500) return refusedByProvider(last);
   const tried = attempts.map((a) => a.provider).join(', ');
   if (last?.kind === 'timeout') {
     return new GatewayError('upstream_timeout', `The upstream provider did not answer in time (tried: ${tried}).`, { cause: last });
@@ -72,6 +75,10 @@ function finalError(attempts: Attempt[], last: UpstreamError | null): GatewayErr
       ...(retryAfterS === undefined ? {} : { retryAfterS }),
     },
   );
+}
+
+function refusedByProvider(err: UpstreamError): GatewayError {
+  return new GatewayError('validation', `The provider rejected the request: ${err.message}`, { cause: err, param: err.param });
 }
 
 /** The message without the full stops it ends with (the sentence gets its own), in one pass: a regex such as /\.+$/ retries from every dot. */
