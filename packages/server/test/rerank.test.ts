@@ -111,6 +111,19 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
     }
   });
 
+  it('takes the SDK’s `priority` (Cohere’s scheduling hint, 0-999) in both variants, and does not send it on', async () => {
+    for (const base of [gw.url, `${gw.url}/alt`]) {
+      const v2 = new CohereClientV2({ token: key, environment: base, maxRetries: 0 });
+      const answer = await v2.rerank({ model: MODEL, query, documents, topN: 2, priority: 5 });
+      expect(answer.results.map((r) => r.index)).toEqual([1, 0]);
+      expect(sim.providers.cohere?.stats().last?.body).toEqual({ model: 'rerank-v3.5', query, documents, top_n: 2 });
+      // Outside Cohere's range it is refused as Cohere refuses it, naming the field.
+      const err = (await v2.rerank({ model: MODEL, query, documents, priority: 1000 }).catch((e: unknown) => e)) as CohereError;
+      expect(err.statusCode).toBe(400);
+      expect((err.body as { error: { param: string } }).error.param).toBe('priority');
+    }
+  });
+
   it('Cohere’s embed and chat through its SDK are 404s that say where those requests are served, in both variants, with no upstream call', async () => {
     for (const [base, mount] of [
       [gw.url, '/v1'],

@@ -28,6 +28,8 @@ export const RerankBody = Type.Object(
     return_documents: Type.Optional(Type.Boolean({ default: false })),
     rank_fields: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })),
     max_tokens_per_doc: Type.Optional(Type.Integer({ minimum: 1 })),
+    // Cohere's v2 scheduling hint (its SDK sends it): taken as Cohere takes it, never sent on, as it does not change the ranking.
+    priority: Type.Optional(Type.Integer({ minimum: 0, maximum: 999 })),
   },
   { additionalProperties: false },
 );
