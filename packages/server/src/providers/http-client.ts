@@ -290,6 +290,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
       body = text.length > 0 ? JSON.parse(text) : null;
     } catch {
       // Keep the raw text: a non-JSON error page still says something.
+      body = withoutBom(text);
     }
     this.resolve({ status: this.status, headers: this.headers, body });
   }
@@ -412,6 +413,19 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
 function abortReason(signal: CancelSignal | undefined): Error {
   if (signal?.reason instanceof GatewayError) return signal.reason;
   return new undiciErrors.RequestAbortedError(signal?.reason instanceof Error ? signal.reason.message : undefined);
+}
+
+/**
+ * JSON that a byte order mark put before (some Windows-hosted proxies write one): JSON.parse refuses it, though
+ * RFC 8259 lets a parser ignore it and fetch's `json()`, the OpenAI SDK's reader, does. Anything else stays text.
+ */
+function withoutBom(text: string): unknown {
+  if (text.charCodeAt(0) !== 0xfeff) return text;
+  try {
+    return JSON.parse(text.slice(1));
+  } catch {
+    return text;
+  }
 }
 
 function isJson(contentType: string | string[] | undefined): boolean {

@@ -1,0 +1,94 @@
+import { createServer, type Server } from 'node:http';
+import type { ModelConfig } from '@gw/schema';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+/**
+ * An OpenAI-compatible host whose answers are right but written oddly on the wire: JSON behind a UTF-8 byte
+ * order mark (some Windows-hosted proxies add one), on a success and on an error alike.
+ */
+const TEXT = 'Bonjour é, 日本語 🎉';
+const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
+
+function quirkyHost(): Server {
+  return createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => {
+      body += d;
+    });
+    req.on('end', () => {
+      const send = (status: number, json: unknown) => {
+        res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
+        res.end(Buffer.concat([BOM, Buffer.from(JSON.stringify(json))]));
+      };
+      if (req.method === 'GET') return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }] });
+      const model = (JSON.parse(body) as { model: string }).model;
+      if (model === 'bom-refusal') return send(400, { error: { message: 'messages[0].content is too long for this model', type: 'invalid_request_error' } });
+      send(200, {
+        id: 'c1',
+        object: 'chat.completion',
+        created: 1,
+        model,
+        choices: [{ index: 0, message: { role: 'assistant', content: TEXT }, finish_reason: 'stop' }],
+        usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 },
+      });
+    });
+  });
+}
+
+const PRICE = { prompt_per_1m: 1000, completion_per_1m: 2000, currency: 'EUR' };
+
+function model(id: string): ModelConfig {
+  return {
+    id: `quirk/${id}`,
+    kind: 'chat',
+    owned_by: 'test',
+    context_window: 8000,
+    capabilities: ['streaming'],
+    offers: [{ provider: 'host', upstreamModel: id, pricing: PRICE }],
+  };
+}
+
+let host: Server;
+let gw: TestGateway;
+
+beforeAll(async () => {
+  host = quirkyHost();
+  await new Promise<void>((r) => host.listen(0, '127.0.0.1', r));
+  const baseUrl = `http://127.0.0.1:${(host.address() as { port: number }).port}/v1`;
+  gw = await startGateway({
+    catalogue: () => ({ providers: [{ id: 'host', type: 'openai', baseUrl, region: 'fr-par', apiKey: '' }], models: [model('bom'), model('bom-refusal')] }),
+  });
+});
+afterAll(async () => {
+  await gw?.close();
+  await gw?.sim.close();
+  host?.close();
+});
+
+describe('a JSON answer behind a UTF-8 byte order mark', () => {
+  it('is read as the JSON it is: the answer reaches the client whole and is billed at the provider’s count', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const answer = await client.chat.completions.create({ model: 'quirk/bom', messages: [{ role: 'user', content: 'hi' }] });
+    expect(answer.choices[0]?.message.content).toBe(TEXT);
+    expect(answer.usage).toMatchObject({ prompt_tokens: 11, completion_tokens: 7 });
+    // 11 prompt tokens at 1000/M and 7 completion tokens at 2000/M.
+    await eventually(async () => {
+      expect((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeCloseTo(0.025, 9);
+    });
+  });
+
+  it('passes a refusal’s own message on, as without the mark', async () => {
+    const { key } = await gw.createKey();
+    const res = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'quirk/bom-refusal', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    const body = (await res.json()) as { error: { message: string } };
+    expect(res.status).toBe(400);
+    expect(body.error.message).toContain('messages[0].content is too long for this model');
+  });
+});
