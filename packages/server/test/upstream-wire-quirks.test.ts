@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -6,7 +6,10 @@ import { eventually, startGateway, type TestGateway } from './helpers/gateway.js
 
 /**
  * An OpenAI-compatible host whose answers are right but written oddly on the wire: JSON behind a UTF-8 byte
- * order mark (some Windows-hosted proxies add one), on a success and on an error alike.
+ * order mark (some Windows-hosted proxies add one), on a success and on an error alike; and a stream written
+ * a few bytes at a time (multi-byte characters cut between writes) with CRLF line ends, comments, `retry:`,
+ * `id:` and `event:` fields, `data:` without its space, Azure's first chunk with no choices (its prompt filter
+ * results) and the usage in a last chunk with no choices.
  */
 const TEXT = 'Bonjour é, 日本語 🎉';
 const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
@@ -22,8 +25,13 @@ function quirkyHost(): Server {
         res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
         res.end(Buffer.concat([BOM, Buffer.from(JSON.stringify(json))]));
       };
-      if (req.method === 'GET') return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }] });
+      if (req.method === 'GET') return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }, { id: 'sse' }] });
       const model = (JSON.parse(body) as { model: string }).model;
+      if (model === 'sse') {
+        res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
+        void writeInBits(res, quirkySse());
+        return;
+      }
       if (model === 'bom-refusal') return send(400, { error: { message: 'messages[0].content is too long for this model', type: 'invalid_request_error' } });
       send(200, {
         id: 'c1',
@@ -35,6 +43,40 @@ function quirkyHost(): Server {
       });
     });
   });
+}
+
+function quirkySse(): Buffer {
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({
+    id: 's1',
+    object: 'chat.completion.chunk',
+    created: 1,
+    model: 'sse',
+    choices,
+    ...extra,
+  });
+  const events: unknown[] = [
+    { id: '', object: '', created: 0, model: '', choices: [], prompt_filter_results: [{ prompt_index: 0, content_filter_results: {} }] },
+    chunk([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }]),
+    ...[...TEXT].map((c) => chunk([{ index: 0, delta: { content: c }, finish_reason: null }])),
+    chunk([{ index: 0, delta: {}, finish_reason: 'stop' }]),
+    chunk([], { usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } }),
+  ];
+  let text = ': connected\r\nretry: 3000\r\n\r\n';
+  events.forEach((event, at) => {
+    text += `: event ${at}\r\nid: ${at}\r\nevent: message\r\ndata:${JSON.stringify(event)}\r\n\r\n`;
+  });
+  return Buffer.from(`${text}data:[DONE]\r\n\r\n`);
+}
+
+/** Writes `bytes` 1 to 7 at a time (a fixed sequence of sizes), each write on a turn of its own so it leaves alone. */
+async function writeInBits(res: ServerResponse, bytes: Buffer): Promise<void> {
+  for (let at = 0, step = 0; at < bytes.length; step++) {
+    const size = 1 + ((step * 5 + 3) % 7);
+    res.write(bytes.subarray(at, at + size));
+    at += size;
+    await new Promise((r) => setImmediate(r));
+  }
+  res.end();
 }
 
 const PRICE = { prompt_per_1m: 1000, completion_per_1m: 2000, currency: 'EUR' };
@@ -58,7 +100,10 @@ beforeAll(async () => {
   await new Promise<void>((r) => host.listen(0, '127.0.0.1', r));
   const baseUrl = `http://127.0.0.1:${(host.address() as { port: number }).port}/v1`;
   gw = await startGateway({
-    catalogue: () => ({ providers: [{ id: 'host', type: 'openai', baseUrl, region: 'fr-par', apiKey: '' }], models: [model('bom'), model('bom-refusal')] }),
+    catalogue: () => ({
+      providers: [{ id: 'host', type: 'openai', baseUrl, region: 'fr-par', apiKey: '' }],
+      models: [model('bom'), model('bom-refusal'), model('sse')],
+    }),
   });
 });
 afterAll(async () => {
@@ -90,5 +135,44 @@ describe('a JSON answer behind a UTF-8 byte order mark', () => {
     const body = (await res.json()) as { error: { message: string } };
     expect(res.status).toBe(400);
     expect(body.error.message).toContain('messages[0].content is too long for this model');
+  });
+});
+
+describe('a stream written oddly on the wire', () => {
+  it('reaches the OpenAI SDK and a raw reader with the same text, the usage the provider counted, and is billed at it', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const stream = await client.chat.completions.create({
+      model: 'quirk/sse',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    let usage: unknown = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      usage = chunk.usage ?? usage;
+    }
+    expect(text).toBe(TEXT);
+    expect(usage).toMatchObject({ prompt_tokens: 11, completion_tokens: 7 });
+
+    const res = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'quirk/sse', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    });
+    const raw = await res.text();
+    const chunks = raw
+      .split('\n')
+      .filter((line) => line.startsWith('data: {'))
+      .map((line) => JSON.parse(line.slice(6)) as { choices: { delta: { content?: string } }[]; usage?: unknown });
+    expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe(TEXT);
+    // Usage not asked for: no usage chunk, and the stream ends at [DONE].
+    expect(chunks.some((c) => c.usage)).toBe(false);
+    expect(raw.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    await eventually(async () => {
+      expect((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeCloseTo(0.05, 9);
+    });
   });
 });
