@@ -289,6 +289,38 @@ describe('config file', () => {
     }
   });
 
+  it('a baseUrl refused for its query string or for not parsing never shows a key it holds', async () => {
+    // Proxies and cloud functions take their key in the URL (`?code=`, `?key=`), often from a variable: the message
+    // printed it. A password with an unencoded `/` or `#` makes the URL unparsable, and was printed whole.
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-url-secret-'));
+    try {
+      const file = join(dir, 'gw.yaml');
+      writeFileSync(file, good.replace('http://127.0.0.1:9101/v1', `https://fn.example.net/api/v1?code=\${FUNCTION_KEY}`));
+      const { code, output } = await runGatewayToExit({
+        GW_CONFIG: file,
+        GW_DATA_DIR: join(dir, 'data'),
+        ALPHA_API_KEY: 'k',
+        FUNCTION_KEY: 'fn-key-S3cret-0123',
+      });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(
+        `gw: Invalid configuration in ${file} at /providers/0/baseUrl: expected a URL without a query string (it is never sent; Azure's api-version goes in apiVersion), not "https://fn.example.net/api/v1?***"`,
+      );
+      for (const password of ['ab/cd-S3cret', 'ab#cd-S3cret', 'ab?cd-S3cret']) {
+        const unparsable = good.replace('http://127.0.0.1:9101/v1', `http://proxy:${password}@127.0.0.1:9101/v1`);
+        expect(() => parseConfigText(unparsable, 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+          /baseUrl: expected .*, not "http:\/\/\*\*\*@127\.0\.0\.1:9101\/v1"$/,
+        );
+        expect(() => parseConfigText(unparsable, 'gw.yaml', { ALPHA_API_KEY: 'k' })).not.toThrowError(/S3cret/);
+      }
+      expect(() => parseConfigText(good.replace('/v1', '/v1#key=S3cret'), 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+        /expected a URL without a fragment \(#…\), not "http:\/\/127\.0\.0\.1:9101\/v1#\*\*\*"$/,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a region a response header cannot carry stops the start, where every variant B answer was a 500 after the provider was called', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-region-'));
     try {

@@ -218,9 +218,18 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
 /** Printable ASCII, no space at either end: what a response header carries as written. */
 const HEADER_TEXT = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
 
-/** A URL as an error may show it: a password it holds is masked, as it would be in a log line. */
+/**
+ * A URL as an error may show it, with what could be a secret masked: everything before its last `@` (a password
+ * holding an unencoded `/`, `?` or `#` included, which is what makes such a URL unparsable), and its query and
+ * fragment (`?code=${FUNCTION_KEY}`, `?key=…`: where proxies and cloud functions take their keys).
+ */
 function shownUrl(url: string): string {
-  return JSON.stringify(url.replace(/^(https?:\/\/)[^/?#]*@/i, '$1***@'));
+  return JSON.stringify(
+    url
+      .replace(/^(https?:\/\/).*@/i, '$1***@')
+      .replace(/\?[^#]*/, '?***')
+      .replace(/#.*/, '#***'),
+  );
 }
 
 /**
