@@ -297,7 +297,8 @@ describe('admin API', () => {
       ['POST', '/keys', { rateLimitRpm: 'fast' }, "'rateLimitRpm'"],
       ['POST', '/keys', { color: 'red' }, "'color' is not a known field"],
       ['POST', '/keys', { workspaceId: 'ws_nope' }, "Unknown workspaceId 'ws_nope'"],
-      ['PATCH', '/keys/any', {}, 'Invalid body'],
+      ['PATCH', '/keys/any', {}, 'Invalid body: the body must have at least one field.'],
+      ['PATCH', '/workspaces/any', {}, 'Invalid body: the body must have at least one field.'],
     ];
     for (const [method, path, body, message] of cases) {
       const res = await gw.admin<{ error: { code: string; message: string } }>(method, path, body);

@@ -150,6 +150,8 @@ const SIZE_WORDS: Readonly<Record<string, (n: number) => string>> = {
   maxLength: (n) => `must be at most ${n} characters long`,
   minItems: (n) => (n === 1 ? 'must not be empty' : `must have at least ${n} items`),
   maxItems: (n) => `must have at most ${n} items`,
+  // An admin PATCH with nothing to change: Ajv said 'must NOT have fewer than 1 properties'.
+  minProperties: (n) => (n === 1 ? 'must have at least one field' : `must have at least ${n} fields`),
 };
 
 /** Turns Ajv's first error into a message naming the field, e.g. `'temperature' must be <= 2`. */
