@@ -217,6 +217,29 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a HOST that is no address (a URL, a port, brackets) stops the start with exit code 2, naming HOST', async () => {
+    // It failed only at listen, with exit code 1, once the store was opened.
+    const dir = mkdtempSync(join(tmpdir(), 'gw-host-'));
+    try {
+      const { code, output } = await runGatewayToExit({ HOST: '127.0.0.1:8080', GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(
+        'gw: Invalid configuration in environment at HOST: expected an IP address or host name to listen on (no scheme, port or brackets), not "127.0.0.1:8080"',
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    for (const raw of ['http://0.0.0.0', '[::1]', 'not..a..host', '0.0.0.0/0', ' ']) {
+      expect(() => loadConfig({ HOST: raw }), raw).toThrowError(
+        `HOST: expected an IP address or host name to listen on (no scheme, port or brackets), not ${JSON.stringify(raw)}`,
+      );
+    }
+    // Trimmed, as a number is; every form of address a listener takes is still taken.
+    expect(loadConfig({ HOST: ' 127.0.0.1\n' }).host).toBe('127.0.0.1');
+    for (const ok of ['0.0.0.0', '::', '::1', 'localhost', 'gw-1.internal.example.net', 'my_service']) expect(loadConfig({ HOST: ok }).host).toBe(ok);
+    expect(loadConfig({}).host).toBe('127.0.0.1');
+  }, 60_000);
+
   it('makes GW_UPLOAD_DIR at start, and stops the start if it cannot', () => {
     const base = mkdtempSync(join(tmpdir(), 'gw-upload-dir-'));
     const dir = join(base, 'spool', 'uploads');

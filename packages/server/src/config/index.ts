@@ -1,4 +1,5 @@
 import { accessSync, constants, mkdirSync } from 'node:fs';
+import { isIP } from 'node:net';
 import type { GatewayFileConfig } from '@gw/schema';
 import { ConfigError } from './config-error.js';
 import { headerUnsafe } from './header-safe.js';
@@ -89,6 +90,21 @@ function writableDir(env: NodeJS.ProcessEnv, name: string): string | null {
   return dir;
 }
 
+/** Host name labels: letters, digits, `-` and (as container names have them) `_`. */
+const HOST_NAME = /^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$/;
+
+/**
+ * The listen address, trimmed as numbers are. A URL, a port or brackets (`http://0.0.0.0`, `127.0.0.1:8080`, `[::1]`)
+ * failed only at listen, with exit code 1, after the store was opened; a name that does not resolve still fails there.
+ */
+function host(env: NodeJS.ProcessEnv): string {
+  const raw = str(env, 'HOST');
+  if (raw === null) return '127.0.0.1';
+  const h = raw.trim();
+  if (isIP(h) !== 0 || (h.length <= 253 && HOST_NAME.test(h))) return h;
+  throw new ConfigError('environment', 'HOST', `an IP address or host name to listen on (no scheme, port or brackets), not ${JSON.stringify(raw)}`);
+}
+
 function str(env: NodeJS.ProcessEnv, name: string): string | null {
   const v = env[name];
   return v === undefined || v === '' ? null : v;
@@ -125,7 +141,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   const secret = str(env, 'GW_SECRET');
   if (secret !== null && secret.length < 32) throw new ConfigError('environment', 'GW_SECRET', 'at least 32 characters (it keys every HMAC the gateway signs)');
   return Object.freeze({
-    host: str(env, 'HOST') ?? '127.0.0.1',
+    host: host(env),
     port: int(env, 'PORT', 8080, 0, 65535),
     configFile,
     file: configFile ? Object.freeze(loadConfigFile(configFile, env)) : null,
