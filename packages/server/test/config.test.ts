@@ -507,6 +507,29 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a shutdown timeout too short for the drain itself stops the start; the shortest allowed stops an idle gateway cleanly', async () => {
+    // GW_SHUTDOWN_TIMEOUT_MS=0 was taken, and every SIGTERM, even of an idle instance, then exited 1 with "shutdown timed
+    // out" before the last usage records were written.
+    const dir = mkdtempSync(join(tmpdir(), 'gw-shutdown-timeout-'));
+    try {
+      const refused = await runGatewayToExit({ GW_SHUTDOWN_TIMEOUT_MS: '0', GW_DATA_DIR: join(dir, 'data') });
+      expect(refused.code).toBe(2);
+      expect(refused.output.trim()).toBe(
+        'gw: Invalid configuration in environment at GW_SHUTDOWN_TIMEOUT_MS: expected an integer from 1000 to 600000, not "0"',
+      );
+      const gw = await spawnGateway({ GW_SHUTDOWN_TIMEOUT_MS: '1000', GW_DATA_DIR: join(dir, 'data') });
+      try {
+        gw.child.kill('SIGTERM');
+        expect(await gw.exited).toBe(0);
+        expect(gw.output()).not.toContain('shutdown timed out');
+      } finally {
+        if (gw.child.exitCode === null) gw.child.kill('SIGKILL');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('a start that cannot listen says which address, and leaves no first key behind that no later start would print', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-listen-'));
     const busy = createServer();

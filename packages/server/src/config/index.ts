@@ -157,7 +157,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     uploadLimitBytes: int(env, 'GW_UPLOAD_LIMIT_BYTES', 25 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     uploadDir: writableDir(env, 'GW_UPLOAD_DIR'),
     logLevel: logLevel(env),
-    shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 600_000),
+    // At least a second: under it, the drain's own steps (a 200 ms grace for requests already sent, the last usage write,
+    // which takes up to a second) could not end in time, and even an idle instance exited 1, its last records unwritten.
+    shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 1_000, 600_000),
     requestTimeoutMs: int(env, 'GW_REQUEST_TIMEOUT_MS', 120_000, 1_000, 3_600_000),
     sendTimeoutMs: int(env, 'GW_SEND_TIMEOUT_MS', 60_000, 1_000, 3_600_000),
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
