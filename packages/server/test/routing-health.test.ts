@@ -181,6 +181,22 @@ describe('a provider that names its wait (429 or 503 with Retry-After)', () => {
     expect(sim.providers.mistral?.stats().byEndpoint.chat).toBe(1);
   });
 
+  it('a probe answered with a named wait keeps the offer out for that wait, not for the open period', async () => {
+    // Instance three opens circuits for a minute; the provider asks for one second, twice.
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 429, retryAfter: 1, times: 1 });
+    expect(await ask(three)).toEqual({ provider: 'ovh', hops: '1' });
+    await sleep(1050);
+    expect(scalewayCircuit(three)).toBe('half_open');
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503, retryAfter: 1, times: 1 });
+    expect(await ask(three)).toEqual({ provider: 'ovh', hops: '1' });
+    expect(scalewayCircuit(three)).toBe('open');
+    expect(await ask(three)).toEqual({ provider: 'ovh', hops: '0' });
+    expect(chats('scaleway')).toBe(2);
+    await sleep(1050);
+    expect(await ask(three)).toEqual({ provider: 'scaleway', hops: '0' });
+    expect(scalewayCircuit(three)).toBe('closed');
+  });
+
   it("one instance's wait is the other's over Redis, for the provider's time rather than the other's open period", async () => {
     sim.providers.scaleway?.setFault({ kind: 'status', status: 429, retryAfter: 1, times: 1 });
     expect(await ask(one)).toEqual({ provider: 'ovh', hops: '1' });

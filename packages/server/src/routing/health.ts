@@ -31,7 +31,7 @@ interface Circuit {
  * One circuit per offer: closed while the offer answers; open (skipped by
  * every plan) for `openMs` after `failures` failures in a row; then
  * half-open, letting one probe through: its success closes the circuit,
- * its failure opens it again for another `openMs`. A provider that names
+ * its failure opens it again for another `openMs` (or the wait it names). A provider that names
  * its wait (a 429's or 503's Retry-After) opens it at once until then
  * (at most MAX_PROVIDER_WAIT_MS), and the answers of attempts begun
  * before do not close it early.
@@ -95,8 +95,9 @@ export class CircuitBook {
     }
     if (state === 'open') return;
     if (state === 'half_open') {
-      // The probe (or another instance's attempt) failed: stay out for another period.
-      c.openUntil = Math.max(c.openUntil, now + this.settings.openMs);
+      // The probe (or another instance's attempt) failed: stay out for another period, or for the wait it named
+      // (set above), which may be shorter: the provider said when to ask again.
+      if (waitMs <= 0) c.openUntil = Math.max(c.openUntil, now + this.settings.openMs);
       return;
     }
     c.failures = now - c.lastFailureAt > CIRCUIT_WINDOW_MS ? 1 : c.failures + 1;
