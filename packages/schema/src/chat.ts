@@ -1,7 +1,8 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { OPENAI_NAME } from './patterns.js';
 
-const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool'].map((r) => Type.Literal(r)));
+// `function`: the result of a call in OpenAI's deprecated functions API, which its API still takes.
+const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool', 'function'].map((r) => Type.Literal(r)));
 
 /** A message with content: a string or parts (not null). */
 const SAYS_SOMETHING = { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } };
@@ -36,6 +37,12 @@ export const ChatMessage = Type.Object(
             { required: ['function_call'], properties: { function_call: { type: 'object' } } },
           ],
         },
+      },
+      {
+        // As OpenAI's API has it: a function's result names the function, and its content may be null.
+        if: { properties: { role: { const: 'function' } } },
+        // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
+        then: { required: ['name', 'content'] },
       },
     ],
   },

@@ -20,9 +20,13 @@ interface Generated {
   content?: unknown;
   reasoning_content?: unknown;
   tool_calls?: unknown;
+  function_call?: { name?: unknown; arguments?: unknown };
 }
 
-/** Characters generated in one message or delta: its content, its reasoning, and its tool calls' names and arguments. */
+/**
+ * Characters generated in one message or delta: its content, its reasoning, and its tool calls' names and arguments
+ * (or its function call's, as a client of the functions API is streamed it).
+ */
 export function generatedChars(part: Generated | undefined): number {
   if (!part) return 0;
   let n = 0;
@@ -33,6 +37,11 @@ export function generatedChars(part: Generated | undefined): number {
       if (typeof call?.function?.name === 'string') n += call.function.name.length;
       if (typeof call?.function?.arguments === 'string') n += call.function.arguments.length;
     }
+  }
+  const fn = part.function_call;
+  if (fn !== undefined) {
+    if (typeof fn?.name === 'string') n += fn.name.length;
+    if (typeof fn?.arguments === 'string') n += fn.arguments.length;
   }
   return n;
 }

@@ -1,6 +1,7 @@
 import { ChatCompletionRequest, ChatCompletionResponse, H, NULLABLE_CHAT_FIELDS } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
+import { toFunctionsChoice, toToolsApi } from '../../providers/legacy-functions.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { estimatedUsage, generatedChars } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
@@ -62,10 +63,13 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
-      dropNullFields(body);
+      const functionMessages = dropNullFields(body);
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       checkRequestCoherence(body);
+      // OpenAI's deprecated functions API goes to every provider as its tools API; answered as asked (legacy-functions.ts).
+      const functions = body['functions'] !== undefined;
+      if (functions || functionMessages || body['function_call'] !== undefined) toToolsApi(body);
       const cap = completionCap(body);
       if (cap !== undefined && cap.tokens > model.context_window) {
         const message = `'${cap.field}' is ${cap.tokens}, more than the ${model.context_window}-token context window of '${model.id}'.`;
@@ -99,7 +103,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         throw err;
       }
       if (body.stream === true) {
-        const stream = { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice, choices: body.n ?? 1 };
+        const stream = { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice, choices: body.n ?? 1, functions };
         return startStream(services, request, reply, stream);
       }
       const outlives = request.gw.outlivesClient;
@@ -120,6 +124,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       completion.usage ??= estimatedUsage(promptTokens, answeredChars(completion), size.maxTokens);
       bill(request, result.offer, completion, size.maxTokens);
       setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
+      if (functions) completion.choices = completion.choices.map(toFunctionsChoice);
       return completion;
     },
   );
@@ -127,18 +132,23 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
 
 /**
  * A null where OpenAI takes one (`temperature: null`, `max_tokens: null`) means the field was not given: it is left
- * out here, so that neither the checks below nor a provider (some refuse a null) see it.
+ * out here, so that neither the checks below nor a provider (some refuse a null) see it. True: a message is of the
+ * functions API (an assistant's `function_call`, a `function` message), told here to spare another walk of them.
  */
-function dropNullFields(body: Record<string, unknown>): void {
+function dropNullFields(body: Record<string, unknown>): boolean {
   // The body's few keys walked rather than the list's many looked up: the set is asked only about a null.
   // Set undefined rather than deleted: JSON leaves it out, and the body keeps its shape.
   for (const field in body) if (body[field] === null && NULLABLE.has(field)) body[field] = undefined;
   // An assistant message read back from an answer (Python's `model_dump()`, LiteLLM) says `tool_calls: null` and
   // `function_call: null`: no calls, as OpenAI takes it; some hosts fail on the null.
+  let functions = false;
   for (const message of body['messages'] as Record<string, unknown>[]) {
     if (message['tool_calls'] === null) message['tool_calls'] = undefined;
-    if (message['function_call'] === null) message['function_call'] = undefined;
+    const call = message['function_call'];
+    if (call === null) message['function_call'] = undefined;
+    else if (call !== undefined || message['role'] === 'function') functions = true;
   }
+  return functions;
 }
 
 const NULLABLE: ReadonlySet<string> = new Set(NULLABLE_CHAT_FIELDS);

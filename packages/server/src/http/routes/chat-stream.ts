@@ -7,6 +7,7 @@ import { UpstreamError } from '../../errors/upstream-error.js';
 import { errorSummary } from '../../lib/error-summary.js';
 import { redactSecrets } from '../../lib/redact.js';
 import { RelayGate } from '../../providers/chunk-relay.js';
+import { functionsStream } from '../../providers/legacy-functions.js';
 import type { ChatBody, ChatStream } from '../../providers/types.js';
 import { estimatedUsage } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
@@ -42,7 +43,17 @@ export async function startStream(
   services: Services,
   request: FastifyRequest,
   reply: FastifyReply,
-  args: { body: ChatBody; plan: Offer[]; options: RouteOptions; promptTokens: number; completionCap: number; perChoice: number; choices: number },
+  args: {
+    body: ChatBody;
+    plan: Offer[];
+    options: RouteOptions;
+    promptTokens: number;
+    completionCap: number;
+    perChoice: number;
+    choices: number;
+    /** The client gave `functions`: its chunks go out in the functions API's shape. */
+    functions: boolean;
+  },
 ) {
   const { body, plan, options } = args;
   const model = request.gw.usage?.model as string;
@@ -51,7 +62,8 @@ export async function startStream(
   const gone = clientAbortSignal(services, reply, !request.gw.outlivesClient);
   const result = await executePlan(plan, (offer) =>
     callUpstream(services, request, offer, async (adapter): Promise<Started> => {
-      const upstream = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone, maxTokens: args.perChoice });
+      const opened = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone, maxTokens: args.perChoice });
+      const upstream = args.functions ? functionsStream(opened) : opened;
       const source = new RelayGate(
         upstream,
         () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` }),
