@@ -182,6 +182,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const metrics = new Metrics();
   const rawAnswers = new RawAnswers(metrics);
   const app = buildFastify(config, options.logger ?? true, rawAnswers);
+  if (store.created === 'template') app.log.info(`embedded database created in ${config.dataDir} from the build's template`);
+  if (store.created === 'initdb') {
+    app.log.warn(
+      `embedded database created in ${config.dataDir} by PGlite's initdb, which takes about 1 GB of memory for a moment: the build's template (packages/server/dist/pglite-template.tar.gz, made by npm run build) is missing or of another PGlite version`,
+    );
+  }
   rawAnswers.logTo(app.log);
   const registry = new ModelRegistry(catalogue, adapters, (provider, err, kept) =>
     app.log.warn(

@@ -70,4 +70,25 @@ describe('the embedded database thread', () => {
     await expect(other.query('SELECT 1', [], 'array')).rejects.toThrow(/closed/);
     rmSync(otherDir, { recursive: true, force: true });
   }, 60_000);
+
+  it("creates a new database from the build's template, a working cluster that a later start finds there", async () => {
+    // The build (npm run build, which the tests' run starts with) dumps the template; beforeAll opened an empty directory.
+    expect(thread.origin).toBe('template');
+    const otherDir = mkdtempSync(join(tmpdir(), 'gw-pglite-thread-'));
+    try {
+      const first = await PgliteThread.open(otherDir, MIGRATIONS_FOLDER);
+      expect(first.origin).toBe('template');
+      await first.migrate();
+      await first.query('INSERT INTO settings (name, value) VALUES ($1, $2)', ['template-check', '"kept"'], 'object');
+      await first.close();
+      const again = await PgliteThread.open(otherDir, MIGRATIONS_FOLDER);
+      expect(again.origin).toBe('existing');
+      expect(await again.query('SELECT value FROM settings WHERE name = $1', ['template-check'], 'array')).toEqual([['"kept"']]);
+      // The template's cluster is the one PostgreSQL's initdb makes: its own databases, UTF-8, the C collation PGlite uses.
+      expect(await again.query("SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = 'postgres'", [], 'array')).toEqual([['UTF8']]);
+      await again.close();
+    } finally {
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -339,6 +339,7 @@ class DrizzleSettingsRepo implements SettingsRepo {
 /** What a driver supplies besides the Drizzle database. */
 export interface DriverHooks {
   kind: Store['kind'];
+  created?: Store['created'];
   /** Embedded PGlite: usage rows go through COPY (see DrizzleUsageRepo). */
   copyRows?: CopyRows;
   migrate(): Promise<void>;
@@ -348,6 +349,7 @@ export interface DriverHooks {
 
 export class DrizzleStore implements Store {
   readonly kind: Store['kind'];
+  readonly created: Store['created'];
   readonly workspaces: WorkspaceRepo;
   readonly keys: KeyRepo;
   readonly usage: UsageRepo;
@@ -359,6 +361,7 @@ export class DrizzleStore implements Store {
 
   constructor(db: Db, hooks: DriverHooks) {
     this.kind = hooks.kind;
+    this.created = hooks.created ?? null;
     this.#hooks = hooks;
     this.workspaces = new DrizzleWorkspaceRepo(db);
     this.keys = new DrizzleKeyRepo(db);

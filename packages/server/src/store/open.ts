@@ -132,6 +132,7 @@ async function openPglite(dataDir: string): Promise<Store> {
   });
   return new DrizzleStore(db, {
     kind: 'pglite',
+    created: thread.origin === 'existing' ? null : thread.origin,
     copyRows: (sql, csv) => thread.copy(sql, csv),
     migrate: () => thread.migrate(),
     ping: () => thread.ping(),

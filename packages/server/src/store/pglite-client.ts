@@ -13,7 +13,9 @@ export class PgliteThreadError extends Error {
 }
 
 type Reply = { id: number; ok: true; rows: unknown[] } | { id: number; ok: false; error: Record<string, unknown> };
-type Ready = { op: 'ready' } | { op: 'failed'; error: Record<string, unknown> };
+/** How the thread found its cluster: made from the build's template, made by PGlite's own initdb, or already there. */
+export type ClusterOrigin = 'template' | 'initdb' | 'existing';
+type Ready = { op: 'ready'; origin: ClusterOrigin } | { op: 'failed'; error: Record<string, unknown> };
 
 // Under vitest this module is the .ts source and Node strips the thread's types itself.
 const THREAD_FILE = new URL(`./pglite-thread${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
@@ -40,6 +42,8 @@ export class PgliteThread {
 
   private constructor(
     worker: Worker,
+    /** How the first thread found the cluster (a restarted thread always finds it there). */
+    readonly origin: ClusterOrigin,
     private readonly dir: string,
     private readonly migrationsFolder: string,
   ) {
@@ -48,7 +52,8 @@ export class PgliteThread {
   }
 
   static async open(dir: string, migrationsFolder: string): Promise<PgliteThread> {
-    return new PgliteThread(await startThread(dir, migrationsFolder), dir, migrationsFolder);
+    const { worker, origin } = await startThread(dir, migrationsFolder);
+    return new PgliteThread(worker, origin, dir, migrationsFolder);
   }
 
   /** Rows as arrays of column values (drizzle's 'all') or as objects ('execute'). */
@@ -113,7 +118,7 @@ export class PgliteThread {
       await new Promise((r) => setTimeout(r, RESTART_DELAYS_MS[Math.min(attempt, RESTART_DELAYS_MS.length - 1)]).unref());
       if (this.closed) return;
       try {
-        const worker = await startThread(this.dir, this.migrationsFolder);
+        const { worker } = await startThread(this.dir, this.migrationsFolder);
         if (this.closed) {
           await worker.terminate();
           return;
@@ -152,7 +157,7 @@ export class PgliteThread {
   }
 }
 
-async function startThread(dir: string, migrationsFolder: string): Promise<Worker> {
+async function startThread(dir: string, migrationsFolder: string): Promise<{ worker: Worker; origin: ClusterOrigin }> {
   const worker = new Worker(THREAD_FILE, { workerData: { dir, migrationsFolder } });
   let settle: { resolve: (r: Ready) => void; reject: (e: Error) => void } | undefined;
   const onMessage = (r: Ready) => settle?.resolve(r);
@@ -167,5 +172,5 @@ async function startThread(dir: string, migrationsFolder: string): Promise<Worke
     await worker.terminate();
     throw new PgliteThreadError(ready.error);
   }
-  return worker;
+  return { worker, origin: ready.origin };
 }

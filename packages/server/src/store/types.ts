@@ -196,6 +196,8 @@ export interface IdempotencyRepo {
 
 export interface Store {
   readonly kind: 'pglite' | 'postgres';
+  /** The embedded database created by this start: from the build's template, or by PGlite's own initdb; else null. */
+  readonly created: 'template' | 'initdb' | null;
   readonly workspaces: WorkspaceRepo;
   readonly keys: KeyRepo;
   readonly usage: UsageRepo;
