@@ -1,5 +1,5 @@
 import { UpstreamError } from '../errors/upstream-error.js';
-import { type JsonResponse, MAX_PROVIDER_MESSAGE_CHARS, MAX_RETRY_AFTER_S, retryAfterSeconds } from './http-client.js';
+import { type JsonResponse, MAX_PROVIDER_MESSAGE_CHARS, MAX_RETRY_AFTER_S, notAnEventStream, notEventStreamType, retryAfterSeconds } from './http-client.js';
 
 /** Statuses routing understands: the client's (400/413/422), the provider's key or model (401/403/404), limits (408/429) and 5xx. */
 const ROUTABLE = new Set([400, 401, 403, 404, 408, 413, 422, 429]);
@@ -60,12 +60,22 @@ export function upstreamHttpError(provider: string, res: JsonResponse, status: n
   // Retry-After is: an absurd or infinite wait is no advice a client should follow.
   const fallback = retryAfterS === undefined || Number.isNaN(retryAfterS) ? undefined : Math.min(MAX_RETRY_AFTER_S, Math.max(0, retryAfterS));
   const retry = retryAfterSeconds(res.headers) ?? fallback;
+  const success = res.status >= 200 && res.status < 300;
+  // A success read as an error is a stream request's JSON answer (docs/streaming.md): said so, not "answered 200".
+  const said = success ? notAnEventStream(provider, notEventStreamType('application/json')) : `${provider} answered ${res.status}`;
+  const whole = success && isCompletion(res.body);
   return new UpstreamError({
     kind: 'http',
     provider,
     status: routableStatus(status),
-    message: `${provider} answered ${res.status}: ${clientVisible(status, message)}`,
-    detail: `${provider} answered ${res.status}: ${message.slice(0, MAX_PROVIDER_MESSAGE_CHARS)}`,
+    message: `${said}: ${whole ? 'a whole chat completion' : clientVisible(status, message)}`,
+    detail: `${said}: ${whole ? 'a whole chat completion' : message.slice(0, MAX_PROVIDER_MESSAGE_CHARS)}`,
     ...(retry === undefined ? {} : { retryAfterS: retry }),
   });
+}
+
+/** A whole (non-streamed) completion: its choices and no error; its text would say nothing to a client as a message. */
+function isCompletion(body: unknown): boolean {
+  const b = body as { choices?: unknown; error?: unknown } | null;
+  return b !== null && typeof b === 'object' && Array.isArray(b.choices) && b.error == null;
 }

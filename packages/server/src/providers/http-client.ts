@@ -56,6 +56,23 @@ export const IDENTITY_ENCODING = { 'accept-encoding': 'identity' } as const;
  */
 export const MAX_WHOLE_BODY_BYTES = 256 * 1024 * 1024;
 
+/** Why a stream request's 2xx answer was refused unread: it is no event stream. */
+class NotAnEventStream extends Error {
+  constructor(readonly what: string) {
+    super(`answered a stream request with ${what}`);
+  }
+}
+
+/** How an answer to a stream request that is no event stream is told: `what` came instead. */
+export function notAnEventStream(provider: string, what: string): string {
+  return `${provider} answered a stream request with ${what}`;
+}
+
+/** The answer's Content-Type named, as {@link notAnEventStream} takes it. */
+export function notEventStreamType(media: string): string {
+  return `Content-Type ${shortHeader(media)}, not an event stream`;
+}
+
 /** Why a call whose answer outgrew {@link MAX_WHOLE_BODY_BYTES} was cut. */
 class BodyTooLarge extends Error {
   constructor(readonly limit: number) {
@@ -140,6 +157,7 @@ export class UpstreamHttp {
     const e = err as { code?: string; name?: string; message?: string };
     const base = { provider: this.providerId, cause: err };
     if (e.name === 'AbortError' || e.code === 'UND_ERR_ABORTED') return new UpstreamError({ ...base, kind: 'aborted', message: 'request aborted' });
+    if (err instanceof NotAnEventStream) return new UpstreamError({ ...base, kind: 'protocol', message: notAnEventStream(this.providerId, err.what) });
     if (err instanceof BodyTooLarge) {
       return new UpstreamError({ ...base, kind: 'protocol', message: `${this.providerId} sent an answer larger than ${err.limit / 1024 / 1024} MiB` });
     }
@@ -299,7 +317,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     this.fail(err);
   }
 
-  private fail(err: unknown): void {
+  protected fail(err: unknown): void {
     if (!this.settle()) return;
     this.detach();
     this.reject(err);
@@ -358,8 +376,20 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
 
   override onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
     super.onResponseStart(controller, statusCode, headers);
-    // A JSON answer (an error object a provider sent with a 200) is no stream: read whole, its message is kept.
-    if (statusCode < 200 || statusCode >= 300 || isJson(headers['content-type'])) return;
+    if (statusCode < 200 || statusCode >= 300) return;
+    // The common answer costs these two comparisons; anything else is looked at closer.
+    if (headers['content-type'] !== 'text/event-stream' || headers['content-encoding'] !== undefined) {
+      const answer = streamAnswer(headers);
+      // A JSON answer (an error object a provider sent with a 200, a whole completion) is read whole, its message kept.
+      if (answer === 'json') return;
+      if (answer !== 'stream') {
+        // Refused before a byte of it is read as SSE: what came is named, not reported as a stream cut short.
+        const refused = new NotAnEventStream(answer);
+        this.fail(refused);
+        controller.abort(refused);
+        return;
+      }
+    }
     this.streaming = true;
     if (this.settle()) this.answer({ ok: true, status: statusCode, body: this });
   }
@@ -428,6 +458,32 @@ function withoutBom(text: string): unknown {
   }
 }
 
-function isJson(contentType: string | string[] | undefined): boolean {
-  return typeof contentType === 'string' && /^application\/json\s*(;|$)/i.test(contentType);
+/**
+ * What a 2xx answer to a stream request is: 'stream' for `text/event-stream` (with parameters too, `charset=utf-8`)
+ * or no Content-Type at all (as every answer was read before the type was looked at, so a host that leaves it out
+ * keeps working); 'json' for `application/json` (read whole: an error object or a whole completion); otherwise
+ * what came instead, for the message: another type, or a content coding the gateway did not ask for.
+ */
+function streamAnswer(headers: Record<string, string | string[] | undefined>): string {
+  const coding = headerValue(headers['content-encoding']);
+  if (coding !== undefined && coding.trim() !== '' && coding.trim().toLowerCase() !== 'identity') {
+    return `a ${shortHeader(coding)}-encoded body, which the gateway did not ask for (it asks for identity)`;
+  }
+  const type = headerValue(headers['content-type']);
+  if (type === undefined || type.trim() === '') return 'stream';
+  const media = type.split(';', 1)[0]?.trim().toLowerCase() ?? '';
+  if (media === 'text/event-stream') return 'stream';
+  if (media === 'application/json') return 'json';
+  return notEventStreamType(media);
+}
+
+/** A header's value, the first when it came more than once. */
+function headerValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** A header value as a message names it: bounded, so that a long one does not fill the message. */
+function shortHeader(value: string): string {
+  const v = value.trim();
+  return v.length > 60 ? `${v.slice(0, 60)}…` : v;
 }
