@@ -96,3 +96,36 @@ describe('logprobs through the gateway', () => {
     expect(plain.choices[0]?.logprobs ?? null).toBeNull();
   });
 });
+
+describe('top_logprobs without logprobs: true', () => {
+  it('is refused before any provider is called, in each variant’s envelope, whatever the route would be', async () => {
+    const calls = () => Object.values(gw.sim.providers).reduce((sum, p) => sum + (p?.stats().total ?? 0), 0);
+    const before = calls();
+    for (const [base, code] of [
+      [gw.baseA, 'validation_error'],
+      [gw.baseB, 'invalid_request'],
+    ] as const) {
+      for (const extra of [{ top_logprobs: 0 }, { top_logprobs: 3 }, { logprobs: false, top_logprobs: 3 }, { logprobs: null, top_logprobs: 2 }]) {
+        // Scaleway and Mistral would take it as nothing, OVH's vLLM would answer 400: each is pinned in turn.
+        for (const provider of ['scaleway', 'ovh']) {
+          const res = await fetch(`${base}/chat/completions`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': provider },
+            body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, ...extra }),
+          });
+          const { error } = (await res.json()) as { error: { code: string; param: string; message: string } };
+          expect([extra, provider, res.status, error.code, error.param]).toEqual([extra, provider, 400, code, 'top_logprobs']);
+          expect(error.message).toBe("Invalid body: 'top_logprobs' is only allowed when 'logprobs' is true.");
+        }
+      }
+    }
+    expect(calls()).toBe(before);
+    // The SDK maps it to its class; with logprobs: true the same count is answered.
+    const refused = await b.chat.completions.create({ model: 'mistral/small', messages, top_logprobs: 1 }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(Error);
+    expect((refused as { status?: number; param?: string }).status).toBe(400);
+    expect((refused as { param?: string }).param).toBe('top_logprobs');
+    const ok = await a.chat.completions.create({ model: 'meta/llama-3.3-70b', messages, logprobs: true, top_logprobs: 0 });
+    expect(ok.choices[0]?.logprobs?.content?.length).toBeGreaterThan(0);
+  });
+});

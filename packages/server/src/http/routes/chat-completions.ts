@@ -183,9 +183,13 @@ function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'ma
  * `stream_options` without a stream, and a `tool_choice` that names no
  * tool the request gives.
  */
-function checkRequestCoherence(body: ChatCompletionRequest): void {
+function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
     throw new GatewayError('validation', "Invalid body: 'stream_options' is only allowed when 'stream' is true.", { param: 'stream_options' });
+  }
+  // OpenAI refuses it without `logprobs: true` (0 included); providers differ (ignored, or a 400), so it is refused here.
+  if (body['top_logprobs'] !== undefined && body['logprobs'] !== true) {
+    throw new GatewayError('validation', "Invalid body: 'top_logprobs' is only allowed when 'logprobs' is true.", { param: 'top_logprobs' });
   }
   const choice = body.tool_choice;
   if (choice == null || choice === 'none' || choice === 'auto') return;
