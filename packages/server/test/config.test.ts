@@ -418,6 +418,28 @@ describe('config file', () => {
     }
   });
 
+  it('an empty file, a file that is no mapping or an empty list stops the start in plain words, not the validator’s', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-empty-'));
+    try {
+      const cases = [
+        ['empty.yaml', '', '/', 'providers and models (the config file is empty)'],
+        ['comments.yaml', '# to fill in\n', '/', 'providers and models (the config file is empty)'],
+        ['empty.json', '\n', '/', 'providers and models (the config file is empty)'],
+        ['list.yaml', '- alpha\n', '/', 'a mapping with providers and models at the top of the file'],
+        ['no-providers.yaml', good.replace(/providers:[\s\S]*?models:/, 'providers: []\nmodels:'), '/providers', 'at least one provider (the list is empty)'],
+        ['no-offers.yaml', good.replace(/offers:[\s\S]*$/, 'offers: []\n'), '/models/0/offers', 'at least one offer (the list is empty)'],
+      ] as const;
+      for (const [name, text, path, expected] of cases) {
+        const file = join(dir, name);
+        writeFileSync(file, text);
+        const { code, output } = await runGatewayToExit({ GW_CONFIG: file, GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: 'k' });
+        expect([name, code, output.trim()]).toEqual([name, 2, `gw: Invalid configuration in ${file} at ${path}: expected ${expected}`]);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a YAML tag the gateway does not know (!env, !secret) stops the start, without quoting the line that holds it', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-tag-'));
     try {

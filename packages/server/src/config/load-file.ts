@@ -38,8 +38,11 @@ function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: 
   return value;
 }
 
+const EMPTY = 'providers and models (the config file is empty)';
+
 export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv): GatewayFileConfig {
   let raw: unknown;
+  if (text.trim() === '') throw new ConfigError(file, '/', EMPTY);
   // A byte order mark, as some editors save it: YAML skips it, JSON.parse does not.
   if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   try {
@@ -49,6 +52,8 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
     const message = json ? jsonSyntaxError((err as Error).message, text) : (err as Error).message.split('\n')[0];
     throw new ConfigError(file, '/', `valid ${json ? 'JSON' : 'YAML'} (${message})`);
   }
+  // YAML reads an empty file (or one of comments only) as null: said so, not as the validator's "expected object".
+  if (raw === null || raw === undefined) throw new ConfigError(file, '/', EMPTY);
   const data = substitute(raw, env, file, '');
   readVariablesAsTyped(raw, data);
   const errors = [...Value.Errors(FileConfigSchema, data)];
@@ -146,7 +151,11 @@ function quotingError(text: string): boolean {
 }
 
 function describeExpectation(message: string, schema: unknown, path: string): string {
-  const s = schema as { pattern?: string; enum?: unknown[]; anyOf?: { const?: unknown }[]; properties?: Record<string, unknown> };
+  const s = schema as { pattern?: string; enum?: unknown[]; anyOf?: { const?: unknown }[]; properties?: Record<string, unknown>; minItems?: number };
+  // The validator's own words ("expected object", "expected array length to be greater or equal to 1") said in the file's.
+  if (path === '' && /^Expected object$/.test(message)) return 'a mapping with providers and models at the top of the file';
+  if (s.minItems === 1 && /^Expected array length/.test(message))
+    return `at least one ${(path.split('/').at(-1) ?? 'item').replace(/s$/, '')} (the list is empty)`;
   if (s.anyOf?.every((o) => o.const !== undefined)) return `one of ${s.anyOf.map((o) => JSON.stringify(o.const)).join(', ')}`;
   if (s.pattern) return `a string matching ${s.pattern}`;
   if (/^Unexpected property$/.test(message)) return `no such property${meantProperty(path.split('/').at(-1) ?? '', Object.keys(s.properties ?? {}))}`;
