@@ -40,6 +40,35 @@ describe('admin API', () => {
     expect([none.status, none.body.error.code]).toEqual([404, 'not_found']);
   });
 
+  it('a path off only by a trailing or doubled slash or its letter case is a 404 naming the route meant, as on the public API', async () => {
+    for (const [method, path, meant] of [
+      ['GET', '/keys/', '/admin/v1/keys'],
+      ['POST', '/keys/', '/admin/v1/keys'],
+      ['GET', '/workspaces/', '/admin/v1/workspaces'],
+      ['POST', '/workspaces/?x=1', '/admin/v1/workspaces'],
+      ['GET', '//keys', '/admin/v1/keys'],
+      ['GET', '/Workspaces', '/admin/v1/workspaces'],
+      ['POST', '/keys/key_x/revoke/', '/admin/v1/keys/key_x/revoke'],
+      ['POST', '/registry/rebuild/', '/admin/v1/registry/rebuild'],
+    ] as const) {
+      const res = await fetch(`${gw.url}/admin/v1${path}`, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      const { error } = (await res.json()) as { error: { code: string; type: string; message: string } };
+      const shown = `/admin/v1${path.split('?')[0]}`;
+      expect([method, path, res.status, error.code, error.type, res.headers.get('allow'), error.message]).toEqual([
+        method,
+        path,
+        404,
+        'not_found',
+        'not_found',
+        null,
+        `No admin route ${method} ${shown}. Did you mean ${meant}? Paths are matched as written: in lower case, without doubled or trailing slashes.`,
+      ]);
+    }
+    // Without a route meant, a plain 404; without the admin token, the 401 comes first.
+    expect((await gw.admin<{ error: { message: string } }>('GET', '/nothing/')).body.error.message).toBe('No admin route GET /admin/v1/nothing/.');
+    expect((await fetch(`${gw.url}/admin/v1/keys/`)).status).toBe(401);
+  });
+
   it('refuses enabledModels naming a model the registry does not know, and stores an alias as the model id', async () => {
     const typo = await gw.admin<{ error: { code: string; param: string; message: string } }>('POST', '/workspaces', {
       name: 'typo',

@@ -7,16 +7,16 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
  * The error for a request no route takes: 405 with `Allow` when the path has routes for other methods (RFC 9110
  * 15.5.6, as OpenAI answers a GET to /v1/chat/completions), else 404.
  */
-export function noRouteError(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply): GatewayError {
+export function noRouteError(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply, what = 'route'): GatewayError {
   const path = request.url.split('?')[0] ?? '/';
+  // A trailing slash can make a collection's path read as its item's with an empty id (POST /admin/v1/keys/ as
+  // PATCH /keys/:id): the route meant, rather than a 405 that names the item's methods.
+  const spelling = spellingHint(app, request.method, path);
+  if (spelling !== '') return new GatewayError('not_found', `No ${what} ${request.method} ${path}.${spelling}`);
   const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
   if (allowed.length === 0) {
-    const hint =
-      baseHint(app, request.method, path) ||
-      spellingHint(app, request.method, path) ||
-      cohereRouteHint(request.method, path) ||
-      openAiRouteHint(request.method, path);
-    return new GatewayError('not_found', `No route ${request.method} ${path}.${hint}`);
+    const hint = baseHint(app, request.method, path) || cohereRouteHint(request.method, path) || openAiRouteHint(request.method, path);
+    return new GatewayError('not_found', `No ${what} ${request.method} ${path}.${hint}`);
   }
   reply.header('allow', allowed.join(', '));
   return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}.`);
@@ -34,7 +34,7 @@ function baseHint(app: FastifyInstance, method: string, path: string): string {
  * A path that differs from a route only in doubled or trailing slashes (a base address ending in `/` joined to a
  * path), or in letter case: which route. Paths are matched as they are, as OpenAI's are; the 404 says what to send.
  */
-function spellingHint(app: FastifyInstance, method: string, path: string): string {
+export function spellingHint(app: FastifyInstance, method: string, path: string): string {
   const known = METHODS.find((m) => m === method);
   if (known === undefined) return '';
   const slashes = path.replace(/\/{2,}/g, '/').replace(/(.)\/$/, '$1');

@@ -22,7 +22,7 @@ import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
-import { noRouteError } from '../no-route.js';
+import { noRouteError, spellingHint } from '../no-route.js';
 import { refuseNonUtf8Json } from '../plugins/json-charset.js';
 import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
@@ -121,6 +121,10 @@ function nulAt(value: unknown, path: string): string | null {
   return null;
 }
 
+function hasEmptyParam(params: unknown): boolean {
+  return params !== null && typeof params === 'object' && Object.values(params).some((v) => v === '');
+}
+
 /** Admin errors are in variant A's envelope (the admin API is not under /alt): documented as the public routes' are. */
 const ADMIN_ERROR = errorEnvelopeSchema('a');
 
@@ -142,6 +146,11 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     const repeated = queryFields ? repeatedQueryParam(request.query, Object.keys(queryFields)) : null;
     if (repeated) return done(repeated);
     // PostgreSQL's text cannot hold NUL: refused here, rather than a 500 from the store. No id has one: a 404.
+    // `/keys/` reaches `/keys/:id` with an empty id: the route meant (GET /keys), not a 400 about the id.
+    if (hasEmptyParam(request.params)) {
+      const path = request.url.split('?')[0] ?? '/';
+      return done(new GatewayError('not_found', `No admin route ${request.method} ${path}.${spellingHint(app, request.method, path)}`));
+    }
     if (nulAt(request.params, '') !== null)
       return done(new GatewayError('not_found', `No admin resource at ${request.method} ${request.routeOptions.url}: the id holds a NUL character.`));
     const field = nulAt(request.body, '');
@@ -150,11 +159,8 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     done();
   });
   // A path with routes for other methods only (GET /workspaces) is a 405 with Allow, as on the public API (docs/errors.md).
-  app.setNotFoundHandler((request, reply) => {
-    const err = noRouteError(app, request, reply);
-    const out = err.code === 'not_found' ? new GatewayError('not_found', `No admin route ${request.method} ${request.url}.`) : err;
-    return sendError(out, request, reply, 'a');
-  });
+  // A path off by a slash or its letter case names the route meant, as on the public API.
+  app.setNotFoundHandler((request, reply) => sendError(noRouteError(app, request, reply, 'admin route'), request, reply, 'a'));
   app.addHook('onRequest', async (request) => {
     refuseDoubleAuthorization(request.raw.rawHeaders);
     checkAdminToken(request.headers.authorization, services.adminToken);
