@@ -24,6 +24,14 @@ async function main(): Promise<void> {
   }
   const gateway = await createGateway({ config, catalogue });
   const { app, services } = gateway;
+  // A misspelt variable would be ignored without a word: named (never its value, which may be a secret), and the start goes on.
+  for (const { name, meant } of config.unknownVariables) {
+    const guess =
+      meant.length > 0
+        ? `; did you mean ${[meant.slice(0, -1).join(', '), meant.at(-1)].filter(Boolean).join(' or ')}?`
+        : ' (README lists the variables it reads)';
+    app.log.warn({ variable: name }, `${name} is set, but the gateway reads no such variable: it is ignored${guess}`);
+  }
   await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
     throw new Error(`cannot listen on ${config.host}:${config.port} (HOST, PORT): ${err instanceof Error ? err.message : String(err)}`);
   });

@@ -501,6 +501,45 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a GW_* variable the gateway does not read is warned of at start, named with the one meant, never its value', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-env-typo-'));
+    // A variable the config file names is no typo, GW_ prefix or not.
+    writeFileSync(join(dir, 'gw.yaml'), good.replace(`\${ALPHA_API_KEY}`, `\${GW_ALPHA_KEY}`));
+    const gw = await spawnGateway({
+      GW_CONFIG: join(dir, 'gw.yaml'),
+      GW_DATA_DIR: join(dir, 'data'),
+      GW_ALPHA_KEY: 'sk-alpha-Value-1',
+      GW_ADMIN_TOKNE: 'admin-S3cret-Value-2',
+      GW_UPLOAD_LIMIT: '99999-Value-3',
+      GW_STREAM: 'Value-4',
+      GW_NOTHING_ALIKE: 'Value-5',
+    });
+    try {
+      const warnings = gw
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('reads no such variable'))
+        .map((l) => JSON.parse(l) as { level: number; variable: string; msg: string });
+      expect(warnings.map((w) => [w.level, w.variable, w.msg])).toEqual([
+        [40, 'GW_ADMIN_TOKNE', 'GW_ADMIN_TOKNE is set, but the gateway reads no such variable: it is ignored; did you mean GW_ADMIN_TOKEN?'],
+        [40, 'GW_NOTHING_ALIKE', 'GW_NOTHING_ALIKE is set, but the gateway reads no such variable: it is ignored (README lists the variables it reads)'],
+        [
+          40,
+          'GW_STREAM',
+          'GW_STREAM is set, but the gateway reads no such variable: it is ignored; did you mean GW_STREAM_GRACE_S, GW_STREAM_MEMORY_MB or GW_STREAM_HEARTBEAT_MS?',
+        ],
+        [40, 'GW_UPLOAD_LIMIT', 'GW_UPLOAD_LIMIT is set, but the gateway reads no such variable: it is ignored; did you mean GW_UPLOAD_LIMIT_BYTES?'],
+      ]);
+      expect(gw.output()).not.toMatch(/Value-\d/);
+      // Not an error: it serves.
+      expect((await fetch(`${gw.url}/healthz`)).status).toBe(200);
+    } finally {
+      gw.child.kill('SIGTERM');
+      await gw.exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('the first start’s example request names a model this gateway serves (none yet: the model list)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-banner-'));
     // Its only provider does not answer: no model is served yet.

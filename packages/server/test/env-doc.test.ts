@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config/index.js';
+import { ENVIRONMENT_VARIABLES, loadConfig } from '../src/config/index.js';
 
 const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
 const source = readFileSync(new URL('../src/config/index.ts', import.meta.url), 'utf8');
@@ -37,5 +37,15 @@ describe("README's environment table", () => {
     expect(() => loadConfig({ [name]: String(max) })).not.toThrow();
     expect(() => loadConfig({ [name]: String(max + 1) })).toThrow(name);
     if (min > 0) expect(() => loadConfig({ [name]: String(min - 1) })).toThrow(name);
+  });
+});
+
+describe('the variables the config reads', () => {
+  // The list a misspelt GW_* variable is told apart from (and matched against) at start.
+  it('are the ones the config reads and the README table lists', () => {
+    const read = new Set([...source.matchAll(/\b(?:int|str|url|writableDir)\(env, '(\w+)'|env\['(\w+)'\]/g)].map(([, a, b]) => (a ?? b) as string));
+    expect([...read].sort()).toEqual([...ENVIRONMENT_VARIABLES].sort());
+    const table = [...rows.keys()].filter((name) => /^[A-Z][A-Z0-9_]+$/.test(name));
+    expect(table.sort()).toEqual([...ENVIRONMENT_VARIABLES].sort());
   });
 });

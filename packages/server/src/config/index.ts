@@ -2,10 +2,12 @@ import { accessSync, constants, mkdirSync } from 'node:fs';
 import { isIP } from 'node:net';
 import type { GatewayFileConfig } from '@gw/schema';
 import { ConfigError } from './config-error.js';
+import { type UnknownVariable, unknownGwVariables } from './env-names.js';
 import { headerUnsafe } from './header-safe.js';
 import { loadConfigFile } from './load-file.js';
 
 export { ConfigError } from './config-error.js';
+export { ENVIRONMENT_VARIABLES, type UnknownVariable } from './env-names.js';
 export { parseConfigText } from './load-file.js';
 
 /** Everything the process reads from outside, validated once at start and frozen. */
@@ -52,6 +54,8 @@ export interface GatewayConfig {
   readonly idempotencyWaitMs: number;
   /** How long an idempotency claim outlives a crashed instance. */
   readonly idempotencyClaimTtlMs: number;
+  /** `GW_*` variables set that none of the above reads nor the config file names: most likely misspelt (warned of at start). */
+  readonly unknownVariables: readonly UnknownVariable[];
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
@@ -140,11 +144,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   if (unsendable !== null) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', `a token an Authorization header can carry, without ${unsendable}`);
   const secret = str(env, 'GW_SECRET');
   if (secret !== null && secret.length < 32) throw new ConfigError('environment', 'GW_SECRET', 'at least 32 characters (it keys every HMAC the gateway signs)');
+  // Filled as the file is read (below), before the unknown variables are told apart from those it names.
+  const referenced = new Set<string>();
   return Object.freeze({
     host: host(env),
     port: int(env, 'PORT', 8080, 0, 65535),
     configFile,
-    file: configFile ? Object.freeze(loadConfigFile(configFile, env)) : null,
+    file: configFile ? Object.freeze(loadConfigFile(configFile, env, referenced)) : null,
     databaseUrl,
     // Embedded, it holds the database; with PostgreSQL, only usage records the database refused (made when needed).
     dataDir: databaseUrl ? (str(env, 'GW_DATA_DIR') ?? './data') : (writableDir(env, 'GW_DATA_DIR') ?? './data'),
@@ -171,5 +177,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     remeasureMs: int(env, 'GW_ROUTING_REMEASURE_MS', 30_000, 10, 3_600_000),
     idempotencyWaitMs: int(env, 'GW_IDEMPOTENCY_WAIT_MS', 10_000, 0, 600_000),
     idempotencyClaimTtlMs: int(env, 'GW_IDEMPOTENCY_CLAIM_TTL_MS', 60_000, 100, 3_600_000),
+    unknownVariables: unknownGwVariables(env, referenced),
   });
 }

@@ -12,7 +12,7 @@ const REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
  * Replaces `${NAME}` in every string with that environment variable; a missing one is an error, and so is a `${`
  * that is no such reference (`${KEY:-}`, `${KEY`), which was kept as written and sent as the provider key.
  */
-function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string): unknown {
+function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string, referenced?: Set<string>): unknown {
   if (typeof value === 'string') {
     // Looked for in the file's text, not in what the variables hold.
     const rest = value.replace(REFERENCE, '');
@@ -26,21 +26,23 @@ function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: 
       );
     }
     return value.replace(REFERENCE, (_m, name: string) => {
+      referenced?.add(name);
       const v = env[name];
       if (v === undefined) throw new ConfigError(file, path || '/', `environment variable ${name} to be set`);
       return v;
     });
   }
-  if (Array.isArray(value)) return value.map((v, i) => substitute(v, env, file, `${path}/${i}`));
+  if (Array.isArray(value)) return value.map((v, i) => substitute(v, env, file, `${path}/${i}`, referenced));
   if (value !== null && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substitute(v, env, file, `${path}/${k}`)]));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substitute(v, env, file, `${path}/${k}`, referenced)]));
   }
   return value;
 }
 
 const EMPTY = 'providers and models (the config file is empty)';
 
-export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv): GatewayFileConfig {
+/** `referenced` collects the environment variables the file names (\${NAME}). */
+export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv, referenced?: Set<string>): GatewayFileConfig {
   let raw: unknown;
   if (text.trim() === '') throw new ConfigError(file, '/', EMPTY);
   // A byte order mark, as some editors save it: YAML skips it, JSON.parse does not.
@@ -54,7 +56,7 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   }
   // YAML reads an empty file (or one of comments only) as null: said so, not as the validator's "expected object".
   if (raw === null || raw === undefined) throw new ConfigError(file, '/', EMPTY);
-  const data = substitute(raw, env, file, '');
+  const data = substitute(raw, env, file, '', referenced);
   readVariablesAsTyped(raw, data);
   const errors = [...Value.Errors(FileConfigSchema, data)];
   // A field the file has but got wrong says more than one it lacks, which the validator lists first
@@ -255,12 +257,12 @@ function checkBaseUrl(baseUrl: string, file: string, path: string): void {
   if (baseUrl.includes('#')) throw new ConfigError(file, path, `a URL without a fragment (#…), not ${shownUrl(baseUrl)}`);
 }
 
-export function loadConfigFile(file: string, env: NodeJS.ProcessEnv): GatewayFileConfig {
+export function loadConfigFile(file: string, env: NodeJS.ProcessEnv, referenced?: Set<string>): GatewayFileConfig {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
     throw new ConfigError(file, '/', `a readable file (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`);
   }
-  return parseConfigText(text, file, env);
+  return parseConfigText(text, file, env, referenced);
 }
