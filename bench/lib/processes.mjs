@@ -153,6 +153,12 @@ export function rssBytes(pid) {
   return match ? Number(match[1]) * 1024 : 0;
 }
 
+/** The highest resident memory the process has had since it started (VmHWM). */
+export function peakRssBytes(pid) {
+  const match = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return match ? Number(match[1]) * 1024 : 0;
+}
+
 /** A port that is free on 127.0.0.1 right now. */
 export function freePort() {
   return new Promise((resolve, reject) => {

@@ -106,6 +106,7 @@ function memoryTable(s, setups) {
       `${d ? d.peakOpen : '–'} / ${g.peakOpen}`,
       m.rssAtStart === undefined ? 'n/a' : mb(m.rssAtStart),
       `${mb(m.rssBefore)}${heap}`,
+      m.rssHighestBefore === undefined ? 'n/a' : mb(m.rssHighestBefore),
       mb(m.rssPeak),
       `${mb(m.rssAfter)} after ${settleMs / 1000} s`,
       `${signed(((m.rssAfter - m.rssBefore) / m.rssBefore) * 100)} %`,
@@ -114,7 +115,15 @@ function memoryTable(s, setups) {
       `${d ? ms(d.total.max) : '–'} / ${ms(g.total.max)}`,
     ];
   });
-  const head = ['scenario [process]', 'completed d / g', 'most open at once d / g', 'RSS at its start, MB', 'RSS before, MB', 'peak RSS, MB'];
+  const head = [
+    'scenario [process]',
+    'completed d / g',
+    'most open at once d / g',
+    'RSS at its start, MB',
+    'RSS before, MB',
+    'highest RSS before, MB',
+    'peak RSS, MB',
+  ];
   return table([...head, 'RSS after, MB', 'after vs before', 'RSS once idle, MB', 'once idle vs before', 'slowest stream ms d / g'], rows);
 }
 
@@ -290,7 +299,9 @@ function method(results) {
   delay (prom-client's histogram, 10 ms resolution) over its rounds, from \`/metrics\`. Per-round figures: \`bench/results/latest.json\`.
 - **1,000 streams**: requested at once, direct then through the gateway; the gateway's RSS (\`/proc/<pid>/status\` VmRSS) before,
   sampled every 50 ms, and ${p.settleS} s after the last one ended; heap and external memory from \`/metrics\`. "RSS at its start" is
-  the same process once it served, before any load. "Once idle": the gateway hands the memory a burst leaves behind back to the
+  the same process once it served, before any load: on the embedded store that can fall in the second or two after it opened, while
+  V8 compiles PGlite's WebAssembly (docs/decisions.md). "Highest RSS before" is VmHWM read as the burst begins: the most the process
+  has held from its start on, that compilation and the earlier scenarios included. "Once idle": the gateway hands the memory a burst leaves behind back to the
   system after 30 s without a request (docs/decisions.md); the bench holds it (SIGSTOP, so that the hand-back's pause does not
   land on the core while the next setups are measured there) from its last request (embedded, the burst's last stream; with
   PostgreSQL + Redis, the Redis-killed scenario that follows its burst) until those setups are done, at least

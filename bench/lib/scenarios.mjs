@@ -211,6 +211,7 @@ export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel
   await monitor.waitForQuiet();
   const before = await gateway.scrape();
   const rssBefore = gateway.rss();
+  const rssHighestBefore = gateway.peakRss();
   let rssPeak = rssBefore;
   const viaGateway = await burst('gateway', () => {
     rssPeak = Math.max(rssPeak, gateway.rss());
@@ -231,6 +232,7 @@ export async function burstOfStreams({ upstream, gateway, monitor, upstreamModel
   const memory = {
     rssAtStart: gateway.rssAtStart,
     rssBefore,
+    rssHighestBefore,
     rssPeak,
     rssAfter,
     heapUsedBefore: before.heapUsedBytes,

@@ -2,7 +2,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { mallocEnv } from '../../scripts/malloc-env.mjs';
 import { gatewayModelId, UPSTREAM_MODELS } from '../upstream/profiles.mjs';
-import { freePort, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
+import { freePort, peakRssBytes, pinProcessTree, rssBytes, spawnPinned, stopChild, threadCpuSeconds, waitForLine } from './processes.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 /** The gateway's build in this checkout. */
@@ -140,6 +140,7 @@ function measured(child, url, stopTimeoutMs) {
       }
       return rssBytes(child.pid);
     },
+    peakRss: () => peakRssBytes(child.pid),
     threadCpu: () => threadCpuSeconds(child.pid),
     // Held: stopped (SIGSTOP), every thread of it, until released; it keeps what it holds and uses no CPU.
     hold: () => child.kill('SIGSTOP'),
