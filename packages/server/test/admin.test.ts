@@ -50,6 +50,10 @@ describe('admin API', () => {
       ['GET', '/Workspaces', '/admin/v1/workspaces'],
       ['POST', '/keys/key_x/revoke/', '/admin/v1/keys/key_x/revoke'],
       ['POST', '/registry/rebuild/', '/admin/v1/registry/rebuild'],
+      // No route takes these methods at /keys either: the path is still the slip, not a 405 naming the item's methods.
+      ['DELETE', '/keys/', '/admin/v1/keys'],
+      ['PATCH', '/keys/', '/admin/v1/keys'],
+      ['PUT', '/workspaces/', '/admin/v1/workspaces'],
     ] as const) {
       const res = await fetch(`${gw.url}/admin/v1${path}`, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
       const { error } = (await res.json()) as { error: { code: string; type: string; message: string } };

@@ -329,6 +329,32 @@ describe('errors in each variant’s envelope', () => {
     expect((await post(gw.url, '/v1/chat/complete', chat())).body.error.message).toBe('No route POST /v1/chat/complete.');
   });
 
+  it('a model path off by a trailing or doubled slash is the 404 naming the route meant, not a 400 about an empty id', async () => {
+    for (const [method, path, meant] of [
+      ['GET', '/v1/models/', '/v1/models'],
+      ['GET', '/alt/v1/models/', '/alt/v1/models'],
+      ['HEAD', '/v1/models/', '/v1/models'],
+      ['GET', '/v1/models//', '/v1/models'],
+      ['GET', '/v1/models//small', '/v1/models/small'],
+      ['GET', '/alt/v1/models/mistral/', '/alt/v1/models/mistral'],
+      // No route takes DELETE there: the path is the slip, not the method (then a 405 at the path meant).
+      ['DELETE', '/v1/models/', '/v1/models'],
+    ]) {
+      const res = await fetch(`${gw.url}${path}`, { method, headers: { authorization: `Bearer ${key}` } });
+      expect([method, path, res.status, res.headers.get('allow')]).toEqual([method, path, 404, null]);
+      if (method === 'HEAD') continue;
+      const { error } = (await res.json()) as Envelope;
+      expect([path, error.code, error.param, error.message]).toEqual([
+        path,
+        'not_found',
+        null,
+        `No route ${method} ${path}. Did you mean ${meant}? Paths are matched as written: in lower case, without doubled or trailing slashes.`,
+      ]);
+    }
+    const model = await fetch(`${gw.baseA}/models/mistral/small`, { headers: { authorization: `Bearer ${key}` } });
+    expect(model.status).toBe(200);
+  });
+
   it('variant B does not name the kind of an embedding model outside its beta, which its model list hides', async () => {
     const hidden = 'baai/bge-multilingual-gemma2';
     const listed = (await (await fetch(`${gw.baseB}/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] };

@@ -10,16 +10,41 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 export function noRouteError(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply, what = 'route'): GatewayError {
   const path = request.url.split('?')[0] ?? '/';
   // A trailing slash can make a collection's path read as its item's with an empty id (POST /admin/v1/keys/ as
-  // PATCH /keys/:id): the route meant, rather than a 405 that names the item's methods.
+  // PATCH /keys/:id): the route meant, rather than a 405 that names the item's methods (`takes` ignores those).
   const spelling = spellingHint(app, request.method, path);
   if (spelling !== '') return new GatewayError('not_found', `No ${what} ${request.method} ${path}.${spelling}`);
-  const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
+  const allowed = METHODS.filter((method) => method !== request.method && takes(app, method, path));
   if (allowed.length === 0) {
-    const hint = baseHint(app, request.method, path) || cohereRouteHint(request.method, path) || openAiRouteHint(request.method, path);
+    const hint =
+      spellingHint(app, request.method, path, true) ||
+      baseHint(app, request.method, path) ||
+      cohereRouteHint(request.method, path) ||
+      openAiRouteHint(request.method, path);
     return new GatewayError('not_found', `No ${what} ${request.method} ${path}.${hint}`);
   }
   reply.header('allow', allowed.join(', '));
   return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}.`);
+}
+
+/**
+ * Whether a route takes the path as a whole: `/keys/` reaches `/keys/:id` only with an empty id, which is a slash
+ * slip, not the item's path (DELETE /admin/v1/keys/ is no 405 naming the item's methods).
+ */
+function takes(app: FastifyInstance, method: (typeof METHODS)[number], path: string): boolean {
+  const found = app.findRoute({ method, url: path });
+  return found !== null && !Object.values(found.params ?? {}).includes('');
+}
+
+/**
+ * A request that reached an item's route with an empty parameter (GET /v1/models/ as /models/:id, /models//x as
+ * /models/:family/:model): the 404 naming the route meant, as a path off by a slash gets, rather than a 400 about the
+ * empty id. Null otherwise. Called on routes with parameters only, before their schema is checked.
+ */
+export function emptyParamError(app: FastifyInstance, request: FastifyRequest, what = 'route'): GatewayError | null {
+  const params = request.params;
+  if (params === null || typeof params !== 'object' || !Object.values(params).includes('')) return null;
+  const path = request.url.split('?')[0] ?? '/';
+  return new GatewayError('not_found', `No ${what} ${request.method} ${path}.${spellingHint(app, request.method, path, true)}`);
 }
 
 /** A path that misses only the base address's `/v1` (a client configured with the host alone): where it is. */
@@ -33,15 +58,16 @@ function baseHint(app: FastifyInstance, method: string, path: string): string {
 /**
  * A path that differs from a route only in doubled or trailing slashes (a base address ending in `/` joined to a
  * path), or in letter case: which route. Paths are matched as they are, as OpenAI's are; the 404 says what to send.
+ * `anyMethod`: when no such route takes the method, one that takes another (its 405 then names them), for a path
+ * that has no route of its own (DELETE /admin/v1/keys/ means /admin/v1/keys, not an item with an empty id).
  */
-export function spellingHint(app: FastifyInstance, method: string, path: string): string {
-  const known = METHODS.find((m) => m === method);
-  if (known === undefined) return '';
+export function spellingHint(app: FastifyInstance, method: string, path: string, anyMethod = false): string {
   const slashes = path.replace(/\/{2,}/g, '/').replace(/(.)\/$/, '$1');
-  for (const candidate of [slashes, slashes.toLowerCase()]) {
-    if (candidate !== path && app.findRoute({ method: known, url: candidate }) !== null) {
-      return ` Did you mean ${candidate}? Paths are matched as written: in lower case, without doubled or trailing slashes.`;
-    }
+  const candidates = [slashes, slashes.toLowerCase()].filter((candidate) => candidate !== path);
+  const known = METHODS.filter((m) => m === method);
+  for (const methods of anyMethod ? [known, METHODS] : [known]) {
+    const meant = candidates.find((candidate) => methods.some((m) => takes(app, m, candidate)));
+    if (meant !== undefined) return ` Did you mean ${meant}? Paths are matched as written: in lower case, without doubled or trailing slashes.`;
   }
   return '';
 }

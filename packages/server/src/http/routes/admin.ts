@@ -22,7 +22,7 @@ import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
-import { noRouteError, spellingHint } from '../no-route.js';
+import { emptyParamError, noRouteError } from '../no-route.js';
 import { refuseNonUtf8Json } from '../plugins/json-charset.js';
 import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
@@ -121,10 +121,6 @@ function nulAt(value: unknown, path: string): string | null {
   return null;
 }
 
-function hasEmptyParam(params: unknown): boolean {
-  return params !== null && typeof params === 'object' && Object.values(params).some((v) => v === '');
-}
-
 /** Admin errors are in variant A's envelope (the admin API is not under /alt): documented as the public routes' are. */
 const ADMIN_ERROR = errorEnvelopeSchema('a');
 
@@ -147,10 +143,8 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     if (repeated) return done(repeated);
     // PostgreSQL's text cannot hold NUL: refused here, rather than a 500 from the store. No id has one: a 404.
     // `/keys/` reaches `/keys/:id` with an empty id: the route meant (GET /keys), not a 400 about the id.
-    if (hasEmptyParam(request.params)) {
-      const path = request.url.split('?')[0] ?? '/';
-      return done(new GatewayError('not_found', `No admin route ${request.method} ${path}.${spellingHint(app, request.method, path)}`));
-    }
+    const empty = emptyParamError(app, request, 'admin route');
+    if (empty) return done(empty);
     if (nulAt(request.params, '') !== null)
       return done(new GatewayError('not_found', `No admin resource at ${request.method} ${request.routeOptions.url}: the id holds a NUL character.`));
     const field = nulAt(request.body, '');

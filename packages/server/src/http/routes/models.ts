@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import type { RegistryModel } from '../../routing/registry.js';
 import { enabledModels, modelHint } from '../model-access.js';
+import { emptyParamError } from '../no-route.js';
 import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
 import { filterModelsA, modelViewA } from '../variants/a.js';
@@ -27,10 +28,16 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
     },
   );
   const response = { 200: isA ? ModelA : ModelB };
+  // `/models/` and `/models//x` reach these routes with an empty id: the route meant, as a 404 (docs/errors.md).
+  const noEmptyParam = async (request: FastifyRequest) => {
+    const err = emptyParamError(app, request);
+    if (err) throw err;
+  };
   app.get(
     '/models/:id',
     {
       config: { uncounted: true },
+      preValidation: noEmptyParam,
       schema: docs.operation('getModel', 'Get one model (the slash in the id is encoded as %2F)', { params: ModelParams, response }),
     },
     (request) => oneModel(services, request, isA, (request.params as { id: string }).id),
@@ -40,6 +47,7 @@ export function modelsRoutes(app: FastifyInstance, services: Services, docs: Rou
     '/models/:family/:model',
     {
       config: { uncounted: true },
+      preValidation: noEmptyParam,
       schema: docs.operation('getModelSlashed', 'Get one model, the slash in its id unencoded', { params: SlashedModelParams, response }),
     },
     (request) => {
