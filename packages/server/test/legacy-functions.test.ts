@@ -117,4 +117,42 @@ describe('a two-round functions flow, pinned to each provider', () => {
     >;
     expect(err.status).toBe(400);
   });
+
+  it.each(['A', 'B'] as const)('%s: a function_call OpenAI refuses is refused before any provider is called, naming it', async (variant) => {
+    const client = variant === 'A' ? a : b;
+    const upstream = () => Object.values(gw.sim.providers).reduce((sum, p) => sum + (p?.stats().total ?? 0), 0);
+    const before = upstream();
+    const other = { name: 'get_time', parameters: { type: 'object', properties: {} } };
+    for (const [extra, param, message] of [
+      [
+        { functions: [getWeather, other], function_call: { name: 'get_forecast' } },
+        'function_call.name',
+        "'function_call.name' names 'get_forecast', which is not among 'functions' (get_weather, get_time).",
+      ],
+      [
+        { functions: [getWeather], function_call: { name: 'get_forecast' }, stream: true },
+        'function_call.name',
+        "'function_call.name' names 'get_forecast', which is not among 'functions' (get_weather).",
+      ],
+      [{ function_call: { name: 'get_weather' } }, 'function_call', "'function_call' names a function, but 'functions' gives none."],
+      [
+        { functions: [getWeather], function_call: 'get_weather' },
+        'function_call',
+        `'function_call' must be 'none', 'auto' or {"name": …} naming one of 'functions'.`,
+      ],
+    ] as const) {
+      const params = { model: 'mistral/small', messages: [question], ...extra } as OpenAI.ChatCompletionCreateParamsNonStreaming;
+      const err = (await client.chat.completions.create(params).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+      const code = variant === 'A' ? 'validation_error' : 'invalid_request';
+      expect([param, err.status, err.code, err.param, err.message]).toEqual([param, 400, code, param, `400 Invalid body: ${message}`]);
+    }
+    expect(upstream()).toBe(before);
+    // Named among `functions`, it is asked of the provider as the tools API's named choice.
+    const named = await client.chat.completions.create(
+      { model: 'mistral/small', messages: [question], functions: [getWeather, other], function_call: { name: 'get_weather' } },
+      { headers: { 'x-gateway-provider': 'mistral' } },
+    );
+    expect(named.choices[0]?.message.function_call?.name).toBe('get_weather');
+    expect(received('mistral')['tool_choice']).toEqual({ type: 'function', function: { name: 'get_weather' } });
+  });
 });

@@ -1,3 +1,4 @@
+import { GatewayError } from '../errors/gateway-error.js';
 import type { ChatBody, ChatChunk, ChatStream, ChunkSink } from './types.js';
 
 /**
@@ -13,8 +14,34 @@ function callId(index: number): string {
   return `call${String(index).padStart(5, '0')}`;
 }
 
-/** Rewrites the body, in place, from the functions API to the tools API. */
+/**
+ * A `function_call` OpenAI refuses with a 400: neither `none`, `auto` nor `{name}` of a function `functions` lists.
+ * As its tools form, a provider would refuse it in its own words or answer as if it named nothing.
+ */
+function checkFunctionCall(body: ChatBody): void {
+  const choice = body['function_call'];
+  if (choice === undefined || choice === 'none' || choice === 'auto') return;
+  if (choice === null || typeof choice !== 'object') {
+    throw new GatewayError('validation', `Invalid body: 'function_call' must be 'none', 'auto' or {"name": …} naming one of 'functions'.`, {
+      param: 'function_call',
+    });
+  }
+  const functions = body['functions'];
+  const names = Array.isArray(functions) ? functions.map((f) => (f as { name?: unknown } | null)?.name) : [];
+  if (names.length === 0) {
+    throw new GatewayError('validation', "Invalid body: 'function_call' names a function, but 'functions' gives none.", { param: 'function_call' });
+  }
+  const name = (choice as { name?: unknown }).name;
+  if (!names.includes(name)) {
+    const param = 'function_call.name';
+    const said = typeof name === 'string' ? `names '${name}', which is not among` : 'must name one of';
+    throw new GatewayError('validation', `Invalid body: '${param}' ${said} 'functions' (${names.join(', ')}).`, { param });
+  }
+}
+
+/** Rewrites the body, in place, from the functions API to the tools API; refuses a `function_call` OpenAI refuses. */
 export function toToolsApi(body: ChatBody): void {
+  checkFunctionCall(body);
   const functions = body['functions'];
   if (Array.isArray(functions)) {
     const tools = Array.isArray(body['tools']) ? body['tools'] : [];
