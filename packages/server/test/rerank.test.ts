@@ -98,6 +98,26 @@ describe("POST /v1/rerank through Cohere's own SDK", () => {
     expect(sent?.body).toEqual({ model: 'rerank-v3.5', query, documents, top_n: 3 });
   });
 
+  it('takes more than 1,000 documents, which Cohere only recommends against, from its SDK in both variants, on Cohere and on Scaleway', async () => {
+    const many = Array.from({ length: 1500 }, (_, i) => `document ${i} about ${i === 1234 ? 'Paris, the capital of France' : 'rivers'}`);
+    for (const [variant, client] of [
+      ['A', coA],
+      ['B', coB],
+    ] as const) {
+      for (const [model, provider] of [
+        [MODEL, 'cohere'],
+        [SCALEWAY_ONLY, 'scaleway'],
+      ] as const) {
+        const { data, rawResponse } = await client.rerank({ model, query, documents: many, topN: 3 }).withRawResponse();
+        expect([variant, provider, rawResponse.headers.get('x-gateway-provider'), data.results.length]).toEqual([variant, provider, provider, 3]);
+        expect(data.results.every((r) => r.index >= 0 && r.index < 1500)).toBe(true);
+        // Cohere's rule: one search unit per 100 documents.
+        expect(data.meta?.billedUnits?.searchUnits).toBe(15);
+        expect((sim.providers[provider]?.stats().last?.body as { documents: unknown[] }).documents).toHaveLength(1500);
+      }
+    }
+  });
+
   it('answers Cohere’s current SDK (CohereClientV2), which posts to /v2/rerank, in both variants', async () => {
     for (const base of [gw.url, `${gw.url}/alt`]) {
       const v2 = new CohereClientV2({ token: key, environment: base, maxRetries: 0 });

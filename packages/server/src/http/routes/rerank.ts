@@ -23,7 +23,8 @@ export const RerankBody = Type.Object(
   {
     model: Type.String({ minLength: 1, maxLength: 200 }),
     query: Type.String({ minLength: 1 }),
-    documents: Type.Array(Document, { minItems: 1, maxItems: 1000 }),
+    // No count of its own: Cohere only recommends at most 1,000, and GW_BODY_LIMIT_BYTES bounds the body (docs/decisions.md).
+    documents: Type.Array(Document, { minItems: 1 }),
     top_n: Type.Optional(Type.Integer({ minimum: 1 })),
     return_documents: Type.Optional(Type.Boolean({ default: false })),
     rank_fields: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })),
