@@ -70,14 +70,25 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
   let letGo: NodeJS.Timeout | null = null;
   // Bytes read since a read in which an event ended (so it undercounts by at most one read).
   let sinceEvent = 0;
+  // The wait for the first event: bounded by timeoutMs from the answer's headers, whatever comments come meanwhile
+  // (each one resets undici's read timeout, and the client gets no headers before the first chunk). The timer is
+  // armed only by a read that ends no event before the first one, so a well-formed stream never makes one.
+  let sawEvent = false;
+  const opened = performance.now();
+  let firstEventBound: NodeJS.Timeout | null = null;
   const finish = (error: Error | null) => {
     if (finished) return;
     finished = true;
+    if (firstEventBound) clearTimeout(firstEventBound);
     sink.end(error);
   };
   const parser = createParser({
     onEvent: (event) => {
       sinceEvent = 0;
+      if (!sawEvent) {
+        sawEvent = true;
+        if (firstEventBound) clearTimeout(firstEventBound);
+      }
       if (finished) return;
       let out: ChatChunk[] | typeof SSE_DONE;
       try {
@@ -119,6 +130,16 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
       if (sinceEvent > MAX_EVENT_BYTES && !finished) {
         finish(new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event larger than ${MAX_EVENT_BYTES / 1024 / 1024} MiB` }));
         body.destroy();
+      } else if (!sawEvent && firstEventBound === null && !finished) {
+        firstEventBound = setTimeout(
+          () => {
+            if (finished) return;
+            finish(new UpstreamError({ kind: 'timeout', provider, message: `${provider} sent no event within ${http.timeoutMs} ms of its answer's start` }));
+            body.destroy();
+          },
+          Math.max(0, http.timeoutMs - (performance.now() - opened)),
+        );
+        firstEventBound.unref();
       }
     },
     // The errors are built only when they end the stream: most streams end at [DONE] first.

@@ -1,0 +1,164 @@
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { ModelConfig } from '@gw/schema';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+/**
+ * An OpenAI-compatible host that answers a stream request at once (200, `text/event-stream`) and then sends
+ * SSE comments every 100 ms: for ever (`comments`), for a while before its answer (`late`), or between its
+ * first chunk and the rest (`gap`). Each comment resets the read timeout, so only a bound on the wait for the
+ * first event ends the first; the client, which gets no headers before the first chunk, would wait for good.
+ */
+const TIMEOUT_MS = 600;
+const COMMENT_EVERY_MS = 100;
+const PRICE = { prompt_per_1m: 1000, completion_per_1m: 2000, currency: 'EUR' };
+const USAGE = { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 };
+
+const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+  `data: ${JSON.stringify({ id: 's1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+const answer = (words: string[]) =>
+  words.map((w) => chunk({ content: w })).join('') +
+  chunk({}, 'stop') +
+  `data: ${JSON.stringify({ id: 's1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [], usage: USAGE })}\n\ndata: [DONE]\n\n`;
+
+/** Upstream requests whose connection the gateway closed before their answer ended, by upstream model. */
+const cut: Record<string, number> = {};
+
+/** Writes `: keep-alive` every 100 ms for `ms` (for ever without it), then calls `then`; stops when the gateway goes. */
+function comments(res: ServerResponse, ms: number | null, then: () => void): void {
+  const started = Date.now();
+  const timer = setInterval(() => {
+    if (ms !== null && Date.now() - started >= ms) {
+      clearInterval(timer);
+      then();
+    } else res.write(': keep-alive\n\n');
+  }, COMMENT_EVERY_MS);
+  res.on('close', () => clearInterval(timer));
+}
+
+function host(): Server {
+  return createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => {
+      body += d;
+    });
+    req.on('end', () => {
+      if (req.method === 'GET') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ object: 'list', data: ['comments', 'late', 'gap', 'ok'].map((id) => ({ id })) }));
+        return;
+      }
+      const model = (JSON.parse(body) as { model: string }).model;
+      res.on('close', () => {
+        if (!res.writableEnded) cut[model] = (cut[model] ?? 0) + 1;
+      });
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (model === 'comments') comments(res, null, () => {});
+      else if (model === 'late') comments(res, TIMEOUT_MS / 2, () => res.end(answer(['late ', 'answer'])));
+      else if (model === 'gap') {
+        res.write(chunk({ role: 'assistant', content: 'first ' }));
+        comments(res, TIMEOUT_MS * 3, () => res.end(answer(['then ', 'the rest'])));
+      } else res.end(answer(['good ', 'answer']));
+    });
+  });
+}
+
+function model(id: string, offers: [string, string][]): ModelConfig {
+  return {
+    id: `chatty/${id}`,
+    kind: 'chat',
+    owned_by: 'test',
+    context_window: 8000,
+    capabilities: ['streaming'],
+    offers: offers.map(([provider, upstreamModel]) => ({ provider, upstreamModel, pricing: PRICE })),
+  };
+}
+
+let upstream: Server;
+let gw: TestGateway;
+
+beforeAll(async () => {
+  upstream = host();
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  const baseUrl = `http://127.0.0.1:${(upstream.address() as { port: number }).port}/v1`;
+  gw = await startGateway({
+    catalogue: () => ({
+      providers: [
+        { id: 'chatter', type: 'openai', baseUrl, region: 'fr-par', apiKey: '', timeoutMs: TIMEOUT_MS },
+        { id: 'steady', type: 'openai', baseUrl, region: 'fr-par', apiKey: '', timeoutMs: TIMEOUT_MS },
+      ],
+      models: [
+        model('comments', [['chatter', 'comments']]),
+        model('failover', [
+          ['chatter', 'comments'],
+          ['steady', 'ok'],
+        ]),
+        model('late', [['chatter', 'late']]),
+        model('gap', [['chatter', 'gap']]),
+      ],
+    }),
+  });
+});
+afterAll(async () => {
+  await gw?.close();
+  await gw?.sim.close();
+  upstream?.close();
+});
+
+const messages = [{ role: 'user' as const, content: 'hi' }];
+const spent = async (id: string) => (await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+
+describe('an upstream stream that sends only comments', () => {
+  it('fails as an upstream timeout within the provider’s timeoutMs: a 504 for the client, the upstream request closed, nothing billed', async () => {
+    const { id, key } = await gw.createKey();
+    for (const base of [gw.baseA, gw.baseB]) {
+      const client = new OpenAI({ apiKey: key, baseURL: base, maxRetries: 0, timeout: 20_000 });
+      const before = cut['comments'] ?? 0;
+      const started = Date.now();
+      const err = await client.chat.completions.create({ model: 'chatty/comments', messages, stream: true }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      expect([(err as InstanceType<typeof OpenAI.APIError>).status, (err as InstanceType<typeof OpenAI.APIError>).code]).toEqual([504, 'upstream_timeout']);
+      expect((err as Error).message).toContain('did not answer in time (tried: chatter)');
+      // The bound counts from the answer's headers, whatever the comments: not reset by each of them.
+      expect(Date.now() - started).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
+      expect(Date.now() - started).toBeLessThan(TIMEOUT_MS + 1500);
+      await eventually(() => expect(cut['comments']).toBe(before + 1));
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await spent(id)).toBe(0);
+  });
+
+  it('fails over to the next offer, which answers and alone is billed', async () => {
+    const { id, key } = await gw.createKey();
+    const res = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider-prefer': 'chatter' },
+      body: JSON.stringify({ model: 'chatty/failover', messages, stream: true, stream_options: { include_usage: true } }),
+    });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).toContain('"content":"good "');
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    // 11 prompt tokens at 1000/M and 7 completion tokens at 2000/M, once.
+    await eventually(async () => expect(await spent(id)).toBeCloseTo(0.025, 9));
+  });
+});
+
+describe('comments that are not the whole stream', () => {
+  it('before a first event that comes within timeoutMs: the answer is relayed whole', async () => {
+    const { key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    let text = '';
+    for await (const c of await client.chat.completions.create({ model: 'chatty/late', messages, stream: true })) text += c.choices[0]?.delta.content ?? '';
+    expect(text).toBe('late answer');
+  });
+
+  it('between events, for longer than timeoutMs in all: the stream goes on as before', async () => {
+    const { key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    let text = '';
+    for await (const c of await client.chat.completions.create({ model: 'chatty/gap', messages, stream: true })) text += c.choices[0]?.delta.content ?? '';
+    expect(text).toBe('first then the rest');
+  });
+});
