@@ -43,6 +43,8 @@ export class RelayGate implements ChunkSink {
   private held: ChatChunk[] = [];
   private ended: { error: Error | null } | null = null;
   private target: ChunkSink | null = null;
+  /** What the upstream last told of an unfinished event, passed on at attach. */
+  private unfinishedBytes = 0;
   private settle!: { resolve: (c: ChatChunk) => void; reject: (e: Error) => void };
 
   constructor(
@@ -73,12 +75,18 @@ export class RelayGate implements ChunkSink {
     if (this.held.length === 0) this.settle.reject(error ?? this.beforeFirst());
   }
 
+  unfinished(bytes: number): void {
+    if (this.target) this.target.unfinished?.(bytes);
+    else this.unfinishedBytes = bytes;
+  }
+
   /** From now on chunks go to `sink`, those held first. */
   attach(sink: ChunkSink): void {
     this.target = sink;
     const held = this.held;
     this.held = [];
     for (const c of held) sink.chunk(c);
+    if (this.unfinishedBytes !== 0) sink.unfinished?.(this.unfinishedBytes);
     if (this.ended) sink.end(this.ended.error);
   }
 }

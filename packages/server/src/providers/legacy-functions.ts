@@ -131,7 +131,7 @@ function toFunctionsChunk(chunk: ChatChunk): ChatChunk {
 export function functionsStream(upstream: ChatStream): ChatStream {
   return {
     relay(sink: ChunkSink): void {
-      upstream.relay({ chunk: (c) => sink.chunk(toFunctionsChunk(c)), end: (e) => sink.end(e) });
+      upstream.relay({ chunk: (c) => sink.chunk(toFunctionsChunk(c)), end: (e) => sink.end(e), unfinished: (n) => sink.unfinished?.(n) });
     },
     abort: () => upstream.abort(),
     async *[Symbol.asyncIterator]() {

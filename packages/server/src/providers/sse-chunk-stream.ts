@@ -2,7 +2,7 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { UpstreamError } from '../errors/upstream-error.js';
 import { iterateRelay } from './chunk-relay.js';
 import type { UpstreamBody, UpstreamHttp } from './http-client.js';
-import type { ChatChunk, ChatStream, ChunkSink } from './types.js';
+import { type ChatChunk, type ChatStream, type ChunkSink, UNFINISHED_COUNTED_BYTES } from './types.js';
 
 /** What a decoder returns for the provider's `[DONE]`. */
 export const SSE_DONE = Symbol('sse-done');
@@ -70,6 +70,8 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
   let letGo: NodeJS.Timeout | null = null;
   // Bytes read since a read in which an event ended (so it undercounts by at most one read).
   let sinceEvent = 0;
+  // What the sink was last told of an unfinished event (0: nothing, the common case).
+  let toldUnfinished = 0;
   // The wait for the first event: bounded by timeoutMs from the answer's headers, whatever comments come meanwhile
   // (each one resets undici's read timeout, and the client gets no headers before the first chunk). The timer is
   // armed only by a read that ends no event before the first one, so a well-formed stream never makes one.
@@ -127,10 +129,20 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
       if (finished) return;
       sinceEvent += bytes.length;
       parser.feed(decoder.decode(bytes, { stream: true }));
-      if (sinceEvent > MAX_EVENT_BYTES && !finished) {
-        finish(new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event larger than ${MAX_EVENT_BYTES / 1024 / 1024} MiB` }));
-        body.destroy();
-      } else if (!sawEvent && firstEventBound === null && !finished) {
+      if (sinceEvent > UNFINISHED_COUNTED_BYTES && !finished) {
+        if (sinceEvent > MAX_EVENT_BYTES) {
+          finish(new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event larger than ${MAX_EVENT_BYTES / 1024 / 1024} MiB` }));
+          body.destroy();
+          return;
+        }
+        // A large unfinished event (an endless line) is memory like the events kept: the instance's bound counts it.
+        toldUnfinished = sinceEvent;
+        sink.unfinished?.(sinceEvent);
+      } else if (toldUnfinished !== 0 && !finished) {
+        toldUnfinished = 0;
+        sink.unfinished?.(0);
+      }
+      if (!sawEvent && firstEventBound === null && !finished) {
         firstEventBound = setTimeout(
           () => {
             if (finished) return;

@@ -35,7 +35,15 @@ export interface ChatChunk {
 export interface ChunkSink {
   chunk(c: ChatChunk): void;
   end(error: Error | null): void;
+  /**
+   * Bytes the upstream reader holds of an event not yet ended, told only past {@link UNFINISHED_COUNTED_BYTES}
+   * (then again as it grows, and 0 once an event ends), so that the instance's stream memory bound counts them.
+   */
+  unfinished?(bytes: number): void;
 }
+
+/** An unfinished event smaller than this is not told to the sink: a well-formed stream never reaches it. */
+export const UNFINISHED_COUNTED_BYTES = 64 * 1024;
 
 /**
  * An upstream stream that has answered 200, yielding normalised chunks:

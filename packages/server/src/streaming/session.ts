@@ -81,7 +81,7 @@ export interface CutOff {
  * are all in, so that they reach the client in one write, and at once at
  * the end.
  */
-export class StreamSession implements ReclaimableSession {
+export class StreamSession implements ReclaimableSession, ChunkSink {
   readonly streamId: string;
   private events: StreamEvent[] = [];
   /** Each reader's wake-up, and how many bytes of event data it has read. */
@@ -104,6 +104,8 @@ export class StreamSession implements ReclaimableSession {
   /** The usage held came after every choice finished: the provider's count of the whole answer. */
   private usageOfWhole = false;
   private bufferedBytes = 0;
+  /** Bytes the upstream reader holds of an event not yet ended, when it told of them (a large one): counted as held. */
+  private unfinishedBytes = 0;
   private wakeQueued = false;
   private readonly wake = () => {
     this.wakeQueued = false;
@@ -123,7 +125,8 @@ export class StreamSession implements ReclaimableSession {
     this.finished = new Promise((resolve) => {
       this.resolveFinished = resolve;
     });
-    init.source.attach({ chunk: (c) => this.chunk(c), end: (error) => this.end(error) });
+    // The session is the upstream's sink itself: no object or closures made for it per stream.
+    init.source.attach(this);
   }
 
   /** The stream's record as the resume buffer has it (null: not given, as in tests). */
@@ -215,10 +218,11 @@ export class StreamSession implements ReclaimableSession {
   /** Bytes the slowest reader has not read; without a reader, all the running stream holds (kept for a resume). */
   backlog(): number {
     if (this.cut !== null) return 0;
-    if (this.listeners.size === 0) return this.done ? 0 : this.bufferedBytes;
+    if (this.listeners.size === 0) return this.done ? 0 : this.bufferedBytes + this.unfinishedBytes;
     let least = this.bufferedBytes;
     for (const read of this.listeners.values()) least = Math.min(least, read());
-    return this.bufferedBytes - least;
+    // An event still arriving is not read by anyone yet.
+    return this.bufferedBytes + this.unfinishedBytes - least;
   }
 
   /**
@@ -259,7 +263,8 @@ export class StreamSession implements ReclaimableSession {
     this.graceTimer.unref();
   }
 
-  private chunk(c: ChatChunk): void {
+  /** The upstream's sink: a chunk arrived. */
+  chunk(c: ChatChunk): void {
     if (this.done) return;
     if (this.bufferedBytes > MAX_STREAM_BYTES) {
       // The buffer is bounded: a stream longer than it is stopped rather than grow memory without end.
@@ -293,8 +298,18 @@ export class StreamSession implements ReclaimableSession {
     return this.finishedChoices.size >= this.init.choices;
   }
 
-  private end(failure: Error | null): void {
+  /** The upstream's sink: the upstream holds this much of an event not yet ended (told only when large). */
+  unfinished(bytes: number): void {
     if (this.done) return;
+    const change = bytes - this.unfinishedBytes;
+    this.unfinishedBytes = bytes;
+    if (this.hold) (this.memory as StreamMemory).add(this.hold, change);
+  }
+
+  /** The upstream's sink (and the gateway's own ends): the stream ends, failed or not. */
+  end(failure: Error | null): void {
+    if (this.done) return;
+    if (this.unfinishedBytes !== 0) this.unfinished(0);
     let error = failure;
     let lateFailure: Error | null = null;
     if (error !== null && !(error instanceof StreamEndedByGateway) && !this.abandoned && this.answered()) {
