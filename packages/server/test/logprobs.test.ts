@@ -105,7 +105,7 @@ describe('top_logprobs without logprobs: true', () => {
       [gw.baseA, 'validation_error'],
       [gw.baseB, 'invalid_request'],
     ] as const) {
-      for (const extra of [{ top_logprobs: 0 }, { top_logprobs: 3 }, { logprobs: false, top_logprobs: 3 }, { logprobs: null, top_logprobs: 2 }]) {
+      for (const extra of [{ top_logprobs: 1 }, { top_logprobs: 3 }, { logprobs: false, top_logprobs: 3 }, { logprobs: null, top_logprobs: 2 }]) {
         // Scaleway and Mistral would take it as nothing, OVH's vLLM would answer 400: each is pinned in turn.
         for (const provider of ['scaleway', 'ovh']) {
           const res = await fetch(`${base}/chat/completions`, {
@@ -127,5 +127,23 @@ describe('top_logprobs without logprobs: true', () => {
     expect((refused as { param?: string }).param).toBe('top_logprobs');
     const ok = await a.chat.completions.create({ model: 'meta/llama-3.3-70b', messages, logprobs: true, top_logprobs: 0 });
     expect(ok.choices[0]?.logprobs?.content?.length).toBeGreaterThan(0);
+  });
+
+  it('a count of 0 asks for nothing: answered on every route, never sent (vLLM refuses even 0 without logprobs: true)', async () => {
+    for (const [base, client] of [
+      ['A', a],
+      ['B', b],
+    ] as const) {
+      for (const extra of [{ top_logprobs: 0 }, { logprobs: false, top_logprobs: 0 }]) {
+        for (const provider of ['scaleway', 'ovh']) {
+          const { data, response } = await client.chat.completions
+            .create({ model: 'meta/llama-3.3-70b', messages, ...extra }, { headers: { 'x-gateway-provider': provider } })
+            .withResponse();
+          expect([base, extra, provider, response.status, response.headers.get('x-gateway-provider')]).toEqual([base, extra, provider, 200, provider]);
+          expect(data.choices[0]?.logprobs ?? null).toBeNull();
+          expect(gw.sim.providers[provider]?.stats().last?.body).not.toHaveProperty('top_logprobs');
+        }
+      }
+    }
   });
 });

@@ -187,9 +187,13 @@ function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
     throw new GatewayError('validation', "Invalid body: 'stream_options' is only allowed when 'stream' is true.", { param: 'stream_options' });
   }
-  // OpenAI refuses it without `logprobs: true` (0 included); providers differ (ignored, or a 400), so it is refused here.
-  if (body['top_logprobs'] !== undefined && body['logprobs'] !== true) {
-    throw new GatewayError('validation', "Invalid body: 'top_logprobs' is only allowed when 'logprobs' is true.", { param: 'top_logprobs' });
+  // Alternatives without `logprobs: true`: OpenAI's and vLLM's 400, where other hosts ignore them, so refused here for
+  // every route. A count of 0 asks for nothing (a neutral value, docs/adapters.md): it counts as absent and is not
+  // sent, since vLLM refuses even that without `logprobs: true`.
+  const top = body['top_logprobs'];
+  if (top !== undefined && body['logprobs'] !== true) {
+    if (top === 0) body['top_logprobs'] = undefined;
+    else throw new GatewayError('validation', "Invalid body: 'top_logprobs' is only allowed when 'logprobs' is true.", { param: 'top_logprobs' });
   }
   const choice = body.tool_choice;
   if (choice == null || choice === 'none' || choice === 'auto') return;
