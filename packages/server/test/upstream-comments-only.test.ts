@@ -8,7 +8,7 @@ import { eventually, startGateway, type TestGateway } from './helpers/gateway.js
  * An OpenAI-compatible host that answers a stream request at once (200, `text/event-stream`) and then sends
  * SSE comments every 100 ms: for ever (`comments`), for a while before its answer (`late`), or between its
  * first chunk and the rest (`gap`). Each comment resets the read timeout, so only a bound on the wait for the
- * first event ends the first; the client, which gets no headers before the first chunk, would wait for good.
+ * first chunk ends the first; the client, which gets no headers before the first chunk, would wait for good.
  */
 const TIMEOUT_MS = 600;
 const COMMENT_EVERY_MS = 100;
@@ -46,7 +46,7 @@ function host(): Server {
     req.on('end', () => {
       if (req.method === 'GET') {
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ object: 'list', data: ['comments', 'late', 'gap', 'ok'].map((id) => ({ id })) }));
+        res.end(JSON.stringify({ object: 'list', data: ['comments', 'filtered', 'late', 'gap', 'ok'].map((id) => ({ id })) }));
         return;
       }
       const model = (JSON.parse(body) as { model: string }).model;
@@ -55,6 +55,11 @@ function host(): Server {
       });
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       if (model === 'comments') comments(res, null, () => {});
+      else if (model === 'filtered') {
+        // Azure's first event: the prompt's filter results, no choices, so nothing for the client; then only comments.
+        res.write(`data: ${JSON.stringify({ id: '', object: '', created: 0, model: '', choices: [], prompt_filter_results: [{ prompt_index: 0 }] })}\n\n`);
+        comments(res, null, () => {});
+      }
       else if (model === 'late') comments(res, TIMEOUT_MS / 2, () => res.end(answer(['late ', 'answer'])));
       else if (model === 'gap') {
         res.write(chunk({ role: 'assistant', content: 'first ' }));
@@ -87,9 +92,12 @@ beforeAll(async () => {
       providers: [
         { id: 'chatter', type: 'openai', baseUrl, region: 'fr-par', apiKey: '', timeoutMs: TIMEOUT_MS },
         { id: 'steady', type: 'openai', baseUrl, region: 'fr-par', apiKey: '', timeoutMs: TIMEOUT_MS },
+        // Azure's stream decoder drops its filter-results event (no choices): an event that gives the client no chunk.
+        { id: 'azurish', type: 'azure', baseUrl: new URL(baseUrl).origin, region: 'swedencentral', apiKey: 'azure-key', timeoutMs: TIMEOUT_MS },
       ],
       models: [
         model('comments', [['chatter', 'comments']]),
+        model('filtered', [['azurish', 'filtered']]),
         model('failover', [
           ['chatter', 'comments'],
           ['steady', 'ok'],
@@ -125,6 +133,20 @@ describe('an upstream stream that sends only comments', () => {
       expect(Date.now() - started).toBeLessThan(TIMEOUT_MS + 1500);
       await eventually(() => expect(cut['comments']).toBe(before + 1));
     }
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await spent(id)).toBe(0);
+  });
+
+  it('after a first event that gives the client nothing (Azure’s filter results): the same timeout, counted from the answer’s start', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0, timeout: 20_000 });
+    const before = cut['filtered'] ?? 0;
+    const started = Date.now();
+    const err = await client.chat.completions.create({ model: 'chatty/filtered', messages, stream: true }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect([(err as InstanceType<typeof OpenAI.APIError>).status, (err as InstanceType<typeof OpenAI.APIError>).code]).toEqual([504, 'upstream_timeout']);
+    expect(Date.now() - started).toBeLessThan(TIMEOUT_MS + 1500);
+    await eventually(() => expect(cut['filtered']).toBe(before + 1));
     await new Promise((r) => setTimeout(r, 200));
     expect(await spent(id)).toBe(0);
   });

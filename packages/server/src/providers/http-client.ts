@@ -92,7 +92,7 @@ export class UpstreamHttp {
   constructor(
     readonly providerId: string,
     origin: string,
-    /** The read timeout (`timeoutMs`); a stream's first event is bounded by it too ({@link sseChunkStream}). */
+    /** The read timeout (`timeoutMs`); a stream's first chunk is bounded by it too ({@link sseChunkStream}). */
     readonly timeoutMs: number,
     private readonly connectTimeoutMs = defaultConnectTimeoutMs(timeoutMs),
     private readonly maxBodyBytes = MAX_WHOLE_BODY_BYTES,

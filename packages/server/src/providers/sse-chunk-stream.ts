@@ -72,25 +72,21 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
   let sinceEvent = 0;
   // What the sink was last told of an unfinished event (0: nothing, the common case).
   let toldUnfinished = 0;
-  // The wait for the first event: bounded by timeoutMs from the answer's headers, whatever comments come meanwhile
-  // (each one resets undici's read timeout, and the client gets no headers before the first chunk). The timer is
-  // armed only by a read that ends no event before the first one, so a well-formed stream never makes one.
-  let sawEvent = false;
+  // The wait for the first chunk: bounded by timeoutMs from the answer's headers, whatever comments or empty events
+  // come meanwhile (each resets undici's read timeout, and the client gets no headers before the first chunk). The
+  // timer is armed only by a read that gives no chunk before the first one, so a well-formed stream never makes one.
+  let sawChunk = false;
   const opened = performance.now();
-  let firstEventBound: NodeJS.Timeout | null = null;
+  let firstChunkBound: NodeJS.Timeout | null = null;
   const finish = (error: Error | null) => {
     if (finished) return;
     finished = true;
-    if (firstEventBound) clearTimeout(firstEventBound);
+    if (firstChunkBound) clearTimeout(firstChunkBound);
     sink.end(error);
   };
   const parser = createParser({
     onEvent: (event) => {
       sinceEvent = 0;
-      if (!sawEvent) {
-        sawEvent = true;
-        if (firstEventBound) clearTimeout(firstEventBound);
-      }
       if (finished) return;
       let out: ChatChunk[] | typeof SSE_DONE;
       try {
@@ -99,6 +95,12 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
         finish(http.toUpstreamError(err));
         body.destroy();
         return;
+      }
+      // The bound is on the first chunk, what the client waits for: an event that gives none (Azure's filter
+      // results, a role-less keep-alive) does not end it. [DONE] ends the stream, and the timer with it.
+      if (!sawChunk && out !== SSE_DONE && out.length > 0) {
+        sawChunk = true;
+        if (firstChunkBound) clearTimeout(firstChunkBound);
       }
       if (out === SSE_DONE) {
         try {
@@ -142,16 +144,16 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
         toldUnfinished = 0;
         sink.unfinished?.(0);
       }
-      if (!sawEvent && firstEventBound === null && !finished) {
-        firstEventBound = setTimeout(
+      if (!sawChunk && firstChunkBound === null && !finished) {
+        firstChunkBound = setTimeout(
           () => {
             if (finished) return;
-            finish(new UpstreamError({ kind: 'timeout', provider, message: `${provider} sent no event within ${http.timeoutMs} ms of its answer's start` }));
+            finish(new UpstreamError({ kind: 'timeout', provider, message: `${provider} sent no chunk within ${http.timeoutMs} ms of its answer's start` }));
             body.destroy();
           },
           Math.max(0, http.timeoutMs - (performance.now() - opened)),
         );
-        firstEventBound.unref();
+        firstChunkBound.unref();
       }
     },
     // The errors are built only when they end the stream: most streams end at [DONE] first.
