@@ -59,8 +59,7 @@ function host(): Server {
         // Azure's first event: the prompt's filter results, no choices, so nothing for the client; then only comments.
         res.write(`data: ${JSON.stringify({ id: '', object: '', created: 0, model: '', choices: [], prompt_filter_results: [{ prompt_index: 0 }] })}\n\n`);
         comments(res, null, () => {});
-      }
-      else if (model === 'late') comments(res, TIMEOUT_MS / 2, () => res.end(answer(['late ', 'answer'])));
+      } else if (model === 'late') comments(res, TIMEOUT_MS / 2, () => res.end(answer(['late ', 'answer'])));
       else if (model === 'gap') {
         res.write(chunk({ role: 'assistant', content: 'first ' }));
         comments(res, TIMEOUT_MS * 3, () => res.end(answer(['then ', 'the rest'])));
