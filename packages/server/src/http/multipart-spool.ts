@@ -313,10 +313,11 @@ class FormParser {
     if (!part) return;
     if (!part.out) {
       const value = Buffer.concat(part.chunks).toString('utf8');
-      // A field's second value is the form's error (sent more than once), told once the form is read.
-      const first = !this.form.fields.some(([name]) => name === part.name);
+      // Looked at only before the file, and only a field's first value: a second is the form's error (sent more
+      // than once), told once the form is read.
+      const check = this.beforeFile !== undefined && this.form.file === null && !this.form.fields.some(([name]) => name === part.name);
       this.form.fields.push([part.name, value]);
-      if (first && this.form.file === null && this.beforeFile) await this.beforeFile(part.name, value);
+      if (check) await this.beforeFile?.(part.name, value);
       return;
     }
     const out = part.out;
