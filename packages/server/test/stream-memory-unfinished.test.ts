@@ -1,8 +1,9 @@
-import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StreamMemory } from '../src/streaming/stream-memory.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
 
 /**
  * An OpenAI-compatible host whose streams send a first chunk, then 2 MiB of one event without ending it (no
@@ -21,31 +22,22 @@ const frame = (delta: object | null, extra: object = {}) =>
 const held: Array<() => void> = [];
 let cut = 0;
 
-function host(): Server {
-  return createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      if (req.method === 'GET') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ object: 'list', data: [{ id: 'long-line' }] }));
-        return;
-      }
-      res.on('close', () => {
-        if (!res.writableEnded) cut++;
-      });
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.write(frame({ role: 'assistant', content: 'start ' }));
-      res.write('data: {"id":"s1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"');
-      writeLine(res, LINE / (64 * KIB), () =>
-        held.push(() => {
-          if (res.destroyed) return;
-          res.end(
-            `"},"finish_reason":null}]}\n\n${frame({}, {})}${frame(null, { usage: { prompt_tokens: 3, completion_tokens: 5, total_tokens: 8 } })}data: [DONE]\n\n`,
-          );
-        }),
-      );
-    });
+function answer(req: IncomingMessage, res: ServerResponse) {
+  if (req.method === 'GET') return answerModelList(res, ['long-line']);
+  res.on('close', () => {
+    if (!res.writableEnded) cut++;
   });
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  res.write(frame({ role: 'assistant', content: 'start ' }));
+  res.write('data: {"id":"s1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"');
+  writeLine(res, LINE / (64 * KIB), () =>
+    held.push(() => {
+      if (res.destroyed) return;
+      res.end(
+        `"},"finish_reason":null}]}\n\n${frame({}, {})}${frame(null, { usage: { prompt_tokens: 3, completion_tokens: 5, total_tokens: 8 } })}data: [DONE]\n\n`,
+      );
+    }),
+  );
 }
 
 /** Writes `pieces` of 64 KiB of one line, as the gateway takes them. */
@@ -74,9 +66,9 @@ let upstream: Server;
 let gw: TestGateway;
 
 beforeAll(async () => {
-  upstream = host();
-  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-  const baseUrl = `http://127.0.0.1:${(upstream.address() as { port: number }).port}/v1`;
+  const started = await startRawUpstream(answer);
+  upstream = started.server;
+  const baseUrl = started.baseUrl;
   gw = await startGateway({
     env: { GW_STREAM_MEMORY_MB: '4' },
     catalogue: () => ({ providers: [{ id: 'host', type: 'openai', baseUrl, region: 'fr-par', apiKey: '', timeoutMs: 20_000 }], models: [model] }),

@@ -1,9 +1,10 @@
-import { createServer, type Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
 
 /**
  * A host that answers a stream request 200 with something other than an event stream: a proxy's HTML page, a
@@ -20,55 +21,44 @@ function sse(text: string, model: string): string {
   return `${chunk({ role: 'assistant', content: text }, null)}${chunk({}, 'stop')}${usage}data: [DONE]\n\n`;
 }
 
-function host(): Server {
-  return createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => {
-      body += d;
-    });
-    req.on('end', () => {
-      if (req.method === 'GET') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        return res.end(JSON.stringify({ object: 'list', data: NAMES.map((id) => ({ id, object: 'model' })) }));
-      }
-      const model = (JSON.parse(body) as { model: string }).model;
-      if (req.url?.startsWith('/fine/')) {
-        res.writeHead(200, { 'content-type': 'text/event-stream' });
-        return res.end(sse('from fine', model));
-      }
-      if (model === 'html') {
-        res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-        return res.end(HTML);
-      }
-      if (model === 'json-completion') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        const completion = {
-          id: 'c',
-          object: 'chat.completion',
-          created: 1,
-          model,
-          choices: [{ index: 0, message: { role: 'assistant', content: 'whole' }, finish_reason: 'stop' }],
-        };
-        return res.end(JSON.stringify(completion));
-      }
-      if (model === 'json-error') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        return res.end(JSON.stringify({ error: { message: 'The model is overloaded, try again later', type: 'server_error' } }));
-      }
-      if (model === 'gzip') {
-        res.writeHead(200, { 'content-type': 'text/event-stream', 'content-encoding': 'gzip' });
-        return res.end(gzipSync(sse('compressed', model)));
-      }
-      if (model === 'charset') {
-        res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
-        return res.end(sse('with charset', model));
-      }
-      // 'untyped': a real stream without a Content-Type.
-      res.removeHeader('content-type');
-      res.writeHead(200);
-      res.end(sse('untyped', model));
-    });
-  });
+function answer(req: IncomingMessage, res: ServerResponse, body: string) {
+  if (req.method === 'GET') return answerModelList(res, NAMES);
+  const model = (JSON.parse(body) as { model: string }).model;
+  if (req.url?.startsWith('/fine/')) {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    return res.end(sse('from fine', model));
+  }
+  if (model === 'html') {
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+    return res.end(HTML);
+  }
+  if (model === 'json-completion') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    const completion = {
+      id: 'c',
+      object: 'chat.completion',
+      created: 1,
+      model,
+      choices: [{ index: 0, message: { role: 'assistant', content: 'whole' }, finish_reason: 'stop' }],
+    };
+    return res.end(JSON.stringify(completion));
+  }
+  if (model === 'json-error') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    return res.end(JSON.stringify({ error: { message: 'The model is overloaded, try again later', type: 'server_error' } }));
+  }
+  if (model === 'gzip') {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'content-encoding': 'gzip' });
+    return res.end(gzipSync(sse('compressed', model)));
+  }
+  if (model === 'charset') {
+    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
+    return res.end(sse('with charset', model));
+  }
+  // 'untyped': a real stream without a Content-Type.
+  res.removeHeader('content-type');
+  res.writeHead(200);
+  res.end(sse('untyped', model));
 }
 
 const PRICE = { prompt_per_1m: 1000, completion_per_1m: 2000, currency: 'EUR' };
@@ -97,9 +87,9 @@ let upstream: Server;
 let gw: TestGateway;
 
 beforeAll(async () => {
-  upstream = host();
-  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-  const origin = `http://127.0.0.1:${(upstream.address() as { port: number }).port}`;
+  const started = await startRawUpstream(answer);
+  upstream = started.server;
+  const origin = new URL(started.baseUrl).origin;
   gw = await startGateway({
     env: { GW_CIRCUIT_FAILURES: '1000' },
     catalogue: () => ({

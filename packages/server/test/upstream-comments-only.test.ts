@@ -1,8 +1,9 @@
-import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
 
 /**
  * An OpenAI-compatible host that answers a stream request at once (200, `text/event-stream`) and then sends
@@ -37,35 +38,23 @@ function comments(res: ServerResponse, ms: number | null, then: () => void): voi
   res.on('close', () => clearInterval(timer));
 }
 
-function host(): Server {
-  return createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => {
-      body += d;
-    });
-    req.on('end', () => {
-      if (req.method === 'GET') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ object: 'list', data: ['comments', 'filtered', 'late', 'gap', 'ok'].map((id) => ({ id })) }));
-        return;
-      }
-      const model = (JSON.parse(body) as { model: string }).model;
-      res.on('close', () => {
-        if (!res.writableEnded) cut[model] = (cut[model] ?? 0) + 1;
-      });
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      if (model === 'comments') comments(res, null, () => {});
-      else if (model === 'filtered') {
-        // Azure's first event: the prompt's filter results, no choices, so nothing for the client; then only comments.
-        res.write(`data: ${JSON.stringify({ id: '', object: '', created: 0, model: '', choices: [], prompt_filter_results: [{ prompt_index: 0 }] })}\n\n`);
-        comments(res, null, () => {});
-      } else if (model === 'late') comments(res, TIMEOUT_MS / 2, () => res.end(answer(['late ', 'answer'])));
-      else if (model === 'gap') {
-        res.write(chunk({ role: 'assistant', content: 'first ' }));
-        comments(res, TIMEOUT_MS * 3, () => res.end(answer(['then ', 'the rest'])));
-      } else res.end(answer(['good ', 'answer']));
-    });
+function serve(req: IncomingMessage, res: ServerResponse, body: string) {
+  if (req.method === 'GET') return answerModelList(res, ['comments', 'filtered', 'late', 'gap', 'ok']);
+  const model = (JSON.parse(body) as { model: string }).model;
+  res.on('close', () => {
+    if (!res.writableEnded) cut[model] = (cut[model] ?? 0) + 1;
   });
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  if (model === 'comments') comments(res, null, () => {});
+  else if (model === 'filtered') {
+    // Azure's first event: the prompt's filter results, no choices, so nothing for the client; then only comments.
+    res.write(`data: ${JSON.stringify({ id: '', object: '', created: 0, model: '', choices: [], prompt_filter_results: [{ prompt_index: 0 }] })}\n\n`);
+    comments(res, null, () => {});
+  } else if (model === 'late') comments(res, TIMEOUT_MS / 2, () => res.end(answer(['late ', 'answer'])));
+  else if (model === 'gap') {
+    res.write(chunk({ role: 'assistant', content: 'first ' }));
+    comments(res, TIMEOUT_MS * 3, () => res.end(answer(['then ', 'the rest'])));
+  } else res.end(answer(['good ', 'answer']));
 }
 
 function model(id: string, offers: [string, string][]): ModelConfig {
@@ -83,9 +72,9 @@ let upstream: Server;
 let gw: TestGateway;
 
 beforeAll(async () => {
-  upstream = host();
-  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-  const baseUrl = `http://127.0.0.1:${(upstream.address() as { port: number }).port}/v1`;
+  const started = await startRawUpstream(serve);
+  upstream = started.server;
+  const baseUrl = started.baseUrl;
   gw = await startGateway({
     catalogue: () => ({
       providers: [

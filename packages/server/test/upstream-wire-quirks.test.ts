@@ -1,8 +1,9 @@
-import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { startRawUpstream } from './helpers/raw-upstream.js';
 
 /**
  * An OpenAI-compatible host whose answers are right but written oddly on the wire: JSON behind a UTF-8 byte
@@ -14,34 +15,26 @@ import { eventually, startGateway, type TestGateway } from './helpers/gateway.js
 const TEXT = 'Bonjour é, 日本語 🎉';
 const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
 
-function quirkyHost(): Server {
-  return createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => {
-      body += d;
-    });
-    req.on('end', () => {
-      const send = (status: number, json: unknown) => {
-        res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
-        res.end(Buffer.concat([BOM, Buffer.from(JSON.stringify(json))]));
-      };
-      if (req.method === 'GET') return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }, { id: 'sse' }] });
-      const model = (JSON.parse(body) as { model: string }).model;
-      if (model === 'sse') {
-        res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
-        void writeInBits(res, quirkySse());
-        return;
-      }
-      if (model === 'bom-refusal') return send(400, { error: { message: 'messages[0].content is too long for this model', type: 'invalid_request_error' } });
-      send(200, {
-        id: 'c1',
-        object: 'chat.completion',
-        created: 1,
-        model,
-        choices: [{ index: 0, message: { role: 'assistant', content: TEXT }, finish_reason: 'stop' }],
-        usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 },
-      });
-    });
+function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
+  const send = (status: number, json: unknown) => {
+    res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
+    res.end(Buffer.concat([BOM, Buffer.from(JSON.stringify(json))]));
+  };
+  if (req.method === 'GET') return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }, { id: 'sse' }] });
+  const model = (JSON.parse(body) as { model: string }).model;
+  if (model === 'sse') {
+    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
+    void writeInBits(res, quirkySse());
+    return;
+  }
+  if (model === 'bom-refusal') return send(400, { error: { message: 'messages[0].content is too long for this model', type: 'invalid_request_error' } });
+  send(200, {
+    id: 'c1',
+    object: 'chat.completion',
+    created: 1,
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content: TEXT }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 },
   });
 }
 
@@ -96,9 +89,9 @@ let host: Server;
 let gw: TestGateway;
 
 beforeAll(async () => {
-  host = quirkyHost();
-  await new Promise<void>((r) => host.listen(0, '127.0.0.1', r));
-  const baseUrl = `http://127.0.0.1:${(host.address() as { port: number }).port}/v1`;
+  const started = await startRawUpstream(quirkyHost);
+  host = started.server;
+  const baseUrl = started.baseUrl;
   gw = await startGateway({
     catalogue: () => ({
       providers: [{ id: 'host', type: 'openai', baseUrl, region: 'fr-par', apiKey: '' }],
