@@ -39,13 +39,20 @@ function comments(res: ServerResponse, ms: number | null, then: () => void): voi
 }
 
 function serve(req: IncomingMessage, res: ServerResponse, body: string) {
-  if (req.method === 'GET') return answerModelList(res, ['comments', 'filtered', 'late', 'gap', 'ok']);
-  const model = (JSON.parse(body) as { model: string }).model;
+  if (req.method === 'GET') return answerModelList(res, ['comments', 'quiet', 'filtered', 'late', 'gap', 'ok']);
+  const { model, stream } = JSON.parse(body) as { model: string; stream?: boolean };
+  if (model === 'ok' && !stream) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    const message = { role: 'assistant', content: 'good answer' };
+    res.end(JSON.stringify({ id: 'c1', object: 'chat.completion', created: 1, model, choices: [{ index: 0, message, finish_reason: 'stop' }], usage: USAGE }));
+    return;
+  }
   res.on('close', () => {
     if (!res.writableEnded) cut[model] = (cut[model] ?? 0) + 1;
   });
   res.writeHead(200, { 'content-type': 'text/event-stream' });
-  if (model === 'comments') comments(res, null, () => {});
+  // `quiet` is `comments` as another offer, with a circuit of its own.
+  if (model === 'comments' || model === 'quiet') comments(res, null, () => {});
   else if (model === 'filtered') {
     // Azure's first event: the prompt's filter results, no choices, so nothing for the client; then only comments.
     res.write(`data: ${JSON.stringify({ id: '', object: '', created: 0, model: '', choices: [], prompt_filter_results: [{ prompt_index: 0 }] })}\n\n`);
@@ -90,6 +97,7 @@ beforeAll(async () => {
           ['chatter', 'comments'],
           ['steady', 'ok'],
         ]),
+        model('quiet', [['chatter', 'quiet']]),
         model('late', [['chatter', 'late']]),
         model('gap', [['chatter', 'gap']]),
       ],
@@ -152,6 +160,45 @@ describe('an upstream stream that sends only comments', () => {
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
     // 11 prompt tokens at 1000/M and 7 completion tokens at 2000/M, once.
     await eventually(async () => expect(await spent(id)).toBeCloseTo(0.025, 9));
+  });
+});
+
+describe('an event stream of comments answering a request that asked for no stream', () => {
+  it('is refused at its headers and failed over, not read for as long as its comments come', async () => {
+    const { id, key } = await gw.createKey();
+    for (const base of [gw.baseA, gw.baseB]) {
+      const client = new OpenAI({ apiKey: key, baseURL: base, maxRetries: 0, timeout: 10_000 });
+      const before = cut['comments'] ?? 0;
+      const started = Date.now();
+      const { data, response } = await client.chat.completions
+        .create({ model: 'chatty/failover', messages }, { headers: { 'x-gateway-provider-prefer': 'chatter' } })
+        .withResponse();
+      expect(data.choices[0]?.message.content).toBe('good answer');
+      expect(response.headers.get('x-gateway-provider')).toBe('steady');
+      // The comments reset the read timeout each time: only refusing the stream itself ends the wait for it.
+      expect(Date.now() - started).toBeLessThan(TIMEOUT_MS);
+      await eventually(() => expect(cut['comments']).toBe(before + 1));
+    }
+    // 11 prompt tokens at 1000/M and 7 completion tokens at 2000/M, for each of the two requests.
+    await eventually(async () => expect(await spent(id)).toBeCloseTo(0.05, 9));
+  });
+
+  it('with no other offer: a 502 that names it, within the timeout, nothing billed', async () => {
+    const { id, key } = await gw.createKey();
+    for (const [base, code] of [
+      [gw.baseA, 'provider_down'],
+      [gw.baseB, 'upstream_unavailable'],
+    ] as const) {
+      const client = new OpenAI({ apiKey: key, baseURL: base, maxRetries: 0, timeout: 10_000 });
+      const started = Date.now();
+      const err = await client.chat.completions.create({ model: 'chatty/quiet', messages }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      expect([(err as InstanceType<typeof OpenAI.APIError>).status, (err as InstanceType<typeof OpenAI.APIError>).code]).toEqual([502, code]);
+      expect((err as Error).message).toContain('chatter answered with an event stream, though no stream was asked for');
+      expect(Date.now() - started).toBeLessThan(TIMEOUT_MS);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await spent(id)).toBe(0);
   });
 });
 

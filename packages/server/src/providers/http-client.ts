@@ -63,6 +63,16 @@ class NotAnEventStream extends Error {
   }
 }
 
+/** `text/event-stream`, with parameters or not, in any case: one test, no string made, on every answer read whole. */
+const EVENT_STREAM_TYPE = /^\s*text\/event-stream\s*(?:;|$)/i;
+
+/** Why a 2xx answer to a request that asked for no stream was refused unread: it is an event stream. */
+class UnaskedEventStream extends Error {
+  constructor() {
+    super('answered with an event stream, though no stream was asked for');
+  }
+}
+
 /** How an answer to a stream request that is no event stream is told: `what` came instead. */
 export function notAnEventStream(provider: string, what: string): string {
   return `${provider} answered a stream request with ${what}`;
@@ -159,6 +169,9 @@ export class UpstreamHttp {
     const base = { provider: this.providerId, cause: err };
     if (e.name === 'AbortError' || e.code === 'UND_ERR_ABORTED') return new UpstreamError({ ...base, kind: 'aborted', message: 'request aborted' });
     if (err instanceof NotAnEventStream) return new UpstreamError({ ...base, kind: 'protocol', message: notAnEventStream(this.providerId, err.what) });
+    if (err instanceof UnaskedEventStream) {
+      return new UpstreamError({ ...base, kind: 'protocol', message: `${this.providerId} ${err.message}` });
+    }
     if (err instanceof BodyTooLarge) {
       return new UpstreamError({ ...base, kind: 'protocol', message: `${this.providerId} sent an answer larger than ${err.limit / 1024 / 1024} MiB` });
     }
@@ -274,7 +287,19 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     else this.controller = controller;
   }
 
-  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.started(statusCode, headers);
+    // An event stream is never a whole answer, and its comments (keep-alives) would reset the read timeout for good:
+    // a client waiting for a JSON answer would get none. Refused before a byte of it is read, as a protocol fault.
+    const type = headers['content-type'];
+    if (typeof type === 'string' && statusCode >= 200 && statusCode < 300 && EVENT_STREAM_TYPE.test(type)) {
+      const refused = new UnaskedEventStream();
+      this.fail(refused);
+      controller.abort(refused);
+    }
+  }
+
+  protected started(statusCode: number, headers: Record<string, string | string[] | undefined>): void {
     this.status = statusCode;
     this.headers = headers;
   }
@@ -376,7 +401,7 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
   }
 
   override onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
-    super.onResponseStart(controller, statusCode, headers);
+    this.started(statusCode, headers);
     if (statusCode < 200 || statusCode >= 300) return;
     // The common answer costs these two comparisons; anything else is looked at closer.
     if (headers['content-type'] !== 'text/event-stream' || headers['content-encoding'] !== undefined) {
