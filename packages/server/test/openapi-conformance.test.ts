@@ -359,6 +359,11 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
       const init = method === 'post' ? json(key, {}) : get(key);
       await call(`${method} ${path}`, method, p(path), `${base}${url}`, init, 501);
       await call(`${method} ${path} no key`, method, p(path), `${base}${url}`, method === 'post' ? json(null, {}) : get(null), 401);
+      // Counted against the key's limit like any request (docs/errors.md): over it, the 429 rather than the 501.
+      const once = await gw.createKey({ rateLimitRpm: 1 });
+      const limited = (k: string) => (method === 'post' ? json(k, {}) : get(k));
+      await call(`${method} ${path} within limit`, method, p(path), `${base}${url}`, limited(once.key), 501);
+      await call(`${method} ${path} over limit`, method, p(path), `${base}${url}`, limited(once.key), 429);
     }
 
     // A method the path does not have, and a path with no route, answer in the variant's error envelope.

@@ -212,10 +212,10 @@ describe('OpenAPI 3.1', () => {
     expect(codes('/alt/v1/embeddings', '404')).toBeUndefined();
     // Each code's condition is named.
     expect(responses('/v1/chat/completions')['410']?.description).toBe('`model_deprecated`: the model is retired upstream.');
-    // Models are neither billed nor counted; routes still to come answer before anything but the key.
+    // Models are neither billed nor counted; routes still to come answer before anything but the key and its count.
     expect(statuses('/v1/models', 'get')).toEqual(['400', '401', '500', '503']);
     expect(statuses('/alt/v1/models/{id}', 'get')).toEqual(['400', '401', '500', '503']);
-    expect(statuses('/v1/files', 'get')).toEqual(['401', '500', '501', '503']);
+    expect(statuses('/v1/files', 'get')).toEqual(['401', '429', '500', '501', '503']);
     expect(codes('/v1/files', '501', 'get')).toEqual({ type: 'string', enum: ['not_implemented'] });
     // The ranges stay, as the fallback.
     expect(Object.keys(responses('/v1/embeddings'))).toEqual(expect.arrayContaining(['4XX', '5XX']));
@@ -234,6 +234,8 @@ describe('OpenAPI 3.1', () => {
     expect(required(responses('/alt/v1/rerank')['200'])).toEqual([true, true, true, true]);
     expect(required(responses('/v1/chat/completions')['429'])).toEqual([true, true, true, true]);
     expect(required(responses('/v1/chat/completions')['401'])).toEqual([false, false, false, false]);
+    expect(required(responses('/alt/v1/batches/{id}/cancel')['501'])).toEqual([true, true, true, true]);
+    expect(required(responses('/alt/v1/batches/{id}/cancel')['429'])).toEqual([true, true, true, true]);
     expect(responses('/v1/chat/completions')['429']?.headers?.['Retry-After']?.required).toBe(true);
     // The admin API's errors, each status with its headers.
     expect(statuses('/admin/v1/keys/{id}', 'patch')).toEqual(['400', '401', '404', '408', '413', '415', '500', '503']);

@@ -84,9 +84,10 @@ function errorsOf(method: string, path: string): CanonicalCode[] {
       ...(withBody ? (['payload_too_large', 'unsupported_media_type', 'request_timeout'] as const) : []),
     ];
   }
-  // A route still to come answers 501 once the key is checked, before anything else is read; a bad escape in its id is a 400.
+  // A route still to come answers 501 once the key is checked and counted, before anything else is read (a key over
+  // its limit gets the 429 instead); a bad escape in its id is a 400.
   if (pendingRouteError(method.toUpperCase(), path.replaceAll(/\{[^}]+\}/g, 'x'))) {
-    return [...KEYED, 'not_implemented', ...(path.includes('{') ? (['validation'] as const) : [])];
+    return [...KEYED, 'not_implemented', 'rate_limited', ...(path.includes('{') ? (['validation'] as const) : [])];
   }
   if (/\/models$/.test(path)) return [...KEYED, 'validation'];
   if (/\/models\//.test(path)) return [...KEYED, 'validation', 'model_not_found', 'model_deprecated'];
@@ -94,8 +95,8 @@ function errorsOf(method: string, path: string): CanonicalCode[] {
   return ROUTED;
 }
 
-/** Statuses at which the limiter has always run (the request named a model the key may use): its headers are sent. */
-const AFTER_LIMITER = new Set([402, 409, 422, 429, 502, 504]);
+/** Statuses at which the limiter has always run (the request named a model the key may use, or a route still to come's 501): its headers are sent. */
+const AFTER_LIMITER = new Set([402, 409, 422, 429, 501, 502, 504]);
 
 /** The headers an error of `status` carries; `required` where every such answer has them. */
 function headersOf(status: number, limited: boolean): Record<string, unknown> {
@@ -142,8 +143,8 @@ export function documentErrors(doc: Document): Document {
     for (const [method, op] of Object.entries(item)) {
       if (!op?.responses) continue;
       const codes = errorsOf(method, path);
-      // Counted against the key's limit: the public API but its model list and the routes still to come (refused before the count).
-      const limited = !path.startsWith('/admin/') && !/\/models(\/|$)/.test(path) && !codes.includes('not_implemented');
+      // Counted against the key's limit: the public API but its model list (docs/decisions.md, What counts against a key's rate limit).
+      const limited = !path.startsWith('/admin/') && !/\/models(\/|$)/.test(path);
       const byStatus = new Map<number, CanonicalCode[]>();
       for (const code of codes) {
         const { status } = wireError(code, variant);
