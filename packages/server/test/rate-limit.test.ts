@@ -85,6 +85,23 @@ describe.each([
     expect((await chat(gw().baseA, key)).headers.get('x-ratelimit-remaining')).toBe('1');
   });
 
+  it("does not count a retired model in B, whose answer is its model_not_found; A's 410 is counted", async () => {
+    const { key } = await gw().createKey({ rateLimitRpm: 2 });
+    const retired = { body: JSON.stringify({ model: 'mistral/nemo', messages: [{ role: 'user', content: 'x' }] }) };
+    for (let i = 0; i < 4; i++) {
+      const res = await chat(gw().baseB, key, retired);
+      expect([res.status, ((await res.json()) as { error: { code: string } }).error.code, res.headers.get('x-ratelimit-remaining')]).toEqual([
+        400,
+        'model_not_found',
+        null,
+      ]);
+    }
+    const a = await chat(gw().baseA, key, retired);
+    await a.arrayBuffer();
+    expect([a.status, a.headers.get('x-ratelimit-remaining')]).toEqual([410, '1']);
+    expect((await chat(gw().baseB, key)).headers.get('x-ratelimit-remaining')).toBe('0');
+  });
+
   it('counts every other authenticated request, refused ones included, each once', async () => {
     const { key } = await gw().createKey({ rateLimitRpm: 100 });
     const auth = { authorization: `Bearer ${key}` };

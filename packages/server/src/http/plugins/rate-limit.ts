@@ -1,4 +1,4 @@
-import { H, type ModelKind } from '@gw/schema';
+import { H, type ModelKind, wireError } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import type { LimitDecision } from '../../limits/types.js';
@@ -87,7 +87,8 @@ function countRequest(services: Services, request: FastifyRequest, named: Regist
  */
 export function countRefusal(services: Services, request: FastifyRequest, err: unknown): void {
   if (!request.gw?.key || request.gw.counted || request.routeOptions.config?.uncounted) return;
-  if (isGatewayError(err) && (err.code === 'model_not_found' || err.code === 'rate_limited')) return;
+  // What the caller reads as model_not_found (in B, a retired model's too) is never counted.
+  if (isGatewayError(err) && (err.code === 'rate_limited' || wireError(err.code, request.gw.variant).code === 'model_not_found')) return;
   countRequest(services, request, null);
 }
 
@@ -182,6 +183,8 @@ function modelFor(services: Services, request: FastifyRequest, id: string): Regi
   if (!m) return null;
   // Variant B's embeddings are a beta of some models: to a B client the others do not exist on any route (its model list hides them).
   if (request.gw.variant === 'b' && m.kind === 'embedding' && !m.beta) return null;
+  // A retired model is B's model_not_found too (A's 410 is counted).
+  if (m.deprecated && request.gw.variant === 'b') return null;
   const allowed = (enabled: readonly string[] | null) => (enabled === null || enabled.includes(m.id) ? m : null);
   const enabled = enabledModels(services, request);
   return enabled instanceof Promise ? enabled.then(allowed) : allowed(enabled);
