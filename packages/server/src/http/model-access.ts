@@ -20,7 +20,8 @@ export function resolveModel(services: Services, request: FastifyRequest, id: st
 
 /**
  * The workspace's allow-list is checked first: a model the key may not use is model_not_found on every route,
- * as the model list and GET /models/{id} hide it, never a 410 or a 400 telling what kind of model it is.
+ * as variant B's model list and GET /models/{id} hide it (A's list the whole registry: docs/decisions.md), never a
+ * 410 or a 400 telling what kind of model it is.
  */
 function checkModel(model: RegistryModel, id: string, kind: ModelKind, enabled: readonly string[] | null, variant: Variant): RegistryModel {
   if (enabled !== null && !enabled.includes(model.id)) {
