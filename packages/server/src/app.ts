@@ -100,6 +100,11 @@ const IDLE_MEMORY_RELEASE = { checkEveryMs: 1_000, idleForMs: 30_000, minGrowthB
  */
 const DRAIN_READ_GRACE_MS = 200;
 
+/** How many connections the server still has (it counts them after close() too). */
+function openConnections(server: Server): Promise<number> {
+  return new Promise((resolve) => server.getConnections((err, count) => resolve(err ? 0 : count)));
+}
+
 /**
  * How long before the shutdown deadline the calls still waiting on a provider are answered (503 `shutting_down`,
  * recorded, their holds let go) and the streams still running are ended: enough for those answers and the last usage
@@ -312,7 +317,16 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await sessions.drain(Math.max(0, answerBy - Date.now()));
       // Half the margin is kept for writing the usage: a request still running then is cut, not the records of the others.
       const stopWaitingAt = deadline - Math.floor(margin / 2);
-      while (services.lifecycle.inFlight > 0 && Date.now() < stopWaitingAt) await new Promise((r) => setTimeout(r, 20));
+      const inFlightDone = async () => {
+        while (services.lifecycle.inFlight > 0 && Date.now() < stopWaitingAt) await new Promise((r) => setTimeout(r, 20));
+      };
+      await inFlightDone();
+      // A connection still open now had a stream end during the drain, its head sent with keep-alive before it began:
+      // its client may be sending its next request on it. Read it for the grace too, to answer 503 rather than reset it.
+      if ((await openConnections(app.server)) > 0) {
+        await new Promise((r) => setTimeout(r, Math.max(0, Math.min(DRAIN_READ_GRACE_MS, stopWaitingAt - Date.now()))));
+        await inFlightDone();
+      }
       clearTimeout(cutTimer);
       app.server.closeAllConnections();
       await closing;

@@ -89,6 +89,29 @@ describe('a draining instance', () => {
     for (const s of seconds) expect(s).toMatch(/\r\nconnection: close\r\n/i);
   });
 
+  it('reads, and answers 503, the next request on a connection whose stream ended during the drain, rather than resetting it', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    sim.providers.scaleway?.configure({ chunkGapMs: 30 });
+    const port = Number(new URL(gw.url).port);
+    const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 10 });
+    const post = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nX-Gateway-Provider: scaleway\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const conn = rawConnection(port);
+    conn.socket.write(post);
+    // The stream's head went out with keep-alive before the drain began: its client may reuse the connection.
+    while (!conn.received().includes('data: ')) await new Promise((r) => setTimeout(r, 5));
+    const closing = gw.close();
+    while (!conn.received().endsWith('0\r\n\r\n')) await new Promise((r) => setTimeout(r, 5));
+    const first = conn.received().length;
+    // A client that takes a moment after the stream's end before sending its next request on the pooled connection.
+    await new Promise((r) => setTimeout(r, 60));
+    conn.socket.write(post);
+    await conn.closed;
+    await closing;
+    const second = conn.received().slice(first);
+    expect(second.slice(0, 12)).toBe('HTTP/1.1 503');
+    expect(second).toMatch(/\r\nconnection: close\r\n/i);
+  });
+
   it('answers the requests still waiting on a provider before its deadline (503, Retry-After: 1), and records them', async () => {
     const timeoutMs = 2_000;
     const short = await startGateway({ sim, env: { GW_SHUTDOWN_TIMEOUT_MS: String(timeoutMs) } });
