@@ -221,6 +221,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
   // One directory per database, so that two gateways sharing GW_DATA_DIR with different databases never store each other's records.
   const spill = await openUsageSpill(join(config.dataDir, 'usage-spill', config.databaseUrl ? databaseTag(config.databaseUrl) : 'embedded'), app.log);
+  // A database outage fails every flush, twice a second: it is logged when it begins, when its error changes and
+  // when it ends, each retry at debug only, so that an hour's outage is three lines rather than 14,000.
+  let usageFailure: string | null = null;
+  let usageFailures = 0;
+  let usageSpilled = 0;
   const usage = new UsageWriter(store, {
     // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid
     // every interval, and at 100 ms it was half the database thread's CPU per request (docs/decisions.md).
@@ -231,12 +236,30 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     onStored: () => void leases?.tend(),
     onError: (err) => {
       metrics.usagePending.inc();
-      app.log.warn({ err: errorSummary(err) }, 'usage write failed; records kept for retry');
+      usageFailures++;
+      const { message } = errorSummary(err);
+      const same = message === usageFailure;
+      usageFailure = message;
+      if (same) app.log.debug({ err: errorSummary(err) }, 'usage write failed again; records kept for retry');
+      else app.log.warn({ err: errorSummary(err) }, 'usage write failed; records kept and retried every 500 ms (the same failure again is logged at debug)');
+    },
+    onRecovered: () => {
+      const spilled = usageSpilled > 0 ? `; ${usageSpilled} records put in ${spill?.dir} meanwhile are stored from there` : '';
+      app.log.info(`usage writes succeed again after ${usageFailures} failed attempts${spilled}`);
+      usageFailure = null;
+      usageFailures = 0;
+      usageSpilled = 0;
     },
     ...(spill ? { spill } : {}),
     onSpill: (e) => {
-      if ('spilled' in e) app.log.warn(`usage: ${e.spilled} records put in ${spill?.dir} until the database takes them`);
-      else app.log.info(`usage: ${e.replayed} records from ${spill?.dir} stored`);
+      if ('replayed' in e) {
+        app.log.info(`usage: ${e.replayed} records from ${spill?.dir} stored`);
+        return;
+      }
+      const first = usageSpilled === 0;
+      usageSpilled += e.spilled;
+      if (first) app.log.warn(`usage: ${e.spilled} records put in ${spill?.dir} until the database takes them (and the next ones too)`);
+      else app.log.debug(`usage: ${e.spilled} more records put in ${spill?.dir}`);
     },
   });
   usage.start();

@@ -5,7 +5,10 @@ export interface UsageWriterOptions {
   flushIntervalMs: number;
   /** Rows per insert statement. */
   maxBatch: number;
+  /** Each failed write or spill (a database outage: every flush, twice a second). */
   onError: (err: unknown) => void;
+  /** The first write the database took after one or more it refused: the outage is over. */
+  onRecovered?: () => void;
   /** After a flush that stored every record made before it began (the budget leases take their costs off then). */
   onStored?: () => void;
   /** Where a batch the database did not take goes, until it does (memory otherwise). */
@@ -41,6 +44,8 @@ export class UsageWriter {
   private allStoredBefore = 0;
   /** After a replay that failed, the next waits (a segment is read whole each time). */
   private replayNotBefore = 0;
+  /** The database refused the last write it was sent. */
+  private refusing = false;
 
   constructor(
     private readonly store: Store,
@@ -112,10 +117,12 @@ export class UsageWriter {
       try {
         await this.store.usage.insertMany(batch);
       } catch (err) {
+        this.refusing = true;
         this.options.onError(err);
         refused = true;
         break;
       }
+      this.tookWrite();
       this.buffer = this.buffer.slice(batch.length);
       left -= batch.length;
     }
@@ -158,10 +165,18 @@ export class UsageWriter {
       }
       await taken.done();
     } catch (err) {
+      this.refusing = true;
       this.options.onError(err);
       this.replayNotBefore = Date.now() + REPLAY_RETRY_MS;
       return;
     }
+    this.tookWrite();
     this.options.onSpill?.({ replayed: taken.records.length });
+  }
+
+  private tookWrite(): void {
+    if (!this.refusing) return;
+    this.refusing = false;
+    this.options.onRecovered?.();
   }
 }
