@@ -108,14 +108,17 @@ export class ModelRegistry {
     await Promise.all(
       this.catalogue.providers.map(async (p) => {
         const adapter = this.adapters.get(p.id);
+        const signal = AbortSignal.timeout(LIST_TIMEOUT_MS);
         try {
           if (!adapter) throw new Error(`no adapter for provider type ${p.type}`);
-          const ids = await adapter.listModels(AbortSignal.timeout(LIST_TIMEOUT_MS));
+          const ids = await adapter.listModels(signal);
           this.lists.set(p.id, ids === null ? null : new Set(ids));
           providers[p.id] = 'ok';
         } catch (err) {
           providers[p.id] = this.lists.has(p.id) ? 'stale' : 'error';
-          this.onListFailure(p.id, err, this.lists.has(p.id));
+          // The timeout aborts the call, which then reads "request aborted": the operator is told it was the wait.
+          const why = signal.aborted ? new Error(`no answer from ${p.id} within ${LIST_TIMEOUT_MS / 1000} s`) : err;
+          this.onListFailure(p.id, why, this.lists.has(p.id));
         }
       }),
     );
