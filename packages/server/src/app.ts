@@ -27,6 +27,7 @@ import type { Services } from './http/services.js';
 import { tokenPricedOffers } from './http/unit-billing.js';
 import { UpstreamCalls } from './http/upstream-call.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
+import { usageOutageLog } from './jobs/usage-outage-log.js';
 import { UsageSpill } from './jobs/usage-spill.js';
 import { UsageWriter } from './jobs/usage-writer.js';
 import { InstancePresence } from './kv/instance-presence.js';
@@ -221,11 +222,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
   // One directory per database, so that two gateways sharing GW_DATA_DIR with different databases never store each other's records.
   const spill = await openUsageSpill(join(config.dataDir, 'usage-spill', config.databaseUrl ? databaseTag(config.databaseUrl) : 'embedded'), app.log);
-  // A database outage fails every flush, twice a second: it is logged when it begins, when its error changes and
-  // when it ends, each retry at debug only, so that an hour's outage is three lines rather than 14,000.
-  let usageFailure: string | null = null;
-  let usageFailures = 0;
-  let usageSpilled = 0;
+  const outageLog = usageOutageLog(app.log, spill?.dir);
   const usage = new UsageWriter(store, {
     // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid
     // every interval, and at 100 ms it was half the database thread's CPU per request (docs/decisions.md).
@@ -236,31 +233,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     onStored: () => void leases?.tend(),
     onError: (err) => {
       metrics.usagePending.inc();
-      usageFailures++;
-      const { message } = errorSummary(err);
-      const same = message === usageFailure;
-      usageFailure = message;
-      if (same) app.log.debug({ err: errorSummary(err) }, 'usage write failed again; records kept for retry');
-      else app.log.warn({ err: errorSummary(err) }, 'usage write failed; records kept and retried every 500 ms (the same failure again is logged at debug)');
+      outageLog.onError(err);
     },
-    onRecovered: () => {
-      const spilled = usageSpilled > 0 ? `; ${usageSpilled} records put in ${spill?.dir} meanwhile are stored from there` : '';
-      app.log.info(`usage writes succeed again after ${usageFailures} failed attempts${spilled}`);
-      usageFailure = null;
-      usageFailures = 0;
-      usageSpilled = 0;
-    },
+    onRecovered: outageLog.onRecovered,
     ...(spill ? { spill } : {}),
-    onSpill: (e) => {
-      if ('replayed' in e) {
-        app.log.info(`usage: ${e.replayed} records from ${spill?.dir} stored`);
-        return;
-      }
-      const first = usageSpilled === 0;
-      usageSpilled += e.spilled;
-      if (first) app.log.warn(`usage: ${e.spilled} records put in ${spill?.dir} until the database takes them (and the next ones too)`);
-      else app.log.debug(`usage: ${e.spilled} more records put in ${spill?.dir}`);
-    },
+    onSpill: outageLog.onSpill,
   });
   usage.start();
   const workspaces = new WorkspaceCache(store, config.keyCacheTtlMs);
@@ -293,6 +270,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     streamMemoryBytes: () => streamMemory.bytes,
     streamReclaims: () => streamMemory.reclaimed,
     usagePending: () => usage.pending,
+    usageSpilled: () => {
+      const oldest = spill?.oldestAt ?? null;
+      return { segments: spill?.waiting ?? 0, oldestAgeS: oldest === null ? 0 : Math.max(0, (Date.now() - oldest) / 1000) };
+    },
   });
   const memoryRelease = new IdleMemoryRelease({
     ...IDLE_MEMORY_RELEASE,

@@ -77,8 +77,8 @@ const lines = (re: RegExp) =>
     .split('\n')
     .filter((l) => re.test(l));
 
-describe('a database outage in the log', () => {
-  it('is logged when it begins and when it ends, not at each of its failed usage writes, and loses no record', async () => {
+describe('a database outage in the log and in /metrics', () => {
+  it('is logged when it begins and when it ends, not at each of its failed usage writes, shows its backlog on disk, and loses no record', async () => {
     const created = await fetch(`${proc.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     const { id, key } = (await created.json()) as { id: string; key: string };
     const ask = async () => {
@@ -97,6 +97,13 @@ describe('a database outage in the log', () => {
       await ask();
       await new Promise((r) => setTimeout(r, 200));
     }
+    // The backlog on disk shows in /metrics while the database is away.
+    const gauge = async (name: string) => {
+      const text = await (await fetch(`${proc.url}/metrics`)).text();
+      return Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
+    };
+    await eventually(async () => expect(await gauge('gw_usage_spill_segments')).toBeGreaterThanOrEqual(1), 5_000);
+    expect(await gauge('gw_usage_spill_oldest_seconds')).toBeGreaterThan(1);
     await link.open();
     // Every request's record is stored once the database is back, none lost or doubled.
     const database = new URL(databaseUrl).pathname.slice(1);
@@ -109,5 +116,7 @@ describe('a database outage in the log', () => {
     await eventually(() => expect(lines(/usage writes succeed again after \d+ failed attempts/)).toHaveLength(1), 15_000);
     const failed = Number(/after (\d+) failed attempts/.exec(lines(/usage writes succeed again/)[0] ?? '')?.[1]);
     expect(failed).toBeGreaterThanOrEqual(5);
+    await eventually(async () => expect(await gauge('gw_usage_spill_segments')).toBe(0), 15_000);
+    expect(await gauge('gw_usage_spill_oldest_seconds')).toBe(0);
   }, 60_000);
 });

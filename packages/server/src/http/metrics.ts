@@ -8,6 +8,8 @@ export interface InstanceGauges {
   streamMemoryBytes: () => number;
   streamReclaims: () => { copies: number; streams: number };
   usagePending: () => number;
+  /** Segments of usage records on disk waiting for the database, and the age in seconds of the oldest record there (0: none). */
+  usageSpilled: () => { segments: number; oldestAgeS: number };
 }
 
 /** Prometheus metrics of one gateway instance (its own registry, so tests can run several). */
@@ -87,6 +89,17 @@ export class Metrics {
       },
     });
     gauge('gw_usage_records_pending', 'Usage records not yet handed to the database (written every 500 ms)', read.usagePending);
+    // During a database outage records wait on disk, not in memory: these show the backlog an operator alerts on.
+    gauge(
+      'gw_usage_spill_segments',
+      'Segments of usage records on disk waiting for the database (GW_DATA_DIR/usage-spill)',
+      () => read.usageSpilled().segments,
+    );
+    gauge(
+      'gw_usage_spill_oldest_seconds',
+      'Age of the oldest usage record on disk waiting for the database; 0 when none waits',
+      () => read.usageSpilled().oldestAgeS,
+    );
   }
 
   // Label sets seen so far, resolved once to their series.
