@@ -173,7 +173,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const offerStats = new OfferStats({ failures: config.circuitFailures, openMs: config.circuitOpenMs, remeasureMs: config.remeasureMs });
   // With Redis, every instance learns what the others see of each offer; without it, each keeps its own.
   const sharing = config.redisUrl ? await OfferStatsSharing.start(bus, offerStats) : null;
-  const idempotency = new IdempotencyService(await idempotencyBackend(config, store), {
+  const idempotency = new IdempotencyService(await idempotencyBackend(config, store, presence?.id ?? ''), {
     waitMs: config.idempotencyWaitMs,
     claimTtlMs: config.idempotencyClaimTtlMs,
   });
@@ -359,10 +359,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 }
 
 /** Idempotency keys live in Redis when there is one, else in the store. */
-async function idempotencyBackend(config: GatewayConfig, store: Store): Promise<IdempotencyBackend> {
+async function idempotencyBackend(config: GatewayConfig, store: Store, instance: string): Promise<IdempotencyBackend> {
   if (!config.redisUrl) return new SqlIdempotencyBackend(store.idempotency);
   // Stored answers can be large (a whole stream): this connection waits longer than the limiter's.
-  return new RedisIdempotencyBackend(await connectRedis(config.redisUrl, { ...FAST_FAIL_OPTIONS, commandTimeout: 2000 }));
+  return new RedisIdempotencyBackend(await connectRedis(config.redisUrl, { ...FAST_FAIL_OPTIONS, commandTimeout: 2000 }), instance);
 }
 
 async function closeStore(store: Store): Promise<void> {

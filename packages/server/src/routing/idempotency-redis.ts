@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { instanceKey } from '../kv/instance-presence.js';
 import { CircuitBreaker } from '../limits/circuit-breaker.js';
 import type { IdempotencyBackend, IdempotencyEntry, StoredAnswer } from './idempotency-types.js';
 
@@ -32,22 +33,34 @@ const keyOf = (scope: string) => `gw:idem:{${scope}}`;
 // (RDB or AOF) after a restart: its owner, if still running it, wrote it again in this run (writeHeldAgain); one
 // nobody wrote again by the time the restart has settled (ARGV[5] = '1') is of a request long ended or an instance
 // gone, and is taken over rather than waited on until it expires. A claim without a run is kept (an older gateway's).
+// ARGV[6]: this instance, named in the claim (TAKE_OVER). A live entry is returned with its owner and instance.
 const CLAIM = `
-local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer', 'run')
+local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer', 'run', 'owner', 'inst')
 if e[1] then
-  if not (ARGV[5] == '1' and e[1] == 'pending' and e[4] and e[4] ~= ARGV[4]) then return {e[1], e[2], e[3]} end
+  if not (ARGV[5] == '1' and e[1] == 'pending' and e[4] and e[4] ~= ARGV[4]) then return {e[1], e[2], e[3] or false, e[5] or false, e[6] or false} end
   redis.call('DEL', KEYS[1])
 end
-redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[1], 'owner', ARGV[2], 'run', ARGV[4])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[1], 'owner', ARGV[2], 'run', ARGV[4], 'inst', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return false
 `;
+// A pending claim whose instance (field inst) no longer says it is alive: taken over only if it is still the claim
+// seen (ARGV[1]: its owner; ARGV[2]: the fingerprint), so that of two repeats that both found it, one runs.
+const TAKE_OVER = `
+local e = redis.call('HMGET', KEYS[1], 'state', 'owner', 'fp')
+if e[1] ~= 'pending' or e[2] ~= ARGV[1] or e[3] ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[2], 'owner', ARGV[3], 'run', ARGV[5], 'inst', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+`;
 // A missing hash is a claim Redis lost (a restart without persistence): its owner writes it again, so that a repeat
 // waits for this request or replays its answer rather than running it a second time. ARGV[3]: the fingerprint;
-// ARGV[4]: this run of Redis ('' while not read yet), which a claim back from a snapshot is marked with again.
+// ARGV[4]: this run of Redis ('' while not read yet), which a claim back from a snapshot is marked with again;
+// ARGV[5]: this instance.
 const REFRESH = `
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[3], 'owner', ARGV[1], 'run', ARGV[4])
+  redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[3], 'owner', ARGV[1], 'run', ARGV[4], 'inst', ARGV[5])
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == 'pending' then
@@ -100,14 +113,15 @@ end
 return {now - since, run}
 `;
 
-/** state, fingerprint, answer of a key. */
-type Fields = [string | null, string | null, string | null];
+/** state, fingerprint, answer of a key (and from a claim, its owner and instance). */
+type Fields = [string | null, string | null, string | null, (string | null)?, (string | null)?];
 
 type Script = (key: string, ...args: (string | number)[]) => Promise<unknown>;
 interface Scripts {
   gwIdemPeek: Script;
   gwIdemMark: Script;
   gwIdemClaim: Script;
+  gwIdemTakeOver: Script;
   gwIdemRefresh: Script;
   gwIdemComplete: Script;
   gwIdemRelease: Script;
@@ -138,8 +152,13 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   /** From when (Date.now()) a claim of an earlier run of Redis is taken over: see CLAIM. */
   private takeOverFrom = Number.POSITIVE_INFINITY;
 
-  constructor(private readonly redis: Redis) {
+  constructor(
+    private readonly redis: Redis,
+    /** This instance's name, written in its claims: a repeat takes over a claim whose instance is gone (kv/instance-presence.ts). */
+    private readonly instance = '',
+  ) {
     redis.defineCommand('gwIdemClaim', { numberOfKeys: 1, lua: CLAIM });
+    redis.defineCommand('gwIdemTakeOver', { numberOfKeys: 1, lua: TAKE_OVER });
     redis.defineCommand('gwIdemRefresh', { numberOfKeys: 1, lua: REFRESH });
     redis.defineCommand('gwIdemComplete', { numberOfKeys: 1, lua: COMPLETE });
     redis.defineCommand('gwIdemRelease', { numberOfKeys: 1, lua: RELEASE });
@@ -198,14 +217,31 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     if (now < this.settleUntil) return this.peekWhileSettling(scope, fingerprint);
     if (this.run === null) await this.readMark();
     const takeOver = now >= this.takeOverFrom ? '1' : '0';
-    const res = (await this.exec('gwIdemClaim', scope, fingerprint, owner, Math.round(ttlMs), this.run ?? '', takeOver)) as Fields | null;
-    if (res === null) {
-      this.held.set(owner, { scope, fingerprint, ttlMs, answer: null, expiry: null });
-      return null;
-    }
-    const [state, fp, answer] = res;
+    const ttl = Math.round(ttlMs);
+    const res = (await this.exec('gwIdemClaim', scope, fingerprint, owner, ttl, this.run ?? '', takeOver, this.instance)) as Fields | null;
+    if (res === null) return this.claimed(scope, fingerprint, owner, ttlMs);
+    const [state, fp, answer, holder, inst] = res;
     if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: JSON.parse(answer) as StoredAnswer };
+    // Its instance was killed (its request died unbilled, nobody will answer it): a repeat runs rather than wait for
+    // the claim's expiry. Not while a restart settles, when a live instance's word that it is alive may not be back yet.
+    if (
+      fp === fingerprint &&
+      holder &&
+      inst &&
+      this.instance &&
+      inst !== this.instance &&
+      takeOver === '1' &&
+      (await this.redis.exists(instanceKey(inst))) === 0
+    ) {
+      const taken = await this.exec('gwIdemTakeOver', scope, holder, fingerprint, owner, ttl, this.run ?? '', this.instance);
+      if (taken === 1) return this.claimed(scope, fingerprint, owner, ttlMs);
+    }
     return { state: 'pending', fingerprint: fp ?? '' };
+  }
+
+  private claimed(scope: string, fingerprint: string, owner: string, ttlMs: number): null {
+    this.held.set(owner, { scope, fingerprint, ttlMs, answer: null, expiry: null });
+    return null;
   }
 
   /**
@@ -224,7 +260,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     const held = this.held.get(owner);
     // Only a claim of this instance is written again if lost: its fingerprint is known here.
     if (!held) return;
-    await this.exec('gwIdemRefresh', scope, owner, Math.round(ttlMs), held.fingerprint, this.run ?? '');
+    await this.exec('gwIdemRefresh', scope, owner, Math.round(ttlMs), held.fingerprint, this.run ?? '', this.instance);
   }
 
   async complete(_scope: string, owner: string, answer: StoredAnswer, ttlMs: number): Promise<void> {
@@ -302,7 +338,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   private writeHeld(owner: string, h: Held, pastBreaker = false): Promise<unknown> {
     const [name, args] = h.answer
       ? (['gwIdemComplete', [owner, JSON.stringify(h.answer), Math.round(h.ttlMs), h.fingerprint]] as const)
-      : (['gwIdemRefresh', [owner, Math.round(h.ttlMs), h.fingerprint, this.run ?? '']] as const);
+      : (['gwIdemRefresh', [owner, Math.round(h.ttlMs), h.fingerprint, this.run ?? '', this.instance]] as const);
     if (!pastBreaker) return this.exec(name, h.scope, ...args);
     return (this.redis as unknown as Scripts)[name].call(this.redis, keyOf(h.scope), ...args);
   }
