@@ -188,6 +188,13 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const metrics = new Metrics();
   const rawAnswers = new RawAnswers(metrics);
   const app = buildFastify(config, options.logger ?? true, rawAnswers);
+  if (!config.redisUrl && store.kind === 'pglite') {
+    // The embedded store is this process's alone (GW_DATA_DIR is locked): a pending idempotency claim in it is of a run
+    // killed mid-request, whose request died unanswered and unbilled. A retry of its key runs now, rather than get 409
+    // until the claim would have expired.
+    const dropped = await store.idempotency.dropPending();
+    if (dropped > 0) app.log.info(`${dropped} idempotency keys of requests cut short by the last run's end are free again`);
+  }
   if (store.created === 'template') app.log.info(`embedded database created in ${config.dataDir} from the build's template`);
   if (store.created === 'initdb') {
     app.log.warn(

@@ -83,6 +83,11 @@ export class DrizzleIdempotencyRepo implements IdempotencyRepo {
       );
   }
 
+  async dropPending(): Promise<number> {
+    const rows = await this.db.delete(idempotencyKeys).where(eq(idempotencyKeys.state, 'pending')).returning({ scope: idempotencyKeys.scope });
+    return rows.length;
+  }
+
   async sweep(): Promise<number> {
     const rows = await this.db.delete(idempotencyKeys).where(lte(idempotencyKeys.expiresAt, sql`now()`)).returning({ scope: idempotencyKeys.scope });
     return rows.length;

@@ -192,6 +192,8 @@ export interface IdempotencyRepo {
   forgetStream(scope: string, streamId: string): Promise<void>;
   /** Deletes expired rows; returns how many. */
   sweep(): Promise<number>;
+  /** Deletes every pending claim (of requests no process runs any more); returns how many. */
+  dropPending(): Promise<number>;
 }
 
 export interface Store {
