@@ -1,6 +1,6 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
 let gw: TestGateway;
@@ -108,5 +108,29 @@ describe('the registry learns each provider’s models through its adapter', () 
       400,
       'model_not_found',
     ]);
+  });
+
+  it('a rebuild asked for while another runs reads every list again once that one ends, a change made meanwhile included', async () => {
+    const ovh = sim.providers.ovh;
+    const nebius = sim.providers.nebius;
+    const before = ovh?.models() ?? [];
+    const listsRead = () => ovh?.stats().byEndpoint.models ?? 0;
+    const readBefore = listsRead();
+    // Nebius' list comes slowly, so the first rebuild is still running after it has read OVH's.
+    nebius?.setFault({ kind: 'latency', ms: 1500, endpoints: ['models'], times: 1 });
+    const first = rebuild();
+    await eventually(() => expect(listsRead()).toBeGreaterThan(readBefore));
+    ovh?.setModels(before.filter((m) => m !== 'Qwen3-32B'));
+    try {
+      const second = await rebuild();
+      expect(second.status).toBe(200);
+      expect(await providersOf('qwen/qwen3-32b')).toEqual(['nebius']);
+      // The first still answers with what it read.
+      expect((await first).status).toBe(200);
+    } finally {
+      ovh?.setModels(before);
+      await rebuild();
+    }
+    expect(await providersOf('qwen/qwen3-32b')).toEqual(['ovh', 'nebius']);
   });
 });

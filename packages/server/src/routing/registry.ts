@@ -48,6 +48,8 @@ export class ModelRegistry {
   private readonly lists = new Map<string, Set<string> | null>();
   private readonly firstSeen = new Map<string, number>();
   private inFlight: Promise<RebuildReport> | null = null;
+  /** The rebuild that follows the one in flight, shared by every call made meanwhile. */
+  private queued: Promise<RebuildReport> | null = null;
   private readonly rebuiltListeners: ((report: RebuildReport) => void)[] = [];
 
   constructor(
@@ -84,17 +86,33 @@ export class ModelRegistry {
     return this.catalogue.providers.map((p) => p.id);
   }
 
-  /** Re-reads every provider's model list; concurrent calls share one rebuild. */
+  /**
+   * Re-reads every provider's model list, in a rebuild that starts no earlier than this call: one in flight may have
+   * read a list before a change the caller made upstream (an admin's rebuild answered with the list it had just
+   * changed), so a call made meanwhile waits for one more, which every such call shares.
+   */
   rebuild(): Promise<RebuildReport> {
-    this.inFlight ??= this.doRebuild()
+    if (this.inFlight === null) return this.startRebuild();
+    this.queued ??= this.inFlight
+      .catch(() => undefined)
+      .then(() => {
+        this.queued = null;
+        return this.startRebuild();
+      });
+    return this.queued;
+  }
+
+  private startRebuild(): Promise<RebuildReport> {
+    const run = this.doRebuild()
       .then((report) => {
         for (const listener of this.rebuiltListeners) listener(report);
         return report;
       })
       .finally(() => {
-        this.inFlight = null;
+        if (this.inFlight === run) this.inFlight = null;
       });
-    return this.inFlight;
+    this.inFlight = run;
+    return run;
   }
 
   /** Called after every rebuild, whoever asked for it (the schedule, the admin API). */
