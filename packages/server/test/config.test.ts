@@ -476,6 +476,27 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a per_unit price on a chat or embedding offer, which nothing would bill, stops the start with exit code 2, naming the field', async () => {
+    // It was accepted and ignored: the operator's price per unit never billed, the token prices billed instead.
+    const dir = mkdtempSync(join(tmpdir(), 'gw-per-unit-'));
+    try {
+      writeFileSync(join(dir, 'gw.yaml'), good.replace('currency: EUR }', 'currency: EUR, per_unit: 0.001 }'));
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: join(dir, 'gw.yaml'), GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: 'sk-alpha-S3cretKey' });
+      expect(code).toBe(2);
+      expect(output).toContain(
+        `Invalid configuration in ${join(dir, 'gw.yaml')} at /models/0/offers/0/pricing/per_unit: expected no per_unit here (mistral/small is of kind chat, billed by prompt_per_1m and completion_per_1m`,
+      );
+      expect(output).not.toContain('S3cretKey');
+      expect(output).not.toContain('listening on');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const embedding = good.replace('kind: chat', 'kind: embedding').replace('currency: EUR }', 'currency: EUR, per_unit: 0.001 }');
+    expect(() => parseConfigText(embedding, 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(
+      /gw\.yaml at \/models\/0\/offers\/0\/pricing\/per_unit: expected no per_unit here \(mistral\/small is of kind embedding,/,
+    );
+  }, 60_000);
+
   it('a rerank or audio offer priced as INTERFACES.md shows (tokens, no per_unit) starts, with one warning each saying how it is billed', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-token-priced-'));
     const offer = (upstream: string, perUnit = '') =>

@@ -213,6 +213,14 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
           `/models/${i}/offers/${j}`,
           `an offer not given twice (${o.provider} with upstreamModel ${o.upstreamModel} is /models/${i}/offers/${same} too)`,
         );
+      // Only rerank (per search unit) and audio (per second) are billed per unit: elsewhere it would be silently ignored.
+      if (o.pricing.per_unit !== undefined && m.kind !== 'rerank' && m.kind !== 'audio') {
+        throw new ConfigError(
+          file,
+          `/models/${i}/offers/${j}/pricing/per_unit`,
+          `no per_unit here (${m.id} is of kind ${m.kind}, billed by prompt_per_1m and completion_per_1m; per_unit prices rerank search units and audio seconds)`,
+        );
+      }
       const type = types.get(o.provider) as keyof typeof KINDS_BY_PROVIDER_TYPE;
       if (!KINDS_BY_PROVIDER_TYPE[type].includes(m.kind)) {
         const serving = config.providers.filter((p) => KINDS_BY_PROVIDER_TYPE[p.type].includes(m.kind)).map((p) => p.id);
