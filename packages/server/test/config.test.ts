@@ -90,8 +90,16 @@ describe('config file', () => {
     expect(() => parseConfigText(good.replace(`\${ALPHA_API_KEY}`, `\${ALPHA_API_KEY`), 'gw.yaml', env)).toThrowError(
       /\/providers\/0\/apiKey: expected .* not a \$\{ with no closing \}$/,
     );
+    // A reference written with spaces is shown as written, not as an unclosed one.
+    expect(() => parseConfigText(good.replace(`\${ALPHA_API_KEY}`, `\${ ALPHA_API_KEY }`), 'gw.yaml', env)).toThrowError(/not \$\{ ALPHA_API_KEY \}$/);
     // What a variable holds is not read as a reference.
     expect(parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: `a\${b` }).providers[0]?.apiKey).toBe(`a\${b`);
+  });
+
+  it('reads $${ as a literal ${, as compose files escape it, beside references in the same string', () => {
+    const escaped = good.replace(`\${ALPHA_API_KEY}`, () => `pre-$\${LITERAL}-\${ALPHA_API_KEY}-$$`);
+    const config = parseConfigText(escaped, 'gw.yaml', { ALPHA_API_KEY: 'k', LITERAL: 'not-read' });
+    expect(config.providers[0]?.apiKey).toBe(`pre-\${LITERAL}-k-$$`);
   });
 
   it('reads a variable in a number or boolean field as the number or boolean it holds, and still refuses one that is not', () => {

@@ -7,25 +7,29 @@ import { FileConfigSchema } from './file-schema.js';
 import { headerUnsafe } from './header-safe.js';
 
 const REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+/** A reference, or `$${`: a literal `${`, as compose files escape it (a key or URL that holds those two characters). */
+const REFERENCE_OR_ESCAPE = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 
 /**
  * Replaces `${NAME}` in every string with that environment variable; a missing one is an error, and so is a `${`
- * that is no such reference (`${KEY:-}`, `${KEY`), which was kept as written and sent as the provider key.
+ * that is no such reference (`${KEY:-}`, `${KEY`), which was kept as written and sent as the provider key. `$${`
+ * is a literal `${`.
  */
 function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string, referenced?: Set<string>): unknown {
   if (typeof value === 'string') {
     // Looked for in the file's text, not in what the variables hold.
-    const rest = value.replace(REFERENCE, '');
+    const rest = value.replace(REFERENCE_OR_ESCAPE, '');
     const at = rest.indexOf('${');
     if (at !== -1) {
-      const shown = /^\$\{[^}\s]{0,60}\}/.exec(rest.slice(at))?.[0];
+      const shown = /^\$\{[^}\n]{0,60}\}/.exec(rest.slice(at))?.[0];
       throw new ConfigError(
         file,
         path || '/',
         `\${NAME} to name an environment variable (letters, digits and _; no default value), not ${shown ?? `a \${ with no closing }`}`,
       );
     }
-    return value.replace(REFERENCE, (_m, name: string) => {
+    return value.replace(REFERENCE_OR_ESCAPE, (_m, name: string | undefined) => {
+      if (name === undefined) return '${';
       referenced?.add(name);
       const v = env[name];
       if (v === undefined) throw new ConfigError(file, path || '/', `environment variable ${name} to be set`);
