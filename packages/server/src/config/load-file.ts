@@ -6,9 +6,8 @@ import { ConfigError } from './config-error.js';
 import { FileConfigSchema } from './file-schema.js';
 import { headerUnsafe } from './header-safe.js';
 
-const REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 /** A reference, or `$${`: a literal `${`, as compose files escape it (a key or URL that holds those two characters). */
-const REFERENCE_OR_ESCAPE = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+const REFERENCE = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 
 /**
  * Replaces `${NAME}` in every string with that environment variable; a missing one is an error, and so is a `${`
@@ -18,7 +17,7 @@ const REFERENCE_OR_ESCAPE = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string, referenced?: Set<string>): unknown {
   if (typeof value === 'string') {
     // Looked for in the file's text, not in what the variables hold.
-    const rest = value.replace(REFERENCE_OR_ESCAPE, '');
+    const rest = value.replace(REFERENCE, '');
     const at = rest.indexOf('${');
     if (at !== -1) {
       const shown = /^\$\{[^}\n]{0,60}\}/.exec(rest.slice(at))?.[0];
@@ -28,7 +27,7 @@ function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: 
         `\${NAME} to name an environment variable (letters, digits and _; no default value), not ${shown ?? `a \${ with no closing }`}`,
       );
     }
-    return value.replace(REFERENCE_OR_ESCAPE, (_m, name: string | undefined) => {
+    return value.replace(REFERENCE, (_m, name: string | undefined) => {
       if (name === undefined) return '${';
       referenced?.add(name);
       const v = env[name];
