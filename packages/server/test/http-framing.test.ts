@@ -302,6 +302,31 @@ describe('bodies the gateway cannot pass on', () => {
     expect(((await r.json()) as Envelope).error).toMatchObject({ code: 'validation_error', message: expect.stringContaining('nested too deeply') });
   });
 
+  it('a 4 MB body of nested brackets is refused at once, whether closed or not: it does not hold the gateway from other clients', async () => {
+    const depth = 1_900_000;
+    const start = '{"model":"meta/llama-3.3-70b","messages":[{"role":"user","content":"hi"}],"metadata":';
+    for (const body of [`${start}${'['.repeat(depth)}${']'.repeat(depth)}}`, `${start}${'['.repeat(2 * depth)}`]) {
+      // Parsing it level by level took the event loop for seconds (an unclosed one twice, for the error's detail).
+      const other = (async () => {
+        await new Promise((r) => setTimeout(r, 20));
+        const began = performance.now();
+        await (await fetch(`${gw.url}/health`)).text();
+        return performance.now() - began;
+      })();
+      const began = performance.now();
+      const r = await post(body);
+      const took = performance.now() - began;
+      expect(r.status).toBe(400);
+      expect(((await r.json()) as Envelope).error).toMatchObject({ code: 'validation_error', message: expect.stringContaining('nested too deeply') });
+      expect(took).toBeLessThan(800);
+      expect(await other).toBeLessThan(800);
+    }
+    // Brackets inside strings are text: a large body full of them is taken.
+    const text = '[{'.repeat(20_000);
+    const ok = await post(JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: `say "${text}"` }], max_tokens: 5 }));
+    expect(ok.status).toBe(200);
+  });
+
   it('max_tokens (or max_completion_tokens) beyond the model’s context window is a 400 naming it', async () => {
     const r = await post(JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10_000_000 }));
     expect(r.status).toBe(400);

@@ -44,13 +44,16 @@ export function toGatewayError(err: unknown, headers?: IncomingHttpHeaders, body
     return new GatewayError('validation', 'The request body ended before it was complete: the client closed the connection.');
   }
   // JSON.parse takes any depth; serialising it again (to the provider, or to hash an idempotent body) recurses.
-  if (err instanceof RangeError && /call stack/i.test(err.message)) {
-    return new GatewayError('validation', 'The request body is nested too deeply to be handled.');
-  }
+  if (err instanceof RangeError && /call stack/i.test(err.message)) return nestedTooDeeply();
   if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
     return new GatewayError('validation', e.message);
   }
   return new GatewayError('internal', 'Internal error.', { cause: err });
+}
+
+/** A body whose arrays and objects nest deeper than it can be parsed cheaply or serialised again. */
+export function nestedTooDeeply(): GatewayError {
+  return new GatewayError('validation', 'The request body is nested too deeply to be handled.');
 }
 
 /** A JSON body over the route's limit, declared (Content-Length, or refused before Expect: 100-continue) or counted as it came. */
