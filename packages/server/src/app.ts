@@ -18,6 +18,7 @@ import { Metrics } from './http/metrics.js';
 import { scheduleUploadSweep } from './http/multipart-spool.js';
 import { noRouteError } from './http/no-route.js';
 import { openApiRoutes, registerOpenApi } from './http/openapi.js';
+import { limitPipelining } from './http/pipeline-limit.js';
 import { registerRequestContext } from './http/plugins/request-context.js';
 import { publicApi } from './http/public-api.js';
 import { RawAnswers } from './http/raw-answers.js';
@@ -224,6 +225,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   registry.onRebuilt(tellUnlisted);
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
+  limitPipelining(app.server);
   checkBeforeContinue(app.server, auth, limiter, config, rawAnswers);
   app.server.on('connect', (req: IncomingMessage, socket: Socket) => refuseConnect(req, socket, rawAnswers));
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;

@@ -1,7 +1,8 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MAX_PIPELINED } from '../src/http/pipeline-limit.js';
 import { ADMIN_TOKEN, eventually, startGateway, type TestGateway } from './helpers/gateway.js';
-import { uploadFromOwnProcess } from './helpers/raw-http.js';
+import { exchange, uploadFromOwnProcess } from './helpers/raw-http.js';
 
 let gw: TestGateway;
 let key: string;
@@ -286,6 +287,33 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     }
     const long = await fetch(`${gw.baseB}/models/${'x'.repeat(300)}`, { headers: { authorization: `Bearer ${key}` } });
     expect([long.status, ((await long.json()) as Envelope).error.code]).toEqual([400, 'model_not_found']);
+  });
+});
+
+describe('pipelined requests', () => {
+  const get = (path: string, close = false) => `GET ${path} HTTP/1.1\r\nHost: x\r\n${close ? 'Connection: close\r\n' : ''}\r\n`;
+  const answers = (text: string) => text.split('HTTP/1.1 ').length - 1;
+
+  it('a connection with thousands of requests sent at once is closed past the bound, not answered thousands of times ahead of other clients', async () => {
+    // Each one was started at once, queued before any other client's request (100 such connections held a /health for 24 s).
+    const out = await exchange(port, get('/v1/models').repeat(5000), 5000);
+    expect(answers(out)).toBeLessThanOrEqual(MAX_PIPELINED);
+  });
+
+  it('a client that pipelines a few requests, or sends many one after another on one connection, gets every answer', async () => {
+    const few = await exchange(port, get('/healthz').repeat(MAX_PIPELINED - 1) + get('/healthz', true));
+    expect(answers(few)).toBe(MAX_PIPELINED);
+    const socket = connect(port, '127.0.0.1');
+    let out = '';
+    socket.on('data', (d) => {
+      out += String(d);
+    });
+    for (let i = 1; i <= 3 * MAX_PIPELINED; i++) {
+      socket.write(get('/healthz'));
+      await eventually(() => expect(answers(out)).toBe(i));
+    }
+    expect(out.match(/HTTP\/1\.1 (\d+)/g)?.every((line) => line.endsWith('200'))).toBe(true);
+    socket.destroy();
   });
 });
 
