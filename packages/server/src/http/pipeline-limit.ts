@@ -9,33 +9,43 @@ import type { Socket } from 'node:net';
  */
 export const MAX_PIPELINED = 32;
 
-const kWaiting = Symbol('gw.answersWaiting');
+const kQueued = Symbol('gw.answersQueued');
 const kSocket = Symbol('gw.answerSocket');
-type CountedSocket = Socket & { [kWaiting]?: number };
+/** Node's own: the response its connection is writing; a request that comes meanwhile has its response queued behind it. */
+type CountedSocket = Socket & { [kQueued]?: number; _httpMessage?: ServerResponse | null };
 type TrackedResponse = ServerResponse & { [kSocket]?: CountedSocket };
 type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
 
-/** Puts the bound in front of the server's request listeners (Fastify's): a request past it is never started. */
+/**
+ * Puts the bound in front of the server's request listener (Fastify's): a request past it is never started. Only
+ * answers queued behind another are counted, so a client that waits for each answer (nearly all) costs one
+ * comparison per request.
+ */
 export function limitPipelining(server: Server): void {
   const listeners = server.listeners('request') as RequestListener[];
   server.removeAllListeners('request');
+  const handle: RequestListener =
+    listeners.length === 1 ? (listeners[0] as RequestListener) : (req, res) => listeners.forEach((listener) => listener(req, res));
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const socket = req.socket as CountedSocket;
-    // The rest of what was read when the connection was closed: Node still parses it into requests.
-    if (socket.destroyed) return;
-    const waiting = (socket[kWaiting] ?? 0) + 1;
-    if (waiting > MAX_PIPELINED) {
-      socket.destroy();
-      return;
+    if (socket._httpMessage !== res) {
+      // The rest of what was read when the connection was closed: Node still parses it into requests.
+      if (socket.destroyed) return;
+      const queued = (socket[kQueued] ?? 0) + 1;
+      // The answer being written, and the queued ones.
+      if (queued >= MAX_PIPELINED) {
+        socket.destroy();
+        return;
+      }
+      socket[kQueued] = queued;
+      (res as TrackedResponse)[kSocket] = socket;
+      res.on('close', answered);
     }
-    socket[kWaiting] = waiting;
-    (res as TrackedResponse)[kSocket] = socket;
-    res.on('close', answered);
-    for (const listener of listeners) listener(req, res);
+    handle(req, res);
   });
 }
 
 function answered(this: TrackedResponse): void {
   const socket = this[kSocket];
-  if (socket?.[kWaiting] !== undefined) socket[kWaiting]--;
+  if (socket?.[kQueued] !== undefined) socket[kQueued]--;
 }
