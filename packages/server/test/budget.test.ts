@@ -92,6 +92,28 @@ describe.each([
     // Overshoot, the figure that must be 0:
     expect(Math.max(0, spent - budget)).toBe(0);
   }, 30_000);
+
+  it('a budget short of a request’s worst case by 1e-12 (the store’s smallest amount) refuses it; one that holds it exactly admits it once', async () => {
+    const [g1, g2] = gws();
+    // One search unit at 0.0019 EUR (cohere/rerank-v3.5's per_unit): held and billed the same.
+    const unit = 0.0019;
+    const rerank = (key: string, gw: TestGateway) =>
+      fetch(`${gw.baseA}/rerank`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'cohere/rerank-v3.5', query: 'q', documents: ['d'] }),
+      });
+    const short = await g1.createKey({ budget: unit - 1e-12, rateLimitRpm: 1000 });
+    expect((await rerank(short.key, g1)).status).toBe(402);
+    expect(await spentOf(g1, short.id)).toBe(0);
+    const exact = await g1.createKey({ budget: unit, rateLimitRpm: 1000 });
+    expect((await rerank(exact.key, g1)).status).toBe(200);
+    expect((await rerank(exact.key, g2)).status).toBe(402);
+    expect(await spentOf(g1, exact.id)).toBe(unit);
+    const ws = (await g1.admin<{ id: string }>('POST', '/workspaces', { name: 'edge', budget: unit - 1e-12 })).body as { id: string };
+    const inWs = await g1.createKey({ workspaceId: ws.id, rateLimitRpm: 1000 });
+    expect((await rerank(inWs.key, g2)).status).toBe(402);
+  });
 });
 
 describe('budgets while Redis is away', () => {

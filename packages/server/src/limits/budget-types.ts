@@ -1,6 +1,15 @@
 /** EUR amounts are kept as integer nano-euros so that sums are exact. */
 export const NANO = 1_000_000_000;
-export const toNano = (eur: number): number => Math.round(eur * NANO);
+/**
+ * Budgets and costs are kept to 1e-12 EUR (the store's `numeric(24, 12)`, each usage record's cost rounded to it),
+ * finer than a nano-euro: a hold or a cost is rounded up to the nano-euro and a budget down, so that rounding never
+ * admits a request past a budget's end (a budget of €0.0019 less 1e-12 admitted a request of worst case €0.0019).
+ * Rounded to 1e-12 first, so that a float's noise (0.0019 * 1e9 = 1900000.0000000002) adds no nano-euro.
+ */
+const PICO_PER_NANO = 1000;
+const toPico = (eur: number): number => Math.round(eur * NANO * PICO_PER_NANO);
+export const toNano = (eur: number): number => Math.ceil(toPico(eur) / PICO_PER_NANO);
+export const limitNano = (eur: number): number => Math.floor(toPico(eur) / PICO_PER_NANO);
 export const fromNano = (nano: number): number => nano / NANO;
 
 /** One budget a request is held to: its key's or its workspace's. */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { BudgetLeaseRepo } from '../store/types.js';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
-import { toNano } from './budget-types.js';
+import { limitNano, toNano } from './budget-types.js';
 
 /** How long a lease counts in the database unless renewed (an instance that died gives its leases back after this). */
 export const LEASE_TTL_MS = 30_000;
@@ -86,7 +86,7 @@ export class LeaseLedger implements BudgetLedger {
     const limited = scopes.filter((s) => s.limit !== null);
     for (const scope of limited) {
       const state = this.state(scope.id);
-      const limit = toNano(scope.limit as number);
+      const limit = limitNano(scope.limit as number);
       // Lowered (PATCH) while this instance leases: the room it leased under the old budget is not counted on.
       if (limit < state.limit) this.giveBackUnused(scope.id, state, true);
       state.limit = limit;

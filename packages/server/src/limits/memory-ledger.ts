@@ -1,4 +1,4 @@
-import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
+import { type BudgetLedger, type BudgetScope, fromNano, limitNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
 interface Account {
   spent: number;
@@ -40,7 +40,7 @@ export class MemoryLedger implements BudgetLedger {
       const scope = scopes[i] as BudgetScope;
       const acc = accounts[i] as Account;
       if (scope.limit === null) continue;
-      const limit = toNano(scope.limit);
+      const limit = limitNano(scope.limit);
       if (acc.spent >= limit || acc.spent + heldNano(acc, now) + nano > limit) return { ok: false, scope: scope.id };
     }
     for (const acc of accounts) {

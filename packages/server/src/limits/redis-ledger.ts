@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { ALIVE_TTL_MS, type InstancePresence } from '../kv/instance-presence.js';
 import { hiddenSlot } from '../lib/hidden-slot.js';
-import { type BudgetLedger, type BudgetScope, fromNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
+import { type BudgetLedger, type BudgetScope, fromNano, limitNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
 // Per scope four keys: its spent total, its holds (sorted set, member "<request>@<instance>:<nano>", score: expiry),
 // the running sum of those holds, so that a reservation does not walk every hold in flight
@@ -360,7 +360,7 @@ export class RedisLedger implements BudgetLedger {
     const known = this.argsOfScopes.get(scopes);
     if (known && known.tag === tag) return known;
     const keys = scopes.flatMap((s) => keysOf(tag, s.id));
-    const args = { tag, keys, limits: scopes.map((s) => (s.limit === null ? -1 : toNano(s.limit))), ids: scopes.map((s) => s.id), group: keys.join(' ') };
+    const args = { tag, keys, limits: scopes.map((s) => (s.limit === null ? -1 : limitNano(s.limit))), ids: scopes.map((s) => s.id), group: keys.join(' ') };
     this.argsOfScopes.set(scopes, args);
     return args;
   }
