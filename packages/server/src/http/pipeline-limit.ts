@@ -25,7 +25,11 @@ export function limitPipelining(server: Server): void {
   const listeners = server.listeners('request') as RequestListener[];
   server.removeAllListeners('request');
   const handle: RequestListener =
-    listeners.length === 1 ? (listeners[0] as RequestListener) : (req, res) => listeners.forEach((listener) => listener(req, res));
+    listeners.length === 1
+      ? (listeners[0] as RequestListener)
+      : (req, res) => {
+          for (const listener of listeners) listener(req, res);
+        };
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const socket = req.socket as CountedSocket;
     if (socket._httpMessage !== res) {
