@@ -143,10 +143,10 @@ describe('the live registry', () => {
     try {
       const ws = await late.admin<{ id: string }>('POST', '/workspaces', { name: 'small-only', enabledModels: ['mistral/small'] });
       const [own, narrow] = [await late.createKey({ rateLimitRpm: 1000 }), await late.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1000 })];
-      const ask = async (base: string, model: string, key = own.key) => {
+      const ask = async (base: string, model: string, key = own.key, headers: Record<string, string> = {}) => {
         const res = await fetch(`${base}/chat/completions`, {
           method: 'POST',
-          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
           body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }] }),
         });
         const body = (await res.json()) as { error?: { code: string; message: string } };
@@ -160,10 +160,15 @@ describe('the live registry', () => {
       expect(await ask(late.baseA, 'mistral/larger')).toEqual([404, null, 'model_not_found']);
       // A model that another provider lists is served by it meanwhile.
       expect(await ask(late.baseA, 'mistral/small')).toEqual([200, null, 'ok']);
+      // Pinned to the unreachable provider, it is that outage too, not a pin to a provider that does not serve it (400).
+      const pin = { 'x-gateway-provider': 'mistral' };
+      expect(await ask(late.baseB, 'mistral/small', own.key, pin)).toEqual([502, '5', 'upstream_unavailable']);
+      expect(await ask(late.baseB, 'mistral/small', own.key, { 'x-gateway-provider': 'nebius' })).toEqual([400, null, 'provider_unsupported']);
       mistral?.clearFaults();
       const rebuilt = await late.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild');
       expect(rebuilt.body.providers.mistral).toBe('ok');
       expect(await ask(late.baseA, 'mistral/large')).toEqual([200, null, 'ok']);
+      expect(await ask(late.baseB, 'mistral/small', own.key, pin)).toEqual([200, null, 'ok']);
     } finally {
       mistral?.clearFaults();
       await late.close();

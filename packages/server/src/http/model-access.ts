@@ -1,9 +1,8 @@
 import { type ModelKind, STRATEGIES, type Strategy, type Variant } from '@gw/schema';
 import type { FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
-import { LIST_RETRY_FIRST_S } from '../jobs/registry-refresh.js';
 import type { RouteOptions } from '../routing/plan.js';
-import type { RegistryModel } from '../routing/registry.js';
+import { LIST_RETRY_FIRST_S, type RegistryModel } from '../routing/registry.js';
 import type { Services } from './services.js';
 
 /**

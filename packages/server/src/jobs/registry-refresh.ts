@@ -1,7 +1,5 @@
-import type { ModelRegistry, RebuildReport } from '../routing/registry.js';
+import { LIST_RETRY_FIRST_S, type ModelRegistry, type RebuildReport } from '../routing/registry.js';
 
-/** The first retry after a provider's list could not be read, doubling each time up to the cap (or the interval, if shorter). */
-export const LIST_RETRY_FIRST_S = 5;
 export const LIST_RETRY_MAX_S = 300;
 
 /**

@@ -1,7 +1,7 @@
 import type { Strategy } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { OfferStatsView } from './offer-stats.js';
-import type { Offer, RegistryModel } from './registry.js';
+import { LIST_RETRY_FIRST_S, type Offer, type RegistryModel } from './registry.js';
 import { orderOffers, type RequestSize } from './strategies.js';
 
 export { expectedCost, type RequestSize } from './strategies.js';
@@ -32,6 +32,14 @@ export function planOffers(model: RegistryModel, options: RouteOptions, size: Re
   if (options.pin !== null) {
     const pinned = model.offers.filter((o) => o.provider === options.pin);
     if (pinned.length === 0) {
+      if (model.unread?.includes(options.pin)) {
+        // Unreachable since the gateway started, so whether it lists the model is not known: an outage, retried as one.
+        throw new GatewayError(
+          'no_healthy_provider',
+          `Provider '${options.pin}' cannot be reached right now: its model list could not be read since the gateway started.`,
+          { retryAfterS: LIST_RETRY_FIRST_S },
+        );
+      }
       throw new GatewayError('provider_unsupported', `Provider '${options.pin}' does not serve model '${model.id}'.`, { param: 'X-Gateway-Provider' });
     }
     const usable = pinned.filter(healthy);

@@ -21,6 +21,8 @@ export interface RegistryModel {
   offers: Offer[];
   /** Unix seconds when the model entered the registry. */
   created: number;
+  /** Providers configured to serve it whose model list has not been read since the gateway started (unknown yet, not refused). */
+  unread?: string[];
 }
 
 export type ProviderListStatus = 'ok' | 'stale' | 'error';
@@ -33,6 +35,8 @@ export interface RebuildReport {
 }
 
 const LIST_TIMEOUT_MS = 10_000;
+/** The first retry after a provider's list could not be read, doubling each time up to the cap (jobs/registry-refresh.ts). */
+export const LIST_RETRY_FIRST_S = 5;
 const DEFAULT_CONTEXT_WINDOW = 32_768;
 
 /**
@@ -148,8 +152,7 @@ export class ModelRegistry {
       if (entry.offers.length > 0 || entry.deprecated) next.set(entry.id, entry);
       else {
         unlisted.push(entry.id);
-        const providers = [...new Set(model.offers.map((o) => o.provider).filter((p) => !this.lists.has(p)))];
-        if (providers.length > 0) unread.set(entry.id, { model: entry, providers });
+        if (entry.unread) unread.set(entry.id, { model: entry, providers: entry.unread });
       }
     }
     this.models = next;
@@ -166,6 +169,7 @@ export class ModelRegistry {
       })
       .map((o) => ({ provider: o.provider, region: regions.get(o.provider) ?? 'eu', upstreamModel: o.upstreamModel, pricing: o.pricing }));
     if (!this.firstSeen.has(model.id)) this.firstSeen.set(model.id, Math.floor(Date.now() / 1000));
+    const unread = [...new Set(model.offers.map((o) => o.provider).filter((p) => !this.lists.has(p)))];
     return {
       id: model.id,
       kind: model.kind,
@@ -176,6 +180,7 @@ export class ModelRegistry {
       beta: model.beta ?? false,
       offers,
       created: this.firstSeen.get(model.id) ?? 0,
+      ...(unread.length > 0 ? { unread } : {}),
     };
   }
 }
