@@ -248,6 +248,26 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     }
   });
 
+  it('takes null for the optional fields as not given, as OpenAI does (LiteLLM and Dify send encoding_format: null)', async () => {
+    for (const [base, model, provider] of [
+      [gw.baseA, 'baai/bge-m3', 'ovh'],
+      [gw.baseB, 'mistral/embed', 'mistral'],
+    ] as const) {
+      const nulls = { encoding_format: null, dimensions: null, user: null, input_type: null };
+      const res = await post(base, { model, input: ['one', 'two'], ...nulls });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const data = res.body['data'] as { index: number; embedding: number[] }[];
+      // Floats, OpenAI's default, at the model's own size.
+      expect(data.map((d) => [d.index, Array.isArray(d.embedding), d.embedding.length])).toEqual([
+        [0, true, 1024],
+        [1, true, 1024],
+      ]);
+      // No null reached the provider, which may refuse one (vLLM's strict schema does).
+      const sent = sim.providers[provider]?.stats().last?.body as Record<string, unknown>;
+      expect(Object.entries(sent).filter(([, v]) => v === null)).toEqual([]);
+    }
+  });
+
   it('validates the body: input, encoding_format, dimensions and unknown fields', async () => {
     for (const [body, param] of [
       [{ model: 'baai/bge-m3', input: [] }, 'input'],

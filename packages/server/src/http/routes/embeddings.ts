@@ -1,4 +1,4 @@
-import { type Static, Type } from '@sinclair/typebox';
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
@@ -21,21 +21,30 @@ export const EmbeddingsBody = Type.Object(
     input: Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1, maxItems: 2048 })], {
       description: 'A text, or up to 2048 texts; none of them empty (as OpenAI refuses)',
     }),
-    encoding_format: Type.Optional(Type.Union([Type.Literal('float'), Type.Literal('base64')], { default: 'float' })),
-    dimensions: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536, description: 'Passed to providers that support it; a 400 where the model cannot' })),
-    user: Type.Optional(Type.String({ maxLength: 256, description: 'Accepted for OpenAI compatibility; never sent upstream' })),
+    // Null is "not given", as OpenAI takes it: LiteLLM and Dify send `encoding_format: null` when none is set.
+    encoding_format: Type.Optional(Nullable(Type.Union([Type.Literal('float'), Type.Literal('base64')], { default: 'float' }))),
+    dimensions: Type.Optional(
+      Nullable(Type.Integer({ minimum: 1, maximum: 65_536, description: 'Passed to providers that support it; a 400 where the model cannot' })),
+    ),
+    user: Type.Optional(Nullable(Type.String({ maxLength: 256, description: 'Accepted for OpenAI compatibility; never sent upstream' }))),
     input_type: Type.Optional(
-      Type.Union(
-        ['search_document', 'search_query', 'classification', 'clustering'].map((t) => Type.Literal(t)),
-        {
-          description: "Cohere's input_type (extension field; default search_document)",
-        },
+      Nullable(
+        Type.Union(
+          ['search_document', 'search_query', 'classification', 'clustering'].map((t) => Type.Literal(t)),
+          {
+            description: "Cohere's input_type (extension field; default search_document)",
+          },
+        ),
       ),
     ),
   },
   { additionalProperties: false },
 );
 export type EmbeddingsBody = Static<typeof EmbeddingsBody>;
+
+function Nullable<T extends TSchema>(schema: T) {
+  return Type.Union([schema, Type.Null()]);
+}
 
 const EmbeddingsList = Type.Object({
   object: Type.Literal('list'),
@@ -79,7 +88,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000)));
         const upstream: EmbeddingsRequest = {
           input,
-          ...(body.dimensions === undefined ? {} : { dimensions: body.dimensions }),
+          ...(body.dimensions == null ? {} : { dimensions: body.dimensions }),
           ...(body.input_type ? { inputType: body.input_type } : {}),
         };
         const call = { signal, requestId: request.id };
