@@ -110,7 +110,8 @@ describe('POST /v1/audio/transcriptions through the official openai SDK', () => 
       model: 'openai/whisper-large-v3',
       response_format: 'verbose_json',
       timestamp_granularities: ['word'],
-      language: 'en',
+      // Sent as the hosts list it, lower case.
+      language: 'EN',
       prompt: 'A meeting.',
       temperature: 0.2,
     });

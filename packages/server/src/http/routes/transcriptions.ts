@@ -235,7 +235,8 @@ function formBody(form: ParsedForm): Record<string, unknown> {
 }
 
 function optional(body: TranscriptionForm): { language?: string; temperature?: number } {
-  return { ...(body.language === undefined ? {} : { language: body.language }), ...(body.temperature === undefined ? {} : { temperature: body.temperature }) };
+  // ISO-639 codes are written lower case, as the hosts' lists of languages are ('EN' is 'en' to a client).
+  return { ...(body.language === undefined ? {} : { language: body.language.toLowerCase() }), ...(body.temperature === undefined ? {} : { temperature: body.temperature }) };
 }
 
 function transcriptionRequest(body: TranscriptionForm, file: TranscriptionRequest['file'], needSegments: boolean): TranscriptionRequest {
