@@ -1,6 +1,7 @@
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { readSse, streamRequest } from './helpers/sse.js';
 
 let gw: TestGateway;
 let port: number;
@@ -82,5 +83,39 @@ describe('an answer the client does not take (GW_SEND_TIMEOUT_MS)', () => {
       const records = await gw.gateway.services.store.usage.list({ keyId: id });
       expect(records.map((rec) => rec.status)).toEqual([200]);
     });
+  }, 40_000);
+
+  it('a stream that ended upstream while its client stopped reading is cut too, and stays resumable from where it was', async () => {
+    const { id, key } = await gw.createKey({ rateLimitRpm: 1000 });
+    // About 19 MB of events: far more than the connection's buffers hold.
+    gw.sim.providers.scaleway?.configure({ answerTokens: 100_000 });
+    try {
+      const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'x' }], stream: true, max_tokens: 100_000 });
+      const socket = connect(port, '127.0.0.1');
+      socket.on('error', () => {});
+      socket.pause();
+      socket.write(
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nX-Gateway-Provider: scaleway\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+      // The stream ends upstream and is billed; the client takes nothing more, so its connection is closed.
+      await eventually(async () => {
+        await gw.gateway.services.usage.flush();
+        const records = await gw.gateway.services.store.usage.list({ keyId: id });
+        expect(records.map((rec) => [rec.status, rec.errorCode])).toEqual([[200, null]]);
+        expect(gw.gateway.services.lifecycle.inFlight).toBe(0);
+      }, 20_000);
+      const parts: Buffer[] = [];
+      socket.on('data', (chunk: Buffer) => parts.push(chunk));
+      await new Promise((resolve) => socket.once('end', resolve).resume());
+      const received = Buffer.concat(parts).toString('latin1');
+      expect(received.startsWith('HTTP/1.1 200')).toBe(true);
+      expect(received).not.toContain('data: [DONE]');
+      // What it did not get is still there to resume.
+      const requestId = /x-request-id: (\S+)/i.exec(received)?.[1];
+      const events = await readSse(await streamRequest(gw.baseA, key, JSON.parse(body), { 'Last-Event-ID': `${requestId}:0` }));
+      expect(events.at(-1)?.data).toBe('[DONE]');
+    } finally {
+      gw.sim.providers.scaleway?.configure({ answerTokens: null });
+    }
   }, 40_000);
 });

@@ -1,14 +1,21 @@
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyBaseLogger } from 'fastify';
+import { kStreamWhole } from '../streaming/live-frames.js';
 
 /**
- * What the connection has not yet handed to the kernel: Node's queue, and what is left of the write libuv is doing
- * (its handle's writeQueueSize, which goes down as the client takes bytes; writableLength counts that write whole).
+ * What the kernel has taken of the connection's writes: what Node handed to libuv less what is left of the write
+ * libuv is doing (its handle's writeQueueSize, which goes down as the client takes bytes). It grows while the client
+ * takes its answer, also while a stream behind on its client writes more as its socket drains.
  */
-function unsent(socket: Socket): number {
-  const handle = (socket as Socket & { _handle?: { writeQueueSize?: number } | null })._handle;
-  return socket.writableLength + (handle?.writeQueueSize ?? 0);
+function taken(socket: Socket): number {
+  const s = socket as Socket & { _bytesDispatched?: number; _handle?: { writeQueueSize?: number } | null };
+  return (s._bytesDispatched ?? 0) - (s._handle?.writeQueueSize ?? 0);
+}
+
+/** The answer is written whole (a stream: ended, its client behind), only its taking is left. */
+function whole(res: ServerResponse): boolean {
+  return res.writableEnded || (res as ServerResponse & { [kStreamWhole]?: boolean })[kStreamWhole] === true;
 }
 
 /** An answer in flight, linked into the watch's list (no map keyed by the response: see {@link UnsentAnswers}). */
@@ -16,8 +23,8 @@ export interface Watched {
   readonly res: ServerResponse;
   /** The request's logger: told when the connection is cut (a logger rather than a callback: no closure per request). */
   readonly log: FastifyBaseLogger;
-  /** Bytes unsent at the last look, and when they last went down; null until the answer was seen written whole. */
-  left: number | null;
+  /** Bytes the kernel had taken at the last look, and when they last grew; null until the answer was seen written whole. */
+  taken: number | null;
   progressAt: number;
   prev: Watched | null;
   next: Watched | null;
@@ -26,7 +33,8 @@ export interface Watched {
 
 /**
  * Closes the connection of an answer, written whole, that its client stops taking (as nginx's send_timeout): once the
- * answer has ended, the bytes still unsent must go down within every `timeoutMs`. A client that never reads would
+ * answer has ended (a stream: once it ended upstream, its events waiting for a client behind on them), the kernel must
+ * take more of it within every `timeoutMs`. A client that never reads would
  * otherwise hold the answer's memory (a 20 MB embeddings answer), its budget hold and its usage record (written when
  * the answer is) for as long as it keeps the connection open. Nothing is judged while the answer is being made (a
  * provider's wait is not the client's), nor for an answer the kernel took at once.
@@ -48,7 +56,7 @@ export class UnsentAnswers {
 
   /** Watches `res` until {@link forget} is given the entry returned; `log` is told if its connection is cut for want of progress. */
   watch(res: ServerResponse, log: FastifyBaseLogger): Watched {
-    const w: Watched = { res, log, left: null, progressAt: 0, prev: null, next: this.head, linked: true };
+    const w: Watched = { res, log, taken: null, progressAt: 0, prev: null, next: this.head, linked: true };
     if (this.head !== null) this.head.prev = w;
     this.head = w;
     return w;
@@ -75,10 +83,10 @@ export class UnsentAnswers {
       const next = w.next;
       const { res } = w;
       const socket = res.socket;
-      if (res.writableEnded && !res.writableFinished && socket && !socket.destroyed) {
-        const left = unsent(socket);
-        if (w.left === null || left < w.left) {
-          w.left = left;
+      if (whole(res) && !res.writableFinished && socket && !socket.destroyed) {
+        const took = taken(socket);
+        if (w.taken === null || took > w.taken) {
+          w.taken = took;
           w.progressAt = now;
         } else if (now - w.progressAt >= this.timeoutMs) {
           this.forget(w);

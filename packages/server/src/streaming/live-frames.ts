@@ -4,6 +4,12 @@ import type { Variant } from '@gw/schema';
 import type { CutOff, StreamSession } from './session.js';
 import { clientEventData, eventId, SSE_HEARTBEAT, sseData, sseEvent } from './sse-format.js';
 
+/**
+ * Set on a response whose stream has ended while its client is still behind: its answer is whole, only the client's
+ * taking of it is left, so the send timeout (GW_SEND_TIMEOUT_MS) bounds it as it bounds an ended answer.
+ */
+export const kStreamWhole = Symbol('gw.streamWhole');
+
 /** The most text one write carries (a single larger event still goes whole). */
 const WRITE_MAX_CHARS = 16 * 1024;
 
@@ -40,6 +46,8 @@ export class LiveFrames extends Readable {
   private direct: SocketWriter | null = null;
   /** Set by writeTo: the response this stream writes and ends itself. */
   private owned: ServerResponse | null = null;
+  /** The response the frames go to (owned or piped to), marked when the stream ended with this client behind. */
+  private target: ServerResponse | null = null;
   private readonly unsubscribe: () => void;
   private readonly heartbeat: NodeJS.Timeout;
 
@@ -68,6 +76,7 @@ export class LiveFrames extends Readable {
   /** The response this stream is piped to, to write to its socket directly. */
   sendThrough(response: ServerResponse): this {
     this.response = response;
+    this.target = response;
     return this;
   }
 
@@ -79,6 +88,7 @@ export class LiveFrames extends Readable {
    */
   writeTo(res: ServerResponse, status: number, headers: OutgoingHttpHeaders): void {
     this.owned = res;
+    this.target = res;
     // The client may have left while the first chunk was awaited. A response without a socket is not
     // gone: it is pipelined behind another on its connection, and Node queues its writes until its turn.
     if (res.destroyed || res.socket?.destroyed || res.req.socket.destroyed) {
@@ -138,10 +148,16 @@ export class LiveFrames extends Readable {
       this.heartbeat.refresh();
       this.wanting = this.write(text);
     }
-    if (!this.stopped && this.session.ended && this.next >= log.length) {
-      this.stop();
-      if (this.owned) this.owned.end();
-      else this.push(null);
+    if (!this.stopped && this.session.ended) {
+      if (this.next >= log.length) {
+        this.stop();
+        if (this.owned) this.owned.end();
+        else this.push(null);
+      } else if (this.target !== null) {
+        // The rest waits on a full socket: the send timeout now judges whether the client still takes it.
+        (this.target as ServerResponse & { [kStreamWhole]?: boolean })[kStreamWhole] = true;
+        this.target = null;
+      }
     }
   }
 
