@@ -26,6 +26,8 @@ import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } fro
 interface Started {
   upstream: ChatStream;
   source: RelayGate;
+  /** When the attempt that opened the stream began: the stream's upstream time to its end counts from here. */
+  calledAt: number;
 }
 
 function streamHeaders(reply: FastifyReply): void {
@@ -62,6 +64,7 @@ export async function startStream(
   const gone = clientAbortSignal(services, reply, !request.gw.outlivesClient);
   const result = await executePlan(plan, (offer) =>
     callUpstream(services, request, offer, async (adapter): Promise<Started> => {
+      const calledAt = performance.now();
       const opened = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone, maxTokens: args.perChoice });
       const upstream = args.functions ? functionsStream(opened) : opened;
       const source = new RelayGate(
@@ -70,7 +73,7 @@ export async function startStream(
       );
       try {
         await source.first;
-        return { upstream, source };
+        return { upstream, source, calledAt };
       } catch (err) {
         upstream.abort();
         throw err;
@@ -106,12 +109,13 @@ export async function startStream(
   services.streams.create(request.id, owner).catch((err: unknown) => {
     request.log.warn({ err: errorSummary(err) }, 'stream resume record not written; resume unavailable for this stream');
   });
-  const started = performance.now();
+  const { upstream, source, calledAt } = result.value;
   const session = services.sessions.start({
     streamId: request.id,
     owner,
     model,
-    ...result.value,
+    upstream,
+    source,
     store: services.streams,
     graceMs: services.config.streamGraceS * 1000,
     promptTokens: args.promptTokens,
@@ -154,7 +158,7 @@ export async function startStream(
       });
       // A stream stopped because its client left and did not come back is no failure of the provider's.
       const upstreamOutcome = byGateway ? 'stream_cut' : outcome.abandoned ? 'stream_abandoned' : outcome.error ? 'stream_error' : 'stream_ok';
-      services.metrics.observeUpstream(result.offer.provider, upstreamOutcome, (performance.now() - started) / 1000);
+      services.metrics.observeUpstream(result.offer.provider, upstreamOutcome, (performance.now() - calledAt) / 1000);
     },
   });
   routingHeaders(reply, request, routing);
