@@ -19,7 +19,7 @@ import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import type { StreamMeta } from '../../streaming/types.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
-import { billedCompletionTokens, recordClientGone } from '../plugins/usage-recording.js';
+import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } from '../upstream-call.js';
 
@@ -132,6 +132,7 @@ export async function startStream(
         // The answer was whole: the client got a normal end and the request is a success, but the provider misbehaved.
         warnUpstreamFailed(request, result.offer, outcome.lateFailure, 'after its answer was whole, before [DONE]');
       }
+      const neverSent = !reply.raw.headersSent && leftBeforeAnswer(reply.raw);
       const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
       const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
       const reported = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
@@ -151,8 +152,10 @@ export async function startStream(
         units: 0,
         cost,
         latencyMs: Math.round(performance.now() - request.gw.startedAt),
-        status: 200,
-        errorCode: byGateway ? byGateway.code : outcome.error ? 'upstream_failed' : null,
+        // A client that left before the first event (a keyed stream runs on for its retry) was sent nothing: the 499
+        // its metrics and log say, at the whole cost, as a keyed request of any other kind.
+        status: neverSent ? CLIENT_CLOSED_STATUS : 200,
+        errorCode: neverSent ? 'client_closed' : byGateway ? byGateway.code : outcome.error ? 'upstream_failed' : null,
         streamed: true,
         createdAt: new Date(),
       });
