@@ -79,10 +79,10 @@ async function main(): Promise<void> {
     origin = !fresh ? 'existing' : template === null ? 'initdb' : 'template';
     // PostgreSQL's default 128 MB of shared buffers would live in this process's memory. The hot pages
     // are small tables and the usage table's tail; the rest is a file read away (the OS caches it).
-    // 8 MB: 8 MB less resident than 16 at start, no change in this thread's CPU per request (decisions.md).
+    // 4 MB: about 4 MB less at the 1,000-stream peak than 8, no change in this thread's CPU per request (decisions.md).
     client = await PGlite.create({
       dataDir: dir,
-      postgresqlconf: ['shared_buffers = 8MB'],
+      postgresqlconf: ['shared_buffers = 4MB'],
       ...(template === null ? {} : { loadDataDir: template }),
     });
   } catch (err) {
