@@ -97,6 +97,13 @@ describe('a database outage in the log and in /metrics', () => {
       await ask();
       await new Promise((r) => setTimeout(r, 200));
     }
+    // A key the instance has not cached is refused with 503 while the database is away; the log says why, once.
+    for (let i = 0; i < 3; i++) {
+      const unknown = `${key.slice(0, -4)}${key.endsWith('AAA0') ? 'BBB' : 'AAA'}${i}`;
+      const refused = await fetch(`${proc.url}/v1/models`, { headers: { authorization: `Bearer ${unknown}` } });
+      expect(refused.status).toBe(503);
+    }
+    expect(lines(/"level":40.*store unreachable: requests that need it/)).toHaveLength(1);
     // The backlog on disk shows in /metrics while the database is away.
     const gauge = async (name: string) => {
       const text = await (await fetch(`${proc.url}/metrics`)).text();

@@ -198,6 +198,27 @@ export function errorEnvelope(g: GatewayError, variant: Variant): { status: numb
   return errorJson(g.code, variant, redactSecrets(g.message), g.param);
 }
 
+/** How often a refusal for an unreachable store is logged at warn, with its cause; the others at debug. */
+const STORE_WARN_EVERY_MS = 60_000;
+let storeWarnedAt = Number.NEGATIVE_INFINITY;
+
+/**
+ * A database outage refuses every key not yet cached (503), which the access log shows only as 503s: the first such
+ * refusal says why, once a minute while it lasts, rather than once per request.
+ */
+function logStoreUnreachable(request: FastifyRequest, cause: unknown): void {
+  const now = Date.now();
+  if (now - storeWarnedAt < STORE_WARN_EVERY_MS) {
+    request.log.debug({ err: errorSummary(cause) }, 'store unreachable: answered 503');
+    return;
+  }
+  storeWarnedAt = now;
+  request.log.warn(
+    { err: errorSummary(cause) },
+    'store unreachable: requests that need it (a key or workspace not cached, an admin call) are answered 503 (said once a minute while it lasts)',
+  );
+}
+
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */
 export function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply, variant: Variant): FastifyReply {
   // A client that left while a piped answer (a replayed stream) was being written, or before its first byte (a stream
@@ -209,6 +230,7 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
   const g = toGatewayError(err, request.headers, request.routeOptions.bodyLimit, request.body);
   const { status, body } = errorEnvelope(g, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
+  if (g.code === 'store_unavailable') logStoreUnreachable(request, g.cause ?? err);
   if (request.gw) {
     request.gw.errorCode = g.code;
     // Refused before its variant's own hooks ran (a 404 under /alt/v1, a missing Host): its metrics line says the variant too.
