@@ -82,8 +82,9 @@ export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException
 
 /**
  * What is wrong with a request Node's parser refused, in its words (they hold no request bytes). A header line
- * ending in a bare LF or CR is, in practice, a value with a line break in it: a key read from a file, `$(cat key)`,
- * which curl sends with its trailing newline. Said so, since such a client sees nothing wrong in its command.
+ * ending in a bare LF or CR is, in practice, a value with a line break in it: a key read from a file whole (an
+ * environment variable filled from it, or a CRLF file, whose CR `$(cat key)` keeps), which curl sends as it is.
+ * Said so, since such a client sees nothing wrong in its command.
  */
 function malformedRequest(err: NodeJS.ErrnoException): GatewayError {
   if (err.code === 'HPE_CR_EXPECTED' || err.code === 'HPE_LF_EXPECTED') {
