@@ -41,7 +41,7 @@ async function main(): Promise<void> {
   // As GET /v1/models counts them: a retired model is refused, not listed.
   const all = services.registry.list();
   const served = all.filter((m) => !m.deprecated).length;
-  const models = `${served} models${served < all.length ? ` (and ${all.length - served} retired)` : ''}`;
+  const models = `${served} model${served === 1 ? '' : 's'}${served < all.length ? ` (and ${all.length - served} retired)` : ''}`;
   const lines = [
     `gw ${services.version} listening on ${base}`,
     `  variant A: ${base}/v1      variant B: ${base}/alt/v1      OpenAPI: ${base}/openapi.json`,

@@ -3,6 +3,7 @@ import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KINDS_BY_PROVIDER_TYPE, type ModelKind, PROVIDER_TYPES } from '@gw/schema';
+import { startSimulator } from '@gw/simulator';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfigText } from '../src/config/index.js';
 import { createAdapter } from '../src/providers/index.js';
@@ -580,6 +581,24 @@ describe('config file', () => {
     } finally {
       gw.child.kill('SIGTERM');
       await gw.exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('the start counts one model as one model, not "1 models" (the README example config)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-banner-'));
+    const sim = await startSimulator({ latencyScale: 0 });
+    writeFileSync(
+      join(dir, 'gw.yaml'),
+      good.replace('http://127.0.0.1:9101/v1', sim.providers.scaleway.baseUrl).replace('mistral-small-latest', 'mistral-small-3.2-24b-instruct-2506'),
+    );
+    const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.yaml'), GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: sim.providers.scaleway.apiKey });
+    try {
+      expect(gw.output()).toContain(`providers from ${join(dir, 'gw.yaml')}: 1 model\n`);
+    } finally {
+      gw.child.kill('SIGTERM');
+      await gw.exited;
+      await sim.close();
       rmSync(dir, { recursive: true, force: true });
     }
   }, 60_000);
