@@ -315,6 +315,25 @@ describe('embeddings, models, rerank, transcription', () => {
     p('ovh').reset();
   });
 
+  it('ovh refuses a JSON payload over its 2 MB limit with 413; scaleway takes the same request', async () => {
+    const image = `data:image/png;base64,${Buffer.alloc(1_700_000, 7).toString('base64')}`;
+    const messages = [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'What is this?' },
+          { type: 'image_url', image_url: { url: image } },
+        ],
+      },
+    ];
+    const ovh = await json(p('ovh'), '/v1/chat/completions', { model: 'Mistral-Small-3.2-24B-Instruct-2506', messages });
+    expect(ovh.status).toBe(413);
+    expect(ovh.body).toMatchObject({ object: 'error', code: 413 });
+    expect(p('ovh').stats().last).toMatchObject({ endpoint: 'chat', status: 413 });
+    const scw = await json(p('scaleway'), '/v1/chat/completions', { model: 'mistral-small-3.2-24b-instruct-2506', messages });
+    expect(scw.status).toBe(200);
+  });
+
   it('answers unknown routes with 404 and scaleway project paths with 200', async () => {
     expect((await call(p('nebius'), '/v1/nothing', {})).status).toBe(404);
     const r = await call(p('scaleway'), '/11111111-2222-3333-4444-555555555555/v1/models');

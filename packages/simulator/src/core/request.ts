@@ -33,11 +33,11 @@ export interface ParsedBody {
   stream: boolean;
 }
 
-/** Parse the body for `route`; 'too_large' past the cap (30 MB uploads, 10 MB JSON). */
+/** Parse the body for `route`; 'too_large' past the cap (the route's own, else 30 MB uploads, 10 MB JSON). */
 export async function parseBody(req: IncomingMessage, route: Route | null): Promise<ParsedBody | 'too_large'> {
   let raw: Buffer;
   try {
-    raw = await readBody(req, route?.body === 'multipart' ? UPLOAD_LIMIT : JSON_LIMIT);
+    raw = await readBody(req, route?.maxBytes ?? (route?.body === 'multipart' ? UPLOAD_LIMIT : JSON_LIMIT));
   } catch (err) {
     if (err instanceof BodyTooLarge) return 'too_large';
     throw err;

@@ -9,6 +9,8 @@ import type { ErrorSpec, ProviderView, Reply, Route, Wire } from './types.js';
 
 const OWNER: Record<OpenAIFlavor, string> = { scaleway: 'scaleway', ovh: 'ovhcloud', nebius: 'system' };
 
+const OVH_JSON_LIMIT = 2 * 1024 * 1024;
+
 /** Scaleway also serves project-scoped paths: /{project_id}/v1/... */
 const PROJECT_PREFIX = /^\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?=\/v1\/)/;
 
@@ -24,7 +26,10 @@ export function openaiWire(flavor: OpenAIFlavor): Wire {
       }
       if (method !== 'POST') return null;
       const route = postRoute(flavor, path);
-      return flavor === 'scaleway' && route !== null ? scalewayModelRequired(route) : route;
+      if (route === null) return null;
+      if (flavor === 'scaleway') return scalewayModelRequired(route);
+      // OVHcloud caps JSON payloads at 2 MB (its audio endpoints take more): a larger body is a 413 (PROVIDERS §6).
+      return flavor === 'ovh' && route.body === 'json' ? { ...route, maxBytes: OVH_JSON_LIMIT } : route;
     },
     auth(headers, apiKey) {
       const key = bearer(headers);

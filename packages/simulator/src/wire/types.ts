@@ -79,6 +79,8 @@ export interface HandlerCtx {
 export interface Route {
   endpoint: Endpoint;
   body: 'json' | 'multipart' | 'none';
+  /** The host's own cap on the request body, past which it answers 413 (default: 30 MB uploads, 10 MB JSON). */
+  maxBytes?: number;
   /** Model taken from the path (Azure deployment). */
   pathModel?: string;
   /** Whether the parsed body asks for a stream (checked after parsing). */
