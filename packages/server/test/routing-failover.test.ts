@@ -109,6 +109,24 @@ describe('provider statuses that are the provider failing, not the client', () =
   });
 });
 
+describe('a request over one host’s payload limit (413)', () => {
+  it('fails over to a host that takes it, for a whole answer and a stream; over every host’s limit it is the client’s 400', async () => {
+    // A 2.3 MB image: within the gateway's 4 MB but over OVHcloud's 2 MB JSON payloads.
+    const url = `data:image/png;base64,${Buffer.alloc(1_700_000, 7).toString('base64')}`;
+    const image = [{ role: 'user' as const, content: [{ type: 'image_url' as const, image_url: { url } }] }];
+    const prefer = { headers: { 'X-Gateway-Provider-Prefer': 'ovh' } };
+    const { response } = await b.chat.completions.create({ model: 'mistral/small', messages: image }, prefer).withResponse();
+    expect([response.headers.get('x-gateway-provider'), response.headers.get('x-gateway-routing-hops')]).toEqual(['scaleway', '1']);
+    const stream = await a.chat.completions.create({ model: 'mistral/small', messages: image, stream: true }, prefer);
+    for await (const _ of stream);
+    expect([sim.providers.ovh?.stats().byStatus['413'], chats('scaleway')]).toEqual([2, 2]);
+    // Every host refuses it: the request's own fault, not a provider failing.
+    for (const id of ['scaleway', 'mistral']) sim.providers[id]?.setFault({ kind: 'status', status: 413 });
+    const err = (await b.chat.completions.create({ model: 'mistral/small', messages: image }, prefer).catch((e: unknown) => e)) as ApiError;
+    expect([err.status, err.code, err.message]).toEqual([400, 'invalid_request', expect.stringContaining('answered 413')]);
+  });
+});
+
 describe('X-Gateway-Provider-Prefer', () => {
   it('puts the preferred provider first and fails over to the rest in order', async () => {
     expect(await ask(b, { 'X-Gateway-Provider-Prefer': 'nebius' })).toEqual({ provider: 'nebius', hops: '0' });

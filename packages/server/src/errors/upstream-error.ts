@@ -38,8 +38,9 @@ export class UpstreamError extends Error {
   }
 
   /**
-   * This refusal, as one the next offer may not make: a transcription's 413 is the file over that host's own size
-   * limit, which other hosts of the model set higher. It then fails over; the last offer's is still the client's 400.
+   * This refusal, as one the next offer may not make: a 413 is the body over that host's own size limit (OVHcloud's
+   * 2 MB JSON, Scaleway's 25 MB files), which other hosts of the model set higher. It then fails over; the last
+   * offer's is still the client's 400.
    */
   refusedHereOnly(): UpstreamError {
     return new UpstreamError({

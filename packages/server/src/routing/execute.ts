@@ -19,8 +19,9 @@ export interface PlanResult<T> {
 
 /**
  * Walks the plan: each offer in turn until one answers. Only provider
- * faults (connect, timeout, 5xx, 429) move on; a request the provider
- * refuses as invalid is the client's error and is not retried elsewhere.
+ * faults (connect, timeout, 5xx, 429) and a body over one host's size
+ * limit (413) move on; a request the provider refuses as invalid is the
+ * client's error and is not retried elsewhere.
  * `mayFailOver`, asked before each offer after a failure, can end the walk
  * there with that failure.
  */
@@ -43,8 +44,9 @@ export async function executePlan<T>(
       attempts.push(attempt);
       onAttempt?.(attempt);
       return { value, offer, hops: attempts.length - 1, attempts };
-    } catch (err) {
-      if (!(err instanceof UpstreamError)) throw err;
+    } catch (caught) {
+      if (!(caught instanceof UpstreamError)) throw caught;
+      const err = tooLargeHereOnly(caught);
       const attempt = { provider: offer.provider, ok: false, error: err.message, ms: performance.now() - started };
       attempts.push(attempt);
       onAttempt?.(attempt);
@@ -55,6 +57,15 @@ export async function executePlan<T>(
     }
   }
   throw finalError(attempts, lastError);
+}
+
+/**
+ * A provider's 413 is the body over that host's own size limit (OVHcloud's 2 MB JSON payloads, Scaleway's 25 MB
+ * files), which other hosts of the model set higher: the next offer is tried, where a 400 or 422 (the request itself)
+ * ends the request. callUpstream saw a refusal, so the offer's health does not count it.
+ */
+function tooLargeHereOnly(err: UpstreamError): UpstreamError {
+  return err.kind === 'http' && err.status === 413 && !err.elsewhere ? err.refusedHereOnly() : err;
 }
 
 function finalError(attempts: Attempt[], last: UpstreamError | null): GatewayError {

@@ -116,7 +116,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
     const upstream = transcriptionRequest(body, { ...file, filename: upstreamFilename(file.filename, container) }, format !== 'json' && format !== 'text');
     const call = { signal, requestId: request.id };
     return executePlan(plan, (offer) =>
-      callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })).catch(tooLargeHereOnly),
+      callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
     );
   });
   const billed = bill(request, done.offer, done.value);
@@ -125,17 +125,6 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   const rendered = renderTranscription(done.value, format, { granularities, ...optional(body), ...(billedTokens ? { billedTokens } : {}) });
   reply.type(rendered.contentType);
   return typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body);
-}
-
-/**
- * A provider's 413 is the file over that host's own size limit (Scaleway's 25 MB; OVHcloud's audio endpoints take
- * more than its 2 MB payloads; the gateway's own is 25 MiB): another host of the model may take it, so the next
- * offer is tried, where a 400 or 422 (the request itself) ends the request. Outside callUpstream, so the offer's
- * health does not count it; it billed nothing.
- */
-function tooLargeHereOnly(err: unknown): never {
-  if (err instanceof UpstreamError && err.kind === 'http' && err.status === 413) throw err.refusedHereOnly();
-  throw err;
 }
 
 function notAudio(): GatewayError {
@@ -236,7 +225,10 @@ function formBody(form: ParsedForm): Record<string, unknown> {
 
 function optional(body: TranscriptionForm): { language?: string; temperature?: number } {
   // ISO-639 codes are written lower case, as the hosts' lists of languages are ('EN' is 'en' to a client).
-  return { ...(body.language === undefined ? {} : { language: body.language.toLowerCase() }), ...(body.temperature === undefined ? {} : { temperature: body.temperature }) };
+  return {
+    ...(body.language === undefined ? {} : { language: body.language.toLowerCase() }),
+    ...(body.temperature === undefined ? {} : { temperature: body.temperature }),
+  };
 }
 
 function transcriptionRequest(body: TranscriptionForm, file: TranscriptionRequest['file'], needSegments: boolean): TranscriptionRequest {
