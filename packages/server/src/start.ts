@@ -1,0 +1,102 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { createGateway } from './app.js';
+import { ensureFirstKey } from './auth/first-key.js';
+import { ConfigError, type GatewayConfig, loadConfig } from './config/index.js';
+import { errorSummary } from './lib/error-summary.js';
+
+/** The gateway's start (main.ts checks the Node version first): config, demo simulators when no config file, listen, graceful shutdown. */
+async function main(): Promise<void> {
+  let config: GatewayConfig;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(`gw: ${err.message}`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  let simulator: Simulator | null = null;
+  let catalogue = config.file;
+  if (catalogue === null) {
+    simulator = await startSimulator();
+    catalogue = simulator.demoConfig();
+  }
+  const gateway = await createGateway({ config, catalogue });
+  const { app, services } = gateway;
+  // A misspelt variable would be ignored without a word: named (never its value, which may be a secret), and the start goes on.
+  for (const { name, meant } of config.unknownVariables) {
+    const guess =
+      meant.length > 0
+        ? `; did you mean ${[meant.slice(0, -1).join(', '), meant.at(-1)].filter(Boolean).join(' or ')}?`
+        : ' (README lists the variables it reads)';
+    app.log.warn({ variable: name }, `${name} is set, but the gateway reads no such variable: it is ignored${guess}`);
+  }
+  await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
+    throw new Error(`cannot listen on ${config.host}:${config.port} (HOST, PORT): ${err instanceof Error ? err.message : String(err)}`);
+  });
+  // Only once it serves: a start that fails to listen must not make the first key, which no later start prints.
+  const first = await ensureFirstKey(services.store);
+  const base = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${(app.server.address() as { port: number }).port}`;
+  // As GET /v1/models counts them: a retired model is refused, not listed.
+  const all = services.registry.list();
+  const served = all.filter((m) => !m.deprecated).length;
+  const models = `${served} model${served === 1 ? '' : 's'}${served < all.length ? ` (and ${all.length - served} retired)` : ''}`;
+  const lines = [
+    `gw ${services.version} listening on ${base}`,
+    `  variant A: ${base}/v1      variant B: ${base}/alt/v1      OpenAPI: ${base}/openapi.json`,
+    simulator
+      ? `  DEMO MODE: no GW_CONFIG given, so requests go to simulated EU providers (${Object.keys(simulator.providers).join(', ')}) with a demo catalogue of ${models}.`
+      : `  providers from ${config.configFile}: ${models}`,
+    `  store: ${config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`}; limiter: ${config.redisUrl ? 'Redis (REDIS_URL)' : 'in-process'}; admin API: ${config.adminToken ? 'on' : 'off (set GW_ADMIN_TOKEN)'}`,
+  ];
+  // A chat model this gateway serves (the demo's mistral/small, or the config's first), so the example answers.
+  const example = services.registry.list().find((m) => m.kind === 'chat' && !m.deprecated)?.id;
+  if (first) {
+    lines.push(
+      '',
+      `  Created the first API key (shown once, keep it): ${first.key}`,
+      example
+        ? `  Try: curl ${base}/v1/chat/completions -H "Authorization: Bearer ${first.key}" -H "Content-Type: application/json" -d '{"model":"${example}","messages":[{"role":"user","content":"Bonjour"}]}'`
+        : `  Try: curl ${base}/v1/models -H "Authorization: Bearer ${first.key}"`,
+    );
+  }
+  // Before the banner: whoever reads it may signal at once, and a signal before its handler would kill the process.
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    // A second signal (an impatient Ctrl-C, a supervisor repeating itself) does not cut the drain short.
+    if (stopping) {
+      app.log.warn({ signal }, 'already draining; the signal is ignored');
+      return;
+    }
+    stopping = true;
+    app.log.info({ signal }, 'draining: finishing in-flight requests');
+    const force = setTimeout(() => {
+      app.log.error({ unwrittenUsageRecords: gateway.services.usage.pending }, 'shutdown timed out; exiting');
+      process.exit(1);
+    }, config.shutdownTimeoutMs);
+    force.unref();
+    gateway
+      .close()
+      .then(() => simulator?.close())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          app.log.error({ err: errorSummary(err) }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+  // Node's default for SIGHUP is to exit at once, dropping streams and unwritten usage. The configuration is read at
+  // start only, so a HUP (a closed terminal, or a manager's "reload") stops as cleanly as a TERM; a restart reloads.
+  process.on('SIGHUP', () => shutdown('SIGHUP'));
+  // Plain stdout, not the structured log: the key must never reach a log pipeline.
+  process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+main().catch((err: unknown) => {
+  console.error('gw: failed to start:', err instanceof Error ? err.message : err);
+  process.exit(1);
+});
