@@ -18,6 +18,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type * as Pglite from '@electric-sql/pglite';
 import type * as DrizzlePglite from 'drizzle-orm/pglite';
 import type * as DrizzlePgliteMigrator from 'drizzle-orm/pglite/migrator';
+import type { ClusterOrigin } from './pglite-client.js';
 
 // CommonJS builds, as in drizzle-cjs.ts (Node's ESM loader makes ~150 MB of garbage loading drizzle);
 // PGlite too, so that drizzle's driver and this thread share one copy of it.
@@ -72,7 +73,7 @@ async function main(): Promise<void> {
     }
   }
   let client: Pglite.PGlite;
-  let origin: 'template' | 'initdb' | 'existing';
+  let origin: ClusterOrigin;
   try {
     const fresh = readdirSync(dir).length === 0;
     const template = fresh ? buildTemplate() : null;
