@@ -113,6 +113,13 @@ afterAll(async () => {
 const messages = [{ role: 'user' as const, content: 'hi' }];
 const spent = async (id: string) => (await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
 
+/** The SDK's error's status and code (it must be the SDK's API error). */
+function statusAndCode(err: unknown): [number | undefined, string | null | undefined] {
+  expect(err).toBeInstanceOf(OpenAI.APIError);
+  const e = err as InstanceType<typeof OpenAI.APIError>;
+  return [e.status, e.code];
+}
+
 describe('an upstream stream that sends only comments', () => {
   it('fails as an upstream timeout within the provider’s timeoutMs: a 504 for the client, the upstream request closed, nothing billed', async () => {
     const { id, key } = await gw.createKey();
@@ -121,8 +128,7 @@ describe('an upstream stream that sends only comments', () => {
       const before = cut['comments'] ?? 0;
       const started = Date.now();
       const err = await client.chat.completions.create({ model: 'chatty/comments', messages, stream: true }).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(OpenAI.APIError);
-      expect([(err as InstanceType<typeof OpenAI.APIError>).status, (err as InstanceType<typeof OpenAI.APIError>).code]).toEqual([504, 'upstream_timeout']);
+      expect(statusAndCode(err)).toEqual([504, 'upstream_timeout']);
       expect((err as Error).message).toContain('did not answer in time (tried: chatter)');
       // The bound counts from the answer's headers, whatever the comments: not reset by each of them.
       expect(Date.now() - started).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
@@ -139,8 +145,7 @@ describe('an upstream stream that sends only comments', () => {
     const before = cut['filtered'] ?? 0;
     const started = Date.now();
     const err = await client.chat.completions.create({ model: 'chatty/filtered', messages, stream: true }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(OpenAI.APIError);
-    expect([(err as InstanceType<typeof OpenAI.APIError>).status, (err as InstanceType<typeof OpenAI.APIError>).code]).toEqual([504, 'upstream_timeout']);
+    expect(statusAndCode(err)).toEqual([504, 'upstream_timeout']);
     expect(Date.now() - started).toBeLessThan(TIMEOUT_MS + 1500);
     await eventually(() => expect(cut['filtered']).toBe(before + 1));
     await new Promise((r) => setTimeout(r, 200));
@@ -192,8 +197,7 @@ describe('an event stream of comments answering a request that asked for no stre
       const client = new OpenAI({ apiKey: key, baseURL: base, maxRetries: 0, timeout: 10_000 });
       const started = Date.now();
       const err = await client.chat.completions.create({ model: 'chatty/quiet', messages }).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(OpenAI.APIError);
-      expect([(err as InstanceType<typeof OpenAI.APIError>).status, (err as InstanceType<typeof OpenAI.APIError>).code]).toEqual([502, code]);
+      expect(statusAndCode(err)).toEqual([502, code]);
       expect((err as Error).message).toContain('chatter answered with an event stream, though no stream was asked for');
       expect(Date.now() - started).toBeLessThan(TIMEOUT_MS);
     }
