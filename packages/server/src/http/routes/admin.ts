@@ -55,8 +55,46 @@ async function unlessStoreDown(err: unknown, services: Services): Promise<unknow
     await services.store.ping();
     return err;
   } catch {
-    return new GatewayError('store_unavailable', 'The store is unreachable; please retry shortly.', { retryAfterS: 1, cause: err });
+    return storeUnavailable(err);
   }
+}
+
+/** How long an admin request waits on the store before asking whether the database answers at all. */
+export const STORE_STALL_MS = 1_000;
+
+/**
+ * A store call that has not answered after {@link STORE_STALL_MS} while the database does not answer a ping
+ * (frozen, a network black hole) fails at once as the store's outage (503), within a few seconds, rather than
+ * after the client-side query timeout. A database that answers the ping is only slow: the call is awaited.
+ */
+function boundedByStore<T>(work: Promise<T>, services: Services): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const stalled = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      services.store.ping().then(
+        () => {},
+        (err: unknown) => reject(storeUnavailable(err)),
+      );
+    }, STORE_STALL_MS);
+  });
+  // The abandoned call's own failure, later, is no one's to handle.
+  work.catch(() => {});
+  return Promise.race([work, stalled]).finally(() => clearTimeout(timer));
+}
+
+/** The repository with each of its calls {@link boundedByStore}. */
+function bounded<R extends object>(repo: R, services: Services): R {
+  return new Proxy(repo, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target) as unknown;
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => boundedByStore(Promise.resolve(value.apply(target, args)), services);
+    },
+  });
+}
+
+function storeUnavailable(cause: unknown): GatewayError {
+  return new GatewayError('store_unavailable', 'The store is unreachable; please retry shortly.', { retryAfterS: 1, cause });
 }
 
 function keyView(k: ApiKeyRecord) {
@@ -132,6 +170,7 @@ function op(id: string, summary: string, schema: { response?: Record<string, unk
 /** The operator API of INTERFACES.md, under /admin/v1, behind GW_ADMIN_TOKEN. */
 export async function adminRoutes(app: FastifyInstance, services: Services & { adminToken: string }): Promise<void> {
   app.setErrorHandler(async (err, request, reply) => sendError(await unlessStoreDown(err, services), request, reply, 'a'));
+  const store = { workspaces: bounded(services.store.workspaces, services), keys: bounded(services.store.keys, services) };
   // Routes without a body (revoke, rebuild) are often called with `Content-Type: application/json` and nothing after it.
   // A body in another charset than UTF-8 is refused as on the public API, rather than stored with its letters replaced.
   refuseNonUtf8Json(app, { emptyIsNoBody: true });
@@ -166,7 +205,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     async (request, reply) => {
       const body = request.body as CreateWorkspaceBody;
       checkBudget(body.budget);
-      const ws = await services.store.workspaces.create({
+      const ws = await store.workspaces.create({
         id: newId('ws'),
         name: body.name,
         enabledModels: knownModels(services, body.enabledModels ?? null),
@@ -183,8 +222,8 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       const query = request.query as { limit?: string; after?: string };
       return page(
         query,
-        (id) => services.store.workspaces.get(id),
-        (p) => services.store.workspaces.list(p),
+        (id) => store.workspaces.get(id),
+        (p) => store.workspaces.list(p),
         workspaceView,
       );
     },
@@ -192,7 +231,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
 
   app.get('/workspaces/:id', { schema: op('getWorkspace', 'Get a workspace', { params: WorkspaceParams, response: { 200: Workspace } }) }, async (request) => {
     const { id } = request.params as { id: string };
-    const ws = await services.store.workspaces.get(id);
+    const ws = await store.workspaces.get(id);
     if (!ws) throw new GatewayError('not_found', `No workspace '${id}'.`, { param: 'id' });
     return workspaceView(ws);
   });
@@ -203,11 +242,11 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     async (request, reply) => {
       const body = request.body as CreateKeyBody;
       checkBudget(body.budget);
-      if (body.workspaceId !== undefined && !(await services.store.workspaces.get(body.workspaceId))) {
+      if (body.workspaceId !== undefined && !(await store.workspaces.get(body.workspaceId))) {
         throw new GatewayError('validation', `Unknown workspaceId '${body.workspaceId}'.`, { param: 'workspaceId' });
       }
       const { key, hash } = generateApiKey();
-      const rec = await services.store.keys.create({
+      const rec = await store.keys.create({
         id: newId('key'),
         name: body.name ?? null,
         workspaceId: body.workspaceId ?? null,
@@ -232,7 +271,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       const { id } = request.params as { id: string };
       const body = request.body as PatchWorkspaceBody;
       checkBudget(body.budget);
-      const ws = await services.store.workspaces.update(id, {
+      const ws = await store.workspaces.update(id, {
         ...(body.name === undefined ? {} : { name: body.name }),
         ...(body.enabledModels === undefined ? {} : { enabledModels: knownModels(services, body.enabledModels) }),
         ...(body.budget === undefined ? {} : { budget: body.budget }),
@@ -248,17 +287,17 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     { schema: op('listKeys', 'List API keys, newest first (never the keys themselves)', { querystring: KeyListQuery, response: { 200: KeyList } }) },
     async (request) => {
       const { workspaceId, ...query } = request.query as { limit?: string; after?: string; workspaceId?: string };
-      if (workspaceId !== undefined && !(await services.store.workspaces.get(workspaceId))) {
+      if (workspaceId !== undefined && !(await store.workspaces.get(workspaceId))) {
         throw new GatewayError('validation', `Unknown workspaceId '${workspaceId}'.`, { param: 'workspaceId' });
       }
       const inWorkspace = workspaceId === undefined ? {} : { workspaceId };
       return page(
         query,
         async (id) => {
-          const key = await services.store.keys.getById(id);
+          const key = await store.keys.getById(id);
           return key !== null && (workspaceId === undefined || key.workspaceId === workspaceId);
         },
-        (p) => services.store.keys.list({ ...p, ...inWorkspace }),
+        (p) => store.keys.list({ ...p, ...inWorkspace }),
         keyView,
       );
     },
@@ -266,7 +305,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
 
   app.get('/keys/:id', { schema: op('getKey', 'Get an API key', { params: KeyParams, response: { 200: KeyView } }) }, async (request) => {
     const { id } = request.params as { id: string };
-    const rec = await services.store.keys.getById(id);
+    const rec = await store.keys.getById(id);
     if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
     return keyView(rec);
   });
@@ -278,7 +317,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       const { id } = request.params as { id: string };
       const body = request.body as PatchKeyBody;
       checkBudget(body.budget);
-      const rec = await services.store.keys.update(id, {
+      const rec = await store.keys.update(id, {
         ...(body.rateLimitRpm === undefined ? {} : { rateLimitRpm: body.rateLimitRpm }),
         ...(body.budget === undefined ? {} : { budget: body.budget }),
       });
@@ -293,7 +332,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     { schema: op('revokeKey', 'Revoke an API key, at once on every instance', { params: KeyParams, response: { 200: KeyView } }) },
     async (request) => {
       const { id } = request.params as { id: string };
-      const rec = await services.store.keys.revoke(id);
+      const rec = await store.keys.revoke(id);
       if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
       await announce(services, request.log, 'revoke', id);
       return keyView(rec);
