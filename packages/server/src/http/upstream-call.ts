@@ -24,6 +24,10 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
   const stats = services.offerStats;
   const mode = streams(request) ? 'stream' : 'full';
   request.gw.upstreamCalls++;
+  // The provider of the request's usage row, whatever the attempt's outcome: a request that fails names the last one
+  // tried (a success is named by its route, at its bill).
+  const usage = request.gw.usage;
+  if (usage !== null) usage.provider = offer.provider;
   stats.started(offer);
   const started = performance.now();
   let outcome = 'ok';
@@ -81,7 +85,6 @@ export async function callUpstreamPaidInParts<T>(
  * is answered by another offer (whose cost the route adds), or its client leaves first (recorded at once, as a 499).
  */
 function billPart(usage: UsageDraft, offer: Offer, part: PaidPart): void {
-  usage.provider ??= offer.provider;
   usage.promptTokens += part.promptTokens;
   usage.completionTokens += part.completionTokens;
   usage.units += part.units;

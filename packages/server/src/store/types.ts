@@ -35,7 +35,7 @@ export interface UsageRecord {
   /** chat | embedding | rerank | audio */
   kind: string;
   model: string;
-  /** null when no provider was reached (e.g. a 402 before routing). */
+  /** The provider that answered; for a failure, the last one tried; null when none was called (e.g. a 402 before routing). */
   provider: string | null;
   promptTokens: number;
   completionTokens: number;
