@@ -80,7 +80,7 @@ export class CohereAdapter implements ProviderAdapter {
     return this.http.json({
       method: 'POST',
       path: `${this.prefix}${path}`,
-      headers: { ...this.headers, 'x-client-name': 'gw' },
+      headers: { ...this.headers, 'x-client-name': 'gw', 'x-request-id': call.requestId },
       body: JSON.stringify(body),
       signal: call.signal,
     });

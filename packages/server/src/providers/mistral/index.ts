@@ -55,7 +55,7 @@ export class MistralAdapter implements ProviderAdapter {
     const res = await this.http.stream({
       method: 'POST',
       path: `${this.basePath}/chat/completions`,
-      headers: { ...this.headers, 'content-type': 'application/json', accept: 'text/event-stream' },
+      headers: { ...this.headers, 'content-type': 'application/json', accept: 'text/event-stream', 'x-request-id': call.requestId },
       body: JSON.stringify(fillSamplingDefaults(toMistralChatBody(body, call.upstreamModel, true))),
       signal: call.signal,
     });
@@ -96,7 +96,7 @@ export class MistralAdapter implements ProviderAdapter {
     const res = await this.http.json({
       method: 'POST',
       path: `${this.basePath}/audio/transcriptions`,
-      headers: { ...this.headers, ...form.headers },
+      headers: { ...this.headers, ...form.headers, 'x-request-id': call.requestId },
       body: form.body,
       signal: call.signal,
     });
@@ -107,7 +107,7 @@ export class MistralAdapter implements ProviderAdapter {
     return this.http.json({
       method: 'POST',
       path: `${this.basePath}${path}`,
-      headers: { ...this.headers, 'content-type': 'application/json' },
+      headers: { ...this.headers, 'content-type': 'application/json', 'x-request-id': call.requestId },
       body: JSON.stringify(body),
       signal: call.signal,
     });
