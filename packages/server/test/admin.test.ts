@@ -370,6 +370,23 @@ describe('admin API', () => {
     expect(Object.keys(res.body.providers).sort()).toEqual(Object.keys(gw.sim.providers).sort());
   });
 
+  it('a PATCH of a revoked key answers 409 key_revoked, changes nothing, and the key stays refused', async () => {
+    const { id, key } = await gw.createKey({ rateLimitRpm: 60, budget: 1 });
+    await gw.admin('POST', `/keys/${id}/revoke`);
+    const patched = await gw.admin<{ error: { code: string; type: string; message: string; param: string } }>('PATCH', `/keys/${id}`, {
+      rateLimitRpm: 600,
+      budget: 50,
+    });
+    expect(patched.status).toBe(409);
+    expect(patched.body.error).toMatchObject({ code: 'key_revoked', type: 'key_revoked', param: 'id' });
+    expect(patched.body.error.message).toContain('is revoked');
+    const got = await gw.admin<Record<string, unknown>>('GET', `/keys/${id}`);
+    expect(got.body).toMatchObject({ id, rateLimitRpm: 60, budget: 1, revoked: true });
+    expect((await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(401);
+    // Not a 404: the key exists, as GET shows; an unknown id still is one.
+    expect((await gw.admin('PATCH', '/keys/key_unknown', { budget: 2 })).status).toBe(404);
+  });
+
   it('revocation takes effect at once on this instance', async () => {
     const { id, key } = await gw.createKey();
     const ok = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } });

@@ -526,6 +526,7 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
     await call('patch key bad', 'patch', '/keys/{id}', `/keys/${created.id}`, { rateLimitRpm: 'x' }, 400);
     await call('patch key unknown', 'patch', '/keys/{id}', '/keys/nope', { rateLimitRpm: 1 }, 404);
     await call('revoke key', 'post', '/keys/{id}/revoke', `/keys/${created.id}/revoke`, undefined, 200);
+    await call('patch key revoked', 'patch', '/keys/{id}', `/keys/${created.id}`, { budget: 2 }, 409);
     await call('revoke key unknown', 'post', '/keys/{id}/revoke', '/keys/nope/revoke', undefined, 404);
     await call('rebuild', 'post', '/registry/rebuild', '/registry/rebuild', undefined, 200);
     await call('rebuild no token', 'post', '/registry/rebuild', '/registry/rebuild', undefined, 401, {});

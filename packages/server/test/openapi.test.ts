@@ -238,7 +238,10 @@ describe('OpenAPI 3.1', () => {
     expect(required(responses('/alt/v1/batches/{id}/cancel')['429'])).toEqual([true, true, true, true]);
     expect(responses('/v1/chat/completions')['429']?.headers?.['Retry-After']?.required).toBe(true);
     // The admin API's errors, each status with its headers.
-    expect(statuses('/admin/v1/keys/{id}', 'patch')).toEqual(['400', '401', '404', '408', '413', '415', '500', '503']);
+    expect(statuses('/admin/v1/keys/{id}', 'patch')).toEqual(['400', '401', '404', '408', '409', '413', '415', '500', '503']);
+    // A revoked key's 409 has nothing to wait for: no Retry-After, unlike an idempotency key's.
+    expect(responses('/admin/v1/keys/{id}', 'patch')['409']?.headers?.['Retry-After']).toBeUndefined();
+    expect(responses('/v1/chat/completions')['409']?.headers?.['Retry-After']?.required).toBe(true);
     expect(responses('/admin/v1/keys', 'post')['4XX']?.description).toMatch(/^A refused request, in variant A's error envelope\./);
     expect(responses('/admin/v1/keys', 'get')['503']?.headers?.['Retry-After']?.required).toBe(true);
   });

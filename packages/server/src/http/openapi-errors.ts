@@ -33,6 +33,7 @@ const WHEN: Record<CanonicalCode, string> = {
   method_not_allowed: 'the path has routes for other methods only (Allow lists them)',
   stream_not_found: "Last-Event-ID names a stream that is unknown, expired or another key's, or the stream an X-Idempotency-Key replays is gone",
   conflict: 'a request with the same X-Idempotency-Key is still running (Retry-After: 1)',
+  key_revoked: 'the key is revoked: its rate limit and budget can no longer be changed',
   request_timeout: 'the body was not received within GW_REQUEST_TIMEOUT_MS; the connection is closed',
   payload_too_large: 'the body is larger than the gateway accepts',
   unsupported_media_type: 'the body is not in the media type the route takes, is JSON in a charset other than UTF-8, or is sent compressed',
@@ -81,6 +82,7 @@ function errorsOf(method: string, path: string): CanonicalCode[] {
     return [
       ...ADMIN,
       ...(path.includes('{id}') ? (['not_found'] as const) : []),
+      ...(method === 'patch' && path === '/admin/v1/keys/{id}' ? (['key_revoked'] as const) : []),
       ...(withBody ? (['payload_too_large', 'unsupported_media_type', 'request_timeout'] as const) : []),
     ];
   }
@@ -99,9 +101,10 @@ function errorsOf(method: string, path: string): CanonicalCode[] {
 const AFTER_LIMITER = new Set([402, 409, 422, 429, 501, 502, 504]);
 
 /** The headers an error of `status` carries; `required` where every such answer has them. */
-function headersOf(status: number, limited: boolean): Record<string, unknown> {
+function headersOf(status: number, codes: CanonicalCode[], limited: boolean): Record<string, unknown> {
   const headers: Record<string, unknown> = { 'X-Request-Id': requestIdHeader() };
-  if (status === 402 || status === 409 || status === 429 || status === 503) {
+  // A 409 waits out the request that holds its idempotency key; the admin API's (a revoked key) has nothing to wait for.
+  if (status === 402 || status === 429 || status === 503 || (status === 409 && codes.includes('conflict'))) {
     headers['Retry-After'] = int('Seconds to wait before retrying.', status !== 402);
   }
   if (status === 402 || status === 501) {
@@ -130,7 +133,7 @@ function statusResponse(variant: Variant, status: number, codes: CanonicalCode[]
   const lines = [...byWire].map(([wire, when]) => `\`${wire}\`: ${when.join('; or ')}.`);
   return {
     description: lines.join(' '),
-    headers: headersOf(status, limited),
+    headers: headersOf(status, codes, limited),
     content: { 'application/json': { schema: envelope } },
   };
 }

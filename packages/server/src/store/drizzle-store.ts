@@ -167,7 +167,12 @@ class DrizzleKeyRepo implements KeyRepo {
   async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
     const set = given(patch);
     if (set === null) return this.getById(id);
-    const [row] = await this.db.update(apiKeys).set(set).where(eq(apiKeys.id, id)).returning();
+    // A revoked key is left as it is, even when its revocation lands between an admin's check and this update.
+    const [row] = await this.db
+      .update(apiKeys)
+      .set(set)
+      .where(and(eq(apiKeys.id, id), eq(apiKeys.revoked, false)))
+      .returning();
     return row ?? null;
   }
 

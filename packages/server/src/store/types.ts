@@ -109,6 +109,7 @@ export interface KeyRepo {
   create(input: NewApiKey): Promise<ApiKeyRecord>;
   getById(id: string): Promise<ApiKeyRecord | null>;
   getByHash(hash: string): Promise<ApiKeyRecord | null>;
+  /** null when no key has the id or the key is revoked (a revoked key is never changed). */
   update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null>;
   revoke(id: string): Promise<ApiKeyRecord | null>;
   count(): Promise<number>;

@@ -321,7 +321,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         ...(body.rateLimitRpm === undefined ? {} : { rateLimitRpm: body.rateLimitRpm }),
         ...(body.budget === undefined ? {} : { budget: body.budget }),
       });
-      if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
+      if (!rec) throw await unchangedKeyError(services, id);
       await announce(services, request.log, 'changed', id);
       return keyView(rec);
     },
@@ -344,6 +344,21 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     { schema: op('rebuildRegistry', 'Rebuild the model registry from every provider now', { response: { 200: RebuildResult } }) },
     async () => {
       return services.registry.rebuild();
+    },
+  );
+}
+
+/**
+ * Why a key's PATCH changed nothing: no key has the id (404), or the key is revoked (409). A revoked key is still
+ * shown by GET and revoked again without error, so it is no 404; a change of its limits would read as if it worked.
+ */
+async function unchangedKeyError(services: Services, id: string): Promise<GatewayError> {
+  if (!(await services.store.keys.getById(id))) return new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
+  return new GatewayError(
+    'key_revoked',
+    `API key '${id}' is revoked: its rate limit and budget cannot be changed, and it cannot be brought back. Create a new key instead.`,
+    {
+      param: 'id',
     },
   );
 }
