@@ -638,6 +638,24 @@ describe('budget edges', () => {
     expect((await ask({})).status).toBe(200);
   });
 
+  it('an image given inline as a data URL holds what an image costs, not its base64 characters', async () => {
+    const picture = (url: string) => [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'What is this?' },
+          { type: 'image_url', image_url: { url } },
+        ],
+      },
+    ];
+    // Room for the hold of one image given by its URL; 320 KB of base64 counted as text would hold about 107,000 tokens.
+    const oneImage = (estimatePromptTokens({ messages: picture('https://e.x/a.png') }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
+    const { key } = await solo.createKey({ budget: oneImage * 1.5, rateLimitRpm: 1000 });
+    const inline = picture(`data:image/png;base64,${Buffer.alloc(240_000, 7).toString('base64')}`);
+    const res = await chat(solo, key, 'A', { messages: inline });
+    expect(res.status).toBe(200);
+  });
+
   it('a request refused only because requests in flight hold the room is told to retry shortly, and a retry then goes through', async () => {
     const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 400 });
