@@ -65,7 +65,7 @@ export type Fault = FaultScope &
         ms: number;
       }
     | {
-        /** Reset the TCP connection; immediately, or after `afterChunks` chunks. */
+        /** Reset the TCP connection; immediately, or after `afterChunks` chunks, when the next one would have come. */
         kind: 'reset';
         afterChunks?: number;
       }

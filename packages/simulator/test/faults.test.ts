@@ -103,6 +103,28 @@ describe('connection faults', () => {
     await expect(res.text()).rejects.toThrow();
   });
 
+  it('reset after the role chunk: with a chunk gap, the role chunk arrives before the connection resets', async () => {
+    const mistral = must(sim.providers['mistral']);
+    mistral.configure({ chunkGapMs: 40 });
+    mistral.setFault({ kind: 'reset', afterChunks: 1 });
+    const res = await call(mistral, chat, { model: 'mistral-small-latest', messages: userMessages('hi'), stream: true });
+    expect(res.status).toBe(200);
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    let text = '';
+    const err = await (async () => {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return null;
+        text += new TextDecoder().decode(value);
+      }
+    })().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    // Mistral's opening chunk: the role and empty content, nothing of the answer.
+    expect(parseSse(text).map((f) => (JSON.parse(f.data) as { choices: { delta: unknown }[] }).choices[0]?.delta)).toEqual([
+      { role: 'assistant', content: '' },
+    ]);
+  });
+
   it('truncate ends a stream without [DONE]', async () => {
     scw().setFault({ kind: 'truncate', afterChunks: 2 });
     const s = await stream(scw(), chat, req({ stream: true }));

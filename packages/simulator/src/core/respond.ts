@@ -113,7 +113,12 @@ export async function writeSse(
     if (cut !== null && i === Math.min(cut.at, events.length)) {
       const f = cut.fault;
       if (f.kind === 'hang') return; // never write again; the client or close() ends it
-      if (f.kind === 'reset') return resetConnection(res);
+      if (f.kind === 'reset') {
+        // When the next chunk would have come, as error_after_200's error does: with a gap, the chunks before it reach
+        // the client first (a reset right behind them can discard them unread, a failure before the stream began).
+        if (wait > 0 && !(await sleep(wait, signal))) return;
+        return resetConnection(res);
+      }
       if (f.kind === 'truncate') return void res.end();
       if (f.kind === 'error_after_200') {
         if (wait > 0 && !(await sleep(wait, signal))) return;
