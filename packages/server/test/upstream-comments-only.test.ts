@@ -8,8 +8,10 @@ import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
 /**
  * An OpenAI-compatible host that answers a stream request at once (200, `text/event-stream`) and then sends
  * SSE comments every 100 ms: for ever (`comments`), for a while before its answer (`late`), or between its
- * first chunk and the rest (`gap`). Each comment resets the read timeout, so only a bound on the wait for the
- * first chunk ends the first; the client, which gets no headers before the first chunk, would wait for good.
+ * first chunk and the rest (`gap`); or that opens with its role chunk (no content yet) and then sends comments,
+ * for ever (`opened`) or for a while before its answer (`hesitant`). Each comment resets the read timeout, so
+ * only a bound on the wait for the answer's first chunk ends `comments` and `opened`; the client, which gets no
+ * headers before it, would wait for good.
  */
 const TIMEOUT_MS = 600;
 const COMMENT_EVERY_MS = 100;
@@ -39,7 +41,7 @@ function comments(res: ServerResponse, ms: number | null, then: () => void): voi
 }
 
 function serve(req: IncomingMessage, res: ServerResponse, body: string) {
-  if (req.method === 'GET') return answerModelList(res, ['comments', 'quiet', 'filtered', 'late', 'gap', 'ok']);
+  if (req.method === 'GET') return answerModelList(res, ['comments', 'quiet', 'filtered', 'late', 'gap', 'opened', 'hesitant', 'ok']);
   const { model, stream } = JSON.parse(body) as { model: string; stream?: boolean };
   if (model === 'ok' && !stream) {
     res.writeHead(200, { 'content-type': 'application/json' });
@@ -61,6 +63,10 @@ function serve(req: IncomingMessage, res: ServerResponse, body: string) {
   else if (model === 'gap') {
     res.write(chunk({ role: 'assistant', content: 'first ' }));
     comments(res, TIMEOUT_MS * 3, () => res.end(answer(['then ', 'the rest'])));
+  } else if (model === 'opened' || model === 'hesitant') {
+    // What most providers send first: the role, and no content yet.
+    res.write(chunk({ role: 'assistant', content: '' }));
+    comments(res, model === 'opened' ? null : TIMEOUT_MS / 2, () => res.end(answer(['after ', 'a while'])));
   } else res.end(answer(['good ', 'answer']));
 }
 
@@ -100,6 +106,12 @@ beforeAll(async () => {
         model('quiet', [['chatter', 'quiet']]),
         model('late', [['chatter', 'late']]),
         model('gap', [['chatter', 'gap']]),
+        model('opened', [['chatter', 'opened']]),
+        model('opened-failover', [
+          ['chatter', 'opened'],
+          ['steady', 'ok'],
+        ]),
+        model('hesitant', [['chatter', 'hesitant']]),
       ],
     }),
   });
@@ -168,6 +180,39 @@ describe('an upstream stream that sends only comments', () => {
   });
 });
 
+describe('an upstream stream that sends its role chunk and then only comments', () => {
+  it('fails as an upstream timeout within the provider’s timeoutMs, as one that sends nothing: a 504, nothing billed', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0, timeout: 20_000 });
+    const before = cut['opened'] ?? 0;
+    const started = Date.now();
+    const err = await client.chat.completions.create({ model: 'chatty/opened', messages, stream: true }).catch((e: unknown) => e);
+    expect(statusAndCode(err)).toEqual([504, 'upstream_timeout']);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
+    expect(Date.now() - started).toBeLessThan(TIMEOUT_MS + 1500);
+    await eventually(() => expect(cut['opened']).toBe(before + 1));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await spent(id)).toBe(0);
+  });
+
+  it('fails over to the next offer, whose stream alone the client gets, billed once', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0, timeout: 20_000 });
+    const { data: stream, response } = await client.chat.completions
+      .create({ model: 'chatty/opened-failover', messages, stream: true }, { headers: { 'x-gateway-provider-prefer': 'chatter' } })
+      .withResponse();
+    const deltas = [];
+    for await (const c of stream) deltas.push(c.choices[0]?.delta);
+    expect(response.headers.get('x-gateway-provider')).toBe('steady');
+    expect(response.headers.get('x-gateway-routing-hops')).toBe('1');
+    // Steady's stream (no role chunk of its own): nothing of the offer that failed.
+    expect(deltas.map((d) => d?.content ?? '').join('')).toBe('good answer');
+    expect(deltas.some((d) => d?.role !== undefined)).toBe(false);
+    // 11 prompt tokens at 1000/M and 7 completion tokens at 2000/M, once.
+    await eventually(async () => expect(await spent(id)).toBeCloseTo(0.025, 9));
+  });
+});
+
 describe('an event stream of comments answering a request that asked for no stream', () => {
   it('is refused at its headers and failed over, not read for as long as its comments come', async () => {
     const { id, key } = await gw.createKey();
@@ -213,6 +258,15 @@ describe('comments that are not the whole stream', () => {
     let text = '';
     for await (const c of await client.chat.completions.create({ model: 'chatty/late', messages, stream: true })) text += c.choices[0]?.delta.content ?? '';
     expect(text).toBe('late answer');
+  });
+
+  it('after a role chunk, before an answer that comes within timeoutMs: relayed whole, the role chunk first', async () => {
+    const { key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const deltas = [];
+    for await (const c of await client.chat.completions.create({ model: 'chatty/hesitant', messages, stream: true })) deltas.push(c.choices[0]?.delta);
+    expect(deltas[0]).toEqual({ role: 'assistant', content: '' });
+    expect(deltas.map((d) => d?.content ?? '').join('')).toBe('after a while');
   });
 
   it('between events, for longer than timeoutMs in all: the stream goes on as before', async () => {

@@ -15,8 +15,8 @@ import type { Services } from './services.js';
 /**
  * Calls one offer's adapter, timing it as upstream time, and teaches the
  * router what the attempt showed: its latency (for a stream the call ends
- * at the first chunk, so that is time to first token) and whether the
- * offer answered, failed or timed out.
+ * once its answer begins, not at the role chunk before it, so that is time
+ * to first token) and whether the offer answered, failed or timed out.
  */
 export async function callUpstream<T>(services: Services, request: FastifyRequest, offer: Offer, fn: (adapter: ProviderAdapter) => Promise<T>): Promise<T> {
   const adapter = services.adapters.get(offer.provider);

@@ -34,13 +34,39 @@ export async function* iterateRelay(stream: Pick<ChatStream, 'relay' | 'abort'>)
 }
 
 /**
+ * Whether a chunk carries anything of the answer for the client: content, reasoning, a tool or function call, a
+ * refusal, logprobs, a finish_reason or usage. Providers open a stream with a role-only delta (`role: 'assistant'`,
+ * `content: ''`, OpenAI's `refusal: null`), and some with an empty-choices chunk (Azure's prompt filter results):
+ * those say nothing yet, and the provider may still fail before it answers. Read only until a stream's first such chunk.
+ */
+export function answers(c: ChatChunk): boolean {
+  if (c.usage) return true;
+  for (const choice of c.choices) {
+    const part = choice as { delta?: Record<string, unknown> | null; finish_reason?: unknown; logprobs?: unknown } | null;
+    if (!part) continue;
+    if (part.finish_reason != null || part.logprobs != null) return true;
+    const delta = part.delta;
+    if (!delta) continue;
+    for (const key in delta) {
+      const v = delta[key];
+      if (key !== 'role' && v !== null && v !== undefined && v !== '') return true;
+    }
+  }
+  return false;
+}
+
+/**
  * Holds a relayed stream's chunks until a sink attaches. `first` settles
- * with the first chunk, or fails if the stream ends or fails before one
- * (so a provider that fails before its first byte can still fail over).
+ * once the answer begins (the first chunk that {@link answers}), or fails
+ * if the stream ends or fails before it: a provider that sends its role
+ * chunk and then fails can still fail over. The chunks before the answer
+ * reach the sink, in order, only if it begins.
  */
 export class RelayGate implements ChunkSink {
   readonly first: Promise<ChatChunk>;
   private held: ChatChunk[] = [];
+  /** The answer began: `first` is settled and no chunk is looked at again. */
+  private begun = false;
   private ended: { error: Error | null } | null = null;
   private target: ChunkSink | null = null;
   /** What the upstream last told of an unfinished event, passed on at attach. */
@@ -63,7 +89,10 @@ export class RelayGate implements ChunkSink {
       return;
     }
     this.held.push(c);
-    if (this.held.length === 1) this.settle.resolve(c);
+    if (!this.begun && answers(c)) {
+      this.begun = true;
+      this.settle.resolve(c);
+    }
   }
 
   end(error: Error | null): void {
@@ -72,7 +101,11 @@ export class RelayGate implements ChunkSink {
       return;
     }
     this.ended = { error };
-    if (this.held.length === 0) this.settle.reject(error ?? this.beforeFirst());
+    if (!this.begun) {
+      // Ended before the answer began (a role chunk at most): what is held goes nowhere, and the next offer may answer.
+      this.held = [];
+      this.settle.reject(error ?? this.beforeFirst());
+    }
   }
 
   unfinished(bytes: number): void {

@@ -1,6 +1,6 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { UpstreamError } from '../errors/upstream-error.js';
-import { iterateRelay } from './chunk-relay.js';
+import { answers, iterateRelay } from './chunk-relay.js';
 import type { UpstreamBody, UpstreamHttp } from './http-client.js';
 import { type ChatChunk, type ChatStream, type ChunkSink, UNFINISHED_COUNTED_BYTES } from './types.js';
 
@@ -72,10 +72,14 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
   let sinceEvent = 0;
   // What the sink was last told of an unfinished event (0: nothing, the common case).
   let toldUnfinished = 0;
-  // The wait for the first chunk: bounded by timeoutMs from the answer's headers, whatever comments or empty events
-  // come meanwhile (each resets undici's read timeout, and the client gets no headers before the first chunk). The
-  // timer is armed only by a read that gives no chunk before the first one, so a well-formed stream never makes one.
-  let sawChunk = false;
+  // The wait for the answer's first chunk (one that answers(): not the role chunk that opens most streams): bounded by
+  // timeoutMs from the answer's headers, whatever comments, empty events or role chunks come meanwhile (each resets
+  // undici's read timeout, and the client gets no headers before the answer begins). The timer is armed by a read
+  // that does not begin the answer, except the one that brings the opening chunks: the silence after it is bounded by
+  // the read timeout, as the silence after the headers is. So a well-formed stream, its role chunk in a read of its
+  // own or not, never makes one.
+  let answered = false;
+  let opening: 'none' | 'read' | 'past' = 'none';
   const opened = performance.now();
   let firstChunkBound: NodeJS.Timeout | null = null;
   const finish = (error: Error | null) => {
@@ -96,11 +100,17 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
         body.destroy();
         return;
       }
-      // The bound is on the first chunk, what the client waits for: an event that gives none (Azure's filter
-      // results, a role-less keep-alive) does not end it. [DONE] ends the stream, and the timer with it.
-      if (!sawChunk && out !== SSE_DONE && out.length > 0) {
-        sawChunk = true;
-        if (firstChunkBound) clearTimeout(firstChunkBound);
+      // The bound is on the answer's first chunk, what the client waits for: an event that gives none (Azure's filter
+      // results, a keep-alive) or only the role does not end it. [DONE] ends the stream, and the timer with it.
+      if (!answered && out !== SSE_DONE) {
+        for (const chunk of out) {
+          if (answers(chunk)) {
+            answered = true;
+            if (firstChunkBound) clearTimeout(firstChunkBound);
+            break;
+          }
+          if (opening === 'none') opening = 'read';
+        }
       }
       if (out === SSE_DONE) {
         try {
@@ -144,11 +154,17 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
         toldUnfinished = 0;
         sink.unfinished?.(0);
       }
-      if (!sawChunk && firstChunkBound === null && !finished) {
+      if (!answered && firstChunkBound === null && !finished) {
+        if (opening === 'read') {
+          opening = 'past';
+          return;
+        }
         firstChunkBound = setTimeout(
           () => {
             if (finished) return;
-            finish(new UpstreamError({ kind: 'timeout', provider, message: `${provider} sent no chunk within ${http.timeoutMs} ms of its answer's start` }));
+            finish(
+              new UpstreamError({ kind: 'timeout', provider, message: `${provider} sent nothing of its answer within ${http.timeoutMs} ms of its headers` }),
+            );
             body.destroy();
           },
           Math.max(0, http.timeoutMs - (performance.now() - opened)),

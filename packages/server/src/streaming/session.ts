@@ -373,7 +373,7 @@ function contentChars(c: ChatChunk, finished: Set<number>): number {
   return n;
 }
 
-/** A provider that failed or stalled after the first chunk: the variant's code for an upstream failure, or for its timeout. */
+/** A provider that failed or stalled after its answer began: the variant's code for an upstream failure, or for its timeout. */
 function upstreamFailure(error: Error): string {
   const timedOut = error instanceof UpstreamError && error.kind === 'timeout';
   return streamErrorData(`The upstream provider failed mid-stream: ${redactSecrets(error.message)}`, timedOut ? 'upstream_timeout' : 'upstream_failed');

@@ -38,8 +38,9 @@ function streamHeaders(reply: FastifyReply): void {
 
 /**
  * Starts an upstream stream along the plan. An offer counts as started
- * only once its first chunk arrived, so a provider that fails before the
- * first byte still fails over.
+ * only once its answer began (RelayGate: the first chunk with content,
+ * reasoning, a tool call, a finish_reason or usage, not the role chunk
+ * that opens it), so a provider that fails before that still fails over.
  */
 export async function startStream(
   services: Services,
@@ -69,7 +70,7 @@ export async function startStream(
       const upstream = args.functions ? functionsStream(opened) : opened;
       const source = new RelayGate(
         upstream,
-        () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its first chunk` }),
+        () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its answer began` }),
       );
       try {
         await source.first;
@@ -122,7 +123,7 @@ export async function startStream(
     choices: args.choices,
     completionCap: args.completionCap,
     onEnd: (outcome: StreamOutcome) => {
-      // A provider that failed after its first chunk: no failover is possible then, but the operator is told, as of any failed attempt.
+      // A provider that failed after its answer began: no failover is possible then, but the operator is told, as of any failed attempt.
       const byGateway = outcome.error instanceof StreamEndedByGateway ? outcome.error : null;
       if (byGateway?.code === 'stream_buffer_exceeded') {
         request.log.warn({ provider: result.offer.provider }, byGateway.message);
