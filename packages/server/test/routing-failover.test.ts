@@ -190,6 +190,18 @@ describe('failover and X-Gateway-Max-Hops', () => {
     expect(chats('scaleway')).toBe(0);
   });
 
+  it('a routing header sent empty is a 400 naming it, as any other bad value, never its default', async () => {
+    const headers = ['X-Gateway-Max-Hops', 'X-Gateway-Strategy', 'X-Gateway-Provider', 'X-Gateway-Provider-Prefer'];
+    for (const name of headers) {
+      const errA = await fail(a, { [name]: '' });
+      expect([errA.status, errA.code, errA.param], name).toEqual([400, 'validation_error', name]);
+      const errB = await fail(b, { [name]: '' });
+      const code = name === 'X-Gateway-Provider' ? 'provider_unsupported' : 'invalid_request';
+      expect([errB.status, errB.code, errB.param], name).toEqual([400, code, name]);
+    }
+    expect(chats('scaleway') + chats('ovh') + chats('nebius')).toBe(0);
+  });
+
   it('when every offer fails: 502 provider_down (A) / upstream_unavailable (B), with the providers tried', async () => {
     for (const id of ['scaleway', 'ovh', 'nebius']) sim.providers[id]?.setFault({ kind: 'status', status: 500 });
     const errA = await fail(a, {});

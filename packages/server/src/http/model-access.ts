@@ -77,10 +77,11 @@ export function enabledModels(services: Services, request: FastifyRequest): read
   return ws instanceof Promise ? ws.then((w) => w?.enabledModels ?? null) : (ws?.enabledModels ?? null);
 }
 
+/** A header's value; null only when it is absent: one sent empty is a value, refused as any other that is not valid. */
 function header(request: FastifyRequest, name: string): string | null {
   const v = request.headers[name];
   const s = Array.isArray(v) ? v[0] : v;
-  return s === undefined || s === '' ? null : s.trim();
+  return s === undefined ? null : s.trim();
 }
 
 /** The most of a header's value an error message repeats: enough to recognise it, not a header's 8 KB sent back. */
