@@ -4,6 +4,7 @@ import OpenAI from 'openai';
 import type { ChatCompletionChunk } from 'openai/resources/chat/completions';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { eventually, resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { upstreamOutcomes } from './helpers/metrics.js';
 import { openAiClients } from './helpers/sdk.js';
 
 // Providers open a stream with a chunk that carries only the role (`delta: {role: 'assistant', content: ''}`),
@@ -64,17 +65,6 @@ async function recordsOf(requestId: string) {
   return gw.gateway.services.store.usage.list({ requestId });
 }
 
-async function upstreamOutcomes(provider: string): Promise<Record<string, number>> {
-  const text = await (await fetch(`${gw.url}/metrics`)).text();
-  const out: Record<string, number> = {};
-  for (const line of text.split('\n')) {
-    const m = line.match(/^gw_upstream_duration_seconds_count\{(.*)\} (\d+)$/);
-    if (!m?.[1]?.includes(`provider="${provider}"`)) continue;
-    out[m[1].match(/outcome="([^"]+)"/)?.[1] as string] = Number(m[2]);
-  }
-  return out;
-}
-
 /**
  * Streams `model` with the first offer's provider under `fault`, and checks that the client got one whole stream
  * from Scaleway (its role chunk first, no error), recorded once and billed once at Scaleway's count.
@@ -82,7 +72,7 @@ async function upstreamOutcomes(provider: string): Promise<Record<string, number
 async function failsOverWhole(model: string, first: 'mistral' | 'azure', fault: Fault) {
   const { id, key } = await gw.createKey({ rateLimitRpm: 1000 });
   const { a, b } = openAiClients(gw, key);
-  const before = await upstreamOutcomes(first);
+  const before = await upstreamOutcomes(gw.url, first);
   // A gap after each chunk, so that the opening chunks reach the gateway before the fault (a reset right behind them
   // could discard them unread, which is a failure before any chunk).
   gw.sim.providers[first]?.configure({ chunkGapMs: 40 });
@@ -118,7 +108,7 @@ async function failsOverWhole(model: string, first: 'mistral' | 'azure', fault: 
   expect(gw.sim.providers[first]?.stats().faultsApplied).toBe(2);
   expect(chats('scaleway')).toBe(2);
   // The failed attempts count against the first provider's health, as any failure before the answer does.
-  const after = await upstreamOutcomes(first);
+  const after = await upstreamOutcomes(gw.url, first);
   const failed = Object.entries(after).reduce((n, [k, v]) => (k.startsWith('stream_') || k === 'ok' ? n : n + v - (before[k] ?? 0)), 0);
   expect(failed).toBe(2);
   expect((after['ok'] ?? 0) - (before['ok'] ?? 0)).toBe(0);

@@ -1,6 +1,7 @@
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { upstreamOutcomes } from './helpers/metrics.js';
 import { openAiClients } from './helpers/sdk.js';
 
 // A provider that fails after the answer is whole (every choice finished, its usage sent) but before `[DONE]`:
@@ -41,18 +42,6 @@ async function recordOf(requestId: string) {
   return records[0];
 }
 
-async function upstreamOutcomes(provider: string): Promise<Record<string, number>> {
-  const text = await (await fetch(`${gw.url}/metrics`)).text();
-  const out: Record<string, number> = {};
-  for (const line of text.split('\n')) {
-    const m = line.match(/^gw_upstream_duration_seconds_count\{(.*)\} (\d+)$/);
-    if (!m?.[1]?.includes(`provider="${provider}"`)) continue;
-    const outcome = m[1].match(/outcome="([^"]+)"/)?.[1] as string;
-    out[outcome] = Number(m[2]);
-  }
-  return out;
-}
-
 /** Data events the provider answers `body` with, read straight from the simulator. */
 async function upstreamEvents(provider: string, body: unknown): Promise<string[]> {
   const p = gw.sim.providers[provider];
@@ -70,7 +59,7 @@ async function upstreamEvents(provider: string, body: unknown): Promise<string[]
 
 describe('a stream whose provider fails after its answer is whole', () => {
   it('Mistral stalls past its timeout after the chunk carrying finish_reason and usage: a normal end, billed at its count', async () => {
-    const before = await upstreamOutcomes('mistral');
+    const before = await upstreamOutcomes(gw.url, 'mistral');
     gw.sim.providers.mistral?.setFault({ kind: 'stall', afterChunks: 2, ms: 1500 });
     const { data: stream, response } = await a.chat.completions
       .create({ model: 'mistral/medium', messages, tools, tool_choice: 'required', stream: true, stream_options: { include_usage: true } })
@@ -87,7 +76,7 @@ describe('a stream whose provider fails after its answer is whole', () => {
     // The provider's own count, not the gateway's estimate.
     expect(record?.promptTokens).toBe(usage?.prompt_tokens);
     expect(record?.completionTokens).toBe(usage?.completion_tokens);
-    const after = await upstreamOutcomes('mistral');
+    const after = await upstreamOutcomes(gw.url, 'mistral');
     expect(after['stream_ok']).toBe((before['stream_ok'] ?? 0) + 1);
     expect(after['stream_error'] ?? 0).toBe(before['stream_error'] ?? 0);
   });
