@@ -657,6 +657,54 @@ describe('budget edges', () => {
     expect(res.status).toBe(200);
   });
 
+  it('inline audio and documents hold what the provider counts for them, not their base64 characters', async () => {
+    const say = (part: Record<string, unknown>) => [{ role: 'user', content: [{ type: 'text', text: 'What is in this?' }, part] }];
+    // Room for the hold of three images given by their URL (12,480 tokens); as text each part below held 44,000 to 89,000.
+    const threeImages = say({ type: 'text', text: 'x' }).map((m) => ({
+      ...m,
+      content: [0, 1, 2].map(() => ({ type: 'image_url', image_url: { url: 'https://e.x/a.png' } })),
+    }));
+    const room = (estimatePromptTokens({ messages: threeImages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
+    // 5 s of 16 kHz 16-bit mono PCM: 160 tokens at 32 a second, from the byte rate in its header.
+    const pcm = Buffer.alloc(44 + 160_000, 0);
+    pcm.write('RIFF', 0, 'latin1');
+    pcm.writeUInt32LE(36 + 160_000, 4);
+    pcm.write('WAVEfmt ', 8, 'latin1');
+    pcm.writeUInt32LE(16, 16);
+    pcm.writeUInt16LE(1, 20);
+    pcm.writeUInt16LE(1, 22);
+    pcm.writeUInt32LE(16_000, 24);
+    pcm.writeUInt32LE(32_000, 28);
+    pcm.writeUInt16LE(2, 32);
+    pcm.writeUInt16LE(16, 34);
+    pcm.write('data', 36, 'latin1');
+    pcm.writeUInt32LE(160_000, 40);
+    // Compressed audio, whose duration the gateway does not read: 100 KB at the most compact rate, 134 s (4,288 tokens).
+    const mp3 = Buffer.alloc(100_000, 0x55).toString('base64');
+    // A two-page PDF with a 200 KB scanned image: 10,320 tokens for its pages.
+    const page = '<< /Type /Page /Parent 2 0 R /Contents 5 0 R >>';
+    const pdf = Buffer.concat([
+      Buffer.from(
+        `%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n2 0 obj << /Type /Pages /Count 2 >> endobj\n3 0 obj ${page} endobj\n4 0 obj ${page} endobj\n5 0 obj << /Length 200000 >> stream\n`,
+      ),
+      Buffer.alloc(200_000, 0xa7),
+      Buffer.from('\nendstream endobj\ntrailer << /Size 6 /Root 1 0 R >>\n%%EOF\n'),
+    ]).toString('base64');
+    const parts = [
+      { type: 'input_audio', input_audio: { data: pcm.toString('base64'), format: 'wav' } },
+      { type: 'input_audio', input_audio: { data: mp3, format: 'mp3' } },
+      // Mistral's shapes: the audio as a string, a document by data URL.
+      { type: 'input_audio', input_audio: `data:audio/wav;base64,${pcm.toString('base64')}` },
+      { type: 'file', file: { filename: 'scan.pdf', file_data: `data:application/pdf;base64,${pdf}` } },
+      { type: 'document_url', document_url: `data:application/pdf;base64,${pdf}` },
+    ];
+    for (const part of parts) {
+      const { key } = await solo.createKey({ budget: room, rateLimitRpm: 1000 });
+      const res = await chat(solo, key, 'A', { messages: say(part) });
+      expect(res.status, JSON.stringify(part).slice(0, 80)).toBe(200);
+    }
+  });
+
   it('a request refused only because requests in flight hold the room is told to retry shortly, and a retry then goes through', async () => {
     const { key } = await solo.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ latencyMs: 400 });

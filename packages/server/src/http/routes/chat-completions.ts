@@ -13,6 +13,7 @@ import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { applyRateLimit } from '../plugins/rate-limit.js';
 import { billedCompletionTokens } from '../plugins/usage-recording.js';
+import { promptMedia, withoutInlineMedia } from '../prompt-media.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
 import { resumeStream, startStream } from './chat-stream.js';
@@ -23,36 +24,19 @@ import type { RouteDocs } from './docs.js';
  * 3 characters of the JSON of the messages and of what the provider puts
  * in the prompt beside them (tool and function definitions, a response
  * schema), which overestimates every tokenizer seen here, so budget holds
- * err on the safe side; and {@link MEDIA_PART_TOKENS} for each image,
- * whether given by its URL (a short string, but the provider counts the
- * whole image) or inline as a data URL. A data URL's characters are not
- * counted: the base64 of a 3 MB image held about a million tokens, and
- * serialising it only to measure it took the event loop about 30 ms per
- * 4 MB.
+ * err on the safe side; and for media parts what the provider counts for
+ * them (prompt-media.ts: an image, a second of audio, a document's page),
+ * whether given by URL (a short string, but the provider counts the whole
+ * image) or inline. Inline media's base64 is not counted as characters: a
+ * 3 MB image held about a million tokens, a few seconds of WAV a hundred
+ * thousand, and serialising it only to measure it took the event loop
+ * about 30 ms per 4 MB.
  */
 export function estimatePromptTokens(body: { messages: unknown[]; tools?: unknown; functions?: unknown; response_format?: unknown }): number {
-  const images = imageParts(body.messages);
-  let chars = (images === 0 ? JSON.stringify(body.messages) : JSON.stringify(body.messages, withoutDataUrls)).length;
+  const media = promptMedia(body.messages);
+  let chars = (media?.inline === true ? JSON.stringify(body.messages, withoutInlineMedia) : JSON.stringify(body.messages)).length;
   for (const part of [body.tools, body.functions, body.response_format]) if (part !== undefined && part !== null) chars += JSON.stringify(part).length;
-  return Math.ceil(chars / 3) + images * MEDIA_PART_TOKENS;
-}
-
-/** The most an image costs among the EU hosts' vision models: Pixtral's 1024 x 1024 limit in 16-pixel patches, with its row breaks. */
-export const MEDIA_PART_TOKENS = 64 * 65;
-
-function imageParts(messages: unknown[]): number {
-  let n = 0;
-  for (const m of messages) {
-    const content = (m as { content?: unknown }).content;
-    if (!Array.isArray(content)) continue;
-    for (const part of content as ({ type?: unknown } | null)[]) if (part?.type === 'image_url') n++;
-  }
-  return n;
-}
-
-/** A JSON.stringify replacer that leaves an image's data URL out (OpenAI's `image_url: { url }`, or Mistral's `image_url` string). */
-function withoutDataUrls(key: string, value: unknown): unknown {
-  return (key === 'url' || key === 'image_url') && typeof value === 'string' && value.startsWith('data:') ? '' : value;
+  return Math.ceil(chars / 3) + (media?.tokens ?? 0);
 }
 
 export function chatCompletionsRoute(app: FastifyInstance, services: Services, docs: RouteDocs): void {
