@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -108,6 +109,41 @@ describe('X-Idempotency-Key', () => {
     expect(theirs.status).toBe(200);
     expect(theirs.headers.get('idempotent-replayed')).toBeNull();
     expect(chats()).toBe(2);
+  });
+
+  it('a large body is the same request in any field order and another with one character changed, long strings with escapes too', async () => {
+    const image = `data:image/png;base64,${Buffer.alloc(300_000, 7).toString('base64')}`;
+    const text = `${'Ça « va » ?\n'.repeat(3000)}"\\😀`;
+    const body = (url: string, order: 'as-sent' | 'reversed') => {
+      const parts = [
+        { type: 'text', text },
+        { type: 'image_url', image_url: { url, detail: 'low' } },
+      ];
+      const message = { role: 'user', content: parts };
+      return order === 'as-sent'
+        ? JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [message], max_tokens: 20 })
+        : JSON.stringify({
+            max_tokens: 20,
+            messages: [{ content: parts.map((p) => Object.fromEntries(Object.entries(p).reverse())), role: 'user' }],
+            model: 'meta/llama-3.3-70b',
+          });
+    };
+    const k = fresh();
+    const first = await post(gw.baseA, key.key, body(image, 'as-sent'), { 'x-idempotency-key': k });
+    expect(first.status).toBe(200);
+    const again = await post(gw.baseA, key.key, body(image, 'reversed'), { 'x-idempotency-key': k });
+    expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([200, 'true']);
+    const changed = `${image.slice(0, -5)}B${image.slice(-4)}`;
+    expect((await post(gw.baseA, key.key, body(changed, 'as-sent'), { 'x-idempotency-key': k })).status).toBe(422);
+    expect(chats()).toBe(1);
+  });
+
+  it('the fingerprint is the digest of the canonical JSON as one string, so that keys claimed by an earlier version still match', () => {
+    const long = 'x'.repeat(40_000);
+    const body = { model: 'm', b: [1, null, { z: long, a: 'é"\n' }], a: undefined };
+    const canonical = `{"b":[1,null,{"a":${JSON.stringify('é"\n')},"z":"${long}"}],"model":"m"}`;
+    const expected = createHash('sha256').update(`POST /v1/chat/completions\n${canonical}\nupload`).digest('hex');
+    expect(fingerprint('POST', '/v1/chat/completions', body, 'upload')).toBe(expected);
   });
 
   it('stores nothing for a request refused before any upstream call (400, 402, 429) or failed upstream (5xx): the retry runs', async () => {

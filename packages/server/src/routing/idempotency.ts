@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, type Hash, randomUUID } from 'node:crypto';
 import { H } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
 import { headerCount } from '../lib/raw-headers.js';
@@ -41,22 +41,90 @@ export function idempotencyScope(apiKeyId: string, key: string): string {
   return `${apiKeyId}:${createHash('sha256').update(key).digest('hex')}`;
 }
 
-/** The request a key was first used with: method, path and body, with object keys sorted so field order does not matter. */
+/**
+ * The request a key was first used with: method, path and body, with object keys sorted so field order does not matter.
+ * The canonical JSON goes to the hash piece by piece rather than as one string: for a 4 MB body that string was a second
+ * copy of the body, built by concatenation and then flattened, on the event loop (docs/decisions.md). The digest is the
+ * same as the one string's, so a key claimed before still matches its retry.
+ */
 export function fingerprint(method: string, url: string, body: unknown, extra = ''): string {
-  return createHash('sha256')
-    .update(`${method} ${url}\n${canonicalJson(body)}\n${extra}`)
-    .digest('hex');
+  const out = new CanonicalHash(createHash('sha256'));
+  out.write(`${method} ${url}\n`);
+  out.value(body);
+  out.write(`\n${extra}`);
+  return out.digest();
 }
 
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value !== null && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>)
-      .filter(([, v]) => v !== undefined)
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+/** Small pieces are gathered before each update (a call into the hash per comma would cost more than the copy it saves). */
+const GATHER_CHARS = 16 * 1024;
+/** A string that JSON.stringify writes as it is, between quotes: no quote, backslash, control character or surrogate. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the control characters are what JSON escapes.
+const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
+
+class CanonicalHash {
+  private pending = '';
+
+  constructor(private readonly hash: Hash) {}
+
+  write(piece: string): void {
+    if (piece.length >= GATHER_CHARS) {
+      // As it is: gathered, it would be copied once more to flatten the concatenation.
+      this.flush();
+      this.hash.update(piece);
+      return;
+    }
+    this.pending += piece;
+    if (this.pending.length >= GATHER_CHARS) this.flush();
   }
-  return JSON.stringify(value) ?? 'null';
+
+  value(value: unknown): void {
+    if (typeof value === 'string') this.string(value);
+    else if (Array.isArray(value)) {
+      this.write('[');
+      for (let i = 0; i < value.length; i++) {
+        if (i > 0) this.write(',');
+        this.value(value[i]);
+      }
+      this.write(']');
+    } else if (value !== null && typeof value === 'object') {
+      const record = value as Record<string, unknown>;
+      // Default sort: UTF-16 code units, as the `<` it replaces.
+      const keys = Object.keys(record).sort();
+      this.write('{');
+      let first = true;
+      for (const k of keys) {
+        const v = record[k];
+        if (v === undefined) continue;
+        this.write(first ? JSON.stringify(k) : `,${JSON.stringify(k)}`);
+        this.write(':');
+        this.value(v);
+        first = false;
+      }
+      this.write('}');
+    } else this.write(JSON.stringify(value) ?? 'null');
+  }
+
+  /** A long string (a data URL, a document) goes to the hash as it is, without the quoted copy JSON.stringify makes. */
+  private string(s: string): void {
+    if (s.length < GATHER_CHARS || NEEDS_ESCAPE.test(s)) {
+      this.write(JSON.stringify(s));
+      return;
+    }
+    this.write('"');
+    this.write(s);
+    this.write('"');
+  }
+
+  private flush(): void {
+    if (this.pending === '') return;
+    this.hash.update(this.pending);
+    this.pending = '';
+  }
+
+  digest(): string {
+    this.flush();
+    return this.hash.digest('hex');
+  }
 }
 
 /**
