@@ -320,6 +320,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         services.upstreamCalls.cut(new GatewayError('shutting_down', message, { retryAfterS: 1 }));
         // And a stream that began after sessions.drain below returned (its request was still waiting on the provider).
         sessions.abortAll();
+        // A resume of a stream relayed elsewhere would otherwise be cut by the exit without a word.
+        streams.endFollowers();
       }, answerBy - Date.now());
       // New connections are refused from now on, but the kept-alive ones stay open for the grace (http.Server's own
       // close would close the idle ones at once); every request on them is answered 503 (request-context).

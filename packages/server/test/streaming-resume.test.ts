@@ -179,6 +179,45 @@ describe('resume across instances sharing Redis', () => {
     });
   }, 60_000);
 
+  it('a resume read from the shared buffer on an instance that shuts down ends with an error event before the deadline, not a reset; the rest is resumed elsewhere', async () => {
+    const timeoutMs = 2_000;
+    const draining = await startGateway({ sim, redisUrl: redis.url, databaseUrl, env: { GW_SHUTDOWN_TIMEOUT_MS: String(timeoutMs) } });
+    sim.providers.scaleway?.configure({ chunkGapMs: 100, answerTokens: 60 });
+    try {
+      const { key } = await one.createKey({ rateLimitRpm: 1000 });
+      const full = { ...body, max_tokens: 60, stream_options: { include_usage: true } };
+      const controller = new AbortController();
+      const res = await streamRequest(one.baseA, key, full, { 'X-Gateway-Provider': 'scaleway' }, controller.signal);
+      const requestId = res.headers.get('x-request-id') as string;
+      const head = await readSse(res, 3);
+      controller.abort();
+      // Read on the draining instance: the stream runs on `one`, far past the drain's deadline.
+      const resumed = await streamRequest(draining.baseA, key, full, { 'Last-Event-ID': head[2]?.id as string });
+      expect(resumed.status).toBe(200);
+      const started = performance.now();
+      const closing = draining.gateway.close();
+      // The body ends cleanly (a reset would throw here) with the gateway's own error event, without an id.
+      const middle = await readSse(resumed);
+      expect(performance.now() - started).toBeLessThan(timeoutMs);
+      await closing;
+      const last = JSON.parse(middle.at(-1)?.data ?? '{}') as { error?: { code: string; message: string } };
+      expect(last.error?.code).toBe('service_unavailable');
+      expect(last.error?.message).toMatch(/shutting down/);
+      expect(middle.at(-1)?.id).toBeFalsy();
+      // The client resumes from its last event on another instance and gets exactly the rest, billed once.
+      const relayed = middle.filter((e) => e.id);
+      const rest = await readSse(await streamRequest(two.baseA, key, full, { 'Last-Event-ID': (relayed.at(-1) ?? head[2])?.id as string }));
+      const ids = [...head, ...relayed, ...rest].map((e) => e.id);
+      expect(ids).toEqual(ids.map((_, i) => `${requestId}:${i + 1}`));
+      expect(rest.at(-1)?.data).toBe('[DONE]');
+      await eventually(async () => expect(await usage(one, requestId)).toHaveLength(1));
+    } finally {
+      sim.providers.scaleway?.reset();
+      sim.providers.scaleway?.configure({ chunkGapMs: 15 });
+      await draining.close().catch(() => {});
+    }
+  }, 30_000);
+
   it('with Redis gone, a stream is resumed from the instance relaying it; a stream it cannot look up is a 503 to retry, not a 500', async () => {
     const own = await startRedis();
     const gw = await startGateway({ sim, redisUrl: own.url });

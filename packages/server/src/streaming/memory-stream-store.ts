@@ -114,6 +114,9 @@ export class MemoryStreamStore implements StreamStore {
     }
   }
 
+  /** Nothing to end: every stream here is relayed by this instance, and its sessions end them at shutdown. */
+  endFollowers(): void {}
+
   async close(): Promise<void> {
     clearInterval(this.sweeper);
   }

@@ -89,6 +89,12 @@ function bufferGapEvent(from: number, to: number): StreamEvent {
   return syntheticError(`The shared resume buffer is missing ${which} of this stream; it cannot be resumed whole from here.`);
 }
 
+/** What a resume read here ends with when this instance shuts down, as a stream it relays would (its code included). */
+function shutdownEvent(): StreamEvent {
+  const message = 'This gateway instance is shutting down and ended the stream here; resume it from the last event received (another instance answers).';
+  return { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message, 'shutting_down') };
+}
+
 function syntheticError(message: string): StreamEvent {
   // The shared buffer cannot give the rest: the gateway's side failed, not the provider's.
   return { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message, 'store_unavailable') };
@@ -119,6 +125,9 @@ export class RedisStreamStore implements StreamStore {
   /** Streams whose write failed: since when, so that a long outage gives up on them rather than hold their events. */
   private readonly failingSince = new Map<string, number>();
   private tick: NodeJS.Timeout | null = null;
+  /** The resumes read from here of streams relayed elsewhere: a shutdown ends them (endFollowers). */
+  private readonly followers = new Set<() => void>();
+  private followersEnded = false;
 
   /** Writes every stream's gathered batch (the tick, and shutdown). */
   private readonly flushAll = async (): Promise<void> => {
@@ -250,7 +259,14 @@ export class RedisStreamStore implements StreamStore {
     reader.on('error', () => {});
     const stop = () => reader.disconnect();
     signal.addEventListener('abort', stop);
+    let shutdown = this.followersEnded;
+    const end = () => {
+      shutdown = true;
+      reader.disconnect();
+    };
+    this.followers.add(end);
     try {
+      if (shutdown) throw new Error('shutting down');
       // Resumed at or past the end of a stream that ended: nothing is left to send.
       const [tail] = (await reader.xrevrange(eventsKey(streamId), '+', '-', 'COUNT', 1)) as [string, string[]][];
       const lastEvent = tail ? entryEvents(tail[0], tail[1]).at(-1) : undefined;
@@ -290,9 +306,12 @@ export class RedisStreamStore implements StreamStore {
         }
       }
     } catch {
+      // This instance is shutting down: the stream runs on where it is relayed, and another instance resumes it.
+      if (shutdown && !signal.aborted) yield shutdownEvent();
       // Redis went away mid-read: the client is told (and may resume again), rather than cut off without a word.
-      if (!signal.aborted) yield syntheticError('The shared resume buffer became unreachable; resume again shortly from the last event received.');
+      else if (!signal.aborted) yield syntheticError('The shared resume buffer became unreachable; resume again shortly from the last event received.');
     } finally {
+      this.followers.delete(end);
       signal.removeEventListener('abort', stop);
       reader.disconnect();
     }
@@ -304,6 +323,16 @@ export class RedisStreamStore implements StreamStore {
     // A record without the field (written before instances named themselves) cannot say: it waits for its expiry.
     if (instance === null) return (await reader.exists(metaKey(streamId))) === 0 ? 'expired' : 'alive';
     return (await reader.exists(instanceKey(instance))) === 1 ? 'alive' : 'gone';
+  }
+
+  /**
+   * Ends every resume read from here (and any that begins from now on) with an error event saying the instance is
+   * shutting down, without an id: the client resumes from its last event on another instance, rather than have its
+   * connection reset by the exit. The streams themselves run on where they are relayed.
+   */
+  endFollowers(): void {
+    this.followersEnded = true;
+    for (const end of this.followers) end();
   }
 
   /** Writes what is gathered (shutdown). */

@@ -45,6 +45,8 @@ export interface StreamStore {
   delivered(streamId: string): void;
   /** Events after `afterSeq`, then the live rest, until a `done` or `error` event or the signal aborts. */
   follow(streamId: string, afterSeq: number, signal: AbortSignal): AsyncIterable<StreamEvent>;
+  /** Shutdown: every follow still reading a stream relayed elsewhere ends with an error event, and every later one at once. */
+  endFollowers(): void;
   close(): Promise<void>;
 }
 
