@@ -89,6 +89,23 @@ describe('mistral chat', () => {
     expect(bad.body).toMatchObject({ type: 'invalid_function_call', code: '3280' });
   });
 
+  it("tool_choice 'any' calls a tool after a tool result too; 'auto' then answers with text", async () => {
+    const tools = [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } } }];
+    const history = [
+      { role: 'user', content: 'lookup Rome' },
+      { role: 'assistant', content: '', tool_calls: [{ id: 'a0fypS1hV', type: 'function', function: { name: 'lookup', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'a0fypS1hV', content: 'sunny' },
+    ];
+    const forced = await json(m(), chat, { model, messages: history, tools, tool_choice: 'any' });
+    expect(forced.status).toBe(200);
+    expect(forced.body.choices[0].finish_reason).toBe('tool_calls');
+    expect(forced.body.choices[0].message.tool_calls[0].function.name).toBe('lookup');
+    const free = await json(m(), chat, { model, messages: history, tools, tool_choice: 'auto' });
+    expect(free.body.choices[0].finish_reason).toBe('stop');
+    expect(free.body.choices[0].message.tool_calls).toBeNull();
+    expect(free.body.choices[0].message.content).toContain('sunny');
+  });
+
   it('answers an unknown model and a wrong key in Mistral shapes', async () => {
     const unknown = await json(m(), chat, { model: 'mistral-huge', messages: userMessages('hi') });
     expect(unknown.status).toBe(400);

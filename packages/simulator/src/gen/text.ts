@@ -87,7 +87,10 @@ export function planChat(input: ChatInput): ChatPlan {
   const reasoningKept = reasoning.slice(0, Math.min(reasoning.length, budget));
   const left = budget - reasoningKept.length;
 
-  const tool = lastRole === 'user' ? pickTool(input.tools, input.toolChoice, userText) : null;
+  // `auto` calls a tool only to answer the user; `required` or a named function forces a call on every turn, after a
+  // tool result too, as the providers do (an agent loop with a forced choice never gets text).
+  const forced = input.toolChoice === 'required' || isRecord(input.toolChoice);
+  const tool = lastRole === 'user' || forced ? pickTool(input.tools, input.toolChoice, userText) : null;
   if (tool && left > 0) {
     const args = JSON.stringify(sample(tool.parameters, words, 0));
     const toolCall = { name: tool.name, arguments: args };
