@@ -94,6 +94,46 @@ describe('operations', () => {
     sim.providers.scaleway?.clearFaults();
   });
 
+  it('logs a stream whose client left after some of its events as a client that left during its answer, not before it', async () => {
+    const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
+    const streamsOpen = async () =>
+      Number(
+        (await (await fetch(`${proc.url}/metrics`)).text())
+          .split('\n')
+          .find((l) => l.startsWith('gw_streams_open '))
+          ?.split(' ')[1],
+      );
+    sim.providers.scaleway?.configure({ chunkGapMs: 30 });
+    try {
+      const leaving = new AbortController();
+      const res = await fetch(`${proc.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'a long story please' }], stream: true, max_tokens: 20 }),
+        signal: leaving.signal,
+      });
+      const requestId = res.headers.get('x-request-id') as string;
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const decoder = new TextDecoder();
+      let received = '';
+      while ((received.match(/^data: \{/gm) ?? []).length < 3) received += decoder.decode((await reader.read()).value, { stream: true });
+      leaving.abort();
+      const ends = () =>
+        proc
+          .output()
+          .split('\n')
+          .filter((l) => l.includes(`"reqId":"${requestId}"`) && l.includes('"msg":"request completed'))
+          .map((l) => JSON.parse(l) as { res: { statusCode: number }; msg: string });
+      await eventually(() => expect(ends()).toHaveLength(1));
+      // Still the 499 the metrics count, but said as it happened: the client had events of its answer.
+      expect(ends()[0]).toMatchObject({ res: { statusCode: 499 }, msg: 'request completed: the client left during its answer, part of it sent' });
+      // The stream runs on to its end without a reader; the tests after this one expect none open.
+      await eventually(async () => expect(await streamsOpen()).toBe(0));
+    } finally {
+      sim.providers.scaleway?.configure({ chunkGapMs: 0 });
+    }
+  });
+
   it('counts as 499, not 400, a request whose client left while its body (JSON or an upload) was arriving', async () => {
     const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
     const port = Number(new URL(proc.url).port);

@@ -55,7 +55,11 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       if (gone) {
         recordClientGone(services, request);
         // Fastify's "request completed" line needs a finished answer: without this one the request's log would stop at its start.
-        request.log.info({ res: { statusCode: 499 }, responseTime: ms }, 'request completed: the client left before its answer');
+        // Its head sent (a stream past its first event), the client had part of its answer: a 499 all the same, as in the metrics.
+        const msg = reply.raw.headersSent
+          ? 'request completed: the client left during its answer, part of it sent'
+          : 'request completed: the client left before its answer';
+        request.log.info({ res: { statusCode: 499 }, responseTime: ms }, msg);
       }
       // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
       const status = raw ?? (gone ? 499 : reply.raw.statusCode);
