@@ -9,6 +9,11 @@
 const OPEN = '<think>';
 const CLOSE = '</think>';
 const OPENS = /^\s*<think>/;
+/**
+ * The most whitespace a stream holds back at the end of its reasoning (it is dropped if `</think>` follows): a
+ * model writes a newline or two there; a longer run is reasoning that goes on, passed as it comes.
+ */
+const MAX_HELD_SPACE = 16;
 
 /** Whether content opens with the tag (after whitespace): the test every answer passes through, without a copy. */
 export function opensWithThinkTag(content: string): boolean {
@@ -23,14 +28,16 @@ export function splitThinkTags(content: string): { reasoning: string | null; con
   const end = rest.indexOf(CLOSE);
   // Cut off while thinking (its length limit reached): all of it is reasoning, and there is no answer.
   if (end === -1) return { reasoning: rest, content: '' };
-  return { reasoning: rest.slice(0, end), content: rest.slice(end + CLOSE.length).trimStart() };
+  // Without the whitespace inside the tags and after them, as DeepSeek's own API and vLLM's reasoning parser give it.
+  return { reasoning: rest.slice(0, end).trimEnd(), content: rest.slice(end + CLOSE.length).trimStart() };
 }
 
 /**
  * The same for a stream, one content delta at a time: a tag may arrive in
  * pieces, so what could be the start of one is held back until the next
- * delta tells. Holds at most a few characters, and nothing once the
- * answer has begun without the tag (`passing`).
+ * delta tells; so is the whitespace that ends the reasoning so far, which
+ * goes if `</think>` follows. Holds at most a few characters, and nothing
+ * once the answer has begun without the tag (`passing`).
  */
 export class ThinkTagSplitter {
   private state: 'start' | 'thinking' | 'answer' = 'start';
@@ -68,11 +75,13 @@ export class ThinkTagSplitter {
       s = this.trimmed(s);
       const end = s.indexOf(CLOSE);
       if (end === -1) {
-        const keep = closingTagStart(s);
+        let keep = closingTagStart(s);
+        const space = s.length - keep - s.slice(0, s.length - keep).trimEnd().length;
+        if (space <= MAX_HELD_SPACE) keep += space;
         this.held = s.slice(s.length - keep);
         return { reasoning: s.slice(0, s.length - keep), content: '' };
       }
-      reasoning = s.slice(0, end);
+      reasoning = s.slice(0, end).trimEnd();
       s = s.slice(end + CLOSE.length);
       this.state = 'answer';
       this.trimNext = true;
