@@ -1,6 +1,10 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
+import { spawnGateway } from './helpers/process.js';
 
 const PROVIDER_KEY = 'scw-provider-key-7f3a9c2e1d';
 
@@ -38,6 +42,29 @@ describe('secrets in provider errors', () => {
     } finally {
       sim.providers.scaleway?.clearFaults();
     }
+  });
+
+  it('a key the cut of a long provider message would split is redacted whole, not passed on by its head', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    // Clients get a provider's first 300 characters: these put the key across that cut, whatever the prefix.
+    for (const pad of [276, 284, 290, 296]) {
+      for (const [stream, fault] of [
+        [false, { kind: 'status', status: 500, message: `${'x'.repeat(pad)}${PROVIDER_KEY} is not allowed` }],
+        [true, { kind: 'error_after_200', afterChunks: 1, message: `${'x'.repeat(pad)}${PROVIDER_KEY} is not allowed` }],
+      ] as const) {
+        sim.providers.scaleway?.setFault({ ...fault, times: 1 });
+        const res = await fetch(`${gw.baseA}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+          body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream }),
+        });
+        const text = await res.text();
+        expect(text).toContain('xxxxxxxxxx');
+        expect(text).toContain('[redacted]');
+        expect(text).not.toContain(PROVIDER_KEY.slice(0, 6));
+      }
+    }
+    sim.providers.scaleway?.clearFaults();
   });
 
   it("the gateway's own 401 guidance is not taken for a secret: it names the header to send", async () => {
@@ -93,4 +120,48 @@ describe('what the request log shows of a URL', () => {
     expect(urlForLog('/v1/models/%67w_live_abcdefghijklmnop%')).not.toContain('abcdefghijklmnop');
     expect(urlForLog('/v1/models?Bearer%20abcdefghijklmnopqrstu')).toBe('/v1/models?[redacted]');
   });
+});
+
+describe('what the log shows of a provider message longer than it keeps', () => {
+  it('a key the cut at 4,000 characters would split is redacted whole', async () => {
+    const key = 'scw-log-cut-key-0c4e8a1f95';
+    const logSim = await startSimulator({ latencyScale: 0, apiKeys: { scaleway: key } });
+    const dir = mkdtempSync(join(tmpdir(), 'gw-redact-cut-'));
+    writeFileSync(join(dir, 'gw.json'), JSON.stringify(logSim.demoConfig()));
+    const proc = await spawnGateway({
+      GW_CONFIG: join(dir, 'gw.json'),
+      GW_DATA_DIR: join(dir, 'data'),
+      GW_ADMIN_TOKEN: ADMIN_TOKEN,
+      GW_CIRCUIT_FAILURES: '1000',
+    });
+    try {
+      const created = await fetch(`${proc.url}/admin/v1/keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ rateLimitRpm: 1000 }),
+      });
+      const { key: clientKey } = (await created.json()) as { key: string };
+      for (const pad of [3976, 3984, 3990, 3996]) {
+        logSim.providers.scaleway?.setFault({ kind: 'status', status: 500, message: `${'x'.repeat(pad)}${key} is not allowed`, times: 1 });
+        const res = await fetch(`${proc.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${clientKey}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+          body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] }),
+        });
+        await res.text();
+      }
+      await new Promise((r) => setTimeout(r, 200));
+      const failures = proc
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('upstream attempt failed'));
+      expect(failures.length).toBe(4);
+      for (const line of failures) expect(line).toContain('[redacted]');
+      expect(proc.output()).not.toContain(key.slice(0, 6));
+    } finally {
+      proc.child.kill('SIGKILL');
+      await logSim.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -5,11 +5,16 @@
  * removed wherever they appear, and so is anything shaped like a bearer
  * token or an API key.
  */
+const MARK = '[redacted]';
 const known = new Set<string>();
+/** The longest registered value: how far past a cut {@link redactedHead} reads to find one the cut would split. */
+let longestKnown = 0;
 
 /** A value (a provider's API key) to strip from every message a client sees. Short values are ignored: they would match too much. */
 export function registerSecret(value: string | undefined): void {
-  if (value && value.length >= 8) known.add(value);
+  if (!value || value.length < 8) return;
+  known.add(value);
+  longestKnown = Math.max(longestKnown, value.length);
 }
 
 // A bearer token is at least 16 characters: shorter is a placeholder, such as the
@@ -26,9 +31,25 @@ const SHAPES = [
 
 export function redactSecrets(text: string): string {
   let out = text;
-  for (const secret of known) if (out.includes(secret)) out = out.split(secret).join('[redacted]');
-  for (const shape of SHAPES) out = out.replace(shape, '[redacted]');
+  for (const secret of known) if (out.includes(secret)) out = out.split(secret).join(MARK);
+  for (const shape of SHAPES) out = out.replace(shape, MARK);
   return out;
+}
+
+/**
+ * `text` cut to at most `max` characters (and '…'), secrets redacted before the cut: cut first, a key the cut
+ * split kept its head, which no longer matched the key nor any shape (a provider echoing its key 290 characters
+ * into a message passed 10 of its characters on to clients). Reads at most a few hundred characters past `max`.
+ */
+export function redactedHead(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const head = redactSecrets(text.slice(0, max + longestKnown + 256));
+  if (head.length <= max) return head;
+  let cut = head.slice(0, max);
+  // A marker the cut would split is kept whole.
+  const open = cut.lastIndexOf('[', max);
+  if (open > max - MARK.length && head.startsWith(MARK, open)) cut = head.slice(0, open + MARK.length);
+  return `${cut}…`;
 }
 
 /** Query parameters the public API reads (model list filters, Azure's api-version): their values are logged as sent. */

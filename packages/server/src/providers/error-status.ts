@@ -1,4 +1,5 @@
 import { UpstreamError } from '../errors/upstream-error.js';
+import { redactedHead } from '../lib/redact.js';
 import { type JsonResponse, MAX_PROVIDER_MESSAGE_CHARS, MAX_RETRY_AFTER_S, notAnEventStream, notEventStreamType, retryAfterSeconds } from './http-client.js';
 
 /** Statuses routing understands: the client's (400/413/422), the provider's key or model (401/403/404), limits (408/429) and 5xx. */
@@ -26,7 +27,7 @@ function clientVisible(status: number, message: string): string {
 
 /** A provider's message as clients are told it: at most MAX_RELAYED_CHARS long. */
 function relayedMessage(message: string): string {
-  return message.length > MAX_RELAYED_CHARS ? `${message.slice(0, MAX_RELAYED_CHARS)}…` : message;
+  return redactedHead(message, MAX_RELAYED_CHARS);
 }
 
 /**
@@ -40,7 +41,7 @@ export function streamErrorEvent(provider: string, message: string): UpstreamErr
     provider,
     status: 502,
     message: `${said}${relayedMessage(message)}`,
-    detail: `${said}${message.slice(0, MAX_PROVIDER_MESSAGE_CHARS)}`,
+    detail: `${said}${redactedHead(message, MAX_PROVIDER_MESSAGE_CHARS)}`,
   });
 }
 
@@ -69,7 +70,7 @@ export function upstreamHttpError(provider: string, res: JsonResponse, status: n
     provider,
     status: routableStatus(status),
     message: `${said}: ${whole ? 'a whole chat completion' : clientVisible(status, message)}`,
-    detail: `${said}: ${whole ? 'a whole chat completion' : message.slice(0, MAX_PROVIDER_MESSAGE_CHARS)}`,
+    detail: `${said}: ${whole ? 'a whole chat completion' : redactedHead(message, MAX_PROVIDER_MESSAGE_CHARS)}`,
     ...(retry === undefined ? {} : { retryAfterS: retry }),
   });
 }

@@ -2,6 +2,7 @@ import type { Readable } from 'node:stream';
 import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
 import { GatewayError } from '../errors/gateway-error.js';
 import { UpstreamError } from '../errors/upstream-error.js';
+import { redactedHead } from '../lib/redact.js';
 
 export interface JsonResponse {
   status: number;
@@ -224,20 +225,20 @@ export const MAX_PROVIDER_MESSAGE_CHARS = 4000;
 
 /** A provider's message cut to {@link MAX_PROVIDER_MESSAGE_CHARS}. */
 export function boundedMessage(message: string): string {
-  return message.length > MAX_PROVIDER_MESSAGE_CHARS ? `${message.slice(0, MAX_PROVIDER_MESSAGE_CHARS)}…` : message;
+  return redactedHead(message, MAX_PROVIDER_MESSAGE_CHARS);
 }
 
 /** Pulls a human message out of the many error shapes providers use; at most {@link MAX_PROVIDER_MESSAGE_CHARS} long. */
 export function upstreamErrorMessage(body: unknown): string {
-  if (typeof body === 'string') return body.slice(0, 500) || 'no body';
+  if (typeof body === 'string') return redactedHead(body, 500) || 'no body';
   if (body === null || typeof body !== 'object') return 'no body';
   const b = body as { error?: unknown; message?: unknown; detail?: unknown };
   const inner = b.error && typeof b.error === 'object' ? (b.error as { message?: unknown }).message : b.error;
   for (const candidate of [inner, b.message, b.detail]) {
     if (typeof candidate === 'string' && candidate) return boundedMessage(candidate);
-    if (candidate && typeof candidate === 'object') return JSON.stringify(candidate).slice(0, 500);
+    if (candidate && typeof candidate === 'object') return redactedHead(JSON.stringify(candidate), 500);
   }
-  return JSON.stringify(body).slice(0, 500);
+  return redactedHead(JSON.stringify(body), 500);
 }
 
 /**
