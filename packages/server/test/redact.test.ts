@@ -67,6 +67,49 @@ describe('secrets in provider errors', () => {
     sim.providers.scaleway?.clearFaults();
   });
 
+  it('secrets a provider names in the formats of other keys and tokens (URL passwords, api-key headers, JWTs, Basic) are redacted too', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    // None of these is a configured key: only its shape, or what names it, can find it.
+    const secrets = {
+      urlPassword: 'PrOxYpAsS0rd42',
+      azureHeader: '0f1e2d3c4b5a69788796a5b4c3d2e1f0',
+      mistralField: 'q8V2mZr4Lx0TnB7sKd3WfY6hJc1PgA9e',
+      openaiProvided: 'Zx81Qw72Er63Ty54Ui45Op36',
+      jwt: 'eyJhbGciOiJFZERTQSJ9.eyJwcm9qZWN0IjoiZ3cifQ.c2lnbmF0dXJlMDEyMzQ1Njc4OQ',
+      basic: Buffer.from('user:B4s1cS3cr3tPass').toString('base64'),
+      queryKey: 'AIzaSyQ-4fakeGoogleKey0123456789',
+      bearerColon: 'TokenAfterColon0123456789',
+    };
+    // Each with the words around it, which stay.
+    const messages: [string, string, string][] = [
+      [`cannot reach https://proxy:${secrets.urlPassword}@10.9.8.7:8443/v1`, secrets.urlPassword, 'cannot reach https://[redacted]@10.9.8.7'],
+      [`headers {"api-key":"${secrets.azureHeader}"}`, secrets.azureHeader, 'headers {"api-key":"[redacted]'],
+      [`headers {"x-api-key": "${secrets.mistralField}"}`, secrets.mistralField, '"x-api-key": "[redacted]'],
+      [`Incorrect API key provided: ${secrets.openaiProvided}`, secrets.openaiProvided, 'Incorrect API key provided: [redacted]'],
+      [`invalid token ${secrets.jwt}`, secrets.jwt, 'invalid token [redacted]'],
+      [`Authorization: Basic ${secrets.basic}`, secrets.basic, 'Authorization: [redacted]'],
+      [`see https://example.test/v1?alt=json&key=${secrets.queryKey}`, secrets.queryKey, '?alt=json&key=[redacted]'],
+      [`Bearer: ${secrets.bearerColon}`, secrets.bearerColon, 'Bearer: [redacted]'],
+    ];
+    try {
+      for (const [message, secret, shown] of messages) {
+        sim.providers.scaleway?.setFault({ kind: 'status', status: 500, message, times: 2 });
+        for (const base of [gw.baseA, gw.baseB]) {
+          const res = await fetch(`${base}/chat/completions`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+            body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] }),
+          });
+          const text = await res.text();
+          expect(text).not.toContain(secret);
+          expect(text).toContain(shown.replaceAll('"', '\\"'));
+        }
+      }
+    } finally {
+      sim.providers.scaleway?.clearFaults();
+    }
+  });
+
   it("the gateway's own 401 guidance is not taken for a secret: it names the header to send", async () => {
     for (const [headers, start] of [
       [{}, 'Missing API key: send the header Authorization: Bearer gw_live_…'],
