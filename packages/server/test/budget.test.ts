@@ -7,6 +7,7 @@ import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
+import { wav } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { spawnGateway } from './helpers/process.js';
 
@@ -666,19 +667,7 @@ describe('budget edges', () => {
     }));
     const room = (estimatePromptTokens({ messages: threeImages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
     // 5 s of 16 kHz 16-bit mono PCM: 160 tokens at 32 a second, from the byte rate in its header.
-    const pcm = Buffer.alloc(44 + 160_000, 0);
-    pcm.write('RIFF', 0, 'latin1');
-    pcm.writeUInt32LE(36 + 160_000, 4);
-    pcm.write('WAVEfmt ', 8, 'latin1');
-    pcm.writeUInt32LE(16, 16);
-    pcm.writeUInt16LE(1, 20);
-    pcm.writeUInt16LE(1, 22);
-    pcm.writeUInt32LE(16_000, 24);
-    pcm.writeUInt32LE(32_000, 28);
-    pcm.writeUInt16LE(2, 32);
-    pcm.writeUInt16LE(16, 34);
-    pcm.write('data', 36, 'latin1');
-    pcm.writeUInt32LE(160_000, 40);
+    const pcm = wav(5);
     // Compressed audio, whose duration the gateway does not read: 100 KB at the most compact rate, 134 s (4,288 tokens).
     const mp3 = Buffer.alloc(100_000, 0x55).toString('base64');
     // A two-page PDF with a 200 KB scanned image: 10,320 tokens for its pages.
