@@ -20,17 +20,22 @@ afterAll(async () => {
   await sim?.close();
 });
 
+/** A chat completion pinned to Scaleway, whose faults the tests set. */
+function chatOnScaleway(base: string, key: string, stream = false): Promise<Response> {
+  return fetch(`${base}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream }),
+  });
+}
+
 describe('secrets in provider errors', () => {
   it('a provider that echoes its key or a bearer token in an error does not pass it on to the client, in either variant', async () => {
     const { key } = await gw.createKey({ rateLimitRpm: 1000 });
     sim.providers.scaleway?.setFault({ kind: 'status', status: 500, message: `internal failure; you sent Bearer ${PROVIDER_KEY} (sk-live-abcdef0123456789)` });
     try {
       for (const base of [gw.baseA, gw.baseB]) {
-        const res = await fetch(`${base}/chat/completions`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-          body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] }),
-        });
+        const res = await chatOnScaleway(base, key);
         const text = await res.text();
         expect(res.status).toBeGreaterThanOrEqual(500);
         // The provider's own words stay (they help), its secrets do not.
@@ -53,11 +58,7 @@ describe('secrets in provider errors', () => {
         [true, { kind: 'error_after_200', afterChunks: 1, message: `${'x'.repeat(pad)}${PROVIDER_KEY} is not allowed` }],
       ] as const) {
         sim.providers.scaleway?.setFault({ ...fault, times: 1 });
-        const res = await fetch(`${gw.baseA}/chat/completions`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-          body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream }),
-        });
+        const res = await chatOnScaleway(gw.baseA, key, stream);
         const text = await res.text();
         expect(text).toContain('xxxxxxxxxx');
         expect(text).toContain('[redacted]');
@@ -95,11 +96,7 @@ describe('secrets in provider errors', () => {
       for (const [message, secret, shown] of messages) {
         sim.providers.scaleway?.setFault({ kind: 'status', status: 500, message, times: 2 });
         for (const base of [gw.baseA, gw.baseB]) {
-          const res = await fetch(`${base}/chat/completions`, {
-            method: 'POST',
-            headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-            body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] }),
-          });
+          const res = await chatOnScaleway(base, key);
           const text = await res.text();
           expect(text).not.toContain(secret);
           expect(text).toContain(shown.replaceAll('"', '\\"'));
