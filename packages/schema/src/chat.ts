@@ -103,7 +103,7 @@ export const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'x
  * A field OpenAI's API takes as null, meaning "not given" (its SDKs type these `number | null`; Python's sends None as
  * null): accepted here, and dropped before anything reads the body (routes/chat-completions.ts).
  */
-function Nullable<T extends TSchema>(schema: T) {
+export function Nullable<T extends TSchema>(schema: T) {
   return Type.Union([schema, Type.Null()]);
 }
 

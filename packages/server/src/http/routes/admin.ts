@@ -20,7 +20,7 @@ import { checkAdminToken, refuseDoubleAuthorization } from '../../auth/admin-tok
 import { CONFIRM_TIMEOUT_MS, generateApiKey } from '../../auth/api-keys.js';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { newId } from '../../lib/ids.js';
-import type { ApiKeyRecord, Workspace as WorkspaceRecord } from '../../store/types.js';
+import type { ApiKeyRecord, KeyRepo, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
 import { emptyParamError, noRouteError } from '../no-route.js';
 import { refuseNonUtf8Json } from '../plugins/json-charset.js';
@@ -321,7 +321,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         ...(body.rateLimitRpm === undefined ? {} : { rateLimitRpm: body.rateLimitRpm }),
         ...(body.budget === undefined ? {} : { budget: body.budget }),
       });
-      if (!rec) throw await unchangedKeyError(services, id);
+      if (!rec) throw await unchangedKeyError(store.keys, id);
       await announce(services, request.log, 'changed', id);
       return keyView(rec);
     },
@@ -352,8 +352,8 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
  * Why a key's PATCH changed nothing: no key has the id (404), or the key is revoked (409). A revoked key is still
  * shown by GET and revoked again without error, so it is no 404; a change of its limits would read as if it worked.
  */
-async function unchangedKeyError(services: Services, id: string): Promise<GatewayError> {
-  if (!(await services.store.keys.getById(id))) return new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
+async function unchangedKeyError(keys: KeyRepo, id: string): Promise<GatewayError> {
+  if (!(await keys.getById(id))) return new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
   return new GatewayError(
     'key_revoked',
     `API key '${id}' is revoked: its rate limit and budget cannot be changed, and it cannot be brought back. Create a new key instead.`,

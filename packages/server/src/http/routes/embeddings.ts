@@ -1,4 +1,5 @@
-import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { Nullable } from '@gw/schema';
+import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
@@ -41,10 +42,6 @@ export const EmbeddingsBody = Type.Object(
   { additionalProperties: false },
 );
 export type EmbeddingsBody = Static<typeof EmbeddingsBody>;
-
-function Nullable<T extends TSchema>(schema: T) {
-  return Type.Union([schema, Type.Null()]);
-}
 
 const EmbeddingsList = Type.Object({
   object: Type.Literal('list'),
