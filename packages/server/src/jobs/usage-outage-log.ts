@@ -26,11 +26,11 @@ export function usageOutageLog(log: OutageLogger, spillDir: string | undefined):
   return {
     onError: (err) => {
       failures++;
-      const summary = errorSummary(err);
-      const same = summary.message === failure;
-      failure = summary.message;
-      if (same) log.debug({ err: summary }, 'usage write failed again; records kept for retry');
-      else log.warn({ err: summary }, 'usage write failed; records kept and retried every 500 ms (the same failure again is logged at debug)');
+      const { message } = errorSummary(err);
+      const same = message === failure;
+      failure = message;
+      if (same) log.debug({ err: errorSummary(err) }, 'usage write failed again; records kept for retry');
+      else log.warn({ err: errorSummary(err) }, 'usage write failed; records kept and retried every 500 ms (the same failure again is logged at debug)');
     },
     onRecovered: () => {
       const put = spilled > 0 ? `; ${spilled} records put in ${spillDir} meanwhile are stored from there` : '';
