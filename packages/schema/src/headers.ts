@@ -9,6 +9,8 @@ export const H = {
   region: 'x-gateway-region',
   routingHops: 'x-gateway-routing-hops',
   idempotencyKey: 'x-idempotency-key',
+  /** The IETF draft's and Stripe's name for it, taken as the same header. */
+  idempotencyKeyStandard: 'idempotency-key',
   idempotentReplayed: 'idempotent-replayed',
   lastEventId: 'last-event-id',
   rateLimitLimit: 'x-ratelimit-limit',

@@ -70,6 +70,23 @@ describe('X-Idempotency-Key', () => {
     expect(chats()).toBe(0);
   });
 
+  it('Idempotency-Key (the IETF draft’s name) protects a retry as X-Idempotency-Key does; both at once are a 400', async () => {
+    const k = fresh();
+    const first = await post(gw.baseB, key.key, chatBody('standard name'), { 'idempotency-key': k });
+    expect(first.status).toBe(200);
+    // The other name, or the same one again: the stored answer, no second call.
+    for (const header of ['idempotency-key', 'x-idempotency-key']) {
+      const again = await post(gw.baseB, key.key, chatBody('standard name'), { [header]: k });
+      expect([again.status, again.headers.get('idempotent-replayed'), again.text], header).toEqual([200, 'true', first.text]);
+    }
+    expect(chats()).toBe(1);
+    const other = await post(gw.baseA, key.key, chatBody('another body'), { 'idempotency-key': fresh() });
+    expect(other.status).toBe(200);
+    const both = await post(gw.baseA, key.key, chatBody('both'), { 'idempotency-key': fresh(), 'x-idempotency-key': fresh() });
+    expect([both.status, JSON.parse(both.text).error.code, JSON.parse(both.text).error.param]).toEqual([400, 'validation_error', 'X-Idempotency-Key']);
+    expect(chats()).toBe(2);
+  });
+
   it('a repeat gets the stored answer with its routing headers, Idempotent-Replayed, no upstream call and no second charge', async () => {
     const own = await gw.createKey({ rateLimitRpm: 100, budget: 10 });
     const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseB, maxRetries: 0 });

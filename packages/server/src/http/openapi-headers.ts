@@ -42,7 +42,8 @@ function routingParams(variant: 'a' | 'b'): unknown[] {
 const IDEMPOTENCY = headerParam(
   'X-Idempotency-Key',
   'Repeats of a request with the same key and body within 24 hours get the first answer (Idempotent-Replayed: true) without another upstream call; ' +
-    'a repeat while the first is running gets 409 with Retry-After; the same key with another body gets 422.',
+    'a repeat while the first is running gets 409 with Retry-After; the same key with another body gets 422. ' +
+    "`Idempotency-Key` (the IETF draft's name) is taken as this header; both at once are a 400.",
   { type: 'string', minLength: 1, maxLength: 255 },
 );
 const LAST_EVENT_ID = headerParam('Last-Event-ID', 'Resumes an interrupted event stream after this event id (stream: true).', { type: 'string' });

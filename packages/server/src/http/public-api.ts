@@ -1,4 +1,4 @@
-import type { Variant } from '@gw/schema';
+import { H, type Variant } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sendError } from './errors.js';
 import { noRouteError } from './no-route.js';
@@ -38,6 +38,10 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
     request.gw.variant = variant;
     // Traffic as the idle memory hand-back counts it: health checks and metrics scrapes do not keep the gateway busy.
     services.lifecycle.apiRequests++;
+    // `Idempotency-Key` (the IETF draft's and Stripe's name) is the same key: read as X-Idempotency-Key from here on,
+    // so a client that sends it is protected rather than silently not. Both at once are refused at the claim.
+    const standard = request.headers[H.idempotencyKeyStandard];
+    if (standard !== undefined && request.headers[H.idempotencyKey] === undefined) request.headers[H.idempotencyKey] = standard;
     done();
   });
   registerApiKeyAuth(app, services);

@@ -25,11 +25,11 @@ export type Begun = { kind: 'run'; claim: Claim } | { kind: 'replay'; answer: St
 /**
  * 1 to 255 printable ASCII characters (IETF Idempotency-Key draft; Stripe allows 255), in one header: Node joins
  * repeated ones into `a, b`, a key no retry that sends one of them (or a proxy that keeps one) would match, so the
- * retry would run and be billed again.
+ * retry would run and be billed again. `Idempotency-Key` counts as the same header: with both, which one is meant?
  */
 export function checkIdempotencyKey(raw: string | string[], rawHeaders: string[]): string {
-  if (headerCount(rawHeaders, H.idempotencyKey) > 1)
-    throw new GatewayError('validation', 'Send exactly one X-Idempotency-Key header.', { param: 'X-Idempotency-Key' });
+  if (headerCount(rawHeaders, H.idempotencyKey) + headerCount(rawHeaders, H.idempotencyKeyStandard) > 1)
+    throw new GatewayError('validation', 'Send exactly one X-Idempotency-Key (or Idempotency-Key) header.', { param: 'X-Idempotency-Key' });
   if (typeof raw !== 'string' || !/^[\x20-\x7e]{1,255}$/.test(raw)) {
     throw new GatewayError('validation', 'Invalid X-Idempotency-Key: expected 1 to 255 printable ASCII characters.', { param: 'X-Idempotency-Key' });
   }
