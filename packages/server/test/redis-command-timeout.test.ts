@@ -1,3 +1,4 @@
+import { stat } from 'node:fs';
 import type { Socket } from 'node:net';
 import { type RedisServer, startRedis } from '@gw/testkit';
 import type { Redis } from 'ioredis';
@@ -70,6 +71,44 @@ describe('the request-path Redis client times commands out, tolerating event-loo
     await expect(pending).resolves.toBe('OK');
     const many = await Promise.all(Array.from({ length: 200 }, (_, i) => redis.set(`k${i}`, String(i))));
     expect(many.every((r) => r === 'OK')).toBe(true);
+  });
+
+  it('does not fail a command that fell due during a long turn of the loop, when its reply came during that turn', async () => {
+    // A burst of requests is read in one long turn of the event loop, which the timer of an earlier command (settled)
+    // may precede. A command that falls due during that turn, and whose reply came during it, has its reply read only
+    // in the next turn: it did not time out. Under a 450-request burst such false timeouts dropped the connection,
+    // and the limiter failed open while Redis answered in milliseconds.
+    const client = await connectRedis(server.url, { ...FAST_FAIL_OPTIONS, commandTimeout: 500 });
+    const hold = (ms: number) => {
+      const until = performance.now() + ms;
+      while (performance.now() < until) {
+        // The event loop is held.
+      }
+    };
+    const t0 = performance.now();
+    const at = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms - (performance.now() - t0)));
+    try {
+      await client.ping(); // its timer fires at about t0 + 500, though it is settled
+      // Sent at t0 + 300, due at t0 + 800; Redis answers at about t0 + 650.
+      const late = at(300).then(() => client.blpop('gw-test-late', 0.35));
+      const turn = at(440).then(
+        () =>
+          new Promise<void>((resolve) =>
+            setImmediate(() => {
+              // Ready during this hold, read in the next turn's poll: after the earlier command's timer has fired.
+              stat('/', () => {
+                hold(540); // the long turn, until about t0 + 1100
+                resolve();
+              });
+              hold(560 - (performance.now() - t0));
+            }),
+          ),
+      );
+      await turn;
+      await expect(late).resolves.toBeNull();
+    } finally {
+      client.disconnect();
+    }
   });
 });
 

@@ -126,9 +126,11 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
   };
   const sweep = () => {
     timer = null;
+    // Only what was due when the timer fired has had a whole read of the sockets since: a command that fell due
+    // during the turn that follows (a burst's requests read in one go) may have its reply waiting, read next turn.
+    const swept = performance.now();
     setImmediate(() => {
-      const now = performance.now();
-      while (head < waiting.length && (waiting[head] as { due: number }).due <= now) {
+      while (head < waiting.length && (waiting[head] as { due: number }).due <= swept) {
         const { command } = takeHead();
         if (!command.isSettled) {
           command.reject(new Error('Command timed out'));
