@@ -226,6 +226,25 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a DATABASE_URL or REDIS_URL set but empty stops the start with exit code 2, rather than run embedded or in-process', async () => {
+    // `DATABASE_URL=\${DATABASE_URL}` in a deploy file whose variable is missing: taken as unset, the gateway started on
+    // a PGlite store in GW_DATA_DIR (keys and usage apart from the database meant) or an unshared in-process limiter.
+    const dir = mkdtempSync(join(tmpdir(), 'gw-empty-url-'));
+    try {
+      for (const [name, expected] of [
+        ['DATABASE_URL', 'DATABASE_URL: expected a postgres:// URL (it is set but empty; unset it for the embedded store in GW_DATA_DIR)'],
+        ['REDIS_URL', 'REDIS_URL: expected a redis:// URL (it is set but empty; unset it for the in-process limiter of a single instance)'],
+      ] as const) {
+        const { code, output } = await runGatewayToExit({ [name]: '', GW_DATA_DIR: join(dir, 'data') });
+        expect(code, name).toBe(2);
+        expect(output.trim()).toBe(`gw: Invalid configuration in environment at ${expected}`);
+        expect(() => loadConfig({ [name]: ' \n' })).toThrowError(expected);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('a HOST that is no address (a URL, a port, brackets) stops the start with exit code 2, naming HOST', async () => {
     // It failed only at listen, with exit code 1, once the store was opened.
     const dir = mkdtempSync(join(tmpdir(), 'gw-host-'));

@@ -114,8 +114,14 @@ function str(env: NodeJS.ProcessEnv, name: string): string | null {
   return v === undefined || v === '' ? null : v;
 }
 
-/** A URL of one of `schemes` that parses (a bad port or host fails here, named, rather than at connect time). */
-function url(env: NodeJS.ProcessEnv, name: string, schemes: RegExp, expected: string): string | null {
+/**
+ * A URL of one of `schemes` that parses (a bad port or host fails here, named, rather than at connect time).
+ * Set but empty (`DATABASE_URL=${DATABASE_URL}` in a deploy file whose variable is missing) stops the start, as for
+ * GW_CONFIG: taken as unset, it ran on the embedded store or the in-process limiter the operator meant to leave.
+ */
+function url(env: NodeJS.ProcessEnv, name: string, schemes: RegExp, expected: string, unsetMeans: string): string | null {
+  const raw = env[name];
+  if (raw !== undefined && raw.trim() === '') throw new ConfigError('environment', name, `${expected} (it is set but empty; unset it for ${unsetMeans})`);
   const v = str(env, name);
   if (v === null) return null;
   if (!schemes.test(v)) throw new ConfigError('environment', name, expected);
@@ -136,8 +142,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   if (env['GW_CONFIG'] !== undefined && env['GW_CONFIG'].trim() === '')
     throw new ConfigError('environment', 'GW_CONFIG', 'a config file path (it is set but empty; unset it for demo mode)');
   const configFile = str(env, 'GW_CONFIG');
-  const databaseUrl = url(env, 'DATABASE_URL', /^postgres(ql)?:\/\//, 'a postgres:// URL');
-  const redisUrl = url(env, 'REDIS_URL', /^rediss?:\/\//, 'a redis:// URL');
+  const databaseUrl = url(env, 'DATABASE_URL', /^postgres(ql)?:\/\//, 'a postgres:// URL', 'the embedded store in GW_DATA_DIR');
+  const redisUrl = url(env, 'REDIS_URL', /^rediss?:\/\//, 'a redis:// URL', 'the in-process limiter of a single instance');
   const adminToken = str(env, 'GW_ADMIN_TOKEN');
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'at least 16 characters');
   const unsendable = adminToken === null ? null : headerUnsafe(adminToken);
