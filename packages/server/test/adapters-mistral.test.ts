@@ -146,9 +146,11 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
       message: {
         role: 'assistant',
         content: 'Bonjour',
+        refusal: null,
         reasoning_content: 'Let me think.',
         tool_calls: [{ id: 'Ab3dE6gH9', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }],
       },
+      logprobs: null,
       finish_reason: 'length',
     });
     expect(completion.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
@@ -176,7 +178,7 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
         usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
       }),
     );
-    expect((completion.choices[0] as { message: unknown }).message).toEqual({ role: 'assistant', content: null, tool_calls: [toolCall] });
+    expect((completion.choices[0] as { message: unknown }).message).toEqual({ role: 'assistant', content: null, refusal: null, tool_calls: [toolCall] });
   });
 
   it('normalises the stream: thinking arrays, the transition chunk, and usage split off the last content chunk', async () => {

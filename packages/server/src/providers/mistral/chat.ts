@@ -160,12 +160,14 @@ function mapChoice(provider: string, choice: unknown): unknown {
   const c = (choice ?? {}) as { index?: unknown; message?: Record<string, unknown>; finish_reason?: unknown };
   const m = c.message ?? {};
   const { content, reasoning } = splitContent(m['content']);
-  const message: Record<string, unknown> = { role: 'assistant', content };
+  // `refusal` and the choice's `logprobs` are never left out of OpenAI's answer (its SDK types them `| null`, not
+  // optional); Mistral has neither, so they are null here, as in OpenAI's and vLLM's answers.
+  const message: Record<string, unknown> = { role: 'assistant', content, refusal: null };
   if (reasoning !== null) message['reasoning_content'] = reasoning;
   if (Array.isArray(m['tool_calls']) && m['tool_calls'].length > 0) {
     message['tool_calls'] = (mapToolCalls(m['tool_calls']) as Record<string, unknown>[]).map(({ index: _index, ...rest }) => rest);
     // OpenAI's tool-call answer has content null; a client testing for content would take Mistral's "" for some.
     if (content === '') message['content'] = null;
   }
-  return { index: c.index ?? 0, message, finish_reason: mapFinishReason(provider, c.finish_reason) };
+  return { index: c.index ?? 0, message, logprobs: null, finish_reason: mapFinishReason(provider, c.finish_reason) };
 }

@@ -1,0 +1,45 @@
+import type OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
+
+/**
+ * A chat answer has every field OpenAI's SDK types as present (`| null`, not optional), whichever provider served it:
+ * a client testing `choice.logprobs !== null` or `message.refusal !== null` must not take `undefined` for a value.
+ */
+let gw: TestGateway;
+let a: OpenAI;
+let b: OpenAI;
+
+beforeAll(async () => {
+  gw = await startGateway({});
+  const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
+  ({ a, b } = openAiClients(gw, key));
+}, 60_000);
+afterAll(() => gw?.close());
+
+const weather: OpenAI.Chat.ChatCompletionTool = {
+  type: 'function',
+  function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+};
+
+describe('a chat answer served by Mistral has OpenAI’s fields', () => {
+  it('each choice has logprobs null and its message refusal null, with text, with reasoning and with a tool call, in both variants', async () => {
+    const asks: OpenAI.Chat.ChatCompletionCreateParamsNonStreaming[] = [
+      { model: 'mistral/small', messages: [{ role: 'user', content: 'Bonjour' }], n: 2 },
+      { model: 'mistral/medium', messages: [{ role: 'user', content: 'Bonjour' }], reasoning_effort: 'high' },
+      { model: 'mistral/small', messages: [{ role: 'user', content: 'weather in Paris' }], tools: [weather], tool_choice: 'required' },
+    ];
+    for (const client of [a, b]) {
+      for (const ask of asks) {
+        const { data, response } = await client.chat.completions.create(ask, { headers: { 'X-Gateway-Provider': 'mistral' } }).withResponse();
+        expect(response.headers.get('x-gateway-provider')).toBe('mistral');
+        expect(data.choices.length).toBe(ask.n ?? 1);
+        for (const choice of data.choices) {
+          expect(choice.logprobs).toBeNull();
+          expect(choice.message.refusal).toBeNull();
+        }
+      }
+    }
+  });
+});
