@@ -43,3 +43,20 @@ describe('a chat answer served by Mistral has OpenAI’s fields', () => {
     }
   });
 });
+
+describe('a request with both max_tokens and max_completion_tokens', () => {
+  it('is cut at max_completion_tokens by Mistral as by the vLLM hosts serving the same model, in both variants', async () => {
+    for (const client of [a, b]) {
+      const reasons: Record<string, string | null | undefined> = {};
+      for (const provider of ['scaleway', 'ovh', 'mistral']) {
+        const answer = await client.chat.completions.create(
+          { model: 'mistral/small', messages: [{ role: 'user', content: 'Bonjour Paris' }], max_tokens: 2, max_completion_tokens: 200 },
+          { headers: { 'X-Gateway-Provider': provider } },
+        );
+        reasons[provider] = answer.choices[0]?.finish_reason;
+        expect(answer.usage?.completion_tokens).toBeGreaterThan(2);
+      }
+      expect(reasons).toEqual({ scaleway: 'stop', ovh: 'stop', mistral: 'stop' });
+    }
+  });
+});

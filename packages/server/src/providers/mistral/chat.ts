@@ -44,7 +44,9 @@ export function toMistralChatBody(body: ChatBody, upstreamModel: string, stream:
   const out: Record<string, unknown> = { model: upstreamModel, messages: toMistralMessages(body.messages), stream };
   for (const key of CHAT_KEYS) if (body[key] !== undefined) out[key] = body[key];
   if (out['random_seed'] === undefined && body['seed'] !== undefined) out['random_seed'] = body['seed'];
-  if (out['max_tokens'] === undefined && body['max_completion_tokens'] !== undefined) out['max_tokens'] = body['max_completion_tokens'];
+  // OpenAI's current cap wins over its deprecated one, as on the vLLM hosts that serve the same models: with both
+  // given, the answer is cut alike wherever it is routed.
+  if (body['max_completion_tokens'] !== undefined) out['max_tokens'] = body['max_completion_tokens'];
   if (typeof body['reasoning_effort'] === 'string') out['reasoning_effort'] = body['reasoning_effort'] === 'none' ? 'none' : 'high';
   return out;
 }
