@@ -158,6 +158,8 @@ describe('config file', () => {
       // A field given with the wrong type is named, not another one the file lacks.
       ['providers: 5\n', {}, /gw\.yaml at \/providers: expected array/],
       ['{}\n', {}, /gw\.yaml at \/(providers|models): expected (required property|array)/],
+      // A field the file lacks says so, rather than reading as a value of the wrong type.
+      [good.replace('    owned_by: mistral\n', ''), { ALPHA_API_KEY: 'k' }, /gw\.yaml at \/models\/0\/owned_by: expected string \(the field is missing\)/],
     ];
     for (const [text, env, message] of cases) {
       expect(() => parseConfigText(text, 'gw.yaml', env)).toThrowError(message);

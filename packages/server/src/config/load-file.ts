@@ -65,7 +65,11 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   // A field the file has but got wrong says more than one it lacks, which the validator lists first
   // (`providers: 5` read as "/models: expected required property").
   const first = errors.find((e) => !/required property/i.test(e.message)) ?? errors[0];
-  if (first) throw new ConfigError(file, first.path || '/', describeExpectation(first.message, first.schema, first.path));
+  if (first) {
+    // A field the file lacks is reported at its path with its type ("expected string"), which reads as a wrong value.
+    const missing = first.value === undefined && first.path !== '' ? ' (the field is missing)' : '';
+    throw new ConfigError(file, first.path || '/', describeExpectation(first.message, first.schema, first.path) + missing);
+  }
   const config = data as GatewayFileConfig;
   checkReferences(config, file);
   return config;
