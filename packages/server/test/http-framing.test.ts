@@ -217,11 +217,37 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
         );
       });
       expect(out).toMatch(/^HTTP\/1\.1 200 /);
-      expect(out.indexOf('HTTP/1.1', 1)).toBe(-1);
+      // The stream is answered whole, its last chunk before anything else; only then the refusal, and the close.
+      const next = out.indexOf('HTTP/1.1', 1);
+      expect(out.slice(0, next)).toContain('data: [DONE]');
+      expect(out.slice(0, next)).toMatch(/\r\n0\r\n\r\n$/);
+      expect(out.slice(next)).toMatch(/^HTTP\/1\.1 400 /);
     } finally {
       // The default at latency scale 0.
       gw.sim.providers.scaleway?.configure({ chunkGapMs: 0 });
     }
+  });
+
+  it('a request read whole is answered before the bytes after it are refused (a Content-Length short of its body), and recorded as answered', async () => {
+    const { id, key: own } = await gw.createKey({ rateLimitRpm: 1000 });
+    // A Content-Length counted in characters: 'é' is two bytes, so the body's last byte is left over as the next request.
+    const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'café' }] });
+    const head = `POST /alt/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${own}\r\nContent-Type: application/json\r\n`;
+    const out = await exchange(port, `${head}Content-Length: ${body.length}\r\n\r\n${body}`);
+    expect(out).toMatch(/^HTTP\/1\.1 400 /);
+    expect(out).toContain('not valid JSON');
+    // A whole request followed by bytes that are not HTTP: its answer first, then the refusal, which says what to check.
+    const whole = await exchange(port, `${head}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body} \r\n`);
+    expect(whole).toMatch(/^HTTP\/1\.1 200 /);
+    expect(whole).toContain('"object":"chat.completion"');
+    const next = whole.indexOf('HTTP/1.1', 1);
+    expect(whole.slice(next)).toMatch(/^HTTP\/1\.1 400 /);
+    expect(envelopeOf(whole.slice(whole.indexOf('\r\n\r\n', next) + 4)).message).toMatch(/Content-Length was missing or short of its body/);
+    await eventually(async () => {
+      await gw.gateway.services.usage.flush();
+      const records = await gw.gateway.services.store.usage.list({ keyId: id });
+      expect(records.map((rec) => rec.status)).toEqual([200]);
+    });
   });
 
   it('oversized headers are 431 headers_too_large in the envelope', async () => {

@@ -1,4 +1,4 @@
-import { type IncomingMessage, maxHeaderSize } from 'node:http';
+import { type IncomingMessage, maxHeaderSize, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { H, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
@@ -37,12 +37,25 @@ export function frameworkErrors(err: FastifyError, request: FastifyRequest, repl
 export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException, socket: Socket) => void {
   return (err, socket) => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    // Node's parser, once it has refused, refuses each later read again: the refusal is already waiting (below).
+    if ((socket as RefusingSocket)[kRefusing]) return;
     // The client closed its side in the middle of a request (its body cut off): it gave up, and nobody reads an
     // answer. Closed unanswered, the request is counted and logged as a client that left (499), not as a 400.
     if (err.code === 'HPE_INVALID_EOF_STATE') {
       socket.destroy();
       return;
     }
+    // A request whose head arrived (its body did not, in time) is named: its id, its variant, its status in the
+    // metrics and the log. Before its head, the path is not known: variant A's envelope and a new id.
+    const answering = (socket as RefusingSocket)._httpMessage;
+    // Only the request still being read: with pipelining the connection's answer may be an earlier request's, read whole
+    // and in its handler (a budget hold, an upstream call), while a later one's body is what ran out of time. Naming that
+    // earlier one would skip its recording as a client gone (request-context.ts): its hold kept, no usage record.
+    const named = answering?.[kGatewayRequest];
+    // Bytes that follow a request read whole (its Content-Length short of its body, a malformed request pipelined
+    // behind it) say nothing about that request: it, and any read whole after it, are answered first, then the refusal
+    // and the close. Cut at once, a complete request lost its answer to a 400 about what came after it.
+    const afterRequest = named?.raw.complete === true && err.code !== 'ERR_HTTP_REQUEST_TIMEOUT';
     const error =
       err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? new GatewayError('request_timeout', 'The request was not received in time (GW_REQUEST_TIMEOUT_MS); the connection is closed.')
@@ -51,14 +64,18 @@ export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException
               'headers_too_large',
               `The request's head (its URL and headers together) is larger than this gateway accepts (${maxHeaderSize} bytes): a long query or a large header, such as a cookie.`,
             )
-          : malformedRequest(err);
-    // A request whose head arrived (its body did not, in time) is named: its id, its variant, its status in the
-    // metrics and the log. Before its head, the path is not known: variant A's envelope and a new id.
-    const answering = (socket as Socket & { _httpMessage?: ({ headersSent?: boolean } & ResponseOfRequest) | null })._httpMessage;
-    // Only the request still being read: with pipelining the connection's answer may be an earlier request's, read whole
-    // and in its handler (a budget hold, an upstream call), while a later one's body is what ran out of time. Naming that
-    // earlier one would skip its recording as a client gone (request-context.ts): its hold kept, no usage record.
-    const named = answering?.[kGatewayRequest];
+          : malformedRequest(err, afterRequest);
+    if (afterRequest) {
+      (socket as RefusingSocket)[kRefusing] = true;
+      afterAnswers(socket as RefusingSocket, () => {
+        const { status, body } = errorEnvelope(error, 'a');
+        const startedAt = performance.now();
+        const requestId = newRequestId();
+        if (writeRawAnswer(socket, status, body, startedAt, requestId)) raw.answered({ requestId, status, variant: 'a', startedAt });
+        socket.destroy();
+      });
+      return;
+    }
     const request = named && !named.raw.complete ? named : undefined;
     const variant = request ? variantOfUrl(request.url) : 'a';
     const { status, body } = errorEnvelope(error, variant);
@@ -86,7 +103,7 @@ export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException
  * environment variable filled from it, or a CRLF file, whose CR `$(cat key)` keeps), which curl sends as it is.
  * Said so, since such a client sees nothing wrong in its command.
  */
-function malformedRequest(err: NodeJS.ErrnoException): GatewayError {
+function malformedRequest(err: NodeJS.ErrnoException, afterRequest = false): GatewayError {
   if (err.code === 'HPE_CR_EXPECTED' || err.code === 'HPE_LF_EXPECTED') {
     return new GatewayError(
       'validation',
@@ -94,10 +111,29 @@ function malformedRequest(err: NodeJS.ErrnoException): GatewayError {
     );
   }
   const reason = (err as { reason?: unknown }).reason;
+  const said = typeof reason === 'string' && reason !== '' ? `The request is not valid HTTP/1.1: ${reason}.` : 'The request is not valid HTTP/1.1.';
+  // Most often a Content-Length counted in characters (a string's length) rather than in the bytes of its UTF-8.
   return new GatewayError(
     'validation',
-    typeof reason === 'string' && reason !== '' ? `The request is not valid HTTP/1.1: ${reason}.` : 'The request is not valid HTTP/1.1.',
+    afterRequest
+      ? `${said} These bytes came after a request read whole: if that request's Content-Length was missing or short of its body, send the body's length in bytes.`
+      : said,
   );
+}
+
+const kRefusing = Symbol('gw.refusingAfterAnswers');
+type RefusingSocket = Socket & { [kRefusing]?: true; _httpMessage?: (ServerResponse & ResponseOfRequest) | null };
+
+/** Calls `then` once the connection has no answer left to write (each queued one takes its turn as the one before ends), unless it closed. */
+function afterAnswers(socket: RefusingSocket, then: () => void): void {
+  const answer = socket._httpMessage;
+  if (socket.destroyed) return;
+  if (!answer) {
+    then();
+    return;
+  }
+  // 'close' comes after Node has handed the connection to the next queued answer ('finish'), or when the connection closed.
+  answer.once('close', () => afterAnswers(socket, then));
 }
 
 /** CONNECT (a tunnel): not something this gateway does; answered in the envelope, then the connection closed (Node would close it unanswered). */
