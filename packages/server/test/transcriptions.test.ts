@@ -606,6 +606,22 @@ describe('the form, validated', () => {
     await eventually(() => expect(spools()).toEqual([]));
   });
 
+  it('a POST with no body at all is told to send a multipart form, in each variant (not a JSON object, which is refused next)', async () => {
+    for (const [base, code] of [
+      [gw.baseA, 'validation_error'],
+      [gw.baseB, 'invalid_request'],
+    ] as const) {
+      const res = await fetch(`${base}/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` } });
+      const { error } = (await res.json()) as { error: { code: string; message: string } };
+      expect([res.status, error.code, error.message]).toEqual([
+        400,
+        code,
+        "The request body is empty; send multipart/form-data with the audio as the file part 'file' and the 'model'.",
+      ]);
+    }
+    expect(sim.providers.scaleway?.stats().total).toBe(0);
+  });
+
   it('refuses a malformed multipart body with 400', async () => {
     const res = await fetch(`${gw.baseA}/audio/transcriptions`, {
       method: 'POST',

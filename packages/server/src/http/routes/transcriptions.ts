@@ -169,6 +169,11 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     );
     return formBody(form);
   });
+  // No body at all (a bare POST, no Content-Type): no parser ran, and the JSON routes' words ("send a JSON object") would send the client astray.
+  scope.addHook('preValidation', (request, _reply, done) => {
+    if (request.body !== undefined) return done();
+    done(new GatewayError('validation', "The request body is empty; send multipart/form-data with the audio as the file part 'file' and the 'model'."));
+  });
 }
 
 /**
