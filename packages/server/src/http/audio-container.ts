@@ -6,8 +6,11 @@ export const AUDIO_EXTENSIONS = ['flac', 'm4a', 'mp3', 'mp4', 'mpeg', 'mpga', 'o
 
 export type AudioContainer = 'wav' | 'mp3' | 'flac' | 'ogg' | 'mp4' | 'webm';
 
-/** Enough of a file's start to tell its container and read a WAV header's `fmt ` chunk. */
-export const HEAD_BYTES = 64;
+/**
+ * Enough of a file's start to tell its container and read a WAV header's `fmt ` chunk, also past the chunks some
+ * writers put before it (a `JUNK` of 28 bytes or more, a broadcast WAV's `bext` of 602 and more).
+ */
+export const HEAD_BYTES = 4096;
 
 /**
  * The audio container a file's first bytes open (null for none known):

@@ -121,18 +121,31 @@ export function worstCaseSeconds(head: Buffer, size: number): number {
 }
 
 /**
- * The byte rate of a RIFF/WAVE header's `fmt ` chunk when it comes first (null when it is not one): the lowest
- * of the rate it states and the rates its sample rate, block size and sample width give, since decoders time
- * PCM by the latter and a header can state a byte rate that does not match them.
+ * The byte rate of a RIFF/WAVE header's `fmt ` chunk (null when it is not one, or the chunk is not within `head`): the
+ * lowest of the rate it states and the rates its sample rate, block size and sample width give, since decoders time
+ * PCM by the latter and a header can state a byte rate that does not match them. The chunk is looked for past any
+ * that come before it (Core Audio writes a `JUNK` chunk first, broadcast WAV recorders a `bext`), up to `data`.
  */
 export function wavByteRate(head: Buffer): number | null {
-  if (head.length < 36 || head.toString('ascii', 0, 4) !== 'RIFF' || head.toString('ascii', 8, 12) !== 'WAVE') return null;
-  if (head.toString('ascii', 12, 16) !== 'fmt ') return null;
-  const channels = head.readUInt16LE(22);
-  const sampleRate = head.readUInt32LE(24);
-  const stated = head.readUInt32LE(28);
-  const blockAlign = head.readUInt16LE(32);
-  const bits = head.readUInt16LE(34);
+  if (head.length < 12 || head.toString('ascii', 0, 4) !== 'RIFF' || head.toString('ascii', 8, 12) !== 'WAVE') return null;
+  let at = 12;
+  while (at + 8 <= head.length) {
+    const id = head.toString('ascii', at, at + 4);
+    if (id === 'data') return null;
+    if (id === 'fmt ') return at + 24 <= head.length ? fmtByteRate(head, at + 8) : null;
+    const size = head.readUInt32LE(at + 4);
+    at += 8 + size + (size % 2);
+  }
+  return null;
+}
+
+/** The lowest byte rate a `fmt ` chunk's fields give, from the chunk's body at `at`. */
+function fmtByteRate(head: Buffer, at: number): number | null {
+  const channels = head.readUInt16LE(at + 2);
+  const sampleRate = head.readUInt32LE(at + 4);
+  const stated = head.readUInt32LE(at + 8);
+  const blockAlign = head.readUInt16LE(at + 12);
+  const bits = head.readUInt16LE(at + 14);
   const rates = [stated, sampleRate * blockAlign, (sampleRate * channels * bits) / 8].filter((r) => r > 0);
   return rates.length > 0 ? Math.min(...rates) : null;
 }

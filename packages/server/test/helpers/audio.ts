@@ -17,3 +17,13 @@ export function wav(seconds: number, sampleRate = 16_000): Buffer {
   for (let i = 0; i < samples; i++) out.writeInt16LE(Math.round(3000 * Math.sin((2 * Math.PI * 440 * i) / sampleRate)), 44 + i * 2);
   return out;
 }
+
+/** A WAV with a chunk of `size` zero bytes put between its RIFF header and its `fmt ` chunk, as some writers do. */
+export function withChunkBeforeFmt(file: Buffer, id: string, size: number): Buffer {
+  const chunk = Buffer.alloc(8 + size + (size % 2));
+  chunk.write(id, 0, 'ascii');
+  chunk.writeUInt32LE(size, 4);
+  const out = Buffer.concat([file.subarray(0, 12), chunk, file.subarray(12)]);
+  out.writeUInt32LE(out.length - 8, 4);
+  return out;
+}
