@@ -151,12 +151,33 @@ describe('variant B through the gateway: 500 requests and 200,000 tokens per min
     );
   }, 30_000);
 
-  it('one input larger than the whole minute’s tokens is a 400, not a 429 a client would retry forever', async () => {
+  it('inputs larger together than the whole minute’s tokens are a 400, not a 429 a client would retry forever', async () => {
     const key = await workspaceKey(solo);
-    const res = await embed(solo.baseB, key, 'x'.repeat(800_004));
+    // 25 texts each just within mistral-embed's context of 8,192 tokens: 204,750 tokens.
+    const res = await embed(
+      solo.baseB,
+      key,
+      Array.from({ length: 25 }, () => 'x'.repeat(32_760)),
+    );
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: { param: string } }).error.param).toBe('input');
   });
+
+  it('a text longer than the model’s context counts as the context: Cohere embeds its start, billed and counted as that', async () => {
+    const key = await workspaceKey(solo);
+    const sdk = new OpenAI({ apiKey: key, baseURL: solo.baseB, maxRetries: 0 });
+    // 60 documents of about 4,700 tokens each, cut by Cohere to embed-multilingual-v3's 512: 30,720 tokens, not 282,000.
+    const documents = Array.from({ length: 60 }, (_, i) => `chapter ${i} of a long report `.repeat(700));
+    const answer = await sdk.embeddings.create({ model: 'cohere/embed-multilingual-v3', input: documents });
+    expect(answer.usage.prompt_tokens).toBe(60 * 512);
+    // The window holds what was billed, so the rest of the minute's allowance is left.
+    const rest = await embed(
+      solo.baseB,
+      key,
+      Array.from({ length: 20 }, () => 'x'.repeat(32_000)),
+    );
+    expect(rest.status).toBe(200);
+  }, 30_000);
 
   it('two instances sharing Redis hold one window', async () => {
     const key = await workspaceKey(one);

@@ -11,9 +11,12 @@ export function estimatedUsage(promptTokens: number, generatedChars: number, com
   return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
 }
 
-/** Tokens of texts before the provider counts them: `charsPerToken` 3 overestimates (budget holds, bills without a count), 4 is the usual average (beta window). */
-export function estimateTokens(texts: string[], charsPerToken: number): number {
-  return texts.reduce((n, t) => n + Math.max(1, Math.ceil(t.length / charsPerToken)), 0);
+/**
+ * Tokens of texts before the provider counts them: `charsPerToken` 3 overestimates (budget holds, bills without a count),
+ * 4 is the usual average (beta window). `perText` caps each text (a model's context: no provider bills more for one).
+ */
+export function estimateTokens(texts: string[], charsPerToken: number, perText = Number.POSITIVE_INFINITY): number {
+  return texts.reduce((n, t) => n + Math.max(1, Math.min(perText, Math.ceil(t.length / charsPerToken))), 0);
 }
 
 interface Generated {

@@ -81,7 +81,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
       const signal = keyedRequestSignal(services, request, reply);
       let settleBeta: ((tokens: number) => Promise<void>) | null = null;
       try {
-        settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, input) : null;
+        settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, input, model.context_window) : null;
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000)));
         const upstream: EmbeddingsRequest = {
           input,
@@ -153,11 +153,12 @@ function refusedField(err: unknown, request: EmbeddingsRequest): unknown {
  * a key without a workspace); returns the settle step that replaces the
  * estimate with the provider's count once it is known.
  */
-async function admitBeta(services: Services, request: FastifyRequest, input: string[]): Promise<(tokens: number) => Promise<void>> {
+async function admitBeta(services: Services, request: FastifyRequest, input: string[], context: number): Promise<(tokens: number) => Promise<void>> {
   const key = request.gw.key;
   const scope = key?.workspaceId ? `ws:${key.workspaceId}` : `key:${key?.id ?? 'anonymous'}`;
   const quota = services.betaQuota;
-  const tokens = estimateTokens(input, 4);
+  // A text past the model's context counts as the context: Cohere embeds (and bills) its start, the others refuse it unbilled.
+  const tokens = estimateTokens(input, 4, context);
   if (tokens > quota.limits.tokens) {
     throw new GatewayError(
       'validation',
