@@ -226,6 +226,18 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     expect(record).toMatchObject({ provider: 'cohere', status: 200, promptTokens: 515 });
   });
 
+  it('a budget hold counts a text longer than the model’s context as the context, as Cohere bills it', async () => {
+    // 60 documents of about 6,300 tokens at 3 characters a token, cut by Cohere to 512: a hold of €0.038 uncapped, €0.0031 billed.
+    const documents = Array.from({ length: 60 }, (_, i) => `chapter ${i} of a long report `.repeat(700));
+    const budgeted = await gw.createKey({ rateLimitRpm: 10_000, budget: 0.01 });
+    const sdk = new OpenAI({ apiKey: budgeted.key, baseURL: gw.baseA, maxRetries: 0 });
+    const answer = await sdk.embeddings.create({ model: 'cohere/embed-multilingual-v3', input: documents });
+    expect(answer.usage.prompt_tokens).toBe(60 * 512);
+    await gw.gateway.services.usage.flush();
+    const spent = (await gw.admin<{ spent: number }>('GET', `/keys/${budgeted.id}`)).body.spent;
+    expect(spent).toBeCloseTo((60 * 512 * 0.1) / 1e6, 12);
+  });
+
   it('token ids for input (LangChain sends them by default) are refused saying text is wanted, not that an id must be a string', async () => {
     for (const [client, code] of [
       [a, 'validation_error'],

@@ -75,7 +75,8 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
       request.gw.usage = usage;
       const input = typeof body.input === 'string' ? [body.input] : body.input;
       const options = routeOptions(services, request);
-      const promptTokens = estimateTokens(input, 3);
+      // At most the context per text: Cohere bills a longer one as the context, the others refuse it unbilled.
+      const promptTokens = estimateTokens(input, 3, model.context_window);
       const plan = planOffers(model, options, { promptTokens, maxTokens: 0 });
       // Set before anything is awaited, so that a client leaving meanwhile leaves a keyed request running, recorded at its end.
       const signal = keyedRequestSignal(services, request, reply);
