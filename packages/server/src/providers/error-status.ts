@@ -32,17 +32,36 @@ function relayedMessage(message: string): string {
 
 /**
  * An error object a provider sent inside its event stream: clients are told its message as they are a status
- * answer's (at most MAX_RELAYED_CHARS), the log gets more of it.
+ * answer's (at most MAX_RELAYED_CHARS), the log gets more of it. Its status is the one the object names (vLLM's
+ * `code: 400` for a prompt over the context window, sent after a 200): a refusal of the request is the client's
+ * error, as it is with an error status, and is not tried on the next offer nor counted against this one. Any other
+ * error, or one naming no status, is the provider failing: 502.
  */
-export function streamErrorEvent(provider: string, message: string): UpstreamError {
+export function streamErrorEvent(provider: string, message: string, body: unknown): UpstreamError {
   const said = `${provider} sent an error in its stream: `;
+  const named = streamErrorStatus(body);
   return new UpstreamError({
     kind: 'http',
     provider,
-    status: 502,
+    status: named === 400 || named === 413 || named === 422 ? named : 502,
     message: `${said}${relayedMessage(message)}`,
     detail: `${said}${redactedHead(message, MAX_PROVIDER_MESSAGE_CHARS)}`,
   });
+}
+
+/**
+ * The HTTP status an in-stream error object names: a numeric `code` (vLLM, Scaleway), `status` or `raw_status_code`
+ * (Mistral); without one, 400 for the type OpenAI's envelope gives a refused request (Nebius's, Mistral's own).
+ */
+function streamErrorStatus(body: unknown): number | undefined {
+  const outer = body !== null && typeof body === 'object' ? (body as Record<string, unknown>) : {};
+  const inner = outer['error'] !== null && typeof outer['error'] === 'object' ? (outer['error'] as Record<string, unknown>) : outer;
+  for (const name of ['code', 'status', 'raw_status_code']) {
+    const v = inner[name];
+    const n = typeof v === 'number' ? v : typeof v === 'string' && /^[1-5]\d\d$/.test(v) ? Number(v) : Number.NaN;
+    if (n >= 100 && n <= 599) return n;
+  }
+  return inner['type'] === 'invalid_request_error' || inner['type'] === 'BadRequestError' ? 400 : undefined;
 }
 
 /**

@@ -20,7 +20,7 @@ export function mistralChunkStream(http: UpstreamHttp, body: UpstreamBody): Chat
     if (event.data === '[DONE]') return SSE_DONE;
     const raw = parse(provider, event.data);
     if (event.event === 'error' || isStreamErrorObject(raw)) {
-      throw streamErrorEvent(provider, mistralMessage(raw));
+      throw streamErrorEvent(provider, mistralMessage(raw), raw);
     }
     return mapMistralChunk(provider, raw);
   });

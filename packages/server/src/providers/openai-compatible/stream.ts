@@ -38,7 +38,7 @@ export function openAiDecoder(provider: string): SseDecoder {
       throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
     }
     if (event.event === 'error' || isStreamErrorObject(parsed)) {
-      throw streamErrorEvent(provider, upstreamErrorMessage(parsed));
+      throw streamErrorEvent(provider, upstreamErrorMessage(parsed), parsed);
     }
     const split = splitThinkTags(parsed, thinking);
     if (last === null || last.id !== parsed.id) last = { id: parsed.id, created: parsed.created, model: parsed.model };
