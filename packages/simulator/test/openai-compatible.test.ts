@@ -59,6 +59,17 @@ describe.each([
     expect(r.body.usage.completion_tokens).toBe(3);
   });
 
+  it('ignores an empty stop string, alone or in a list, and still cuts at a real one', async () => {
+    const full = await json(p(id), '/v1/chat/completions', { model, messages: userMessages('Paris museums') });
+    for (const stop of ['', [''], ['', 'zzz']]) {
+      const r = await json(p(id), '/v1/chat/completions', { model, messages: userMessages('Paris museums'), stop });
+      expect(r.body.choices[0].message.content).toBe(full.body.choices[0].message.content);
+      expect(r.body.choices[0].finish_reason).toBe('stop');
+    }
+    const cut = await json(p(id), '/v1/chat/completions', { model, messages: userMessages('Paris museums'), stop: ['', ' about'] });
+    expect(cut.body.choices[0].message.content).toBe(`Simulated answer from ${id} (${model})`);
+  });
+
   it('rejects an unknown model and a wrong key in its own shape', async () => {
     const unknown = await json(p(id), '/v1/chat/completions', { model: 'nope', messages: userMessages('hi') });
     expect(unknown.status).toBe(id === 'scaleway' ? 422 : 404);

@@ -150,8 +150,10 @@ function chunksOf(text: string, size: number): string[] {
   return out;
 }
 
+/** Where the first stop string starts, or -1; an empty stop string, alone or in a list, is ignored as the hosts ignore it. */
 function firstStop(text: string, stop: unknown): number {
-  const stops = typeof stop === 'string' ? [stop] : Array.isArray(stop) ? stop.filter((s): s is string => typeof s === 'string' && s !== '') : [];
+  const asked = typeof stop === 'string' ? [stop] : Array.isArray(stop) ? stop : [];
+  const stops = asked.filter((s): s is string => typeof s === 'string' && s !== '');
   let at = -1;
   for (const s of stops) {
     const i = text.indexOf(s);
