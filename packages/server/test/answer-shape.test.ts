@@ -44,6 +44,27 @@ describe('a chat answer served by Mistral has OpenAI’s fields', () => {
   });
 });
 
+describe('a chat answer served by a vLLM host has OpenAI’s fields', () => {
+  it('its message has refusal null, as vLLM answers it, through each host and both variants', async () => {
+    const asks: [string, string][] = [
+      ['mistral/small', 'scaleway'],
+      ['mistral/small', 'ovh'],
+      ['meta/llama-3.3-70b', 'nebius'],
+      ['deepseek/r1-distill-70b', 'ovh'],
+    ];
+    for (const client of [a, b]) {
+      for (const [model, provider] of asks) {
+        const { data, response } = await client.chat.completions
+          .create({ model, messages: [{ role: 'user', content: 'Bonjour' }] }, { headers: { 'X-Gateway-Provider': provider } })
+          .withResponse();
+        expect(response.headers.get('x-gateway-provider')).toBe(provider);
+        expect(data.choices[0]?.message.refusal).toBeNull();
+        expect(data.choices[0]?.logprobs).toBeNull();
+      }
+    }
+  });
+});
+
 describe('a request with both max_tokens and max_completion_tokens', () => {
   it('is cut at max_completion_tokens by Mistral as by the vLLM hosts serving the same model, in both variants', async () => {
     for (const client of [a, b]) {

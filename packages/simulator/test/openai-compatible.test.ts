@@ -24,6 +24,8 @@ describe.each([
     expect(choice.finish_reason).toBe('stop');
     expect(choice.message.role).toBe('assistant');
     expect(choice.message.content).toContain('Paris museums');
+    // vLLM's message model has refusal, answered null (as OpenAI's); tool_calls is its empty list.
+    expect(choice.message).toMatchObject({ refusal: null, tool_calls: [] });
     const u = r.body.usage;
     expect(u.total_tokens).toBe(u.prompt_tokens + u.completion_tokens);
     expect(u.prompt_tokens).toBe(Math.ceil(('You are terse.'.length + 'Tell me about Paris museums'.length) / 4));

@@ -12,6 +12,8 @@ export interface ChatFlavor {
   reasoningStyle: ReasoningStyle;
   /** Azure decorations: content-filter results (and async-filter annotation chunks). */
   azure: null | { asyncFilter: boolean; filterCompletion: boolean };
+  /** A vLLM server (Scaleway, OVHcloud, Nebius): its message model has `refusal`, answered null. */
+  vllm?: boolean;
 }
 
 /** Common request checks of OpenAI-compatible servers; null when the request is fine. */
@@ -170,6 +172,7 @@ function logprobsObject(content: TokenLogprob[], f: ChatFlavor): Record<string, 
 function wholeChoice({ plan, finish, toolCallId, logprobs }: ChoicePlan, index: number, style: ReasoningStyle, f: ChatFlavor): Record<string, unknown> {
   const text = contentPieces(plan, style).join('');
   const message: Record<string, unknown> = { role: 'assistant', content: plan.toolCall && text === '' ? null : text };
+  if (f.vllm) message['refusal'] = null;
   if (plan.reasoning.length > 0 && style !== 'think_tags') {
     message[style === 'reasoning' ? 'reasoning' : 'reasoning_content'] = plan.reasoning.join('');
   }

@@ -84,7 +84,11 @@ function chatRoute(flavor: OpenAIFlavor): Route {
       if (bad) return { type: 'error', error: bad };
       const model = ctx.model as string;
       const style = ctx.provider.settings.reasoningStyle;
-      return chatReply(ctx.json as Record<string, unknown>, { provider: ctx.provider, responseModel: model, reasoningStyle: style, azure: null }, model);
+      return chatReply(
+        ctx.json as Record<string, unknown>,
+        { provider: ctx.provider, responseModel: model, reasoningStyle: style, azure: null, vllm: true },
+        model,
+      );
     },
   };
 }
