@@ -199,6 +199,17 @@ describe('mistral models, embeddings, transcription', () => {
     expect(full.status).toBe(200);
   });
 
+  it('ends an answer the context leaves no room for with finish_reason model_length, whole and streamed; its cap with length', async () => {
+    const messages = [{ role: 'user', content: 'abcd'.repeat(131_069) }]; // 3 tokens left of 131,072
+    const whole = await json(m(), chat, { model, messages });
+    expect([whole.body.choices[0].finish_reason, whole.body.usage.completion_tokens]).toEqual(['model_length', 3]);
+    const s = await stream(m(), chat, { model, messages, stream: true });
+    expect(must(s.chunks.at(-1)).choices[0].finish_reason).toBe('model_length');
+    expect(must(s.chunks.at(-1)).usage.completion_tokens).toBe(3);
+    const capped = await json(m(), chat, { model, messages, max_tokens: 2 });
+    expect([capped.body.choices[0].finish_reason, capped.body.usage.completion_tokens]).toEqual(['length', 2]);
+  });
+
   it('refuses an input longer than the model’s context with 400 in its error shape', async () => {
     const r = await json(m(), '/v1/embeddings', { model: 'mistral-embed', input: ['a', 'word '.repeat(40_000)] });
     expect([r.status, r.body]).toEqual([

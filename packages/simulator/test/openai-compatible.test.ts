@@ -294,6 +294,15 @@ describe('embeddings, models, rerank, transcription', () => {
     expect([fits.status, fits.body.usage?.prompt_tokens]).toEqual([200, 131_000]);
   });
 
+  it('without a cap, ends the answer where the model’s context does, with finish_reason length, whole and streamed', async () => {
+    const messages = [{ role: 'user', content: 'abcd'.repeat(32_765) }]; // 3 tokens left of Qwen3-32B's 32,768
+    const whole = await json(p('ovh'), '/v1/chat/completions', { model: 'Qwen3-32B', messages });
+    expect([whole.body.choices[0].finish_reason, whole.body.usage.completion_tokens]).toEqual(['length', 3]);
+    const s = await stream(p('ovh'), '/v1/chat/completions', { model: 'Qwen3-32B', messages, stream: true, stream_options: { include_usage: true } });
+    expect(s.chunks.find((c) => c.choices[0]?.finish_reason)?.choices[0].finish_reason).toBe('length');
+    expect(must(s.chunks.at(-1)).usage.completion_tokens).toBe(3);
+  });
+
   it('scaleway refuses bytes that open no audio container with 400, as a decoder would', async () => {
     for (const model of ['whisper-large-v3', 'voxtral-mini-3b-2507']) {
       for (const bytes of [Buffer.alloc(20_000, 7), Buffer.from('%PDF-1.7 not audio'), Buffer.from([0xff, 0xff, 0xff, 0xff])]) {

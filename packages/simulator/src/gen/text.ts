@@ -4,7 +4,8 @@
  */
 import { isRecord } from '../core/http.js';
 
-export type FinishReason = 'stop' | 'length' | 'tool_calls';
+/** `model_length` is Mistral's for an answer the model's context ended, where vLLM and OpenAI say `length` (PROVIDERS §3.4). */
+export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'model_length';
 
 export interface ToolCallPlan {
   name: string;

@@ -38,23 +38,26 @@ export function mistralChat(ctx: HandlerCtx): Reply {
     return { type: 'json', status: 400, body: error };
   }
   const thinking = info.adjustableReasoning === true && (body['reasoning_effort'] === 'high' || body['prompt_mode'] === 'reasoning');
+  // The answer also ends where the model's context does, which Mistral tells apart as `model_length`.
+  const cap = typeof body['max_tokens'] === 'number' ? body['max_tokens'] : Number.POSITIVE_INFINITY;
+  const room = info.contextLength > 0 ? info.contextLength - prompt : Number.POSITIVE_INFINITY;
+  const maxTokens = Math.min(cap, room);
   const plans: ChatPlan[] = [];
   for (let choice = 0; choice < choiceCount(body); choice++) {
-    plans.push(
-      planChat({
-        messages,
-        provider: ctx.provider.id,
-        model,
-        reasoning: thinking,
-        maxTokens: typeof body['max_tokens'] === 'number' ? body['max_tokens'] : undefined,
-        tools: body['tools'],
-        toolChoice: body['tool_choice'] === 'any' ? 'required' : body['tool_choice'],
-        responseFormat: body['response_format'],
-        stop: body['stop'],
-        padTo: ctx.provider.settings.answerTokens,
-        choice,
-      }),
-    );
+    const plan = planChat({
+      messages,
+      provider: ctx.provider.id,
+      model,
+      reasoning: thinking,
+      maxTokens: Number.isFinite(maxTokens) ? maxTokens : undefined,
+      tools: body['tools'],
+      toolChoice: body['tool_choice'] === 'any' ? 'required' : body['tool_choice'],
+      responseFormat: body['response_format'],
+      stop: body['stop'],
+      padTo: ctx.provider.settings.answerTokens,
+      choice,
+    });
+    plans.push(room < cap && plan.finishReason === 'length' ? { ...plan, finishReason: 'model_length' } : plan);
   }
   const id = hex(16);
   const created = nowSeconds();

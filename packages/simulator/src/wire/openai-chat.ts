@@ -96,12 +96,16 @@ export function choiceCount(body: Record<string, unknown>): number {
 
 function planFor(body: Record<string, unknown>, f: ChatFlavor, model: string, choice: number): ChatPlan {
   const max = body['max_completion_tokens'] ?? body['max_tokens'];
+  const info = f.provider.info(model);
+  const messages = body['messages'] as unknown[];
+  // Without a cap the answer may take what the context leaves (vLLM's default max_tokens, OpenAI's alike): `length` there.
+  const room = info.contextLength > 0 ? info.contextLength - promptTokens(messages) : undefined;
   const plan = planChat({
-    messages: body['messages'] as unknown[],
+    messages,
     provider: f.provider.id,
     model,
-    reasoning: f.provider.info(model).reasoning === true,
-    maxTokens: typeof max === 'number' ? max : undefined,
+    reasoning: info.reasoning === true,
+    maxTokens: typeof max === 'number' ? max : room,
     tools: body['tools'],
     toolChoice: body['tool_choice'],
     responseFormat: body['response_format'],
