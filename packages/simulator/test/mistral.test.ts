@@ -22,6 +22,26 @@ describe('mistral chat', () => {
     ]);
   });
 
+  it('refuses a temperature above 1.5 or a top_p above 1 with 422 less_than_equal, and takes 1.5', async () => {
+    const hot = await json(m(), chat, { model, messages: userMessages('hi'), temperature: 1.8 });
+    expect([hot.status, hot.body]).toEqual([
+      422,
+      {
+        object: 'error',
+        message: {
+          detail: [{ type: 'less_than_equal', loc: ['body', 'temperature'], msg: 'Input should be less than or equal to 1.5', input: 1.8, ctx: { le: 1.5 } }],
+        },
+        type: 'invalid_request_error',
+        param: null,
+        code: null,
+      },
+    ]);
+    const wide = await json(m(), chat, { model, messages: userMessages('hi'), top_p: 1.2 });
+    expect([wide.status, wide.body.message.detail[0].loc]).toEqual([422, ['body', 'top_p']]);
+    const edge = await json(m(), chat, { model, messages: userMessages('hi'), temperature: 1.5, top_p: 1 });
+    expect(edge.status).toBe(200);
+  });
+
   it('rejects reasoning_content in assistant history and accepts random_seed', async () => {
     const history = [
       { role: 'user', content: 'a' },

@@ -65,9 +65,19 @@ function typed(obj: Record<string, unknown>, key: string, kind: 'number' | 'inte
   return [{ type: names[kind][0], loc: ['body', key], msg: `Input should be ${names[kind][1]}`, input: v }];
 }
 
+/** Pydantic's refusal of a number outside `[min, max]` (PROVIDERS §2: temperature 0..1.5, top_p 0..1). */
+function ranged(obj: Record<string, unknown>, key: string, min: number, max: number): Issue[] {
+  const v = obj[key];
+  if (typeof v !== 'number') return [];
+  if (v > max) return [{ type: 'less_than_equal', loc: ['body', key], msg: `Input should be less than or equal to ${max}`, input: v, ctx: { le: max } }];
+  if (v < min) return [{ type: 'greater_than_equal', loc: ['body', key], msg: `Input should be greater than or equal to ${min}`, input: v, ctx: { ge: min } }];
+  return [];
+}
+
 export function validateChat(body: Record<string, unknown>): Issue[] {
   const issues = [...missing(body, ['model', 'messages'], ['body']), ...extras(body, CHAT_KEYS, ['body'])];
   issues.push(...typed(body, 'temperature', 'number'), ...typed(body, 'top_p', 'number'), ...typed(body, 'max_tokens', 'integer'));
+  issues.push(...ranged(body, 'temperature', 0, 1.5), ...ranged(body, 'top_p', 0, 1));
   issues.push(...typed(body, 'random_seed', 'integer'), ...typed(body, 'stream', 'boolean'), ...typed(body, 'model', 'string'));
   issues.push(...typed(body, 'n', 'integer'));
   const effort = body['reasoning_effort'];
