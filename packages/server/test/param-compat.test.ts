@@ -160,6 +160,21 @@ describe('fields that change the answer', () => {
     expect(chats('scaleway')).toBe(0);
   });
 
+  it('route a temperature above 1.5 (OpenAI’s range, past Mistral’s) around Mistral, and refuse it where only Mistral serves the model', async () => {
+    for (const [name, client] of variants()) {
+      const got = await ask(client, SMALL, { temperature: 1.8 }, { 'X-Gateway-Provider-Prefer': 'mistral' });
+      expect(got.provider).not.toBe('mistral');
+      expect(got.data.choices[0]?.message.content).toBeTruthy();
+      const err = await fail(client, 'mistral/large', { temperature: 1.8 });
+      expect([err.status, err.code, err.param]).toEqual([400, name === 'A' ? 'validation_error' : 'invalid_request', 'temperature']);
+      expect(err.message).toBe("400 'temperature' above 1.5 is not supported by any provider serving 'mistral/large'.");
+    }
+    expect(chats('mistral')).toBe(0);
+    // Up to 1.5 Mistral takes it, and gets it as asked.
+    expect((await ask(a, SMALL, { temperature: 1.5 }, { 'X-Gateway-Provider': 'mistral' })).provider).toBe('mistral');
+    expect(lastBody('mistral')).toMatchObject({ temperature: 1.5 });
+  });
+
   it('names each refusal when no single field is refused everywhere', async () => {
     const err = await fail(a, DUO, { n: 2, logprobs: true });
     expect(err.message).toBe("400 'logprobs' together with 'n' greater than 1 is not supported by any provider serving 'test/nemo'.");
@@ -184,7 +199,9 @@ describe('the compatibility table', () => {
   });
 
   it('counts neutral values as absent', () => {
-    expect(answerFieldsUsed({ n: 1, logprobs: false, frequency_penalty: 0, presence_penalty: 0, top_logprobs: 0, logit_bias: {}, user: 'u' })).toBeNull();
+    expect(
+      answerFieldsUsed({ n: 1, logprobs: false, frequency_penalty: 0, presence_penalty: 0, top_logprobs: 0, logit_bias: {}, user: 'u', temperature: 1.5 }),
+    ).toBeNull();
     expect(answerFieldsUsed({ n: 2, logprobs: true, presence_penalty: -1, logit_bias: { '1': 1 } })).toEqual([
       'n',
       'logit_bias',

@@ -22,6 +22,8 @@ const ANSWER_FIELDS = {
   // `["text"]` is what every chat answers; audio output asks for something.
   modalities: { asks: (v: unknown) => Array.isArray(v) && v.some((m) => m !== 'text'), says: "'modalities' other than text" },
   audio: { asks: (v: unknown) => hasKeys(v), says: "'audio'" },
+  // OpenAI's reaches 2, Mistral's stops at 1.5 (a 422 above it): a hotter one is a different answer, not a neutral value.
+  temperature: { asks: (v: unknown) => typeof v === 'number' && v > 1.5, says: "'temperature' above 1.5" },
 } as const;
 
 export type AnswerField = keyof typeof ANSWER_FIELDS;
@@ -35,8 +37,9 @@ interface Refusals {
 }
 
 const TABLE: Partial<Record<Vendor, Refusals>> = {
-  // Its adapter sends only Mistral's own keys, so `user` and `store` never reach it.
-  mistral: { drop: ['user', 'store'], refuse: ['logprobs', 'top_logprobs', 'logit_bias'] },
+  // Its adapter sends only Mistral's own keys, so `user` and `store` never reach it (and nothing here is stripped for it:
+  // a temperature up to 1.5 is sent as asked).
+  mistral: { drop: ['user', 'store'], refuse: ['logprobs', 'top_logprobs', 'logit_bias', 'temperature'] },
   scaleway: { drop: ['user'], refuse: ['n', 'frequency_penalty', 'top_logprobs', 'logit_bias'] },
   // Cohere's compatibility API (chat is not routed to a `cohere`-type entry, an `openai`-type one at its host is); the
   // fields it does not list but takes under another name or not at all are its adapter's (openai-compatible/cohere-compat.ts).
