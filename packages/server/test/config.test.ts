@@ -311,6 +311,21 @@ describe('config file', () => {
     expect(output).not.toContain('sk-secret-value-123');
   });
 
+  it('a shell default in a reference stops the start without showing the default, which is most often the key itself', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-default-'));
+    try {
+      const file = join(dir, 'gw.yaml');
+      writeFileSync(file, good.replace(`\${ALPHA_API_KEY}`, `\${ALPHA_API_KEY:-3kTq9ZsPr0viderKey77}`));
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: file, GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output).toContain(`/providers/0/apiKey: expected \${NAME} to name an environment variable`);
+      expect(output).toContain(`not \${ALPHA_API_KEY:-…}`);
+      expect(output).not.toContain('3kTq9Z');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a baseUrl with a user and password, a query string or a fragment stops the start, the password never shown', async () => {
     // The adapters call the URL's origin and path: these parts were dropped without a word (Basic credentials for a
     // proxy never sent, an Azure ?api-version= never used).

@@ -20,7 +20,7 @@ function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: 
     const rest = value.replace(REFERENCE, '');
     const at = rest.indexOf('${');
     if (at !== -1) {
-      const shown = /^\$\{[^}\n]{0,60}\}/.exec(rest.slice(at))?.[0];
+      const shown = shownReference(rest.slice(at));
       throw new ConfigError(
         file,
         path || '/',
@@ -40,6 +40,18 @@ function substitute(value: unknown, env: NodeJS.ProcessEnv, file: string, path: 
     return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substitute(v, env, file, `${path}/${k}`, referenced)]));
   }
   return value;
+}
+
+/**
+ * A `${…}` that is no reference, for the start's message: its name and a shell operator as written, but not what
+ * follows them, as that is the default value, most often the provider key itself (`${MISTRAL_API_KEY:-3kT…}`).
+ * Undefined when it has no closing brace.
+ */
+function shownReference(text: string): string | undefined {
+  const whole = /^\$\{[^}\n]{0,60}\}/.exec(text)?.[0];
+  if (whole === undefined) return undefined;
+  const head = /^\$\{\s*[A-Za-z0-9_]*\s*(?::?[-=?+])?/.exec(whole)?.[0] ?? '${';
+  return head.length >= whole.length - 1 ? whole : `${head}…}`;
 }
 
 const EMPTY = 'providers and models (the config file is empty)';
