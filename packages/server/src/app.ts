@@ -58,6 +58,7 @@ import { SqlIdempotencyBackend } from './routing/idempotency-sql.js';
 import { OfferStats } from './routing/offer-stats.js';
 import { OfferStatsSharing } from './routing/offer-stats-sharing.js';
 import { ModelRegistry, type RebuildReport } from './routing/registry.js';
+import { shareRegistryRebuilds } from './routing/registry-sharing.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/types.js';
 import { MemoryStreamStore } from './streaming/memory-stream-store.js';
@@ -223,6 +224,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   };
   tellUnlisted(firstRebuild);
   registry.onRebuilt(tellUnlisted);
+  const rebuildRegistry = await shareRegistryRebuilds(bus, registry, warnOnFailure(app.log, 'registry rebuild shared between the instances (over Redis) failed'));
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
   limitPipelining(app.server);
@@ -257,6 +259,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     version: gatewayVersion(),
     store,
     registry,
+    rebuildRegistry,
     adapters,
     auth,
     workspaces,

@@ -8,7 +8,7 @@ import type { RateLimiter } from '../limits/types.js';
 import type { ProviderAdapter } from '../providers/types.js';
 import type { IdempotencyService } from '../routing/idempotency.js';
 import type { OfferStats } from '../routing/offer-stats.js';
-import type { ModelRegistry } from '../routing/registry.js';
+import type { ModelRegistry, RebuildReport } from '../routing/registry.js';
 import type { Store } from '../store/types.js';
 import type { StreamSessions } from '../streaming/sessions.js';
 import type { StreamStore } from '../streaming/types.js';
@@ -21,6 +21,8 @@ export interface Services {
   version: string;
   store: Store;
   registry: ModelRegistry;
+  /** The admin API's rebuild: this instance's, and every other instance sharing Redis told to rebuild too. */
+  rebuildRegistry(): Promise<RebuildReport>;
   adapters: ReadonlyMap<string, ProviderAdapter>;
   auth: ApiKeyAuthenticator;
   workspaces: WorkspaceCache;

@@ -343,7 +343,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     '/registry/rebuild',
     { schema: op('rebuildRegistry', 'Rebuild the model registry from every provider now', { response: { 200: RebuildResult } }) },
     async () => {
-      return services.registry.rebuild();
+      return services.rebuildRegistry();
     },
   );
 }

@@ -1,0 +1,62 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+let redis: RedisServer;
+let pg: PostgresServer;
+let sim: Simulator;
+let one: TestGateway;
+let two: TestGateway;
+let key: string;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  const db = await pg.createDatabase();
+  // Two instances behind one load balancer: Redis and PostgreSQL shared, each with its own registry and its own schedule.
+  one = await startGateway({ sim, redisUrl: redis.url, databaseUrl: db });
+  two = await startGateway({ sim, redisUrl: redis.url, databaseUrl: db });
+  key = (await one.createKey({ rateLimitRpm: 1000 })).key;
+}, 120_000);
+afterAll(async () => {
+  await Promise.all([one, two].map((g) => g?.close()));
+  await sim?.close();
+  await redis?.stop();
+  await pg?.stop();
+});
+
+async function providersOf(gw: TestGateway, id: string): Promise<string[] | null> {
+  const res = await fetch(`${gw.baseB}/models/${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
+  return res.status === 200 ? ((await res.json()) as { providers: string[] }).providers : null;
+}
+
+const pinned = (gw: TestGateway, model: string, provider: string) =>
+  fetch(`${gw.baseA}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': provider },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }] }),
+  });
+
+describe('an admin rebuild with instances sharing Redis', () => {
+  it('reaches every instance: an offer a provider dropped leaves them all, and returns to them all', async () => {
+    const nebius = sim.providers.nebius;
+    const before = nebius?.models() ?? [];
+    expect(await providersOf(two, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh', 'nebius']);
+    nebius?.setModels(before.filter((m) => m !== 'meta-llama/Llama-3.3-70B-Instruct'));
+    try {
+      expect((await one.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild')).body.providers.nebius).toBe('ok');
+      expect(await providersOf(one, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh']);
+      // The other instance no longer routes to the dropped offer, rather than until its own rebuild hours later.
+      await eventually(async () => expect(await providersOf(two, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh']), 5_000);
+      const chats = nebius?.stats().byEndpoint.chat ?? 0;
+      expect((await pinned(two, 'meta/llama-3.3-70b', 'nebius')).status).toBe(400);
+      expect(nebius?.stats().byEndpoint.chat ?? 0).toBe(chats);
+    } finally {
+      nebius?.setModels(before);
+    }
+    // Asked of the other instance, the rebuild reaches the first one the same way.
+    await two.admin('POST', '/registry/rebuild');
+    await eventually(async () => expect(await providersOf(one, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh', 'nebius']), 5_000);
+    expect((await pinned(one, 'meta/llama-3.3-70b', 'nebius')).status).toBe(200);
+  });
+});
