@@ -8,6 +8,9 @@ export function parseCohereModelsPage(provider: string, res: JsonResponse): { na
   const body = res.body as { models?: unknown; next_page_token?: unknown } | null;
   if (!body || !Array.isArray(body.models)) throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} models list has no models array` });
   const names = body.models.flatMap((m) => (typeof (m as { name?: unknown } | null)?.name === 'string' ? [(m as { name: string }).name] : []));
+  // Entries, none of them a model with a name: a broken answer (the last good list is kept), not an empty catalogue.
+  if (names.length === 0 && body.models.length > 0)
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} models list has entries but no model names` });
   const next = typeof body.next_page_token === 'string' && body.next_page_token !== '' ? body.next_page_token : null;
   return { names, next };
 }

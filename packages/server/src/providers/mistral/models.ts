@@ -13,5 +13,8 @@ export function parseMistralModels(provider: string, res: JsonResponse): string[
     if (typeof entry.id === 'string') names.add(entry.id);
     if (Array.isArray(entry.aliases)) for (const a of entry.aliases) if (typeof a === 'string') names.add(a);
   }
+  // Entries, none of them a model with an id: a broken answer (the last good list is kept), not an empty catalogue.
+  if (names.size === 0 && data.length > 0)
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} models list has entries but no model ids` });
   return [...names];
 }
