@@ -204,11 +204,15 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     );
   }
   rawAnswers.logTo(app.log);
-  const registry = new ModelRegistry(catalogue, adapters, (provider, err, kept) =>
-    app.log.warn(
-      { provider },
-      `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
-    ),
+  const registry = new ModelRegistry(
+    catalogue,
+    adapters,
+    (provider, err, kept) =>
+      app.log.warn(
+        { provider },
+        `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
+      ),
+    async (modelId, seenAt) => Number(await store.settings.setIfAbsent(`model_created:${modelId}`, String(seenAt))),
   );
   // A rerank or audio offer priced as INTERFACES.md shows (tokens only) is billed by its token prices: the operator is told how.
   for (const o of tokenPricedOffers(catalogue)) app.log.warn({ model: o.model, provider: o.provider }, o.message);
@@ -224,7 +228,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   };
   tellUnlisted(firstRebuild);
   registry.onRebuilt(tellUnlisted);
-  const rebuildRegistry = await shareRegistryRebuilds(bus, registry, warnOnFailure(app.log, 'registry rebuild shared between the instances (over Redis) failed'));
+  const rebuildRegistry = await shareRegistryRebuilds(
+    bus,
+    registry,
+    warnOnFailure(app.log, 'registry rebuild shared between the instances (over Redis) failed'),
+  );
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
   limitPipelining(app.server);

@@ -9,10 +9,11 @@ let sim: Simulator;
 let one: TestGateway;
 let two: TestGateway;
 let key: string;
+let db: string;
 
 beforeAll(async () => {
   [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  const db = await pg.createDatabase();
+  db = await pg.createDatabase();
   // Two instances behind one load balancer: Redis and PostgreSQL shared, each with its own registry and its own schedule.
   one = await startGateway({ sim, redisUrl: redis.url, databaseUrl: db });
   two = await startGateway({ sim, redisUrl: redis.url, databaseUrl: db });
@@ -59,4 +60,27 @@ describe('an admin rebuild with instances sharing Redis', () => {
     await eventually(async () => expect(await providersOf(one, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh', 'nebius']), 5_000);
     expect((await pinned(one, 'meta/llama-3.3-70b', 'nebius')).status).toBe(200);
   });
+});
+
+describe('a model’s created time', () => {
+  const createdOf = async (gw: TestGateway) => {
+    const res = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}` } });
+    const { data } = (await res.json()) as { data: { id: string; created: number }[] };
+    return Object.fromEntries(data.map((m) => [m.id, m.created]));
+  };
+
+  it('is the same on every instance sharing the store, and on one started later, as OpenAI’s never changes', async () => {
+    const first = await createdOf(one);
+    expect(Object.keys(first).length).toBeGreaterThan(5);
+    expect(await createdOf(two)).toEqual(first);
+    // An instance that first sees the models a few seconds later (a restart, a scale-out) lists the first times.
+    const latest = Math.max(...Object.values(first));
+    while (Math.floor(Date.now() / 1000) <= latest + 1) await new Promise((r) => setTimeout(r, 100));
+    const later = await startGateway({ sim, redisUrl: redis.url, databaseUrl: db });
+    try {
+      expect(await createdOf(later)).toEqual(first);
+    } finally {
+      await later.close();
+    }
+  }, 60_000);
 });

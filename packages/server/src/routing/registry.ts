@@ -19,7 +19,7 @@ export interface RegistryModel {
   beta: boolean;
   /** Offers whose provider's own model list names the upstream model, in configured order. */
   offers: Offer[];
-  /** Unix seconds when the model entered the registry. */
+  /** Unix seconds when the model first entered the registry of any instance sharing this store (kept in its settings). */
   created: number;
   /** Providers configured to serve it whose model list has not been read since the gateway started (unknown yet, not refused). */
   unread?: string[];
@@ -35,6 +35,14 @@ export interface RebuildReport {
 }
 
 const LIST_TIMEOUT_MS = 10_000;
+/** How long a rebuild waits for the store to tell a new model's `created`; past it, this instance's own time stands for now. */
+const CREATED_TIMEOUT_MS = 2_000;
+
+/**
+ * The `created` a model keeps: the time the first instance that shared this store saw it (stored if absent, so
+ * that every instance and every restart lists the same one), given the time this instance saw it.
+ */
+export type KeepCreated = (modelId: string, seenAt: number) => Promise<number>;
 /** The first retry after a provider's list could not be read, doubling each time up to the cap (jobs/registry-refresh.ts). */
 export const LIST_RETRY_FIRST_S = 5;
 const DEFAULT_CONTEXT_WINDOW = 32_768;
@@ -51,6 +59,8 @@ export class ModelRegistry {
   /** Each provider's last list; null where the provider lists nothing offers name, so every configured offer stands. */
   private readonly lists = new Map<string, Set<string> | null>();
   private readonly firstSeen = new Map<string, number>();
+  /** Models whose `created` came from the store (the others are asked again at each rebuild). */
+  private readonly createdKept = new Set<string>();
   private inFlight: Promise<RebuildReport> | null = null;
   /** The rebuild that follows the one in flight, shared by every call made meanwhile. */
   private queued: Promise<RebuildReport> | null = null;
@@ -61,6 +71,7 @@ export class ModelRegistry {
     private readonly adapters: ReadonlyMap<string, ProviderAdapter>,
     /** Told of each provider whose list could not be fetched (`kept`: its last good list stays). */
     private readonly onListFailure: (provider: string, err: unknown, kept: boolean) => void = () => {},
+    private readonly keepCreated: KeepCreated | null = null,
   ) {}
 
   get(id: string): RegistryModel | undefined {
@@ -155,9 +166,40 @@ export class ModelRegistry {
         if (entry.unread) unread.set(entry.id, { model: entry, providers: entry.unread });
       }
     }
+    await this.adoptKeptCreated(next);
     this.models = next;
     this.unread = unread;
     return { models: next.size, providers, unlisted };
+  }
+
+  /**
+   * Gives each model new to this instance the `created` the store keeps for it, so that clients of several instances,
+   * or of one restarted, see one value (OpenAI's never changes). A store that fails or is slow leaves this instance's
+   * own time until a later rebuild.
+   */
+  private async adoptKeptCreated(next: Map<string, RegistryModel>): Promise<void> {
+    const keep = this.keepCreated;
+    if (keep === null) return;
+    const fresh = [...next.values()].filter((m) => !this.createdKept.has(m.id));
+    if (fresh.length === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, CREATED_TIMEOUT_MS);
+    });
+    const adopted = Promise.all(
+      fresh.map((m) =>
+        keep(m.id, m.created).then(
+          (created) => {
+            this.firstSeen.set(m.id, created);
+            this.createdKept.add(m.id);
+            m.created = created;
+          },
+          () => {},
+        ),
+      ),
+    );
+    await Promise.race([adopted, late]);
+    clearTimeout(timer);
   }
 
   private toEntry(model: ModelConfig): RegistryModel {
