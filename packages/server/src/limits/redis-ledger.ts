@@ -155,6 +155,8 @@ const settleKeysOf = hiddenSlot<Reservation, { keys: string[]; group: string }>(
 export class RedisLedger implements BudgetLedger {
   private readonly settling = new Map<string, SettleBatch>();
   private readonly argsOfScopes = new WeakMap<BudgetScope[], ReserveArgs>();
+  /** The loads of totals under way, by tag, scope and run (see {@link loadTotal}). */
+  private readonly loading = new Map<string, Promise<void>>();
   private readonly reserveCmd: Cmd;
   private readonly settleCmd: (...args: (string | number)[]) => Promise<number[]>;
   private readonly addSpentCmd: Cmd;
@@ -283,14 +285,31 @@ export class RedisLedger implements BudgetLedger {
         }
         return { ok: false, scope: (scopes[res - 1] as BudgetScope).id };
       }
-      const scope = scopes[-res - 1] as BudgetScope;
-      // The leases first: a cost that leaves a lease for the stored total between the two reads is then counted in
-      // both (room held back a moment), never in neither.
-      const leased = await (scope.loadLeased?.() ?? NOTHING_LEASED);
-      const spent = await scope.loadSpent();
-      await this.loadSpentCmd(4, ...keysOf(tag, scope.id), toNano(spent), leased.nano, Math.ceil(Math.min(leased.ms, LEASED_HOLD_MS)), run);
+      await this.loadTotal(tag, scopes[-res - 1] as BudgetScope, run);
     }
     throw new Error('budget ledger could not load its totals');
+  }
+
+  /**
+   * Loads a scope's total into Redis, one load per scope at a time: the burst that finds it not loaded (a key's
+   * first requests, the first after a restart) waits for that one. Each request reading the store itself queued
+   * hundreds of reads on the pool's few connections; those that waited past its connect timeout failed the
+   * reservation, and the requests went to the database's leases while Redis was up, which overspent the budget.
+   */
+  private loadTotal(tag: string, scope: BudgetScope, run: string): Promise<void> {
+    const id = `${tag} ${scope.id} ${run}`;
+    let loading = this.loading.get(id);
+    if (!loading) {
+      loading = (async () => {
+        // The leases first: a cost that leaves a lease for the stored total between the two reads is then counted in
+        // both (room held back a moment), never in neither.
+        const leased = await (scope.loadLeased?.() ?? NOTHING_LEASED);
+        const spent = await scope.loadSpent();
+        await this.loadSpentCmd(4, ...keysOf(tag, scope.id), toNano(spent), leased.nano, Math.ceil(Math.min(leased.ms, LEASED_HOLD_MS)), run);
+      })().finally(() => this.loading.delete(id));
+      this.loading.set(id, loading);
+    }
+    return loading;
   }
 
   /**
