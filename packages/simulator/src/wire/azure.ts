@@ -87,7 +87,7 @@ function chat(ctx: HandlerCtx, deployment: string | null, dated: boolean): Reply
   if (dated && isRecord(body) && body['stream_options'] !== undefined && version < '2024-09-01-preview') {
     return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Unrecognized request argument supplied: stream_options' } };
   }
-  const bad = checkChat(body, ctx.provider, deployment);
+  const bad = checkChat(body, ctx.provider, deployment) ?? untypedToolCall(body);
   if (bad) return { type: 'error', error: bad };
   const f = ctx.fault;
   if (f?.kind === 'content_filter' && f.on === 'prompt') return promptFiltered();
@@ -102,6 +102,19 @@ function chat(ctx: HandlerCtx, deployment: string | null, dated: boolean): Reply
     },
     deployment,
   );
+}
+
+/** OpenAI's API (Azure's with it) refuses a tool call of the history without its `type`, which its schema requires. */
+function untypedToolCall(body: unknown): ErrorSpec | null {
+  const messages = isRecord(body) && Array.isArray(body['messages']) ? body['messages'] : [];
+  for (const [i, m] of messages.entries()) {
+    const calls = isRecord(m) && Array.isArray(m['tool_calls']) ? m['tool_calls'] : [];
+    const j = calls.findIndex((c) => !isRecord(c) || c['type'] === undefined);
+    if (j === -1) continue;
+    const param = `messages[${i}].tool_calls[${j}].type`;
+    return { status: 400, kind: 'bad_request', message: `Missing required parameter: '${param}'.`, param };
+  }
+  return null;
 }
 
 function embed(ctx: HandlerCtx, deployment: string | null): Reply {

@@ -64,11 +64,10 @@ export function mistralChat(ctx: HandlerCtx): Reply {
   const prompt0 = (plans[0] as ChatPlan).promptTokens;
   const completion = plans.reduce((n, p) => n + p.completionTokens, 0);
   const usage = { prompt_tokens: prompt0, completion_tokens: completion, total_tokens: prompt0 + completion };
+  // Mistral's tool calls carry no `type` (its schema defaults it, and its answers leave it out), streamed or not.
   const choices = plans.map((plan) => ({
     plan,
-    toolCalls: plan.toolCall
-      ? [{ id: alnum(9), type: 'function', function: { name: plan.toolCall.name, arguments: plan.toolCall.arguments }, index: 0 }]
-      : null,
+    toolCalls: plan.toolCall ? [{ id: alnum(9), function: { name: plan.toolCall.name, arguments: plan.toolCall.arguments }, index: 0 }] : null,
   }));
   if (body['stream'] === true) return streamReply({ choices, id, created, model, usage });
 

@@ -167,7 +167,12 @@ function mapChoice(provider: string, choice: unknown): unknown {
   const message: Record<string, unknown> = { role: 'assistant', content, refusal: null };
   if (reasoning !== null) message['reasoning_content'] = reasoning;
   if (Array.isArray(m['tool_calls']) && m['tool_calls'].length > 0) {
-    message['tool_calls'] = (mapToolCalls(m['tool_calls']) as Record<string, unknown>[]).map(({ index: _index, ...rest }) => rest);
+    // Mistral leaves `type` out of its calls (its schema defaults it); OpenAI's clients need it: the SDK's tool runner
+    // refuses a call without it, and OpenAI's API (Azure's) refuses such a call sent back on the next turn.
+    message['tool_calls'] = (mapToolCalls(m['tool_calls']) as Record<string, unknown>[]).map(({ index: _index, ...rest }) => ({
+      ...rest,
+      type: rest['type'] ?? 'function',
+    }));
     // OpenAI's tool-call answer has content null; a client testing for content would take Mistral's "" for some.
     if (content === '') message['content'] = null;
   }
