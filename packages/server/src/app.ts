@@ -149,8 +149,17 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     await store.close().catch(() => {});
     cannotOpen(err);
   });
-  const bus: Bus = config.redisUrl ? await RedisBus.connect(config.redisUrl) : new MemoryBus();
-  const redis = config.redisUrl ? await connectRedis(config.redisUrl) : null;
+  // All at once, not one after another: a Redis that takes connections but does not answer holds each one's wait.
+  // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command;
+  // stored answers can be large (a whole stream): the idempotency connection waits longer than the limiter's.
+  const [bus, redis, streamRedis, idempotencyRedis]: [Bus, Redis | null, Redis | null, Redis | null] = config.redisUrl
+    ? await Promise.all([
+        RedisBus.connect(config.redisUrl),
+        connectRedis(config.redisUrl),
+        connectRedis(config.redisUrl, BATCHING_OPTIONS),
+        connectRedis(config.redisUrl, { ...FAST_FAIL_OPTIONS, commandTimeout: 2000 }),
+      ])
+    : [new MemoryBus(), null, null, null];
   const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();
   // While Redis is away, instances sharing PostgreSQL lease budgets there; one embedded instance needs no more than its own ledger.
   const leases = redis && store.kind === 'postgres' ? new LeaseLedger(store.budgetLeases, { storedBefore: () => usage.storedBefore }) : null;
@@ -165,8 +174,6 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   if (redis && fallback) redis.on('close', () => fallback.sharedLost());
   const ledger = fallback ?? new MemoryLedger();
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
-  // The resume buffer's batched writes have their own connection, so that they never queue ahead of a request's command.
-  const streamRedis = config.redisUrl ? await connectRedis(config.redisUrl, BATCHING_OPTIONS) : null;
   // One bound on the event data all streams keep in this instance's memory: the sessions' logs and the in-memory resume copies.
   const streamMemory = new StreamMemory(config.streamMemoryMb * 1024 * 1024);
   const streams =
@@ -175,7 +182,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const offerStats = new OfferStats({ failures: config.circuitFailures, openMs: config.circuitOpenMs, remeasureMs: config.remeasureMs });
   // With Redis, every instance learns what the others see of each offer; without it, each keeps its own.
   const sharing = config.redisUrl ? await OfferStatsSharing.start(bus, offerStats) : null;
-  const idempotency = new IdempotencyService(await idempotencyBackend(config, store, presence?.id ?? ''), {
+  const idempotency = new IdempotencyService(idempotencyBackend(idempotencyRedis, store, presence?.id ?? ''), {
     waitMs: config.idempotencyWaitMs,
     claimTtlMs: config.idempotencyClaimTtlMs,
   });
@@ -381,10 +388,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 }
 
 /** Idempotency keys live in Redis when there is one, else in the store. */
-async function idempotencyBackend(config: GatewayConfig, store: Store, instance: string): Promise<IdempotencyBackend> {
-  if (!config.redisUrl) return new SqlIdempotencyBackend(store.idempotency);
-  // Stored answers can be large (a whole stream): this connection waits longer than the limiter's.
-  return new RedisIdempotencyBackend(await connectRedis(config.redisUrl, { ...FAST_FAIL_OPTIONS, commandTimeout: 2000 }), instance);
+function idempotencyBackend(redis: Redis | null, store: Store, instance: string): IdempotencyBackend {
+  return redis ? new RedisIdempotencyBackend(redis, instance) : new SqlIdempotencyBackend(store.idempotency);
 }
 
 async function closeStore(store: Store): Promise<void> {

@@ -33,6 +33,9 @@ export const FAST_FAIL_OPTIONS: RedisOptions = {
  */
 export const BATCHING_OPTIONS: RedisOptions = { ...FAST_FAIL_OPTIONS, enableAutoPipelining: true };
 
+/** How long a start waits for a Redis connection to be ready before it goes on without it (connectTimeout is 1 s). */
+const CONNECT_WAIT_MS = 2_000;
+
 const lastErrors = new WeakMap<Redis, unknown>();
 
 /** The last connection error of a client made by {@link connectRedis} since it was last ready, if any. */
@@ -53,11 +56,12 @@ export async function connectRedis(url: string, options: RedisOptions = FAST_FAI
   client.on('ready', () => {
     lastErrors.delete(client);
   });
-  try {
-    await client.connect();
-  } catch {
-    // Start anyway: the client keeps reconnecting, and callers fail open meanwhile.
-  }
+  // Start anyway: the client keeps reconnecting, and callers fail open meanwhile. A Redis that takes the connection but
+  // does not answer (stalled, paused) never settles connect(): its ready check waits for a reply, and the start with it.
+  const connected = client.connect().catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([connected, new Promise((r) => (timer = setTimeout(r, CONNECT_WAIT_MS)))]);
+  clearTimeout(timer);
   return client;
 }
 
@@ -188,8 +192,10 @@ export class RedisBus implements Bus {
   }
 
   static async connect(url: string): Promise<RedisBus> {
-    const pub = await connectRedis(url, { ...FAST_FAIL_OPTIONS, commandTimeout: 500 });
-    const sub = await connectRedis(url, { ...FAST_FAIL_OPTIONS, enableOfflineQueue: true, autoResubscribe: false, commandTimeout: undefined });
+    const [pub, sub] = await Promise.all([
+      connectRedis(url, { ...FAST_FAIL_OPTIONS, commandTimeout: 500 }),
+      connectRedis(url, { ...FAST_FAIL_OPTIONS, enableOfflineQueue: true, autoResubscribe: false, commandTimeout: undefined }),
+    ]);
     return new RedisBus(pub, sub);
   }
 
@@ -203,7 +209,9 @@ export class RedisBus implements Bus {
     });
     this.channels.add(channel);
     // Redis away at start: the gateway starts anyway (callers fail open), and the 'ready' handler subscribes once it is back.
-    await this.sub.subscribe(channel).catch(() => {});
+    // Not sent before then: on a connection still waiting for its ready check it would wait in the offline queue, and
+    // the start with it, for as long as a stalled Redis does not answer.
+    if (this.sub.status === 'ready') await this.sub.subscribe(channel).catch(() => {});
   }
 
   async close(): Promise<void> {
