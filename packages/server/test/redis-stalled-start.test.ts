@@ -39,15 +39,16 @@ const readyz = async (url: string) => {
 describe('a start while Redis is stalled', () => {
   it('listens within seconds, serves with its limits failing open, and uses Redis once it answers again', async () => {
     redis.pause();
+    // A bound a loaded machine's start keeps to (the embedded store alone can take seconds), where a stalled start never ends.
     const startedAt = Date.now();
     proc = await spawnGateway(
       { GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, GW_ADMIN_TOKEN: ADMIN_TOKEN },
-      15_000,
+      30_000,
     ).catch((err: unknown) => {
       redis.resume();
       throw err;
     });
-    expect(Date.now() - startedAt).toBeLessThan(15_000);
+    expect(Date.now() - startedAt).toBeLessThan(30_000);
     const url = proc.url;
     expect(await readyz(url)).toEqual({ status: 200, body: expect.objectContaining({ status: 'ready', redis: 'unreachable' }) });
 
@@ -83,5 +84,5 @@ describe('a start while Redis is stalled', () => {
 
     proc.child.kill('SIGTERM');
     expect(await proc.exited).toBe(0);
-  }, 60_000);
+  }, 90_000);
 });
