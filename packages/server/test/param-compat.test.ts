@@ -181,6 +181,48 @@ describe('fields that change the answer', () => {
   });
 });
 
+describe('a conversation whose last message is system or developer, which Mistral refuses and its other hosts take', () => {
+  const ending = (role: 'system' | 'developer') => [
+    { role: 'user' as const, content: 'Bonjour' },
+    { role, content: 'Answer in French.' },
+  ];
+
+  it('is routed around Mistral, with no attempt there, to another host of the model, whole or streamed', async () => {
+    for (const [, client] of variants()) {
+      for (const role of ['system', 'developer'] as const) {
+        // test/nemo is served by Mistral first, then Scaleway.
+        const { data, response } = await client.chat.completions.create({ model: DUO, messages: ending(role), max_tokens: 20 }).withResponse();
+        expect([role, response.headers.get('x-gateway-provider'), data.choices[0]?.finish_reason]).toEqual([role, 'scaleway', 'stop']);
+      }
+      const stream = await client.chat.completions.create({ model: DUO, messages: ending('system'), max_tokens: 20, stream: true });
+      let text = '';
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+      expect(text).not.toBe('');
+    }
+    expect(chats('mistral')).toBe(0);
+  });
+
+  it("answers the gateway's own 400 where only Mistral serves the model, or the request pins it to Mistral", async () => {
+    for (const [name, client] of variants()) {
+      const code = name === 'A' ? 'validation_error' : 'invalid_request';
+      const only = await client.chat.completions.create({ model: 'mistral/large', messages: ending('developer') }).catch((e: unknown) => e as ApiError);
+      expect([only.status, only.code, only.param]).toEqual([400, code, 'messages']);
+      expect(only.message).toBe("400 A conversation whose last message is 'system' or 'developer' is not supported by any provider serving 'mistral/large'.");
+      const pinned = await client.chat.completions
+        .create({ model: SMALL, messages: ending('system') }, { headers: { 'X-Gateway-Provider': 'mistral' } })
+        .catch((e: unknown) => e as ApiError);
+      expect([pinned.status, pinned.param]).toEqual([400, 'messages']);
+      expect(pinned.message).toContain("by 'mistral', the provider X-Gateway-Provider pins 'mistral/small' to.");
+    }
+    expect(chats('mistral')).toBe(0);
+    // A system message before the last user message is Mistral's as ever.
+    const { response } = await a.chat.completions
+      .create({ model: DUO, messages: [{ role: 'system', content: 'Be brief.' }, ...messages], max_tokens: 20 })
+      .withResponse();
+    expect(response.headers.get('x-gateway-provider')).toBe('mistral');
+  });
+});
+
 describe('the compatibility table', () => {
   it('tells the provider by its host', () => {
     const cases: [string, string][] = [

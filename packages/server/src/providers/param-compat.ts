@@ -26,8 +26,21 @@ const ANSWER_FIELDS = {
   temperature: { asks: (v: unknown) => typeof v === 'number' && v > 1.5, says: "'temperature' above 1.5" },
 } as const;
 
-export type AnswerField = keyof typeof ANSWER_FIELDS;
-const ANSWER_FIELD_NAMES = Object.keys(ANSWER_FIELDS) as AnswerField[];
+/**
+ * Shapes of a conversation a provider refuses where another host of the same model serves them, and no translation
+ * is exact: routed around as an answer field is. Each is told by a lookup or two, never a walk of the messages.
+ */
+const SHAPES = {
+  // Mistral: 400 "Expected last role User or Tool (or Assistant with prefix True) for serving but got system"
+  // (PROVIDERS.md 3.3); OpenAI's API and vLLM hosts take it. Moving the message or giving it another role would change
+  // what the model reads, so there is no exact translation (a last assistant message has one: `prefix`).
+  last_system: { says: "a conversation whose last message is 'system' or 'developer'", param: 'messages' },
+} as const;
+
+type Shape = keyof typeof SHAPES;
+/** What a request asks that a provider may refuse: an answer field, or a shape of its conversation. */
+export type AnswerField = keyof typeof ANSWER_FIELDS | Shape;
+const ANSWER_FIELD_NAMES = Object.keys(ANSWER_FIELDS) as (keyof typeof ANSWER_FIELDS)[];
 
 interface Refusals {
   /** Fields that do not change the answer: left out. */
@@ -39,7 +52,7 @@ interface Refusals {
 const TABLE: Partial<Record<Vendor, Refusals>> = {
   // Its adapter sends only Mistral's own keys, so `user` and `store` never reach it (and nothing here is stripped for it:
   // a temperature up to 1.5 is sent as asked).
-  mistral: { drop: ['user', 'store'], refuse: ['logprobs', 'top_logprobs', 'logit_bias', 'temperature'] },
+  mistral: { drop: ['user', 'store'], refuse: ['logprobs', 'top_logprobs', 'logit_bias', 'temperature', 'last_system'] },
   scaleway: { drop: ['user'], refuse: ['n', 'frequency_penalty', 'top_logprobs', 'logit_bias'] },
   // Cohere's compatibility API (chat is not routed to a `cohere`-type entry, an `openai`-type one at its host is); the
   // fields it does not list but takes under another name or not at all are its adapter's (openai-compatible/cohere-compat.ts).
@@ -54,10 +67,10 @@ const NONE: readonly string[] = [];
 /** The keys to leave out of the body sent to `vendor`: what it refuses, answer fields included (only neutral ones get there). */
 export function strippedKeys(vendor: Vendor): readonly string[] {
   const r = TABLE[vendor];
-  return r ? [...r.drop, ...r.refuse] : NONE;
+  return r ? [...r.drop, ...r.refuse.filter((f) => !(f in SHAPES))] : NONE;
 }
 
-/** The answer fields a request asks for; null (no allocation) for the usual request that sets none of them. */
+/** The answer fields and shapes a request asks for; null (no allocation) for the usual request that uses none of them. */
 export function answerFieldsUsed(body: Record<string, unknown>): AnswerField[] | null {
   let used: AnswerField[] | null = null;
   for (const field of ANSWER_FIELD_NAMES) {
@@ -65,6 +78,12 @@ export function answerFieldsUsed(body: Record<string, unknown>): AnswerField[] |
     if (v === undefined || v === null || !ANSWER_FIELDS[field].asks(v)) continue;
     if (used === null) used = [field];
     else used.push(field);
+  }
+  const messages = body['messages'];
+  const role = Array.isArray(messages) ? (messages[messages.length - 1] as { role?: unknown } | null)?.role : undefined;
+  if (role === 'system' || role === 'developer') {
+    if (used === null) used = ['last_system'];
+    else used.push('last_system');
   }
   return used;
 }
@@ -79,7 +98,12 @@ export function refusedField(vendor: Vendor, used: readonly AnswerField[]): Answ
 
 /** How an error message names a field as the request used it ("'n' greater than 1"). */
 export function describeField(field: AnswerField): string {
-  return ANSWER_FIELDS[field].says;
+  return field in SHAPES ? SHAPES[field as Shape].says : ANSWER_FIELDS[field as keyof typeof ANSWER_FIELDS].says;
+}
+
+/** The request parameter a refusal names: the field, or `messages` for a shape of the conversation. */
+export function fieldParam(field: AnswerField): string {
+  return field in SHAPES ? SHAPES[field as Shape].param : field;
 }
 
 /** Hosts of the OpenAI-compatible providers whose rules differ (PROVIDERS.md 5-8, 10, 12). */

@@ -1,10 +1,10 @@
 import { GatewayError } from '../errors/gateway-error.js';
-import { type AnswerField, answerFieldsUsed, describeField, refusedField, type Vendor } from '../providers/param-compat.js';
+import { type AnswerField, answerFieldsUsed, describeField, fieldParam, refusedField, type Vendor } from '../providers/param-compat.js';
 import type { Offer, RegistryModel } from './registry.js';
 
 /**
  * The model with only the offers whose provider takes every answer-changing field the request uses (`n` > 1,
- * `logit_bias`, …; PROVIDERS.md 2): the others are left out before planning, so they are neither attempted nor
+ * `logit_bias`, …; PROVIDERS.md 2) and the shape of its conversation (Mistral's refusal of a last `system` message): the others are left out before planning, so they are neither attempted nor
  * counted as failures. The model itself, at once, when the request uses none of those fields or every offer takes
  * them. Throws a 400 naming the field when no offer (or none of the pinned provider's) is left.
  */
@@ -54,5 +54,6 @@ function noOfferTakes(
   const everywhere = used.find((field) => vendors.every((v) => refusedField(v, [field]) !== null));
   const fields = everywhere !== undefined ? [everywhere] : [...new Set(vendors.map((v) => refusedField(v, used) as AnswerField))];
   const what = fields.map(describeField).join(' together with ');
-  return new GatewayError('validation', `${what} is not supported by ${refusedWhere(model, pin)}.`, { param: fields[0] as string });
+  const sentence = what.charAt(0).toUpperCase() + what.slice(1);
+  return new GatewayError('validation', `${sentence} is not supported by ${refusedWhere(model, pin)}.`, { param: fieldParam(fields[0] as AnswerField) });
 }
