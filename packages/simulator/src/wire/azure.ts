@@ -87,7 +87,7 @@ function chat(ctx: HandlerCtx, deployment: string | null, dated: boolean): Reply
   if (dated && isRecord(body) && body['stream_options'] !== undefined && version < '2024-09-01-preview') {
     return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Unrecognized request argument supplied: stream_options' } };
   }
-  const bad = checkChat(body, ctx.provider, deployment) ?? untypedToolCall(body);
+  const bad = checkChat(body, ctx.provider, deployment) ?? untypedToolCall(body) ?? assistantPartType(body);
   if (bad) return { type: 'error', error: bad };
   const f = ctx.fault;
   if (f?.kind === 'content_filter' && f.on === 'prompt') return promptFiltered();
@@ -113,6 +113,20 @@ function untypedToolCall(body: unknown): ErrorSpec | null {
     if (j === -1) continue;
     const param = `messages[${i}].tool_calls[${j}].type`;
     return { status: 400, kind: 'bad_request', message: `Missing required parameter: '${param}'.`, param };
+  }
+  return null;
+}
+
+/** OpenAI's API (Azure's with it) takes an assistant's content parts of types `text` and `refusal` only (a `thinking` part is Mistral's). */
+function assistantPartType(body: unknown): ErrorSpec | null {
+  const messages = isRecord(body) && Array.isArray(body['messages']) ? body['messages'] : [];
+  for (const [i, m] of messages.entries()) {
+    const parts = isRecord(m) && m['role'] === 'assistant' && Array.isArray(m['content']) ? m['content'] : [];
+    const j = parts.findIndex((p) => !isRecord(p) || (p['type'] !== 'text' && p['type'] !== 'refusal'));
+    if (j === -1) continue;
+    const type = isRecord(parts[j]) ? String(parts[j]['type']) : String(parts[j]);
+    const param = `messages[${i}].content[${j}].type`;
+    return { status: 400, kind: 'bad_request', message: `Invalid value: '${type}'. Supported values are: 'text' and 'refusal'.`, param };
   }
   return null;
 }

@@ -28,7 +28,9 @@ export function toUpstreamStreamBody(body: ChatBody, upstreamModel: string, maxT
 
 /**
  * A message as the provider gets it. Reasoning from an earlier turn is not sent back upstream (several providers
- * reject it). A `developer` message, OpenAI's newer name for `system`, goes as `system`, in its place: the EU hosts
+ * reject it): neither `reasoning_content`/`reasoning` nor the `thinking` parts of Mistral's content arrays, which a
+ * client replaying Mistral's answers sends and OpenAI's API (Azure's) refuses (an assistant's parts are `text` and
+ * `refusal`), as the Mistral adapter leaves them out for Mistral. A `developer` message, OpenAI's newer name for `system`, goes as `system`, in its place: the EU hosts
  * document no `developer` role (Vertex lists system, user, assistant, tool and function; PROVIDERS.md 12), vLLM hands
  * roles to the model's chat template as they come, and open-weight templates (Qwen's among them) refuse one they do
  * not know, while every host takes `system`, OpenAI's own API included.
@@ -37,10 +39,23 @@ function toUpstreamMessage(message: unknown): unknown {
   if (!message || typeof message !== 'object') return message;
   const m = message as Record<string, unknown>;
   const developer = m['role'] === 'developer';
-  if (!developer && !('reasoning_content' in m) && !('reasoning' in m)) return message;
+  const thinking = m['role'] === 'assistant' && Array.isArray(m['content']) && m['content'].some(isThinkingPart);
+  if (!developer && !thinking && !('reasoning_content' in m) && !('reasoning' in m)) return message;
   const { reasoning_content: _rc, reasoning: _r, ...rest } = m;
   if (developer) rest['role'] = 'system';
+  if (thinking) rest['content'] = withoutThinking(m['content'] as unknown[]);
   return rest;
+}
+
+function isThinkingPart(part: unknown): boolean {
+  return (part as { type?: unknown } | null)?.type === 'thinking';
+}
+
+/** The parts but the thinking ones; text parts alone become the string they make, as an answer's content is (`""` for none). */
+function withoutThinking(content: unknown[]): unknown {
+  const kept = content.filter((part) => !isThinkingPart(part));
+  const allText = kept.every((part) => (part as { type?: unknown } | null)?.type === 'text');
+  return allText ? kept.map((part) => String((part as { text?: unknown }).text ?? '')).join('') : kept;
 }
 
 export function parseChatCompletion(provider: string, res: JsonResponse): ChatCompletion {
