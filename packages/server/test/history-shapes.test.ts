@@ -86,3 +86,30 @@ describe("Mistral's thinking parts in an assistant message of the history", () =
     expect([sent[1]?.['content'], sent[3]?.['content']]).toEqual([[{ type: 'refusal', refusal: 'No.' }], '']);
   });
 });
+
+describe('an assistant message of the history with an empty tool_calls list', () => {
+  // What a vLLM host answers when no tool is called, and what clients built on such answers send back.
+  const history = [
+    { role: 'user', content: 'Hello' },
+    { role: 'assistant', content: 'Hi!', tool_calls: [] },
+    { role: 'user', content: 'How are you?' },
+  ];
+
+  it('is refused by the simulated Azure as OpenAI refuses it', async () => {
+    const res = await azureDirect(history);
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({ error: { param: 'messages[1].tool_calls' } });
+  });
+
+  it('is sent without the list, which says no call as its absence does, whole or streamed', async () => {
+    for (const [variant, client] of Object.entries(clients)) {
+      const messages = history as ChatCompletionMessageParam[];
+      const got = await client.chat.completions.create({ model: 'openai/gpt-4o-mini', messages, max_tokens: 20 });
+      expect([variant, got.choices[0]?.finish_reason, lastBody('azure').messages[1]]).toEqual([variant, 'stop', { role: 'assistant', content: 'Hi!' }]);
+      const stream = await client.chat.completions.create({ model: 'openai/gpt-4o-mini', messages, max_tokens: 20, stream: true });
+      let text = '';
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+      expect(text).not.toBe('');
+    }
+  });
+});

@@ -104,11 +104,23 @@ function chat(ctx: HandlerCtx, deployment: string | null, dated: boolean): Reply
   );
 }
 
-/** OpenAI's API (Azure's with it) refuses a tool call of the history without its `type`, which its schema requires. */
+/**
+ * OpenAI's API (Azure's with it) refuses a tool call of the history without its `type`, which its schema requires, and
+ * an empty `tool_calls` list (at least one call, or none of the key).
+ */
 function untypedToolCall(body: unknown): ErrorSpec | null {
   const messages = isRecord(body) && Array.isArray(body['messages']) ? body['messages'] : [];
   for (const [i, m] of messages.entries()) {
     const calls = isRecord(m) && Array.isArray(m['tool_calls']) ? m['tool_calls'] : [];
+    if (isRecord(m) && Array.isArray(m['tool_calls']) && calls.length === 0) {
+      const param = `messages[${i}].tool_calls`;
+      return {
+        status: 400,
+        kind: 'bad_request',
+        message: `Invalid '${param}': empty array. Expected an array with minimum length 1, but got an empty array instead.`,
+        param,
+      };
+    }
     const j = calls.findIndex((c) => !isRecord(c) || c['type'] === undefined);
     if (j === -1) continue;
     const param = `messages[${i}].tool_calls[${j}].type`;

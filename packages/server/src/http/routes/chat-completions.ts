@@ -128,10 +128,13 @@ function dropNullFields(body: Record<string, unknown>): boolean {
   // Set undefined rather than deleted: JSON leaves it out, and the body keeps its shape.
   for (const field in body) if (body[field] === null && NULLABLE.has(field)) body[field] = undefined;
   // An assistant message read back from an answer (Python's `model_dump()`, LiteLLM) says `tool_calls: null` and
-  // `function_call: null`: no calls, as OpenAI takes it; some hosts fail on the null.
+  // `function_call: null`: no calls, as OpenAI takes it; some hosts fail on the null. Others (a vLLM answer, an SDK's
+  // parse helper) say `tool_calls: []`, the same, which OpenAI's API (Azure's) refuses (400 `empty_array`), as do
+  // some open-weight hosts: left out alike, for every provider.
   let functions = false;
   for (const message of body['messages'] as Record<string, unknown>[]) {
-    if (message['tool_calls'] === null) message['tool_calls'] = undefined;
+    const calls = message['tool_calls'];
+    if (calls === null || (Array.isArray(calls) && calls.length === 0)) message['tool_calls'] = undefined;
     const call = message['function_call'];
     if (call === null) message['function_call'] = undefined;
     else if (call !== undefined || message['role'] === 'function') functions = true;
