@@ -1,5 +1,5 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
-import { OPENAI_NAME } from './patterns.js';
+import { OPENAI_NAME, TOKEN_ID } from './patterns.js';
 
 // `function`: the result of a call in OpenAI's deprecated functions API, which its API still takes.
 const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool', 'function'].map((r) => Type.Literal(r)));
@@ -186,6 +186,22 @@ export const ChatCompletionRequest = Type.Object(
     // OpenAI's values (its SDK's ReasoningEffort): `none` turns thinking off where a provider can (Mistral, Cohere);
     // adapters map them onto what each provider knows (docs/adapters.md).
     reasoning_effort: Type.Optional(Nullable(Type.Union(REASONING_EFFORTS.map((e) => Type.Literal(e))))),
+    // OpenAI's ranges, refused here as it refuses them: a provider may take a value outside them, or refuse it in its own
+    // words (Azure's 400 names no parameter).
+    presence_penalty: Type.Optional(Nullable(Type.Number({ minimum: -2, maximum: 2 }))),
+    frequency_penalty: Type.Optional(Nullable(Type.Number({ minimum: -2, maximum: 2 }))),
+    logprobs: Type.Optional(Nullable(Type.Boolean())),
+    top_logprobs: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 20 }))),
+    // Token ids of the model's tokenizer, each with a bias from -100 (banned) to 100 (exclusive).
+    logit_bias: Type.Optional(
+      Nullable(
+        Type.Unsafe<Record<string, number>>({
+          type: 'object',
+          propertyNames: { pattern: TOKEN_ID },
+          additionalProperties: { type: 'number', minimum: -100, maximum: 100 },
+        }),
+      ),
+    ),
   },
   { additionalProperties: true },
 );

@@ -10,9 +10,13 @@ export const LANGUAGE_CODE = '^[A-Za-z]{2,3}$';
  */
 export const OPENAI_NAME = '^[a-zA-Z0-9_-]{1,64}$';
 
+/** A key of `logit_bias`: a token id of the model's tokenizer, as OpenAI's API takes it. */
+export const TOKEN_ID = '^[0-9]{1,10}$';
+
 /** What each string pattern of the schemas asks for, in words: a refusal says this rather than the expression. */
 export const PATTERN_MEANINGS: Readonly<Record<string, string>> = {
   [PAGE_SIZE]: 'must be a whole number from 1 to 100',
   [LANGUAGE_CODE]: "must be the language's ISO-639-1 code, such as 'fr' or 'en'",
   [OPENAI_NAME]: 'must be 1 to 64 letters, digits, underscores or dashes (no spaces, dots or other characters)',
+  [TOKEN_ID]: 'must have token ids as its keys (whole numbers, such as "50256")',
 };

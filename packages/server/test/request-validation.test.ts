@@ -1,0 +1,75 @@
+import OpenAI from 'openai';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { openAiClients } from './helpers/sdk.js';
+
+// What OpenAI's API refuses with a 400 naming the parameter is refused here too, in each variant's envelope, before any
+// provider is asked: a provider may take the value, or refuse it in its own words (Azure's 400 says `param: null`).
+let gw: TestGateway;
+let a: OpenAI;
+let b: OpenAI;
+
+beforeAll(async () => {
+  gw = await startGateway();
+  const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
+  ({ a, b } = openAiClients(gw, key));
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+});
+beforeEach(() => resetProviders(gw.sim));
+
+type Params = Omit<OpenAI.Chat.ChatCompletionCreateParamsNonStreaming, 'model' | 'messages'>;
+const variants = [
+  ['A', 'validation_error'],
+  ['B', 'invalid_request'],
+] as const;
+const client = (variant: 'A' | 'B') => (variant === 'A' ? a : b);
+// Served by Azure in the demo catalogue: the provider whose own 400s name no parameter.
+const MODEL = 'openai/gpt-4o-mini';
+const messages = [{ role: 'user' as const, content: 'one two three' }];
+const chats = () => Object.values(gw.sim.providers).reduce((n, p) => n + (p?.stats().byEndpoint.chat ?? 0), 0);
+
+async function refusal(variant: 'A' | 'B', params: Params) {
+  const err = await client(variant)
+    .chat.completions.create({ model: MODEL, messages, max_tokens: 5, ...params })
+    .then(
+      () => null,
+      (e: unknown) => e,
+    );
+  if (!(err instanceof OpenAI.BadRequestError)) throw new Error(`expected a 400, got ${String(err)}`);
+  return { code: err.code, param: err.param, message: (err.error as { message?: string }).message };
+}
+
+async function answered(variant: 'A' | 'B', params: Params) {
+  const completion = await client(variant).chat.completions.create({ model: MODEL, messages, max_tokens: 5, ...params });
+  expect(completion.choices[0]?.message.content).toBeTruthy();
+}
+
+describe("OpenAI's ranges of the sampling and log-probability fields", () => {
+  const cases: [Params, string, string][] = [
+    [{ presence_penalty: 2.5 }, 'presence_penalty', "Invalid body: 'presence_penalty' must be <= 2."],
+    [{ presence_penalty: -3 }, 'presence_penalty', "Invalid body: 'presence_penalty' must be >= -2."],
+    [{ frequency_penalty: 3 }, 'frequency_penalty', "Invalid body: 'frequency_penalty' must be <= 2."],
+    [{ frequency_penalty: '1' as unknown as number }, 'frequency_penalty', "Invalid body: 'frequency_penalty' must be number or null."],
+    [{ logprobs: true, top_logprobs: 21 }, 'top_logprobs', "Invalid body: 'top_logprobs' must be <= 20."],
+    [{ logprobs: true, top_logprobs: -1 }, 'top_logprobs', "Invalid body: 'top_logprobs' must be >= 0."],
+    [{ logprobs: true, top_logprobs: 2.5 }, 'top_logprobs', "Invalid body: 'top_logprobs' must be integer or null."],
+    [{ logprobs: 'yes' as unknown as boolean }, 'logprobs', "Invalid body: 'logprobs' must be boolean or null."],
+    [{ logit_bias: { '50256': 101 } }, 'logit_bias.50256', "Invalid body: 'logit_bias.50256' must be <= 100."],
+    [{ logit_bias: { '50256': -100.5 } }, 'logit_bias.50256', "Invalid body: 'logit_bias.50256' must be >= -100."],
+    [{ logit_bias: { '50256': '1' as unknown as number } }, 'logit_bias.50256', "Invalid body: 'logit_bias.50256' must be number."],
+    [{ logit_bias: { hello: 1 } }, 'logit_bias', 'Invalid body: \'logit_bias\' must have token ids as its keys (whole numbers, such as "50256").'],
+  ];
+  for (const [variant, code] of variants) {
+    it.each(cases)(`${variant}: %j is refused naming %s`, async (params, param, message) => {
+      expect(await refusal(variant, params)).toEqual({ code, param, message });
+      expect(chats()).toBe(0);
+    });
+    it(`${variant}: the ends of each range are taken`, async () => {
+      await answered(variant, { presence_penalty: 2, frequency_penalty: -2 });
+      await answered(variant, { logprobs: true, top_logprobs: 20 });
+      await answered(variant, { logit_bias: { '50256': -100, '11': 100 } });
+    });
+  }
+});
