@@ -73,3 +73,25 @@ describe("OpenAI's ranges of the sampling and log-probability fields", () => {
     });
   }
 });
+
+describe('stop sequences', () => {
+  for (const [variant, code] of variants) {
+    it(`${variant}: more than 4 are refused naming stop, as OpenAI refuses them`, async () => {
+      expect(await refusal(variant, { stop: ['a', 'b', 'c', 'd', 'e'] })).toEqual({
+        code,
+        param: 'stop',
+        message: "Invalid body: 'stop' must have at most 4 items.",
+      });
+      expect(await refusal(variant, { stop: ['a', 5 as unknown as string] })).toEqual({
+        code,
+        param: 'stop.1',
+        message: "Invalid body: 'stop.1' must be string.",
+      });
+      expect(chats()).toBe(0);
+    });
+    it(`${variant}: one sequence, or up to 4, are taken`, async () => {
+      await answered(variant, { stop: 'zzz' });
+      await answered(variant, { stop: ['w', 'x', 'y', 'z'] });
+    });
+  }
+});
