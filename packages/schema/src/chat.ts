@@ -186,6 +186,8 @@ export const ChatCompletionRequest = Type.Object(
     // OpenAI's values (its SDK's ReasoningEffort): `none` turns thinking off where a provider can (Mistral, Cohere);
     // adapters map them onto what each provider knows (docs/adapters.md).
     reasoning_effort: Type.Optional(Nullable(Type.Union(REASONING_EFFORTS.map((e) => Type.Literal(e))))),
+    // Only with `tools` (400 `parallel_tool_calls` otherwise, as OpenAI answers: routes/chat-completions.ts).
+    parallel_tool_calls: Type.Optional(Nullable(Type.Boolean())),
     // Up to 4 sequences, as OpenAI's API takes them: a provider may take more, or refuse them in its own words.
     stop: Type.Optional(Nullable(Type.Union([Type.String(), Type.Array(Type.String(), { maxItems: 4 })]))),
     // OpenAI's ranges, refused here as it refuses them: a provider may take a value outside them, or refuse it in its own

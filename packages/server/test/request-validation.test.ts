@@ -43,7 +43,8 @@ async function refusal(variant: 'A' | 'B', params: Params) {
 
 async function answered(variant: 'A' | 'B', params: Params) {
   const completion = await client(variant).chat.completions.create({ model: MODEL, messages, max_tokens: 5, ...params });
-  expect(completion.choices[0]?.message.content).toBeTruthy();
+  // With tools the simulated model may call one instead of answering in text.
+  expect(completion.choices[0]?.message.content || completion.choices[0]?.message.tool_calls?.length).toBeTruthy();
 }
 
 describe("OpenAI's ranges of the sampling and log-probability fields", () => {
@@ -92,6 +93,32 @@ describe('stop sequences', () => {
     it(`${variant}: one sequence, or up to 4, are taken`, async () => {
       await answered(variant, { stop: 'zzz' });
       await answered(variant, { stop: ['w', 'x', 'y', 'z'] });
+    });
+  }
+});
+
+describe('parallel_tool_calls', () => {
+  const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: {} } } }];
+  for (const [variant, code] of variants) {
+    it(`${variant}: without tools it is refused naming parallel_tool_calls, as OpenAI refuses it`, async () => {
+      for (const value of [false, true]) {
+        expect(await refusal(variant, { parallel_tool_calls: value })).toEqual({
+          code,
+          param: 'parallel_tool_calls',
+          message: "Invalid body: 'parallel_tool_calls' is only allowed when 'tools' are given.",
+        });
+      }
+      expect(await refusal(variant, { parallel_tool_calls: false, tools: [] })).toMatchObject({ code, param: 'parallel_tool_calls' });
+      expect(await refusal(variant, { tools, parallel_tool_calls: 'no' as unknown as boolean })).toEqual({
+        code,
+        param: 'parallel_tool_calls',
+        message: "Invalid body: 'parallel_tool_calls' must be boolean or null.",
+      });
+      expect(chats()).toBe(0);
+    });
+    it(`${variant}: with tools, or null, it is taken`, async () => {
+      await answered(variant, { tools, parallel_tool_calls: false });
+      await answered(variant, { parallel_tool_calls: null as unknown as boolean });
     });
   }
 });

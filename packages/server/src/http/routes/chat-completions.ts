@@ -171,8 +171,8 @@ function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'ma
 /**
  * What OpenAI refuses with a 400 and a provider might instead ignore (so a
  * request would work or not depending on where it was routed):
- * `stream_options` without a stream, and a `tool_choice` that names no
- * tool the request gives.
+ * `stream_options` without a stream, `parallel_tool_calls` without tools,
+ * and a `tool_choice` that names no tool the request gives.
  */
 function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
@@ -185,6 +185,10 @@ function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
   if (top !== undefined && body['logprobs'] !== true) {
     if (top === 0) body['top_logprobs'] = undefined;
     else throw new GatewayError('validation', "Invalid body: 'top_logprobs' is only allowed when 'logprobs' is true.", { param: 'top_logprobs' });
+  }
+  // OpenAI's 400 where other hosts ignore it. The functions API's `functions` count as tools: they are sent as tools.
+  if (body['parallel_tool_calls'] !== undefined && !(body.tools?.length || (body['functions'] as unknown[] | undefined)?.length)) {
+    throw new GatewayError('validation', "Invalid body: 'parallel_tool_calls' is only allowed when 'tools' are given.", { param: 'parallel_tool_calls' });
   }
   const choice = body.tool_choice;
   if (choice == null || choice === 'none' || choice === 'auto') return;
