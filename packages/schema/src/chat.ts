@@ -99,6 +99,9 @@ export const ResponseFormat = Type.Unsafe<ResponseFormatValue>({
 /** `reasoning_effort` values OpenAI's API takes. */
 export const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'] as const;
 
+/** `service_tier` values OpenAI's API takes. */
+export const SERVICE_TIERS = ['auto', 'default', 'flex', 'scale', 'priority', 'fast'] as const;
+
 /**
  * A field OpenAI's API takes as null, meaning "not given" (its SDKs type these `number | null`; Python's sends None as
  * null): accepted here, and dropped before anything reads the body (routes/chat-completions.ts).
@@ -186,6 +189,10 @@ export const ChatCompletionRequest = Type.Object(
     // OpenAI's values (its SDK's ReasoningEffort): `none` turns thinking off where a provider can (Mistral, Cohere);
     // adapters map them onto what each provider knows (docs/adapters.md).
     reasoning_effort: Type.Optional(Nullable(Type.Union(REASONING_EFFORTS.map((e) => Type.Literal(e))))),
+    // OpenAI's values (its SDK's ChatCompletionCreateParams): another is refused here, as OpenAI refuses it, rather
+    // than taken by one provider and refused by another in its own words.
+    service_tier: Type.Optional(Nullable(Type.Union(SERVICE_TIERS.map((t) => Type.Literal(t))))),
+    verbosity: Type.Optional(Nullable(Type.Union(['low', 'medium', 'high'].map((v) => Type.Literal(v))))),
     // Only with `tools` (400 `parallel_tool_calls` otherwise, as OpenAI answers: routes/chat-completions.ts).
     parallel_tool_calls: Type.Optional(Nullable(Type.Boolean())),
     // Up to 4 sequences, as OpenAI's API takes them: a provider may take more, or refuse them in its own words.

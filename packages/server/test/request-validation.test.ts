@@ -122,3 +122,25 @@ describe('parallel_tool_calls', () => {
     });
   }
 });
+
+describe('fields that take one of a list of values', () => {
+  for (const [variant, code] of variants) {
+    it(`${variant}: a service_tier or verbosity OpenAI does not know is refused naming the field and its values`, async () => {
+      expect(await refusal(variant, { service_tier: 'turbo' as 'auto' })).toEqual({
+        code,
+        param: 'service_tier',
+        message: 'Invalid body: \'service_tier\' has a value that is not allowed (allowed: "auto", "default", "flex", "scale", "priority", "fast").',
+      });
+      expect(await refusal(variant, { verbosity: 'loud' as 'low' })).toEqual({
+        code,
+        param: 'verbosity',
+        message: 'Invalid body: \'verbosity\' has a value that is not allowed (allowed: "low", "medium", "high").',
+      });
+      expect(chats()).toBe(0);
+    });
+    it(`${variant}: OpenAI's values are taken`, async () => {
+      await answered(variant, { service_tier: 'flex', verbosity: 'low' });
+      await answered(variant, { service_tier: 'auto' });
+    });
+  }
+});
