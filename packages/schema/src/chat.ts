@@ -48,22 +48,35 @@ export const ChatMessage = Type.Object(
   },
 );
 
-export const ChatTool = Type.Object(
+const FunctionDefinition = Type.Object(
   {
-    type: Type.Literal('function'),
-    function: Type.Object(
-      {
-        // Checked here, as OpenAI does: a provider would refuse it after the budget hold, or a lenient one answer with it.
-        name: Type.String({ pattern: OPENAI_NAME }),
-        description: Type.Optional(Type.String()),
-        parameters: Type.Optional(Type.Object({}, { additionalProperties: true })),
-        strict: Type.Optional(Type.Boolean()),
-      },
-      { additionalProperties: true },
-    ),
+    // Checked here, as OpenAI does: a provider would refuse it after the budget hold, or a lenient one answer with it.
+    name: Type.String({ pattern: OPENAI_NAME }),
+    description: Type.Optional(Type.String()),
+    parameters: Type.Optional(Type.Object({}, { additionalProperties: true })),
+    strict: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: true },
 );
+
+type ChatToolValue = { type: 'function'; function: Static<typeof FunctionDefinition> };
+
+/**
+ * A function tool, the only kind the providers behind this gateway take. Its `type` is checked before its `function`
+ * is required: a tool of another type (OpenAI's `custom`) is refused naming `tools.N.type`, not a missing function.
+ */
+export const ChatTool = Type.Unsafe<ChatToolValue>({
+  type: 'object',
+  required: ['type'],
+  properties: { type: { const: 'function' }, function: FunctionDefinition },
+  allOf: [
+    {
+      if: { properties: { type: { const: 'function' } } },
+      // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
+      then: { required: ['function'] },
+    },
+  ],
+});
 
 const JsonSchemaFormat = Type.Object(
   {

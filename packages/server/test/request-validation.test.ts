@@ -144,3 +144,19 @@ describe('fields that take one of a list of values', () => {
     });
   }
 });
+
+describe('tools', () => {
+  for (const [variant, code] of variants) {
+    it(`${variant}: a custom tool is refused naming its type, the field to change`, async () => {
+      const custom = { type: 'custom', custom: { name: 'grammar' } } as unknown as OpenAI.Chat.ChatCompletionTool;
+      expect(await refusal(variant, { tools: [custom] })).toEqual({
+        code,
+        param: 'tools.0.type',
+        message: 'Invalid body: \'tools.0.type\' has a value that is not allowed (allowed: "function").',
+      });
+      const bare = { type: 'function' } as unknown as OpenAI.Chat.ChatCompletionTool;
+      expect(await refusal(variant, { tools: [bare] })).toEqual({ code, param: 'tools.0.function', message: "Invalid body: 'tools.0.function' is required." });
+      expect(chats()).toBe(0);
+    });
+  }
+});
