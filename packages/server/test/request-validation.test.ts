@@ -160,3 +160,26 @@ describe('tools', () => {
     });
   }
 });
+
+describe("a provider's refusal that names a parameter", () => {
+  for (const [variant, code] of variants) {
+    it(`${variant}: passes that parameter on as the client's error's param`, async () => {
+      // A tool call of the history without its type: Azure refuses it, naming where it is, as OpenAI's API does.
+      const history = [
+        { role: 'user' as const, content: 'Weather in Paris?' },
+        { role: 'assistant' as const, content: null, tool_calls: [{ id: 'call_1', function: { name: 'weather', arguments: '{}' } }] },
+        { role: 'tool' as const, tool_call_id: 'call_1', content: 'sunny' },
+      ] as unknown as OpenAI.Chat.ChatCompletionMessageParam[];
+      const err = await client(variant)
+        .chat.completions.create({ model: MODEL, messages: history, max_tokens: 5 })
+        .then(
+          () => null,
+          (e: unknown) => e,
+        );
+      if (!(err instanceof OpenAI.BadRequestError)) throw new Error(`expected a 400, got ${String(err)}`);
+      expect([err.code, err.param]).toEqual([code, 'messages[1].tool_calls[0].type']);
+      expect((err.error as { message?: string }).message).toContain("Missing required parameter: 'messages[1].tool_calls[0].type'.");
+      expect(gw.sim.providers.azure?.stats().byEndpoint.chat).toBe(1);
+    });
+  }
+});

@@ -91,7 +91,21 @@ export function upstreamHttpError(provider: string, res: JsonResponse, status: n
     message: `${said}: ${whole ? 'a whole chat completion' : clientVisible(status, message)}`,
     detail: `${said}: ${whole ? 'a whole chat completion' : redactedHead(message, MAX_PROVIDER_MESSAGE_CHARS)}`,
     ...(retry === undefined ? {} : { retryAfterS: retry }),
+    ...paramOf(res.body),
   });
+}
+
+/** The longest `param` passed on: a field's path; anything longer is no field name. */
+const MAX_PARAM_CHARS = 200;
+
+/**
+ * The client's field a refusal names in OpenAI's envelope (`error.param`: Azure's `messages[1].tool_calls[0].type`,
+ * vLLM's, Scaleway's): passed on as the client's error's `param`, as OpenAI's own refusal would carry it.
+ */
+function paramOf(body: unknown): { param?: string } {
+  const error = body !== null && typeof body === 'object' ? (body as { error?: unknown }).error : undefined;
+  const param = error !== null && typeof error === 'object' ? (error as { param?: unknown }).param : undefined;
+  return typeof param === 'string' && param !== '' && param.length <= MAX_PARAM_CHARS ? { param } : {};
 }
 
 /** A whole (non-streamed) completion: its choices and no error; its text would say nothing to a client as a message. */
