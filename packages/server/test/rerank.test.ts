@@ -304,3 +304,30 @@ describe('POST /v1/rerank on the wire', () => {
     expect(sim.providers.scaleway?.stats().total).toBe(before);
   });
 });
+
+describe('rerank budget holds', () => {
+  // 10 documents of about 12,000 tokens each (3 characters a token): each whole is 25 chunks of 500 tokens, 3 search
+  // units in all; cut to Cohere's default 4,096 tokens, 9 chunks each, 1 unit.
+  const long = Array.from({ length: 10 }, (_, i) => `${i} ${'Paris is the capital of France. '.repeat(1125)}`);
+
+  it('hold what Cohere can bill, its documents cut to max_tokens_per_doc (4,096 tokens unless sent): a budget of less than the whole documents’ units pays the request', async () => {
+    // Room for 1 search unit at 0.0019 EUR, not the 3 the whole documents would be.
+    const budgeted = (await gw.createKey({ budget: 0.003, rateLimitRpm: 10_000 })).key;
+    const co = new CohereClientV2({ token: budgeted, environment: gw.url, maxRetries: 0 });
+    const { data, rawResponse } = await co.rerank({ model: MODEL, query, documents: long, topN: 2 }).withRawResponse();
+    expect([rawResponse.headers.get('x-gateway-provider'), data.meta?.billedUnits?.searchUnits]).toEqual(['cohere', 1]);
+
+    // A cap past the documents' length lets Cohere read (and bill) them whole: held as such, more than this budget.
+    const whole = (await gw.createKey({ budget: 0.003, rateLimitRpm: 10_000 })).key;
+    const uncapped = new CohereClientV2({ token: whole, environment: gw.url, maxRetries: 0 });
+    const refused = (await uncapped.rerank({ model: MODEL, query, documents: long, maxTokensPerDoc: 20_000 }).catch((e: unknown) => e)) as CohereError;
+    expect(refused.statusCode).toBe(402);
+  });
+
+  it('hold what an OpenAI-compatible rerank is billed, one unit per 100 documents, however long they are', async () => {
+    const budgeted = (await gw.createKey({ budget: 0.0015, rateLimitRpm: 10_000 })).key;
+    const co = new CohereClient({ token: budgeted, environment: gw.url, maxRetries: 0 });
+    const { data, rawResponse } = await co.rerank({ model: SCALEWAY_ONLY, query, documents: long, topN: 2 }).withRawResponse();
+    expect([rawResponse.headers.get('x-gateway-provider'), data.meta?.billedUnits?.searchUnits]).toEqual(['scaleway', 1]);
+  });
+});

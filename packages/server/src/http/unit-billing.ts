@@ -21,14 +21,6 @@ function tokenCost(pricing: Pricing, prompt: number, completion: number): number
   return (prompt * pricing.prompt_per_1m + completion * pricing.completion_per_1m) / 1_000_000;
 }
 
-/**
- * The tokens a rerank reads, as the gateway counts them before (and without) the provider's count: the query with
- * each document, as a cross-encoder reads them, at 3 characters a token (an overestimate, as for every hold).
- */
-export function rerankTokenEstimate(query: string, texts: string[]): number {
-  return estimateTokens([query], 3) * texts.length + estimateTokens(texts, 3);
-}
-
 /** A rerank's bill: its search units at `per_unit`, else its tokens (the provider's count, else the estimate) at `prompt_per_1m`. */
 export function rerankBill(pricing: Pricing, searchUnits: number, tokens: number): UnitBill {
   if (pricing.per_unit !== undefined) return { promptTokens: 0, completionTokens: 0, cost: searchUnits * pricing.per_unit };

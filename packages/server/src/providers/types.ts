@@ -122,6 +122,14 @@ export interface RerankResult {
   inputTokens: number | null;
 }
 
+/** The most a rerank can be billed at a provider: what its budget hold covers. */
+export interface RerankWorst {
+  /** Search units, for an offer priced per unit. */
+  searchUnits: number;
+  /** Tokens at 3 characters a token, for an offer priced by tokens (and its bill where the provider gives no count). */
+  tokens: number;
+}
+
 /** An upload spooled to disk, so that each attempt reads it again from the start. */
 export interface SpooledUpload {
   path: string;
@@ -201,6 +209,8 @@ export interface ProviderAdapter {
   rerank?(request: RerankRequest, call: UpstreamCall): Promise<RerankResult>;
   /** Whether its rerank truncates each document to `maxTokensPerDoc` (Cohere's); other adapters do not send it. */
   readonly rerankTruncatesDocuments?: boolean;
+  /** The most its rerank of this request is billed, as that provider counts (present with `rerank`). */
+  rerankWorst?(request: RerankRequest): RerankWorst;
   /** Speech-to-text from a spooled upload; absent where the provider has no transcription endpoint. */
   transcribe?(request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription>;
   close(): Promise<void>;

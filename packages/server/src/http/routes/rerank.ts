@@ -12,7 +12,7 @@ import { reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
-import { rerankBill, rerankTokenEstimate, type UnitBill } from '../unit-billing.js';
+import { rerankBill, type UnitBill } from '../unit-billing.js';
 import { callUpstream, disarmedAfter, keyedRequestSignal, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
@@ -48,9 +48,6 @@ const RerankResponse = Type.Object({
   }),
 });
 
-/** Cohere's chunking for billing: a document and the query past this many tokens count as more than one document. */
-const CHUNK_TOKENS = 500;
-
 /** `apiVersion`: Cohere's API version the route answers as in `meta.api_version` (its v1 path's answers say 1, its v2 path's 2). */
 export function rerankRoute(app: FastifyInstance, services: Services, docs: RouteDocs, apiVersion: '1' | '2'): void {
   app.post<{ Body: RerankBody }>(
@@ -72,24 +69,23 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const options = routeOptions(services, request);
       const servable = mustTruncate ? offersTruncating(services, model, options.pin, body.max_tokens_per_doc ?? 0) : model;
       const plan = planOffers(servable, options, { promptTokens: 0, maxTokens: 0 });
-      const units = worstSearchUnits(body.query, texts);
-      const tokens = rerankTokenEstimate(body.query, texts);
+      const upstream: RerankRequest = {
+        query: body.query,
+        documents: texts,
+        ...(body.top_n === undefined ? {} : { topN: body.top_n }),
+        ...(body.max_tokens_per_doc === undefined ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
+      };
       // Set before the hold, so that a client leaving during it leaves a keyed request running, recorded at its end.
       const signal = keyedRequestSignal(services, request, reply);
       const done = await disarmedAfter(signal, async () => {
-        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => rerankBill(o.pricing, units, tokens).cost)));
-        const upstream: RerankRequest = {
-          query: body.query,
-          documents: texts,
-          ...(body.top_n === undefined ? {} : { topN: body.top_n }),
-          ...(body.max_tokens_per_doc === undefined ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
-        };
+        // Each offer's most, as its provider bills (Cohere cuts documents before it counts them): the dearest is held.
+        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => worstBill(services, o, upstream).cost)));
         const call = { signal, requestId: request.id };
         return executePlan(plan, (offer) =>
           callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
         );
       });
-      const billed = bill(request, done.offer, done.value, tokens);
+      const billed = bill(services, request, done.offer, done.value, upstream);
       setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
       const ranked = [...done.value.results].sort((x, y) => y.relevanceScore - x.relevanceScore).slice(0, body.top_n ?? texts.length);
       return {
@@ -163,10 +159,10 @@ function asObject(doc: string | Record<string, string>): Record<string, string> 
   return typeof doc === 'string' ? { text: doc } : doc;
 }
 
-/** Search units as Cohere counts them, at their most: chunks of query plus document (3 characters a token), 100 per unit. */
-export function worstSearchUnits(query: string, texts: string[]): number {
-  const chunks = texts.reduce((n, t) => n + Math.max(1, Math.ceil((query.length + t.length) / 3 / CHUNK_TOKENS)), 0);
-  return Math.max(1, Math.ceil(chunks / 100));
+/** The most an offer can bill this rerank; nothing where its provider has no rerank (it is never billed there). */
+function worstBill(services: Services, offer: Offer, request: RerankRequest): UnitBill {
+  const worst = services.adapters.get(offer.provider)?.rerankWorst?.(request);
+  return worst ? rerankBill(offer.pricing, worst.searchUnits, worst.tokens) : { promptTokens: 0, completionTokens: 0, cost: 0 };
 }
 
 function rerank(adapter: ProviderAdapter, request: RerankRequest, call: UpstreamCall): Promise<RerankResult> {
@@ -175,8 +171,10 @@ function rerank(adapter: ProviderAdapter, request: RerankRequest, call: Upstream
 }
 
 /** Per search unit, or (an offer without per_unit) per token: the provider's count, else the estimate its hold used. */
-function bill(request: FastifyRequest, offer: Offer, result: RerankResult, estimate: number): UnitBill {
-  const billed = rerankBill(offer.pricing, result.searchUnits, result.inputTokens ?? estimate);
+function bill(services: Services, request: FastifyRequest, offer: Offer, result: RerankResult, sent: RerankRequest): UnitBill {
+  // The estimate is only worked out where it is billed: an offer priced by tokens whose provider gave no count.
+  const tokens = result.inputTokens ?? (offer.pricing.per_unit === undefined ? worstBill(services, offer, sent).promptTokens : 0);
+  const billed = rerankBill(offer.pricing, result.searchUnits, tokens);
   const usage = request.gw.usage;
   if (!usage) return billed;
   usage.provider = offer.provider;

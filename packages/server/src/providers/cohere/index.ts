@@ -9,13 +9,14 @@ import type {
   ProviderAdapter,
   RerankRequest,
   RerankResult,
+  RerankWorst,
   UpstreamCall,
 } from '../types.js';
 import { estimateTokens } from '../usage-estimate.js';
 import { noChat } from './chat.js';
 import { EMBED_BATCH, parseCohereEmbed, toCohereEmbedBody } from './embeddings.js';
 import { listCohereModels } from './models.js';
-import { parseCohereRerank, toCohereRerankBody } from './rerank.js';
+import { parseCohereRerank, toCohereRerankBody, worstCohereRerank } from './rerank.js';
 
 /** Cohere's native API (rerank v2, embed v2) at its origin, e.g. `https://api.cohere.com`. */
 export class CohereAdapter implements ProviderAdapter {
@@ -53,6 +54,10 @@ export class CohereAdapter implements ProviderAdapter {
   async rerank(request: RerankRequest, call: UpstreamCall): Promise<RerankResult> {
     const res = await this.post('/v2/rerank', toCohereRerankBody(request, call.upstreamModel), call);
     return parseCohereRerank(this.id, res, request.documents.length);
+  }
+
+  rerankWorst(request: RerankRequest): RerankWorst {
+    return worstCohereRerank(request);
   }
 
   /**

@@ -1,9 +1,19 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
-import { badRerankIndex, ranksNewDocument, searchUnitsOf } from '../openai-compatible/rerank.js';
+import { badRerankIndex, ranksNewDocument, searchUnitsOf, worstRerank } from '../openai-compatible/rerank.js';
 import { tokenCount } from '../token-count.js';
-import type { RerankRequest, RerankResult } from '../types.js';
+import type { RerankRequest, RerankResult, RerankWorst } from '../types.js';
 import { cohereError } from './errors.js';
+
+/** Cohere's `max_tokens_per_doc` when none is sent: a longer document is cut to it before it is ranked and billed. */
+const DEFAULT_TOKENS_PER_DOC = 4096;
+/** Cohere's billing chunk: a document past this many tokens with the query counts as one more document per chunk. */
+const CHUNK_TOKENS = 500;
+
+/** What Cohere bills at most: each document cut to `max_tokens_per_doc` (4,096 unless sent), then chunked with the query. */
+export function worstCohereRerank(request: RerankRequest): RerankWorst {
+  return worstRerank(request, request.maxTokensPerDoc ?? DEFAULT_TOKENS_PER_DOC, CHUNK_TOKENS);
+}
 
 /** Rerank v2: documents are strings; v2 echoes no documents (the gateway adds them back when asked). */
 export function toCohereRerankBody(request: RerankRequest, upstreamModel: string): Record<string, unknown> {

@@ -13,6 +13,7 @@ import type {
   ProviderAdapter,
   RerankRequest,
   RerankResult,
+  RerankWorst,
   Transcription,
   TranscriptionRequest,
   UpstreamCall,
@@ -24,7 +25,7 @@ import { cohereModelsRoot, toCohereCompatBody } from './cohere-compat.js';
 import { dimensionsIgnored, parseEmbeddingsList, toUpstreamEmbeddingsBody } from './embeddings.js';
 import { httpError } from './errors.js';
 import { parseModelList } from './models.js';
-import { parseRerank, toUpstreamRerankBody } from './rerank.js';
+import { parseRerank, toUpstreamRerankBody, worstRerank } from './rerank.js';
 import { openAiChunkStream } from './stream.js';
 
 /** Any OpenAI-compatible provider: Scaleway, OVHcloud, IONOS, Nebius, Cohere's compatibility API, vLLM servers. */
@@ -120,6 +121,10 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
   async rerank(request: RerankRequest, call: UpstreamCall): Promise<RerankResult> {
     const res = await this.post('/rerank', JSON.stringify(toUpstreamRerankBody(request, call.upstreamModel)), call);
     return parseRerank(this.id, res, request.documents.length);
+  }
+
+  rerankWorst(request: RerankRequest): RerankWorst {
+    return worstRerank(request);
   }
 
   async transcribe(request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription> {

@@ -1,6 +1,6 @@
 import type { JsonResponse } from '../http-client.js';
 import { tokenCount } from '../token-count.js';
-import type { RerankRequest, RerankResult } from '../types.js';
+import type { RerankRequest, RerankResult, RerankWorst } from '../types.js';
 import { protocol } from './embeddings.js';
 import { httpError } from './errors.js';
 
@@ -20,6 +20,24 @@ export function toUpstreamRerankBody(request: RerankRequest, upstreamModel: stri
 /** Cohere's search unit: one query over up to 100 documents. */
 export function searchUnitsOf(documents: number): number {
   return Math.max(1, Math.ceil(documents / 100));
+}
+
+/**
+ * The most a rerank is billed: the query with each document (a cross-encoder reads them in pairs) at 3 characters a
+ * token, a document at most `perDoc` tokens (what the provider cuts it to); one search unit per 100 documents, a
+ * document counting once per `chunk` tokens with the query where the provider bills so (Cohere). Without them (here:
+ * units are counted from the documents, and no document is cut), every document whole and once.
+ */
+export function worstRerank(request: RerankRequest, perDoc = Number.POSITIVE_INFINITY, chunk = Number.POSITIVE_INFINITY): RerankWorst {
+  const query = Math.max(1, Math.ceil(request.query.length / 3));
+  let tokens = 0;
+  let chunks = 0;
+  for (const doc of request.documents) {
+    const pair = query + Math.max(1, Math.min(perDoc, Math.ceil(doc.length / 3)));
+    tokens += pair;
+    chunks += Math.max(1, Math.ceil(pair / chunk));
+  }
+  return { searchUnits: Math.max(1, Math.ceil(chunks / 100)), tokens };
 }
 
 /**
