@@ -14,14 +14,26 @@ let b: OpenAI;
 const AZURE_MODEL = 'openai/text-embedding-3-small';
 // Cohere first (batches of 96 texts), OVH after it.
 const COHERE_THEN_OVH = 'test/embed-cohere-ovh';
+// A provider that ignores (Scaleway) or refuses (Cohere's compatibility API) `dimensions` first, one that honours it after.
+const SCALEWAY_THEN_OVH = 'test/embed-scaleway-ovh';
+const COMPAT_THEN_NEBIUS = 'test/embed-compat-nebius';
+// Cohere's compatibility API alone: no offer can shorten its vectors.
+const COMPAT_ONLY = 'test/embed-compat';
+const PRICE = { prompt_per_1m: 0.01, completion_per_1m: 0, currency: 'EUR' as const };
 
 beforeAll(async () => {
   sim = await startSimulator({ latencyScale: 0 });
   sim.providers.azure?.setModels([...(sim.providers.azure?.models() ?? []), 'text-embedding-3-small']);
+  const cohere = sim.providers.cohere;
+  if (!cohere) throw new Error('no cohere');
   gw = await startGateway({
     sim,
     catalogue: (c) => ({
       ...c,
+      providers: [
+        ...c.providers,
+        { id: 'cohere-compat', type: 'openai', vendor: 'cohere', baseUrl: `${cohere.url}/compatibility/v1`, apiKey: cohere.apiKey, region: 'eu' },
+      ],
       models: [
         ...c.models,
         {
@@ -38,6 +50,32 @@ beforeAll(async () => {
             { provider: 'cohere', upstreamModel: 'embed-multilingual-v3.0', pricing: { prompt_per_1m: 0.1, completion_per_1m: 0, currency: 'EUR' } },
             { provider: 'ovh', upstreamModel: 'bge-m3', pricing: { prompt_per_1m: 0.01, completion_per_1m: 0, currency: 'EUR' } },
           ],
+        },
+        {
+          id: SCALEWAY_THEN_OVH,
+          kind: 'embedding',
+          owned_by: 'test',
+          offers: [
+            { provider: 'scaleway', upstreamModel: 'bge-multilingual-gemma2', pricing: PRICE },
+            { provider: 'ovh', upstreamModel: 'bge-m3', pricing: PRICE },
+          ],
+        },
+        {
+          id: COMPAT_THEN_NEBIUS,
+          kind: 'embedding',
+          owned_by: 'test',
+          beta: true,
+          offers: [
+            { provider: 'cohere-compat', upstreamModel: 'embed-multilingual-v3.0', pricing: PRICE },
+            { provider: 'nebius', upstreamModel: 'BAAI/bge-m3', pricing: PRICE },
+          ],
+        },
+        {
+          id: COMPAT_ONLY,
+          kind: 'embedding',
+          owned_by: 'test',
+          beta: true,
+          offers: [{ provider: 'cohere-compat', upstreamModel: 'embed-multilingual-v3.0', pricing: PRICE }],
         },
       ],
     }),
@@ -152,6 +190,45 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     const native = await post(gw.baseA, { model: 'baai/bge-multilingual-gemma2', input: 'x', dimensions: 3584 }, { 'x-gateway-provider': 'scaleway' });
     expect(native.status).toBe(200);
     expect((native.body as unknown as { data: { embedding: number[] }[] }).data[0]?.embedding).toHaveLength(3584);
+  });
+
+  it('routes dimensions around a provider that ignores or refuses it, to one that honours it, without calling the first', async () => {
+    const before = { scaleway: sim.providers.scaleway?.stats().total ?? 0, cohere: sim.providers.cohere?.stats().total ?? 0 };
+    for (const [model, provider] of [
+      [SCALEWAY_THEN_OVH, 'ovh'],
+      [COMPAT_THEN_NEBIUS, 'nebius'],
+    ] as const) {
+      const { data, response } = await a.embeddings.create({ model, input: ['x', 'y'], dimensions: 256 }).withResponse();
+      expect([model, response.headers.get('x-gateway-provider'), data.data[0]?.embedding.length]).toEqual([model, provider, 256]);
+      // Without dimensions, the configured order stands.
+      const whole = await a.embeddings.create({ model, input: 'x' }).withResponse();
+      expect(whole.response.headers.get('x-gateway-provider')).not.toBe(provider);
+    }
+    // Variant B too (its embeddings beta).
+    const beta = await b.embeddings.create({ model: COMPAT_THEN_NEBIUS, input: 'x', dimensions: 128 }).withResponse();
+    expect([beta.response.headers.get('x-gateway-provider'), beta.data.data[0]?.embedding.length]).toEqual(['nebius', 128]);
+    // Each was asked only the requests without dimensions.
+    expect(sim.providers.scaleway?.stats().total).toBe(before.scaleway + 1);
+    expect(sim.providers.cohere?.stats().total).toBe(before.cohere + 1);
+  });
+
+  it.each([
+    ['A', 'validation_error', () => a],
+    ['B', 'invalid_request', () => b],
+  ])('variant %s: dimensions no offer (or pinned one) can give is the gateway’s own 400 naming it, no upstream call', async (_v, code, client) => {
+    const calls = sim.providers.cohere?.stats().total ?? 0;
+    for (const [model, headers] of [
+      [COMPAT_ONLY, {}],
+      [COMPAT_THEN_NEBIUS, { 'x-gateway-provider': 'cohere-compat' }],
+    ] as const) {
+      const err = (await client()
+        .embeddings.create({ model, input: 'x', dimensions: 256 }, { headers })
+        .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+      expect(err, model).toBeInstanceOf(OpenAI.BadRequestError);
+      expect({ model, code: err.code, param: err.param }).toEqual({ model, code, param: 'dimensions' });
+      expect(err.message).toContain("'dimensions' is not supported by");
+    }
+    expect(sim.providers.cohere?.stats().total).toBe(calls);
   });
 
   it.each([

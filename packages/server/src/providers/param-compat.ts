@@ -106,6 +106,23 @@ export function fieldParam(field: AnswerField): string {
   return field in SHAPES ? SHAPES[field as Shape].param : field;
 }
 
+/**
+ * Whether an embeddings provider gives vectors of the size `dimensions` asks: `yes`; `maybe` where it ignores the
+ * field and answers the model's own size, which serves a request asking that size only; `no` where it refuses it.
+ */
+export type DimensionsSupport = 'yes' | 'maybe' | 'no';
+
+/**
+ * OpenAI-compatible hosts whose embeddings do not take `dimensions` (PROVIDERS.md 5, 10.3): Scaleway lists it as
+ * unsupported and ignores it, Cohere's compatibility API refuses it. The others pass it on.
+ */
+const EMBEDDINGS_DIMENSIONS: Partial<Record<Vendor, DimensionsSupport>> = { scaleway: 'maybe', cohere: 'no' };
+
+/** How an OpenAI-compatible host's embeddings take `dimensions`, before it was seen answering. */
+export function dimensionsSupport(vendor: Vendor): DimensionsSupport {
+  return EMBEDDINGS_DIMENSIONS[vendor] ?? 'yes';
+}
+
 /** Hosts of the OpenAI-compatible providers whose rules differ (PROVIDERS.md 5-8, 10, 12). */
 const HOSTS: readonly [RegExp, OpenAiVendor][] = [
   [/^api\.scaleway\.ai$/i, 'scaleway'],

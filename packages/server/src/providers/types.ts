@@ -1,6 +1,6 @@
 import type { ProviderConfig, ProviderType } from '@gw/schema';
 import type { CancelSignal } from './http-client.js';
-import type { Vendor } from './param-compat.js';
+import type { DimensionsSupport, Vendor } from './param-compat.js';
 
 export interface TokenUsage {
   prompt_tokens: number;
@@ -205,6 +205,11 @@ export interface ProviderAdapter {
   chatStream(body: ChatBody, call: UpstreamCall): Promise<ChatStream>;
   /** Text embeddings; absent where the provider has no embeddings endpoint. */
   embeddings?(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult>;
+  /**
+   * Whether its embeddings of `upstreamModel` can be `dimensions` long, for routing a request that sets it; absent:
+   * the field is passed on (a model that cannot shorten its vectors is the provider's 400).
+   */
+  dimensionsSupport?(upstreamModel: string, dimensions: number): DimensionsSupport;
   /** Document re-ranking; absent where the provider has no rerank endpoint. */
   rerank?(request: RerankRequest, call: UpstreamCall): Promise<RerankResult>;
   /** Whether its rerank truncates each document to `maxTokensPerDoc` (Cohere's); other adapters do not send it. */

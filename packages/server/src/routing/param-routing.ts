@@ -1,5 +1,5 @@
 import { GatewayError } from '../errors/gateway-error.js';
-import { type AnswerField, answerFieldsUsed, describeField, fieldParam, refusedField, type Vendor } from '../providers/param-compat.js';
+import { type AnswerField, answerFieldsUsed, type DimensionsSupport, describeField, fieldParam, refusedField, type Vendor } from '../providers/param-compat.js';
 import type { Offer, RegistryModel } from './registry.js';
 
 /**
@@ -21,6 +21,33 @@ export function offersTakingFields(
     return vendor === undefined || refusedField(vendor, used) === null;
   };
   return keepOffers(model, pin, takes, (scope) => noOfferTakes(model, used, scope, adapters, pin));
+}
+
+/**
+ * The embedding model with only the offers that can answer vectors `dimensions` long: one whose provider refuses the
+ * field, or ignores it (its vectors are the model's own size), is left out before planning, as chat's answer fields
+ * are. One that ignores it is still tried where no offer in scope is known to honour it (the size asked may be the
+ * one it answers). Throws a 400 naming the field when none is left.
+ */
+export function offersGivingDimensions(
+  model: RegistryModel,
+  dimensions: number,
+  adapters: ReadonlyMap<string, { dimensionsSupport?(upstreamModel: string, dimensions: number): DimensionsSupport }>,
+  pin: string | null,
+): RegistryModel {
+  const support = (o: Offer): DimensionsSupport => adapters.get(o.provider)?.dimensionsSupport?.(o.upstreamModel, dimensions) ?? 'yes';
+  const sure = model.offers.some((o) => (pin === null || o.provider === pin) && support(o) === 'yes');
+  return keepOffers(
+    model,
+    pin,
+    sure ? (o) => support(o) === 'yes' : (o) => support(o) !== 'no',
+    () =>
+      new GatewayError(
+        'validation',
+        `'dimensions' is not supported by ${refusedWhere(model, pin)}: its vectors cannot be shortened there. Leave it out for the model's full-size vectors.`,
+        { param: 'dimensions' },
+      ),
+  );
 }
 
 /**

@@ -7,6 +7,7 @@ import { warnOnFailure } from '../../lib/error-summary.js';
 import type { EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall } from '../../providers/types.js';
 import { estimateTokens } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
+import { offersGivingDimensions } from '../../routing/param-routing.js';
 import { planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { growBudgetHold, reserveBudget } from '../budget.js';
@@ -77,7 +78,9 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
       const options = routeOptions(services, request);
       // At most the context per text: Cohere bills a longer one as the context, the others refuse it unbilled.
       const promptTokens = estimateTokens(input, 3, model.context_window);
-      const plan = planOffers(model, options, { promptTokens, maxTokens: 0 });
+      // Offers that cannot give the size asked are left out before planning, so that none is tried first and refuses it.
+      const servable = body.dimensions == null ? model : offersGivingDimensions(model, body.dimensions, services.adapters, options.pin);
+      const plan = planOffers(servable, options, { promptTokens, maxTokens: 0 });
       // Set before anything is awaited, so that a client leaving meanwhile leaves a keyed request running, recorded at its end.
       const signal = keyedRequestSignal(services, request, reply);
       let settleBeta: ((tokens: number) => Promise<void>) | null = null;

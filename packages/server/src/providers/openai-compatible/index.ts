@@ -3,7 +3,7 @@ import { listCohereModels } from '../cohere/models.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
-import { strippedKeys, type Vendor, vendorOf } from '../param-compat.js';
+import { type DimensionsSupport, dimensionsSupport, strippedKeys, type Vendor, vendorOf } from '../param-compat.js';
 import type {
   ChatBody,
   ChatCompletion,
@@ -116,6 +116,13 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       throw dimensionsIgnored(this.id, model, got);
     }
     return result;
+  }
+
+  /** The provider's rule (PROVIDERS.md), unless the model was seen answering one size whatever was asked. */
+  dimensionsSupport(upstreamModel: string, dimensions: number): DimensionsSupport {
+    const known = this.ignoresDimensions.get(upstreamModel);
+    if (known !== undefined) return known === dimensions ? 'yes' : 'no';
+    return dimensionsSupport(this.vendor);
   }
 
   async rerank(request: RerankRequest, call: UpstreamCall): Promise<RerankResult> {
