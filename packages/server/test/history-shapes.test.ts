@@ -1,28 +1,17 @@
-import type OpenAI from 'openai';
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
-import { openAiClients } from './helpers/sdk.js';
+import { describe, expect, it } from 'vitest';
+import { sdkGatewayPerFile } from './helpers/sdk.js';
 
 /** Conversation histories one provider answers in its own shape, replayed to another that refuses that shape. */
 
-let gw: TestGateway;
-let clients: { a: OpenAI; b: OpenAI };
-
-beforeAll(async () => {
-  gw = await startGateway();
-  clients = openAiClients(gw, (await gw.createKey({ rateLimitRpm: 10_000 })).key);
-}, 60_000);
-afterAll(async () => {
-  await gw?.close();
-});
+const ctx = sdkGatewayPerFile();
 
 const pin = (provider: string) => ({ headers: { 'X-Gateway-Provider': provider } });
-const lastBody = (id: string) => gw.sim.providers[id]?.stats().last?.body as { messages: Record<string, unknown>[] };
+const lastBody = (id: string) => ctx.gw.sim.providers[id]?.stats().last?.body as { messages: Record<string, unknown>[] };
 
 /** POSTs `messages` to the simulated Azure deployment itself. */
 async function azureDirect(messages: unknown[]): Promise<{ status: number; body: unknown }> {
-  const p = gw.sim.providers['azure'];
+  const p = ctx.gw.sim.providers['azure'];
   if (!p) throw new Error('no azure');
   const res = await fetch(`${p.baseUrl}/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21`, {
     method: 'POST',
@@ -52,7 +41,7 @@ describe("Mistral's thinking parts in an assistant message of the history", () =
   });
 
   it('are left out for Azure and vLLM hosts as for Mistral, the text kept', async () => {
-    for (const [variant, client] of Object.entries(clients)) {
+    for (const [variant, client] of Object.entries(ctx.clients)) {
       for (const [model, provider] of [
         ['openai/gpt-4o-mini', 'azure'],
         ['mistral/small', 'scaleway'],
@@ -80,7 +69,7 @@ describe("Mistral's thinking parts in an assistant message of the history", () =
       { role: 'assistant', content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'hmm' }] }] },
       { role: 'user', content: 'Well?' },
     ] as unknown as ChatCompletionMessageParam[];
-    const got = await clients.a.chat.completions.create({ model: 'openai/gpt-4o-mini', messages: parts, max_tokens: 20 });
+    const got = await ctx.clients.a.chat.completions.create({ model: 'openai/gpt-4o-mini', messages: parts, max_tokens: 20 });
     expect(got.choices[0]?.finish_reason).toBe('stop');
     const sent = lastBody('azure').messages;
     expect([sent[1]?.['content'], sent[3]?.['content']]).toEqual([[{ type: 'refusal', refusal: 'No.' }], '']);
@@ -88,7 +77,7 @@ describe("Mistral's thinking parts in an assistant message of the history", () =
 });
 
 describe('an assistant message of the history with an empty tool_calls list', () => {
-  // What a vLLM host answers when no tool is called, and what clients built on such answers send back.
+  // What a vLLM host answers when no tool is called, and what ctx.clients built on such answers send back.
   const history = [
     { role: 'user', content: 'Hello' },
     { role: 'assistant', content: 'Hi!', tool_calls: [] },
@@ -102,7 +91,7 @@ describe('an assistant message of the history with an empty tool_calls list', ()
   });
 
   it('is sent without the list, which says no call as its absence does, whole or streamed', async () => {
-    for (const [variant, client] of Object.entries(clients)) {
+    for (const [variant, client] of Object.entries(ctx.clients)) {
       const messages = history as ChatCompletionMessageParam[];
       const got = await client.chat.completions.create({ model: 'openai/gpt-4o-mini', messages, max_tokens: 20 });
       expect([variant, got.choices[0]?.finish_reason, lastBody('azure').messages[1]]).toEqual([variant, 'stop', { role: 'assistant', content: 'Hi!' }]);

@@ -1,34 +1,23 @@
 import OpenAI from 'openai';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
-import { openAiClients } from './helpers/sdk.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { resetProviders } from './helpers/gateway.js';
+import { sdkGatewayPerFile } from './helpers/sdk.js';
 
 // What OpenAI's API refuses with a 400 naming the parameter is refused here too, in each variant's envelope, before any
 // provider is asked: a provider may take the value, or refuse it in its own words (Azure's 400 says `param: null`).
-let gw: TestGateway;
-let a: OpenAI;
-let b: OpenAI;
-
-beforeAll(async () => {
-  gw = await startGateway();
-  const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
-  ({ a, b } = openAiClients(gw, key));
-}, 60_000);
-afterAll(async () => {
-  await gw?.close();
-});
-beforeEach(() => resetProviders(gw.sim));
+const ctx = sdkGatewayPerFile();
+beforeEach(() => resetProviders(ctx.gw.sim));
 
 type Params = Omit<OpenAI.Chat.ChatCompletionCreateParamsNonStreaming, 'model' | 'messages'>;
 const variants = [
   ['A', 'validation_error'],
   ['B', 'invalid_request'],
 ] as const;
-const client = (variant: 'A' | 'B') => (variant === 'A' ? a : b);
+const client = (variant: 'A' | 'B') => (variant === 'A' ? ctx.clients.a : ctx.clients.b);
 // Served by Azure in the demo catalogue: the provider whose own 400s name no parameter.
 const MODEL = 'openai/gpt-4o-mini';
 const messages = [{ role: 'user' as const, content: 'one two three' }];
-const chats = () => Object.values(gw.sim.providers).reduce((n, p) => n + (p?.stats().byEndpoint.chat ?? 0), 0);
+const chats = () => Object.values(ctx.gw.sim.providers).reduce((n, p) => n + (p?.stats().byEndpoint.chat ?? 0), 0);
 
 async function refusal(variant: 'A' | 'B', params: Params) {
   const err = await client(variant)
@@ -179,7 +168,7 @@ describe("a provider's refusal that names a parameter", () => {
       if (!(err instanceof OpenAI.BadRequestError)) throw new Error(`expected a 400, got ${String(err)}`);
       expect([err.code, err.param]).toEqual([code, 'messages[1].tool_calls[0].type']);
       expect((err.error as { message?: string }).message).toContain("Missing required parameter: 'messages[1].tool_calls[0].type'.");
-      expect(gw.sim.providers.azure?.stats().byEndpoint.chat).toBe(1);
+      expect(ctx.gw.sim.providers.azure?.stats().byEndpoint.chat).toBe(1);
     });
   }
 });

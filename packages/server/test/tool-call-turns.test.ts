@@ -1,21 +1,10 @@
-import type OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
-import { openAiClients } from './helpers/sdk.js';
+import { describe, expect, it } from 'vitest';
+import { sdkGatewayPerFile } from './helpers/sdk.js';
 
-/** Tool-call turns as clients carry them from one provider to the next: what one answers, the next must take. */
+/** Tool-call turns as ctx.clients carry them from one provider to the next: what one answers, the next must take. */
 
-let gw: TestGateway;
-let clients: { a: OpenAI; b: OpenAI };
-
-beforeAll(async () => {
-  gw = await startGateway();
-  clients = openAiClients(gw, (await gw.createKey({ rateLimitRpm: 10_000 })).key);
-}, 60_000);
-afterAll(async () => {
-  await gw?.close();
-});
+const ctx = sdkGatewayPerFile();
 
 const weather: ChatCompletionTool = {
   type: 'function',
@@ -25,7 +14,7 @@ const pin = (provider: string) => ({ headers: { 'X-Gateway-Provider': provider }
 
 describe("Mistral's tool calls, which come without a type", () => {
   it('are answered typed, so that the SDK runs the tool and Azure takes the call back on the next turn', async () => {
-    for (const [variant, client] of Object.entries(clients)) {
+    for (const [variant, client] of Object.entries(ctx.clients)) {
       const messages: ChatCompletionMessageParam[] = [{ role: 'user', content: 'Weather in Paris?' }];
       const first = await client.chat.completions.create(
         { model: 'mistral/small', messages, tools: [weather], tool_choice: 'required', max_tokens: 30 },
@@ -42,7 +31,7 @@ describe("Mistral's tool calls, which come without a type", () => {
 
   it("are run by the SDK's tool runner", async () => {
     const ran: string[] = [];
-    const runner = clients.a.chat.completions.runTools(
+    const runner = ctx.clients.a.chat.completions.runTools(
       {
         model: 'mistral/small',
         messages: [{ role: 'user', content: 'Weather in Paris?' }],

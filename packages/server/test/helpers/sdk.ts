@@ -1,7 +1,24 @@
 import OpenAI from 'openai';
-import type { TestGateway } from './gateway.js';
+import { afterAll, beforeAll } from 'vitest';
+import { startGateway, type TestGateway } from './gateway.js';
 
 /** The official SDK pointed at both variants of `gw` with `apiKey`, retries off (a test counts every request). */
 export function openAiClients(gw: Pick<TestGateway, 'baseA' | 'baseB'>, apiKey: string): { a: OpenAI; b: OpenAI } {
   return { a: new OpenAI({ apiKey, baseURL: gw.baseA, maxRetries: 0 }), b: new OpenAI({ apiKey, baseURL: gw.baseB, maxRetries: 0 }) };
+}
+
+/**
+ * For a test file: a demo gateway started before its tests and closed after them, with a key of 10,000 requests a
+ * minute and the SDK pointed at both variants (the fields are there once the file's tests run).
+ */
+export function sdkGatewayPerFile(): { gw: TestGateway; clients: { a: OpenAI; b: OpenAI } } {
+  const ctx = {} as { gw: TestGateway; clients: { a: OpenAI; b: OpenAI } };
+  beforeAll(async () => {
+    ctx.gw = await startGateway();
+    ctx.clients = openAiClients(ctx.gw, (await ctx.gw.createKey({ rateLimitRpm: 10_000 })).key);
+  }, 60_000);
+  afterAll(async () => {
+    await ctx.gw?.close();
+  });
+  return ctx;
 }
