@@ -5,6 +5,7 @@
  * place of the characters of their base64, which held about a token per
  * 2.3 bytes of media (a few seconds of WAV held a hundred thousand tokens).
  */
+import { wavByteRate } from './transcript-render.js';
 
 /** The most an image costs among the EU hosts' vision models: Pixtral's 1024 x 1024 limit in 16-pixel patches, with its row breaks. */
 export const MEDIA_PART_TOKENS = 64 * 65;
@@ -117,13 +118,9 @@ function decodedBytes(b64: string): number {
  */
 function audioSeconds(b64: string): number {
   const bytes = decodedBytes(b64);
-  // RIFF header (12 bytes) then the fmt chunk's header (8) and fields; the byte rate sits at 28-31: 48 base64 characters are 36 bytes.
-  const head = b64.startsWith('UklGR') ? Buffer.from(b64.slice(0, 48), 'base64') : null;
-  if (head !== null && head.length >= 32 && head.toString('latin1', 8, 16) === 'WAVEfmt ') {
-    const byteRate = head.readUInt32LE(28);
-    if (byteRate >= MIN_AUDIO_BYTES_PER_SECOND) return bytes / byteRate;
-  }
-  return bytes / MIN_AUDIO_BYTES_PER_SECOND;
+  // The RIFF header (12 bytes) and a first `fmt ` chunk's header (8) and fields (16): 48 base64 characters are 36 bytes.
+  const byteRate = b64.startsWith('UklGR') ? wavByteRate(Buffer.from(b64.slice(0, 48), 'base64')) : null;
+  return bytes / (byteRate !== null && byteRate >= MIN_AUDIO_BYTES_PER_SECOND ? byteRate : MIN_AUDIO_BYTES_PER_SECOND);
 }
 
 /**

@@ -1,4 +1,5 @@
 import { type Command, Redis, type RedisOptions } from 'ioredis';
+import { waitAtMost } from '../lib/wait-at-most.js';
 import type { Bus } from './types.js';
 
 /**
@@ -58,10 +59,10 @@ export async function connectRedis(url: string, options: RedisOptions = FAST_FAI
   });
   // Start anyway: the client keeps reconnecting, and callers fail open meanwhile. A Redis that takes the connection but
   // does not answer (stalled, paused) never settles connect(): its ready check waits for a reply, and the start with it.
-  const connected = client.connect().catch(() => {});
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([connected, new Promise((r) => (timer = setTimeout(r, CONNECT_WAIT_MS)))]);
-  clearTimeout(timer);
+  await waitAtMost(
+    client.connect().catch(() => {}),
+    CONNECT_WAIT_MS,
+  );
   return client;
 }
 

@@ -54,8 +54,7 @@ export function streamErrorEvent(provider: string, message: string, body: unknow
  * (Mistral); without one, 400 for the type OpenAI's envelope gives a refused request (Nebius's, Mistral's own).
  */
 function streamErrorStatus(body: unknown): number | undefined {
-  const outer = body !== null && typeof body === 'object' ? (body as Record<string, unknown>) : {};
-  const inner = outer['error'] !== null && typeof outer['error'] === 'object' ? (outer['error'] as Record<string, unknown>) : outer;
+  const inner = errorObject(body) ?? (body !== null && typeof body === 'object' ? (body as Record<string, unknown>) : {});
   for (const name of ['code', 'status', 'raw_status_code']) {
     const v = inner[name];
     const n = typeof v === 'number' ? v : typeof v === 'string' && /^[1-5]\d\d$/.test(v) ? Number(v) : Number.NaN;
@@ -103,9 +102,14 @@ const MAX_PARAM_CHARS = 200;
  * vLLM's, Scaleway's): passed on as the client's error's `param`, as OpenAI's own refusal would carry it.
  */
 function paramOf(body: unknown): { param?: string } {
-  const error = body !== null && typeof body === 'object' ? (body as { error?: unknown }).error : undefined;
-  const param = error !== null && typeof error === 'object' ? (error as { param?: unknown }).param : undefined;
+  const param = errorObject(body)?.['param'];
   return typeof param === 'string' && param !== '' && param.length <= MAX_PARAM_CHARS ? { param } : {};
+}
+
+/** OpenAI's error envelope's inner object (`{"error": {...}}`), or null where the body has none. */
+function errorObject(body: unknown): Record<string, unknown> | null {
+  const error = body !== null && typeof body === 'object' ? (body as { error?: unknown }).error : undefined;
+  return error !== null && typeof error === 'object' ? (error as Record<string, unknown>) : null;
 }
 
 /** A whole (non-streamed) completion: its choices and no error; its text would say nothing to a client as a message. */

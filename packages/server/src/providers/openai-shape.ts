@@ -54,3 +54,18 @@ export function fillSamplingDefaults(upstream: Record<string, unknown>): Record<
   upstream['top_p'] ??= 1;
   return upstream;
 }
+
+/** Whether a content part is one of Mistral's `thinking` parts (its reasoning, in an assistant message's content array). */
+export function isThinkingPart(part: unknown): boolean {
+  return (part as { type?: unknown } | null)?.type === 'thinking';
+}
+
+/**
+ * An assistant message's content parts without Mistral's `thinking` ones, which no provider takes back; text parts
+ * alone become the string they make, as an answer's content is (`""` for none).
+ */
+export function withoutThinking(content: unknown[]): unknown {
+  const kept = content.filter((part) => !isThinkingPart(part));
+  const allText = kept.every((part) => (part as { type?: unknown } | null)?.type === 'text');
+  return allText ? kept.map((part) => String((part as { text?: unknown }).text ?? '')).join('') : kept;
+}

@@ -1,4 +1,5 @@
 import type { GatewayFileConfig, ModelConfig, ModelKind, Pricing } from '@gw/schema';
+import { waitAtMost } from '../lib/wait-at-most.js';
 import type { ProviderAdapter } from '../providers/types.js';
 
 /** One provider's offer of a model, as the registry holds it while the provider lists it. */
@@ -182,10 +183,6 @@ export class ModelRegistry {
     if (keep === null) return;
     const fresh = [...next.values()].filter((m) => !this.createdKept.has(m.id));
     if (fresh.length === 0) return;
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, CREATED_TIMEOUT_MS);
-    });
     const adopted = Promise.all(
       fresh.map((m) =>
         keep(m.id, m.created).then(
@@ -198,8 +195,7 @@ export class ModelRegistry {
         ),
       ),
     );
-    await Promise.race([adopted, late]);
-    clearTimeout(timer);
+    await waitAtMost(adopted, CREATED_TIMEOUT_MS);
   }
 
   private toEntry(model: ModelConfig): RegistryModel {

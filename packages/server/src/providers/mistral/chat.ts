@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { JsonResponse } from '../http-client.js';
-import { mapFinishReason, mapToolCalls, withChoices } from '../openai-shape.js';
+import { mapFinishReason, mapToolCalls, withChoices, withoutThinking } from '../openai-shape.js';
 import type { ChatBody, ChatCompletion, TokenUsage } from '../types.js';
 import { mistralError } from './errors.js';
 
@@ -99,12 +99,6 @@ function toMistralMessage(message: unknown): unknown {
   if (role === 'assistant' && Array.isArray(out['tool_calls'])) out['tool_calls'] = out['tool_calls'].map(toMistralToolCall);
   if (role === 'tool' && typeof out['tool_call_id'] === 'string') out['tool_call_id'] = mistralToolId(out['tool_call_id']);
   return out;
-}
-
-function withoutThinking(content: unknown[]): unknown {
-  const kept = content.filter((c) => (c as { type?: unknown } | null)?.type !== 'thinking');
-  const allText = kept.every((c) => (c as { type?: unknown } | null)?.type === 'text');
-  return allText ? kept.map((c) => String((c as { text?: unknown }).text ?? '')).join('') : kept;
 }
 
 function toMistralToolCall(call: unknown): unknown {

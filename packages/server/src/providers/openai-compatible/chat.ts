@@ -1,5 +1,5 @@
 import type { JsonResponse } from '../http-client.js';
-import { isOpenAiFinishReason, mapFinishReason, mapToolCalls, withChoices } from '../openai-shape.js';
+import { isOpenAiFinishReason, isThinkingPart, mapFinishReason, mapToolCalls, withChoices, withoutThinking } from '../openai-shape.js';
 import { opensWithThinkTag, splitThinkTags } from '../think-tags.js';
 import type { ChatBody, ChatCompletion } from '../types.js';
 import { httpError } from './errors.js';
@@ -45,17 +45,6 @@ function toUpstreamMessage(message: unknown): unknown {
   if (developer) rest['role'] = 'system';
   if (thinking) rest['content'] = withoutThinking(m['content'] as unknown[]);
   return rest;
-}
-
-function isThinkingPart(part: unknown): boolean {
-  return (part as { type?: unknown } | null)?.type === 'thinking';
-}
-
-/** The parts but the thinking ones; text parts alone become the string they make, as an answer's content is (`""` for none). */
-function withoutThinking(content: unknown[]): unknown {
-  const kept = content.filter((part) => !isThinkingPart(part));
-  const allText = kept.every((part) => (part as { type?: unknown } | null)?.type === 'text');
-  return allText ? kept.map((part) => String((part as { text?: unknown }).text ?? '')).join('') : kept;
 }
 
 export function parseChatCompletion(provider: string, res: JsonResponse): ChatCompletion {
