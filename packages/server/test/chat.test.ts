@@ -52,7 +52,10 @@ describe('chat completions through the official openai SDK', () => {
     // The provider (vLLM) answers an empty tool_calls list; OpenAI leaves the field out when there are none.
     expect(data.choices[0]?.message).not.toHaveProperty('tool_calls');
     expect(data.usage?.total_tokens).toBeGreaterThan(0);
-    expect(response.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{24}$/);
+    const requestId = response.headers.get('x-request-id') ?? '';
+    expect(requestId).toMatch(/^req_[0-9a-f]{28}$/);
+    // Time-ordered: the id starts with the milliseconds at which the request came (the usage table's key grows at its end).
+    expect(Math.abs(Number.parseInt(requestId.slice(4, 16), 16) - Date.now())).toBeLessThan(10_000);
     expect(response.headers.get('x-gateway-provider')).toBe('scaleway');
     expect(response.headers.get('x-gateway-region')).toBeNull();
     expect(response.headers.get('server-timing')).toMatch(/^gw;desc="gateway";dur=[\d.]+, upstream;dur=[\d.]+, total;dur=[\d.]+$/);

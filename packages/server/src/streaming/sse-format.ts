@@ -57,7 +57,8 @@ export function eventId(streamId: string, seq: number): string {
   return `${streamId}:${seq}`;
 }
 
+/** A stream id is its request's id: 28 hex digits, or 24 for a stream begun by an instance of an earlier release. */
 export function parseEventId(raw: string): { streamId: string; seq: number } | null {
-  const m = /^(req_[0-9a-f]{24}):(\d{1,9})$/.exec(raw.trim());
+  const m = /^(req_[0-9a-f]{24}(?:[0-9a-f]{4})?):(\d{1,9})$/.exec(raw.trim());
   return m ? { streamId: m[1] as string, seq: Number(m[2]) } : null;
 }
