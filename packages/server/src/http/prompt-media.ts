@@ -5,6 +5,7 @@
  * place of the characters of their base64, which held about a token per
  * 2.3 bytes of media (a few seconds of WAV held a hundred thousand tokens).
  */
+import { HEAD_BYTES } from './audio-container.js';
 import { wavByteRate } from './transcript-render.js';
 
 /** The most an image costs among the EU hosts' vision models: Pixtral's 1024 x 1024 limit in 16-pixel patches, with its row breaks. */
@@ -15,6 +16,9 @@ export const AUDIO_TOKENS_PER_SECOND = 32;
 
 /** Bytes per second of the most compact audio taken for duration when the file does not say it: Opus at its lowest, 6 kbit/s. */
 const MIN_AUDIO_BYTES_PER_SECOND = 750;
+
+/** The base64 of as many bytes as an upload's head ({@link HEAD_BYTES}): enough to find a WAV's `fmt ` chunk past a `JUNK` or `bext`. */
+const HEAD_BASE64_CHARS = Math.ceil(HEAD_BYTES / 3) * 4;
 
 /** A page of a document: an image of it, as any image counts, and a dense page's text (3,000 characters). */
 export const DOCUMENT_PAGE_TOKENS = MEDIA_PART_TOKENS + 1000;
@@ -118,8 +122,8 @@ function decodedBytes(b64: string): number {
  */
 function audioSeconds(b64: string): number {
   const bytes = decodedBytes(b64);
-  // The RIFF header (12 bytes) and a first `fmt ` chunk's header (8) and fields (16): 48 base64 characters are 36 bytes.
-  const byteRate = b64.startsWith('UklGR') ? wavByteRate(Buffer.from(b64.slice(0, 48), 'base64')) : null;
+  // As much of the file's start as an upload's is read for it, never the whole file: the `fmt ` chunk may come after others.
+  const byteRate = b64.startsWith('UklGR') ? wavByteRate(Buffer.from(b64.slice(0, HEAD_BASE64_CHARS), 'base64')) : null;
   return bytes / (byteRate !== null && byteRate >= MIN_AUDIO_BYTES_PER_SECOND ? byteRate : MIN_AUDIO_BYTES_PER_SECOND);
 }
 
