@@ -1,6 +1,7 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DOCUMENT_PAGE_TOKENS, MEDIA_PART_TOKENS } from '../src/http/prompt-media.js';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
 import { wav, withChunkBeforeFmt } from './helpers/audio.js';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
@@ -24,6 +25,7 @@ function audioOf(body: string): Buffer[] {
     for (const part of m.content as { type: string; input_audio?: string | { data: string } }[]) {
       if (part.type !== 'input_audio' || part.input_audio === undefined) continue;
       const data = typeof part.input_audio === 'string' ? part.input_audio : part.input_audio.data;
+      if (data.startsWith('https://')) continue;
       files.push(Buffer.from(data.startsWith('data:') ? data.slice(data.indexOf(',') + 1) : data, 'base64'));
     }
   }
@@ -66,7 +68,7 @@ beforeAll(async () => {
       ],
     }),
   });
-}, 30_000);
+}, 60_000);
 
 afterAll(async () => {
   await gw?.close();
@@ -107,6 +109,38 @@ describe('inline WAV audio in a chat prompt', () => {
         expect(answer.usage?.prompt_tokens).toBe(10 + 320);
         expect(await spentOf(id)).toBeCloseTo(((10 + 320) * PRICE.prompt_per_1m + COMPLETION_TOKENS * PRICE.completion_per_1m) / 1e6, 12);
       }
+    });
+  }
+});
+
+describe('audio and documents given by URL in a chat prompt', () => {
+  const text = ask({ type: 'text', text: 'Please.' });
+  // By URL the gateway sees no media, the provider fetches it and counts it: as an image (audio), as a page (a document).
+  const byUrl: [string, Part, number][] = [
+    ['audio (Mistral’s input_audio string)', { type: 'input_audio', input_audio: 'https://e.x/meeting.wav' } as unknown as Part, MEDIA_PART_TOKENS],
+    ['audio (OpenAI’s input_audio object)', { type: 'input_audio', input_audio: { data: 'https://e.x/meeting.wav', format: 'wav' } }, MEDIA_PART_TOKENS],
+    ['a document (Mistral’s document_url)', { type: 'document_url', document_url: 'https://e.x/report.pdf' } as unknown as Part, DOCUMENT_PAGE_TOKENS],
+    ['a document (OpenAI’s file part)', { type: 'file', file: { file_data: 'https://e.x/report.pdf', filename: 'report.pdf' } }, DOCUMENT_PAGE_TOKENS],
+  ];
+
+  for (const [name, part, tokens] of byUrl) {
+    it(`holds ${name} as what the provider counts for it, not its URL’s characters`, async () => {
+      // Room for the same request without the part, and for half of what the part holds.
+      const { key } = await gw.createKey({ budget: worstOf(text) + ((tokens / 2) * PRICE.prompt_per_1m) / 1e6, rateLimitRpm: 1000 });
+      const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+      const create = (messages: ReturnType<typeof ask>) => client.chat.completions.create({ model: 'test/omni', max_tokens: MAX_TOKENS, messages });
+      const refused = await create(ask(part)).then(
+        () => null,
+        (err: unknown) => err,
+      );
+      expect(refused).toBeInstanceOf(OpenAI.APIError);
+      expect((refused as InstanceType<typeof OpenAI.APIError>).status).toBe(402);
+      expect((refused as InstanceType<typeof OpenAI.APIError>).code).toBe('budget_exceeded');
+      expect((await create(text)).choices[0]?.message.content).toBe('a tone');
+      // With room for the part's hold it is served.
+      const roomy = await gw.createKey({ budget: 2 * worstOf(ask(part)), rateLimitRpm: 1000 });
+      const served = new OpenAI({ apiKey: roomy.key, baseURL: gw.baseA, maxRetries: 0 });
+      expect((await served.chat.completions.create({ model: 'test/omni', max_tokens: MAX_TOKENS, messages: ask(part) })).usage?.prompt_tokens).toBe(10);
     });
   }
 });

@@ -43,8 +43,11 @@ type Part = {
  * {@link MEDIA_PART_TOKENS}; inline audio (OpenAI's `input_audio: { data,
  * format }`, Mistral's `input_audio` string) its duration; an inline
  * document (OpenAI's `file: { file_data }`, Mistral's `document_url` as a
- * data URL) its pages. Null when there are none, so that a request without
- * media is measured as before, with nothing allocated.
+ * data URL) its pages. Audio by URL counts as an image, a document by URL
+ * as a page: the provider fetches and counts what the gateway does not
+ * see, and its URL's characters held a few tokens. Null when there are
+ * none, so that a request without media is measured as before, with
+ * nothing allocated.
  */
 export function promptMedia(messages: unknown[]): PromptMedia | null {
   let media: PromptMedia | null = null;
@@ -62,14 +65,22 @@ export function promptMedia(messages: unknown[]): PromptMedia | null {
       } else if (type === 'input_audio') {
         const audio = part?.input_audio;
         const data = typeof audio === 'string' ? audio : (audio as { data?: unknown } | null)?.data;
-        if (typeof data !== 'string' || isRemote(data)) continue;
+        if (typeof data !== 'string') continue;
         media ??= { tokens: 0, inline: false };
+        if (isRemote(data)) {
+          media.tokens += MEDIA_PART_TOKENS;
+          continue;
+        }
         media.tokens += Math.ceil(audioSeconds(base64Of(data))) * AUDIO_TOKENS_PER_SECOND;
         media.inline = true;
       } else if (type === 'file' || type === 'document_url') {
         const data = type === 'file' ? part?.file?.file_data : part?.document_url;
-        if (typeof data !== 'string' || isRemote(data)) continue;
+        if (typeof data !== 'string') continue;
         media ??= { tokens: 0, inline: false };
+        if (isRemote(data)) {
+          media.tokens += DOCUMENT_PAGE_TOKENS;
+          continue;
+        }
         media.tokens += documentTokens(base64Of(data));
         media.inline = true;
       }
