@@ -223,6 +223,91 @@ describe('a conversation whose last message is system or developer, which Mistra
   });
 });
 
+describe('a user or system message right after a tool result, which Mistral refuses (code 3230) and its other hosts take', () => {
+  type Message = OpenAI.Chat.ChatCompletionMessageParam;
+  const call = { id: 'call_weather1', type: 'function' as const, function: { name: 'weather', arguments: '{"city":"Paris"}' } };
+  const toolTurn: Message[] = [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [call] },
+    { role: 'tool', tool_call_id: call.id, content: 'Sunny, 21 °C' },
+  ];
+  const next: Message = { role: 'user', content: 'And tomorrow?' };
+  const shapes: [string, Message[]][] = [
+    ['user after tool', [...toolTurn, next]],
+    ['system after tool', [...toolTurn, { role: 'system', content: 'Answer in French.' }, next]],
+    // The functions API's result is sent as a tool result.
+    [
+      'user after function',
+      [
+        toolTurn[0] as Message,
+        { role: 'assistant', content: null, function_call: { name: 'weather', arguments: '{}' } },
+        { role: 'function', name: 'weather', content: 'Sunny' },
+        next,
+      ],
+    ],
+  ];
+
+  it('is refused by the simulated Mistral as Mistral refuses it', async () => {
+    const mistral = sim.providers.mistral;
+    if (!mistral) throw new Error('no mistral');
+    const res = await fetch(`${mistral.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${mistral.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'mistral-small-latest',
+        messages: [
+          { role: 'user', content: 'Weather in Paris?' },
+          { role: 'assistant', content: '', tool_calls: [{ id: 'abcDEF123', type: 'function', function: { name: 'weather', arguments: '{}' } }] },
+          { role: 'tool', tool_call_id: 'abcDEF123', content: 'Sunny' },
+          next,
+        ],
+      }),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      object: 'error',
+      message: "Unexpected role 'user' after role 'tool'",
+      type: 'invalid_request_message_order',
+      param: null,
+      code: '3230',
+    });
+  });
+
+  it('is routed around Mistral, with no attempt there, to another host of the model, whole or streamed', async () => {
+    for (const [name, client] of variants()) {
+      for (const [shape, conversation] of shapes) {
+        // test/nemo is served by Mistral first, then Scaleway.
+        const { data, response } = await client.chat.completions.create({ model: DUO, messages: conversation, max_tokens: 20 }).withResponse();
+        expect([name, shape, response.headers.get('x-gateway-provider'), data.choices[0]?.finish_reason]).toEqual([name, shape, 'scaleway', 'stop']);
+      }
+      const stream = await client.chat.completions.create({ model: DUO, messages: [...toolTurn, next], max_tokens: 20, stream: true });
+      let text = '';
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+      expect(text).not.toBe('');
+    }
+    expect(chats('mistral')).toBe(0);
+    // A tool result answered by the assistant before the next user message is Mistral's as ever.
+    const answered: Message[] = [...toolTurn, { role: 'assistant', content: 'Sunny, 21 °C.' }, next];
+    const { response } = await a.chat.completions.create({ model: DUO, messages: answered, max_tokens: 20 }).withResponse();
+    expect(response.headers.get('x-gateway-provider')).toBe('mistral');
+  });
+
+  it("passes Mistral's 400 on as the client's 400 where only Mistral serves the model, or the request pins it to Mistral", async () => {
+    for (const [name, client] of variants()) {
+      const code = name === 'A' ? 'validation_error' : 'invalid_request';
+      const only = await client.chat.completions.create({ model: 'mistral/large', messages: [...toolTurn, next] }).catch((e: unknown) => e as ApiError);
+      expect([only.status, only.code]).toEqual([400, code]);
+      expect(only.message).toContain("Unexpected role 'user' after role 'tool'");
+      const pinned = await client.chat.completions
+        .create({ model: SMALL, messages: [...toolTurn, next], stream: true }, { headers: { 'X-Gateway-Provider': 'mistral' } })
+        .catch((e: unknown) => e as ApiError);
+      expect([pinned.status, pinned.code]).toEqual([400, code]);
+      expect(pinned.message).toContain("Unexpected role 'user' after role 'tool'");
+    }
+    expect(chats('mistral')).toBe(4);
+  });
+});
+
 describe('the compatibility table', () => {
   it('tells the provider by its host', () => {
     const cases: [string, string][] = [

@@ -35,6 +35,10 @@ const SHAPES = {
   // (PROVIDERS.md 3.3); OpenAI's API and vLLM hosts take it. Moving the message or giving it another role would change
   // what the model reads, so there is no exact translation (a last assistant message has one: `prefix`).
   last_system: { says: "a conversation whose last message is 'system' or 'developer'", param: 'messages' },
+  // Mistral: 400 "Unexpected role 'user' after role 'tool'" (code 3230, type invalid_request_message_order); OpenAI's API
+  // and vLLM hosts take a user (or system) message right after a tool result. Told by the walk the chat route already
+  // makes of the messages, and only preferred: a provider's own refusal stays the client's 400 where none takes it.
+  after_tool: { says: "a 'user' or 'system' message right after a 'tool' message", param: 'messages' },
 } as const;
 
 type Shape = keyof typeof SHAPES;
@@ -52,7 +56,7 @@ interface Refusals {
 const TABLE: Partial<Record<Vendor, Refusals>> = {
   // Its adapter sends only Mistral's own keys, so `user` and `store` never reach it (and nothing here is stripped for it:
   // a temperature up to 1.5 is sent as asked).
-  mistral: { drop: ['user', 'store'], refuse: ['logprobs', 'top_logprobs', 'logit_bias', 'temperature', 'last_system'] },
+  mistral: { drop: ['user', 'store'], refuse: ['logprobs', 'top_logprobs', 'logit_bias', 'temperature', 'last_system', 'after_tool'] },
   scaleway: { drop: ['user'], refuse: ['n', 'frequency_penalty', 'top_logprobs', 'logit_bias'] },
   // Cohere's compatibility API (chat is not routed to a `cohere`-type entry, an `openai`-type one at its host is); the
   // fields it does not list but takes under another name or not at all are its adapter's (openai-compatible/cohere-compat.ts).

@@ -6,21 +6,44 @@ import type { Offer, RegistryModel } from './registry.js';
  * The model with only the offers whose provider takes every answer-changing field the request uses (`n` > 1,
  * `logit_bias`, …; PROVIDERS.md 2) and the shape of its conversation (Mistral's refusal of a last `system` message): the others are left out before planning, so they are neither attempted nor
  * counted as failures. The model itself, at once, when the request uses none of those fields or every offer takes
- * them. Throws a 400 naming the field when no offer (or none of the pinned provider's) is left.
+ * them. Throws a 400 naming the field when no offer (or none of the pinned provider's) is left. `afterTool`: a user
+ * or system message follows a tool result (the chat route tells it), which only prefers the offers that take it.
  */
 export function offersTakingFields(
   model: RegistryModel,
   body: Record<string, unknown>,
   adapters: ReadonlyMap<string, { readonly vendor: Vendor }>,
   pin: string | null,
+  afterTool = false,
 ): RegistryModel {
   const used = answerFieldsUsed(body);
-  if (used === null) return model;
-  const takes = (o: Offer): boolean => {
+  const kept = used === null ? model : keepOffers(model, pin, takesAll(used, adapters), (scope) => noOfferTakes(model, used, scope, adapters, pin));
+  return afterTool ? preferTaking(kept, AFTER_TOOL, adapters, pin) : kept;
+}
+
+const AFTER_TOOL: readonly AnswerField[] = ['after_tool'];
+
+function takesAll(used: readonly AnswerField[], adapters: ReadonlyMap<string, { readonly vendor: Vendor }>): (o: Offer) => boolean {
+  return (o) => {
     const vendor = adapters.get(o.provider)?.vendor;
     return vendor === undefined || refusedField(vendor, used) === null;
   };
-  return keepOffers(model, pin, takes, (scope) => noOfferTakes(model, used, scope, adapters, pin));
+}
+
+/**
+ * The model with only the offers that take `used` when one in scope does; else the model as it is, so that the
+ * provider answers and its refusal is the client's 400 in its own words. For a shape a provider's validator refuses
+ * in one version and takes in the next (Mistral's message order), the gateway does not refuse it on the provider's behalf.
+ */
+function preferTaking(
+  model: RegistryModel,
+  used: readonly AnswerField[],
+  adapters: ReadonlyMap<string, { readonly vendor: Vendor }>,
+  pin: string | null,
+): RegistryModel {
+  const kept = model.offers.filter(takesAll(used, adapters));
+  if (kept.length === model.offers.length) return model;
+  return kept.some((o) => pin === null || o.provider === pin) ? { ...model, offers: kept } : model;
 }
 
 /**

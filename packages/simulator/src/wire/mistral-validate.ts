@@ -130,8 +130,15 @@ const TOOL_ID = /^[a-zA-Z0-9]{9}$/;
 
 /** Semantic checks Mistral answers with 400 (after schema validation passed). */
 export function semanticChatError(messages: unknown[]): { message: string; type: string; code: string | null } | null {
+  let previous: unknown;
   for (const m of messages) {
     if (!isRecord(m)) continue;
+    // Mistral's message-order check: a tool result is followed by another one or the assistant's turn, never by a
+    // user (or system) message, which OpenAI's API and vLLM hosts take.
+    if (previous === 'tool' && m['role'] !== 'assistant' && m['role'] !== 'tool') {
+      return { message: `Unexpected role '${String(m['role'])}' after role 'tool'`, type: 'invalid_request_message_order', code: '3230' };
+    }
+    previous = m['role'];
     if (m['role'] === 'assistant') {
       const calls = m['tool_calls'];
       const hasCalls = Array.isArray(calls) && calls.length > 0;

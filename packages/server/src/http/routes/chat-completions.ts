@@ -51,13 +51,13 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
-      const functionMessages = dropNullFields(body);
+      const seen = dropNullFields(body);
       const found = resolveModel(services, request, body.model, 'chat');
       const model = found instanceof Promise ? await found : found;
       checkRequestCoherence(body);
       // OpenAI's deprecated functions API goes to every provider as its tools API; answered as asked (legacy-functions.ts).
       const functions = body['functions'] !== undefined;
-      if (functions || functionMessages || body['function_call'] !== undefined) toToolsApi(body);
+      if (functions || (seen & FUNCTION_MESSAGES) !== 0 || body['function_call'] !== undefined) toToolsApi(body);
       const cap = completionCap(body);
       if (cap !== undefined && cap.tokens > model.context_window) {
         const message = `'${cap.field}' is ${cap.tokens}, more than the ${model.context_window}-token context window of '${model.id}'.`;
@@ -80,7 +80,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const perChoice = cap?.tokens ?? Math.max(1, model.context_window - promptTokens);
       const size = { promptTokens, maxTokens: perChoice * (body.n ?? 1) };
       // Offers whose provider refuses an answer-changing field the request uses are left out (never attempted).
-      const plan = planOffers(modelWithOffersTakingFields(services, request, model, body, options.pin), options, size);
+      const plan = planOffers(modelWithOffersTakingFields(services, request, model, body, options.pin, (seen & AFTER_TOOL) !== 0), options, size);
       try {
         await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       } catch (err) {
@@ -118,12 +118,17 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
   );
 }
 
+/** What dropNullFields tells of the messages: one is of the functions API (an assistant's `function_call`, a `function` message). */
+const FUNCTION_MESSAGES = 1;
+/** A message other than the assistant's or another result follows a tool (or function) result: Mistral refuses it (param-compat.ts). */
+const AFTER_TOOL = 2;
+
 /**
  * A null where OpenAI takes one (`temperature: null`, `max_tokens: null`) means the field was not given: it is left
- * out here, so that neither the checks below nor a provider (some refuse a null) see it. True: a message is of the
- * functions API (an assistant's `function_call`, a `function` message), told here to spare another walk of them.
+ * out here, so that neither the checks below nor a provider (some refuse a null) see it. Returns what it saw of the
+ * messages (FUNCTION_MESSAGES, AFTER_TOOL), told here to spare another walk of them.
  */
-function dropNullFields(body: Record<string, unknown>): boolean {
+function dropNullFields(body: Record<string, unknown>): number {
   // The body's few keys walked rather than the list's many looked up: the set is asked only about a null.
   // Set undefined rather than deleted: JSON leaves it out, and the body keeps its shape.
   for (const field in body) if (body[field] === null && NULLABLE.has(field)) body[field] = undefined;
@@ -131,15 +136,21 @@ function dropNullFields(body: Record<string, unknown>): boolean {
   // `function_call: null`: no calls, as OpenAI takes it; some hosts fail on the null. Others (a vLLM answer, an SDK's
   // parse helper) say `tool_calls: []`, the same, which OpenAI's API (Azure's) refuses (400 `empty_array`), as do
   // some open-weight hosts: left out alike, for every provider.
-  let functions = false;
+  let seen = 0;
+  let afterResult = false;
   for (const message of body['messages'] as Record<string, unknown>[]) {
     const calls = message['tool_calls'];
     if (calls === null || (Array.isArray(calls) && calls.length === 0)) message['tool_calls'] = undefined;
+    const role = message['role'];
     const call = message['function_call'];
     if (call === null) message['function_call'] = undefined;
-    else if (call !== undefined || message['role'] === 'function') functions = true;
+    else if (call !== undefined || role === 'function') seen |= FUNCTION_MESSAGES;
+    // A `function` result is sent as a tool result (legacy-functions.ts).
+    const result = role === 'tool' || role === 'function';
+    if (afterResult && !result && role !== 'assistant') seen |= AFTER_TOOL;
+    afterResult = result;
   }
-  return functions;
+  return seen;
 }
 
 const NULLABLE: ReadonlySet<string> = new Set(NULLABLE_CHAT_FIELDS);
@@ -148,9 +159,16 @@ const NULLABLE: ReadonlySet<string> = new Set(NULLABLE_CHAT_FIELDS);
  * The model with only the offers that take every field the request uses. A request no offer takes is refused for its body (a 400): like
  * any body refused, it reached no provider and no budget, and is not recorded (docs/decisions.md, usage records).
  */
-function modelWithOffersTakingFields(services: Services, request: FastifyRequest, model: RegistryModel, body: ChatBody, pin: string | null): RegistryModel {
+function modelWithOffersTakingFields(
+  services: Services,
+  request: FastifyRequest,
+  model: RegistryModel,
+  body: ChatBody,
+  pin: string | null,
+  afterTool: boolean,
+): RegistryModel {
   try {
-    return offersTakingFields(model, body, services.adapters, pin);
+    return offersTakingFields(model, body, services.adapters, pin, afterTool);
   } catch (err) {
     request.gw.usage = null;
     throw err;
