@@ -19,6 +19,8 @@ const SCALEWAY_THEN_OVH = 'test/embed-scaleway-ovh';
 const COMPAT_THEN_NEBIUS = 'test/embed-compat-nebius';
 // Cohere's compatibility API alone: no offer can shorten its vectors.
 const COMPAT_ONLY = 'test/embed-compat';
+// Mistral's native API (vectors up to 1,024 long) first, Azure's text-embedding-3-small (up to 1,536) after it.
+const MISTRAL_THEN_AZURE = 'test/embed-mistral-azure';
 const PRICE = { prompt_per_1m: 0.01, completion_per_1m: 0, currency: 'EUR' as const };
 
 beforeAll(async () => {
@@ -76,6 +78,16 @@ beforeAll(async () => {
           owned_by: 'test',
           beta: true,
           offers: [{ provider: 'cohere-compat', upstreamModel: 'embed-multilingual-v3.0', pricing: PRICE }],
+        },
+        {
+          id: MISTRAL_THEN_AZURE,
+          kind: 'embedding',
+          owned_by: 'test',
+          beta: true,
+          offers: [
+            { provider: 'mistral', upstreamModel: 'mistral-embed', pricing: PRICE },
+            { provider: 'azure', upstreamModel: 'text-embedding-3-small', pricing: PRICE },
+          ],
         },
       ],
     }),
@@ -229,6 +241,43 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
       expect(err.message).toContain("'dimensions' is not supported by");
     }
     expect(sim.providers.cohere?.stats().total).toBe(calls);
+  });
+
+  it("fails over from a native API's refusal of the size asked (Cohere's, Mistral's) to a provider that gives it, the first time", async () => {
+    const calls = () => [sim.providers.cohere?.stats().total ?? 0, sim.providers.mistral?.stats().total ?? 0];
+    const before = calls();
+    const cases = [
+      // Cohere's v3 models give no other size (400 "output_dimension is not supported by …").
+      [a, COHERE_THEN_OVH, 256, 'ovh'],
+      // Mistral's vectors are at most 1,024 long; Azure's text-embedding-3-small gives 1,200.
+      [a, MISTRAL_THEN_AZURE, 1200, 'azure'],
+      [b, MISTRAL_THEN_AZURE, 1200, 'azure'],
+    ] as const;
+    for (const [client, model, dimensions, provider] of cases) {
+      const { data, response } = await client.embeddings.create({ model, input: ['x', 'y'], dimensions }).withResponse();
+      expect([model, response.headers.get('x-gateway-provider'), data.data.map((d) => d.embedding.length)]).toEqual([
+        model,
+        provider,
+        [dimensions, dimensions],
+      ]);
+    }
+    // Each native API was asked, and refused.
+    expect(calls()).toEqual([(before[0] ?? 0) + 1, (before[1] ?? 0) + 2]);
+    // A refusal of the size is no failure of the provider: without dimensions, the configured order stands.
+    const whole = await a.embeddings.create({ model: COHERE_THEN_OVH, input: 'x' }).withResponse();
+    expect(whole.response.headers.get('x-gateway-provider')).toBe('cohere');
+  });
+
+  it.each([
+    ['A', 'validation_error', () => a],
+    ['B', 'invalid_request', () => b],
+  ])('variant %s: a size no provider of the model gives, each refusing it, is a 400 naming `dimensions`', async (_v, code, client) => {
+    const err = (await client()
+      .embeddings.create({ model: MISTRAL_THEN_AZURE, input: 'x', dimensions: 5000 })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect({ code: err.code, param: err.param }).toEqual({ code, param: 'dimensions' });
+    expect(err.message).toContain('azure answered 400');
   });
 
   it.each([

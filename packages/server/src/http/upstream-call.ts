@@ -39,7 +39,7 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
     outcome = err instanceof UpstreamError ? err.kind : 'error';
     learnFromFailure(stats, offer, err, performance.now() - started, mode);
     // What the provider did, for the operator (the client sees the gateway's own code); secrets taken out as for the client.
-    if (err instanceof UpstreamError && err.retryable) {
+    if (providerFault(err)) {
       request.log.warn(
         { provider: offer.provider, upstreamModel: offer.upstreamModel, kind: err.kind, status: err.status, ms: Math.round(performance.now() - started) },
         `upstream attempt failed: ${redactSecrets(err.detail)}`,
@@ -97,10 +97,17 @@ function streams(request: FastifyRequest): boolean {
   return typeof body === 'object' && body !== null && body.stream === true;
 }
 
-/** Only the provider's own faults (those that fail over) count against it; a refused request or a client that left says nothing. */
+/**
+ * Only the provider's own faults (those that fail over) count against it; a refused request or a client that left says
+ * nothing, nor does a refusal of this offer alone (an embedding size the model does not give), which fails over too.
+ */
 function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: number, mode: LatencyMode): void {
-  if (!(err instanceof UpstreamError) || !err.retryable) stats.abandoned(offer);
+  if (!providerFault(err)) stats.abandoned(offer);
   else stats.record(offer, err.kind === 'timeout' ? 'timeout' : 'error', ms, mode, providerWaitMs(err));
+}
+
+function providerFault(err: unknown): err is UpstreamError {
+  return err instanceof UpstreamError && err.retryable && !err.elsewhere;
 }
 
 /**

@@ -135,17 +135,20 @@ async function embed(adapter: ProviderAdapter, request: EmbeddingsRequest, call:
 
 /**
  * A provider's refusal of the size asked for names the client's field, whatever the provider calls it (Mistral's and
- * Cohere's `output_dimension`): `dimensions` is the only field of the request a provider refuses by name.
+ * Cohere's `output_dimension`): `dimensions` is the only field of the request a provider refuses by name. The size is
+ * the model's there (Cohere's v3 models give none, embed v4 four; Mistral's up to its own), not the request's fault:
+ * the next offer is tried, and the last one's refusal is the client's 400.
  */
 function refusedField(err: unknown, request: EmbeddingsRequest): unknown {
-  if (!(err instanceof UpstreamError) || !err.clientFault || err.param !== null || request.dimensions === undefined) return err;
-  if (!/dimension/i.test(err.detail)) return err;
+  if (!(err instanceof UpstreamError) || !err.clientFault || request.dimensions === undefined) return err;
+  if (err.param !== 'dimensions' && (err.param !== null || !/dimension/i.test(err.detail))) return err;
   return new UpstreamError({
     kind: err.kind,
     provider: err.provider,
     message: err.message,
     detail: err.detail,
     param: 'dimensions',
+    elsewhere: true,
     cause: err,
     ...(err.status === undefined ? {} : { status: err.status }),
     ...(err.retryAfterS === undefined ? {} : { retryAfterS: err.retryAfterS }),
