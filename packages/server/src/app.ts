@@ -378,7 +378,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await bus.close();
       redis?.disconnect();
       streamRedis?.disconnect();
-      if (limiter instanceof MemoryWindowLimiter) limiter.close();
+      limiter.close();
       if (betaQuota instanceof MemoryBetaQuota) betaQuota.close();
       await closeStore(store);
       if (unwritten) throw unwritten;

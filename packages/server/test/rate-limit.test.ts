@@ -297,6 +297,29 @@ describe('fail-open', () => {
     }, 5000);
   }, 30_000);
 
+  it('requests let through unenforced count down their own window in both variants, not a fresh one each', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 5 });
+    expect((await chat(one.baseA, key)).headers.get('x-ratelimit-enforced')).toBe('true');
+    redis.pause();
+    try {
+      const seen: (string | null)[][] = [];
+      for (let i = 0; i < 7; i++) {
+        const res = await chat(i % 2 === 0 ? one.baseA : one.baseB, key);
+        expect(res.status).toBe(200);
+        const reset = Number(res.headers.get('x-ratelimit-reset'));
+        expect(reset).toBeGreaterThanOrEqual(1);
+        expect(reset).toBeLessThanOrEqual(60);
+        seen.push([res.headers.get('x-ratelimit-limit'), res.headers.get('x-ratelimit-remaining'), res.headers.get('x-ratelimit-enforced')]);
+      }
+      // Over the limit as far as this instance can tell, and still let through (SPEC: fail-open).
+      expect(seen.map((s) => s[1])).toEqual(['4', '3', '2', '1', '0', '0', '0']);
+      expect(seen.every((s) => s[0] === '5' && s[2] === 'false')).toBe(true);
+    } finally {
+      redis.resume();
+    }
+    await eventually(async () => expect((await chat(one.baseA, key)).headers.get('x-ratelimit-enforced')).toBe('true'), 5000);
+  }, 30_000);
+
   it('a Redis that is slow for a moment (paused 200 ms under a burst) is waited for: the limit stays exact and enforced', async () => {
     const { key } = await one.createKey({ rateLimitRpm: 30 });
     redis.pause();

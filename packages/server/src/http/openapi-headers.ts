@@ -61,7 +61,8 @@ export function limitHeaders(required: boolean): Record<string, unknown> {
     'X-RateLimit-Remaining': int('Requests left in the current window.', required),
     'X-RateLimit-Reset': int('Seconds until the oldest request in the window ages out.', required),
     'X-RateLimit-Enforced': {
-      description: 'false when the limiter backend was unreachable (the request was let through).',
+      description:
+        'false when the limiter backend was unreachable: the request was let through, and Remaining and Reset count only what this instance let through.',
       required,
       schema: { type: 'boolean' },
     },

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { CircuitBreaker } from './circuit-breaker.js';
-import { windowDecision } from './memory-window.js';
+import { MemoryWindowLimiter, windowDecision } from './memory-window.js';
 import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
 
 /**
@@ -52,6 +52,11 @@ type PeekCommand = (key: string, window: number, limit: number) => Promise<[numb
 
 export class RedisWindowLimiter implements RateLimiter {
   private readonly breaker = new CircuitBreaker(1000);
+  /**
+   * What this instance let through while Redis could not be reached: the headers of a request let through unenforced
+   * count these rather than claim a fresh window (docs/decisions.md). Made on the first failure.
+   */
+  private estimate: MemoryWindowLimiter | null = null;
 
   constructor(
     private readonly redis: Redis,
@@ -62,7 +67,7 @@ export class RedisWindowLimiter implements RateLimiter {
   }
 
   async peek(keyId: string, limit: number): Promise<LimitDecision> {
-    if (this.redis.status !== 'ready' || this.breaker.probing || !this.breaker.allow()) return failOpen(limit);
+    if (this.redis.status !== 'ready' || this.breaker.probing || !this.breaker.allow()) return this.failOpen(keyId, limit, false);
     try {
       const run = (this.redis as unknown as { gwSlidingWindowPeek: PeekCommand }).gwSlidingWindowPeek;
       const [count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, limit);
@@ -70,23 +75,29 @@ export class RedisWindowLimiter implements RateLimiter {
       return windowDecision(count < limit, count, limit, oldest, now, this.windowMs);
     } catch {
       this.breaker.failure();
-      return failOpen(limit);
+      return this.failOpen(keyId, limit, false);
     }
   }
 
   async hit(keyId: string, limit: number, requestId: string): Promise<LimitDecision> {
-    if (this.redis.status !== 'ready') return failOpen(limit);
+    if (this.redis.status !== 'ready') return this.failOpen(keyId, limit, true);
     if (this.breaker.probing) {
       // After a failure, the trial call runs in the background: no request waits on a Redis that may still hang.
       this.breaker.allow();
-      void this.run(keyId, limit, requestId);
-      return failOpen(limit);
+      void this.run(keyId, limit, requestId, false);
+      return this.failOpen(keyId, limit, true);
     }
-    if (!this.breaker.allow()) return failOpen(limit);
-    return this.run(keyId, limit, requestId);
+    if (!this.breaker.allow()) return this.failOpen(keyId, limit, true);
+    return this.run(keyId, limit, requestId, true);
   }
 
-  private async run(keyId: string, limit: number, requestId: string): Promise<LimitDecision> {
+  /** Stops the estimate's sweeper. */
+  close(): void {
+    this.estimate?.close();
+  }
+
+  /** `answers`: the decision is the request's (a background trial's is not, and must not count it twice). */
+  private async run(keyId: string, limit: number, requestId: string, answers: boolean): Promise<LimitDecision> {
     try {
       const run = (this.redis as unknown as { gwSlidingWindow: WindowCommand }).gwSlidingWindow;
       const [allowed, count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, limit, requestId);
@@ -94,11 +105,19 @@ export class RedisWindowLimiter implements RateLimiter {
       return windowDecision(allowed === 1, count, limit, oldest, now, this.windowMs);
     } catch {
       this.breaker.failure();
-      return failOpen(limit);
+      return this.failOpen(keyId, limit, answers);
     }
   }
-}
 
-function failOpen(limit: number): LimitDecision {
-  return { allowed: true, limit, remaining: limit, resetS: 60, enforced: false };
+  /**
+   * A request let through unenforced (SPEC: fail-open). Its remaining and reset are this instance's own window of
+   * such requests, counted when `count` (a hit), since the shared window cannot be read.
+   */
+  private failOpen(keyId: string, limit: number, count: boolean): LimitDecision {
+    this.estimate ??= new MemoryWindowLimiter(Date.now, this.windowMs);
+    const d = count ? this.estimate.hitSync(keyId, limit) : this.estimate.peek(keyId, limit);
+    d.allowed = true;
+    d.enforced = false;
+    return d;
+  }
 }
