@@ -286,6 +286,27 @@ describe('config file', () => {
     rmSync(base, { recursive: true, force: true });
   });
 
+  it('a GW_DATA_DIR or GW_UPLOAD_DIR under /proc, where no directory can be made, stops the start at once with exit code 2 (it hung)', async () => {
+    // Node's recursive mkdir never ends there: /proc exists, yet refuses a child with ENOENT.
+    const dir = mkdtempSync(join(tmpdir(), 'gw-proc-dir-'));
+    try {
+      for (const [name, env] of [
+        ['GW_DATA_DIR', { GW_DATA_DIR: '/proc/gw-data/pglite' }],
+        ['GW_UPLOAD_DIR', { GW_UPLOAD_DIR: '/proc/gw-uploads', GW_DATA_DIR: join(dir, 'data') }],
+      ] as const) {
+        const started = Date.now();
+        const { code, output } = await runGatewayToExit(env);
+        expect(code).toBe(2);
+        expect(output.trim()).toBe(
+          `gw: Invalid configuration in environment at ${name}: expected a directory the gateway can create and write to, not "${env[name]}" (ENOENT)`,
+        );
+        expect(Date.now() - started).toBeLessThan(15_000);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('an admin token with a line break stops the start with exit code 2, as any bad variable does', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-token-'));
     try {

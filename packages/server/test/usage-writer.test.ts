@@ -180,6 +180,18 @@ describe('the usage writer', () => {
     expect((await store.keys.getById(key.id))?.spent).toBe(1.75);
   });
 
+  it('a spill directory that cannot be made (under /proc) fails the append, which hung for good and kept a libuv thread busy', async () => {
+    const spill = new UsageSpill('/proc/gw-usage-spill/embedded');
+    const outcome = await Promise.race([
+      spill.append([record('req_nowhere', 0.1)]).then(
+        () => 'written',
+        (err: NodeJS.ErrnoException) => err.code,
+      ),
+      new Promise((resolve) => setTimeout(() => resolve('still waiting'), 3_000)),
+    ]);
+    expect(outcome).toBe('ENOENT');
+  });
+
   it('leaves to another running gateway the segments it is still writing, and takes those of one that has ended', async () => {
     const spillDir = join(dir, 'spill-shared');
     mkdirSync(spillDir, { recursive: true });

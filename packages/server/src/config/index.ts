@@ -1,6 +1,7 @@
-import { accessSync, constants, mkdirSync } from 'node:fs';
+import { accessSync, constants } from 'node:fs';
 import { isIP } from 'node:net';
 import type { GatewayFileConfig } from '@gw/schema';
+import { makeDirSync } from '../lib/make-dir.js';
 import { ConfigError } from './config-error.js';
 import { type UnknownVariable, unknownGwVariables } from './env-names.js';
 import { headerUnsafe } from './header-safe.js';
@@ -82,7 +83,7 @@ function writableDir(env: NodeJS.ProcessEnv, name: string): string | null {
   const dir = str(env, name);
   if (dir === null) return null;
   try {
-    mkdirSync(dir, { recursive: true });
+    makeDirSync(dir);
     accessSync(dir, constants.W_OK);
   } catch (err) {
     throw new ConfigError(

@@ -1,5 +1,6 @@
-import { appendFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { appendFile, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { makeDir } from '../lib/make-dir.js';
 import { isProcessAlive } from '../lib/process-alive.js';
 import type { UsageRecord } from '../store/types.js';
 
@@ -83,7 +84,7 @@ export class UsageSpill {
       this.current = { segment, bytes: 0 };
       this.segments.push(segment);
     }
-    await mkdir(this.dir, { recursive: true });
+    await makeDir(this.dir);
     await appendFile(join(this.dir, this.current.segment.name), text);
     this.current.bytes += Buffer.byteLength(text);
     this.current.segment.oldestAt = Math.min(this.current.segment.oldestAt, oldestAt);

@@ -2,10 +2,11 @@
  * Opens the store: PostgreSQL through a small `pg` Pool when a database url
  * is given, otherwise embedded PGlite persisted under the data dir.
  */
-import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { makeDirSync } from '../lib/make-dir.js';
 import { isProcessAlive, processStartTime } from '../lib/process-alive.js';
 import { nodePg, nodePgMigrator, pgProxy } from './drizzle-cjs.js';
 import { type Db, DrizzleStore } from './drizzle-store.js';
@@ -118,7 +119,7 @@ function openPostgres(databaseUrl: string, opts: OpenStoreOptions): Store {
  */
 async function openPglite(dataDir: string): Promise<Store> {
   const dir = join(dataDir, 'pglite');
-  mkdirSync(dir, { recursive: true });
+  makeDirSync(dir);
   const unlock = lockDataDir(dataDir);
   let thread: PgliteThread;
   try {
