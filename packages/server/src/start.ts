@@ -1,5 +1,5 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
-import { createGateway } from './app.js';
+import { createGateway, type Gateway } from './app.js';
 import { ensureFirstKey } from './auth/first-key.js';
 import { ConfigError, type GatewayConfig, loadConfig } from './config/index.js';
 import { errorSummary } from './lib/error-summary.js';
@@ -17,13 +17,59 @@ async function main(): Promise<void> {
     throw err;
   }
   let simulator: Simulator | null = null;
+  let gateway: Gateway | null = null;
+  // Set from the start: a signal before its handler killed the process at once, without a word, maybe mid-way through
+  // creating the embedded database. One during the start stops it once the store is open, and the gateway never serves.
+  let stopping: string | null = null;
+  let serving = false;
+  const stop = (signal: string) => {
+    // A second signal (an impatient Ctrl-C, a supervisor repeating itself) does not cut the stop short.
+    if (stopping !== null) {
+      if (gateway) gateway.app.log.warn({ signal }, 'already draining; the signal is ignored');
+      else console.error(`gw: ${signal}: already stopping; the signal is ignored`);
+      return;
+    }
+    stopping = signal;
+    const force = setTimeout(() => {
+      if (gateway) gateway.app.log.error({ unwrittenUsageRecords: gateway.services.usage.pending }, 'shutdown timed out; exiting');
+      else console.error(`gw: the start did not end within GW_SHUTDOWN_TIMEOUT_MS (${config.shutdownTimeoutMs} ms) of ${signal}; exiting`);
+      process.exit(1);
+    }, config.shutdownTimeoutMs);
+    force.unref();
+    if (serving) drain(signal);
+    else console.error(`gw: ${signal} during the start: stopping once the store is open`);
+  };
+  const drain = (signal: string) => {
+    const gw = gateway as Gateway;
+    gw.app.log.info({ signal }, 'draining: finishing in-flight requests');
+    gw.close()
+      .then(() => simulator?.close())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          gw.app.log.error({ err: errorSummary(err) }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  // Node's default for SIGHUP is to exit at once, dropping streams and unwritten usage. The configuration is read at
+  // start only, so a HUP (a closed terminal, or a manager's "reload") stops as cleanly as a TERM; a restart reloads.
+  process.on('SIGHUP', () => stop('SIGHUP'));
   let catalogue = config.file;
   if (catalogue === null) {
     simulator = await startSimulator();
     catalogue = simulator.demoConfig();
   }
-  const gateway = await createGateway({ config, catalogue });
+  gateway = await createGateway({ config, catalogue });
   const { app, services } = gateway;
+  if (stopping !== null) {
+    await gateway.close();
+    await simulator?.close();
+    console.error(`gw: stopped (${stopping}) before serving`);
+    process.exit(0);
+  }
   // A misspelt variable would be ignored without a word: named (never its value, which may be a secret), and the start goes on.
   for (const { name, meant } of config.unknownVariables) {
     const guess =
@@ -61,39 +107,11 @@ async function main(): Promise<void> {
         : `  Try: curl ${base}/v1/models -H "Authorization: Bearer ${first.key}"`,
     );
   }
-  // Before the banner: whoever reads it may signal at once, and a signal before its handler would kill the process.
-  let stopping = false;
-  const shutdown = (signal: string) => {
-    // A second signal (an impatient Ctrl-C, a supervisor repeating itself) does not cut the drain short.
-    if (stopping) {
-      app.log.warn({ signal }, 'already draining; the signal is ignored');
-      return;
-    }
-    stopping = true;
-    app.log.info({ signal }, 'draining: finishing in-flight requests');
-    const force = setTimeout(() => {
-      app.log.error({ unwrittenUsageRecords: gateway.services.usage.pending }, 'shutdown timed out; exiting');
-      process.exit(1);
-    }, config.shutdownTimeoutMs);
-    force.unref();
-    gateway
-      .close()
-      .then(() => simulator?.close())
-      .then(
-        () => process.exit(0),
-        (err: unknown) => {
-          app.log.error({ err: errorSummary(err) }, 'shutdown failed');
-          process.exit(1);
-        },
-      );
-  };
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
-  process.on('SIGINT', () => shutdown('SIGINT'));
-  // Node's default for SIGHUP is to exit at once, dropping streams and unwritten usage. The configuration is read at
-  // start only, so a HUP (a closed terminal, or a manager's "reload") stops as cleanly as a TERM; a restart reloads.
-  process.on('SIGHUP', () => shutdown('SIGHUP'));
   // Plain stdout, not the structured log: the key must never reach a log pipeline.
   process.stdout.write(`${lines.join('\n')}\n`);
+  serving = true;
+  // A signal while it began to listen: the key made is shown above, then the drain.
+  if (stopping !== null) drain(stopping);
 }
 
 main().catch((err: unknown) => {
