@@ -332,6 +332,24 @@ describe('config file', () => {
     expect(output).not.toContain('sk-secret-value-123');
   });
 
+  it('a GW_CONFIG path with no file, a directory, or a file in its path stops the start naming GW_CONFIG and why, in words', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-path-'));
+    try {
+      writeFileSync(join(dir, 'a-file'), '');
+      for (const [path, why] of [
+        [join(dir, 'missing.yaml'), 'ENOENT: there is no such file'],
+        [dir, 'EISDIR: it is a directory'],
+        [join(dir, 'a-file', 'gw.yaml'), 'ENOTDIR: a part of the path is a file, not a directory'],
+      ] as const) {
+        const { code, output } = await runGatewayToExit({ GW_CONFIG: path, GW_DATA_DIR: join(dir, 'data') });
+        expect(code).toBe(2);
+        expect(output.trim()).toBe(`gw: Invalid configuration in ${path} at /: expected a readable file, the one GW_CONFIG names (${why})`);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('a shell default in a reference stops the start without showing the default, which is most often the key itself', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-default-'));
     try {

@@ -289,7 +289,17 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv, referenced?
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new ConfigError(file, '/', `a readable file (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`);
+    const code = (err as NodeJS.ErrnoException).code ?? 'unreadable';
+    const why = UNREADABLE[code];
+    throw new ConfigError(file, '/', `a readable file, the one GW_CONFIG names (${why ? `${code}: ${why}` : code})`);
   }
   return parseConfigText(text, file, env, referenced);
 }
+
+/** The read errors an operator meets most, said in words: the bare code alone was all the message had. */
+const UNREADABLE: Readonly<Record<string, string>> = {
+  ENOENT: 'there is no such file',
+  ENOTDIR: 'a part of the path is a file, not a directory',
+  EACCES: 'this process may not read it',
+  EISDIR: 'it is a directory',
+};
