@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -61,6 +61,28 @@ describe('the embedded database thread', () => {
     }
     expect(rows).toEqual([[42]]);
     expect(thread.restartCount).toBe(1);
+  }, 60_000);
+
+  it('makes again a database whose creation was cut short (its files half written), rather than failing to open them', async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'gw-pglite-thread-'));
+    const dbDir = join(otherDir, 'pglite');
+    try {
+      // What a kill during the first start leaves: the marker the creation writes first, and part of a cluster.
+      mkdirSync(join(dbDir, 'base'), { recursive: true });
+      writeFileSync(join(dbDir, 'PG_VERSION'), '17\n');
+      writeFileSync(`${dbDir}.creating`, '');
+      const reopened = await PgliteThread.open(dbDir, MIGRATIONS_FOLDER);
+      try {
+        expect(reopened.origin).toBe('template');
+        await reopened.migrate();
+        expect(await reopened.query('SELECT count(*)::int FROM usage_records', [], 'array')).toEqual([[0]]);
+        expect(existsSync(`${dbDir}.creating`)).toBe(false);
+      } finally {
+        await reopened.close();
+      }
+    } finally {
+      rmSync(otherDir, { recursive: true, force: true });
+    }
   }, 60_000);
 
   it('refuses calls once closed, with a clear error', async () => {

@@ -8,7 +8,7 @@
  * under vitest Node loads this file as it is, stripping the types.
  */
 
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { getPriority, setPriority } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -75,9 +75,17 @@ async function main(): Promise<void> {
   let client: Pglite.PGlite;
   let origin: ClusterOrigin;
   try {
+    // A creation cut short (the process killed while the cluster's files were being written) left a directory that
+    // holds part of a cluster: nothing was ever stored in it, so it is made again rather than opened as it is.
+    const creating = `${dir}.creating`;
+    if (existsSync(creating)) {
+      rmSync(dir, { recursive: true, force: true });
+      mkdirSync(dir);
+    }
     const fresh = readdirSync(dir).length === 0;
     const template = fresh ? buildTemplate() : null;
     origin = !fresh ? 'existing' : template === null ? 'initdb' : 'template';
+    if (fresh) writeFileSync(creating, '');
     // PostgreSQL's default 128 MB of shared buffers would live in this process's memory. The hot pages
     // are small tables and the usage table's tail; the rest is a file read away (the OS caches it).
     // 4 MB: about 4 MB less at the 1,000-stream peak than 8, no change in this thread's CPU per request (decisions.md).
@@ -86,6 +94,7 @@ async function main(): Promise<void> {
       postgresqlconf: ['shared_buffers = 4MB'],
       ...(template === null ? {} : { loadDataDir: template }),
     });
+    if (fresh) rmSync(creating, { force: true });
   } catch (err) {
     port?.postMessage({ op: 'failed', error: describe(err) });
     return;
