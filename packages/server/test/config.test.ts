@@ -350,6 +350,19 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a GW_CONFIG that never ends (/dev/zero) stops the start at a size bound, where it was read until memory ran out', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-endless-'));
+    try {
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: '/dev/zero', GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(
+        'gw: Invalid configuration in /dev/zero at /: expected a file of at most 16 MiB; this one goes on past it (a device such as /dev/zero?)',
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('a shell default in a reference stops the start without showing the default, which is most often the key itself', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cfg-default-'));
     try {

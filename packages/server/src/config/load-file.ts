@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { closeSync, openSync, readSync } from 'node:fs';
 import { type GatewayFileConfig, KINDS_BY_PROVIDER_TYPE } from '@gw/schema';
 import { Value } from '@sinclair/typebox/value';
 import { parseDocument } from 'yaml';
@@ -285,15 +285,38 @@ function checkBaseUrl(baseUrl: string, file: string, path: string): void {
 }
 
 export function loadConfigFile(file: string, env: NodeJS.ProcessEnv, referenced?: Set<string>): GatewayFileConfig {
-  let text: string;
+  let text: string | null;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readAtMost(file, MAX_CONFIG_BYTES);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? 'unreadable';
     const why = UNREADABLE[code];
     throw new ConfigError(file, '/', `a readable file, the one GW_CONFIG names (${why ? `${code}: ${why}` : code})`);
   }
+  if (text === null) throw new ConfigError(file, '/', `a file of at most ${MAX_CONFIG_BYTES / 1024 / 1024} MiB; this one goes on past it (a device such as /dev/zero?)`);
   return parseConfigText(text, file, env, referenced);
+}
+
+/** Far above any catalogue; a device that never ends (GW_CONFIG=/dev/zero) was read until the memory ran out. */
+const MAX_CONFIG_BYTES = 16 * 1024 * 1024;
+
+/** The file's text, or null past `max` bytes. Read in pieces rather than sized first, so that a pipe (`<(envsubst …)`) works. */
+function readAtMost(file: string, max: number): string | null {
+  const fd = openSync(file, 'r');
+  try {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for (;;) {
+      const chunk = Buffer.allocUnsafe(64 * 1024);
+      const n = readSync(fd, chunk, 0, chunk.length, null);
+      if (n === 0) return Buffer.concat(chunks, total).toString('utf8');
+      total += n;
+      if (total > max) return null;
+      chunks.push(chunk.subarray(0, n));
+    }
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** The read errors an operator meets most, said in words: the bare code alone was all the message had. */
