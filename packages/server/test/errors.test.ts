@@ -1,4 +1,4 @@
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
@@ -381,6 +381,25 @@ describe('errors in each variant’s envelope', () => {
       expect([responses.status, responses.body.error.message]).toEqual([404, expect.stringContaining(`Responses API is not served here: use ${chatRoute}`)]);
       const legacy = await post(base, '/completions', { model: 'mistral/small', prompt: 'Bonjour' });
       expect([legacy.status, legacy.body.error.message]).toEqual([404, expect.stringContaining(`as a user message to ${chatRoute}.`)]);
+    }
+  });
+
+  it("the openai SDK's speech translation and synthesis are told what is served instead, or that nothing is", async () => {
+    for (const [base, prefix] of [
+      [gw.baseA, '/v1'],
+      [gw.baseB, '/alt/v1'],
+    ] as const) {
+      const client = new OpenAI({ apiKey: key, baseURL: base, maxRetries: 0 });
+      const translated = await client.audio.translations
+        .create({ model: 'openai/whisper-large-v3', file: await toFile(Buffer.from('RIFF'), 'a.wav') })
+        .catch((e: unknown) => e);
+      expect(translated).toBeInstanceOf(OpenAI.NotFoundError);
+      expect((translated as InstanceType<typeof OpenAI.NotFoundError>).message).toContain(
+        `Translation of speech into English is not served here: POST ${prefix}/audio/transcriptions transcribes it`,
+      );
+      const spoken = await client.audio.speech.create({ model: 'tts-1', voice: 'alloy', input: 'Bonjour' }).catch((e: unknown) => e);
+      expect(spoken).toBeInstanceOf(OpenAI.NotFoundError);
+      expect((spoken as InstanceType<typeof OpenAI.NotFoundError>).message).toContain('Speech synthesis (text to speech) is not served by this gateway.');
     }
   });
 

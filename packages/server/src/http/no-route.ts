@@ -88,13 +88,20 @@ function cohereRouteHint(method: string, path: string): string {
 }
 
 /**
- * OpenAI's Responses API (the newer SDKs' `responses.create`, and the Vercel AI SDK's `openai(model)` by default) and
- * its legacy completions are not served: say which route takes the same request, rather than a bare 404.
+ * OpenAI's Responses API (the newer SDKs' `responses.create`, and the Vercel AI SDK's `openai(model)` by default),
+ * its legacy completions, and speech translation and synthesis are not served: say which route takes the same
+ * request, or that none does, rather than a bare 404.
  */
 function openAiRouteHint(method: string, path: string): string {
-  const match = /^(\/alt)?\/v1\/(responses|completions)(\/.*)?$/.exec(path);
+  const match = /^(\/alt)?\/v1\/(responses|completions|audio\/translations|audio\/speech)(\/.*)?$/.exec(path);
   if (method !== 'POST' || !match) return '';
-  const chat = `POST ${match[1] ? '/alt/v1' : '/v1'}/chat/completions`;
+  const base = match[1] ? '/alt/v1' : '/v1';
+  // The SDK's audio.translations.create and audio.speech.create: what is served instead, or that nothing is.
+  if (match[2] === 'audio/translations') {
+    return ` Translation of speech into English is not served here: POST ${base}/audio/transcriptions transcribes it in the language spoken, and a chat model can translate the text.`;
+  }
+  if (match[2] === 'audio/speech') return ' Speech synthesis (text to speech) is not served by this gateway.';
+  const chat = `POST ${base}/chat/completions`;
   if (match[2] === 'completions') return ` The legacy completions API is not served here: send the prompt as a user message to ${chat}.`;
   return ` OpenAI's Responses API is not served here: use ${chat} (OpenAI SDK: chat.completions.create; Vercel AI SDK: openai.chat(model) or @ai-sdk/openai-compatible).`;
 }
