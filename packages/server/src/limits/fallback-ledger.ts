@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
 import { RECONCILING, toNano } from './budget-types.js';
 import { CircuitBreaker } from './circuit-breaker.js';
@@ -10,6 +11,8 @@ export interface SharedLedger extends BudgetLedger {
   /** Marks the ledger as owed costs by this instance, so that no instance admits against its totals meanwhile; the mark lapses unless made again. */
   markReconciling(): Promise<void>;
   unmarkReconciling(): Promise<void>;
+  /** Whether any instance's reconciliation mark is there. */
+  isReconciling(): Promise<boolean>;
   /** A settle that tells whether the shared ledger still had the hold (else it added nothing: a restart took the hold). */
   settleHeld(r: Reservation, actualEur: number): Promise<boolean>;
   reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation;
@@ -37,6 +40,9 @@ interface SettledCost {
 }
 
 const CATCH_UP_EVERY_MS = 1_000;
+/** How long a reservation waits for the shared ledger to be reconciled, asking again this often, before it takes the leases. */
+const RECONCILING_WAIT_MS = 2_000;
+const RECONCILING_POLL_MS = 20;
 /** After a restart of Redis, when the totals this instance owed to are raised to the store's again. */
 const HEAL_AFTER_MS = [2_000, 10_000];
 /** At most this many holds and costs wait to be brought to the shared ledger; past it the oldest go (holds expire by themselves). */
@@ -115,6 +121,8 @@ export class FallbackLedger implements BudgetLedger {
   private epochRead: Promise<void> | null = null;
   /** This instance's reconciliation mark may be in the shared ledger: the next catch-up that leaves nothing owed takes it off. */
   private marked = false;
+  /** The watch for the end of another instance's reconciliation that reservations wait on (see {@link reconciled}). */
+  private reconciledWatch: Promise<boolean> | null = null;
 
   constructor(
     private readonly shared: SharedLedger,
@@ -133,15 +141,19 @@ export class FallbackLedger implements BudgetLedger {
       try {
         // Back after an outage: what it missed first, so that it does not admit against totals that lack it.
         if (this.behind) await this.catchUp();
-        const res = await this.shared.reserveShared(tag, scopes, eur, requestId);
+        let res = await this.shared.reserveShared(tag, scopes, eur, requestId);
+        // Another instance is still adding what it spent on the leases while Redis was away, which these totals lack
+        // (usually for a few milliseconds): waited for here. Admitted on the leases instead, the request would be owed
+        // to Redis in turn and mark it again at the next catch-up, and a busy fleet never left reconciling.
+        if (res === RECONCILING && (await this.reconciled())) res = await this.shared.reserveShared(tag, scopes, eur, requestId);
         this.breaker.success();
         if (this.sharedEpoch === null) this.readEpoch();
         if (res !== RECONCILING) {
           if (res.ok && this.database) this.trackOpen(res.reservation);
           return res;
         }
-        // Another instance is still adding what it spent on the leases while Redis was away, which these totals lack:
-        // the leases, which know every instance's, admit meanwhile (below), as during the outage.
+        // Still marked (an instance that owed costs died, its mark not yet lapsed): the leases, which know every
+        // instance's spending, admit meanwhile (below), as during the outage.
       } catch {
         if (this.database) this.markBeforeLeases();
         this.breaker.failure();
@@ -230,6 +242,27 @@ export class FallbackLedger implements BudgetLedger {
   private markBeforeLeases(): void {
     this.marked = true;
     this.shared.markReconciling().catch(() => {});
+  }
+
+  /**
+   * Whether the shared ledger's reconciliation mark went within {@link RECONCILING_WAIT_MS}: one watch for all the
+   * reservations that found it, asking Redis every {@link RECONCILING_POLL_MS}.
+   */
+  private reconciled(): Promise<boolean> {
+    this.reconciledWatch ??= (async () => {
+      try {
+        for (let waited = 0; waited < RECONCILING_WAIT_MS; waited += RECONCILING_POLL_MS) {
+          await sleep(RECONCILING_POLL_MS);
+          if (!(await this.shared.isReconciling())) return true;
+        }
+        return false;
+      } catch {
+        return false;
+      } finally {
+        this.reconciledWatch = null;
+      }
+    })();
+    return this.reconciledWatch;
   }
 
   /**

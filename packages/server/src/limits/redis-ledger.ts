@@ -310,6 +310,10 @@ export class RedisLedger implements BudgetLedger {
     await this.markCmd(1, RECONCILING_KEY, this.presence.id, RECONCILING_MS);
   }
 
+  async isReconciling(): Promise<boolean> {
+    return (await this.redis.exists(RECONCILING_KEY)) === 1;
+  }
+
   /** This instance owes nothing more: its mark goes (the marker with it, if no other instance's is left). */
   async unmarkReconciling(): Promise<void> {
     await this.redis.srem(RECONCILING_KEY, this.presence.id);
