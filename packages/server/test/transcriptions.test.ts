@@ -451,6 +451,21 @@ describe('the form, validated', () => {
     await eventually(() => expect(spools()).toEqual([]));
   });
 
+  it('a file sent as a text field (curl -F file=<a.wav, requests data=) is told to send it as a file part, short or long, in each variant', async () => {
+    for (const seconds of [0.5, 3]) {
+      for (const base of [gw.baseA, gw.baseB]) {
+        const f = new FormData();
+        f.append('model', 'openai/whisper-large-v3');
+        // A string part: no filename and no content type, as curl's `<` and a form's `data=` send it.
+        f.append('file', wav(seconds).toString('latin1'));
+        const res = await fetch(`${base}/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: f });
+        const { error } = (await res.json()) as { error: { param: string; message: string } };
+        expect([res.status, error.param, error.message], `${base} ${seconds}s`).toEqual([400, 'file', expect.stringContaining('curl -F file=@audio.wav')]);
+      }
+    }
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
   it("OpenAI's fields the gateway does not offer are refused saying so, in each variant, not as fields it does not know", async () => {
     const own = await gw.createKey({ rateLimitRpm: 10_000 });
     const clients = openAiClients(gw, own.key);

@@ -302,8 +302,10 @@ class FormParser {
       if (!part.out.write(bytes)) await once(part.out, 'drain');
       return;
     }
-    if (part.size > this.limits.fieldBytes)
+    if (part.size > this.limits.fieldBytes) {
+      if (part.name === 'file') throw fileAsTextField();
       throw new GatewayError('validation', `The form field '${part.name}' is longer than ${this.limits.fieldBytes} bytes.`, { param: part.name });
+    }
     part.chunks.push(bytes);
   }
 
@@ -373,6 +375,18 @@ export const FORM_SLACK_BYTES = 256 * 1024;
 /** Whether a form body declared `contentLength` bytes long must hold a file over `fileLimit` (the fields get their room). */
 export function declaredTooLarge(contentLength: number, fileLimit: number): boolean {
   return Number.isFinite(contentLength) && contentLength > fileLimit + FORM_SLACK_BYTES;
+}
+
+/**
+ * A `file` part with neither a filename nor a content type is a text field (`curl -F file=<a.wav`, Python's
+ * `requests.post(data=…)`): told how to send the audio as a file, rather than that a field is too long or not a file.
+ */
+export function fileAsTextField(): GatewayError {
+  return new GatewayError(
+    'validation',
+    "Invalid body: 'file' came as a text field (a part with no filename); send the audio as a file part with a filename, as curl -F file=@audio.wav does.",
+    { param: 'file' },
+  );
 }
 
 export function tooLarge(limit: number): GatewayError {

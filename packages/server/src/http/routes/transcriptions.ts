@@ -14,7 +14,7 @@ import { refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { encodedBodyError } from '../errors.js';
 import { resolveModel, routeOptions } from '../model-access.js';
-import { boundaryOf, declaredTooLarge, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
+import { boundaryOf, declaredTooLarge, fileAsTextField, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
 import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
 import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
@@ -80,7 +80,10 @@ export async function transcriptionsRoute(app: FastifyInstance, services: Servic
 /** The handler's work: the spooled upload checked, routed, transcribed and rendered. */
 async function transcribeUpload(services: Services, request: FastifyRequest<{ Body: TranscriptionForm }>, reply: FastifyReply): Promise<FastifyReply | string> {
   const file = request.spool?.file;
-  if (!file) throw new GatewayError('validation', "Invalid body: 'file' must be an audio file part.", { param: 'file' });
+  if (!file) {
+    if (request.body.file !== undefined) throw fileAsTextField();
+    throw new GatewayError('validation', "Invalid body: 'file' must be an audio file part.", { param: 'file' });
+  }
   // Nothing to transcribe: refused here rather than sent (and billed) to a provider.
   if (file.size === 0) throw new GatewayError('validation', "Invalid body: 'file' is empty.", { param: 'file' });
   let head: Buffer;
