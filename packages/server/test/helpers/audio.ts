@@ -27,3 +27,126 @@ export function withChunkBeforeFmt(file: Buffer, id: string, size: number): Buff
   out.writeUInt32LE(out.length - 8, 4);
   return out;
 }
+
+/**
+ * Compressed uploads made in the test, as their encoders lay them out, each with `kbps` of payload a second (zeros
+ * in place of the coded audio, which a duration is not read from): what a client really sends, timed by its container.
+ */
+const filler = (seconds: number, kbps: number) => Buffer.alloc(Math.round((seconds * kbps * 1000) / 8));
+
+/** MP3: MPEG-1 Layer III mono frames at 44.1 kHz (1,152 samples each), 128 kbit/s, after an ID3v2 tag when `id3`. */
+export function mp3(seconds: number, { id3 = false } = {}): Buffer {
+  const frames = Math.round((seconds * 44_100) / 1152);
+  // 128 kbit/s at 44.1 kHz: 417 bytes a frame (no padding), header FF FB 90 C4 (mono).
+  const frame = Buffer.concat([Buffer.from([0xff, 0xfb, 0x90, 0xc4]), Buffer.alloc(413)]);
+  const tag = Buffer.concat([Buffer.from('ID3\x04\x00\x00\x00\x00\x08\x00', 'latin1'), Buffer.alloc(1024)]);
+  return Buffer.concat([...(id3 ? [tag] : []), ...Array.from({ length: frames }, () => frame)]);
+}
+
+/** MP3 VBR as LAME writes it: a first frame holding a Xing header with the frame count, then frames of 64 and 160 kbit/s. */
+export function mp3Vbr(seconds: number): Buffer {
+  const frames = Math.round((seconds * 44_100) / 1152);
+  const xing = Buffer.concat([Buffer.from([0xff, 0xfb, 0x90, 0xc4]), Buffer.alloc(413)]);
+  xing.write('Xing', 4 + 17, 'latin1');
+  xing.writeUInt32BE(1, 4 + 17 + 4); // flags: frame count present
+  xing.writeUInt32BE(frames, 4 + 17 + 8);
+  // 64 kbit/s: 208 bytes (header byte 2 0x50); 160 kbit/s: 522 bytes (0xa0).
+  const low = Buffer.concat([Buffer.from([0xff, 0xfb, 0x50, 0xc4]), Buffer.alloc(204)]);
+  const high = Buffer.concat([Buffer.from([0xff, 0xfb, 0xa0, 0xc4]), Buffer.alloc(518)]);
+  return Buffer.concat([xing, ...Array.from({ length: frames }, (_, i) => (i % 3 === 0 ? high : low))]);
+}
+
+/** FLAC: STREAMINFO (16 kHz mono 16-bit, its total samples) and `kbps` of frames (half of the PCM, as speech compresses). */
+export function flac(seconds: number, kbps = 128): Buffer {
+  const info = Buffer.alloc(4 + 34);
+  info.writeUInt8(0x80, 0); // last metadata block, STREAMINFO
+  info.writeUIntBE(34, 1, 3);
+  info.writeUInt16BE(4096, 4);
+  info.writeUInt16BE(4096, 6);
+  const samples = Math.round(seconds * 16_000);
+  // 20 bits of rate, 3 of channels - 1, 5 of bits - 1, 36 of total samples.
+  info.writeUInt32BE(((16_000 << 12) | (0 << 9) | (15 << 4) | Math.floor(samples / 2 ** 32)) >>> 0, 14);
+  info.writeUInt32BE(samples % 2 ** 32, 18);
+  return Buffer.concat([Buffer.from('fLaC', 'latin1'), info, filler(seconds, kbps)]);
+}
+
+/** An Ogg page: its header (granule position, serial, sequence) and one packet. */
+function oggPage(granule: bigint, sequence: number, packet: Buffer, type = 0): Buffer {
+  const head = Buffer.alloc(27);
+  head.write('OggS', 0, 'latin1');
+  head.writeUInt8(type, 5);
+  head.writeBigInt64LE(granule, 6);
+  head.writeUInt32LE(0x1234, 14);
+  head.writeUInt32LE(sequence, 18);
+  const lacing = [...Array.from({ length: Math.floor(packet.length / 255) }, () => 255), packet.length % 255];
+  head.writeUInt8(lacing.length, 26);
+  return Buffer.concat([head, Buffer.from(lacing), packet]);
+}
+
+/** Ogg/Opus as a browser or opusenc writes it: OpusHead (pre-skip 312), OpusTags, audio pages, the last one's granule the end. */
+export function oggOpus(seconds: number, kbps = 24): Buffer {
+  const head = Buffer.alloc(19);
+  head.write('OpusHead', 0, 'latin1');
+  head.writeUInt8(1, 8);
+  head.writeUInt8(1, 9);
+  head.writeUInt16LE(312, 10);
+  head.writeUInt32LE(48_000, 12);
+  const pages = [oggPage(0n, 0, head, 2), oggPage(0n, 1, Buffer.from('OpusTags\0\0\0\0\0\0\0\0', 'latin1'))];
+  const body = filler(seconds, kbps);
+  const perPage = 4000;
+  const count = Math.ceil(body.length / perPage);
+  for (let i = 0; i < count; i++) {
+    const granule = BigInt(Math.round(((i + 1) / count) * seconds * 48_000) + 312);
+    pages.push(oggPage(granule, i + 2, body.subarray(i * perPage, (i + 1) * perPage), i === count - 1 ? 4 : 0));
+  }
+  return Buffer.concat(pages);
+}
+
+function box(type: string, ...parts: Buffer[]): Buffer {
+  const body = Buffer.concat(parts);
+  const head = Buffer.alloc(8);
+  head.writeUInt32BE(8 + body.length, 0);
+  head.write(type, 4, 'latin1');
+  return Buffer.concat([head, body]);
+}
+
+/** M4A as a phone's voice memo: `ftyp` M4A, the audio (`mdat`), then `moov` with its `mvhd` duration. */
+export function m4a(seconds: number, kbps = 64): Buffer {
+  const mvhd = Buffer.alloc(100);
+  mvhd.writeUInt32BE(44_100, 12); // timescale
+  mvhd.writeUInt32BE(Math.round(seconds * 44_100), 16); // duration
+  return Buffer.concat([box('ftyp', Buffer.from('M4A \0\0\0\0M4A mp42isom', 'latin1')), box('mdat', filler(seconds, kbps)), box('moov', box('mvhd', mvhd))]);
+}
+
+/** EBML: an element's ID, its size (8-byte vint, or unknown), its body. */
+function ebml(id: number[], body: Buffer, unknownSize = false): Buffer {
+  const size = Buffer.alloc(8);
+  if (unknownSize) size.set([0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+  else {
+    size.writeUInt8(0x01, 0);
+    size.writeUIntBE(body.length, 2, 6);
+  }
+  return Buffer.concat([Buffer.from(id), size, body]);
+}
+
+/**
+ * WebM as a browser's MediaRecorder writes it: no Duration, clusters of unknown size a second apart, each a run of
+ * 20 ms Opus SimpleBlocks (timecodes in ms, relative to their cluster's).
+ */
+export function webm(seconds: number, kbps = 32): Buffer {
+  const header = ebml([0x1a, 0x45, 0xdf, 0xa3], ebml([0x42, 0x82], Buffer.from('webm', 'latin1')));
+  const info = ebml([0x15, 0x49, 0xa9, 0x66], Buffer.from([0x2a, 0xd7, 0xb1, 0x83, 0x0f, 0x42, 0x40])); // TimecodeScale 1,000,000
+  const frame = filler(0.02, kbps);
+  const clusters: Buffer[] = [];
+  for (let start = 0; start < seconds * 1000; start += 1000) {
+    const blocks: Buffer[] = [Buffer.from([0xe7, 0x84]), Buffer.alloc(4)];
+    blocks[1]?.writeUInt32BE(start);
+    for (let t = 0; t < 1000 && start + t < seconds * 1000; t += 20) {
+      const time = Buffer.alloc(2);
+      time.writeInt16BE(t);
+      blocks.push(ebml([0xa3], Buffer.concat([Buffer.from([0x81]), time, Buffer.from([0x80]), frame])));
+    }
+    clusters.push(ebml([0x1f, 0x43, 0xb6, 0x75], Buffer.concat(blocks), true));
+  }
+  return Buffer.concat([header, ebml([0x18, 0x53, 0x80, 0x67], Buffer.concat([info, ...clusters]), true)]);
+}

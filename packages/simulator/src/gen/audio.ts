@@ -1,4 +1,9 @@
-/** Simulated transcription: duration from the upload (WAV header, else 16 kHz 16-bit mono PCM), fixed text. */
+/**
+ * Simulated transcription: duration from the upload (a WAV header, a compressed container's own duration, else
+ * 16 kHz 16-bit mono PCM), fixed text.
+ */
+
+import { flacSeconds, mp3Seconds, mp4Seconds, oggSeconds, webmSeconds } from './audio-duration.js';
 
 /**
  * Whether the bytes open an audio container a provider's decoder (ffmpeg) reads: RIFF/WAVE, an ID3 tag or an
@@ -20,7 +25,7 @@ function mpegFrame(data: Buffer): boolean {
   return (b1 & 0xe0) === 0xe0 && ((b1 >> 3) & 3) !== 1 && ((b1 >> 1) & 3) !== 0 && b2 >> 4 !== 15 && ((b2 >> 2) & 3) !== 3;
 }
 
-/** Seconds of audio: parsed from a RIFF/WAVE header if present, else bytes / 32000. */
+/** Seconds of audio: from a RIFF/WAVE header, or a compressed container's duration, else bytes / 32000. */
 export function audioSeconds(data: Buffer): number {
   if (data.length >= 12 && data.toString('ascii', 0, 4) === 'RIFF' && data.toString('ascii', 8, 12) === 'WAVE') {
     let byteRate = 0;
@@ -33,7 +38,17 @@ export function audioSeconds(data: Buffer): number {
       pos += 8 + size + (size % 2);
     }
   }
-  return data.length / 32_000;
+  return compressedSeconds(data) ?? data.length / 32_000;
+}
+
+/** A compressed container's own duration, as a provider's decoder reads it (null: not one, or it does not say). */
+function compressedSeconds(data: Buffer): number | null {
+  const head = data.toString('latin1', 0, 4);
+  if (head === 'fLaC') return flacSeconds(data);
+  if (head === 'OggS') return oggSeconds(data);
+  if (data.toString('latin1', 4, 8) === 'ftyp') return mp4Seconds(data);
+  if (data.length >= 4 && data.readUInt32BE(0) === 0x1a45dfa3) return webmSeconds(data);
+  return head.startsWith('ID3') || mpegFrame(data) ? mp3Seconds(data) : null;
 }
 
 export interface Word {
