@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
-import { spawnGateway } from './helpers/process.js';
+import { type GatewayProcess, spawnGateway } from './helpers/process.js';
 
 const PROVIDER_KEY = 'scw-provider-key-7f3a9c2e1d';
 
@@ -162,46 +162,72 @@ describe('what the request log shows of a URL', () => {
   });
 });
 
-describe('what the log shows of a provider message longer than it keeps', () => {
-  it('a key the cut at 4,000 characters would split is redacted whole', async () => {
-    const key = 'scw-log-cut-key-0c4e8a1f95';
-    const logSim = await startSimulator({ latencyScale: 0, apiKeys: { scaleway: key } });
-    const dir = mkdtempSync(join(tmpdir(), 'gw-redact-cut-'));
+describe('what the log shows of provider messages', () => {
+  const key = 'scw-log-cut-key-0c4e8a1f95';
+  let logSim: Simulator;
+  let proc: GatewayProcess;
+  let dir: string;
+  let clientKey: string;
+
+  beforeAll(async () => {
+    logSim = await startSimulator({ latencyScale: 0, apiKeys: { scaleway: key } });
+    dir = mkdtempSync(join(tmpdir(), 'gw-redact-log-'));
     writeFileSync(join(dir, 'gw.json'), JSON.stringify(logSim.demoConfig()));
-    const proc = await spawnGateway({
-      GW_CONFIG: join(dir, 'gw.json'),
-      GW_DATA_DIR: join(dir, 'data'),
-      GW_ADMIN_TOKEN: ADMIN_TOKEN,
-      GW_CIRCUIT_FAILURES: '1000',
+    proc = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), GW_ADMIN_TOKEN: ADMIN_TOKEN, GW_CIRCUIT_FAILURES: '1000' });
+    const created = await fetch(`${proc.url}/admin/v1/keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ rateLimitRpm: 1000 }),
     });
-    try {
-      const created = await fetch(`${proc.url}/admin/v1/keys`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ rateLimitRpm: 1000 }),
-      });
-      const { key: clientKey } = (await created.json()) as { key: string };
-      for (const pad of [3976, 3984, 3990, 3996]) {
-        logSim.providers.scaleway?.setFault({ kind: 'status', status: 500, message: `${'x'.repeat(pad)}${key} is not allowed`, times: 1 });
-        const res = await fetch(`${proc.url}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${clientKey}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-          body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] }),
-        });
-        await res.text();
-      }
-      await new Promise((r) => setTimeout(r, 200));
-      const failures = proc
-        .output()
-        .split('\n')
-        .filter((l) => l.includes('upstream attempt failed'));
-      expect(failures.length).toBe(4);
-      for (const line of failures) expect(line).toContain('[redacted]');
-      expect(proc.output()).not.toContain(key.slice(0, 6));
-    } finally {
-      proc.child.kill('SIGKILL');
-      await logSim.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
+    clientKey = ((await created.json()) as { key: string }).key;
   }, 60_000);
+  afterAll(async () => {
+    proc?.child.kill('SIGKILL');
+    await logSim?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const chat = (base: string, stream: boolean) =>
+    fetch(`${proc.url}/${base}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${clientKey}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream }),
+    });
+
+  it('a key the cut at 4,000 characters would split is redacted whole', async () => {
+    const before = proc.output().length;
+    for (const pad of [3976, 3984, 3990, 3996]) {
+      logSim.providers.scaleway?.setFault({ kind: 'status', status: 500, message: `${'x'.repeat(pad)}${key} is not allowed`, times: 1 });
+      await (await chat('v1', false)).text();
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    const failures = proc
+      .output()
+      .slice(before)
+      .split('\n')
+      .filter((l) => l.includes('upstream attempt failed'));
+    expect(failures.length).toBe(4);
+    for (const line of failures) expect(line).toContain('[redacted]');
+    expect(proc.output()).not.toContain(key.slice(0, 6));
+  }, 30_000);
+
+  it('a provider that shows the head of its key (its first 10 to 14 characters) passes it neither to the client nor to the log', async () => {
+    // A 400's message reaches the client; a 401's and a stream's error reach the log.
+    const faults = [
+      [false, { kind: 'status', status: 400, message: `token ${key.slice(0, 14)}... is not valid for this project` }],
+      [false, { kind: 'status', status: 401, message: `unauthorized: credential ${key.slice(0, 10)}` }],
+      [true, { kind: 'error_after_200', afterChunks: 1, message: `credential ${key.slice(0, 12)}**** expired` }],
+    ] as const;
+    for (const [stream, fault] of faults) {
+      for (const base of ['v1', 'alt/v1']) {
+        logSim.providers.scaleway?.setFault({ ...fault, times: 1 });
+        const text = await (await chat(base, stream)).text();
+        expect(text).not.toContain(key.slice(0, 9));
+        if ('status' in fault && fault.status === 400) expect(text).toContain('token [redacted]... is not valid');
+      }
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    expect(proc.output()).toContain('credential [redacted]');
+    expect(proc.output()).not.toContain(key.slice(0, 9));
+  }, 30_000);
 });

@@ -47,9 +47,30 @@ const NAMED = [
 ];
 
 export function redactSecrets(text: string): string {
-  let out = redactShaped(text);
+  let out = redactHeads(redactShaped(text));
   for (const shape of MESSAGE_SHAPES) out = out.replace(shape, MARK);
   for (const named of NAMED) out = out.replace(named, `$1${MARK}`);
+  return out;
+}
+
+/** The fewest leading characters of a known secret taken for it: fewer are too common to find it by. */
+const HEAD_MIN = 9;
+
+/**
+ * A known secret's head, of at least {@link HEAD_MIN} characters, as a provider shows a key it refuses (`token
+ * 3kT9pQ2xWm... is not valid`, `credential 3kT9pQ2xWm`): the key itself matched nowhere, and its first characters
+ * reached the log and, in a 400's message, the client. Only on messages, never on the request path.
+ */
+function redactHeads(text: string): string {
+  let out = text;
+  for (const secret of known) {
+    const head = secret.slice(0, HEAD_MIN);
+    for (let at = out.indexOf(head); at !== -1; at = out.indexOf(head, at + MARK.length)) {
+      let end = at + HEAD_MIN;
+      while (end - at < secret.length && out[end] === secret[end - at]) end++;
+      out = `${out.slice(0, at)}${MARK}${out.slice(end)}`;
+    }
+  }
   return out;
 }
 
