@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KINDS_BY_PROVIDER_TYPE, type ModelKind, PROVIDER_TYPES } from '@gw/schema';
 import { startSimulator } from '@gw/simulator';
+import { startRedis } from '@gw/testkit';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfigText } from '../src/config/index.js';
 import { createAdapter } from '../src/providers/index.js';
@@ -243,6 +244,22 @@ describe('config file', () => {
         expect(() => loadConfig({ [name]: ' \n' })).toThrowError(expected);
       }
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('a REDIS_URL whose path is no database number stops the start with exit code 2, naming REDIS_URL, not with a stack trace', async () => {
+    // Redis reads the path as the database: `/cache` was sent as SELECT NaN, whose refusal crashed the process.
+    const [dir, server] = [mkdtempSync(join(tmpdir(), 'gw-redis-path-')), await startRedis()];
+    try {
+      const { code, output } = await runGatewayToExit({ REDIS_URL: `${server.url}/cache`, GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output.trim()).toBe(
+        'gw: Invalid configuration in environment at REDIS_URL: expected a redis:// URL whose path, if any, is a database number (/0, /1, …)',
+      );
+      for (const path of ['', '/', '/0', '/15']) expect(loadConfig({ REDIS_URL: `${server.url}${path}` }).redisUrl).toBe(`${server.url}${path}`);
+    } finally {
+      await server.stop();
       rmSync(dir, { recursive: true, force: true });
     }
   }, 60_000);

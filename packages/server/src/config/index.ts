@@ -145,6 +145,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   const configFile = str(env, 'GW_CONFIG');
   const databaseUrl = url(env, 'DATABASE_URL', /^postgres(ql)?:\/\//, 'a postgres:// URL', 'the embedded store in GW_DATA_DIR');
   const redisUrl = url(env, 'REDIS_URL', /^rediss?:\/\//, 'a redis:// URL', 'the in-process limiter of a single instance');
+  // Redis reads the path as the database number: any other (`/cache`, `/x`) crashed the start with a bare stack trace
+  // of Redis's reply to SELECT NaN.
+  if (redisUrl !== null && !/^(\/\d*)?$/.test(new URL(redisUrl).pathname))
+    throw new ConfigError('environment', 'REDIS_URL', 'a redis:// URL whose path, if any, is a database number (/0, /1, …)');
   const adminToken = str(env, 'GW_ADMIN_TOKEN');
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'at least 16 characters');
   const unsendable = adminToken === null ? null : headerUnsafe(adminToken);
