@@ -8,7 +8,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequ
 import type { Redis } from 'ioredis';
 import { ApiKeyAuthenticator } from './auth/api-keys.js';
 import { WorkspaceCache } from './auth/workspace-cache.js';
-import type { GatewayConfig } from './config/index.js';
+import { ConfigError, type GatewayConfig } from './config/index.js';
 import { GatewayError } from './errors/gateway-error.js';
 import { sendError } from './http/errors.js';
 import { checkBeforeContinue } from './http/expect-continue.js';
@@ -33,7 +33,7 @@ import { UsageSpill } from './jobs/usage-spill.js';
 import { UsageWriter } from './jobs/usage-writer.js';
 import { InstancePresence } from './kv/instance-presence.js';
 import { MemoryBus } from './kv/memory.js';
-import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, lastConnectionError, RedisBus } from './kv/redis.js';
+import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, lastConnectionError, RedisBus, refusedDatabase } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
 import { sha256Hex } from './lib/crypto.js';
 import { freeBytes, lowDiskHint } from './lib/disk-room.js';
@@ -160,6 +160,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         connectRedis(config.redisUrl, { ...FAST_FAIL_OPTIONS, commandTimeout: 2000 }),
       ])
     : [new MemoryBus(), null, null, null];
+  const refused = redis && config.redisUrl ? await refusedDatabase(redis, config.redisUrl) : null;
+  if (refused !== null) {
+    await Promise.all([bus.close(), store.close()]).catch(() => {});
+    for (const client of [redis, streamRedis, idempotencyRedis]) client?.disconnect();
+    throw new ConfigError('environment', 'REDIS_URL', `a database this Redis has; it refused the one the path names (${refused})`);
+  }
   const limiter = redis ? new RedisWindowLimiter(redis) : new MemoryWindowLimiter();
   // While Redis is away, instances sharing PostgreSQL lease budgets there; one embedded instance needs no more than its own ledger.
   const leases = redis && store.kind === 'postgres' ? new LeaseLedger(store.budgetLeases, { storedBefore: () => usage.storedBefore }) : null;

@@ -115,6 +115,11 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
+  // A setting found wrong only once its service answers (REDIS_URL's database): as any other bad setting.
+  if (err instanceof ConfigError) {
+    console.error(`gw: ${err.message}`);
+    process.exit(2);
+  }
   console.error('gw: failed to start:', err instanceof Error ? err.message : err);
   process.exit(1);
 });

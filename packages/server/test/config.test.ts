@@ -264,6 +264,22 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a REDIS_URL naming a database this Redis does not have stops the start with exit code 2, rather than using database 0', async () => {
+    // Redis refuses SELECT 16 (16 databases by default); its client went on in database 0 without a word.
+    const [dir, server] = [mkdtempSync(join(tmpdir(), 'gw-redis-db-')), await startRedis()];
+    try {
+      const { code, output } = await runGatewayToExit({ REDIS_URL: `${server.url}/16`, GW_DATA_DIR: join(dir, 'data') });
+      expect(code).toBe(2);
+      expect(output.trim()).toMatch(
+        /^gw: Invalid configuration in environment at REDIS_URL: expected a database this Redis has; it refused the one the path names \(ERR .*out of range\)$/,
+      );
+      expect(output).not.toContain('listening on');
+    } finally {
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('a HOST that is no address (a URL, a port, brackets) stops the start with exit code 2, naming HOST', async () => {
     // It failed only at listen, with exit code 1, once the store was opened.
     const dir = mkdtempSync(join(tmpdir(), 'gw-host-'));

@@ -67,6 +67,24 @@ export async function connectRedis(url: string, options: RedisOptions = FAST_FAI
 }
 
 /**
+ * The database REDIS_URL names (its path, `/N`) that this Redis refused: it refuses SELECT of a database past its
+ * `databases` setting (16 by default), and its client then goes on in database 0 without a word, where another
+ * deployment's keys may be. Null when it took it, when the URL names database 0, or when Redis is not answering yet
+ * (nothing to ask; the start goes on failing open, as it does).
+ */
+export async function refusedDatabase(client: Redis, url: string): Promise<string | null> {
+  const db = Number(new URL(url).pathname.slice(1) || '0');
+  if (db === 0 || client.status !== 'ready') return null;
+  try {
+    await client.select(db);
+    return null;
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    return /out of range|invalid DB index/i.test(message) ? message : null;
+  }
+}
+
+/**
  * The commands issued in one run of code (a request's limiter count and
  * budget hold, say) leave in one socket write: the socket is corked at the
  * first and uncorked on `process.nextTick`, which runs as soon as that code
