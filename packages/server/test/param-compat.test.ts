@@ -292,6 +292,31 @@ describe('a user or system message right after a tool result, which Mistral refu
     expect(response.headers.get('x-gateway-provider')).toBe('mistral');
   });
 
+  it('is routed around Mistral too where an assistant message Mistral is not sent (it says nothing) sits between', async () => {
+    // A reasoning model's answer replayed with its thinking alone, or an empty answer: Mistral's adapter leaves it out.
+    const silent: Message[] = [
+      { role: 'assistant', content: '' },
+      { role: 'assistant', content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'Sunny it is.' }] }] } as unknown as Message,
+      { role: 'assistant', content: [{ type: 'text', text: '' }] },
+    ];
+    for (const [name, client] of variants()) {
+      for (const [i, quiet] of silent.entries()) {
+        const messages = [...toolTurn, quiet, next];
+        const whole = await client.chat.completions.create({ model: DUO, messages, max_tokens: 20 }).withResponse();
+        expect([name, i, whole.response.headers.get('x-gateway-provider'), whole.data.choices[0]?.finish_reason]).toEqual([name, i, 'scaleway', 'stop']);
+        const streamed = await client.chat.completions.create({ model: DUO, messages, max_tokens: 20, stream: true }).withResponse();
+        let text = '';
+        for await (const chunk of streamed.data) text += chunk.choices[0]?.delta.content ?? '';
+        expect([name, i, streamed.response.headers.get('x-gateway-provider'), text !== '']).toEqual([name, i, 'scaleway', true]);
+      }
+    }
+    expect(chats('mistral')).toBe(0);
+    // An assistant message that says something, or calls a tool, is sent to Mistral, which takes the order.
+    const said: Message[] = [...toolTurn, { role: 'assistant', content: [{ type: 'text', text: 'Sunny.' }] }, next];
+    const { response } = await a.chat.completions.create({ model: DUO, messages: said, max_tokens: 20 }).withResponse();
+    expect(response.headers.get('x-gateway-provider')).toBe('mistral');
+  });
+
   it("passes Mistral's 400 on as the client's 400 where only Mistral serves the model, or the request pins it to Mistral", async () => {
     for (const [name, client] of variants()) {
       const code = name === 'A' ? 'validation_error' : 'invalid_request';

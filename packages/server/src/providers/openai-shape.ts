@@ -61,6 +61,26 @@ export function isThinkingPart(part: unknown): boolean {
 }
 
 /**
+ * Whether an assistant message says nothing once its `thinking` parts are left out: no tool calls, and no content
+ * but empty text (what withoutThinking makes `""`). Mistral's adapter leaves such a message out; the chat route's walk
+ * asks it to see the conversation as Mistral gets it. No allocation: a string's content is answered at once.
+ */
+export function saysNothing(message: Record<string, unknown>): boolean {
+  const calls = message['tool_calls'];
+  if (Array.isArray(calls) && calls.length > 0) return false;
+  const content = message['content'];
+  if (content === undefined || content === null) return true;
+  if (typeof content === 'string') return content === '';
+  if (!Array.isArray(content)) return false;
+  for (const part of content) {
+    if (isThinkingPart(part)) continue;
+    const p = part as { type?: unknown; text?: unknown } | null;
+    if (p?.type !== 'text' || String(p.text ?? '') !== '') return false;
+  }
+  return true;
+}
+
+/**
  * An assistant message's content parts without Mistral's `thinking` ones, which no provider takes back; text parts
  * alone become the string they make, as an answer's content is (`""` for none).
  */

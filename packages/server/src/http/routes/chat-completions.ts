@@ -2,6 +2,7 @@ import { ChatCompletionRequest, ChatCompletionResponse, H, NULLABLE_CHAT_FIELDS 
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { toFunctionsChoice, toToolsApi } from '../../providers/legacy-functions.js';
+import { saysNothing } from '../../providers/openai-shape.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { estimatedUsage, generatedChars } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
@@ -120,7 +121,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
 
 /** What dropNullFields tells of the messages: one is of the functions API (an assistant's `function_call`, a `function` message). */
 const FUNCTION_MESSAGES = 1;
-/** A message other than the assistant's or another result follows a tool (or function) result: Mistral refuses it (param-compat.ts). */
+/** A message other than the assistant's (one that says something) or another result follows a tool (or function) result: Mistral refuses it (param-compat.ts). */
 const AFTER_TOOL = 2;
 
 /**
@@ -148,7 +149,8 @@ function dropNullFields(body: Record<string, unknown>): number {
     // A `function` result is sent as a tool result (legacy-functions.ts).
     const result = role === 'tool' || role === 'function';
     if (afterResult && !result && role !== 'assistant') seen |= AFTER_TOOL;
-    afterResult = result;
+    // An assistant message that says nothing (reasoning alone) is left out by Mistral's adapter: the result stays last.
+    if (!(afterResult && role === 'assistant' && message['function_call'] === undefined && saysNothing(message))) afterResult = result;
   }
   return seen;
 }

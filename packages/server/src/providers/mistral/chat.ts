@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { JsonResponse } from '../http-client.js';
-import { mapFinishReason, mapToolCalls, withChoices, withoutThinking } from '../openai-shape.js';
+import { mapFinishReason, mapToolCalls, saysNothing, withChoices, withoutThinking } from '../openai-shape.js';
 import type { ChatBody, ChatCompletion, TokenUsage } from '../types.js';
 import { mistralError } from './errors.js';
 
@@ -76,12 +76,11 @@ function toMistralMessages(messages: unknown[]): unknown[] {
   return out;
 }
 
+/** The same test the chat route's walk makes (saysNothing), so that its routing sees the conversation Mistral gets. */
 function isEmptyAssistant(message: unknown): boolean {
   if (!message || typeof message !== 'object') return false;
   const m = message as Record<string, unknown>;
-  const content = m['content'];
-  const empty = content === undefined || content === null || content === '' || (Array.isArray(content) && content.length === 0);
-  return m['role'] === 'assistant' && empty && !hasToolCalls(m);
+  return m['role'] === 'assistant' && saysNothing(m);
 }
 
 function hasToolCalls(m: Record<string, unknown>): boolean {
