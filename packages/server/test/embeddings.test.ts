@@ -247,11 +247,11 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     const calls = () => [sim.providers.cohere?.stats().total ?? 0, sim.providers.mistral?.stats().total ?? 0];
     const before = calls();
     const cases = [
-      // Cohere's v3 models give no other size (400 "output_dimension is not supported by …").
-      [a, COHERE_THEN_OVH, 256, 'ovh'],
+      // Cohere's v3 models give no other size (400 "output_dimension is not supported by …"); 256 was refused above.
+      [a, COHERE_THEN_OVH, 384, 'ovh'],
       // Mistral's vectors are at most 1,024 long; Azure's text-embedding-3-small gives 1,200.
       [a, MISTRAL_THEN_AZURE, 1200, 'azure'],
-      [b, MISTRAL_THEN_AZURE, 1200, 'azure'],
+      [b, MISTRAL_THEN_AZURE, 1100, 'azure'],
     ] as const;
     for (const [client, model, dimensions, provider] of cases) {
       const { data, response } = await client.embeddings.create({ model, input: ['x', 'y'], dimensions }).withResponse();
@@ -266,6 +266,34 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     // A refusal of the size is no failure of the provider: without dimensions, the configured order stands.
     const whole = await a.embeddings.create({ model: COHERE_THEN_OVH, input: 'x' }).withResponse();
     expect(whole.response.headers.get('x-gateway-provider')).toBe('cohere');
+  });
+
+  it("remembers a native API's refusal of a size: a later request of that size makes no call to it, and is served at once", async () => {
+    const calls = () => [sim.providers.cohere?.stats().total ?? 0, sim.providers.mistral?.stats().total ?? 0];
+    const served = async (client: OpenAI, model: string, dimensions: number) => {
+      const { data, response } = await client.embeddings.create({ model, input: 'x', dimensions }).withResponse();
+      expect(data.data[0]?.embedding).toHaveLength(dimensions);
+      return response.headers.get('x-gateway-provider');
+    };
+    const start = calls();
+    expect(await served(a, COHERE_THEN_OVH, 320)).toBe('ovh');
+    expect(await served(a, MISTRAL_THEN_AZURE, 1300)).toBe('azure');
+    // Each refused the size once.
+    expect(calls()).toEqual([(start[0] ?? 0) + 1, (start[1] ?? 0) + 1]);
+    // The same sizes again, in either variant: the offers that refused them are planned around, with no call.
+    expect(await served(a, COHERE_THEN_OVH, 320)).toBe('ovh');
+    expect(await served(a, MISTRAL_THEN_AZURE, 1300)).toBe('azure');
+    expect(await served(b, MISTRAL_THEN_AZURE, 1300)).toBe('azure');
+    expect(calls()).toEqual([(start[0] ?? 0) + 1, (start[1] ?? 0) + 1]);
+    // Where that offer is the model's only one, the refusal is the gateway's own 400 naming the field, with no call.
+    const only = (await a.embeddings.create({ model: 'mistral/embed', input: 'x', dimensions: 1300 }).catch((e: unknown) => e)) as InstanceType<
+      typeof OpenAI.BadRequestError
+    >;
+    expect(only).toBeInstanceOf(OpenAI.BadRequestError);
+    expect([only.param, only.message]).toEqual(['dimensions', expect.stringContaining("'dimensions' is not supported by")]);
+    expect(calls()).toEqual([(start[0] ?? 0) + 1, (start[1] ?? 0) + 1]);
+    // Only that size: one the model gives is still Mistral's.
+    expect(await served(a, MISTRAL_THEN_AZURE, 512)).toBe('mistral');
   });
 
   it.each([

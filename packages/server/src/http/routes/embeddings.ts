@@ -129,7 +129,10 @@ async function embed(adapter: ProviderAdapter, request: EmbeddingsRequest, call:
   try {
     return await adapter.embeddings(request, call);
   } catch (err) {
-    throw refusedField(err, request);
+    const refused = refusedField(err, request);
+    // Remembered, so that the next request of this size is planned around this offer rather than refused again.
+    if (refused !== err && request.dimensions !== undefined) adapter.refusedDimensions?.(call.upstreamModel, request.dimensions);
+    throw refused;
   }
 }
 

@@ -1,0 +1,33 @@
+/** How long a refused embedding size is planned around before the provider is asked again (it may add the size). */
+const REFUSAL_TTL_MS = 15 * 60_000;
+/** Sizes are the client's choice: at most this many are remembered per provider, the oldest forgotten first. */
+const MAX_REFUSALS = 256;
+
+/**
+ * Embedding sizes a provider refused for a model, remembered for a while, so that routing leaves its offer out at
+ * once rather than asking again for another unbilled 400 before failing over (as the OpenAI-compatible adapter does
+ * for a model seen ignoring `dimensions`). A small map in insertion order: at the cap, the oldest entry goes.
+ */
+export class RefusedSizes {
+  private readonly until = new Map<string, number>();
+
+  add(upstreamModel: string, dimensions: number, now = Date.now()): void {
+    const key = `${dimensions} ${upstreamModel}`;
+    this.until.delete(key);
+    if (this.until.size >= MAX_REFUSALS) {
+      const oldest = this.until.keys().next().value;
+      if (oldest !== undefined) this.until.delete(oldest);
+    }
+    this.until.set(key, now + REFUSAL_TTL_MS);
+  }
+
+  has(upstreamModel: string, dimensions: number, now = Date.now()): boolean {
+    if (this.until.size === 0) return false;
+    const key = `${dimensions} ${upstreamModel}`;
+    const until = this.until.get(key);
+    if (until === undefined) return false;
+    if (until > now) return true;
+    this.until.delete(key);
+    return false;
+  }
+}
