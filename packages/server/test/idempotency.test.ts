@@ -19,8 +19,10 @@ const chats = () => sim.providers.scaleway?.stats().byEndpoint.chat ?? 0;
 
 beforeAll(async () => {
   sim = await startSimulator({ latencyScale: 0 });
-  // Without Redis: claims and answers live in the store (PGlite here). Claims of a crashed instance run out after 400 ms.
-  gw = await startGateway({ sim, env: { GW_IDEMPOTENCY_CLAIM_TTL_MS: '400', GW_CIRCUIT_FAILURES: '1000' } });
+  // Without Redis: claims and answers live in the store (PGlite here). A claim lives 3 s unless its request's heartbeat
+  // (every second) renews it: with 400 ms, a heartbeat held up on a loaded machine let a running claim lapse, and the
+  // SDK's retry ran the request a second time. A crashed instance's claim is made below with its own short life.
+  gw = await startGateway({ sim, env: { GW_IDEMPOTENCY_CLAIM_TTL_MS: '3000', GW_CIRCUIT_FAILURES: '1000' } });
   // Repeats wait at most 150 ms for the first answer.
   impatient = await startGateway({ sim, env: { GW_IDEMPOTENCY_WAIT_MS: '150' } });
   key = await gw.createKey({ rateLimitRpm: 10_000 });
