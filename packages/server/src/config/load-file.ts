@@ -293,7 +293,8 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv, referenced?
     const why = UNREADABLE[code];
     throw new ConfigError(file, '/', `a readable file, the one GW_CONFIG names (${why ? `${code}: ${why}` : code})`);
   }
-  if (text === null) throw new ConfigError(file, '/', `a file of at most ${MAX_CONFIG_BYTES / 1024 / 1024} MiB; this one goes on past it (a device such as /dev/zero?)`);
+  if (text === null)
+    throw new ConfigError(file, '/', `a file of at most ${MAX_CONFIG_BYTES / 1024 / 1024} MiB; this one goes on past it (a device such as /dev/zero?)`);
   return parseConfigText(text, file, env, referenced);
 }
 
