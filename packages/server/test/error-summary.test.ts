@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { errorSummary } from '../src/lib/error-summary.js';
+import { registerSecret } from '../src/lib/redact.js';
 import { openStore } from '../src/store/index.js';
 
 describe('errors in log lines', () => {
@@ -24,6 +25,18 @@ describe('errors in log lines', () => {
       await store.close();
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('takes out of the line what an unexpected error was given: a known secret, a URL password, a client key', () => {
+    registerSecret('prov-Secret-9f8e7d6c5b4a');
+    const err = new Error(
+      'upstream said: bad key prov-Secret-9f8e7d6c5b4a; retried redis://gw:hunter2pass@cache:6379 for gw_live_AbCdEfGh12345678IjKl',
+    );
+    const line = JSON.stringify(errorSummary(err));
+    for (const secret of ['prov-Secret', 'hunter2pass', 'gw_live_AbCdEfGh']) expect(line).not.toContain(secret);
+    expect(errorSummary(err).message).toContain('upstream said: bad key [redacted]');
+    expect(errorSummary(err).stack).toContain('[redacted]');
+    expect(errorSummary('thrown text with prov-Secret-9f8e7d6c5b4a').message).toBe('thrown text with [redacted]');
   });
 
   it('any other error keeps its message and code', () => {
