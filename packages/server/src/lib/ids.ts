@@ -16,8 +16,8 @@ let offset = 0;
  * Request ids are always ours: a client-chosen id could collide in the usage table. They start with the time
  * (milliseconds, 12 hex digits, as a UUIDv7 does) and end with 64 random bits: the usage table's primary key then
  * grows at its end. Wholly random ids were written all over the key's index, whose pages left the embedded
- * database's small buffer cache as the table grew: 37 µs of its thread per row at 50,000 rows, 150 at 400,000
- * (time-ordered: 22-33 throughout; docs/decisions.md).
+ * database's small buffer cache as the table grew: its thread's CPU per row rose from 21 to 47 µs over 300,000 rows,
+ * where time-ordered ids stay at 14-16 (bench/usage-rows.mjs; docs/decisions.md).
  */
 export function newRequestId(): string {
   if (offset + RANDOM_BYTES > pool.length) {
