@@ -3,6 +3,7 @@ import { createGateway, type Gateway } from './app.js';
 import { ensureFirstKey } from './auth/first-key.js';
 import { ConfigError, type GatewayConfig, loadConfig } from './config/index.js';
 import { errorSummary } from './lib/error-summary.js';
+import { probeListen } from './lib/listen-probe.js';
 
 /** The gateway's start (main.ts checks the Node version first): config, demo simulators when no config file, listen, graceful shutdown. */
 async function main(): Promise<void> {
@@ -16,6 +17,7 @@ async function main(): Promise<void> {
     }
     throw err;
   }
+  await probeListen(config.host, config.port).catch(cannotListen(config));
   let simulator: Simulator | null = null;
   let gateway: Gateway | null = null;
   // Set from the start: a signal before its handler killed the process at once, without a word, maybe mid-way through
@@ -78,9 +80,8 @@ async function main(): Promise<void> {
         : ' (README lists the variables it reads)';
     app.log.warn({ variable: name }, `${name} is set, but the gateway reads no such variable: it is ignored${guess}`);
   }
-  await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
-    throw new Error(`cannot listen on ${config.host}:${config.port} (HOST, PORT): ${err instanceof Error ? err.message : String(err)}`);
-  });
+  // Checked again: the port may have been taken while the store opened.
+  await app.listen({ host: config.host, port: config.port }).catch(cannotListen(config));
   // Only once it serves: a start that fails to listen must not make the first key, which no later start prints.
   const first = await ensureFirstKey(services.store);
   const base = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${(app.server.address() as { port: number }).port}`;
@@ -112,6 +113,12 @@ async function main(): Promise<void> {
   serving = true;
   // A signal while it began to listen: the key made is shown above, then the drain.
   if (stopping !== null) drain(stopping);
+}
+
+function cannotListen(config: GatewayConfig): (err: unknown) => never {
+  return (err) => {
+    throw new Error(`cannot listen on ${config.host}:${config.port} (HOST, PORT): ${err instanceof Error ? err.message : String(err)}`);
+  };
 }
 
 main().catch((err: unknown) => {
