@@ -18,6 +18,8 @@ export const H = {
   rateLimitReset: 'x-ratelimit-reset',
   rateLimitEnforced: 'x-ratelimit-enforced',
   retryAfter: 'retry-after',
+  /** The same wait in ms, which the OpenAI SDKs read before Retry-After's whole seconds. */
+  retryAfterMs: 'retry-after-ms',
   shouldRetry: 'x-should-retry',
   accelBuffering: 'x-accel-buffering',
   serverTiming: 'server-timing',

@@ -64,7 +64,7 @@ describe('the beta window at its edges (in process, fake clock)', () => {
       expect(quota.admitSync('ws', `r${i}`, 1).allowed).toBe(true);
       now += 10_000;
     }
-    expect(quota.admitSync('ws', 'r3', 1)).toMatchObject({ allowed: false, reason: 'requests', retryAfterS: 30 });
+    expect(quota.admitSync('ws', 'r3', 1)).toMatchObject({ allowed: false, reason: 'requests', waitMs: 30_000 });
     now = 1_000_000 + 59_999;
     expect(quota.admitSync('ws', 'r4', 1).allowed).toBe(false);
     now = 1_000_000 + 60_000;
@@ -79,7 +79,7 @@ describe('the beta window at its edges (in process, fake clock)', () => {
     expect(quota.admitSync('ws', 'a', 40).allowed).toBe(true);
     now = 5_000;
     expect(quota.admitSync('ws', 'b', 60).allowed).toBe(true);
-    expect(quota.admitSync('ws', 'c', 1)).toMatchObject({ allowed: false, reason: 'tokens', retryAfterS: 55 });
+    expect(quota.admitSync('ws', 'c', 1)).toMatchObject({ allowed: false, reason: 'tokens', waitMs: 55_000 });
     // The provider counted 30 tokens for `b`, not 60: room for 30 more.
     await quota.settle('ws', 'b', 30);
     expect(quota.admitSync('ws', 'd', 30).allowed).toBe(true);
@@ -98,9 +98,9 @@ describe('the beta window at its edges (in process, fake clock)', () => {
     await quota.settle('tok', 't0', 0);
     expect((await quota.admit('tok', 't5', 100)).allowed).toBe(true);
     const denied = await quota.admit('edge', 'late', 1);
-    expect(denied.retryAfterS).toBeGreaterThanOrEqual(1);
-    expect(denied.retryAfterS).toBeLessThanOrEqual(2);
-    await new Promise((r) => setTimeout(r, denied.retryAfterS * 1000 + 50));
+    expect(denied.waitMs).toBeGreaterThanOrEqual(1);
+    expect(denied.waitMs).toBeLessThanOrEqual(2_000);
+    await new Promise((r) => setTimeout(r, denied.waitMs + 50));
     expect((await quota.admit('edge', 'after', 1)).allowed).toBe(true);
     client.disconnect();
   }, 15_000);

@@ -245,7 +245,10 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
     reply.header('keep-alive', `timeout=${Math.floor(request.server.server.keepAliveTimeout / 1000)}`);
   }
   for (const [name, value] of Object.entries(g.headers)) reply.header(name, value);
-  if (g.retryAfterS !== undefined) reply.header(H.retryAfter, String(g.retryAfterS));
+  if (g.retryAfterS !== undefined) {
+    reply.header(H.retryAfter, String(g.retryAfterS));
+    reply.header(H.retryAfterMs, String(g.retryAfterMs));
+  }
   // Errors a retry cannot fix: the OpenAI SDK retries every 5xx (and would spend the key's limit on each) unless told not to.
   if ((g.code === 'budget_exceeded' || g.code === 'not_implemented') && g.headers[H.shouldRetry] === undefined) reply.header(H.shouldRetry, 'false');
   return reply.code(status).type('application/json; charset=utf-8').send(body);

@@ -135,6 +135,7 @@ function withLimitHeaders({ error, limit }: Refusal): GatewayError {
   return new GatewayError(error.code, error.message, {
     param: error.param,
     ...(error.retryAfterS === undefined ? {} : { retryAfterS: error.retryAfterS }),
+    ...(error.retryAfterMs === undefined ? {} : { retryAfterMs: error.retryAfterMs }),
     headers: { ...error.headers, ...rateLimitHeaders(limit) },
   });
 }

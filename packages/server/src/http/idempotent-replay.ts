@@ -18,6 +18,7 @@ export const REPLAYED_HEADERS = [
   H.strategy,
   H.routingHops,
   H.retryAfter,
+  H.retryAfterMs,
   H.shouldRetry,
 ] as const;
 

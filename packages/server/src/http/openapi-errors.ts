@@ -106,6 +106,10 @@ function headersOf(status: number, codes: CanonicalCode[], limited: boolean): Re
   // A 409 waits out the request that holds its idempotency key; the admin API's (a revoked key) has nothing to wait for.
   if (status === 402 || status === 429 || status === 503 || (status === 409 && codes.includes('conflict'))) {
     headers['Retry-After'] = int('Seconds to wait before retrying.', status !== 402);
+    headers['retry-after-ms'] = int(
+      'The same wait in milliseconds, exact where the gateway knows it (Retry-After is rounded up to whole seconds).',
+      status !== 402,
+    );
   }
   if (status === 402 || status === 501) {
     headers['x-should-retry'] = {

@@ -89,6 +89,7 @@ function errorHeaders(limited: boolean): Record<string, unknown> {
   return {
     'X-Request-Id': requestId,
     'Retry-After': int('Seconds to wait before retrying: sent with 429, 409, 503 and a 402 that only requests in flight cause.'),
+    'retry-after-ms': int('The same wait in milliseconds, exact where the gateway knows it (Retry-After is rounded up to whole seconds).'),
     'x-should-retry': {
       description: 'Whether a retry can succeed: false with 402 (budget used up) and 501; true with a 402 that only requests in flight cause.',
       schema: { type: 'string', enum: ['true', 'false'] },

@@ -12,8 +12,8 @@ export interface BetaDecision {
   allowed: boolean;
   /** Which allowance refused it. */
   reason: 'requests' | 'tokens' | null;
-  /** Seconds until enough of the window ages out for this request. */
-  retryAfterS: number;
+  /** Milliseconds until enough of the window ages out for this request (0 when it is allowed). */
+  waitMs: number;
   /** false: the backend was unreachable and the request was let through. */
   enforced: boolean;
 }
@@ -34,11 +34,6 @@ interface Entry {
   at: number;
   id: string;
   tokens: number;
-}
-
-/** Milliseconds → whole seconds to wait, at least 1. */
-export function waitSeconds(ms: number): number {
-  return Math.max(1, Math.ceil(ms / 1000));
 }
 
 /** The window in process memory; one instance only. */
@@ -63,7 +58,7 @@ export class MemoryBetaQuota implements BetaQuota {
     const entries = this.live(scope, now);
     const { requests, tokens: maxTokens, windowMs } = this.limits;
     if (entries.length >= requests) {
-      return { allowed: false, reason: 'requests', retryAfterS: waitSeconds((entries[0]?.at ?? now) + windowMs - now), enforced: true };
+      return { allowed: false, reason: 'requests', waitMs: (entries[0]?.at ?? now) + windowMs - now, enforced: true };
     }
     const used = entries.reduce((n, e) => n + e.tokens, 0);
     if (used + tokens > maxTokens) {
@@ -76,10 +71,10 @@ export class MemoryBetaQuota implements BetaQuota {
           break;
         }
       }
-      return { allowed: false, reason: 'tokens', retryAfterS: waitSeconds(wait), enforced: true };
+      return { allowed: false, reason: 'tokens', waitMs: wait, enforced: true };
     }
     entries.push({ at: now, id: requestId, tokens });
-    return { allowed: true, reason: null, retryAfterS: 0, enforced: true };
+    return { allowed: true, reason: null, waitMs: 0, enforced: true };
   }
 
   async settle(scope: string, requestId: string, tokens: number): Promise<void> {

@@ -1,3 +1,4 @@
+import { waitSeconds } from '../errors/gateway-error.js';
 import { StampRing } from './stamp-ring.js';
 import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
 
@@ -74,9 +75,6 @@ function freeingStamp(stamps: StampRing, limit: number): number | undefined {
 
 /** An enforced decision over a window holding `count` requests, the one whose leaving frees a place at `oldestMs`. */
 export function windowDecision(allowed: boolean, count: number, limit: number, oldestMs: number, nowMs: number, windowMs: number): LimitDecision {
-  return { allowed, limit, remaining: Math.max(0, limit - count), resetS: resetSeconds(oldestMs, nowMs, windowMs), enforced: true };
-}
-
-export function resetSeconds(oldestMs: number, nowMs: number, windowMs = WINDOW_MS): number {
-  return Math.max(1, Math.ceil((oldestMs + windowMs - nowMs) / 1000));
+  const waitMs = oldestMs + windowMs - nowMs;
+  return { allowed, limit, remaining: Math.max(0, limit - count), resetS: waitSeconds(waitMs), waitMs, enforced: true };
 }

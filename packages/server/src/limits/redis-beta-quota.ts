@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { type BetaDecision, type BetaQuota, type BetaQuotaLimits, EMBEDDINGS_BETA, waitSeconds } from './beta-quota.js';
+import { type BetaDecision, type BetaQuota, type BetaQuotaLimits, EMBEDDINGS_BETA } from './beta-quota.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 
 /**
@@ -93,10 +93,10 @@ export class RedisBetaQuota implements BetaQuota {
 
   async admit(scope: string, requestId: string, tokens: number): Promise<BetaDecision> {
     const result = await this.run('admit', scope, requestId, tokens);
-    if (result === null) return { allowed: true, reason: null, retryAfterS: 0, enforced: false };
+    if (result === null) return { allowed: true, reason: null, waitMs: 0, enforced: false };
     const [allowed, reason, waitMs] = result;
-    if (allowed === 1) return { allowed: true, reason: null, retryAfterS: 0, enforced: true };
-    return { allowed: false, reason: reason === 1 ? 'requests' : 'tokens', retryAfterS: waitSeconds(waitMs), enforced: true };
+    if (allowed === 1) return { allowed: true, reason: null, waitMs: 0, enforced: true };
+    return { allowed: false, reason: reason === 1 ? 'requests' : 'tokens', waitMs, enforced: true };
   }
 
   async settle(scope: string, requestId: string, tokens: number): Promise<void> {

@@ -5,6 +5,8 @@ export interface LimitDecision {
   remaining: number;
   /** Seconds until the oldest request in the window ages out. */
   resetS: number;
+  /** The same wait in ms, exact: a refusal's retry-after-ms. */
+  waitMs: number;
   /** false when the limiter backend was unreachable and the request was let through. */
   enforced: boolean;
 }

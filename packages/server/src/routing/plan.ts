@@ -63,6 +63,6 @@ function noHealthyOffer(model: RegistryModel, offers: Offer[], view: OfferStatsV
   const providers = [...new Set(offers.map((o) => o.provider))];
   const paused = `${providers.join(', ')} ${providers.length === 1 ? 'failed recently and is' : 'failed recently and are'} paused`;
   return new GatewayError('no_healthy_provider', `No provider of '${model.id}' is healthy right now (${paused}).`, {
-    retryAfterS: Math.max(1, Math.ceil(waitMs / 1000)),
+    retryAfterMs: waitMs,
   });
 }

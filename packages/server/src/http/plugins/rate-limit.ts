@@ -132,7 +132,7 @@ export function rateLimitHeaders(d: LimitDecision): Record<string, string> {
 
 /** The 429 of a limiter that refused (SPEC, Errors: the message names the limit). */
 export function rateLimitedError(d: LimitDecision): GatewayError {
-  return new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterS: d.resetS });
+  return new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterMs: d.waitMs });
 }
 
 /**

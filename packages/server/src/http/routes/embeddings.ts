@@ -182,7 +182,7 @@ async function admitBeta(services: Services, request: FastifyRequest, input: str
     // Say whose allowance it is: a key without a workspace has its own, shared with no other key.
     const holder = key?.workspaceId ? 'workspace' : 'API key';
     throw new GatewayError('rate_limited', `Embeddings beta limit exceeded (${limit} per minute per ${holder})`, {
-      retryAfterS: decision.retryAfterS,
+      retryAfterMs: decision.waitMs,
     });
   }
   return (used) => quota.settle(scope, request.id, used).catch(warnOnFailure(request.log, 'beta quota settle failed'));
