@@ -67,12 +67,13 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
   if (!res.ok) {
     const what = scopeHolder(res.scope);
     const worst = eurText(worstEur);
-    if (await heldByRequestsInFlight(services, tag, scopes, res.scope, worstEur)) {
+    const held = await heldByRequestsInFlight(services, tag, scopes, res.scope, worstEur);
+    if (held !== null) {
       // Not used up: the holds of requests in flight are settled to what they really cost when they end.
       throw new GatewayError(
         'budget_exceeded',
         `Too little of the budget of this ${what} is free while its requests in flight hold their worst cases (this one's is ${worst}); retry shortly.`,
-        { retryAfterS: 1, headers: { [H.shouldRetry]: 'true' } },
+        { retryAfterMs: await roomBackInMs(services, tag, res.scope, held), headers: { [H.shouldRetry]: 'true' } },
       );
     }
     throw new GatewayError(
@@ -150,13 +151,30 @@ function keyScopes(services: Services, key: ApiKeyRecord): BudgetScope[] | Promi
   return found instanceof Promise ? found.then((ws) => budgetScopes(services, key, ws)) : budgetScopes(services, key, found);
 }
 
-/** Whether the request would fit in what its budget has left once the holds of requests in flight are let go. */
-async function heldByRequestsInFlight(services: Services, tag: string, scopes: BudgetScope[], scopeId: string, worstEur: number): Promise<boolean> {
+/**
+ * Whether the request would fit in what its budget has left once the holds of requests in flight are let go: the
+ * EUR of holds that must go for it to fit, else null.
+ */
+async function heldByRequestsInFlight(services: Services, tag: string, scopes: BudgetScope[], scopeId: string, worstEur: number): Promise<number | null> {
   const scope = scopes.find((s) => s.id === scopeId);
   const seen = await services.ledger.peek(tag, scopeId).catch(() => null);
-  if (!scope || scope.limit === null || !seen || seen.reserved <= 0) return false;
-  return seen.spent + worstEur <= scope.limit;
+  if (!scope || scope.limit === null || !seen || seen.reserved <= 0 || seen.spent + worstEur > scope.limit) return null;
+  return seen.spent + seen.reserved + worstEur - scope.limit;
 }
+
+/**
+ * When a refusal that holds cause can find room: when enough of them can be let go at the latest as far as the ledger
+ * knows (those of an instance that died, once its word that it is alive lapses: up to 6 s, where a retry after 1 s, and
+ * the OpenAI SDK's two, were refused until the SDK gave up), else 1 s, as a hold of a running request may end any time.
+ */
+async function roomBackInMs(services: Services, tag: string, scopeId: string, heldEur: number): Promise<number> {
+  const inMs = await services.ledger.roomBackInMs?.(tag, scopeId, toNano(heldEur)).catch(() => null);
+  // A little past the lapse: the retry must find it passed in Redis, not a few ms short of it.
+  return inMs === null || inMs === undefined || inMs <= HELD_RETRY_MS ? HELD_RETRY_MS : inMs + LAPSE_MARGIN_MS;
+}
+
+const HELD_RETRY_MS = 1_000;
+const LAPSE_MARGIN_MS = 100;
 
 /**
  * The budgets a key's requests are held to, built once per cached key

@@ -25,7 +25,7 @@ const WHEN: Record<CanonicalCode, string> = {
   validation: 'the body, a query parameter, a routing header or the path does not match the schema; the message names the field',
   unauthorized: 'the key (on the admin API, the admin token) is missing, malformed, revoked or unknown, or more than one Authorization header is sent',
   budget_exceeded:
-    "the key's or workspace's budget is used up (x-should-retry: false), or what is left is held by requests in flight (Retry-After: 1, x-should-retry: true)",
+    "the key's or workspace's budget is used up (x-should-retry: false), or what is left is held by requests in flight (Retry-After: 1, or until the holds of an instance that died are let go; x-should-retry: true)",
   model_not_found: "the model does not exist, or is not enabled for the key's workspace",
   model_deprecated: 'the model is retired upstream',
   provider_unsupported: 'X-Gateway-Provider names a provider that does not host the model, or an unknown one',

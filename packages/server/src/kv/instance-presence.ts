@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 
 /** Each instance says it is alive this often, for this long. */
-const ALIVE_EVERY_MS = 2_000;
+export const ALIVE_EVERY_MS = 2_000;
 export const ALIVE_TTL_MS = 6_000;
 
 export const instanceKey = (id: string): string => `gw:instance:${id}`;

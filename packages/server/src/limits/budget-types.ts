@@ -45,6 +45,11 @@ export interface BudgetLedger {
   release(reservation: Reservation): Promise<void>;
   /** Spent and reserved EUR of a scope, as the ledger sees it now. */
   peek(tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null>;
+  /**
+   * For a refusal that holds cause: in how many ms holds of `scopeId` of at least `nano` in all can be let go at the
+   * latest as far as the ledger knows, or null where it cannot say (the refusal then says 1 s).
+   */
+  roomBackInMs?(tag: string, scopeId: string, nano: number): Promise<number | null>;
 }
 
 /** How long a reservation holds before it is presumed lost (its instance crashed). */

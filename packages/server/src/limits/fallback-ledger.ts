@@ -238,6 +238,10 @@ export class FallbackLedger implements BudgetLedger {
     return this.shared.peek(tag, scopeId);
   }
 
+  roomBackInMs(tag: string, scopeId: string, nano: number): Promise<number | null> {
+    return this.shared.roomBackInMs?.(tag, scopeId, nano) ?? Promise.resolve(null);
+  }
+
   private owe(tag: string, scopeIds: string[], nano: number): void {
     const id = `${tag} ${scopeIds.join(' ')}`;
     const entry = this.owed.get(id);

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { ALIVE_TTL_MS, type InstancePresence } from '../kv/instance-presence.js';
+import { ALIVE_EVERY_MS, ALIVE_TTL_MS, type InstancePresence, instanceKey } from '../kv/instance-presence.js';
 import { hiddenSlot } from '../lib/hidden-slot.js';
 import { type BudgetLedger, type BudgetScope, fromNano, limitNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
 
@@ -226,10 +226,6 @@ export class RedisLedger implements BudgetLedger {
     for (let i = 1; i < args.keys.length; i += 4) {
       for (const m of await this.redis.zrangebyscore(args.keys[i] as string, '-inf', madeBefore)) members.add(m);
     }
-    const instanceOf = (m: string) => {
-      const at = m.lastIndexOf('@');
-      return at < 0 ? null : m.slice(at + 1, m.lastIndexOf(':'));
-    };
     const named = [...members].filter((m) => instanceOf(m) !== null);
     if (named.length === 0) return false;
     const alive = await this.presence.alive(named.map((m) => instanceOf(m) as string));
@@ -365,6 +361,46 @@ export class RedisLedger implements BudgetLedger {
     await this.settle(r, 0);
   }
 
+  /**
+   * When holds of `nano` in all can be let go at the latest, as far as Redis says: room leased in the database when
+   * it expires; the hold of an instance that missed renewing its word that it is alive once that word lapses and the
+   * hold is as old as the word lasts (what {@link dropHoldsOfTheDead} asks). The holds of a running request (this
+   * instance's, or one of an instance that renews its word) end when the request does, at no known time: they count
+   * as {@link HELD_POLL_MS}, as every such refusal did before; telling them instead to wait for a lapse that never
+   * comes made a client of two live instances wait 4-6 s where their requests ended in milliseconds. Only on a refusal
+   * that holds cause: one round trip for the holds, one for their instances.
+   */
+  async roomBackInMs(tag: string, scopeId: string, nano: number): Promise<number | null> {
+    const [, holdsKey] = keysOf(tag, scopeId);
+    const [[seconds, micros], flat] = await Promise.all([this.redis.time(), this.redis.zrange(holdsKey, 0, '-1', 'WITHSCORES')]);
+    const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    const holds: { member: string; expiresAt: number; instance: string | null }[] = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      const member = flat[i] as string;
+      const expiresAt = Number(flat[i + 1]);
+      if (expiresAt > now) holds.push({ member, expiresAt, instance: instanceOf(member) });
+    }
+    const others = [...new Set(holds.map((h) => h.instance).filter((id) => id !== null && id !== this.presence.id))] as string[];
+    const ttls = await Promise.all(others.map((id) => this.redis.pttl(instanceKey(id))));
+    // -2: no word at all (it lapsed); -1: a word without a lapse, which no instance writes: as a live one's.
+    const lapse = new Map(others.map((id, i) => [id, (ttls[i] as number) === -2 ? 0 : (ttls[i] as number)]));
+    const frees = holds.map(({ member, expiresAt, instance }) => {
+      const amount = Number(member.slice(member.lastIndexOf(':') + 1));
+      if (instance === null) return { inMs: expiresAt - now, amount };
+      const left = instance === this.presence.id ? -1 : (lapse.get(instance) ?? 0);
+      if (left < 0 || left >= MISSED_RENEWAL_BELOW_MS) return { inMs: HELD_POLL_MS, amount };
+      const oldEnough = expiresAt - RESERVATION_TTL_MS + ALIVE_TTL_MS - now;
+      return { inMs: Math.max(oldEnough, left), amount };
+    });
+    frees.sort((a, b) => a.inMs - b.inMs);
+    let freed = 0;
+    for (const f of frees) {
+      freed += f.amount;
+      if (freed >= nano) return Math.min(ALIVE_TTL_MS, Math.max(0, f.inMs));
+    }
+    return null;
+  }
+
   async peek(tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null> {
     const [spentKey, holdsKey] = keysOf(tag, scopeId);
     const spent = await this.redis.get(spentKey);
@@ -391,6 +427,21 @@ export class RedisLedger implements BudgetLedger {
 }
 
 const NOTHING_LEASED = Promise.resolve({ nano: 0, ms: 0 });
+
+/** A hold's instance: what follows its last '@' (null: room leased in the database, which names none). */
+function instanceOf(member: string): string | null {
+  const at = member.lastIndexOf('@');
+  return at < 0 ? null : member.slice(at + 1, member.lastIndexOf(':'));
+}
+
+/** How soon a refusal asks again about the holds of running requests, which end with them: as before, 1 s. */
+const HELD_POLL_MS = 1_000;
+
+/**
+ * A word that it is alive with less than this left was not renewed when due (every 2 s for 6 s; 500 ms allowed for
+ * a late timer or a slow Redis): its instance has likely died, and its holds go when the word lapses.
+ */
+const MISSED_RENEWAL_BELOW_MS = ALIVE_TTL_MS - ALIVE_EVERY_MS - 500;
 
 /**
  * How long a total loaded into an empty Redis holds the room the database's leases keep: long enough for every
