@@ -178,6 +178,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const fallback = redis && presence && store.kind === 'postgres' ? new FallbackLedger(new RedisLedger(redis, presence), leases, () => usage.flush()) : null;
   // When Redis's connection drops, the holds it had for this instance's running requests go into the leases at once.
   if (redis && fallback) redis.on('close', () => fallback.sharedLost());
+  // When it is ready again, the costs settled on the leases meanwhile are brought to it at once.
+  if (redis && fallback) redis.on('ready', () => fallback.sharedBack());
   const ledger = fallback ?? new MemoryLedger();
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // One bound on the event data all streams keep in this instance's memory: the sessions' logs and the in-memory resume copies.

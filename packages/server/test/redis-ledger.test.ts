@@ -151,3 +151,39 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
     }
   });
 });
+
+describe('the Redis budget ledger while an instance reconciles', () => {
+  it('with no mark a reservation is held in one script call as before; while another instance is marked it holds nothing and says so', async () => {
+    const ledger = ledgerOf();
+    const other = ledgerOf();
+    const tag = 'reconciling';
+    const monitor = await fixture.redis.monitor();
+    const evals: string[][] = [];
+    monitor.on('monitor', (_t: string, args: string[]) => {
+      if (/^eval/i.test(args[0] ?? '')) evals.push(args);
+    });
+    const first = await ledger.reserveShared(tag, [scope(1)], 0.3, 'req_1');
+    expect(first).toMatchObject({ ok: true });
+    await other.markReconciling();
+    expect(await ledger.reserveShared(tag, [scope(1)], 0.3, 'req_2')).toBe('reconciling');
+    await expect(ledger.reserve(tag, [scope(1)], 0.3, 'req_3')).rejects.toThrow(/reconciling/);
+    await other.unmarkReconciling();
+    expect(await fixture.redis.exists('gw:budget:reconciling')).toBe(0);
+    expect(await ledger.reserveShared(tag, [scope(1)], 0.3, 'req_4')).toMatchObject({ ok: true });
+    const seen = new Promise<void>((resolve) => monitor.on('monitor', (_t: string, args: string[]) => args[1] === 'reconciling-marker' && resolve()));
+    await fixture.redis.echo('reconciling-marker');
+    await seen;
+    await monitor.disconnect();
+    // Nothing was held for the refused ones: the two admitted holds only. The load of the total aside, one script call per reservation.
+    expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.6));
+    expect(evals.filter((e) => e.some((a) => a.endsWith('gw:budget:reconciling')) && /^evalsha$/i.test(e[0] ?? '')).length).toBeGreaterThanOrEqual(4);
+  });
+
+  it('a mark lapses by itself when its instance stops making it', async () => {
+    await ledgerOf().markReconciling();
+    const ttl = await fixture.redis.pttl('gw:budget:reconciling');
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(5_000);
+    await fixture.redis.del('gw:budget:reconciling');
+  });
+});

@@ -162,8 +162,10 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
       }
       if (timedOutInARow >= DEAD_AFTER_TIMEOUTS) {
         timedOutInARow = 0;
-        // Reconnects (retryStrategy): meanwhile commands fail at once, without their timeout.
-        client.disconnect(true);
+        // Reconnects (retryStrategy): meanwhile commands fail at once, without their timeout. A turn later, so that
+        // what the callers send on learning of the timeouts still goes on this connection: a stalled Redis runs it
+        // when it wakes (the budget ledger's reconciliation mark, which must come before any other instance's reserve).
+        setImmediate(() => client.disconnect(true));
       }
       arm();
     });

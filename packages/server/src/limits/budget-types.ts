@@ -32,6 +32,9 @@ export interface Reservation {
   tag: string;
 }
 
+/** The shared ledger's answer while an instance still adds to its totals what it spent without it: nothing held. */
+export const RECONCILING = 'reconciling';
+
 export type ReserveResult = { ok: true; reservation: Reservation } | { ok: false; scope: string };
 
 /**

@@ -1,10 +1,18 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
-import { toNano } from './budget-types.js';
+import { RECONCILING, toNano } from './budget-types.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryLedger } from './memory-ledger.js';
 
 /** What the shared ledger (Redis) offers to be brought up to date after it was away. */
 export interface SharedLedger extends BudgetLedger {
+  /** A reserve that answers {@link RECONCILING}, holding nothing, while the ledger is marked (below). */
+  reserveShared(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult | typeof RECONCILING>;
+  /** Marks the ledger as owed costs by this instance, so that no instance admits against its totals meanwhile; the mark lapses unless made again. */
+  markReconciling(): Promise<void>;
+  unmarkReconciling(): Promise<void>;
+  /** Whether any instance's reconciliation mark is there. */
+  isReconciling(): Promise<boolean>;
   /** A settle that tells whether the shared ledger still had the hold (else it added nothing: a restart took the hold). */
   settleHeld(r: Reservation, actualEur: number): Promise<boolean>;
   reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation;
@@ -32,6 +40,9 @@ interface SettledCost {
 }
 
 const CATCH_UP_EVERY_MS = 1_000;
+/** How long a reservation waits for the shared ledger to be reconciled, asking again this often, before it takes the leases. */
+const RECONCILING_WAIT_MS = 2_000;
+const RECONCILING_POLL_MS = 20;
 /** After a restart of Redis, when the totals this instance owed to are raised to the store's again. */
 const HEAL_AFTER_MS = [2_000, 10_000];
 /** At most this many holds and costs wait to be brought to the shared ledger; past it the oldest go (holds expire by themselves). */
@@ -108,13 +119,21 @@ export class FallbackLedger implements BudgetLedger {
   /** The shared ledger's run id as last seen answering (null: not yet), read once at the first reservation and at each catch-up. */
   private sharedEpoch: string | null = null;
   private epochRead: Promise<void> | null = null;
+  /** This instance's reconciliation mark may be in the shared ledger: the next catch-up that leaves nothing owed takes it off. */
+  private marked = false;
+  /** The watch for the end of another instance's reconciliation that reservations wait on (see {@link reconciled}). */
+  private reconciledWatch: Promise<boolean> | null = null;
 
   constructor(
     private readonly shared: SharedLedger,
     private readonly database: TakeoverLedger | null = null,
     /** Writes this instance's pending usage records to the store, so that a total reloaded from it has their costs. */
     private readonly flushUsage: () => Promise<void> = async () => {},
-  ) {}
+  ) {
+    // Known from the start: an instance whose first reservation found Redis away took it, at its catch-up, for a
+    // restarted one, and raised totals to the store's, which lacked costs other instances had added there meanwhile.
+    this.readEpoch();
+  }
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
     for (const scope of scopes) if (this.scopesById.get(scope.id) !== scope) this.scopesById.set(scope.id, scope);
@@ -122,12 +141,21 @@ export class FallbackLedger implements BudgetLedger {
       try {
         // Back after an outage: what it missed first, so that it does not admit against totals that lack it.
         if (this.behind) await this.catchUp();
-        const res = await this.shared.reserve(tag, scopes, eur, requestId);
+        let res = await this.shared.reserveShared(tag, scopes, eur, requestId);
+        // Another instance is still adding what it spent on the leases while Redis was away, which these totals lack
+        // (usually for a few milliseconds): waited for here. Admitted on the leases instead, the request would be owed
+        // to Redis in turn and mark it again at the next catch-up, and a busy fleet never left reconciling.
+        if (res === RECONCILING && (await this.reconciled())) res = await this.shared.reserveShared(tag, scopes, eur, requestId);
         this.breaker.success();
         if (this.sharedEpoch === null) this.readEpoch();
-        if (res.ok && this.database) this.trackOpen(res.reservation);
-        return res;
+        if (res !== RECONCILING) {
+          if (res.ok && this.database) this.trackOpen(res.reservation);
+          return res;
+        }
+        // Still marked (an instance that owed costs died, its mark not yet lapsed): the leases, which know every
+        // instance's spending, admit meanwhile (below), as during the outage.
       } catch {
+        if (this.database) this.markBeforeLeases();
         this.breaker.failure();
         this.strayHolds.push(this.shared.reservationOf(tag, scopes, eur, requestId));
         this.scheduleCatchUp();
@@ -202,6 +230,47 @@ export class FallbackLedger implements BudgetLedger {
    */
   sharedLost(): void {
     if (this.database && this.openInShared.size > 0) this.takeOver(this.database).catch(() => {});
+  }
+
+  /**
+   * A failure of the shared ledger, before the leases admit anything: what they admit will be owed to it,
+   * so it is marked reconciling now, while its connection may still take the command. A stalled Redis (or one cut
+   * off by the network) runs what it was sent once it answers again, before anything sent after: no other instance
+   * then admits against its totals before this one has added what the leases spent. A Redis that is gone fails the
+   * mark at once; it comes back empty, and its totals are loaded from the store with the leases' room held.
+   */
+  private markBeforeLeases(): void {
+    this.marked = true;
+    this.shared.markReconciling().catch(() => {});
+  }
+
+  /**
+   * Whether the shared ledger's reconciliation mark went within {@link RECONCILING_WAIT_MS}: one watch for all the
+   * reservations that found it, asking Redis every {@link RECONCILING_POLL_MS}.
+   */
+  private reconciled(): Promise<boolean> {
+    this.reconciledWatch ??= (async () => {
+      try {
+        for (let waited = 0; waited < RECONCILING_WAIT_MS; waited += RECONCILING_POLL_MS) {
+          await sleep(RECONCILING_POLL_MS);
+          if (!(await this.shared.isReconciling())) return true;
+        }
+        return false;
+      } catch {
+        return false;
+      } finally {
+        this.reconciledWatch = null;
+      }
+    })();
+    return this.reconciledWatch;
+  }
+
+  /**
+   * The shared ledger's connection is ready again: what it missed is brought to it now rather than at the next tick
+   * (up to a second later), during which every other instance admitted against totals that lacked this one's costs.
+   */
+  sharedBack(): void {
+    if (this.behind) this.catchUp().catch(() => {});
   }
 
   private trackOpen(r: Reservation): void {
@@ -283,7 +352,7 @@ export class FallbackLedger implements BudgetLedger {
   }
 
   private get behind(): boolean {
-    return this.owed.size > 0 || this.missedSettles.length > 0 || this.strayHolds.length > 0;
+    return this.owed.size > 0 || this.missedSettles.length > 0 || this.strayHolds.length > 0 || this.marked;
   }
 
   /** Brings the shared ledger up to date (one run at a time, which every caller waits for); rejects if it does not answer. */
@@ -338,8 +407,16 @@ export class FallbackLedger implements BudgetLedger {
       });
   }
 
-  /** Costs first, then the missed settles and the stray holds; what fails stays for the next run. */
+  /**
+   * Costs first, then the missed settles and the stray holds; what fails stays for the next run. While costs are
+   * owed the ledger is marked reconciling first, so that until they are in no instance admits against its totals
+   * (they go to the leases, which know them), and the mark goes once nothing is owed.
+   */
   private async runCatchUp(): Promise<void> {
+    if (this.owed.size > 0) {
+      this.marked = true;
+      await this.shared.markReconciling();
+    }
     const epoch = await this.shared.epoch();
     const restarted = this.sharedEpoch !== epoch;
     // The costs owed are reloaded from the store rather than added: they must be in it first.
@@ -358,6 +435,11 @@ export class FallbackLedger implements BudgetLedger {
     // Only now: a run cut short compares with the run id from before the outage again.
     this.sharedEpoch = epoch;
     if (restarted) this.raiseAgainLater(owed);
+    // Costs settled during this run are owed still: the mark stays, made again at the next run.
+    if (this.marked && this.owed.size === 0) {
+      await this.shared.unmarkReconciling();
+      this.marked = false;
+    }
     const settles = this.missedSettles;
     const strays = this.strayHolds;
     this.missedSettles = [];

@@ -1,7 +1,17 @@
 import type { Redis } from 'ioredis';
 import { ALIVE_EVERY_MS, ALIVE_TTL_MS, type InstancePresence, instanceKey } from '../kv/instance-presence.js';
 import { hiddenSlot } from '../lib/hidden-slot.js';
-import { type BudgetLedger, type BudgetScope, fromNano, limitNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
+import {
+  type BudgetLedger,
+  type BudgetScope,
+  fromNano,
+  limitNano,
+  RECONCILING,
+  RESERVATION_TTL_MS,
+  type Reservation,
+  type ReserveResult,
+  toNano,
+} from './budget-types.js';
 
 // Per scope four keys: its spent total, its holds (sorted set, member "<request>@<instance>:<nano>", score: expiry),
 // the running sum of those holds, so that a reservation does not walk every hold in flight
@@ -34,13 +44,16 @@ local function heldSum(holds, sumKey, now)
 end
 `;
 
-// KEYS: per scope, spent, holds, held sum, run. ARGV: nano, request id, hold ttl ms, run id, then a limit per scope
-// (-1: none). Returns 0 (held), i (scope i refused) or -i (scope i not loaded in this run: call again with its spent).
+// KEYS: per scope, spent, holds, held sum, run; then the reconciliation marker. ARGV: nano, request id, hold
+// ttl ms, run id, then a limit per scope (-1: none). Returns 0 (held), i (scope i refused), -i (scope i not loaded in
+// this run: call again with its spent), or 'reconciling': an instance is still adding costs it settled in the
+// database's leases while Redis was away, which these totals lack; nothing is held.
 const RESERVE = `${HELD_SUM}
+if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return 'reconciling' end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nano = tonumber(ARGV[1])
-local n = #KEYS / 4
+local n = (#KEYS - 1) / 4
 for i = 1, n do
   local spent = redis.call('GET', KEYS[4*i-3])
   if not spent or redis.call('GET', KEYS[4*i]) ~= ARGV[4] then return -i end
@@ -127,6 +140,26 @@ end
 return 1
 `;
 
+// KEYS: the reconciliation marker. ARGV: this instance's id, how long the marker lives unless made again (ms).
+const MARK_RECONCILING = `
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 0
+`;
+
+/**
+ * The instances that owe Redis's totals costs they settled in the database's leases while they could not reach it
+ * (a set; while it exists no reservation is admitted here). One key for every budget: an instance marks it when
+ * its first reservation fails, before it knows which budgets it will spend on the leases. Not hash-tagged: the
+ * gateway's Redis client is a single node's, as everywhere (the tags only keep a scope's keys together).
+ */
+const RECONCILING_KEY = 'gw:budget:reconciling';
+/**
+ * How long the marker outlives the last instance to make it: one that died while owing costs holds budgets on the
+ * leases no longer than this. Those owing make it again at each catch-up run (every second).
+ */
+const RECONCILING_MS = 5_000;
+
 /** Settles waiting for the next turn of the event loop, grouped by the keys they touch. */
 interface SettleBatch {
   keys: string[];
@@ -138,7 +171,10 @@ type Cmd = (...args: (string | number)[]) => Promise<number>;
 
 interface ReserveArgs {
   tag: string;
+  /** Per scope, spent, holds, held sum and run (what a settle touches). */
   keys: string[];
+  /** The same and the reconciliation marker: what a reservation reads. */
+  reserveKeys: string[];
   limits: number[];
   ids: string[];
   group: string;
@@ -157,7 +193,8 @@ export class RedisLedger implements BudgetLedger {
   private readonly argsOfScopes = new WeakMap<BudgetScope[], ReserveArgs>();
   /** The loads of totals under way, by tag, scope and run (see {@link loadTotal}). */
   private readonly loading = new Map<string, Promise<void>>();
-  private readonly reserveCmd: Cmd;
+  private readonly reserveCmd: (...args: (string | number)[]) => Promise<number | typeof RECONCILING>;
+  private readonly markCmd: Cmd;
   private readonly settleCmd: (...args: (string | number)[]) => Promise<number[]>;
   private readonly addSpentCmd: Cmd;
   private readonly raiseSpentCmd: Cmd;
@@ -173,7 +210,9 @@ export class RedisLedger implements BudgetLedger {
   ) {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
     redis.defineCommand('gwBudgetSettle', { lua: SETTLE });
-    this.reserveCmd = this.cmd('gwBudgetReserve');
+    this.reserveCmd = this.cmd('gwBudgetReserve') as unknown as (...args: (string | number)[]) => Promise<number | typeof RECONCILING>;
+    redis.defineCommand('gwBudgetMarkReconciling', { lua: MARK_RECONCILING });
+    this.markCmd = this.cmd('gwBudgetMarkReconciling');
     this.settleCmd = this.cmd('gwBudgetSettle') as unknown as (...args: (string | number)[]) => Promise<number[]>;
     redis.defineCommand('gwBudgetAddSpent', { lua: ADD_SPENT });
     this.addSpentCmd = this.cmd('gwBudgetAddSpent');
@@ -259,15 +298,40 @@ export class RedisLedger implements BudgetLedger {
     await this.raiseSpentCmd(2, k[0], k[3], toNano(storeEur), this.run ?? (await this.readRun()));
   }
 
+  /**
+   * Marks the ledger as reconciling (this instance owes its totals costs settled in the database's leases): until
+   * it unmarks it (or stops making the mark, which then lapses), reservations answer {@link RECONCILING}.
+   */
+  async markReconciling(): Promise<void> {
+    await this.markCmd(1, RECONCILING_KEY, this.presence.id, RECONCILING_MS);
+  }
+
+  async isReconciling(): Promise<boolean> {
+    return (await this.redis.exists(RECONCILING_KEY)) === 1;
+  }
+
+  /** This instance owes nothing more: its mark goes (the marker with it, if no other instance's is left). */
+  async unmarkReconciling(): Promise<void> {
+    await this.redis.srem(RECONCILING_KEY, this.presence.id);
+  }
+
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
+    const res = await this.reserveShared(tag, scopes, eur, requestId);
+    if (res === RECONCILING) throw new Error('the budget ledger is reconciling costs settled while Redis was away');
+    return res;
+  }
+
+  /** As {@link reserve}, but answers {@link RECONCILING} (nothing held) while another instance adds what it owes these totals. */
+  async reserveShared(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult | typeof RECONCILING> {
     const nano = toNano(eur);
     const args = this.reserveArgs(tag, scopes);
-    const { keys, limits, ids } = args;
+    const { reserveKeys, limits, ids } = args;
     const holder = this.holder(requestId);
     const run = this.run ?? (await this.readRun());
     let swept = false;
     for (let attempt = 0; attempt < 4; attempt++) {
-      const res = await this.reserveCmd(keys.length, ...keys, nano, holder, RESERVATION_TTL_MS, run, ...limits);
+      const res = await this.reserveCmd(reserveKeys.length, ...reserveKeys, nano, holder, RESERVATION_TTL_MS, run, ...limits);
+      if (res === RECONCILING) return res;
       if (res === 0) {
         const reservation = { id: `${holder}:${nano}`, nano, scopes: ids, tag };
         settleKeysOf.set(reservation, args);
@@ -415,7 +479,14 @@ export class RedisLedger implements BudgetLedger {
     const known = this.argsOfScopes.get(scopes);
     if (known && known.tag === tag) return known;
     const keys = scopes.flatMap((s) => keysOf(tag, s.id));
-    const args = { tag, keys, limits: scopes.map((s) => (s.limit === null ? -1 : limitNano(s.limit))), ids: scopes.map((s) => s.id), group: keys.join(' ') };
+    const args = {
+      tag,
+      keys,
+      reserveKeys: [...keys, RECONCILING_KEY],
+      limits: scopes.map((s) => (s.limit === null ? -1 : limitNano(s.limit))),
+      ids: scopes.map((s) => s.id),
+      group: keys.join(' '),
+    };
     this.argsOfScopes.set(scopes, args);
     return args;
   }

@@ -1,0 +1,75 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+// Two instances sharing Redis and PostgreSQL; the test stalls that Redis (SIGSTOP) and wakes it again.
+let redis: RedisServer;
+let pg: PostgresServer;
+let sim: Simulator;
+let one: TestGateway;
+let two: TestGateway;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  const databaseUrl = await pg.createDatabase();
+  one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  // A little upstream latency keeps a batch's requests truly concurrent.
+  sim.providers.scaleway?.configure({ latencyMs: 30 });
+}, 60_000);
+
+afterAll(async () => {
+  redis?.resume();
+  await Promise.all([one?.close(), two?.close()]);
+  await sim?.close();
+  await redis?.stop();
+  await pg?.stop();
+});
+
+const messages = [{ role: 'user', content: 'How much is left?' }];
+const MAX_TOKENS = 40;
+// Pinned to scaleway (0.80 / 0.95 EUR per 1M): the worst case of one request, as the gateway holds it.
+const worst = (estimatePromptTokens({ messages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
+
+function chat(gw: TestGateway, key: string) {
+  return fetch(`${gw.baseA}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
+  });
+}
+
+async function spentOf(gw: TestGateway, id: string): Promise<number> {
+  await Promise.all([one, two].map((g) => g.gateway.services.usage.flush()));
+  return ((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body as { spent: number }).spent;
+}
+
+describe('budgets when Redis stalls and comes back, spent through the other instance', () => {
+  it('the first instance back does not admit against a total that lacks what the other spent meanwhile', async () => {
+    const budget = worst * 20 + 1e-9;
+    const { id, key } = await one.createKey({ budget, rateLimitRpm: 100_000 });
+    const batch = async (n: number, gw: TestGateway) => (await Promise.all(Array.from({ length: n }, () => chat(gw, key)))).map((r) => r.status);
+    expect(await batch(4, one)).toEqual([200, 200, 200, 200]);
+    redis.pause();
+    try {
+      // The rest of the budget goes through the second instance's PostgreSQL lease; its records are stored.
+      let statuses: number[] = [];
+      for (let round = 0; round < 20 && !statuses.includes(402); round++) statuses = await batch(4, two);
+      expect(statuses).toContain(402);
+      await two.gateway.services.usage.flush();
+    } finally {
+      redis.resume();
+    }
+    // Straight after, the first instance is asked, before the second has brought Redis its costs.
+    const after: number[] = [];
+    const until = Date.now() + 2500;
+    while (Date.now() < until) after.push(...(await batch(2, one)));
+    // Its lease was refused room near the end before the budget was all spent: what is left is admitted, no more.
+    expect(after).toContain(402);
+    expect(await spentOf(one, id)).toBeLessThanOrEqual(budget);
+    const probe = await one.createKey({ rateLimitRpm: 100_000 });
+    for (const gw of [one, two]) await eventually(async () => expect((await chat(gw, probe.key)).headers.get('x-ratelimit-enforced')).toBe('true'), 5000);
+  }, 60_000);
+});
