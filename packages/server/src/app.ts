@@ -175,7 +175,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   // Budgets go through Redis only where instances share them (PostgreSQL): the one embedded instance holds them in its
   // own memory, exact, with Redis or without. Through Redis, each outage switched it to a memory ledger that knew
   // neither the requests Redis had admitted nor what was spent since the last outage, and a budget was overspent.
-  const fallback = redis && presence && store.kind === 'postgres' ? new FallbackLedger(new RedisLedger(redis, presence), leases, () => usage.flush()) : null;
+  const flushUsage = () => usage.flush();
+  const fallback = redis && presence && store.kind === 'postgres' ? new FallbackLedger(new RedisLedger(redis, presence, flushUsage), leases, flushUsage) : null;
   // When Redis's connection drops, the holds it had for this instance's running requests go into the leases at once.
   if (redis && fallback) redis.on('close', () => fallback.sharedLost());
   // When it is ready again, the costs settled on the leases meanwhile are brought to it at once.

@@ -386,6 +386,28 @@ describe('budgets when Redis restarts from a snapshot older than its last writes
   }, 60_000);
 });
 
+describe('budgets when Redis comes back empty right after a request', () => {
+  it("the total loaded again from PostgreSQL has the cost of the loading instance's last request, whose usage record was not written yet", async () => {
+    await twoOnOwnRedis(async ({ g1, probe, upstream }) => {
+      // Answers as long as max_tokens, so that each request costs about its worst case.
+      upstream.providers.scaleway?.configure({ latencyMs: 30, answerTokens: MAX_TOKENS });
+      // Two worst cases: two requests fit (each costs less than its worst case), a third does not.
+      const budget = worst * 2 + 1e-9;
+      const { id, key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
+      expect((await chat(g1, key)).status).toBe(200);
+      // Its record written by the instance's own flush (every 500 ms): the next one's waits about that long.
+      await eventually(async () => expect((await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeGreaterThan(0), 5000);
+      expect((await chat(g1, key)).status).toBe(200);
+      // Redis loses every total (as a restart without a snapshot): the next request loads it from the store.
+      await probe.flushall();
+      expect((await chat(g1, key)).status).toBe(402);
+      await g1.gateway.services.usage.flush();
+      const spent = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+      expect(Math.max(0, spent - budget)).toBe(0);
+    }, true);
+  }, 60_000);
+});
+
 describe('budget holds of an instance that died', () => {
   it('are let go once it stops saying it is alive, instead of refusing the room they held for 15 minutes', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-'));

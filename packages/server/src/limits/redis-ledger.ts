@@ -207,6 +207,8 @@ export class RedisLedger implements BudgetLedger {
     private readonly redis: Redis,
     /** Names this instance in its holds; a refusal first lets go of holds whose instance died. */
     private readonly presence: InstancePresence,
+    /** Writes this instance's pending usage records to the store, so that a total loaded from it has their costs. */
+    private readonly flushUsage: () => Promise<void> = async () => {},
   ) {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
     redis.defineCommand('gwBudgetSettle', { lua: SETTLE });
@@ -361,6 +363,10 @@ export class RedisLedger implements BudgetLedger {
     let loading = this.loading.get(id);
     if (!loading) {
       loading = (async () => {
+        // This instance's usage records not yet written go to the store first, or the total loaded lacks their costs
+        // for good: after Redis lost its totals, an instance catching up raises to the store's only the totals loaded
+        // already (often none yet), and the room of those costs was admitted a second time. Once per scope and run.
+        await this.flushUsage().catch(() => {});
         // The leases first: a cost that leaves a lease for the stored total between the two reads is then counted in
         // both (room held back a moment), never in neither.
         const leased = await (scope.loadLeased?.() ?? NOTHING_LEASED);
