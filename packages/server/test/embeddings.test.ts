@@ -21,6 +21,8 @@ const COMPAT_THEN_NEBIUS = 'test/embed-compat-nebius';
 const COMPAT_ONLY = 'test/embed-compat';
 // Mistral's native API (vectors up to 1,024 long) first, Azure's text-embedding-3-small (up to 1,536) after it.
 const MISTRAL_THEN_AZURE = 'test/embed-mistral-azure';
+// OVH's bge-m3 (vectors up to 1,024 long, larger sizes refused) first, Azure's text-embedding-3-small after it.
+const OVH_THEN_AZURE = 'test/embed-ovh-azure';
 const PRICE = { prompt_per_1m: 0.01, completion_per_1m: 0, currency: 'EUR' as const };
 
 beforeAll(async () => {
@@ -86,6 +88,16 @@ beforeAll(async () => {
           beta: true,
           offers: [
             { provider: 'mistral', upstreamModel: 'mistral-embed', pricing: PRICE },
+            { provider: 'azure', upstreamModel: 'text-embedding-3-small', pricing: PRICE },
+          ],
+        },
+        {
+          id: OVH_THEN_AZURE,
+          kind: 'embedding',
+          owned_by: 'test',
+          beta: true,
+          offers: [
+            { provider: 'ovh', upstreamModel: 'bge-m3', pricing: PRICE },
             { provider: 'azure', upstreamModel: 'text-embedding-3-small', pricing: PRICE },
           ],
         },
@@ -268,40 +280,48 @@ describe('POST /v1/embeddings through the official openai SDK', () => {
     expect(whole.response.headers.get('x-gateway-provider')).toBe('cohere');
   });
 
-  it("remembers a native API's refusal of a size: a later request of that size makes no call to it, and is served at once", async () => {
-    const calls = () => [sim.providers.cohere?.stats().total ?? 0, sim.providers.mistral?.stats().total ?? 0];
+  it("remembers a provider's refusal of a size: a later request of that size makes no call to it, and is served at once", async () => {
+    const calls = () => [sim.providers.cohere?.stats().total ?? 0, sim.providers.mistral?.stats().total ?? 0, sim.providers.ovh?.stats().total ?? 0];
     const served = async (client: OpenAI, model: string, dimensions: number) => {
       const { data, response } = await client.embeddings.create({ model, input: 'x', dimensions }).withResponse();
       expect(data.data[0]?.embedding).toHaveLength(dimensions);
       return response.headers.get('x-gateway-provider');
     };
     const start = calls();
+    // The native APIs (Cohere's, Mistral's) and an OpenAI-compatible host (OVH).
     expect(await served(a, COHERE_THEN_OVH, 320)).toBe('ovh');
     expect(await served(a, MISTRAL_THEN_AZURE, 1300)).toBe('azure');
-    // Each refused the size once.
-    expect(calls()).toEqual([(start[0] ?? 0) + 1, (start[1] ?? 0) + 1]);
+    expect(await served(a, OVH_THEN_AZURE, 1200)).toBe('azure');
+    // Each refused the size once (OVH served 320 above: one call more).
+    const once = [(start[0] ?? 0) + 1, (start[1] ?? 0) + 1, (start[2] ?? 0) + 2];
+    expect(calls()).toEqual(once);
     // The same sizes again, in either variant: the offers that refused them are planned around, with no call.
-    expect(await served(a, COHERE_THEN_OVH, 320)).toBe('ovh');
     expect(await served(a, MISTRAL_THEN_AZURE, 1300)).toBe('azure');
     expect(await served(b, MISTRAL_THEN_AZURE, 1300)).toBe('azure');
-    expect(calls()).toEqual([(start[0] ?? 0) + 1, (start[1] ?? 0) + 1]);
+    expect(await served(a, OVH_THEN_AZURE, 1200)).toBe('azure');
+    expect(await served(b, OVH_THEN_AZURE, 1200)).toBe('azure');
+    expect(calls()).toEqual(once);
+    expect(await served(a, COHERE_THEN_OVH, 320)).toBe('ovh');
+    once[2] = (once[2] ?? 0) + 1;
+    expect(calls()).toEqual(once);
     // Where that offer is the model's only one, the refusal is the gateway's own 400 naming the field, with no call.
     const only = (await a.embeddings.create({ model: 'mistral/embed', input: 'x', dimensions: 1300 }).catch((e: unknown) => e)) as InstanceType<
       typeof OpenAI.BadRequestError
     >;
     expect(only).toBeInstanceOf(OpenAI.BadRequestError);
     expect([only.param, only.message]).toEqual(['dimensions', expect.stringContaining("'dimensions' is not supported by")]);
-    expect(calls()).toEqual([(start[0] ?? 0) + 1, (start[1] ?? 0) + 1]);
+    expect(calls()).toEqual(once);
     // Only that size: one the model gives is still Mistral's.
     expect(await served(a, MISTRAL_THEN_AZURE, 512)).toBe('mistral');
   });
 
   it.each([
-    ['A', 'validation_error', () => a],
-    ['B', 'invalid_request', () => b],
-  ])('variant %s: a size no provider of the model gives, each refusing it, is a 400 naming `dimensions`', async (_v, code, client) => {
+    ['A', 'validation_error', () => a, 5000],
+    ['B', 'invalid_request', () => b, 5001],
+  ])('variant %s: a size no provider of the model gives, each refusing it, is a 400 naming `dimensions`', async (_v, code, client, dimensions) => {
+    // A size of its own in each variant: one refused before is planned around (the test above), with no provider asked.
     const err = (await client()
-      .embeddings.create({ model: MISTRAL_THEN_AZURE, input: 'x', dimensions: 5000 })
+      .embeddings.create({ model: MISTRAL_THEN_AZURE, input: 'x', dimensions })
       .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect({ code: err.code, param: err.param }).toEqual({ code, param: 'dimensions' });

@@ -6,7 +6,9 @@ const MAX_REFUSALS = 256;
 /**
  * Embedding sizes a provider refused for a model, remembered for a while, so that routing leaves its offer out at
  * once rather than asking again for another unbilled 400 before failing over (as the OpenAI-compatible adapter does
- * for a model seen ignoring `dimensions`). A small map in insertion order: at the cap, the oldest entry goes.
+ * for a model seen ignoring `dimensions`). Any provider's: a native API's (Cohere, Mistral) or an OpenAI-compatible
+ * host's (OVH, Azure), whose models each give sizes of their own. A small map in insertion order: at the cap, the
+ * oldest entry goes.
  */
 export class RefusedSizes {
   private readonly until = new Map<string, number>();
@@ -30,4 +32,22 @@ export class RefusedSizes {
     this.until.delete(key);
     return false;
   }
+}
+
+/** Each provider's memory, by its adapter (a reload's new adapter starts afresh, as it may serve other models). */
+const byAdapter = new WeakMap<object, RefusedSizes>();
+
+/** Remembers that `adapter`'s provider refused vectors `dimensions` long for `upstreamModel`. */
+export function rememberRefusedSize(adapter: object, upstreamModel: string, dimensions: number): void {
+  let sizes = byAdapter.get(adapter);
+  if (!sizes) {
+    sizes = new RefusedSizes();
+    byAdapter.set(adapter, sizes);
+  }
+  sizes.add(upstreamModel, dimensions);
+}
+
+/** Whether `adapter`'s provider refused that size for that model in the last while. */
+export function refusedSize(adapter: object, upstreamModel: string, dimensions: number): boolean {
+  return byAdapter.get(adapter)?.has(upstreamModel, dimensions) ?? false;
 }

@@ -210,8 +210,6 @@ export interface ProviderAdapter {
    * the field is passed on (a model that cannot shorten its vectors is the provider's 400).
    */
   dimensionsSupport?(upstreamModel: string, dimensions: number): DimensionsSupport;
-  /** Told that it refused vectors `dimensions` long for `upstreamModel` (a 400 naming the size): planned around a while. */
-  refusedDimensions?(upstreamModel: string, dimensions: number): void;
   /** Document re-ranking; absent where the provider has no rerank endpoint. */
   rerank?(request: RerankRequest, call: UpstreamCall): Promise<RerankResult>;
   /** Whether its rerank truncates each document to `maxTokensPerDoc` (Cohere's); other adapters do not send it. */

@@ -1,5 +1,6 @@
 import { GatewayError } from '../errors/gateway-error.js';
 import { type AnswerField, answerFieldsUsed, type DimensionsSupport, describeField, fieldParam, refusedField, type Vendor } from '../providers/param-compat.js';
+import { refusedSize } from '../providers/refused-sizes.js';
 import type { Offer, RegistryModel } from './registry.js';
 
 /**
@@ -58,7 +59,11 @@ export function offersGivingDimensions(
   adapters: ReadonlyMap<string, { dimensionsSupport?(upstreamModel: string, dimensions: number): DimensionsSupport }>,
   pin: string | null,
 ): RegistryModel {
-  const support = (o: Offer): DimensionsSupport => adapters.get(o.provider)?.dimensionsSupport?.(o.upstreamModel, dimensions) ?? 'yes';
+  const support = (o: Offer): DimensionsSupport => {
+    const adapter = adapters.get(o.provider);
+    if (!adapter) return 'yes';
+    return refusedSize(adapter, o.upstreamModel, dimensions) ? 'no' : (adapter.dimensionsSupport?.(o.upstreamModel, dimensions) ?? 'yes');
+  };
   const sure = model.offers.some((o) => (pin === null || o.provider === pin) && support(o) === 'yes');
   return keepOffers(
     model,

@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { warnOnFailure } from '../../lib/error-summary.js';
+import { rememberRefusedSize } from '../../providers/refused-sizes.js';
 import type { EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall } from '../../providers/types.js';
 import { estimateTokens } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
@@ -131,7 +132,7 @@ async function embed(adapter: ProviderAdapter, request: EmbeddingsRequest, call:
   } catch (err) {
     const refused = refusedField(err, request);
     // Remembered, so that the next request of this size is planned around this offer rather than refused again.
-    if (refused !== err && request.dimensions !== undefined) adapter.refusedDimensions?.(call.upstreamModel, request.dimensions);
+    if (refused !== err && request.dimensions !== undefined) rememberRefusedSize(adapter, call.upstreamModel, request.dimensions);
     throw refused;
   }
 }

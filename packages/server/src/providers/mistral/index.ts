@@ -2,8 +2,6 @@ import type { ProviderConfig } from '@gw/schema';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
-import type { DimensionsSupport } from '../param-compat.js';
-import { RefusedSizes } from '../refused-sizes.js';
 import type {
   ChatBody,
   ChatCompletion,
@@ -32,8 +30,6 @@ export class MistralAdapter implements ProviderAdapter {
   private readonly http: UpstreamHttp;
   private readonly basePath: string;
   private readonly headers: Record<string, string>;
-  /** Sizes it refused for a model (its vectors' sizes are the model's): left out of plans a while. */
-  private readonly refusedSizes = new RefusedSizes();
 
   constructor(config: ProviderConfig) {
     const url = new URL(config.baseUrl);
@@ -115,14 +111,6 @@ export class MistralAdapter implements ProviderAdapter {
       body: JSON.stringify(body),
       signal: call.signal,
     });
-  }
-
-  dimensionsSupport(upstreamModel: string, dimensions: number): DimensionsSupport {
-    return this.refusedSizes.has(upstreamModel, dimensions) ? 'no' : 'yes';
-  }
-
-  refusedDimensions(upstreamModel: string, dimensions: number): void {
-    this.refusedSizes.add(upstreamModel, dimensions);
   }
 
   close(): Promise<void> {
