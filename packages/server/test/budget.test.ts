@@ -408,36 +408,45 @@ describe('budgets when Redis comes back empty right after a request', () => {
   }, 60_000);
 });
 
+/**
+ * A key with room for one request's worst case, whose one request a second gateway (on the same Redis and PostgreSQL)
+ * holds when it is killed: its hold stays in Redis until its word that it is alive lapses.
+ */
+async function heldByADeadInstance(run: (key: { id: string; key: string }) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-'));
+  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+  const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
+  const scaleway = sim.providers.scaleway;
+  try {
+    const key = await one.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
+    scaleway?.configure({ latencyMs: 5000 });
+    scaleway?.resetStats();
+    const held = fetch(`${doomed.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+      body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
+    }).catch(() => null);
+    await eventually(() => expect(scaleway?.stats().inFlight).toBe(1), 5000);
+    doomed.child.kill('SIGKILL');
+    await doomed.exited;
+    await held;
+    scaleway?.configure({ latencyMs: 30 });
+    await run(key);
+  } finally {
+    scaleway?.configure({ latencyMs: 30 });
+    if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 describe('budget holds of an instance that died', () => {
   it('are let go once it stops saying it is alive, instead of refusing the room they held for 15 minutes', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-'));
-    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-    const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
-    const scaleway = sim.providers.scaleway;
-    try {
-      // Room for one request's worst case.
-      const { key } = await one.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
-      scaleway?.configure({ latencyMs: 5000 });
-      scaleway?.resetStats();
-      const held = fetch(`${doomed.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
-      }).catch(() => null);
-      await eventually(() => expect(scaleway?.stats().inFlight).toBe(1), 5000);
-      doomed.child.kill('SIGKILL');
-      await doomed.exited;
-      await held;
-      scaleway?.configure({ latencyMs: 30 });
+    await heldByADeadInstance(async ({ key }) => {
       // Its hold still counts while its word that it is alive lasts (at least 4 s of 6)…
       expect((await chat(one, key)).status).toBe(402);
       // …then the next refusal finds it dead and lets its hold go.
       await eventually(async () => expect((await chat(one, key)).status).toBe(200), 10_000);
-    } finally {
-      scaleway?.configure({ latencyMs: 30 });
-      if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   }, 60_000);
 });
 
@@ -445,48 +454,30 @@ describe('a refusal while an instance that died holds the room', () => {
   it('says when its holds go once it missed renewing its word, and the OpenAI SDK with its default retries gets through', async () => {
     // Retry-After was 1 until the dead instance's word lapsed (up to 6 s after it died): the SDK's two retries, a
     // second apart, were refused too, and it gave up.
-    const dir = mkdtempSync(join(tmpdir(), 'gw-dead-holder-wait-'));
-    writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-    const doomed = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), REDIS_URL: redis.url, DATABASE_URL: databaseUrl });
-    const scaleway = sim.providers.scaleway;
     const client = new Redis(redis.url);
     try {
-      const { id, key } = await one.createKey({ budget: worst * 1.5, rateLimitRpm: 1000 });
-      scaleway?.configure({ latencyMs: 5000 });
-      scaleway?.resetStats();
-      const held = fetch(`${doomed.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
-      }).catch(() => null);
-      await eventually(() => expect(scaleway?.stats().inFlight).toBe(1), 5000);
-      doomed.child.kill('SIGKILL');
-      await doomed.exited;
-      await held;
-      scaleway?.configure({ latencyMs: 30 });
-      const [holds] = await client.keys(`gw:budget:{key:${id}}:key:${id}:holds`);
-      const member = (await client.zrange(holds as string, 0, -1))[0] as string;
-      const instance = member.slice(member.lastIndexOf('@') + 1, member.lastIndexOf(':'));
-      // Its word has not been renewed when due (every 2 s for 6 s): from here its holds are known to go when it lapses.
-      await eventually(async () => expect(await client.pttl(`gw:instance:${instance}`)).toBeLessThan(3400), 5000);
-      const refused = await chat(one, key);
-      expect([refused.status, refused.headers.get('x-should-retry')]).toEqual([402, 'true']);
-      const ms = Number(refused.headers.get('retry-after-ms'));
-      expect(ms).toBeGreaterThan(1000);
-      expect(ms).toBeLessThanOrEqual(6100);
-      expect(refused.headers.get('retry-after')).toBe(String(Math.ceil(ms / 1000)));
-      const sdk = new OpenAI({ apiKey: key, baseURL: one.baseA, defaultHeaders: { 'x-gateway-provider': 'scaleway' } });
-      const done = await sdk.chat.completions.create({
-        model: 'meta/llama-3.3-70b',
-        messages: [{ role: 'user', content: 'How much is left?' }],
-        max_tokens: MAX_TOKENS,
+      await heldByADeadInstance(async ({ id, key }) => {
+        const [holds] = await client.keys(`gw:budget:{key:${id}}:key:${id}:holds`);
+        const member = (await client.zrange(holds as string, 0, -1))[0] as string;
+        const instance = member.slice(member.lastIndexOf('@') + 1, member.lastIndexOf(':'));
+        // Its word has not been renewed when due (every 2 s for 6 s): from here its holds are known to go when it lapses.
+        await eventually(async () => expect(await client.pttl(`gw:instance:${instance}`)).toBeLessThan(3400), 5000);
+        const refused = await chat(one, key);
+        expect([refused.status, refused.headers.get('x-should-retry')]).toEqual([402, 'true']);
+        const ms = Number(refused.headers.get('retry-after-ms'));
+        expect(ms).toBeGreaterThan(1000);
+        expect(ms).toBeLessThanOrEqual(6100);
+        expect(refused.headers.get('retry-after')).toBe(String(Math.ceil(ms / 1000)));
+        const sdk = new OpenAI({ apiKey: key, baseURL: one.baseA, defaultHeaders: { 'x-gateway-provider': 'scaleway' } });
+        const done = await sdk.chat.completions.create({
+          model: 'meta/llama-3.3-70b',
+          messages: [{ role: 'user', content: 'How much is left?' }],
+          max_tokens: MAX_TOKENS,
+        });
+        expect(done.choices[0]?.message.content).toBeTruthy();
       });
-      expect(done.choices[0]?.message.content).toBeTruthy();
     } finally {
-      scaleway?.configure({ latencyMs: 30 });
       client.disconnect();
-      if (doomed.child.exitCode === null) doomed.child.kill('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
     }
   }, 60_000);
 });
