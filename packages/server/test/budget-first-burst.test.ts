@@ -2,7 +2,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
+import { MAX_TOKENS, messages, worst } from './helpers/budget-chat.js';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
 
 let redis: RedisServer;
@@ -33,11 +33,6 @@ function hold(ms: number): void {
     // The event loop is held.
   }
 }
-
-const messages = [{ role: 'user', content: 'How much is left?' }];
-const MAX_TOKENS = 40;
-// Pinned to scaleway (0.80 / 0.95 EUR per 1M): the worst case of one request, as the gateway holds it.
-const worst = (estimatePromptTokens({ messages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
 
 describe("a burst of a budget key's first requests, with Redis up", () => {
   it('reads the total from the store once and holds the budget in Redis, even when the event loop is held meanwhile', async () => {

@@ -1,7 +1,7 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
+import { chat, worst } from './helpers/budget-chat.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
 // Two instances sharing Redis and PostgreSQL; the test stalls that Redis (SIGSTOP) and wakes it again.
@@ -27,19 +27,6 @@ afterAll(async () => {
   await redis?.stop();
   await pg?.stop();
 });
-
-const messages = [{ role: 'user', content: 'How much is left?' }];
-const MAX_TOKENS = 40;
-// Pinned to scaleway (0.80 / 0.95 EUR per 1M): the worst case of one request, as the gateway holds it.
-const worst = (estimatePromptTokens({ messages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
-
-function chat(gw: TestGateway, key: string) {
-  return fetch(`${gw.baseA}/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
-  });
-}
 
 async function spentOf(gw: TestGateway, id: string): Promise<number> {
   await Promise.all([one, two].map((g) => g.gateway.services.usage.flush()));

@@ -8,6 +8,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
 import { wav } from './helpers/audio.js';
+import { chat, MAX_TOKENS, messages, worst } from './helpers/budget-chat.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { spawnGateway } from './helpers/process.js';
 
@@ -43,20 +44,6 @@ afterAll(async () => {
   await redis?.stop();
   await pg?.stop();
 });
-
-const messages = [{ role: 'user', content: 'How much is left?' }];
-const MAX_TOKENS = 40;
-// Pinned to scaleway (0.80 / 0.95 EUR per 1M): the worst case of one request, as the gateway holds it.
-const worst = (estimatePromptTokens({ messages }) * 0.8 + MAX_TOKENS * 0.95) / 1e6;
-
-/** `extra`: fields added to (or replacing those of) the request's body. */
-function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A', extra: Record<string, unknown> = {}, provider = 'scaleway') {
-  return fetch(`${base === 'A' ? gw.baseA : gw.baseB}/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': provider },
-    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, ...extra }),
-  });
-}
 
 async function spentOf(gw: TestGateway, id: string): Promise<number> {
   await Promise.all([one, two, three, four, gw].map((g) => g.gateway.services.usage.flush()));
