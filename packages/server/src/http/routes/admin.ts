@@ -19,6 +19,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { checkAdminToken, refuseDoubleAuthorization } from '../../auth/admin-token.js';
 import { CONFIRM_TIMEOUT_MS, generateApiKey } from '../../auth/api-keys.js';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
+import { warnOnFailure } from '../../lib/error-summary.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord, KeyRepo, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
@@ -80,6 +81,32 @@ function boundedByStore<T>(work: Promise<T>, services: Services): Promise<T> {
   // The abandoned call's own failure, later, is no one's to handle.
   work.catch(() => {});
   return Promise.race([work, stalled]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * A change of a key or workspace, {@link boundedByStore}. When the call has answered 503 on a stalled database, the
+ * write may still land once the database is back: every instance is then told, as the call would have told them, so
+ * that a key the store shows revoked (or a lowered budget) does not go on being served from caches until they lapse.
+ */
+async function changeThenAnnounce<T>(
+  work: Promise<T | null>,
+  services: Services,
+  log: FastifyBaseLogger,
+  op: 'revoke' | 'changed' | 'workspace',
+  id: string,
+): Promise<T | null> {
+  try {
+    return await boundedByStore(work, services);
+  } catch (err) {
+    work.then(
+      (rec) =>
+        rec === null
+          ? undefined
+          : announce(services, log, op, id).catch(warnOnFailure(log, 'could not tell the other instances of a change the store made late')),
+      () => {},
+    );
+    throw err;
+  }
 }
 
 /** The repository with each of its calls {@link boundedByStore}. */
@@ -271,11 +298,17 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       const { id } = request.params as { id: string };
       const body = request.body as PatchWorkspaceBody;
       checkBudget(body.budget);
-      const ws = await store.workspaces.update(id, {
-        ...(body.name === undefined ? {} : { name: body.name }),
-        ...(body.enabledModels === undefined ? {} : { enabledModels: knownModels(services, body.enabledModels) }),
-        ...(body.budget === undefined ? {} : { budget: body.budget }),
-      });
+      const ws = await changeThenAnnounce(
+        services.store.workspaces.update(id, {
+          ...(body.name === undefined ? {} : { name: body.name }),
+          ...(body.enabledModels === undefined ? {} : { enabledModels: knownModels(services, body.enabledModels) }),
+          ...(body.budget === undefined ? {} : { budget: body.budget }),
+        }),
+        services,
+        request.log,
+        'workspace',
+        id,
+      );
       if (!ws) throw new GatewayError('not_found', `No workspace '${id}'.`, { param: 'id' });
       await announce(services, request.log, 'workspace', id);
       return workspaceView(ws);
@@ -317,10 +350,16 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       const { id } = request.params as { id: string };
       const body = request.body as PatchKeyBody;
       checkBudget(body.budget);
-      const rec = await store.keys.update(id, {
-        ...(body.rateLimitRpm === undefined ? {} : { rateLimitRpm: body.rateLimitRpm }),
-        ...(body.budget === undefined ? {} : { budget: body.budget }),
-      });
+      const rec = await changeThenAnnounce(
+        services.store.keys.update(id, {
+          ...(body.rateLimitRpm === undefined ? {} : { rateLimitRpm: body.rateLimitRpm }),
+          ...(body.budget === undefined ? {} : { budget: body.budget }),
+        }),
+        services,
+        request.log,
+        'changed',
+        id,
+      );
       if (!rec) throw await unchangedKeyError(store.keys, id);
       await announce(services, request.log, 'changed', id);
       return keyView(rec);
@@ -332,7 +371,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     { schema: op('revokeKey', 'Revoke an API key, at once on every instance', { params: KeyParams, response: { 200: KeyView } }) },
     async (request) => {
       const { id } = request.params as { id: string };
-      const rec = await store.keys.revoke(id);
+      const rec = await changeThenAnnounce(services.store.keys.revoke(id), services, request.log, 'revoke', id);
       if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
       await announce(services, request.log, 'revoke', id);
       return keyView(rec);
