@@ -226,6 +226,25 @@ describe('POST /v1/rerank on the wire', () => {
     expect(((await v1.json()) as { error: { message: string } }).error.message).toContain("'max_tokens_per_doc' (its v2 field)");
   });
 
+  it('takes a null optional field as not given, as Cohere does (its v4 Python SDK sends top_n and max_chunks_per_doc so)', async () => {
+    // The body cohere<5's Client.rerank posts when top_n is not set.
+    const sdkV4 = { query, documents: documents.map((text) => ({ text })), model: MODEL, top_n: null, return_documents: false, max_chunks_per_doc: null };
+    const allNull = { model: MODEL, query, documents, top_n: null, return_documents: null, rank_fields: null, max_tokens_per_doc: null, priority: null };
+    for (const base of [gw.baseA, gw.baseB]) {
+      for (const body of [sdkV4, allNull]) {
+        const res = await post(base, body);
+        const answer = (await res.json()) as { results: { index: number; document?: unknown }[] };
+        expect(res.status, `${base} ${JSON.stringify(answer)}`).toBe(200);
+        // Every document ranked, none echoed: what leaving the fields out gives.
+        expect(answer.results.map((r) => r.index).sort()).toEqual([0, 1, 2, 3]);
+        expect(answer.results.every((r) => r.document === undefined)).toBe(true);
+        const sent = sim.providers.cohere?.stats().last?.body as Record<string, unknown>;
+        expect(sent).not.toHaveProperty('top_n');
+        expect(sent).not.toHaveProperty('max_tokens_per_doc');
+      }
+    }
+  });
+
   it('bills Cohere’s search units: 150 documents are 2 units at the offer’s per-unit price', async () => {
     const many = Array.from({ length: 150 }, (_, i) => `document ${i} about France`);
     const res = await post(gw.baseB, { model: MODEL, query, documents: many, top_n: 5 });

@@ -176,6 +176,9 @@ function validationError(e: FastifyError, body: unknown): GatewayError {
     field = path ? `${path}.${extra}` : extra;
     const successor = NEWER_NAMES[extra];
     detail = successor ? `is not a known field: ${successor}` : 'is not a known field';
+  } else if (first.keyword === 'type' && Object.hasOwn(NEWER_NAMES, path)) {
+    // Such a field is taken only as null (not given), as the older client sends it unset.
+    detail = `is not taken: ${NEWER_NAMES[path]}`;
   } else if (first.keyword === 'pattern' && typeof first.params['pattern'] === 'string' && PATTERN_MEANINGS[first.params['pattern']]) {
     detail = PATTERN_MEANINGS[first.params['pattern']] as string;
   } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { Nullable } from '@gw/schema';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
@@ -25,12 +26,15 @@ export const RerankBody = Type.Object(
     query: Type.String({ minLength: 1 }),
     // No count of its own: Cohere only recommends at most 1,000, and GW_BODY_LIMIT_BYTES bounds the body (docs/decisions.md).
     documents: Type.Array(Document, { minItems: 1 }),
-    top_n: Type.Optional(Type.Integer({ minimum: 1 })),
-    return_documents: Type.Optional(Type.Boolean({ default: false })),
-    rank_fields: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })),
-    max_tokens_per_doc: Type.Optional(Type.Integer({ minimum: 1 })),
+    // Null is "not given", as Cohere takes it: its v4 Python SDK sends top_n and max_chunks_per_doc as null when unset.
+    top_n: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+    return_documents: Type.Optional(Nullable(Type.Boolean({ default: false }))),
+    rank_fields: Type.Optional(Nullable(Type.Array(Type.String({ minLength: 1 }), { minItems: 1 }))),
+    max_tokens_per_doc: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
     // Cohere's v2 scheduling hint (its SDK sends it): taken as Cohere takes it, never sent on, as it does not change the ranking.
-    priority: Type.Optional(Type.Integer({ minimum: 0, maximum: 999 })),
+    priority: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 999 }))),
+    // Cohere's v1 chunk count: taken only as null (not given); a count is refused, naming max_tokens_per_doc (errors.ts).
+    max_chunks_per_doc: Type.Optional(Type.Null({ description: "Cohere's v1 field, taken only as null: documents are cut by max_tokens_per_doc" })),
   },
   { additionalProperties: false },
 );
@@ -72,8 +76,8 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const upstream: RerankRequest = {
         query: body.query,
         documents: texts,
-        ...(body.top_n === undefined ? {} : { topN: body.top_n }),
-        ...(body.max_tokens_per_doc === undefined ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
+        ...(body.top_n == null ? {} : { topN: body.top_n }),
+        ...(body.max_tokens_per_doc == null ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
       };
       // Set before the hold, so that a client leaving during it leaves a keyed request running, recorded at its end.
       const signal = keyedRequestSignal(services, request, reply);
@@ -110,8 +114,8 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
  * field) may serve it. A model none of whose offers can is refused with a 400, rather than answered with the
  * documents ranked whole.
  */
-function truncationNeeded(services: Services, model: RegistryModel, cap: number | undefined, texts: string[]): boolean {
-  if (cap === undefined || texts.every((t) => Buffer.byteLength(t) < cap)) return false;
+function truncationNeeded(services: Services, model: RegistryModel, cap: number | null | undefined, texts: string[]): boolean {
+  if (cap == null || texts.every((t) => Buffer.byteLength(t) < cap)) return false;
   if (!model.offers.some((o) => truncates(services, o))) throw capRefused(cap, `'${model.id}': its providers do not`);
   return true;
 }
@@ -139,7 +143,7 @@ function truncates(services: Services, offer: Offer): boolean {
 }
 
 /** The text ranked for a document: the string itself, an object's `text`, or its `rank_fields` as `field: value` lines. */
-function documentText(doc: string | Record<string, string>, i: number, rankFields: string[] | undefined): string {
+function documentText(doc: string | Record<string, string>, i: number, rankFields: string[] | null | undefined): string {
   if (typeof doc === 'string') return doc;
   if (rankFields) {
     // Own fields only: `toString` is not a field of a document.
