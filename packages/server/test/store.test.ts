@@ -188,6 +188,19 @@ for (const driver of drivers) {
       expect(await store.keys.revoke('no-such-key')).toBeNull();
     });
 
+    it('deletes a key, and a workspace only while no key refers to it', async () => {
+      const ws = await store.workspaces.create({ id: uid('ws'), name: 'Undone', enabledModels: null, budget: null });
+      const key = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: null });
+      expect(await store.workspaces.deleteUnused(ws.id)).toBe(false);
+      expect(await store.workspaces.get(ws.id)).not.toBeNull();
+      expect(await store.keys.delete(key.id)).toBe(true);
+      expect(await store.keys.getById(key.id)).toBeNull();
+      expect(await store.keys.delete(key.id)).toBe(false);
+      expect(await store.workspaces.deleteUnused(ws.id)).toBe(true);
+      expect(await store.workspaces.get(ws.id)).toBeNull();
+      expect(await store.workspaces.deleteUnused(ws.id)).toBe(false);
+    });
+
     it('counts keys', async () => {
       const before = await store.keys.count();
       await store.keys.create({ id: uid('key'), name: null, workspaceId: null, hash: uid('h'), rateLimitRpm: 60, budget: null });

@@ -41,7 +41,7 @@ import type {
 } from './types.js';
 import { ROWS_PER_TURN, USAGE_COLUMNS, usageCopyScript } from './usage-copy.js';
 
-const { and, count, desc, eq, gte, lt, sql } = orm;
+const { and, count, desc, eq, gte, lt, notExists, sql } = orm;
 
 export type Schema = typeof schema;
 export type Db = PgDatabase<PgQueryResultHKT, Schema>;
@@ -118,6 +118,15 @@ class DrizzleWorkspaceRepo implements WorkspaceRepo {
     const [row] = await this.db.update(workspaces).set(set).where(eq(workspaces.id, id)).returning();
     return row ?? null;
   }
+
+  async deleteUnused(id: string): Promise<boolean> {
+    const used = this.db.select({ id: apiKeys.id }).from(apiKeys).where(eq(apiKeys.workspaceId, id));
+    const rows = await this.db
+      .delete(workspaces)
+      .where(and(eq(workspaces.id, id), notExists(used)))
+      .returning({ id: workspaces.id });
+    return rows.length > 0;
+  }
 }
 
 /** The fields a patch gives (one left undefined keeps what is stored); null when it gives none. */
@@ -179,6 +188,11 @@ class DrizzleKeyRepo implements KeyRepo {
   async revoke(id: string): Promise<ApiKeyRecord | null> {
     const [row] = await this.db.update(apiKeys).set({ revoked: true }).where(eq(apiKeys.id, id)).returning();
     return row ?? null;
+  }
+
+  async delete(id: string): Promise<boolean> {
+    const rows = await this.db.delete(apiKeys).where(eq(apiKeys.id, id)).returning({ id: apiKeys.id });
+    return rows.length > 0;
   }
 
   async count(): Promise<number> {

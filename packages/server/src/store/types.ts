@@ -97,6 +97,8 @@ export interface WorkspaceRepo {
   get(id: string): Promise<Workspace | null>;
   list(page: PageQuery): Promise<Workspace[]>;
   update(id: string, patch: WorkspacePatch): Promise<Workspace | null>;
+  /** Deletes the workspace unless a key refers to it; false when nothing was deleted. */
+  deleteUnused(id: string): Promise<boolean>;
 }
 
 export interface WorkspacePatch {
@@ -112,6 +114,8 @@ export interface KeyRepo {
   /** null when no key has the id or the key is revoked (a revoked key is never changed). */
   update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null>;
   revoke(id: string): Promise<ApiKeyRecord | null>;
+  /** Deletes the key (one never handed out: its create answered an error); false when no key has the id. */
+  delete(id: string): Promise<boolean>;
   count(): Promise<number>;
   /** A page of keys, of one workspace's when `workspaceId` is given. */
   list(page: PageQuery & { workspaceId?: string }): Promise<ApiKeyRecord[]>;

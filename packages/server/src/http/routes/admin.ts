@@ -19,7 +19,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { checkAdminToken, refuseDoubleAuthorization } from '../../auth/admin-token.js';
 import { CONFIRM_TIMEOUT_MS, generateApiKey } from '../../auth/api-keys.js';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
-import { warnOnFailure } from '../../lib/error-summary.js';
+import { errorSummary, warnOnFailure } from '../../lib/error-summary.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord, KeyRepo, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { sendError } from '../errors.js';
@@ -103,6 +103,38 @@ async function changeThenAnnounce<T>(
         rec === null
           ? undefined
           : announce(services, log, op, id).catch(warnOnFailure(log, 'could not tell the other instances of a change the store made late')),
+      () => {},
+    );
+    throw err;
+  }
+}
+
+/**
+ * A create, {@link boundedByStore}. When the call has answered 503 on a stalled database, the insert may still land once
+ * the database is back: the row is then deleted, so that the 503 means that nothing was made, and the retry it asks for
+ * makes no second workspace, nor a key whose secret nobody saw (it was only in the answer that was never sent).
+ */
+async function createOrUndo<T extends { id: string }>(
+  work: Promise<T>,
+  services: Services,
+  log: FastifyBaseLogger,
+  what: 'key' | 'workspace',
+  undo: (id: string) => Promise<boolean>,
+): Promise<T> {
+  try {
+    return await boundedByStore(work, services);
+  } catch (err) {
+    work.then(
+      async ({ id }) => {
+        const named = { [what === 'key' ? 'keyId' : 'workspaceId']: id };
+        const late = `the ${what} ${id} the store created after its create had answered 503`;
+        try {
+          if (await undo(id)) log.warn(named, `deleted ${late}: the retry the answer asked for makes the only one`);
+          else log.warn(named, `kept ${late}: a key refers to it`);
+        } catch (undoErr) {
+          log.warn({ ...named, err: errorSummary(undoErr) }, `could not delete ${late}; delete or revoke it`);
+        }
+      },
       () => {},
     );
     throw err;
@@ -232,12 +264,18 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     async (request, reply) => {
       const body = request.body as CreateWorkspaceBody;
       checkBudget(body.budget);
-      const ws = await store.workspaces.create({
-        id: newId('ws'),
-        name: body.name,
-        enabledModels: knownModels(services, body.enabledModels ?? null),
-        budget: body.budget ?? null,
-      });
+      const ws = await createOrUndo(
+        services.store.workspaces.create({
+          id: newId('ws'),
+          name: body.name,
+          enabledModels: knownModels(services, body.enabledModels ?? null),
+          budget: body.budget ?? null,
+        }),
+        services,
+        request.log,
+        'workspace',
+        (id) => services.store.workspaces.deleteUnused(id),
+      );
       return reply.code(201).send(workspaceView(ws));
     },
   );
@@ -273,14 +311,21 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         throw new GatewayError('validation', `Unknown workspaceId '${body.workspaceId}'.`, { param: 'workspaceId' });
       }
       const { key, hash } = generateApiKey();
-      const rec = await store.keys.create({
-        id: newId('key'),
-        name: body.name ?? null,
-        workspaceId: body.workspaceId ?? null,
-        hash,
-        rateLimitRpm: body.rateLimitRpm ?? DEFAULT_RPM,
-        budget: body.budget ?? null,
-      });
+      const rec = await createOrUndo(
+        services.store.keys.create({
+          id: newId('key'),
+          name: body.name ?? null,
+          workspaceId: body.workspaceId ?? null,
+          hash,
+          rateLimitRpm: body.rateLimitRpm ?? DEFAULT_RPM,
+          budget: body.budget ?? null,
+        }),
+        services,
+        request.log,
+        'key',
+        // A key already gone is as good as deleted.
+        (id) => services.store.keys.delete(id).then(() => true),
+      );
       return reply.code(201).send({ id: rec.id, key, name: rec.name, workspaceId: rec.workspaceId, rateLimitRpm: rec.rateLimitRpm, budget: rec.budget });
     },
   );
