@@ -35,8 +35,9 @@ export const Workspace = Type.Object({
 
 export const CreateKeyBody = Type.Object(
   {
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
-    workspaceId: Type.Optional(Type.String({ minLength: 1 })),
+    // null is none, as the answers show it (and as left out).
+    name: Type.Optional(Type.Union([Type.String({ minLength: 1, maxLength: 200 }), Type.Null()])),
+    workspaceId: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Null()])),
     rateLimitRpm: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
     budget: Type.Optional(Type.Union([Money, Type.Null()])),
   },

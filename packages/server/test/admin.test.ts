@@ -26,6 +26,20 @@ describe('admin API', () => {
     expect(revoked.body).toMatchObject({ revoked: true });
   });
 
+  it('creates a key with name and workspaceId null, the nulls its answers show for none, as if they were left out', async () => {
+    const created = await gw.admin<Record<string, unknown>>('POST', '/keys', { name: null, workspaceId: null, budget: null });
+    expect(created.status).toBe(201);
+    expect(created.body).toMatchObject({ name: null, workspaceId: null, rateLimitRpm: 60, budget: null });
+    const got = await gw.admin<Record<string, unknown>>('GET', `/keys/${created.body.id}`);
+    expect(got.body).toMatchObject({ name: null, workspaceId: null, revoked: false });
+    const res = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${created.body.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 }),
+    });
+    expect(res.status).toBe(200);
+  });
+
   it('answers a method an admin path does not take with 405 and Allow, as the public API does, and an unknown path with 404', async () => {
     for (const [method, path, allow] of [
       ['DELETE', '/workspaces', 'GET, HEAD, POST'],

@@ -307,7 +307,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     async (request, reply) => {
       const body = request.body as CreateKeyBody;
       checkBudget(body.budget);
-      if (body.workspaceId !== undefined && !(await store.workspaces.get(body.workspaceId))) {
+      if (typeof body.workspaceId === 'string' && !(await store.workspaces.get(body.workspaceId))) {
         throw new GatewayError('validation', `Unknown workspaceId '${body.workspaceId}'.`, { param: 'workspaceId' });
       }
       const { key, hash } = generateApiKey();
