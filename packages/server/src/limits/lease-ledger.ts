@@ -9,8 +9,6 @@ export const LEASE_TTL_MS = 30_000;
 const LEASE_MARGIN_MS = 10_000;
 /** A lease grows by room for this many requests like the one that needs it, or what is left if less. */
 const LEASE_REQUESTS = 64;
-/** With room for fewer requests like the last one than this left, the lease is grown at once, in the background. */
-const GROW_AHEAD_BELOW = LEASE_REQUESTS / 2;
 /** Room not used for this long goes back to the database, for the other instances. */
 const IDLE_RETURN_MS = 5_000;
 const TEND_EVERY_MS = 1_000;
@@ -255,15 +253,13 @@ export class LeaseLedger implements BudgetLedger {
       if (state.leased > 0 && now >= state.validUntil) this.lapse(state);
       if (state.leased - state.inflight - state.settledSum >= nano) {
         state.inflight += nano;
-        if (!state.growing && !state.tight && state.leased - state.inflight - state.settledSum < GROW_AHEAD_BELOW * nano) this.growAhead(id, state, nano);
         return true;
       }
       if (state.growing) {
         await state.growing;
         continue;
       }
-      const need = nano - (state.leased - state.inflight - state.settledSum);
-      state.growing = this.grow(id, state, need, need + (LEASE_REQUESTS - 1) * nano).finally(() => {
+      state.growing = this.grow(id, state, nano).finally(() => {
         state.growing = null;
       });
       if (!(await state.growing)) {
@@ -319,30 +315,12 @@ export class LeaseLedger implements BudgetLedger {
     state.settledSum = 0;
   }
 
-  /**
-   * The lease is grown before it runs out, while the room left still admits requests: a grow waits for the key's
-   * (or workspace's) row, which a usage flush holds locked until its rows are in, and every request that found the
-   * lease empty waited for it too. Not near a budget's end (`tight`), where room is given back after each settle.
-   */
-  private growAhead(id: string, state: ScopeLease, nano: number): void {
-    state.growing = this.grow(id, state, nano, LEASE_REQUESTS * nano)
-      .then((grew) => {
-        // No room for even one more: the budget is near its end, and asking ahead again would be a call per request.
-        if (!grew) state.tight = true;
-        return grew;
-      })
-      .catch(() => false)
-      .finally(() => {
-        state.growing = null;
-      });
-  }
-
-  /** Asks the database for at least `min` more room and at most `max`; false when it has less than `min` left. */
-  private async grow(id: string, state: ScopeLease, min: number, max: number): Promise<boolean> {
+  private async grow(id: string, state: ScopeLease, nano: number): Promise<boolean> {
+    const need = nano - (state.leased - state.inflight - state.settledSum);
     const leaseId = state.leaseId;
-    const granted = await this.leases.grow(id, leaseId, min, max, LEASE_TTL_MS);
+    const granted = await this.leases.grow(id, leaseId, need, need + (LEASE_REQUESTS - 1) * nano, LEASE_TTL_MS);
     if (granted <= 0) return false;
-    state.tight = granted < max;
+    state.tight = granted < need + (LEASE_REQUESTS - 1) * nano;
     if (state.leaseId === leaseId) {
       state.leased += granted;
       state.validUntil = this.now() + LEASE_TTL_MS - LEASE_MARGIN_MS;
