@@ -55,3 +55,36 @@ describe('the admin API while PostgreSQL does not answer', () => {
     await locked;
   }, 30_000);
 });
+
+/** Runs `create` while PostgreSQL is frozen (its answer: 503), lets the database go on, and waits until it has run what it was sent. */
+async function createWhileFrozen(create: () => Promise<{ status: number }>): Promise<void> {
+  pg.pause();
+  try {
+    expect((await create()).status).toBe(503);
+  } finally {
+    pg.resume();
+  }
+  const busy = `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`;
+  await eventually(async () => expect(await pg.psql(busy, dbName)).toBe('0\n'), 10_000);
+}
+
+describe('a create whose admin call answered 503 on a frozen database, retried as the answer asks', () => {
+  it('leaves exactly one workspace: the one whose id the retry answered', async () => {
+    const body = { name: `late-ws-${Date.now()}`, enabledModels: null };
+    await createWhileFrozen(() => gw.admin('POST', '/workspaces', body));
+    const retry = await gw.admin<{ id: string }>('POST', '/workspaces', body);
+    expect(retry.status).toBe(201);
+    await eventually(async () => expect(await pg.psql(`SELECT id FROM workspaces WHERE name = '${body.name}'`, dbName)).toBe(`${retry.body.id}\n`), 5_000);
+  }, 60_000);
+
+  it('leaves exactly one key listed by GET /keys, the one whose secret the retry answered; none whose secret nobody saw', async () => {
+    const body = { name: `late-key-${Date.now()}`, budget: 1 };
+    await createWhileFrozen(() => gw.admin('POST', '/keys', body));
+    const retry = await gw.createKey(body);
+    await eventually(async () => {
+      const listed = (await gw.admin<{ data: { id: string; name: string | null; revoked: boolean }[] }>('GET', '/keys?limit=100')).body.data;
+      expect(listed.filter((k) => k.name === body.name)).toEqual([expect.objectContaining({ id: retry.id, revoked: false })]);
+    }, 5_000);
+    expect(await pg.psql(`SELECT count(*) FROM api_keys WHERE name = '${body.name}'`, dbName)).toBe('1\n');
+  }, 60_000);
+});
