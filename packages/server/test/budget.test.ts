@@ -215,7 +215,9 @@ describe('budgets when Redis dies with requests in flight', () => {
     // An upstream of its own, slow and answering to max_tokens, so the requests stay in flight and each costs about its worst case.
     await twoOnOwnRedis(async ({ g1, g2, own, upstream }) => {
       const scaleway = upstream.providers.scaleway;
-      scaleway?.configure({ latencyMs: 1500, answerTokens: MAX_TOKENS });
+      // Long enough that the twenty after them are asked while they run, even on a loaded machine: once some have
+      // ended, their settled costs (a little under their worst cases) leave room for one more, rightly admitted.
+      scaleway?.configure({ latencyMs: 4000, answerTokens: MAX_TOKENS });
       const budget = worst * 10 + 1e-9;
       const { id, key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
       // Ten worst cases fill the budget; Redis admits them all, five on each instance.
