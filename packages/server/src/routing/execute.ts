@@ -1,5 +1,6 @@
 import { GatewayError } from '../errors/gateway-error.js';
 import { UpstreamError } from '../errors/upstream-error.js';
+import type { OfferStatsView } from './offer-stats.js';
 import type { Offer } from './registry.js';
 
 export interface Attempt {
@@ -22,34 +23,40 @@ export interface PlanResult<T> {
  * faults (connect, timeout, 5xx, 429) and a body over one host's size
  * limit (413) move on; a request the provider refuses as invalid is the
  * client's error and is not retried elsewhere.
+ * `health` is asked again before each offer after a failure: one that left the
+ * plans since this one was made (its circuit opened, its provider asked to
+ * wait, another request probes it) is skipped, as a plan made now would.
  * `mayFailOver`, asked before each offer after a failure, can end the walk
  * there with that failure.
  */
 export async function executePlan<T>(
   plan: Offer[],
   call: (offer: Offer) => Promise<T>,
-  onAttempt?: (a: Attempt) => void,
+  health?: Pick<OfferStatsView, 'available'>,
   mayFailOver?: () => Promise<boolean>,
 ): Promise<PlanResult<T>> {
   if (plan.length === 0) throw new GatewayError('no_healthy_provider', 'No EU provider is available for this model right now.', { retryAfterS: 5 });
   const attempts: Attempt[] = [];
   let lastError: UpstreamError | null = null;
   for (const offer of plan) {
-    // The request ends with the last failure when the next offer may not be tried (a budget that cannot hold it).
-    if (lastError !== null && mayFailOver && !(await mayFailOver())) break;
+    if (lastError !== null) {
+      // The plan predates the first attempt: an offer that left the plans since (its circuit opened, its provider asked
+      // to wait, another request probes it) is skipped, no hop spent on it.
+      if (health !== undefined && !health.available(offer)) continue;
+      // The request ends with the last failure when the next offer may not be tried (a budget that cannot hold it).
+      if (mayFailOver && !(await mayFailOver())) break;
+    }
     const started = performance.now();
     try {
       const value = await call(offer);
       const attempt = { provider: offer.provider, ok: true, ms: performance.now() - started };
       attempts.push(attempt);
-      onAttempt?.(attempt);
       return { value, offer, hops: attempts.length - 1, attempts };
     } catch (caught) {
       if (!(caught instanceof UpstreamError)) throw caught;
       const err = tooLargeHereOnly(caught);
       const attempt = { provider: offer.provider, ok: false, error: err.message, ms: performance.now() - started };
       attempts.push(attempt);
-      onAttempt?.(attempt);
       if (err.clientFault) throw refusedByProvider(err);
       // Not the client's fault and not worth another provider (an odd status, a client that left): the provider failed this request.
       if (!err.retryable) throw finalError(attempts, err);

@@ -99,10 +99,13 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const signal = clientAbortSignal(services, reply, !outlives);
       let result: Awaited<ReturnType<typeof executePlan<ChatCompletion>>>;
       try {
-        result = await executePlan(plan, (offer: Offer) =>
-          callUpstream(services, request, offer, (adapter) =>
-            adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
-          ),
+        result = await executePlan(
+          plan,
+          (offer: Offer) =>
+            callUpstream(services, request, offer, (adapter) =>
+              adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
+            ),
+          options.stats,
         );
       } finally {
         // Only a signal that outlives its client stays among the waiting calls until disarmed; the others leave at 'close'.

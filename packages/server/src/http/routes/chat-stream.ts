@@ -63,23 +63,26 @@ export async function startStream(
   // Until its first event is written, a client that leaves never learnt the stream's id and cannot resume it: the
   // upstream is stopped. With an idempotency key it goes on (a retry with the key gets it whole); a shutdown stops either.
   const gone = clientAbortSignal(services, reply, !request.gw.outlivesClient);
-  const result = await executePlan(plan, (offer) =>
-    callUpstream(services, request, offer, async (adapter): Promise<Started> => {
-      const calledAt = performance.now();
-      const opened = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone, maxTokens: args.perChoice });
-      const upstream = args.functions ? functionsStream(opened) : opened;
-      const source = new RelayGate(
-        upstream,
-        () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its answer began` }),
-      );
-      try {
-        await source.first;
-        return { upstream, source, calledAt };
-      } catch (err) {
-        upstream.abort();
-        throw err;
-      }
-    }),
+  const result = await executePlan(
+    plan,
+    (offer) =>
+      callUpstream(services, request, offer, async (adapter): Promise<Started> => {
+        const calledAt = performance.now();
+        const opened = await adapter.chatStream(body, { upstreamModel: offer.upstreamModel, requestId: request.id, signal: gone, maxTokens: args.perChoice });
+        const upstream = args.functions ? functionsStream(opened) : opened;
+        const source = new RelayGate(
+          upstream,
+          () => new UpstreamError({ kind: 'protocol', provider: offer.provider, message: `${offer.provider} ended the stream before its answer began` }),
+        );
+        try {
+          await source.first;
+          return { upstream, source, calledAt };
+        } catch (err) {
+          upstream.abort();
+          throw err;
+        }
+      }),
+    options.stats,
   ).catch((err: unknown) => {
     gone.disarm();
     // A stream that would have outlived its client never began: it is recorded as the client's leaving, as any other.

@@ -107,7 +107,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
             callUpstreamPaidInParts(services, request, offer, (adapter, paid) =>
               embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel, paid }),
             ),
-          undefined,
+          options.stats,
           holdParts,
         );
         // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used.

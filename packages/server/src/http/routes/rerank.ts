@@ -85,8 +85,10 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
         // Each offer's most, as its provider bills (Cohere cuts documents before it counts them): the dearest is held.
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => worstBill(services, o, upstream).cost)));
         const call = { signal, requestId: request.id };
-        return executePlan(plan, (offer) =>
-          callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+        return executePlan(
+          plan,
+          (offer) => callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+          options.stats,
         );
       });
       const billed = bill(services, request, done.offer, done.value, upstream);

@@ -118,8 +118,10 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
     await reserveBudget(services, request, Math.max(0, ...plan.map((o) => audioBill(o.pricing, seconds, worstTokens).cost)));
     const upstream = transcriptionRequest(body, { ...file, filename: upstreamFilename(file.filename, container) }, format !== 'json' && format !== 'text');
     const call = { signal, requestId: request.id };
-    return executePlan(plan, (offer) =>
-      callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+    return executePlan(
+      plan,
+      (offer) => callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
+      options.stats,
     );
   });
   const billed = bill(request, done.offer, done.value);
