@@ -29,9 +29,7 @@ describe('errors in log lines', () => {
 
   it('takes out of the line what an unexpected error was given: a known secret, a URL password, a client key', () => {
     registerSecret('prov-Secret-9f8e7d6c5b4a');
-    const err = new Error(
-      'upstream said: bad key prov-Secret-9f8e7d6c5b4a; retried redis://gw:hunter2pass@cache:6379 for gw_live_AbCdEfGh12345678IjKl',
-    );
+    const err = new Error('upstream said: bad key prov-Secret-9f8e7d6c5b4a; retried redis://gw:hunter2pass@cache:6379 for gw_live_AbCdEfGh12345678IjKl');
     const line = JSON.stringify(errorSummary(err));
     for (const secret of ['prov-Secret', 'hunter2pass', 'gw_live_AbCdEfGh']) expect(line).not.toContain(secret);
     expect(errorSummary(err).message).toContain('upstream said: bad key [redacted]');
