@@ -16,7 +16,8 @@ export interface SharedLedger extends BudgetLedger {
   /** A settle that tells whether the shared ledger still had the hold (else it added nothing: a restart took the hold). */
   settleHeld(r: Reservation, actualEur: number): Promise<boolean>;
   reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation;
-  addSpent(tag: string, scopeIds: string[], nano: number): Promise<void>;
+  /** Adds costs settled elsewhere, the first `sinceMs` ago; returns the scopes left alone, whose totals took the store's value since. */
+  addSpent(tag: string, scopeIds: string[], nano: number, sinceMs: number): Promise<string[]>;
   /** Changes when the shared ledger lost what it held (Redis restarted). */
   epoch(): Promise<string>;
   /** Raises a scope's total to the store's, if it holds less; never lowers or drops it. */
@@ -31,6 +32,14 @@ export interface TakeoverLedger extends BudgetLedger {
   adoptSettled(scopeIds: string[], nano: number, at: number): void;
   /** Puts what was taken over in the database. */
   cover(): Promise<void>;
+}
+
+/** Costs settled outside the shared ledger for one set of scopes, not yet added to it; `since`: when the first was (Date.now()). */
+interface Owed {
+  tag: string;
+  scopeIds: string[];
+  nano: number;
+  since: number;
 }
 
 /** A cost settled while its settle had not reached the shared ledger: when (its usage record was made then) and how much. */
@@ -105,8 +114,8 @@ export class FallbackLedger implements BudgetLedger {
   private takingOver: Promise<void> | null = null;
   /** Reservations not made in the shared ledger, by the ledger that holds them. */
   private readonly heldBy = new WeakMap<Reservation, BudgetLedger>();
-  /** Costs settled outside the shared ledger, by tag and scopes, not yet added to it. */
-  private readonly owed = new Map<string, { tag: string; scopeIds: string[]; nano: number }>();
+  /** Costs settled outside the shared ledger, by tag and scopes, not yet added to it; `since`: when the first was settled. */
+  private readonly owed = new Map<string, Owed>();
   private missedSettles: { r: Reservation; eur: number }[] = [];
   private strayHolds: Reservation[] = [];
   /** Scopes of costs whose settle found no hold in the shared ledger (it restarted meanwhile): raised to the store's. */
@@ -311,11 +320,13 @@ export class FallbackLedger implements BudgetLedger {
     return this.shared.roomBackInMs?.(tag, scopeId, nano) ?? Promise.resolve(null);
   }
 
-  private owe(tag: string, scopeIds: string[], nano: number): void {
+  private owe(tag: string, scopeIds: string[], nano: number, since = Date.now()): void {
     const id = `${tag} ${scopeIds.join(' ')}`;
     const entry = this.owed.get(id);
-    if (entry) entry.nano += nano;
-    else this.owed.set(id, { tag, scopeIds, nano });
+    if (entry) {
+      entry.nano += nano;
+      entry.since = Math.min(entry.since, since);
+    } else this.owed.set(id, { tag, scopeIds, nano, since });
   }
 
   /**
@@ -423,18 +434,32 @@ export class FallbackLedger implements BudgetLedger {
     if (restarted && this.owed.size > 0) await this.flushUsage().catch(() => {});
     const owed = [...this.owed.values()];
     this.owed.clear();
+    const raised: { tag: string; scopeIds: string[] }[] = [];
     for (const [i, entry] of owed.entries()) {
+      let unpaid = entry;
       try {
         if (restarted) await this.raiseToStore(entry.tag, entry.scopeIds);
-        else await this.shared.addSpent(entry.tag, entry.scopeIds, entry.nano);
+        else {
+          // A total that took the store's value since these costs were settled (loaded, or raised by an instance
+          // after a restart of Redis) may have them already, once their usage records were written: adding them
+          // counted them twice. Such a total is raised to the store's instead, once they are in it.
+          const fromStore = await this.shared.addSpent(entry.tag, entry.scopeIds, entry.nano, Date.now() - entry.since);
+          if (fromStore.length > 0) {
+            unpaid = { ...entry, scopeIds: fromStore };
+            await this.flushUsage().catch(() => {});
+            await this.raiseToStore(entry.tag, fromStore);
+            raised.push({ tag: entry.tag, scopeIds: fromStore });
+          }
+        }
       } catch (err) {
-        for (const rest of owed.slice(i)) this.owe(rest.tag, rest.scopeIds, rest.nano);
+        for (const rest of [unpaid, ...owed.slice(i + 1)]) this.owe(rest.tag, rest.scopeIds, rest.nano, rest.since);
         throw err;
       }
     }
     // Only now: a run cut short compares with the run id from before the outage again.
     this.sharedEpoch = epoch;
     if (restarted) this.raiseAgainLater(owed);
+    else if (raised.length > 0) this.raiseAgainLater(raised);
     // Costs settled during this run are owed still: the mark stays, made again at the next run.
     if (this.marked && this.owed.size === 0) {
       await this.shared.unmarkReconciling();

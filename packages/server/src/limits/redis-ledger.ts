@@ -96,29 +96,57 @@ end
 return found
 `;
 
-// KEYS: a spent key, its run key. ARGV: the store's total, nano, run id. The higher of the two stays; a missing
-// total (or one of another run) stays as it is, to be loaded.
-const RAISE_SPENT = `
-local have = redis.call('GET', KEYS[1])
-if have and redis.call('GET', KEYS[2]) == ARGV[2] and tonumber(have) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
-return 0
+/**
+ * How long Redis remembers when a total last took the store's value: the longest an instance may owe costs it settled
+ * on the leases (cut off from Redis) and still tell whether that total may have them. Past it they are added.
+ */
+const FROM_STORE_MS = 600_000;
+
+// When a total last took the store's value (a load, or a raise that raised it), in Redis's ms: costs an instance
+// settled on the leases before then may be in it already (see ADD_SPENT). Kept FROM_STORE_MS.
+const NOTE_FROM_STORE = `
+local function noteFromStore(key)
+  local t = redis.call('TIME')
+  redis.call('SET', key, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), 'PX', ${FROM_STORE_MS})
+end
 `;
 
-// KEYS: pairs of spent key and run key. ARGV: nano, run id. Costs settled elsewhere while Redis was away; a total
-// not loaded yet in this run will be read from the store, which has them (or will, once their usage records are written).
-const ADD_SPENT = `
-for i = 1, #KEYS, 2 do
-  if redis.call('EXISTS', KEYS[i]) == 1 and redis.call('GET', KEYS[i+1]) == ARGV[2] then redis.call('INCRBY', KEYS[i], ARGV[1]) end
+// KEYS: a spent key, its run key, its from-store key. ARGV: the store's total, nano, run id. The higher of the two
+// stays; a missing total (or one of another run) stays as it is, to be loaded.
+const RAISE_SPENT = `${NOTE_FROM_STORE}
+local have = redis.call('GET', KEYS[1])
+if have and redis.call('GET', KEYS[2]) == ARGV[2] and tonumber(have) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  noteFromStore(KEYS[3])
 end
 return 0
 `;
 
-// KEYS: spent, holds, held sum, run of one scope. ARGV: the store's total, room leased in the database, how long those
+// KEYS: triples of spent key, run key, from-store key. ARGV: nano, run id, ms since the first of those costs was
+// settled (and a margin). Costs settled elsewhere while Redis was away; a total not loaded yet in this run will be
+// read from the store, which has them (or will, once their usage records are written). A total that took the store's
+// value since then (loaded, or raised by an instance after a restart) may have them already: it is left alone, and
+// its index returned, for the caller to raise it to the store's instead (the higher of the two stays: never twice).
+const ADD_SPENT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fromStore = {}
+for i = 1, #KEYS, 3 do
+  if redis.call('EXISTS', KEYS[i]) == 1 and redis.call('GET', KEYS[i+1]) == ARGV[2] then
+    local at = redis.call('GET', KEYS[i+2])
+    if at and now - tonumber(at) <= tonumber(ARGV[3]) then fromStore[#fromStore + 1] = (i + 2) / 3
+    else redis.call('INCRBY', KEYS[i], ARGV[1]) end
+  end
+end
+return fromStore
+`;
+
+// KEYS: spent, holds, held sum, run, from-store of one scope. ARGV: the store's total, room leased in the database, how long those
 // leases live (ms), run id. Loads a total Redis does not hold in this run (one of another run goes, and its holds with
 // it); the one call that loads it also holds the leased room (a hold with no instance in its name, never taken for a
 // dead one's), until those leases lapse: instances still on the database's leases (Redis came back, they have not
 // seen it yet) admit from that room, which Redis must not admit too.
-const LOAD_SPENT = `
+const LOAD_SPENT = `${NOTE_FROM_STORE}
 if redis.call('GET', KEYS[4]) == ARGV[4] then
   if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
 else
@@ -126,6 +154,7 @@ else
   redis.call('SET', KEYS[1], ARGV[1])
   redis.call('SET', KEYS[4], ARGV[4])
 end
+noteFromStore(KEYS[5])
 local leased = tonumber(ARGV[2])
 local ms = tonumber(ARGV[3])
 if leased <= 0 or ms <= 0 then return 1 end
@@ -169,6 +198,9 @@ interface SettleBatch {
 
 type Cmd = (...args: (string | number)[]) => Promise<number>;
 
+/** Added to how long ago a cost owed was settled: the time its catch-up takes to reach Redis, and clocks' drift. */
+const OWED_AGE_MARGIN_MS = 1_000;
+
 interface ReserveArgs {
   tag: string;
   /** Per scope, spent, holds, held sum and run (what a settle touches). */
@@ -196,7 +228,7 @@ export class RedisLedger implements BudgetLedger {
   private readonly reserveCmd: (...args: (string | number)[]) => Promise<number | typeof RECONCILING>;
   private readonly markCmd: Cmd;
   private readonly settleCmd: (...args: (string | number)[]) => Promise<number[]>;
-  private readonly addSpentCmd: Cmd;
+  private readonly addSpentCmd: (...args: (string | number)[]) => Promise<number[]>;
   private readonly raiseSpentCmd: Cmd;
   private readonly loadSpentCmd: Cmd;
   /** Redis's run id, which each total names (null: to be read, at start and after the connection dropped). */
@@ -217,7 +249,7 @@ export class RedisLedger implements BudgetLedger {
     this.markCmd = this.cmd('gwBudgetMarkReconciling');
     this.settleCmd = this.cmd('gwBudgetSettle') as unknown as (...args: (string | number)[]) => Promise<number[]>;
     redis.defineCommand('gwBudgetAddSpent', { lua: ADD_SPENT });
-    this.addSpentCmd = this.cmd('gwBudgetAddSpent');
+    this.addSpentCmd = this.cmd('gwBudgetAddSpent') as unknown as (...args: (string | number)[]) => Promise<number[]>;
     redis.defineCommand('gwBudgetRaiseSpent', { lua: RAISE_SPENT });
     this.raiseSpentCmd = this.cmd('gwBudgetRaiseSpent');
     redis.defineCommand('gwBudgetLoadSpent', { lua: LOAD_SPENT });
@@ -276,13 +308,18 @@ export class RedisLedger implements BudgetLedger {
     return true;
   }
 
-  /** Adds costs settled in another ledger (while this one was away) to the scopes' totals. */
-  async addSpent(tag: string, scopeIds: string[], nano: number): Promise<void> {
+  /**
+   * Adds costs settled in another ledger (while this one was away), the first of them `sinceMs` ago, to the scopes'
+   * totals; returns the scopes whose totals took the store's value since (they may have the costs already) and were
+   * left alone: they are to be raised to the store's instead.
+   */
+  async addSpent(tag: string, scopeIds: string[], nano: number, sinceMs: number): Promise<string[]> {
     const keys = scopeIds.flatMap((id) => {
       const k = keysOf(tag, id);
-      return [k[0], k[3]];
+      return [k[0], k[3], fromStoreKeyOf(tag, id)];
     });
-    await this.addSpentCmd(keys.length, ...keys, nano, this.run ?? (await this.readRun()));
+    const fromStore = await this.addSpentCmd(keys.length, ...keys, nano, this.run ?? (await this.readRun()), Math.ceil(sinceMs) + OWED_AGE_MARGIN_MS);
+    return fromStore.map((i) => scopeIds[i - 1] as string);
   }
 
   /** Redis's run id: a restart changes it, and takes every total Redis held with it. */
@@ -297,7 +334,7 @@ export class RedisLedger implements BudgetLedger {
    */
   async raiseSpent(tag: string, scopeId: string, storeEur: number): Promise<void> {
     const k = keysOf(tag, scopeId);
-    await this.raiseSpentCmd(2, k[0], k[3], toNano(storeEur), this.run ?? (await this.readRun()));
+    await this.raiseSpentCmd(3, k[0], k[3], fromStoreKeyOf(tag, scopeId), toNano(storeEur), this.run ?? (await this.readRun()));
   }
 
   /**
@@ -371,7 +408,15 @@ export class RedisLedger implements BudgetLedger {
         // both (room held back a moment), never in neither.
         const leased = await (scope.loadLeased?.() ?? NOTHING_LEASED);
         const spent = await scope.loadSpent();
-        await this.loadSpentCmd(4, ...keysOf(tag, scope.id), toNano(spent), leased.nano, Math.ceil(Math.min(leased.ms, LEASED_HOLD_MS)), run);
+        await this.loadSpentCmd(
+          5,
+          ...keysOf(tag, scope.id),
+          fromStoreKeyOf(tag, scope.id),
+          toNano(spent),
+          leased.nano,
+          Math.ceil(Math.min(leased.ms, LEASED_HOLD_MS)),
+          run,
+        );
       })().finally(() => this.loading.delete(id));
       this.loading.set(id, loading);
     }
@@ -530,6 +575,11 @@ const LEASED_HOLD_MS = 5_000;
 function settleKeys(r: Reservation): { keys: string[]; group: string } {
   const keys = r.scopes.flatMap((id) => keysOf(r.tag, id));
   return { keys, group: keys.join(' ') };
+}
+
+/** When the scope's total last took the store's value (not among the keys a reservation or a settle touches). */
+function fromStoreKeyOf(tag: string, scopeId: string): string {
+  return `gw:budget:{${tag}}:${scopeId}:from-store`;
 }
 
 /** The scopes of one request share a hash tag, so the script's keys sit in one Cluster slot. */

@@ -1,0 +1,126 @@
+import { createServer, type Socket, connect as tcpConnect } from 'node:net';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chat, MAX_TOKENS } from './helpers/budget-chat.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+
+// Two instances on one Redis (which the test restarts) and one PostgreSQL; the second reaches Redis through a proxy
+// the test can cut, to stand for a network that keeps it from Redis while the first still reaches it.
+let redis: RedisServer;
+let pg: PostgresServer;
+let sim: Simulator;
+let proxy: Awaited<ReturnType<typeof startProxy>>;
+let g1: TestGateway;
+let g2: TestGateway;
+let probe: Redis;
+
+/** A TCP proxy to `port`; `cut()` drops its connections and refuses new ones until `mend()`. */
+async function startProxy(port: number) {
+  const open = new Set<Socket>();
+  let cut = false;
+  const server = createServer((client) => {
+    if (cut) return void client.destroy();
+    const upstream = tcpConnect(port, '127.0.0.1');
+    for (const [a, b] of [
+      [client, upstream],
+      [upstream, client],
+    ] as const) {
+      open.add(a);
+      a.pipe(b);
+      a.on('error', () => b.destroy());
+      a.on('close', () => {
+        open.delete(a);
+        b.destroy();
+      });
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `redis://127.0.0.1:${(server.address() as { port: number }).port}`,
+    cut() {
+      cut = true;
+      for (const s of open) s.destroy();
+    },
+    mend() {
+      cut = false;
+    },
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  proxy = await startProxy(redis.port);
+  const databaseUrl = await pg.createDatabase();
+  g1 = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  g2 = await startGateway({ sim, redisUrl: proxy.url, databaseUrl });
+  probe = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+  probe.on('error', () => {});
+}, 60_000);
+
+afterAll(async () => {
+  probe?.disconnect();
+  proxy?.mend();
+  await Promise.all([g1?.close(), g2?.close()]);
+  await proxy?.close();
+  await sim?.close();
+  await redis?.stop();
+  await pg?.stop();
+});
+
+const enforced = async (gw: TestGateway, key: string) => {
+  const res = await chat(gw, key);
+  expect([res.status, res.headers.get('x-ratelimit-enforced')]).toEqual([200, 'true']);
+};
+
+describe('budgets when a cost settled on the leases is stored before it is added to Redis', () => {
+  it("a total raised to the store's meanwhile (by another instance, after Redis restarted) has it already: it is not added again", async () => {
+    sim.providers.scaleway?.configure({ latencyMs: 0, answerTokens: MAX_TOKENS });
+    sim.providers.ovh?.configure({ latencyMs: 2_000, answerTokens: MAX_TOKENS });
+    const { id, key } = await g1.createKey({ rateLimitRpm: 1000, budget: 1 });
+    const { workspaceId } = (await g1.admin<{ workspaceId: string | null }>('GET', `/keys/${id}`)).body;
+    const spentKey = `gw:budget:{${workspaceId ? `ws:${workspaceId}` : `key:${id}`}}:key:${id}:spent`;
+    const stored = async () => {
+      await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+      return (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+    };
+    const inRedis = async () => Number(await probe.get(spentKey)) / 1e9;
+
+    // A request of the first instance that Redis admitted, still running when Redis restarts empty: its settle will
+    // find no hold, and that instance then raises the total to the store's.
+    const running = chat(g1, key, 'A', {}, 'ovh');
+    await eventually(() => expect(sim.providers.ovh?.stats().inFlight).toBe(1), 5000);
+    await redis.kill();
+    // The second instance spends on the leases while Redis is down, and sees its restart once it is back.
+    expect((await chat(g2, key)).status).toBe(200);
+    await redis.restart();
+    // Back on Redis once its breaker lets it (a second after the failure), it loads the total there.
+    await eventually(async () => {
+      expect((await chat(g2, key)).status).toBe(200);
+      expect(await probe.exists(spentKey)).toBe(1);
+    }, 10_000);
+    // Then it loses Redis again (its network only) and spends on the leases: a cost it owes Redis's total, written
+    // to the store with its next usage flush.
+    proxy.cut();
+    const onLeases = await chat(g2, key);
+    expect(onLeases.status).toBe(200);
+    expect(onLeases.headers.get('x-ratelimit-enforced')).not.toBe('true');
+    await g2.gateway.services.usage.flush();
+    // The first instance's request ends meanwhile, and it raises the total to the store's, which has that cost.
+    expect((await running).status).toBe(200);
+    const afterRaise = await stored();
+    await eventually(async () => expect(await inRedis()).toBeCloseTo(afterRaise, 12), 5000);
+
+    // The second instance reaches Redis again and catches up: the cost is in the total already.
+    proxy.mend();
+    await new Promise((r) => setTimeout(r, 1000));
+    await eventually(() => enforced(g2, key), 10_000);
+    const total = await stored();
+    expect(await inRedis()).toBeCloseTo(total, 12);
+    // And stays so: the raises after a restart (2 s and 10 s later) bring a total up, never down.
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(await inRedis()).toBeCloseTo(await stored(), 12);
+  }, 60_000);
+});
