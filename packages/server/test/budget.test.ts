@@ -574,9 +574,10 @@ describe('budgets while Redis is away, near their end', () => {
       const statuses: number[] = [];
       for (let i = 0; i < 30 && statuses.at(-1) !== 402; i++) {
         statuses.push((await chat(i % 2 ? g2 : g1, key)).status);
-        // A client a few milliseconds behind the last answer, rather than a loop on its heels (whose next request can
-        // meet the last one's budget hold before it is settled, on either ledger; 80 ms: on a loaded machine 30 were not always enough).
-        await new Promise((r) => setTimeout(r, 80));
+        // A client a little behind the last answer, rather than a loop on its heels (whose next request can meet the
+        // last one's budget hold before it is settled, on either ledger, or, on the leases, the other instance's
+        // give-back still on its way to the database: 80 ms was not always enough for that under a full suite's load).
+        await new Promise((r) => setTimeout(r, 250));
       }
       return statuses;
     };
