@@ -68,13 +68,17 @@ export const STORE_STALL_MS = 1_000;
  * (frozen, a network black hole) fails at once as the store's outage (503), within a few seconds, rather than
  * after the client-side query timeout. A database that answers the ping is only slow: the call is awaited.
  */
-function boundedByStore<T>(work: Promise<T>, services: Services): Promise<T> {
+function boundedByStore<T>(work: Promise<T>, services: Services, landedLate?: (value: T) => void): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const stalled = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       services.store.ping().then(
         () => {},
-        (err: unknown) => reject(storeUnavailable(err)),
+        (err: unknown) => {
+          reject(storeUnavailable(err));
+          // Answered 503, but the database may still do the work once it is back: `landedLate` is told if it does.
+          if (landedLate) work.then(landedLate, () => {});
+        },
       );
     }, STORE_STALL_MS);
   });
@@ -88,25 +92,16 @@ function boundedByStore<T>(work: Promise<T>, services: Services): Promise<T> {
  * write may still land once the database is back: every instance is then told, as the call would have told them, so
  * that a key the store shows revoked (or a lowered budget) does not go on being served from caches until they lapse.
  */
-async function changeThenAnnounce<T>(
+function changeThenAnnounce<T>(
   work: Promise<T | null>,
   services: Services,
   log: FastifyBaseLogger,
   op: 'revoke' | 'changed' | 'workspace',
   id: string,
 ): Promise<T | null> {
-  try {
-    return await boundedByStore(work, services);
-  } catch (err) {
-    work.then(
-      (rec) =>
-        rec === null
-          ? undefined
-          : announce(services, log, op, id).catch(warnOnFailure(log, 'could not tell the other instances of a change the store made late')),
-      () => {},
-    );
-    throw err;
-  }
+  return boundedByStore(work, services, (rec) => {
+    if (rec !== null) announce(services, log, op, id).catch(warnOnFailure(log, 'could not tell the other instances of a change the store made late'));
+  });
 }
 
 /**
@@ -114,31 +109,23 @@ async function changeThenAnnounce<T>(
  * the database is back: the row is then deleted, so that the 503 means that nothing was made, and the retry it asks for
  * makes no second workspace, nor a key whose secret nobody saw (it was only in the answer that was never sent).
  */
-async function createOrUndo<T extends { id: string }>(
+function createOrUndo<T extends { id: string }>(
   work: Promise<T>,
   services: Services,
   log: FastifyBaseLogger,
   what: 'key' | 'workspace',
   undo: (id: string) => Promise<boolean>,
 ): Promise<T> {
-  try {
-    return await boundedByStore(work, services);
-  } catch (err) {
-    work.then(
-      async ({ id }) => {
-        const named = { [what === 'key' ? 'keyId' : 'workspaceId']: id };
-        const late = `the ${what} ${id} the store created after its create had answered 503`;
-        try {
-          if (await undo(id)) log.warn(named, `deleted ${late}: the retry the answer asked for makes the only one`);
-          else log.warn(named, `kept ${late}: a key refers to it`);
-        } catch (undoErr) {
-          log.warn({ ...named, err: errorSummary(undoErr) }, `could not delete ${late}; delete or revoke it`);
-        }
-      },
-      () => {},
-    );
-    throw err;
-  }
+  return boundedByStore(work, services, async ({ id }) => {
+    const named = { [what === 'key' ? 'keyId' : 'workspaceId']: id };
+    const late = `the ${what} ${id} the store created after its create had answered 503`;
+    try {
+      if (await undo(id)) log.warn(named, `deleted ${late}: the retry the answer asked for makes the only one`);
+      else log.warn(named, `kept ${late}: a key refers to it`);
+    } catch (undoErr) {
+      log.warn({ ...named, err: errorSummary(undoErr) }, `could not delete ${late}; delete or revoke it`);
+    }
+  });
 }
 
 /** The repository with each of its calls {@link boundedByStore}. */
