@@ -7,19 +7,25 @@ import { chat, MAX_TOKENS } from './helpers/budget-chat.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
 // Two instances on one Redis (which the test restarts) and one PostgreSQL; the second reaches Redis through a proxy
-// the test can cut, to stand for a network that keeps it from Redis while the first still reaches it.
+// the test can cut, to stand for a network that keeps it from Redis while the first still reaches it, and PostgreSQL
+// through one the test can hold, to stand for a busy database that has not yet taken its usage records.
 let redis: RedisServer;
 let pg: PostgresServer;
 let sim: Simulator;
 let proxy: Awaited<ReturnType<typeof startProxy>>;
+let pgProxy: Awaited<ReturnType<typeof startProxy>>;
 let g1: TestGateway;
 let g2: TestGateway;
 let probe: Redis;
 
-/** A TCP proxy to `port`; `cut()` drops its connections and refuses new ones until `mend()`. */
+/**
+ * A TCP proxy to `port`; `cut()` drops its connections and refuses new ones until `mend()`; `hold()` stops passing
+ * data on (a server that does not answer) until `release()`.
+ */
 async function startProxy(port: number) {
   const open = new Set<Socket>();
   let cut = false;
+  let held = false;
   const server = createServer((client) => {
     if (cut) return void client.destroy();
     const upstream = tcpConnect(port, '127.0.0.1');
@@ -29,6 +35,7 @@ async function startProxy(port: number) {
     ] as const) {
       open.add(a);
       a.pipe(b);
+      if (held) a.pause();
       a.on('error', () => b.destroy());
       a.on('close', () => {
         open.delete(a);
@@ -46,16 +53,24 @@ async function startProxy(port: number) {
     mend() {
       cut = false;
     },
+    hold() {
+      held = true;
+      for (const s of open) s.pause();
+    },
+    release() {
+      held = false;
+      for (const s of open) s.resume();
+    },
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }
 
 beforeAll(async () => {
   [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  proxy = await startProxy(redis.port);
+  [proxy, pgProxy] = await Promise.all([startProxy(redis.port), startProxy(pg.port)]);
   const databaseUrl = await pg.createDatabase();
   g1 = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
-  g2 = await startGateway({ sim, redisUrl: proxy.url, databaseUrl });
+  g2 = await startGateway({ sim, redisUrl: proxy.url, databaseUrl: databaseUrl.replace(`:${pg.port}/`, `:${new URL(pgProxy.url).port}/`) });
   probe = new Redis(redis.url, { maxRetriesPerRequest: 1 });
   probe.on('error', () => {});
 }, 60_000);
@@ -63,8 +78,9 @@ beforeAll(async () => {
 afterAll(async () => {
   probe?.disconnect();
   proxy?.mend();
+  pgProxy?.release();
   await Promise.all([g1?.close(), g2?.close()]);
-  await proxy?.close();
+  await Promise.all([proxy?.close(), pgProxy?.close()]);
   await sim?.close();
   await redis?.stop();
   await pg?.stop();
@@ -122,5 +138,42 @@ describe('budgets when a cost settled on the leases is stored before it is added
     // And stays so: the raises after a restart (2 s and 10 s later) bring a total up, never down.
     await new Promise((r) => setTimeout(r, 2500));
     expect(await inRedis()).toBeCloseTo(await stored(), 12);
+  }, 60_000);
+
+  it('a total Redis does not hold when the costs owed to it come is loaded with them: the owing instance writes them first', async () => {
+    sim.providers.ovh?.configure({ latencyMs: 1_000, answerTokens: MAX_TOKENS });
+    // A key never used through Redis: Redis holds no total of it.
+    const { id, key } = await g1.createKey({ rateLimitRpm: 1000, budget: 1 });
+    const { workspaceId } = (await g1.admin<{ workspaceId: string | null }>('GET', `/keys/${id}`)).body;
+    const spentKey = `gw:budget:{${workspaceId ? `ws:${workspaceId}` : `key:${id}`}}:key:${id}:spent`;
+    const inRedis = async () => Number(await probe.get(spentKey)) / 1e9;
+
+    // The second instance, cut off from Redis, spends on the leases; its database stops answering before the
+    // request ends, so the request's usage record waits in its memory.
+    proxy.cut();
+    const onLeases = chat(g2, key, 'A', {}, 'ovh');
+    await eventually(() => expect(sim.providers.ovh?.stats().inFlight).toBe(1), 5000);
+    pgProxy.hold();
+    const res = await onLeases;
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-ratelimit-enforced')).not.toBe('true');
+
+    // It reaches Redis again and catches up: the total it owes the cost to is not there, so nothing can be added.
+    proxy.mend();
+    await eventually(async () => expect(await g2.gateway.services.redisHealth?.answers()).toBe(true), 10_000);
+    await new Promise((r) => setTimeout(r, 300));
+    // The first instance's request loads the total from the store. Without the owing instance's record there, the
+    // total would lack that cost for good.
+    const first = chat(g1, key);
+    await new Promise((r) => setTimeout(r, 500));
+    pgProxy.release();
+    expect((await first).status).toBe(200);
+    await Promise.all([g1, g2].map((g) => g.gateway.services.usage.flush()));
+    const stored = (await g1.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent;
+    expect(stored).toBeGreaterThan(0);
+    await eventually(async () => expect(await inRedis()).toBeCloseTo(stored, 12), 5000);
+    // And stays so once every later raise has run.
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(await inRedis()).toBeCloseTo(stored, 12);
   }, 60_000);
 });

@@ -16,7 +16,7 @@ export interface SharedLedger extends BudgetLedger {
   /** A settle that tells whether the shared ledger still had the hold (else it added nothing: a restart took the hold). */
   settleHeld(r: Reservation, actualEur: number): Promise<boolean>;
   reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation;
-  /** Adds costs settled elsewhere, the first `sinceMs` ago; returns the scopes left alone, whose totals took the store's value since. */
+  /** Adds costs settled elsewhere, the first `sinceMs` ago; returns the scopes left alone, whose totals are to come from the store (not loaded, or taken from it since). */
   addSpent(tag: string, scopeIds: string[], nano: number, sinceMs: number): Promise<string[]>;
   /** Changes when the shared ledger lost what it held (Redis restarted). */
   epoch(): Promise<string>;
@@ -442,13 +442,16 @@ export class FallbackLedger implements BudgetLedger {
         else {
           // A total that took the store's value since these costs were settled (loaded, or raised by an instance
           // after a restart of Redis) may have them already, once their usage records were written: adding them
-          // counted them twice. Such a total is raised to the store's instead, once they are in it.
-          const fromStore = await this.shared.addSpent(entry.tag, entry.scopeIds, entry.nano, Date.now() - entry.since);
-          if (fromStore.length > 0) {
-            unpaid = { ...entry, scopeIds: fromStore };
+          // counted them twice. A total Redis does not hold (emptied by FLUSHALL, or never loaded) is loaded from the
+          // store, maybe by another instance before these records are written: nothing added, the costs were lost.
+          // Either way the records are written first (before the mark goes: no load meanwhile), then the total is
+          // raised to the store's (the higher stays), now and again later.
+          const toRaise = await this.shared.addSpent(entry.tag, entry.scopeIds, entry.nano, Date.now() - entry.since);
+          if (toRaise.length > 0) {
+            unpaid = { ...entry, scopeIds: toRaise };
             await this.flushUsage().catch(() => {});
-            await this.raiseToStore(entry.tag, fromStore);
-            raised.push({ tag: entry.tag, scopeIds: fromStore });
+            await this.raiseToStore(entry.tag, toRaise);
+            raised.push({ tag: entry.tag, scopeIds: toRaise });
           }
         }
       } catch (err) {

@@ -123,22 +123,22 @@ return 0
 `;
 
 // KEYS: triples of spent key, run key, from-store key. ARGV: nano, run id, ms since the first of those costs was
-// settled (and a margin). Costs settled elsewhere while Redis was away; a total not loaded yet in this run will be
-// read from the store, which has them (or will, once their usage records are written). A total that took the store's
-// value since then (loaded, or raised by an instance after a restart) may have them already: it is left alone, and
-// its index returned, for the caller to raise it to the store's instead (the higher of the two stays: never twice).
+// settled (and a margin). Costs settled elsewhere while Redis was away. A total not loaded in this run (none, or one
+// of another run) will be read from the store, which has them only once their usage records are written; a total
+// that took the store's value since they were settled (loaded, or raised by an instance after a restart) may have
+// them already. Either is left alone and its index returned, for the caller to write its records and raise it to the
+// store's instead (the higher of the two stays: never twice).
 const ADD_SPENT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fromStore = {}
+local toRaise = {}
 for i = 1, #KEYS, 3 do
-  if redis.call('EXISTS', KEYS[i]) == 1 and redis.call('GET', KEYS[i+1]) == ARGV[2] then
-    local at = redis.call('GET', KEYS[i+2])
-    if at and now - tonumber(at) <= tonumber(ARGV[3]) then fromStore[#fromStore + 1] = (i + 2) / 3
-    else redis.call('INCRBY', KEYS[i], ARGV[1]) end
-  end
+  local at = redis.call('GET', KEYS[i+2])
+  if redis.call('EXISTS', KEYS[i]) == 0 or redis.call('GET', KEYS[i+1]) ~= ARGV[2] or (at and now - tonumber(at) <= tonumber(ARGV[3])) then
+    toRaise[#toRaise + 1] = (i + 2) / 3
+  else redis.call('INCRBY', KEYS[i], ARGV[1]) end
 end
-return fromStore
+return toRaise
 `;
 
 // KEYS: spent, holds, held sum, run, from-store of one scope. ARGV: the store's total, room leased in the database, how long those
@@ -310,16 +310,17 @@ export class RedisLedger implements BudgetLedger {
 
   /**
    * Adds costs settled in another ledger (while this one was away), the first of them `sinceMs` ago, to the scopes'
-   * totals; returns the scopes whose totals took the store's value since (they may have the costs already) and were
-   * left alone: they are to be raised to the store's instead.
+   * totals; returns the scopes left alone, whose totals are to come from the store instead: not loaded in this run
+   * (a load reads them from the store, which lacks the costs until their records are written), or taken from the
+   * store since (they may have the costs already).
    */
   async addSpent(tag: string, scopeIds: string[], nano: number, sinceMs: number): Promise<string[]> {
     const keys = scopeIds.flatMap((id) => {
       const k = keysOf(tag, id);
       return [k[0], k[3], fromStoreKeyOf(tag, id)];
     });
-    const fromStore = await this.addSpentCmd(keys.length, ...keys, nano, this.run ?? (await this.readRun()), Math.ceil(sinceMs) + OWED_AGE_MARGIN_MS);
-    return fromStore.map((i) => scopeIds[i - 1] as string);
+    const toRaise = await this.addSpentCmd(keys.length, ...keys, nano, this.run ?? (await this.readRun()), Math.ceil(sinceMs) + OWED_AGE_MARGIN_MS);
+    return toRaise.map((i) => scopeIds[i - 1] as string);
   }
 
   /** Redis's run id: a restart changes it, and takes every total Redis held with it. */
