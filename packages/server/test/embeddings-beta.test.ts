@@ -151,6 +151,40 @@ describe('variant B through the gateway: 500 requests and 200,000 tokens per min
     );
   }, 30_000);
 
+  it('the beta’s 429 carries none of the key’s X-RateLimit count: it was the beta’s window that refused, not the key’s', async () => {
+    const ws = await solo.admin<{ id: string }>('POST', '/workspaces', { name: `beta headers ${Math.random()}` });
+    const { key } = await solo.createKey({ workspaceId: ws.body.id, rateLimitRpm: 60 });
+    const big = Array.from({ length: 50 }, (_, i) => `${i}`.padEnd(4000, 'x'));
+    for (let i = 0; i < 4; i++) {
+      const ok = await embed(solo.baseB, key, big);
+      expect(ok.status).toBe(200);
+      expect(ok.headers.get('x-ratelimit-remaining')).toBe(String(59 - i));
+    }
+    const over = await embed(solo.baseB, key, 'x');
+    expect(over.status).toBe(429);
+    // The key had 55 requests left: a 429 saying so would read as a refusal with room to spare.
+    expect(over.headers.get('x-ratelimit-limit')).toBeNull();
+    expect(over.headers.get('x-ratelimit-remaining')).toBeNull();
+    expect(over.headers.get('x-ratelimit-reset')).toBeNull();
+    expect(over.headers.get('x-ratelimit-enforced')).toBe('true');
+    const waitMs = Number(over.headers.get('retry-after-ms'));
+    expect(waitMs).toBeGreaterThan(50_000);
+    expect(Number(over.headers.get('retry-after'))).toBe(Math.ceil(waitMs / 1000));
+    // The OpenAI SDK is told the beta's wait, as before.
+    const sdk = new OpenAI({ apiKey: key, baseURL: solo.baseB, maxRetries: 0 });
+    const refused = await sdk.embeddings.create({ model: 'mistral/embed', input: 'x' }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.RateLimitError);
+    expect((refused as InstanceType<typeof OpenAI.RateLimitError>).headers.get('x-ratelimit-remaining')).toBeNull();
+    // The key's own count goes on: the next answer of another route carries it again.
+    const chat = await fetch(`${solo.baseB}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(chat.status).toBe(200);
+    expect(chat.headers.get('x-ratelimit-remaining')).toBe('53');
+  }, 30_000);
+
   it('inputs larger together than the whole minute’s tokens are a 400, not a 429 a client would retry forever', async () => {
     const key = await workspaceKey(solo);
     // 25 texts each just within mistral-embed's context of 8,192 tokens: 204,750 tokens.

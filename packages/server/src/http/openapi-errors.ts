@@ -101,7 +101,7 @@ function errorsOf(method: string, path: string): CanonicalCode[] {
 const AFTER_LIMITER = new Set([402, 409, 422, 429, 501, 502, 504]);
 
 /** The headers an error of `status` carries; `required` where every such answer has them. */
-function headersOf(status: number, codes: CanonicalCode[], limited: boolean): Record<string, unknown> {
+function headersOf(status: number, codes: CanonicalCode[], limited: boolean, beta: boolean): Record<string, unknown> {
   const headers: Record<string, unknown> = { 'X-Request-Id': requestIdHeader() };
   // A 409 waits out the request that holds its idempotency key; the admin API's (a revoked key) has nothing to wait for.
   if (status === 402 || status === 429 || status === 503 || (status === 409 && codes.includes('conflict'))) {
@@ -118,11 +118,12 @@ function headersOf(status: number, codes: CanonicalCode[], limited: boolean): Re
       schema: { type: 'string', enum: ['true', 'false'] },
     };
   }
-  return limited ? { ...headers, ...limitHeaders(AFTER_LIMITER.has(status)) } : headers;
+  // The embeddings beta's 429 carries none of the key's count (only X-RateLimit-Enforced): its own window refused it.
+  return limited ? { ...headers, ...limitHeaders(AFTER_LIMITER.has(status), AFTER_LIMITER.has(status) && !(beta && status === 429)) } : headers;
 }
 
 /** One documented status: the envelope with `code` narrowed to what the status carries, and when each is given. */
-function statusResponse(variant: Variant, status: number, codes: CanonicalCode[], limited: boolean): Response {
+function statusResponse(variant: Variant, status: number, codes: CanonicalCode[], limited: boolean, beta: boolean): Response {
   const byWire = new Map<string, string[]>();
   for (const code of codes) {
     const { code: wire } = wireError(code, variant);
@@ -137,7 +138,7 @@ function statusResponse(variant: Variant, status: number, codes: CanonicalCode[]
   const lines = [...byWire].map(([wire, when]) => `\`${wire}\`: ${when.join('; or ')}.`);
   return {
     description: lines.join(' '),
-    headers: headersOf(status, codes, limited),
+    headers: headersOf(status, codes, limited, beta),
     content: { 'application/json': { schema: envelope } },
   };
 }
@@ -152,6 +153,8 @@ export function documentErrors(doc: Document): Document {
       const codes = errorsOf(method, path);
       // Counted against the key's limit: the public API but its model list (docs/decisions.md, What counts against a key's rate limit).
       const limited = !path.startsWith('/admin/') && !/\/models(\/|$)/.test(path);
+      // Variant B's embeddings are a beta with a window of its own, which answers 429 too.
+      const beta = variant === 'b' && path.endsWith('/embeddings');
       const byStatus = new Map<number, CanonicalCode[]>();
       for (const code of codes) {
         const { status } = wireError(code, variant);
@@ -169,7 +172,7 @@ export function documentErrors(doc: Document): Document {
       const statuses = [...byStatus].sort(([a], [b]) => a - b);
       op.responses = {
         ...answers,
-        ...Object.fromEntries(statuses.map(([status, list]) => [String(status), statusResponse(variant, status, list, limited)])),
+        ...Object.fromEntries(statuses.map(([status, list]) => [String(status), statusResponse(variant, status, list, limited, beta)])),
         ...(clientRange ? { '4XX': clientRange } : {}),
         ...(serverRange ? { '5XX': serverRange } : {}),
       };

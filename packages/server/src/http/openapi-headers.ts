@@ -54,12 +54,15 @@ export const int = (description: string, required = false) => ({ description, re
 /** The header every answer carries. */
 export const requestIdHeader = () => text('The request identifier, for correlating logs.', true);
 
-/** The rate-limit headers, `required` where every such answer has them (each answer of a request that was counted). */
-export function limitHeaders(required: boolean): Record<string, unknown> {
+/**
+ * The rate-limit headers, `required` where every such answer has them (each answer of a request that was counted).
+ * `countRequired`: the key's count too, which a 429 of the embeddings beta leaves out (the key's limit did not refuse it).
+ */
+export function limitHeaders(required: boolean, countRequired = required): Record<string, unknown> {
   return {
-    'X-RateLimit-Limit': int("The key's cap, requests per minute.", required),
-    'X-RateLimit-Remaining': int('Requests left in the current window.', required),
-    'X-RateLimit-Reset': int('Seconds until the oldest request in the window ages out.', required),
+    'X-RateLimit-Limit': int("The key's cap, requests per minute.", countRequired),
+    'X-RateLimit-Remaining': int('Requests left in the current window.', countRequired),
+    'X-RateLimit-Reset': int('Seconds until the oldest request in the window ages out.', countRequired),
     'X-RateLimit-Enforced': {
       description:
         'false when the limiter backend was unreachable: the request was let through, and Remaining and Reset count only what this instance let through.',

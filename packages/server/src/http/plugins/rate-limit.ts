@@ -130,6 +130,16 @@ export function rateLimitHeaders(d: LimitDecision): Record<string, string> {
   };
 }
 
+/**
+ * Takes the key's own count off an answer refused by another per-minute limit (the embeddings beta's): a 429 saying
+ * `X-RateLimit-Remaining: 59` reads as a refusal with room left. `X-RateLimit-Enforced` stays (SPEC, fail-open rule).
+ */
+export function withoutKeyLimitCount(reply: FastifyReply): void {
+  reply.removeHeader(H.rateLimitLimit);
+  reply.removeHeader(H.rateLimitRemaining);
+  reply.removeHeader(H.rateLimitReset);
+}
+
 /** The 429 of a limiter that refused (SPEC, Errors: the message names the limit). */
 export function rateLimitedError(d: LimitDecision): GatewayError {
   return new GatewayError('rate_limited', `Rate limit exceeded (${d.limit} RPM)`, { retryAfterMs: d.waitMs });

@@ -1,6 +1,6 @@
 import { Nullable } from '@gw/schema';
 import { type Static, Type } from '@sinclair/typebox';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { warnOnFailure } from '../../lib/error-summary.js';
@@ -14,6 +14,7 @@ import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { growBudgetHold, reserveBudget } from '../budget.js';
 import { newUsageDraft, type UsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
+import { withoutKeyLimitCount } from '../plugins/rate-limit.js';
 import type { Services } from '../services.js';
 import { callUpstreamPaidInParts, keyedRequestSignal, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
@@ -86,7 +87,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
       const signal = keyedRequestSignal(services, request, reply);
       let settleBeta: ((tokens: number) => Promise<void>) | null = null;
       try {
-        settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, input, model.context_window) : null;
+        settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, reply, input, model.context_window) : null;
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000)));
         const upstream: EmbeddingsRequest = {
           input,
@@ -164,7 +165,13 @@ function refusedField(err: unknown, request: EmbeddingsRequest): unknown {
  * a key without a workspace); returns the settle step that replaces the
  * estimate with the provider's count once it is known.
  */
-async function admitBeta(services: Services, request: FastifyRequest, input: string[], context: number): Promise<(tokens: number) => Promise<void>> {
+async function admitBeta(
+  services: Services,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  input: string[],
+  context: number,
+): Promise<(tokens: number) => Promise<void>> {
   const key = request.gw.key;
   const scope = key?.workspaceId ? `ws:${key.workspaceId}` : `key:${key?.id ?? 'anonymous'}`;
   const quota = services.betaQuota;
@@ -182,6 +189,8 @@ async function admitBeta(services: Services, request: FastifyRequest, input: str
     const limit = decision.reason === 'requests' ? `${quota.limits.requests} requests` : `${quota.limits.tokens.toLocaleString('en')} tokens`;
     // Say whose allowance it is: a key without a workspace has its own, shared with no other key.
     const holder = key?.workspaceId ? 'workspace' : 'API key';
+    // The key's X-RateLimit-* count let this request in; the beta's window refused it, and Retry-After says when it has room.
+    withoutKeyLimitCount(reply);
     throw new GatewayError('rate_limited', `Embeddings beta limit exceeded (${limit} per minute per ${holder})`, {
       retryAfterMs: decision.waitMs,
     });
