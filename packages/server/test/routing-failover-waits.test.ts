@@ -60,3 +60,88 @@ describe('failover to an offer that left the plans after the request planned it'
     }
   });
 });
+
+describe('a failover that skipped every offer it had left says when the first is back', () => {
+  async function gatewayWith(env: Record<string, string> = {}) {
+    const gateway = await startGateway({ sim, env });
+    return { gateway, key: (await gateway.createKey({ rateLimitRpm: 10_000 })).key };
+  }
+
+  /** Scaleway fails slowly (`fault`); meanwhile OVHcloud asks for 20 s and Nebius for `nebiusWaitS` (pinned requests). */
+  async function failWhileOthersWait(
+    gateway: TestGateway,
+    key: string,
+    client: OpenAI,
+    fault: { status: number; retryAfter: number | null },
+    nebiusWaitS: number,
+  ) {
+    const scaleway = sim.providers.scaleway;
+    const ovh = sim.providers.ovh;
+    const nebius = sim.providers.nebius;
+    if (!scaleway || !ovh || !nebius) throw new Error('demo providers missing');
+    scaleway.configure({ latencyMs: 600 });
+    scaleway.setFault({ kind: 'status', ...fault, times: 1 });
+    // Settled at once into its outcome, so that its failure is not unhandled while the pinned requests run.
+    const slow = client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 }).then(
+      (answer) => ({ answer, error: null, at: performance.now() }),
+      (error: unknown) => ({ answer: null, error, at: performance.now() }),
+    );
+    await eventually(() => expect(scaleway.stats().inFlight).toBe(1));
+    ovh.setFault({ kind: 'status', status: 429, retryAfter: 20, times: 1 });
+    nebius.setFault({ kind: 'status', status: 429, retryAfter: nebiusWaitS, times: 1 });
+    const pinned = new OpenAI({ apiKey: key, baseURL: gateway.baseA, maxRetries: 0 });
+    for (const provider of ['ovh', 'nebius']) {
+      const refused = await pinned.chat.completions
+        .create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 }, { headers: { 'X-Gateway-Provider': provider } })
+        .catch((e: unknown) => e);
+      // The provider's 429 passed on: a 502 with its wait.
+      expect((refused as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    }
+    scaleway.configure({ latencyMs: 0 });
+    return slow;
+  }
+
+  it.each(['a', 'b'] as const)(
+    'variant %s: a last error without a wait gets the soonest of the offers out of the plans',
+    async (variant) => {
+      // Circuits open at one failure: Scaleway's 500 takes it out too (30 s), as the 429s take OVHcloud and Nebius out.
+      const { gateway, key } = await gatewayWith({ GW_CIRCUIT_FAILURES: '1' });
+      try {
+        const client = new OpenAI({ apiKey: key, baseURL: variant === 'a' ? gateway.baseA : gateway.baseB, maxRetries: 0 });
+        const { error } = await failWhileOthersWait(gateway, key, client, { status: 500, retryAfter: null }, 5);
+        expect(error).toBeInstanceOf(OpenAI.InternalServerError);
+        const err = error as InstanceType<typeof OpenAI.APIError>;
+        expect(err.status).toBe(502);
+        // Every offer is out for about 30 s (each failure opened its circuit): a retry at the SDK's own backoff finds none.
+        const ms = Number(err.headers?.get('retry-after-ms'));
+        expect(ms).toBeGreaterThan(25_000);
+        expect(ms).toBeLessThanOrEqual(30_000);
+        expect(err.headers?.get('retry-after')).toBe(String(Math.ceil(ms / 1000)));
+        expect(chats('ovh')).toBe(1);
+        expect(chats('nebius')).toBe(1);
+      } finally {
+        await gateway.close();
+      }
+    },
+    20_000,
+  );
+
+  it('a last provider’s own wait gives way to a skipped offer back sooner; the OpenAI SDK’s retry is served by it then', async () => {
+    const { gateway, key } = await gatewayWith();
+    try {
+      // Scaleway asks for 10 s, Nebius for 2 s: the one retry waits 2 s (not 10) and Nebius serves it.
+      const client = new OpenAI({ apiKey: key, baseURL: gateway.baseA, maxRetries: 1 });
+      const started = performance.now();
+      const { answer, error, at } = await failWhileOthersWait(gateway, key, client, { status: 429, retryAfter: 10 }, 2);
+      expect(error).toBeNull();
+      expect(answer?.choices[0]?.message.content).toBeTruthy();
+      // The first attempt's 600 ms, then about 2 s (Scaleway's 10 s would have had the SDK wait that long).
+      expect(at - started).toBeLessThan(6_000);
+      expect(chats('scaleway')).toBe(1);
+      expect(chats('nebius')).toBe(2);
+      expect(chats('ovh')).toBe(1);
+    } finally {
+      await gateway.close();
+    }
+  }, 20_000);
+});

@@ -27,22 +27,29 @@ export interface PlanResult<T> {
  * plans since this one was made (its circuit opened, its provider asked to
  * wait, another request probes it) is skipped, as a plan made now would.
  * `mayFailOver`, asked before each offer after a failure, can end the walk
- * there with that failure.
+ * there with that failure. `offers`: every offer the plan was made from (the
+ * model's, those a request's fields left in), read only when offers were
+ * skipped and all failed, to say when the first of them is back.
  */
 export async function executePlan<T>(
   plan: Offer[],
   call: (offer: Offer) => Promise<T>,
-  health?: Pick<OfferStatsView, 'available'>,
+  health?: Pick<OfferStatsView, 'available' | 'remainingMs'>,
   mayFailOver?: () => Promise<boolean>,
+  offers: readonly Offer[] = plan,
 ): Promise<PlanResult<T>> {
   if (plan.length === 0) throw new GatewayError('no_healthy_provider', 'No EU provider is available for this model right now.', { retryAfterS: 5 });
   const attempts: Attempt[] = [];
   let lastError: UpstreamError | null = null;
+  let skipped = false;
   for (const offer of plan) {
     if (lastError !== null) {
       // The plan predates the first attempt: an offer that left the plans since (its circuit opened, its provider asked
       // to wait, another request probes it) is skipped, no hop spent on it.
-      if (health !== undefined && !health.available(offer)) continue;
+      if (health !== undefined && !health.available(offer)) {
+        skipped = true;
+        continue;
+      }
       // The request ends with the last failure when the next offer may not be tried (a budget that cannot hold it).
       if (mayFailOver && !(await mayFailOver())) break;
     }
@@ -63,7 +70,23 @@ export async function executePlan<T>(
       lastError = err;
     }
   }
-  throw finalError(attempts, lastError);
+  throw finalError(attempts, lastError, skipped && health !== undefined ? soonestBack(offers, health) : undefined);
+}
+
+/**
+ * When the first of `offers` is back in the plans, in ms, once every one is out (an open circuit, a provider's wait):
+ * a request retried before then finds none of them. Undefined when that is not known: one is in the plans already (a
+ * retry may be served at once), or it waits on another request's probe, which ends when that request does.
+ */
+function soonestBack(offers: readonly Offer[], health: Pick<OfferStatsView, 'available' | 'remainingMs'>): number | undefined {
+  let soonest = Number.POSITIVE_INFINITY;
+  for (const offer of offers) {
+    if (health.available(offer)) return undefined;
+    const ms = health.remainingMs(offer);
+    if (ms <= 0) return undefined;
+    soonest = Math.min(soonest, ms);
+  }
+  return Number.isFinite(soonest) ? soonest : undefined;
 }
 
 /**
@@ -75,7 +98,8 @@ function tooLargeHereOnly(err: UpstreamError): UpstreamError {
   return err.kind === 'http' && err.status === 413 && !err.elsewhere ? err.refusedHereOnly() : err;
 }
 
-function finalError(attempts: Attempt[], last: UpstreamError | null): GatewayError {
+/** `backInMs`: when the first offer the request could use is back, where that is known (soonestBack). */
+function finalError(attempts: Attempt[], last: UpstreamError | null, backInMs?: number): GatewayError {
   // The last offer refused the request as the others before it may have (a file over every host's size limit): the
   // client's error, as a provider's refusal is without failover.
   if (last?.elsewhere && last.kind === 'http' && last.status !== undefined && last.status < 500) return refusedByProvider(last);
@@ -85,13 +109,13 @@ function finalError(attempts: Attempt[], last: UpstreamError | null): GatewayErr
   }
   // The provider's own wait, when it gave one (a 503 while it is overloaded too); a 429 always tells the client to wait.
   const retryAfterS = last?.retryAfterS ?? (last?.status === 429 ? 1 : undefined);
+  // Offers skipped as out of the plans, and the tried ones out too: the wait is when the first is back (a provider's
+  // own wait included, which keeps its offer out that long), exact to the ms as the open-circuit 503's.
+  const wait = backInMs !== undefined ? { retryAfterMs: backInMs } : retryAfterS === undefined ? {} : { retryAfterS };
   return new GatewayError(
     'upstream_failed',
     `Every provider failed for this request (tried: ${tried}); last error: ${withoutFinalDots(last?.message ?? 'unknown')}.`,
-    {
-      cause: last,
-      ...(retryAfterS === undefined ? {} : { retryAfterS }),
-    },
+    { cause: last, ...wait },
   );
 }
 

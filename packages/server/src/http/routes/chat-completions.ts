@@ -81,7 +81,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const perChoice = cap?.tokens ?? Math.max(1, model.context_window - promptTokens);
       const size = { promptTokens, maxTokens: perChoice * (body.n ?? 1) };
       // Offers whose provider refuses an answer-changing field the request uses are left out (never attempted).
-      const plan = planOffers(modelWithOffersTakingFields(services, request, model, body, options.pin, (seen & AFTER_TOOL) !== 0), options, size);
+      const servable = modelWithOffersTakingFields(services, request, model, body, options.pin, (seen & AFTER_TOOL) !== 0);
+      const plan = planOffers(servable, options, size);
       try {
         await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       } catch (err) {
@@ -92,7 +93,17 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         throw err;
       }
       if (body.stream === true) {
-        const stream = { body, plan, options, promptTokens, completionCap: size.maxTokens, perChoice, choices: body.n ?? 1, functions };
+        const stream = {
+          body,
+          plan,
+          offers: servable.offers,
+          options,
+          promptTokens,
+          completionCap: size.maxTokens,
+          perChoice,
+          choices: body.n ?? 1,
+          functions,
+        };
         return startStream(services, request, reply, stream);
       }
       const outlives = request.gw.outlivesClient;
@@ -106,6 +117,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
               adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
             ),
           options.stats,
+          undefined,
+          servable.offers,
         );
       } finally {
         // Only a signal that outlives its client stays among the waiting calls until disarmed; the others leave at 'close'.

@@ -49,6 +49,8 @@ export async function startStream(
   args: {
     body: ChatBody;
     plan: Offer[];
+    /** The offers the plan was made from. */
+    offers: readonly Offer[];
     options: RouteOptions;
     promptTokens: number;
     completionCap: number;
@@ -83,6 +85,8 @@ export async function startStream(
         }
       }),
     options.stats,
+    undefined,
+    args.offers,
   ).catch((err: unknown) => {
     gone.disarm();
     // A stream that would have outlived its client never began: it is recorded as the client's leaving, as any other.

@@ -110,6 +110,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
             ),
           options.stats,
           holdParts,
+          servable.offers,
         );
         // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used.
         const result = done.value.promptTokens > 0 ? done.value : { ...done.value, promptTokens };

@@ -89,6 +89,8 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
           plan,
           (offer) => callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
           options.stats,
+          undefined,
+          servable.offers,
         );
       });
       const billed = bill(services, request, done.offer, done.value, upstream);

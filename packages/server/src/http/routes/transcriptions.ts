@@ -122,6 +122,8 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
       plan,
       (offer) => callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
       options.stats,
+      undefined,
+      model.offers,
     );
   });
   const billed = bill(request, done.offer, done.value);
