@@ -268,7 +268,14 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
       { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'text/plain' }, body: 'hi' },
       415,
     );
-    await call('chat unknown stream', 'post', chat, chatUrl, json(key, chatBody('mistral/small', { stream: true }), { 'Last-Event-ID': 'nope:1' }), 404);
+    await call(
+      'chat unknown stream',
+      'post',
+      chat,
+      chatUrl,
+      json(key, chatBody('mistral/small', { stream: true }), { 'Last-Event-ID': `req_${'0'.repeat(28)}:1` }),
+      404,
+    );
     const idem = { 'X-Idempotency-Key': `conformance-${variant}` };
     await call('chat idempotent', 'post', chat, chatUrl, json(key, chatBody(), idem), 200);
     await call('chat idempotent replay', 'post', chat, chatUrl, json(key, chatBody(), idem), 200);

@@ -285,12 +285,39 @@ describe('raw event stream', () => {
     const other = (await gw.createKey()).key;
     for (const [k, id] of [
       [key, 'req_000000000000000000000000:3'],
-      [key, 'garbage'],
+      [key, `req_${'0'.repeat(28)}:3`],
       [other, events[1]?.id as string],
     ] as const) {
       const r = await streamRequest(gw.baseB, k, { model: MODEL, messages, stream: true }, { 'Last-Event-ID': id });
       expect(r.status).toBe(404);
       expect(((await r.json()) as { error: { code: string } }).error.code).toBe('stream_not_found');
     }
+  });
+
+  it('a Last-Event-ID no event of the gateway can have is the client’s 400 naming the header, in the variant’s envelope', async () => {
+    const id = (await readSse(await streamRequest(gw.baseA, key, { model: MODEL, messages, stream: true })))[1]?.id as string;
+    // Not an event id at all, a stream id without its position, a position past any stream, another format's id.
+    for (const bad of ['garbage', id.split(':')[0] as string, `${id.split(':')[0]}:1234567890`, `${id}:1`, 'chatcmpl-abc:3', `${id} extra`]) {
+      const a = await streamRequest(gw.baseA, key, { model: MODEL, messages, stream: true }, { 'Last-Event-ID': bad });
+      expect([a.status, ((await a.json()) as { error: unknown }).error]).toEqual([
+        400,
+        expect.objectContaining({ code: 'validation_error', type: 'validation_error', param: 'Last-Event-ID' }),
+      ]);
+      const b = await streamRequest(gw.baseB, key, { model: MODEL, messages, stream: true }, { 'Last-Event-ID': bad });
+      expect([b.status, ((await b.json()) as { error: unknown }).error]).toEqual([
+        400,
+        expect.objectContaining({ code: 'invalid_request', type: 'invalid_request_error', param: 'Last-Event-ID' }),
+      ]);
+    }
+    // The OpenAI SDK raises its BadRequestError (a 404 was its NotFoundError, as for a stream gone), and does not retry it.
+    const sdk = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 2 });
+    const refused = await sdk.chat.completions
+      .create({ model: MODEL, messages, stream: true }, { headers: { 'Last-Event-ID': 'garbage' } })
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('Last-Event-ID');
+    // The well-formed id of a stream still resumes it, spaces around it included.
+    const resumed = await readSse(await streamRequest(gw.baseA, key, { model: MODEL, messages, stream: true }, { 'Last-Event-ID': ` ${id} ` }));
+    expect(resumed.at(-1)?.data).toBe('[DONE]');
   });
 });

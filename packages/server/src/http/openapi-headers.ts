@@ -46,7 +46,11 @@ const IDEMPOTENCY = headerParam(
     "`Idempotency-Key` (the IETF draft's name) is taken as this header; both at once are a 400.",
   { type: 'string', minLength: 1, maxLength: 255 },
 );
-const LAST_EVENT_ID = headerParam('Last-Event-ID', 'Resumes an interrupted event stream after this event id (stream: true).', { type: 'string' });
+const LAST_EVENT_ID = headerParam(
+  'Last-Event-ID',
+  'Resumes an interrupted event stream after this event id (stream: true); a value that is no event id of this gateway is a 400.',
+  { type: 'string' },
+);
 
 export const text = (description: string, required = false) => ({ description, required, schema: { type: 'string' } });
 export const int = (description: string, required = false) => ({ description, required, schema: { type: 'integer' } });

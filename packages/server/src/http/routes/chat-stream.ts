@@ -193,12 +193,21 @@ function warnUpstreamFailed(request: FastifyRequest, offer: Offer, err: Error, w
 /** Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge. */
 export async function resumeStream(services: Services, request: FastifyRequest, reply: FastifyReply, lastEventId: string, body: ChatBody) {
   const parsed = parseEventId(lastEventId);
+  // No event of this gateway has such an id (`<request id>:<n>`): the header is wrong, not the stream gone, and a
+  // 404 would have a client wait for a stream to reappear or start over thinking it expired.
+  if (!parsed) {
+    throw new GatewayError(
+      'validation',
+      `Invalid header: 'Last-Event-ID' must be the id of an event of this gateway's stream (<stream id>:<n>, as req_…:12), not '${lastEventId.slice(0, 80)}'.`,
+      { param: 'Last-Event-ID' },
+    );
+  }
   const key = request.gw.key;
   // A stream this instance relays is resumed from its session, whether or not the shared buffer has it.
-  const local = parsed ? services.sessions.get(parsed.streamId) : undefined;
-  const meta = local?.owner ?? (parsed ? await sharedMeta(services, parsed.streamId) : null);
+  const local = services.sessions.get(parsed.streamId);
+  const meta = local?.owner ?? (await sharedMeta(services, parsed.streamId));
   // Another key's stream looks exactly like an unknown one.
-  if (!parsed || !meta || !key || meta.keyId !== key.id) {
+  if (!meta || !key || meta.keyId !== key.id) {
     throw new GatewayError(
       'stream_not_found',
       `No resumable stream for Last-Event-ID '${lastEventId.slice(0, 80)}': it is unknown, expired, or not this key's.`,
