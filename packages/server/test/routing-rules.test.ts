@@ -99,6 +99,18 @@ describe('circuits', () => {
     expect(book.remainingMs('k', 0)).toBe(MAX_PROVIDER_WAIT_MS);
   });
 
+  it("a provider's wait on the failure that reaches the count keeps the circuit open for that wait, not the open period", () => {
+    const book = new CircuitBook({ failures: 2, openMs: 30_000 });
+    book.failure('k', 0);
+    book.failure('k', 10, 2_000);
+    expect([book.state('k', 10), book.remainingMs('k', 10)]).toEqual(['open', 2_000]);
+    expect(book.available('k', 2_010)).toBe(true);
+    // Without a wait, the count opens it for the period.
+    book.failure('j', 0);
+    book.failure('j', 10);
+    expect(book.remainingMs('j', 10)).toBe(30_000);
+  });
+
   it('a probe whose client left frees the slot without a verdict', () => {
     const book = new CircuitBook({ failures: 1, openMs: 100 });
     book.failure('k', 0);

@@ -102,6 +102,8 @@ export class CircuitBook {
     }
     c.failures = now - c.lastFailureAt > CIRCUIT_WINDOW_MS ? 1 : c.failures + 1;
     c.lastFailureAt = now;
-    if (c.failures >= this.settings.failures) c.openUntil = Math.max(c.openUntil, now + this.settings.openMs);
+    // A failure that names its wait opened the circuit for that wait (above), also when it is the one that reaches
+    // the count: the provider said when to ask again, as in half-open. Else an offer out for 2 s stayed out 30.
+    if (c.failures >= this.settings.failures && waitMs <= 0) c.openUntil = Math.max(c.openUntil, now + this.settings.openMs);
   }
 }
