@@ -138,6 +138,14 @@ describe('admin API', () => {
     expect([byId.status, byId.body.error.code]).toEqual([404, 'not_found']);
     const patched = await gw.admin<{ error: { code: string } }>('PATCH', '/keys/key%00x', { rateLimitRpm: 5 });
     expect([patched.status, patched.body.error.code]).toEqual([404, 'not_found']);
+    for (const [path, param] of [
+      ['/keys?after=key%00x', 'after'],
+      ['/keys?workspaceId=ws%00', 'workspaceId'],
+      ['/workspaces?after=%00', 'after'],
+    ] as const) {
+      const listed = await gw.admin<{ error: { code: string; param: string } }>('GET', path);
+      expect([path, listed.status, listed.body.error.code, listed.body.error.param]).toEqual([path, 400, 'validation_error', param]);
+    }
   });
 
   it('routes without a body take an empty one labelled application/json; an all-optional body may be left out', async () => {

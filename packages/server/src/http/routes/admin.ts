@@ -235,6 +235,10 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     const field = nulAt(request.body, '');
     if (field !== null)
       return done(new GatewayError('validation', `Invalid body: '${field || 'body'}' holds a NUL character (\\u0000).`, { param: field || null }));
+    // A list's `after` or `workspaceId` reaches the store as its body's fields do.
+    const queryField = nulAt(request.query, '');
+    if (queryField !== null)
+      return done(new GatewayError('validation', `Invalid querystring: '${queryField}' holds a NUL character (\\u0000).`, { param: queryField }));
     done();
   });
   // A path with routes for other methods only (GET /workspaces) is a 405 with Allow, as on the public API (docs/errors.md).
