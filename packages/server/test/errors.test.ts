@@ -1,7 +1,7 @@
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
 import { exchange } from './helpers/raw-http.js';
 
 let gw: TestGateway;
@@ -694,6 +694,30 @@ describe('errors in each variant’s envelope', () => {
     ]);
     // The key is still checked first on the public API.
     expect((await fetch(`${gw.baseA}/chat/completions`)).status).toBe(401);
+  });
+
+  it('a method or path with no route is its 405 or 404 whatever its JSON body, empty or not JSON, not a 400 about the body', async () => {
+    const json = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    const answers = [];
+    for (const [method, path, body, headers] of [
+      ['DELETE', '/v1/models/mistral%2Fsmall', undefined, json],
+      ['PUT', '/alt/v1/chat/completions', '{"model":', json],
+      ['PATCH', '/v1/nothing', '', json],
+      ['PUT', '/admin/v1/keys', '{x', { ...json, authorization: `Bearer ${ADMIN_TOKEN}` }],
+    ] as const) {
+      const res = await fetch(`${gw.url}${path}`, { method, headers, body });
+      const error = ((await res.json()) as Envelope).error;
+      answers.push([method, path, res.status, error.code, res.headers.get('allow')]);
+    }
+    expect(answers).toEqual([
+      ['DELETE', '/v1/models/mistral%2Fsmall', 405, 'method_not_allowed', 'GET, HEAD'],
+      ['PUT', '/alt/v1/chat/completions', 405, 'method_not_allowed', 'POST'],
+      ['PATCH', '/v1/nothing', 404, 'not_found', null],
+      ['PUT', '/admin/v1/keys', 405, 'method_not_allowed', 'GET, HEAD, POST'],
+    ]);
+    // A route that takes the method still refuses such a body.
+    const empty = await post(gw.baseA, '/chat/completions', '');
+    expect([empty.status, empty.body.error.message]).toEqual([400, 'The request body is empty; send a JSON object.']);
   });
 
   it('never reflects an arbitrary Origin', async () => {

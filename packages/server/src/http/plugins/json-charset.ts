@@ -1,5 +1,5 @@
 import { isUtf8 } from 'node:buffer';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { nestsDeeperThan } from '../../lib/json-depth.js';
 import { encodedBodyError, nestedTooDeeply } from '../errors.js';
@@ -33,7 +33,7 @@ export function refuseNonUtf8Json(app: FastifyInstance, options: { emptyIsNoBody
     }
     const charset = declaredCharset(request.headers['content-type']);
     if (charset !== null && charset !== 'utf-8' && charset !== 'utf8') {
-      done(new GatewayError('unsupported_media_type', `Unsupported charset '${charset.slice(0, 40)}': send the JSON body in UTF-8.`), undefined);
+      done(refusal(request, new GatewayError('unsupported_media_type', `Unsupported charset '${charset.slice(0, 40)}': send the JSON body in UTF-8.`)));
       return;
     }
     // A body declared encoded (Content-Encoding, or a Transfer-Encoding coding besides chunked) is refused as such (415),
@@ -42,21 +42,29 @@ export function refuseNonUtf8Json(app: FastifyInstance, options: { emptyIsNoBody
     if (headers['content-encoding'] !== undefined || (headers['transfer-encoding'] !== undefined && headers['transfer-encoding'] !== 'chunked')) {
       const encoded = encodedBodyError(headers);
       if (encoded) {
-        done(encoded, undefined);
+        done(refusal(request, encoded));
         return;
       }
     }
     if (!isUtf8(bytes as Buffer)) {
-      done(notUtf8(), undefined);
+      done(refusal(request, notUtf8()));
       return;
     }
     if ((bytes as Buffer).length > MAX_JSON_DEPTH && nestsDeeperThan(bytes as Buffer, MAX_JSON_DEPTH)) {
-      done(nestedTooDeeply(), undefined);
+      done(refusal(request, nestedTooDeeply()));
       return;
     }
     const body = (bytes as Buffer).toString('utf8');
-    void parseJson(request, body, (err, value) => done(err && isInvalidJson(err) ? invalidJson(body) : err, value));
+    void parseJson(request, body, (err, value) => done(err ? refusal(request, isInvalidJson(err) ? invalidJson(body) : err) : null, value));
   });
+}
+
+/**
+ * A body refused, unless no route takes the request: a DELETE labelled JSON with nothing after it, or a PUT whose
+ * body does not parse, is the 405 or 404 of its path, not a 400 asking for a JSON object the path would not take.
+ */
+function refusal(request: FastifyRequest, err: Error): Error | null {
+  return request.is404 ? null : err;
 }
 
 function isInvalidJson(err: Error): boolean {
