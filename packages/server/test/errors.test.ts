@@ -720,6 +720,27 @@ describe('errors in each variant’s envelope', () => {
     expect([empty.status, empty.body.error.message]).toEqual([400, 'The request body is empty; send a JSON object.']);
   });
 
+  it('an unknown field named as one of every object’s own (constructor, toString, __proto__) is refused in plain words', async () => {
+    const messages = [
+      (await post(gw.baseA, '/embeddings', '{"model":"mistral/embed","input":"x","constructor":1}')).body.error.message,
+      (await post(gw.baseB, '/embeddings', '{"model":"mistral/embed","input":"x","toString":1}')).body.error.message,
+    ];
+    const listed = await fetch(`${gw.url}/admin/v1/keys?hasOwnProperty=1`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    messages.push(((await listed.json()) as Envelope).error.message);
+    const form = new FormData();
+    form.append('model', 'openai/whisper-large-v3');
+    form.append('__proto__', 'x');
+    form.append('file', new Blob([wav(1)], { type: 'audio/wav' }), 'a.wav');
+    const audio = await fetch(`${gw.baseA}/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+    messages.push(((await audio.json()) as Envelope).error.message);
+    expect(messages).toEqual([
+      "Invalid body: 'constructor' is not a known field.",
+      "Invalid body: 'toString' is not a known field.",
+      "Invalid querystring: 'hasOwnProperty' is not a known field.",
+      "Invalid body: '__proto__' is not a known field.",
+    ]);
+  });
+
   it('never reflects an arbitrary Origin', async () => {
     const res = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}`, origin: 'https://evil.example' } });
     expect(res.headers.get('access-control-allow-origin')).toBeNull();

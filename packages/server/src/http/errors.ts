@@ -174,7 +174,8 @@ function validationError(e: FastifyError, body: unknown): GatewayError {
     detail = 'is required';
   } else if (first.keyword === 'additionalProperties' && typeof extra === 'string') {
     field = path ? `${path}.${extra}` : extra;
-    const successor = NEWER_NAMES[extra];
+    // Own names only: a field named `constructor` or `toString` is no older name for Object's.
+    const successor = Object.hasOwn(NEWER_NAMES, extra) ? NEWER_NAMES[extra] : undefined;
     detail = successor ? `is not a known field: ${successor}` : 'is not a known field';
   } else if (first.keyword === 'type' && Object.hasOwn(NEWER_NAMES, path)) {
     // Such a field is taken only as null (not given), as the older client sends it unset.
