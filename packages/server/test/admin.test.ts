@@ -148,6 +148,16 @@ describe('admin API', () => {
     }
   });
 
+  it('refuses a name holding half of a surrogate pair, which the store would keep as U+FFFD, with a 400 naming the field', async () => {
+    for (const path of ['/keys', '/workspaces']) {
+      const res = await gw.admin<{ error: { code: string; param: string } }>('POST', path, { name: 'a\ud800b' });
+      expect([path, res.status, res.body.error.code, res.body.error.param]).toEqual([path, 400, 'validation_error', 'name']);
+    }
+    // A whole pair is a character like any other, and reads back as sent.
+    const whole = await gw.admin<{ name: string }>('POST', '/workspaces', { name: 'a\ud83d\ude00b' });
+    expect([whole.status, whole.body.name]).toEqual([201, 'a😀b']);
+  });
+
   it('routes without a body take an empty one labelled application/json; an all-optional body may be left out', async () => {
     const { id } = await gw.createKey();
     const send = (path: string) =>

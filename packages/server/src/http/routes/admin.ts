@@ -192,18 +192,24 @@ function knownModels(services: Services, ids: readonly string[] | null): string[
   return [...new Set(ids.map((id) => idOf(id) as string))];
 }
 
-/** The path of the first string (or key) in `value` that holds a NUL character, '' for `value` itself; null if none does. */
-function nulAt(value: unknown, path: string): string | null {
-  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
+/** The path of the first string (or key) in `value` that `holds` is true of, '' for `value` itself; null if none. */
+function foundAt(value: unknown, path: string, holds: (text: string) => boolean): string | null {
+  if (typeof value === 'string') return holds(value) ? path : null;
   if (typeof value !== 'object' || value === null) return null;
   for (const [k, v] of Object.entries(value)) {
     const at = path ? `${path}.${k}` : k;
-    if (k.includes('\u0000')) return path || 'body';
-    const found = nulAt(v, at);
+    if (holds(k)) return path || 'body';
+    const found = foundAt(v, at, holds);
     if (found !== null) return found;
   }
   return null;
 }
+
+const hasNul = (text: string) => text.includes('\u0000');
+const nulAt = (value: unknown, path: string) => foundAt(value, path, hasNul);
+/** Half of a surrogate pair (JSON's `\ud800` alone): no character; the store would keep U+FFFD in its place. */
+const LONE_SURROGATE = /\p{Cs}/u;
+const hasLoneSurrogate = (text: string) => LONE_SURROGATE.test(text);
 
 /** Admin errors are in variant A's envelope (the admin API is not under /alt): documented as the public routes' are. */
 const ADMIN_ERROR = errorEnvelopeSchema('a');
@@ -235,6 +241,14 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     const field = nulAt(request.body, '');
     if (field !== null)
       return done(new GatewayError('validation', `Invalid body: '${field || 'body'}' holds a NUL character (\\u0000).`, { param: field || null }));
+    // Stored, a name sent with half a surrogate pair would read back otherwise than sent.
+    const half = foundAt(request.body, '', hasLoneSurrogate);
+    if (half !== null)
+      return done(
+        new GatewayError('validation', `Invalid body: '${half || 'body'}' holds half of a surrogate pair (a \\ud800-\\udfff escape without its other half).`, {
+          param: half || null,
+        }),
+      );
     // A list's `after` or `workspaceId` reaches the store as its body's fields do.
     const queryField = nulAt(request.query, '');
     if (queryField !== null)
