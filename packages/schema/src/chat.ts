@@ -4,6 +4,55 @@ import { OPENAI_NAME, TOKEN_ID } from './patterns.js';
 // `function`: the result of a call in OpenAI's deprecated functions API, which its API still takes.
 const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool', 'function'].map((r) => Type.Literal(r)));
 
+/** A content part's own field, by its type, as OpenAI's API requires it (Mistral's for its own types and shapes). */
+const PART_FIELDS = {
+  text: { text: { type: 'string' } },
+  // Mistral's API also takes the URL as a string.
+  image_url: { image_url: { anyOf: [{ type: 'string' }, { type: 'object', required: ['url'], properties: { url: { type: 'string' } } }] } },
+  // Mistral's API also takes the audio (base64 or a URL) as a string.
+  input_audio: {
+    input_audio: {
+      anyOf: [{ type: 'string' }, { type: 'object', required: ['data', 'format'], properties: { data: { type: 'string' }, format: { type: 'string' } } }],
+    },
+  },
+  file: {
+    file: { type: 'object', properties: { file_data: { type: 'string' }, file_id: { type: 'string' }, filename: { type: 'string' } } },
+  },
+  // Mistral's document part: a URL or a data URL.
+  document_url: { document_url: { type: 'string' } },
+  refusal: { refusal: { type: 'string' } },
+  // Mistral's reasoning, in an assistant message replayed from its answer (text parts, or a string): never sent on.
+  thinking: { thinking: { anyOf: [{ type: 'string' }, { type: 'array' }] } },
+} as const;
+
+type PartType = keyof typeof PART_FIELDS;
+
+/**
+ * A content part of a message of a role that takes `types`: another type is refused naming `content.N.type` with the
+ * types taken, and a part without its own field (`image_url`, `text`), or with one of another shape, naming that
+ * field, as OpenAI's API refuses them, rather than passed to a provider that may take it or refuse it in its own words.
+ */
+function partOf(types: PartType[]) {
+  return {
+    type: 'object',
+    required: ['type'],
+    properties: { type: { enum: types } },
+    allOf: types.map((t) => ({
+      if: { required: ['type'], properties: { type: { const: t } } },
+      // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
+      then: { required: Object.keys(PART_FIELDS[t]), properties: PART_FIELDS[t] },
+    })),
+  };
+}
+
+/** Each role's content parts, as OpenAI's API takes them, with Mistral's own (a document, an assistant's reasoning). */
+const PARTS_BY_ROLE: [string[], PartType[]][] = [
+  [['user'], ['text', 'image_url', 'input_audio', 'file', 'document_url']],
+  [['assistant'], ['text', 'refusal', 'thinking']],
+  // A `function` result is sent as a tool's (legacy-functions.ts).
+  [['system', 'developer', 'tool', 'function'], ['text']],
+];
+
 /** A message with content: a string or parts (not null). */
 const SAYS_SOMETHING = { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } };
 
@@ -44,6 +93,12 @@ export const ChatMessage = Type.Object(
         // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
         then: { required: ['name', 'content'] },
       },
+      // Parts where content is an array of them (said with its type, as Ajv's strict mode wants `items` to be).
+      ...PARTS_BY_ROLE.map(([roles, types]) => ({
+        if: { properties: { role: { enum: roles } } },
+        // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
+        then: { properties: { content: { anyOf: [{ type: 'array', items: partOf(types) }, { not: { type: 'array' } }] } } },
+      })),
     ],
   },
 );
