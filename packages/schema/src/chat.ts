@@ -251,7 +251,9 @@ export const ChatCompletionRequest = Type.Object(
       ),
     ),
     response_format: Type.Optional(Nullable(ResponseFormat)),
-    seed: Type.Optional(Nullable(Type.Integer())),
+    // OpenAI's int64. Its ends as a client sends them (-2^63, 2^63 - 1) are read from JSON as doubles written back as
+    // ±9223372036854776000, past int64: taken, and sent on as the nearest double within it (routes/chat-completions.ts).
+    seed: Type.Optional(Nullable(Type.Integer({ minimum: -(2 ** 63), maximum: 2 ** 63 }))),
     // OpenAI's bounds: a count outside them is refused here, not passed to a provider that may ignore it.
     n: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: 128 }))),
     // OpenAI's values (its SDK's ReasoningEffort): `none` turns thinking off where a provider can (Mistral, Cohere);

@@ -134,6 +134,36 @@ describe('fields that take one of a list of values', () => {
   }
 });
 
+describe('seed', () => {
+  const INT64 = 'must be a 64-bit integer, from -9223372036854775808 to 9223372036854775807';
+  for (const [variant, code] of variants) {
+    it(`${variant}: outside int64, or not whole, it is refused naming seed, as OpenAI refuses it`, async () => {
+      for (const seed of [1e308, 2 ** 64, -(2 ** 64)]) {
+        expect(await refusal(variant, { seed })).toEqual({ code, param: 'seed', message: `Invalid body: 'seed' ${INT64}.` });
+      }
+      expect(await refusal(variant, { seed: 1.5 })).toEqual({ code, param: 'seed', message: "Invalid body: 'seed' must be integer or null." });
+      expect(chats()).toBe(0);
+    });
+    it(`${variant}: int64's ends, written as a client sends them, are taken and sent on within int64`, async () => {
+      const base = variant === 'A' ? ctx.gw.baseA : ctx.gw.baseB;
+      for (const [seed, sent] of [
+        ['9223372036854775807', 2 ** 63 - 1024],
+        ['-9223372036854775808', -(2 ** 63 - 1024)],
+        ['42', 42],
+      ] as const) {
+        const res = await fetch(`${base}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${ctx.clients.a.apiKey}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
+          body: `{"model":"mistral/small","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"seed":${seed}}`,
+        });
+        expect([seed, res.status]).toEqual([seed, 200]);
+        // 2^63 - 1024 is written as 9223372036854775000, within int64; 2^63 as 9223372036854776000, past it.
+        expect((ctx.gw.sim.providers['scaleway']?.stats().last?.body as { seed?: unknown } | undefined)?.seed).toBe(sent);
+      }
+    });
+  }
+});
+
 describe('tools', () => {
   for (const [variant, code] of variants) {
     it(`${variant}: a custom tool is refused naming its type, the field to change`, async () => {

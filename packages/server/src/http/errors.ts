@@ -185,6 +185,9 @@ function validationError(e: FastifyError, body: unknown): GatewayError {
   } else if (first.keyword === 'enum' || first.keyword === 'const' || first.keyword === 'anyOf') {
     const allowed = allowedValues(errors, first);
     detail = allowed === null ? 'has a value that is not allowed' : `has a value that is not allowed (allowed: ${allowed})`;
+  } else if ((first.keyword === 'minimum' || first.keyword === 'maximum') && Math.abs(first.params['limit'] as number) === 2 ** 63) {
+    // int64's ends (`seed`), which Ajv would write as a double reads them: 9223372036854776000, past int64.
+    detail = 'must be a 64-bit integer, from -9223372036854775808 to 9223372036854775807';
   } else if (Object.hasOwn(SIZE_WORDS, first.keyword) && typeof first.params['limit'] === 'number') {
     detail = (SIZE_WORDS[first.keyword] as (n: number) => string)(first.params['limit']);
   } else if (where === 'body' && path === '' && first.keyword === 'type') {

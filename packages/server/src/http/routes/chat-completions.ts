@@ -211,6 +211,8 @@ function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'ma
  * and a `tool_choice` that names no tool the request gives.
  */
 function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
+  // An end of int64 as JSON reads it (±2^63) would be written to the provider past int64, which vLLM hosts refuse.
+  if (body.seed === INT64_END || body.seed === -INT64_END) body.seed = Math.sign(body.seed) * INT64_WITHIN;
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
     throw new GatewayError('validation', "Invalid body: 'stream_options' is only allowed when 'stream' is true.", { param: 'stream_options' });
   }
@@ -239,6 +241,11 @@ function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
     });
   }
 }
+
+/** 2^63: int64's ends as a double reads them (schema's `seed`). */
+const INT64_END = 2 ** 63;
+/** The double nearest 2^63 within int64, written as 9223372036854775000. */
+const INT64_WITHIN = 2 ** 63 - 1024;
 
 /** Characters the completion's choices generated. */
 function answeredChars(completion: ChatCompletion): number {
