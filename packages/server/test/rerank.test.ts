@@ -226,6 +226,39 @@ describe('POST /v1/rerank on the wire', () => {
     expect(((await v1.json()) as { error: { message: string } }).error.message).toContain("'max_tokens_per_doc' (its v2 field)");
   });
 
+  it('refuses a top_n or max_tokens_per_doc past a 32-bit count naming it, whichever provider would serve it', async () => {
+    for (const base of [gw.baseA, gw.baseB]) {
+      for (const [field, value] of [
+        ['top_n', 1e300],
+        ['top_n', 2 ** 31],
+        ['max_tokens_per_doc', 1e300],
+        ['max_tokens_per_doc', 2 ** 31],
+      ] as const) {
+        for (const model of [MODEL, TWO_PROVIDERS, SCALEWAY_ONLY]) {
+          const res = await post(base, { model, query, documents, [field]: value });
+          const body = (await res.json()) as { error: { param: string; message: string } };
+          expect([base, model, res.status, body.error.param, body.error.message]).toEqual([
+            base,
+            model,
+            400,
+            field,
+            `Invalid body: '${field}' must be <= 2147483647.`,
+          ]);
+        }
+      }
+    }
+    expect((sim.providers.cohere?.stats().total ?? 0) + (sim.providers.scaleway?.stats().total ?? 0)).toBe(0);
+  });
+
+  it('sends a top_n above the number of documents as that number, to Cohere and to a Jina-style rerank alike, and answers every document', async () => {
+    for (const provider of ['cohere', 'scaleway']) {
+      const res = await post(gw.baseA, { model: TWO_PROVIDERS, query, documents, top_n: 2 ** 31 - 1 }, { 'x-gateway-provider': provider });
+      const answer = (await res.json()) as { results: { index: number }[] };
+      expect([provider, res.status, answer.results.map((r) => r.index).sort()]).toEqual([provider, 200, [0, 1, 2, 3]]);
+      expect((sim.providers[provider]?.stats().last?.body as { top_n?: unknown } | undefined)?.top_n).toBe(documents.length);
+    }
+  });
+
   it('takes a null optional field as not given, as Cohere does (its v4 Python SDK sends top_n and max_chunks_per_doc so)', async () => {
     // The body cohere<5's Client.rerank posts when top_n is not set.
     const sdkV4 = { query, documents: documents.map((text) => ({ text })), model: MODEL, top_n: null, return_documents: false, max_chunks_per_doc: null };

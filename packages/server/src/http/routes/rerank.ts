@@ -17,6 +17,9 @@ import { rerankBill, type UnitBill } from '../unit-billing.js';
 import { callUpstream, disarmedAfter, keyedRequestSignal, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
 
+/** The largest count taken (top_n, max_tokens_per_doc): Cohere's SDKs type them as 32-bit integers. */
+const INT32_MAX = 2 ** 31 - 1;
+
 /** A document: a string, or Cohere's object form (string fields; `text` unless `rank_fields` names others). */
 const Document = Type.Union([Type.String(), Type.Record(Type.String(), Type.String())]);
 
@@ -27,10 +30,12 @@ export const RerankBody = Type.Object(
     // No count of its own: Cohere only recommends at most 1,000, and GW_BODY_LIMIT_BYTES bounds the body (docs/decisions.md).
     documents: Type.Array(Document, { minItems: 1 }),
     // Null is "not given", as Cohere takes it: its v4 Python SDK sends top_n and max_chunks_per_doc as null when unset.
-    top_n: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+    // Bounded as Cohere's SDKs type it (Java's Integer): a count past it reached Cohere as a number its API cannot read,
+    // and a vLLM host as "all". A count above the documents' is sent as theirs (every provider answers them all).
+    top_n: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: INT32_MAX }))),
     return_documents: Type.Optional(Nullable(Type.Boolean({ default: false }))),
     rank_fields: Type.Optional(Nullable(Type.Array(Type.String({ minLength: 1 }), { minItems: 1 }))),
-    max_tokens_per_doc: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+    max_tokens_per_doc: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: INT32_MAX }))),
     // Cohere's v2 scheduling hint (its SDK sends it): taken as Cohere takes it, never sent on, as it does not change the ranking.
     priority: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 999 }))),
     // Cohere's v1 chunk count: taken only as null (not given); a count is refused, naming max_tokens_per_doc (errors.ts).
@@ -76,7 +81,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const upstream: RerankRequest = {
         query: body.query,
         documents: texts,
-        ...(body.top_n == null ? {} : { topN: body.top_n }),
+        ...(body.top_n == null ? {} : { topN: Math.min(body.top_n, texts.length) }),
         ...(body.max_tokens_per_doc == null ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
       };
       // Set before the hold, so that a client leaving during it leaves a keyed request running, recorded at its end.
