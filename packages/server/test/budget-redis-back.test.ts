@@ -1,7 +1,7 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chat, worst } from './helpers/budget-chat.js';
+import { chat, MAX_TOKENS, worst } from './helpers/budget-chat.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 
 // Two instances sharing Redis and PostgreSQL; the test stalls that Redis (SIGSTOP) and wakes it again.
@@ -58,5 +58,32 @@ describe('budgets when Redis stalls and comes back, spent through the other inst
     expect(await spentOf(one, id)).toBeLessThanOrEqual(budget);
     const probe = await one.createKey({ rateLimitRpm: 100_000 });
     for (const gw of [one, two]) await eventually(async () => expect((await chat(gw, probe.key)).headers.get('x-ratelimit-enforced')).toBe('true'), 5000);
+  }, 60_000);
+
+  it('requests the second admitted on its lease and still running when Redis wakes are held in its totals: the first admits only what is left', async () => {
+    const budget = worst * 10 + 1e-9;
+    const { id, key } = await one.createKey({ budget, rateLimitRpm: 100_000 });
+    sim.providers.ovh?.configure({ latencyMs: 4_000, answerTokens: MAX_TOKENS });
+    try {
+      expect((await chat(one, key)).status).toBe(200);
+      redis.pause();
+      // Five long requests on the second instance, admitted on its PostgreSQL lease while Redis does not answer.
+      const running = Array.from({ length: 5 }, () => chat(two, key, 'A', {}, 'ovh'));
+      try {
+        await eventually(() => expect(sim.providers.ovh?.stats().inFlight).toBe(5), 10_000);
+      } finally {
+        redis.resume();
+      }
+      // While they run, the first instance takes what is left, through Redis once it answers.
+      const after: number[] = [];
+      const until = Date.now() + 2500;
+      while (Date.now() < until && !after.includes(402)) after.push(...(await Promise.all([chat(one, key), chat(one, key)])).map((r) => r.status));
+      expect((await Promise.all(running)).map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
+      expect(after).toContain(402);
+      // The five running requests' room was not admitted a second time.
+      expect(await spentOf(one, id)).toBeLessThanOrEqual(budget);
+    } finally {
+      sim.providers.ovh?.configure({ latencyMs: 0 });
+    }
   }, 60_000);
 });

@@ -22,6 +22,10 @@ export interface SharedLedger extends BudgetLedger {
   epoch(): Promise<string>;
   /** Raises a scope's total to the store's, if it holds less; never lowers or drops it. */
   raiseSpent(tag: string, scopeId: string, storeEur: number): Promise<void>;
+  /** The reservation here of a running request another ledger admitted, once {@link adoptHolds} holds it. */
+  adoptionOf(r: Reservation): Reservation;
+  /** Holds those running requests (their {@link adoptionOf}) whatever the budgets have left; whether each is held. */
+  adoptHolds(rs: Reservation[]): Promise<boolean[]>;
 }
 
 /** What the database's ledger (leases) offers to take over the holds the shared ledger had for this instance's running requests. */
@@ -114,6 +118,10 @@ export class FallbackLedger implements BudgetLedger {
   private takingOver: Promise<void> | null = null;
   /** Reservations not made in the shared ledger, by the ledger that holds them. */
   private readonly heldBy = new WeakMap<Reservation, BudgetLedger>();
+  /** The leases' reservations of requests still running, not held in the shared ledger: held there at its catch-up. */
+  private readonly leaseRunning = new Set<Reservation>();
+  /** The leases' reservations held in the shared ledger too (see {@link holdRunningInShared}): that hold, once it lands. */
+  private readonly heldInShared = new WeakMap<Reservation, { r: Reservation; held: Promise<boolean> }>();
   /** Costs settled outside the shared ledger, by tag and scopes, not yet added to it; `since`: when the first was settled. */
   private readonly owed = new Map<string, Owed>();
   private missedSettles: { r: Reservation; eur: number }[] = [];
@@ -177,7 +185,10 @@ export class FallbackLedger implements BudgetLedger {
         if (this.openInShared.size > 0 || this.takingOver) await this.takeOver(this.database);
         const res = await this.database.reserve(tag, scopes, eur, requestId);
         this.databaseBreaker.success();
-        if (res.ok) this.heldBy.set(res.reservation, this.database);
+        if (res.ok) {
+          this.heldBy.set(res.reservation, this.database);
+          this.leaseRunning.add(res.reservation);
+        }
         return res;
       } catch (err) {
         this.databaseBreaker.failure();
@@ -190,8 +201,26 @@ export class FallbackLedger implements BudgetLedger {
   }
 
   async settle(r: Reservation, actualEur: number): Promise<void> {
+    const inShared = this.heldInShared.get(r);
+    if (inShared) {
+      this.heldInShared.delete(r);
+      // Held in the shared ledger too: its settle there adds the cost (nothing owed), and the lease lets go as usual.
+      if (await inShared.held) {
+        this.database?.settle(r, actualEur).catch(() => {});
+        try {
+          await this.settleInShared(inShared.r, actualEur);
+        } catch {
+          this.missedSettles.push({ r: inShared.r, eur: actualEur });
+          this.scheduleCatchUp();
+        }
+        return;
+      }
+      // Not held there after all: the leases' reservation it was (below).
+      if (this.database) this.heldBy.set(r, this.database);
+    }
     const elsewhere = this.heldBy.get(r);
     if (elsewhere) {
+      this.leaseRunning.delete(r);
       const nano = toNano(actualEur);
       if (nano > 0) {
         this.owe(r.tag, r.scopes, nano);
@@ -405,6 +434,34 @@ export class FallbackLedger implements BudgetLedger {
     }
   }
 
+  /**
+   * The requests admitted on the leases and still running hold room there only: back on the shared ledger, this
+   * instance and every other would admit against totals without them, and their costs, added when they settle,
+   * would land on top (the budget overspent by as much). Each is held in the shared ledger too, whatever its totals
+   * have left (it runs either way), and its settle goes there (its cost added, not owed). One whose totals the shared
+   * ledger has not loaded in this run stays the leases' alone: a total loaded later holds the leases' room. Its settle
+   * meanwhile waits to know which it is. Not after a restart: totals loaded since hold the leases' room already.
+   */
+  private async holdRunningInShared(): Promise<void> {
+    const database = this.database;
+    if (!database || this.leaseRunning.size === 0) return;
+    const running = [...this.leaseRunning];
+    this.leaseRunning.clear();
+    const adoptions = running.map((l) => this.shared.adoptionOf(l));
+    const sent = this.shared.adoptHolds(adoptions).catch(() => running.map(() => false));
+    running.forEach((l, i) => {
+      this.heldBy.delete(l);
+      this.heldInShared.set(l, { r: adoptions[i] as Reservation, held: sent.then((held) => held[i] === true) });
+    });
+    const held = await sent;
+    running.forEach((l, i) => {
+      // Settled meanwhile: its settle saw which it was. Else, not held: the leases' still, tried again next run.
+      if (held[i] || !this.heldInShared.delete(l)) return;
+      this.heldBy.set(l, database);
+      this.leaseRunning.add(l);
+    });
+  }
+
   /** Notes the shared ledger's run id, off the request path; a failure leaves it unknown (a catch-up then raises totals to the store's). */
   private readEpoch(): void {
     this.epochRead ??= this.shared
@@ -463,6 +520,8 @@ export class FallbackLedger implements BudgetLedger {
     this.sharedEpoch = epoch;
     if (restarted) this.raiseAgainLater(owed);
     else if (raised.length > 0) this.raiseAgainLater(raised);
+    // Before the mark goes: the requests still running on the leases are held in the totals too.
+    if (!restarted) await this.holdRunningInShared();
     // Costs settled during this run are owed still: the mark stays, made again at the next run.
     if (this.marked && this.owed.size === 0) {
       await this.shared.unmarkReconciling();

@@ -169,6 +169,27 @@ end
 return 1
 `;
 
+// KEYS: per scope, spent, holds, held sum, run. ARGV: hold member, nano, hold ttl ms, run id. The hold of a request
+// another ledger admitted (the database's leases, while Redis was away) and still running, taken in whatever the
+// budget has left (the request runs either way), so that what Redis admits after it leaves its room. Only if every
+// scope's total is loaded in this run (else none: a total loaded later holds the leases' room). 1 if held, else 0.
+const ADOPT_HOLD = `${HELD_SUM}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS / 4
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[4*i-3]) == 0 or redis.call('GET', KEYS[4*i]) ~= ARGV[4] then return 0 end
+end
+for i = 1, n do
+  heldSum(KEYS[4*i-2], KEYS[4*i-1], now)
+  redis.call('ZADD', KEYS[4*i-2], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[4*i-2], tonumber(ARGV[3]))
+  redis.call('INCRBY', KEYS[4*i-1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[4*i-1], tonumber(ARGV[3]))
+end
+return 1
+`;
+
 // KEYS: the reconciliation marker. ARGV: this instance's id, how long the marker lives unless made again (ms).
 const MARK_RECONCILING = `
 redis.call('SADD', KEYS[1], ARGV[1])
@@ -231,6 +252,7 @@ export class RedisLedger implements BudgetLedger {
   private readonly addSpentCmd: (...args: (string | number)[]) => Promise<number[]>;
   private readonly raiseSpentCmd: Cmd;
   private readonly loadSpentCmd: Cmd;
+  private readonly adoptHoldCmd: Cmd;
   /** Redis's run id, which each total names (null: to be read, at start and after the connection dropped). */
   private run: string | null = null;
   private runRead: Promise<string> | null = null;
@@ -254,6 +276,8 @@ export class RedisLedger implements BudgetLedger {
     this.raiseSpentCmd = this.cmd('gwBudgetRaiseSpent');
     redis.defineCommand('gwBudgetLoadSpent', { lua: LOAD_SPENT });
     this.loadSpentCmd = this.cmd('gwBudgetLoadSpent');
+    redis.defineCommand('gwBudgetAdoptHold', { lua: ADOPT_HOLD });
+    this.adoptHoldCmd = this.cmd('gwBudgetAdoptHold');
     // The Redis that answers after a dropped connection may be another run, restored from a snapshot.
     redis.on('close', () => {
       this.run = null;
@@ -321,6 +345,25 @@ export class RedisLedger implements BudgetLedger {
     });
     const toRaise = await this.addSpentCmd(keys.length, ...keys, nano, this.run ?? (await this.readRun()), Math.ceil(sinceMs) + OWED_AGE_MARGIN_MS);
     return toRaise.map((i) => scopeIds[i - 1] as string);
+  }
+
+  /** The reservation here of a request another ledger admitted (`r`, of the leases), once {@link adoptHolds} holds it. */
+  adoptionOf(r: Reservation): Reservation {
+    return { id: `${this.holder(r.id)}:${r.nano}`, nano: r.nano, scopes: r.scopes, tag: r.tag };
+  }
+
+  /**
+   * Holds, whatever the budgets have left, running requests another ledger admitted (their {@link adoptionOf}), each
+   * in all of its scopes or none (a total not loaded in this run); whether each is held. Settled as any reservation.
+   */
+  async adoptHolds(rs: Reservation[]): Promise<boolean[]> {
+    const run = this.run ?? (await this.readRun());
+    return Promise.all(
+      rs.map(async (r) => {
+        const keys = r.scopes.flatMap((id) => keysOf(r.tag, id));
+        return (await this.adoptHoldCmd(keys.length, ...keys, r.id, r.nano, RESERVATION_TTL_MS, run)) === 1;
+      }),
+    );
   }
 
   /** Redis's run id: a restart changes it, and takes every total Redis held with it. */
