@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
@@ -7,6 +8,7 @@ import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { estimatePromptTokens } from '../src/http/routes/chat-completions.js';
+import { HELD_WAIT_MS } from '../src/limits/lease-ledger.js';
 import { wav } from './helpers/audio.js';
 import { chat, MAX_TOKENS, messages, worst } from './helpers/budget-chat.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
@@ -22,7 +24,43 @@ let solo: TestGateway;
 let gone: RedisServer;
 let three: TestGateway;
 let four: TestGateway;
+// And one more, whose calls reach that PostgreSQL late: through a link the test can slow down.
+let slowLink: Awaited<ReturnType<typeof startSlowLink>>;
+let five: TestGateway;
 let databaseUrl: string;
+
+/** A TCP proxy to `port` that holds what is sent to it `delayMs` before passing it on (in order). */
+async function startSlowLink(port: number) {
+  const open = new Set<Socket>();
+  let delayMs = 0;
+  const server = createServer((client) => {
+    const upstream = tcpConnect(port, '127.0.0.1');
+    for (const [a, b, delayed] of [
+      [client, upstream, true],
+      [upstream, client, false],
+    ] as const) {
+      open.add(a);
+      if (delayed) a.on('data', (chunk) => void setTimeout(() => b.destroyed || b.write(chunk), delayMs));
+      else a.pipe(b);
+      a.on('error', () => b.destroy());
+      a.on('close', () => {
+        open.delete(a);
+        b.destroy();
+      });
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as { port: number }).port,
+    slow(ms: number) {
+      delayMs = ms;
+    },
+    close() {
+      for (const s of open) s.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
 
 beforeAll(async () => {
   [redis, gone, pg, sim] = await Promise.all([startRedis(), startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
@@ -33,13 +71,16 @@ beforeAll(async () => {
   const sharedUrl = await pg.createDatabase();
   three = await startGateway({ sim, redisUrl: gone.url, databaseUrl: sharedUrl });
   four = await startGateway({ sim, redisUrl: gone.url, databaseUrl: sharedUrl });
+  slowLink = await startSlowLink(pg.port);
+  five = await startGateway({ sim, redisUrl: gone.url, databaseUrl: sharedUrl.replace(`:${pg.port}/`, `:${slowLink.port}/`) });
   await gone.stop();
   // A little upstream latency keeps the 50 requests truly concurrent.
   sim.providers.scaleway?.configure({ latencyMs: 30 });
 }, 60_000);
 
 afterAll(async () => {
-  await Promise.all([one?.close(), two?.close(), solo?.close(), three?.close(), four?.close()]);
+  await Promise.all([one?.close(), two?.close(), solo?.close(), three?.close(), four?.close(), five?.close()]);
+  await slowLink?.close();
   await sim?.close();
   await redis?.stop();
   await pg?.stop();
@@ -566,31 +607,70 @@ describe('budgets when Redis stalls and comes back', () => {
 });
 
 describe('budgets while Redis is away, near their end', () => {
+  // Room for three worst cases; each request costs far less than its worst case, so more than three fit.
+  const budget = worst * 3;
+  /** Requests taking turns on two instances, `gapMs` apart, until one is refused: their statuses. */
+  const inTurns = async (g1: TestGateway, g2: TestGateway, gapMs: number) => {
+    const { key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
+    const statuses: number[] = [];
+    for (let i = 0; i < 30 && statuses.at(-1) !== 402; i++) {
+      statuses.push((await chat(i % 2 ? g2 : g1, key)).status);
+      // A client a little behind the last answer, rather than a loop on its heels (whose next request can meet the
+      // last one's budget hold before it is settled, on either ledger).
+      await new Promise((r) => setTimeout(r, gapMs));
+    }
+    return { key, statuses };
+  };
+  const admitted = (statuses: number[]) => statuses.filter((s) => s === 200).length;
+
+  /** Admitted with Redis and without it (on `g1` and `g2`), in each of `runs` runs. */
+  const compared = async (g1: TestGateway, g2: TestGateway, gapMs: number, runs: number) => {
+    const counts: [number, number][] = [];
+    for (let run = 0; run < runs; run++) {
+      counts.push([admitted((await inTurns(one, two, gapMs)).statuses), admitted((await inTurns(g1, g2, gapMs)).statuses)]);
+    }
+    expect(counts.every(([withRedis]) => withRedis > 3)).toBe(true);
+    // The first instance to lease does not keep what is left, nor does either keep the unused part of a worst case.
+    expect(counts.map(([, withoutRedis]) => withoutRedis)).toEqual(counts.map(([withRedis]) => withRedis));
+  };
+
   it('requests taking turns on two instances go through while the budget has room, exactly as many as with Redis', async () => {
-    // Room for three worst cases; each request costs far less than its worst case, so more than three fit.
-    const budget = worst * 3;
-    const admittedInTurns = async (g1: TestGateway, g2: TestGateway) => {
-      const { key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
-      const statuses: number[] = [];
-      for (let i = 0; i < 30 && statuses.at(-1) !== 402; i++) {
-        statuses.push((await chat(i % 2 ? g2 : g1, key)).status);
-        // A client a little behind the last answer, rather than a loop on its heels (whose next request can meet the
-        // last one's budget hold before it is settled, on either ledger, or, on the leases, the other instance's
-        // give-back still on its way to the database: 80 ms was not always enough for that under a full suite's load).
-        await new Promise((r) => setTimeout(r, 250));
-      }
-      return statuses;
-    };
-    const withRedis = await admittedInTurns(one, two);
-    const withoutRedis = await admittedInTurns(three, four);
-    const admitted = (statuses: number[]) => statuses.filter((s) => s === 200).length;
-    expect(admitted(withRedis)).toBeGreaterThan(3);
-    // The first instance to lease does not keep what is left, nor does either keep the unused part of a worst case:
-    // never more than with Redis, and at most the last one fewer (a give-back still on its way to the database when
-    // the next request asks, on a busy machine).
-    expect(admitted(withoutRedis)).toBeLessThanOrEqual(admitted(withRedis));
-    expect(admitted(withoutRedis)).toBeGreaterThanOrEqual(admitted(withRedis) - 1);
+    await compared(three, four, 80, 3);
   }, 60_000);
+
+  it('a request waits for the room another instance is giving back, rather than be refused while the budget has it', async () => {
+    // One instance's calls reach the database 80 ms after they are sent (a busy database, a far instance), among them
+    // its give-back of what its lease holds unused after each settle near a budget's end; the next request, on the
+    // other instance, comes 20 ms after the last answer and finds that room still leased.
+    slowLink.slow(80);
+    try {
+      await compared(five, four, 20, 3);
+    } finally {
+      slowLink.slow(0);
+    }
+  }, 60_000);
+
+  it('a budget spent is refused at once, without waiting for other instances to give room back', async () => {
+    const { key, statuses } = await inTurns(three, four, 80);
+    expect(statuses.at(-1)).toBe(402);
+    // The last costs stored and taken off the leases: what is left is less than a worst case, on either instance.
+    await new Promise((r) => setTimeout(r, 1_500));
+    const small = await three.createKey({ budget: worst / 2, rateLimitRpm: 1000 });
+    for (const [gw, k] of [
+      [three, key],
+      [four, key],
+      [four, small.key],
+      [three, small.key],
+    ] as const) {
+      const started = performance.now();
+      const res = await chat(gw, k);
+      const took = performance.now() - started;
+      expect(res.status).toBe(402);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('budget_exceeded');
+      // A request waiting for room held elsewhere asks again at 25, 75, 175 and 375 ms.
+      expect(took).toBeLessThan(HELD_WAIT_MS / 4);
+    }
+  }, 30_000);
 });
 
 // With the limiter up (it fails open without Redis).

@@ -500,18 +500,26 @@ describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
     // Twenty instances ask at once for 0.1 each: 0.5 holds exactly five.
     const granted = await Promise.all(Array.from({ length: 20 }, (_, i) => store.budgetLeases.grow(scope, `lease:i${i}`, nano(0.1), nano(0.1), 60_000)));
     expect(granted.filter((g) => g === nano(0.1))).toHaveLength(5);
-    expect(granted.filter((g) => g === 0)).toHaveLength(15);
+    // Refused, with the room the others hold: -1, as it may come back (0 only when no give-back would do).
+    expect(granted.filter((g) => g === -1)).toHaveLength(15);
     // A lease takes what is left when that is less than it asked for, and nothing below its minimum.
     const holder = `lease:i${granted.indexOf(nano(0.1))}`;
     await store.budgetLeases.shrink(scope, holder, nano(0.04), 60_000);
-    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.05), nano(0.3), 60_000)).toBe(0);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.05), nano(0.3), 60_000)).toBe(-1);
     // At most half of what is left (0.04), so that the next instance finds some too.
     expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.01), nano(0.3), 60_000)).toBe(nano(0.02));
     // Spend that reaches `spent` is room taken for good: with the holder's lease shrunk by it, the room (0.02) is unchanged.
     await store.usage.insertMany([usage({ requestId: uid('req'), keyId: key.id, workspaceId: ws.id, cost: 0.06 })]);
     await store.budgetLeases.shrink(scope, holder, nano(0.06), 60_000);
     expect(await store.budgetLeases.grow(scope, 'lease:more', 1, nano(0.3), 60_000)).toBe(nano(0.01));
-    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.011), nano(0.3), 60_000)).toBe(0);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.011), nano(0.3), 60_000)).toBe(-1);
+    // Of 0.44 not spent, this lease holds 0.03 and the others 0.4: were they all given back, 0.41 more would fit, no more.
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.41), nano(0.5), 60_000)).toBe(-1);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.42), nano(0.5), 60_000)).toBe(0);
+    // Unless this lease holds costs that may be in the spend as well (stored, not yet taken off it): up to what it holds.
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.42), nano(0.5), 60_000, nano(0.01))).toBe(-1);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.44), nano(0.5), 60_000, nano(0.1))).toBe(-1);
+    expect(await store.budgetLeases.grow(scope, 'lease:more', nano(0.45), nano(0.5), 60_000, nano(0.1))).toBe(0);
     // An expired lease (its instance died) counts for nothing.
     const other = await store.keys.create({ id: uid('key'), name: null, workspaceId: ws.id, hash: uid('h'), rateLimitRpm: 60, budget: 0.2 });
     expect(await store.budgetLeases.grow(`key:${other.id}`, 'lease:dies', nano(0.2), nano(0.2), 1)).toBe(nano(0.2));

@@ -12,8 +12,16 @@ const LEASE_REQUESTS = 64;
 /** Room not used for this long goes back to the database, for the other instances. */
 const IDLE_RETURN_MS = 5_000;
 const TEND_EVERY_MS = 1_000;
-/** A request the database had no room for, near a budget's end, asks once more after this long. */
-const RETRY_NEAR_END_MS = 25;
+/**
+ * A request refused room that other instances' leases hold (near a budget's
+ * end, room they give back after their next settle) asks again after this
+ * long, then after twice as long each time (25, 50, 100, 200 ms)...
+ */
+const HELD_RETRY_MS = 25;
+/** ...as long as it has waited no more than this in all; then it is refused. */
+export const HELD_WAIT_MS = 400;
+/** What the database answered a grow: room added, none in the budget, or room other instances' leases hold. */
+type Grown = 'grown' | 'spent' | 'held';
 
 export interface LeaseLedgerOptions {
   /** A time before which every usage record made is stored (so its cost is in `spent`). */
@@ -36,7 +44,7 @@ interface ScopeLease {
   /** Local time until which the lease is known to live in the database. */
   validUntil: number;
   lastUse: number;
-  growing: Promise<boolean> | null;
+  growing: Promise<Grown> | null;
   tending: boolean;
   /**
    * Its last grow got less than it asked for: the budget is near its end,
@@ -45,6 +53,14 @@ interface ScopeLease {
    * idle in one instance's lease while another is refused.
    */
   tight: boolean;
+  /**
+   * A give-back after a settle (tight) found the lease busy (a grow or a
+   * shrink in flight): made when it is no longer, rather than left in the
+   * lease until the next settle while other instances wait for that room.
+   */
+  backLater: boolean;
+  /** A tend found the lease busy (a shrink in flight): tended again when it is not, for costs stored meanwhile. */
+  tendLater: boolean;
 }
 
 /**
@@ -58,7 +74,9 @@ interface ScopeLease {
  * (then they are in `spent`); room unused for {@link IDLE_RETURN_MS} goes
  * back. A lease is renewed while used and lapses {@link LEASE_TTL_MS} after
  * its instance stops. Near a budget's end, room one instance leased is
- * refused to the others until it comes back.
+ * refused to the others until it comes back: a request that finds the room
+ * it needs held by other leases waits for it (at most {@link HELD_WAIT_MS});
+ * one that no give-back could make room for is refused at once.
  */
 export class LeaseLedger implements BudgetLedger {
   private readonly scopes = new Map<string, ScopeLease>();
@@ -172,7 +190,7 @@ export class LeaseLedger implements BudgetLedger {
       return;
     }
     // One change of a lease at a time: a grow in flight first (its room counts), and requests wait for this one.
-    while (state.growing) await state.growing.catch(() => false);
+    while (state.growing) await state.growing.catch(() => 'spent');
     this.uncovered.delete(id);
     const lacking = state.inflight + state.settledSum - state.leased;
     if (lacking <= 0) return;
@@ -182,17 +200,17 @@ export class LeaseLedger implements BudgetLedger {
       () => {
         if (state.leaseId !== leaseId) {
           this.uncovered.add(id);
-          return true;
+          return 'grown';
         }
         state.leased += lacking;
         state.validUntil = now + LEASE_TTL_MS - LEASE_MARGIN_MS;
         // The budget may have no room for it: what it holds unused goes back after each settle, as near a budget's end.
         state.tight = true;
-        return true;
+        return 'grown';
       },
       () => {
         this.uncovered.add(id);
-        return true;
+        return 'grown';
       },
     );
     state.growing = state.growing.finally(() => {
@@ -227,6 +245,8 @@ export class LeaseLedger implements BudgetLedger {
         growing: null,
         tending: false,
         tight: false,
+        backLater: false,
+        tendLater: false,
       };
       this.scopes.set(id, state);
     }
@@ -246,7 +266,7 @@ export class LeaseLedger implements BudgetLedger {
 
   /** Counts `nano` in the scope's lease, growing it when it lacks room; false when the database has none left. */
   private async take(id: string, state: ScopeLease, nano: number): Promise<boolean> {
-    let waited = false;
+    let waited = 0;
     for (;;) {
       const now = this.now();
       state.lastUse = now;
@@ -259,19 +279,34 @@ export class LeaseLedger implements BudgetLedger {
         await state.growing;
         continue;
       }
+      // A give-back or a take-off of stored costs on its way (now or when the database answers): the database may
+      // count more in this lease than is left, or costs both in it and in the spend.
+      const shrinking = state.tending;
       state.growing = this.grow(id, state, nano).finally(() => {
         state.growing = null;
       });
-      if (!(await state.growing)) {
-        // Near the end, another instance may be giving room back that very moment (after its settle): one more try.
-        if (state.tight && !waited) {
-          waited = true;
-          await new Promise((resolve) => setTimeout(resolve, RETRY_NEAR_END_MS));
-          continue;
+      const grown = await state.growing;
+      if (grown === 'grown') {
+        // A settle meanwhile left room to give back: this request's share first, then the rest goes.
+        if (state.backLater && state.leased - state.inflight - state.settledSum >= nano) {
+          state.inflight += nano;
+          this.whenIdle(id, state);
+          return true;
         }
-        this.giveBackUnused(id, state);
-        return false;
+        continue;
       }
+      // Unused room goes back at once, for another instance to put together with its own remainder.
+      this.giveBackUnused(id, state);
+      // Room other instances hold comes back after their next settle (near the end), as does this one's own room
+      // on its way back: wait for it a little, rather than refuse a request the budget has room for. A budget
+      // spent (no room even with every other lease given back) is refused at once.
+      const pause = waited + HELD_RETRY_MS;
+      if ((grown === 'held' || shrinking || state.tending) && waited + pause <= HELD_WAIT_MS) {
+        waited += pause;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+        continue;
+      }
+      return false;
     }
   }
 
@@ -285,7 +320,15 @@ export class LeaseLedger implements BudgetLedger {
    */
   private giveBackUnused(id: string, state: ScopeLease, evenWhileBusy = false): void {
     const unused = state.leased - state.inflight - state.settledSum;
-    if (unused <= 0 || (!evenWhileBusy && (state.growing || state.tending))) return;
+    if (unused <= 0) {
+      state.backLater = false;
+      return;
+    }
+    if (!evenWhileBusy && (state.growing || state.tending)) {
+      state.backLater = true;
+      return;
+    }
+    state.backLater = false;
     state.leased -= unused;
     const leaseId = state.leaseId;
     const mine = !state.tending;
@@ -299,8 +342,23 @@ export class LeaseLedger implements BudgetLedger {
         // The database keeps more than this instance counts on, which only holds others back.
       })
       .finally(() => {
-        if (mine) state.tending = false;
+        if (!mine) return;
+        state.tending = false;
+        this.whenIdle(id, state);
       });
+  }
+
+  /**
+   * What was left for when the lease is no longer busy: costs stored
+   * meanwhile, which count twice (in `spent` and in the lease) until taken
+   * off, and a give-back after a settle ({@link ScopeLease.backLater}).
+   */
+  private whenIdle(id: string, state: ScopeLease): void {
+    if (state.tendLater) {
+      state.tendLater = false;
+      void this.tend();
+    }
+    if (state.backLater) this.giveBackUnused(id, state);
   }
 
   /**
@@ -315,18 +373,19 @@ export class LeaseLedger implements BudgetLedger {
     state.settledSum = 0;
   }
 
-  private async grow(id: string, state: ScopeLease, nano: number): Promise<boolean> {
+  private async grow(id: string, state: ScopeLease, nano: number): Promise<Grown> {
     const need = nano - (state.leased - state.inflight - state.settledSum);
     const leaseId = state.leaseId;
-    const granted = await this.leases.grow(id, leaseId, need, need + (LEASE_REQUESTS - 1) * nano, LEASE_TTL_MS);
-    if (granted <= 0) return false;
+    // Costs settled here stay in the lease until stored, and may be in `spent` already: counted twice meanwhile.
+    const granted = await this.leases.grow(id, leaseId, need, need + (LEASE_REQUESTS - 1) * nano, LEASE_TTL_MS, state.settledSum);
+    if (granted <= 0) return granted < 0 ? 'held' : 'spent';
     state.tight = granted < need + (LEASE_REQUESTS - 1) * nano;
     if (state.leaseId === leaseId) {
       state.leased += granted;
       state.validUntil = this.now() + LEASE_TTL_MS - LEASE_MARGIN_MS;
     }
     this.timer ??= setInterval(() => void this.tend(), TEND_EVERY_MS).unref();
-    return true;
+    return 'grown';
   }
 
   /** Takes stored costs and idle room off each lease, and renews the leases in use (once a second; public for tests). */
@@ -341,7 +400,10 @@ export class LeaseLedger implements BudgetLedger {
       // flight nearly all the time: skipping the scope then kept costs already in `spent` counted in the lease
       // too, for seconds, and every instance refused requests the budget had room for.
       // A lease still lacking what was taken over (its add failed) is covered first (above), then tended.
-      if (state.tending || (state.growing && state.leased === 0) || this.uncovered.has(id)) continue;
+      if (state.tending || (state.growing && state.leased === 0) || this.uncovered.has(id)) {
+        if (state.tending) state.tendLater = true;
+        continue;
+      }
       if (state.leased === 0 && state.inflight === 0 && state.settledSum === 0) {
         this.scopes.delete(id);
         continue;
@@ -375,6 +437,7 @@ export class LeaseLedger implements BudgetLedger {
         })
         .finally(() => {
           state.tending = false;
+          this.whenIdle(id, state);
         });
       calls.push(call);
     }

@@ -10,13 +10,13 @@ function rowsOf<T>(result: unknown): T[] {
   return ((Array.isArray(result) ? result : (result as { rows?: unknown[] }).rows) ?? []) as T[];
 }
 
-/** Budget leases in the database: the migration's `gw_budget_lease_grow` checks and grants in one call. */
+/** Budget leases in the database: the migrations' `gw_budget_lease_grow` checks and grants in one call. */
 export class DrizzleBudgetLeaseRepo implements BudgetLeaseRepo {
   constructor(private readonly db: Db) {}
 
-  async grow(scopeId: string, leaseId: string, minNano: number, maxNano: number, ttlMs: number): Promise<number> {
+  async grow(scopeId: string, leaseId: string, minNano: number, maxNano: number, ttlMs: number, slackNano = 0): Promise<number> {
     const result = await this.db.execute(
-      sql`SELECT gw_budget_lease_grow(${scopeId}, ${leaseId}, ${minNano}::bigint, ${maxNano}::bigint, ${wholeMs(ttlMs)}::integer) AS granted`,
+      sql`SELECT gw_budget_lease_grow(${scopeId}, ${leaseId}, ${minNano}::bigint, ${maxNano}::bigint, ${wholeMs(ttlMs)}::integer, ${slackNano}::bigint) AS granted`,
     );
     const [row] = rowsOf<{ granted: string | number }>(result);
     return Number(row?.granted ?? 0);

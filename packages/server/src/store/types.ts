@@ -155,10 +155,12 @@ export interface BudgetLeaseRepo {
   /**
    * Adds between `minNano` and `maxNano` to the lease, as much as the
    * scope's room allows (its stored budget less its stored spend and every
-   * live lease); returns what was added, 0 when not even `minNano` is left.
-   * The lease then lives `ttlMs`. Atomic across instances.
+   * live lease); returns what was added. When not even `minNano` is left:
+   * -1 if the room could still come (other live leases hold it, or this
+   * one holds up to `slackNano` of costs that may be in the stored spend
+   * already), else 0. The lease then lives `ttlMs`. Atomic across instances.
    */
-  grow(scopeId: string, leaseId: string, minNano: number, maxNano: number, ttlMs: number): Promise<number>;
+  grow(scopeId: string, leaseId: string, minNano: number, maxNano: number, ttlMs: number, slackNano?: number): Promise<number>;
   /**
    * Takes `nano` off the lease (costs now in `spent`, or room handed back)
    * and renews it for `ttlMs`; false when it had already run out.
