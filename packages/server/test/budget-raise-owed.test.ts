@@ -1,10 +1,10 @@
-import { createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chat, MAX_TOKENS } from './helpers/budget-chat.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 
 // Two instances on one Redis (which the test restarts) and one PostgreSQL; the second reaches Redis through a proxy
 // the test can cut, to stand for a network that keeps it from Redis while the first still reaches it, and PostgreSQL
@@ -12,65 +12,18 @@ import { eventually, startGateway, type TestGateway } from './helpers/gateway.js
 let redis: RedisServer;
 let pg: PostgresServer;
 let sim: Simulator;
-let proxy: Awaited<ReturnType<typeof startProxy>>;
-let pgProxy: Awaited<ReturnType<typeof startProxy>>;
+let proxy: TcpProxy;
+let pgProxy: TcpProxy;
 let g1: TestGateway;
 let g2: TestGateway;
 let probe: Redis;
 
-/**
- * A TCP proxy to `port`; `cut()` drops its connections and refuses new ones until `mend()`; `hold()` stops passing
- * data on (a server that does not answer) until `release()`.
- */
-async function startProxy(port: number) {
-  const open = new Set<Socket>();
-  let cut = false;
-  let held = false;
-  const server = createServer((client) => {
-    if (cut) return void client.destroy();
-    const upstream = tcpConnect(port, '127.0.0.1');
-    for (const [a, b] of [
-      [client, upstream],
-      [upstream, client],
-    ] as const) {
-      open.add(a);
-      a.pipe(b);
-      if (held) a.pause();
-      a.on('error', () => b.destroy());
-      a.on('close', () => {
-        open.delete(a);
-        b.destroy();
-      });
-    }
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `redis://127.0.0.1:${(server.address() as { port: number }).port}`,
-    cut() {
-      cut = true;
-      for (const s of open) s.destroy();
-    },
-    mend() {
-      cut = false;
-    },
-    hold() {
-      held = true;
-      for (const s of open) s.pause();
-    },
-    release() {
-      held = false;
-      for (const s of open) s.resume();
-    },
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-}
-
 beforeAll(async () => {
   [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  [proxy, pgProxy] = await Promise.all([startProxy(redis.port), startProxy(pg.port)]);
+  [proxy, pgProxy] = await Promise.all([startTcpProxy(redis.port), startTcpProxy(pg.port)]);
   const databaseUrl = await pg.createDatabase();
   g1 = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
-  g2 = await startGateway({ sim, redisUrl: proxy.url, databaseUrl: databaseUrl.replace(`:${pg.port}/`, `:${new URL(pgProxy.url).port}/`) });
+  g2 = await startGateway({ sim, redisUrl: `redis://127.0.0.1:${proxy.port}`, databaseUrl: databaseUrl.replace(`:${pg.port}/`, `:${pgProxy.port}/`) });
   probe = new Redis(redis.url, { maxRetriesPerRequest: 1 });
   probe.on('error', () => {});
 }, 60_000);

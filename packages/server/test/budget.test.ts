@@ -1,5 +1,4 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
@@ -13,6 +12,7 @@ import { wav } from './helpers/audio.js';
 import { chat, MAX_TOKENS, messages, worst } from './helpers/budget-chat.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { spawnGateway } from './helpers/process.js';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 
 let redis: RedisServer;
 let pg: PostgresServer;
@@ -25,42 +25,9 @@ let gone: RedisServer;
 let three: TestGateway;
 let four: TestGateway;
 // And one more, whose calls reach that PostgreSQL late: through a link the test can slow down.
-let slowLink: Awaited<ReturnType<typeof startSlowLink>>;
+let slowLink: TcpProxy;
 let five: TestGateway;
 let databaseUrl: string;
-
-/** A TCP proxy to `port` that holds what is sent to it `delayMs` before passing it on (in order). */
-async function startSlowLink(port: number) {
-  const open = new Set<Socket>();
-  let delayMs = 0;
-  const server = createServer((client) => {
-    const upstream = tcpConnect(port, '127.0.0.1');
-    for (const [a, b, delayed] of [
-      [client, upstream, true],
-      [upstream, client, false],
-    ] as const) {
-      open.add(a);
-      if (delayed) a.on('data', (chunk) => void setTimeout(() => b.destroyed || b.write(chunk), delayMs));
-      else a.pipe(b);
-      a.on('error', () => b.destroy());
-      a.on('close', () => {
-        open.delete(a);
-        b.destroy();
-      });
-    }
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (server.address() as { port: number }).port,
-    slow(ms: number) {
-      delayMs = ms;
-    },
-    close() {
-      for (const s of open) s.destroy();
-      return new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
 
 beforeAll(async () => {
   [redis, gone, pg, sim] = await Promise.all([startRedis(), startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
@@ -71,7 +38,7 @@ beforeAll(async () => {
   const sharedUrl = await pg.createDatabase();
   three = await startGateway({ sim, redisUrl: gone.url, databaseUrl: sharedUrl });
   four = await startGateway({ sim, redisUrl: gone.url, databaseUrl: sharedUrl });
-  slowLink = await startSlowLink(pg.port);
+  slowLink = await startTcpProxy(pg.port);
   five = await startGateway({ sim, redisUrl: gone.url, databaseUrl: sharedUrl.replace(`:${pg.port}/`, `:${slowLink.port}/`) });
   await gone.stop();
   // A little upstream latency keeps the 50 requests truly concurrent.
