@@ -4,19 +4,38 @@ import { OPENAI_NAME, TOKEN_ID } from './patterns.js';
 // `function`: the result of a call in OpenAI's deprecated functions API, which its API still takes.
 const Role = Type.Union(['system', 'developer', 'user', 'assistant', 'tool', 'function'].map((r) => Type.Literal(r)));
 
+/**
+ * An `input_audio` part's format: OpenAI's `wav` and `mp3`, and the containers the hosts reading audio in a chat decode
+ * besides (Gemini on Vertex, vLLM's Voxtral), named as a transcription's file is (flac, m4a, ogg, webm, ...).
+ */
+const AUDIO_FORMATS = ['wav', 'mp3', 'flac', 'm4a', 'mp4', 'mpeg', 'mpga', 'oga', 'ogg', 'webm'];
+
 /** A content part's own field, by its type, as OpenAI's API requires it (Mistral's for its own types and shapes). */
 const PART_FIELDS = {
   text: { text: { type: 'string' } },
   // Mistral's API also takes the URL as a string.
-  image_url: { image_url: { anyOf: [{ type: 'string' }, { type: 'object', required: ['url'], properties: { url: { type: 'string' } } }] } },
+  // `detail` as OpenAI's API takes it (its SDK's `original` too); Mistral's and vLLM's read the same words.
+  image_url: {
+    image_url: {
+      anyOf: [
+        { type: 'string' },
+        { type: 'object', required: ['url'], properties: { url: { type: 'string' }, detail: { enum: ['auto', 'low', 'high', 'original'] } } },
+      ],
+    },
+  },
   // Mistral's API also takes the audio (base64 or a URL) as a string.
   input_audio: {
     input_audio: {
-      anyOf: [{ type: 'string' }, { type: 'object', required: ['data', 'format'], properties: { data: { type: 'string' }, format: { type: 'string' } } }],
+      anyOf: [{ type: 'string' }, { type: 'object', required: ['data', 'format'], properties: { data: { type: 'string' }, format: { enum: AUDIO_FORMATS } } }],
     },
   },
+  // A file is sent inline or by an uploaded file's id: one without either says nothing a provider could read.
   file: {
-    file: { type: 'object', properties: { file_data: { type: 'string' }, file_id: { type: 'string' }, filename: { type: 'string' } } },
+    file: {
+      type: 'object',
+      properties: { file_data: { type: 'string' }, file_id: { type: 'string' }, filename: { type: 'string' } },
+      anyOf: [{ required: ['file_data'] }, { required: ['file_id'] }],
+    },
   },
   // Mistral's document part: a URL or a data URL.
   document_url: { document_url: { type: 'string' } },

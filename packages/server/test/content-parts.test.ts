@@ -42,6 +42,24 @@ describe('content parts a role does not take, or without their own field', () =>
     ['audio without its format', user([{ type: 'input_audio', input_audio: { data: 'UklGRg==' } }]), 'messages.0.content.0.input_audio.format', 'is required'],
     ['a file part without its file', user([{ type: 'text', text: 'read' }, { type: 'file' }]), 'messages.0.content.1.file', 'is required'],
     [
+      'a file with neither its data nor its id',
+      user([{ type: 'file', file: { filename: 'a.pdf' } }]),
+      'messages.0.content.0.file.file_data',
+      "is required (or 'file_id')",
+    ],
+    [
+      "an image detail OpenAI's API does not take",
+      user([{ type: 'image_url', image_url: { url: 'https://e.x/a.png', detail: 'ultra' } }]),
+      'messages.0.content.0.image_url.detail',
+      'has a value that is not allowed (allowed: "auto", "low", "high", "original")',
+    ],
+    [
+      'an audio format no host reads',
+      user([{ type: 'input_audio', input_audio: { data: 'UklGRg==', format: 'banana' } }]),
+      'messages.0.content.0.input_audio.format',
+      'has a value that is not allowed (allowed: "wav", "mp3", "flac", "m4a", "mp4", "mpeg", "mpga", "oga", "ogg", "webm")',
+    ],
+    [
       "an image in a system message (text only, as OpenAI's)",
       [
         { role: 'system', content: [{ type: 'image_url', image_url: { url: 'https://e.x/a.png' } }] },
@@ -112,5 +130,62 @@ describe("each role's part types, in OpenAI's shapes and Mistral's", () => {
       const sent = ctx.gw.sim.providers['scaleway']?.stats().last?.body as { messages: { content: unknown }[] };
       expect(sent.messages[2]?.content).toEqual((history[2] as { content: unknown }).content);
     });
+  }
+});
+
+describe('content OpenAI takes, which stays taken', () => {
+  const tool = [{ id: 'call12345', type: 'function', function: { name: 'look', arguments: '{}' } }];
+  const cases: [string, unknown[]][] = [
+    [
+      'an image of each detail',
+      user(['auto', 'low', 'high', 'original'].map((detail) => ({ type: 'image_url', image_url: { url: 'https://e.x/a.png', detail } }))),
+    ],
+    [
+      'audio as mp3 and as flac',
+      user([
+        { type: 'input_audio', input_audio: { data: 'SUQz', format: 'mp3' } },
+        { type: 'input_audio', input_audio: { data: 'ZkxhQw==', format: 'flac' } },
+      ]),
+    ],
+    ['a file by its id', user([{ type: 'file', file: { file_id: 'file-abc' } }])],
+    [
+      'an empty text part',
+      user([
+        { type: 'text', text: '' },
+        { type: 'text', text: 'hi' },
+      ]),
+    ],
+    [
+      "an assistant's text beside its tool calls",
+      [
+        { role: 'user', content: 'look' },
+        { role: 'assistant', content: [{ type: 'text', text: 'Looking.' }], tool_calls: tool },
+        { role: 'tool', tool_call_id: 'call12345', content: 'two cats' },
+      ],
+    ],
+    // OpenAI's API answers 200 for an empty parts array in any role (openai/openai-python#1812), so the gateway does too.
+    [
+      'empty content arrays in every role',
+      [
+        { role: 'system', content: [] },
+        { role: 'developer', content: [] },
+        { role: 'user', content: [] },
+        { role: 'user', content: 'look' },
+        { role: 'assistant', content: [], tool_calls: tool },
+        { role: 'tool', tool_call_id: 'call12345', content: [] },
+      ],
+    ],
+  ];
+  for (const [variant] of variants) {
+    for (const provider of ['scaleway', 'mistral']) {
+      it.each(cases)(`${variant} via ${provider}: %s`, async (_what, messages) => {
+        const got = await client(variant).chat.completions.create(
+          { model: 'mistral/small', messages: messages as ChatCompletionMessageParam[], max_tokens: 5 },
+          pin(provider),
+        );
+        expect(got.choices[0]?.finish_reason).toBeTruthy();
+        expect(chats()).toBe(1);
+      });
+    }
   }
 });

@@ -116,6 +116,18 @@ function mostTelling(errors: AjvError[]): AjvError {
   return types.length > 1 ? { ...first, message: `must be ${types.join(' or ')}` } : first;
 }
 
+/**
+ * The fields that would do in place of a missing one, where a union asks for any of them (a file part's `file_data`
+ * or `file_id`): `' (or 'file_id')'`, so that the refusal does not read as if only the one named would do.
+ */
+function otherwiseRequired(errors: AjvError[], first: AjvError, missing: string): string {
+  if (!errors.some((x) => x.keyword === 'anyOf' && x.instancePath === first.instancePath)) return '';
+  const others = errors
+    .filter((x) => x.keyword === 'required' && x.instancePath === first.instancePath && x.params['missingProperty'] !== missing)
+    .map((x) => `'${String(x.params['missingProperty'])}'`);
+  return others.length === 0 ? '' : ` (or ${[...new Set(others)].join(' or ')})`;
+}
+
 /** The values a field may take, when its rule lists them (an enum, or a union of constants): at most a dozen. */
 function allowedValues(errors: AjvError[], first: AjvError): string | null {
   const listed = first.params['allowedValues'];
@@ -171,7 +183,7 @@ function validationError(e: FastifyError, body: unknown): GatewayError {
   let detail = first.message ?? 'is invalid';
   if (first.keyword === 'required' && typeof missing === 'string') {
     field = path ? `${path}.${missing}` : missing;
-    detail = 'is required';
+    detail = `is required${otherwiseRequired(errors, first, missing)}`;
   } else if (first.keyword === 'additionalProperties' && typeof extra === 'string') {
     field = path ? `${path}.${extra}` : extra;
     // Own names only: a field named `constructor` or `toString` is no older name for Object's.
