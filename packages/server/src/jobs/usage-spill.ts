@@ -41,19 +41,33 @@ export class UsageSpill {
 
   /** Finds the segments left by earlier runs (oldest first). The directory is made only when a batch needs it. */
   async load(): Promise<void> {
-    const names = (
-      await readdir(this.dir).catch((err: NodeJS.ErrnoException) => {
-        if (err.code === 'ENOENT') return [];
-        throw err;
-      })
-    ).filter((n) => SEGMENT_NAME.test(n));
-    this.segments = names
-      .map((name) => {
-        const m = SEGMENT_NAME.exec(name);
-        return { name, oldestAt: Number(m?.[1]), pid: Number(m?.[2]) };
-      })
-      .sort((a, b) => a.oldestAt - b.oldestAt);
+    this.segments = (await this.list()).sort((a, b) => a.oldestAt - b.oldestAt);
     this.loaded = true;
+  }
+
+  /**
+   * Takes in the segments another gateway on this directory left when it
+   * ended after `load()` ran (stopped or killed while the database was
+   * away, and not started again): nothing else would store them while this
+   * process runs. Those of a process still running are its own to write.
+   */
+  async adoptOrphans(): Promise<void> {
+    if (!this.loaded) return;
+    const known = new Set(this.segments.map((s) => s.name));
+    const orphans = (await this.list()).filter((s) => !known.has(s.name) && s.pid !== process.pid && !isProcessAlive(s.pid));
+    if (orphans.length === 0) return;
+    this.segments = [...this.segments, ...orphans].sort((a, b) => a.oldestAt - b.oldestAt);
+  }
+
+  private async list(): Promise<Segment[]> {
+    const names = await readdir(this.dir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return [];
+      throw err;
+    });
+    return names.flatMap((name) => {
+      const m = SEGMENT_NAME.exec(name);
+      return m ? [{ name, oldestAt: Number(m[1]), pid: Number(m[2]) }] : [];
+    });
   }
 
   /** How many segments wait to be replayed. */

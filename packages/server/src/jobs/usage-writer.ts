@@ -19,6 +19,8 @@ export interface UsageWriterOptions {
 
 const STOP_RETRY_MS = 250;
 const REPLAY_RETRY_MS = 2_000;
+/** How often the spill directory is read for segments another gateway on it left when it ended. */
+const ORPHAN_CHECK_MS = 5_000;
 
 export class UnwrittenUsageError extends Error {
   constructor(readonly count: number) {
@@ -46,6 +48,7 @@ export class UsageWriter {
   private replayNotBefore = 0;
   /** The database refused the last write it was sent. */
   private refusing = false;
+  private orphanCheckAt = 0;
 
   constructor(
     private readonly store: Store,
@@ -82,7 +85,7 @@ export class UsageWriter {
    */
   async flush(): Promise<void> {
     while (this.flushing) await this.flushing;
-    if (this.buffer.length === 0 && !this.options.spill?.waiting) return;
+    if (this.buffer.length === 0 && !this.options.spill?.waiting && !this.orphanCheckDue()) return;
     this.flushing = this.doFlush().finally(() => {
       this.flushing = null;
     });
@@ -127,7 +130,10 @@ export class UsageWriter {
       left -= batch.length;
     }
     if (refused) left -= await this.spillFirst(left);
-    else await this.replayOldestSpill();
+    else {
+      await this.adoptOrphans();
+      await this.replayOldestSpill();
+    }
     // Every record made before this flush began was in the buffer then, and all of those are written or on disk
     // (whose oldest record bounds `storedBefore`).
     if (left === 0) {
@@ -149,6 +155,18 @@ export class UsageWriter {
     this.buffer = this.buffer.slice(count);
     this.options.onSpill?.({ spilled: count });
     return count;
+  }
+
+  private orphanCheckDue(): boolean {
+    return this.options.spill !== undefined && Date.now() >= this.orphanCheckAt;
+  }
+
+  /** Now and then, while the database takes writes: the segments of a gateway that ended, left on a shared directory. */
+  private async adoptOrphans(): Promise<void> {
+    if (!this.orphanCheckDue()) return;
+    this.orphanCheckAt = Date.now() + ORPHAN_CHECK_MS;
+    // A directory that cannot be read now is read again at the next check (a write failure it is not).
+    await this.options.spill?.adoptOrphans().catch(() => {});
   }
 
   /** Writes the oldest segment on disk, if any; it stays there (to be tried again) unless all of it went in. */
