@@ -15,6 +15,8 @@ export interface SharedLedger extends BudgetLedger {
   isReconciling(): Promise<boolean>;
   /** A settle that tells whether the shared ledger still had the hold (else it added nothing: a restart took the hold). */
   settleHeld(r: Reservation, actualEur: number): Promise<boolean>;
+  /** A settle sent again, first sent `sinceMs` ago: whether the hold was found, and the scopes left to raise to the store's. */
+  settleLate(r: Reservation, actualEur: number, sinceMs: number): Promise<{ held: boolean; toRaise: string[] }>;
   reservationOf(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Reservation;
   /** Adds costs settled elsewhere, the first `sinceMs` ago; returns the scopes left alone, whose totals are to come from the store (not loaded, or taken from it since). */
   addSpent(tag: string, scopeIds: string[], nano: number, sinceMs: number): Promise<string[]>;
@@ -124,7 +126,8 @@ export class FallbackLedger implements BudgetLedger {
   private readonly heldInShared = new WeakMap<Reservation, { r: Reservation; held: Promise<boolean> }>();
   /** Costs settled outside the shared ledger, by tag and scopes, not yet added to it; `since`: when the first was settled. */
   private readonly owed = new Map<string, Owed>();
-  private missedSettles: { r: Reservation; eur: number }[] = [];
+  /** Settles that did not reach the shared ledger; `at`: when first sent (Date.now()), when its usage record was made. */
+  private missedSettles: { r: Reservation; eur: number; at: number }[] = [];
   private strayHolds: Reservation[] = [];
   /** Scopes of costs whose settle found no hold in the shared ledger (it restarted meanwhile): raised to the store's. */
   private readonly unheld = new Map<string, { tag: string; scopeIds: string[] }>();
@@ -210,7 +213,7 @@ export class FallbackLedger implements BudgetLedger {
         try {
           await this.settleInShared(inShared.r, actualEur);
         } catch {
-          this.missedSettles.push({ r: inShared.r, eur: actualEur });
+          this.missedSettles.push({ r: inShared.r, eur: actualEur, at: Date.now() });
           this.scheduleCatchUp();
         }
         return;
@@ -245,21 +248,32 @@ export class FallbackLedger implements BudgetLedger {
     try {
       await this.settleInShared(r, actualEur);
     } catch {
-      this.missedSettles.push({ r, eur: actualEur });
+      this.missedSettles.push({ r, eur: actualEur, at: Date.now() });
       this.scheduleCatchUp();
     }
   }
 
-  /**
-   * A settle that reached the shared ledger: no longer open there; a cost whose hold it no longer had is raised to
-   * the store's. Not for a settle sent again to a Redis that did not restart (`raiseUnheld` false): its hold is gone
-   * because the first one ran after all (a stalled Redis runs what it was sent once it wakes), and a raise then put
-   * in costs other instances still owe it and add on their catch-up, counting them twice.
-   */
-  private async settleInShared(r: Reservation, actualEur: number, raiseUnheld = true): Promise<void> {
+  /** A settle that reached the shared ledger: no longer open there; a cost whose hold it no longer had is raised to the store's. */
+  private async settleInShared(r: Reservation, actualEur: number): Promise<void> {
     const held = await this.shared.settleHeld(r, actualEur);
     if (this.openInShared.get(r.id)?.r === r) this.openInShared.delete(r.id);
-    if (!held && raiseUnheld) this.costWithoutHold(r, actualEur);
+    if (!held) this.costWithoutHold(r, actualEur);
+  }
+
+  /**
+   * A settle that did not reach the shared ledger, sent again. Its cost is not added to a total that took the store's
+   * value since the settle was first sent (raised by any instance, or loaded): once its usage record was written it
+   * was in that value, and adding it counted it twice. Such a total is raised to the store's instead, once this
+   * instance's records are written. A hold no longer there is raised for only if Redis restarted (`raiseUnheld`):
+   * else it is gone because the first settle ran after all (a stalled Redis runs what it was sent once it wakes),
+   * and a raise would put in costs other instances still owe it and add on their catch-up, counting them twice.
+   */
+  private async settleLate(m: { r: Reservation; eur: number; at: number }, raiseUnheld: boolean): Promise<void> {
+    const { held, toRaise } = await this.shared.settleLate(m.r, m.eur, Date.now() - m.at);
+    if (this.openInShared.get(m.r.id)?.r === m.r) this.openInShared.delete(m.r.id);
+    if (!held) {
+      if (raiseUnheld) this.costWithoutHold(m.r, m.eur);
+    } else if (toRaise.length > 0) this.raiseWhenStored(m.r.tag, toRaise);
   }
 
   /**
@@ -365,8 +379,12 @@ export class FallbackLedger implements BudgetLedger {
    * a catch-up): never counted twice, as the higher of the two stays.
    */
   private costWithoutHold(r: Reservation, actualEur: number): void {
-    if (toNano(actualEur) <= 0) return;
-    this.unheld.set(`${r.tag} ${r.scopes.join(' ')}`, { tag: r.tag, scopeIds: r.scopes });
+    if (toNano(actualEur) > 0) this.raiseWhenStored(r.tag, r.scopes);
+  }
+
+  /** Raises the scopes' totals to the store's once this instance's usage records are written, and again later. */
+  private raiseWhenStored(tag: string, scopeIds: string[]): void {
+    this.unheld.set(`${tag} ${scopeIds.join(' ')}`, { tag, scopeIds });
     this.raiseRun ??= this.raiseUnheld().finally(() => {
       this.raiseRun = null;
     });
@@ -532,7 +550,7 @@ export class FallbackLedger implements BudgetLedger {
     this.missedSettles = [];
     this.strayHolds = [];
     const retry = <T>(item: T, sent: Promise<void>) => sent.then(noneLeft, () => item);
-    const failed = await Promise.all(settles.map((m) => retry(m, this.settleInShared(m.r, m.eur, restarted))));
+    const failed = await Promise.all(settles.map((m) => retry(m, this.settleLate(m, restarted))));
     const stuck = await Promise.all(strays.map((r) => retry(r, this.shared.release(r))));
     for (const m of failed) if (m) this.missedSettles.push(m);
     for (const r of stuck) if (r) this.strayHolds.push(r);

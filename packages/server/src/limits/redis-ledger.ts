@@ -96,6 +96,32 @@ end
 return found
 `;
 
+// KEYS: per scope, spent, holds, held sum, run, from-store. ARGV: run id, hold member, actual nano, ms since the settle
+// was first sent (and a margin). A settle that did not reach Redis then, sent again: as SETTLE, but a total that took
+// the store's value since (raised or loaded) may have its cost already, once its usage record was written; its cost
+// is not added there, and the scope's index is returned, for the caller to raise it to the store's instead.
+// Returns {1 if the hold was found (else nothing was done), indexes of the scopes to raise}.
+const SETTLE_LATE = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local member = ARGV[2]
+local actual = tonumber(ARGV[3])
+local held = tonumber(string.match(member, ':(%d+)$'))
+local found = 0
+local toRaise = {}
+for i = 1, #KEYS / 5 do
+  local k = 5 * (i - 1)
+  if redis.call('GET', KEYS[k+4]) == ARGV[1] and redis.call('ZREM', KEYS[k+2], member) == 1 then
+    found = 1
+    if redis.call('EXISTS', KEYS[k+3]) == 1 then redis.call('DECRBY', KEYS[k+3], held) end
+    local at = redis.call('GET', KEYS[k+5])
+    if at and now - tonumber(at) <= tonumber(ARGV[4]) then toRaise[#toRaise + 1] = i
+    elseif actual > 0 and redis.call('EXISTS', KEYS[k+1]) == 1 then redis.call('INCRBY', KEYS[k+1], actual) end
+  end
+end
+return {found, toRaise}
+`;
+
 /**
  * How long Redis remembers when a total last took the store's value: the longest an instance may owe costs it settled
  * on the leases (cut off from Redis) and still tell whether that total may have them. Past it they are added.
@@ -253,6 +279,7 @@ export class RedisLedger implements BudgetLedger {
   private readonly raiseSpentCmd: Cmd;
   private readonly loadSpentCmd: Cmd;
   private readonly adoptHoldCmd: Cmd;
+  private readonly settleLateCmd: (...args: (string | number)[]) => Promise<[number, number[]]>;
   /** Redis's run id, which each total names (null: to be read, at start and after the connection dropped). */
   private run: string | null = null;
   private runRead: Promise<string> | null = null;
@@ -278,6 +305,8 @@ export class RedisLedger implements BudgetLedger {
     this.loadSpentCmd = this.cmd('gwBudgetLoadSpent');
     redis.defineCommand('gwBudgetAdoptHold', { lua: ADOPT_HOLD });
     this.adoptHoldCmd = this.cmd('gwBudgetAdoptHold');
+    redis.defineCommand('gwBudgetSettleLate', { lua: SETTLE_LATE });
+    this.settleLateCmd = this.cmd('gwBudgetSettleLate') as unknown as (...args: (string | number)[]) => Promise<[number, number[]]>;
     // The Redis that answers after a dropped connection may be another run, restored from a snapshot.
     redis.on('close', () => {
       this.run = null;
@@ -364,6 +393,18 @@ export class RedisLedger implements BudgetLedger {
         return (await this.adoptHoldCmd(keys.length, ...keys, r.id, r.nano, RESERVATION_TTL_MS, run)) === 1;
       }),
     );
+  }
+
+  /**
+   * A settle that did not reach Redis, first sent `sinceMs` ago, sent again: whether its hold was found (else nothing
+   * was done), and the scopes whose totals took the store's value since, where its cost was not added (they may have
+   * it already, once its usage record was written): they are to be raised to the store's instead.
+   */
+  async settleLate(r: Reservation, actualEur: number, sinceMs: number): Promise<{ held: boolean; toRaise: string[] }> {
+    const keys = r.scopes.flatMap((id) => [...keysOf(r.tag, id), fromStoreKeyOf(r.tag, id)]);
+    const run = this.run ?? (await this.readRun());
+    const [found, toRaise] = await this.settleLateCmd(keys.length, ...keys, run, r.id, toNano(actualEur), Math.ceil(sinceMs) + OWED_AGE_MARGIN_MS);
+    return { held: found === 1, toRaise: toRaise.map((i) => r.scopes[i - 1] as string) };
   }
 
   /** Redis's run id: a restart changes it, and takes every total Redis held with it. */
