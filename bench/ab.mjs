@@ -1,5 +1,5 @@
 // Two builds of the gateway side by side, in alternating rounds on the same core:
-// `node bench/ab.mjs <other dist/main.js> [seconds] [rounds] [--stream | --50ms] [--prod]`.
+// `node bench/ab.mjs <other dist/main.js> [seconds] [rounds] [--stream | --50ms] [--prod [--redis-killed]]`.
 // A is the other build, B the working tree's; prints throughput and CPU per unit of work for each round (all threads, and the
 // event loop and database thread apart).
 // AB_STREAM_MODEL: the upstream profile the streams use (bench/upstream/profiles.mjs; fixed-0ms sends its 20 chunks at once).
@@ -93,6 +93,9 @@ const load = (gateway) =>
         durationS: secs,
       })
     : runHttpLoad({ ...request(gateway, upstreamModel, false), connections: process.argv.includes('--together') ? 25 : 50, durationS: secs });
+// --redis-killed (with --prod): Redis gone under both gateways, which fail open (the bench's last scenario).
+const redisKilled = prod && process.argv.includes('--redis-killed');
+if (redisKilled) await redis.kill();
 for (const g of [a, b]) await load(g);
 // --together: both builds take load at the same time, sharing the core, so a change in the machine's speed
 // (frequent here) touches both alike; CPU per unit is then the fairest comparison.
@@ -149,5 +152,5 @@ await a.stop();
 await b.stop();
 await upstream.stop();
 await pg?.stop();
-await redis?.kill();
+if (!redisKilled) await redis?.kill();
 rmSync(dir, { recursive: true, force: true });
