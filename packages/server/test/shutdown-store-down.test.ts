@@ -5,7 +5,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, startPostgres } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ADMIN_TOKEN, eventually } from './helpers/gateway.js';
-import { type GatewayProcess, spawnGateway } from './helpers/process.js';
+import { chatOnce, type GatewayProcess, spawnGateway } from './helpers/process.js';
 
 let sim: Simulator;
 let pg: PostgresServer;
@@ -35,13 +35,6 @@ afterAll(async () => {
   await pg?.stop().catch(() => {});
   rmSync(dir, { recursive: true, force: true });
 });
-
-const chatOnce = (url: string, key: string) =>
-  fetch(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }] }),
-  });
 
 describe('stopping while the database is unreachable', () => {
   it('without a usable spill directory, retries the usage writes until the deadline, then says how many records are lost and exits 1', async () => {

@@ -5,7 +5,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, startPostgres } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ADMIN_TOKEN, eventually } from './helpers/gateway.js';
-import { type GatewayProcess, spawnGateway } from './helpers/process.js';
+import { chatOnce, type GatewayProcess, spawnGateway } from './helpers/process.js';
 
 let sim: Simulator;
 let pg: PostgresServer;
@@ -24,13 +24,6 @@ afterAll(async () => {
   await pg?.stop().catch(() => {});
   rmSync(dir, { recursive: true, force: true });
 });
-
-const chatOnce = (url: string, key: string) =>
-  fetch(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }] }),
-  });
 
 describe('two gateways sharing GW_DATA_DIR and PostgreSQL', () => {
   it('stores the records one of them left on disk when it stopped during an outage, without it being started again', async () => {

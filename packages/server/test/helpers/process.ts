@@ -63,3 +63,12 @@ export function runGatewayToExit(env: Record<string, string>): Promise<{ code: n
     }),
   );
 }
+
+/** One short chat completion of the demo catalogue's `mistral/small` to a gateway at `url` (a spawned one), with `key`. */
+export function chatOnce(url: string, key: string): Promise<Response> {
+  return fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }] }),
+  });
+}
