@@ -18,26 +18,29 @@ export interface PlanResult<T> {
   attempts: Attempt[];
 }
 
+export interface PlanWalk {
+  /**
+   * Asked again before each offer after a failure: one that left the plans since this one was made (its circuit
+   * opened, its provider asked to wait, another request probes it) is skipped, as a plan made now would.
+   */
+  health?: Pick<OfferStatsView, 'available' | 'remainingMs'>;
+  /** Asked before each offer after a failure; false ends the walk there with that failure. */
+  mayFailOver?: () => Promise<boolean>;
+  /**
+   * Every offer the plan was made from (the model's, those a request's fields left in; default the plan), read only
+   * when offers were skipped and all failed, to say when the first of them is back.
+   */
+  offers?: readonly Offer[];
+}
+
 /**
  * Walks the plan: each offer in turn until one answers. Only provider
  * faults (connect, timeout, 5xx, 429) and a body over one host's size
  * limit (413) move on; a request the provider refuses as invalid is the
  * client's error and is not retried elsewhere.
- * `health` is asked again before each offer after a failure: one that left the
- * plans since this one was made (its circuit opened, its provider asked to
- * wait, another request probes it) is skipped, as a plan made now would.
- * `mayFailOver`, asked before each offer after a failure, can end the walk
- * there with that failure. `offers`: every offer the plan was made from (the
- * model's, those a request's fields left in), read only when offers were
- * skipped and all failed, to say when the first of them is back.
  */
-export async function executePlan<T>(
-  plan: Offer[],
-  call: (offer: Offer) => Promise<T>,
-  health?: Pick<OfferStatsView, 'available' | 'remainingMs'>,
-  mayFailOver?: () => Promise<boolean>,
-  offers: readonly Offer[] = plan,
-): Promise<PlanResult<T>> {
+export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Promise<T>, walk: PlanWalk = {}): Promise<PlanResult<T>> {
+  const { health, mayFailOver, offers = plan } = walk;
   if (plan.length === 0) throw new GatewayError('no_healthy_provider', 'No EU provider is available for this model right now.', { retryAfterS: 5 });
   const attempts: Attempt[] = [];
   let lastError: UpstreamError | null = null;

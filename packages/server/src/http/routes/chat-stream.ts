@@ -84,9 +84,7 @@ export async function startStream(
           throw err;
         }
       }),
-    options.stats,
-    undefined,
-    args.offers,
+    { health: options.stats, offers: args.offers },
   ).catch((err: unknown) => {
     gone.disarm();
     // A stream that would have outlived its client never began: it is recorded as the client's leaving, as any other.

@@ -93,9 +93,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
         return executePlan(
           plan,
           (offer) => callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
-          options.stats,
-          undefined,
-          servable.offers,
+          { health: options.stats, offers: servable.offers },
         );
       });
       const billed = bill(services, request, done.offer, done.value, upstream);

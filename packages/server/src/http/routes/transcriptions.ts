@@ -121,9 +121,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
     return executePlan(
       plan,
       (offer) => callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
-      options.stats,
-      undefined,
-      model.offers,
+      { health: options.stats, offers: model.offers },
     );
   });
   const billed = bill(request, done.offer, done.value);
