@@ -87,7 +87,7 @@ function chat(ctx: HandlerCtx, deployment: string | null, dated: boolean): Reply
   if (dated && isRecord(body) && body['stream_options'] !== undefined && version < '2024-09-01-preview') {
     return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Unrecognized request argument supplied: stream_options' } };
   }
-  const bad = checkChat(body, ctx.provider, deployment) ?? untypedToolCall(body) ?? assistantPartType(body);
+  const bad = checkChat(body, ctx.provider, deployment) ?? emptyTools(body) ?? untypedToolCall(body) ?? assistantPartType(body);
   if (bad) return { type: 'error', error: bad };
   const f = ctx.fault;
   if (f?.kind === 'content_filter' && f.on === 'prompt') return promptFiltered();
@@ -102,6 +102,17 @@ function chat(ctx: HandlerCtx, deployment: string | null, dated: boolean): Reply
     },
     deployment,
   );
+}
+
+/** OpenAI's API (Azure's with it) refuses an empty `tools` list: at least one tool, or none of the key. */
+function emptyTools(body: unknown): ErrorSpec | null {
+  if (!isRecord(body) || !Array.isArray(body['tools']) || body['tools'].length > 0) return null;
+  return {
+    status: 400,
+    kind: 'bad_request',
+    message: "Invalid 'tools': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+    param: 'tools',
+  };
 }
 
 /**

@@ -59,6 +59,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       // OpenAI's deprecated functions API goes to every provider as its tools API; answered as asked (legacy-functions.ts).
       const functions = body['functions'] !== undefined;
       if (functions || (seen & FUNCTION_MESSAGES) !== 0 || body['function_call'] !== undefined) toToolsApi(body);
+      if (body.tools?.length === 0) dropEmptyTools(body);
       const cap = completionCap(body);
       if (cap !== undefined && cap.tokens > model.context_window) {
         const message = `'${cap.field}' is ${cap.tokens}, more than the ${model.context_window}-token context window of '${model.id}'.`;
@@ -238,6 +239,16 @@ function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
       param,
     });
   }
+}
+
+/**
+ * `tools: []` (or `functions: []`, sent as tools) gives no tool: as absent, it is not sent. OpenAI's API (Azure's) refuses
+ * the empty list (400 `empty_array`, "[] is too short - 'tools'") where vLLM hosts and Mistral take it, so the request
+ * worked or not depending on where it was routed. A `tool_choice` of `auto` or `none` then asks nothing and goes with it.
+ */
+function dropEmptyTools(body: ChatBody & ChatCompletionRequest): void {
+  body.tools = undefined;
+  if (body.tool_choice === 'auto' || body.tool_choice === 'none') body.tool_choice = undefined;
 }
 
 /** 2^63: int64's ends as a double reads them (schema's `seed`). */
