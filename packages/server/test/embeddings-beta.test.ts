@@ -185,6 +185,18 @@ describe('variant B through the gateway: 500 requests and 200,000 tokens per min
     expect(chat.headers.get('x-ratelimit-remaining')).toBe('53');
   }, 30_000);
 
+  it('requests a key’s spent budget refuses (402) take none of its workspace’s allowance: another key of it is still served', async () => {
+    const ws = await solo.admin<{ id: string }>('POST', '/workspaces', { name: `beta budget ${Math.random()}` });
+    const spent = await solo.createKey({ workspaceId: ws.body.id, rateLimitRpm: 100_000, budget: 0 });
+    const other = await solo.createKey({ workspaceId: ws.body.id, rateLimitRpm: 100_000 });
+    // A client retrying its 402s (or a loop that does not read them) a full allowance's worth of times.
+    const refused = await burst(500, () => embed(solo.baseB, spent.key));
+    expect(new Set(refused)).toEqual(new Set([402]));
+    const sdk = new OpenAI({ apiKey: other.key, baseURL: solo.baseB, maxRetries: 0 });
+    const { data } = await sdk.embeddings.create({ model: 'mistral/embed', input: 'x', encoding_format: 'float' });
+    expect(data[0]?.embedding).toHaveLength(1024);
+  }, 60_000);
+
   it('inputs larger together than the whole minute’s tokens are a 400, not a 429 a client would retry forever', async () => {
     const key = await workspaceKey(solo);
     // 25 texts each just within mistral-embed's context of 8,192 tokens: 204,750 tokens.

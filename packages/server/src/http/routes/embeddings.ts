@@ -87,8 +87,10 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
       const signal = keyedRequestSignal(services, request, reply);
       let settleBeta: ((tokens: number) => Promise<void>) | null = null;
       try {
-        settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, reply, input, model.context_window) : null;
         await reserveBudget(services, request, Math.max(0, ...plan.map((o) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000)));
+        // Admitted to the beta's window only once the budget lets the request go upstream: a key's 402s take none of the
+        // workspace's allowance. A hold taken for a request the window refuses is released when its 429 is answered.
+        settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, reply, input, model.context_window) : null;
         const upstream: EmbeddingsRequest = {
           input,
           ...(body.dimensions == null ? {} : { dimensions: body.dimensions }),
