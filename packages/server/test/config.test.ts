@@ -724,6 +724,50 @@ describe('config file', () => {
     }
   }, 60_000);
 
+  it('a YAML config whose provider is written from another’s anchor with a merge key (<<: *alpha) starts and routes to it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-merge-'));
+    const sim = await startSimulator({ latencyScale: 0 });
+    const yaml = `
+providers:
+  - &alpha
+    id: alpha
+    type: openai
+    baseUrl: ${sim.providers.scaleway.baseUrl}
+    apiKey: \${ALPHA_API_KEY}
+    region: fr-par
+  - <<: *alpha
+    id: beta
+    region: fr-par-2
+models:
+  - id: mistral/small
+    kind: chat
+    owned_by: mistral
+    offers:
+      - provider: alpha
+        upstreamModel: mistral-small-3.2-24b-instruct-2506
+        pricing: &price { prompt_per_1m: 0.20, completion_per_1m: 0.60, currency: EUR }
+      - { provider: beta, upstreamModel: mistral-small-3.2-24b-instruct-2506, pricing: *price }
+`;
+    writeFileSync(join(dir, 'gw.yaml'), yaml);
+    const gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.yaml'), GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: sim.providers.scaleway.apiKey });
+    try {
+      const key = /shown once, keep it\): (gw_live_\S+)/.exec(gw.output())?.[1];
+      const res = await fetch(`${gw.url}/alt/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'beta' },
+        body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+      });
+      expect([res.status, res.headers.get('x-gateway-provider'), res.headers.get('x-gateway-region')]).toEqual([200, 'beta', 'fr-par-2']);
+      // The merged key, substituted as the anchor's own: the simulator refuses a wrong one.
+      expect(sim.providers.scaleway.stats().last?.headers.authorization).toBe(`Bearer ${sim.providers.scaleway.apiKey}`);
+    } finally {
+      gw.child.kill('SIGTERM');
+      await gw.exited;
+      await sim.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('SIGHUP stops the gateway cleanly, as SIGTERM does (Node would exit at once, dropping what is in flight)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-hup-'));
     const gw = await spawnGateway({ GW_DATA_DIR: join(dir, 'data') });

@@ -123,7 +123,9 @@ function at(value: unknown, pointer: string): unknown {
  * A warning is refused as an error is.
  */
 function parseYamlStrictly(text: string): unknown {
-  const doc = parseDocument(text);
+  // Merge keys (`<<: *defaults`), as Compose, Kubernetes tools and most YAML readers take them: YAML 1.2 left them out,
+  // and without this a provider written from another's anchor was refused as having a field named '<<'.
+  const doc = parseDocument(text, { merge: true });
   const problem = doc.errors[0] ?? doc.warnings[0];
   if (problem) throw problem;
   return doc.toJS();
