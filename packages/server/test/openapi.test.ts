@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { validate } from '@scalar/openapi-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let gw: TestGateway;
 beforeAll(async () => {
@@ -65,6 +65,26 @@ describe('OpenAPI 3.1', () => {
     expect(generic).toEqual([]);
     const chat = (doc.paths['/v1/chat/completions'] as { post: { responses: Record<string, { description: string }> } }).post;
     expect(chat.responses['200']?.description).toBe('The answer to: chat completion, streaming optional.');
+  });
+
+  it('documents as optional a body the route takes none of (POST /admin/v1/keys, every field optional), and as required one with required fields', async () => {
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, { requestBody?: { required?: boolean } }>>;
+    };
+    const required = (method: string, path: string) => doc.paths[path]?.[method]?.requestBody?.required;
+    expect(required('post', '/admin/v1/keys')).toBe(false);
+    // As documented: no body at all makes a key.
+    const res = await fetch(`${gw.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(res.status).toBe(201);
+    for (const [method, path] of [
+      ['post', '/admin/v1/workspaces'],
+      ['patch', '/admin/v1/keys/{id}'],
+      ['patch', '/admin/v1/workspaces/{id}'],
+      ['post', '/v1/chat/completions'],
+      ['post', '/alt/v1/embeddings'],
+    ] as const) {
+      expect([method, path, required(method, path)]).toEqual([method, path, true]);
+    }
   });
 
   it('documents each variant with its own error codes', async () => {

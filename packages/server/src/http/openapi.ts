@@ -30,9 +30,31 @@ export function openApiRoutes(app: FastifyInstance): void {
   let doc: unknown;
   // Built once, on first request: every route is registered by then.
   const handler = async () => {
-    doc ??= describeSuccesses(documentErrors(documentHeaders(structuredClone(app.swagger()) as Parameters<typeof documentHeaders>[0])));
+    doc ??= optionalBodies(describeSuccesses(documentErrors(documentHeaders(structuredClone(app.swagger()) as Parameters<typeof documentHeaders>[0]))));
     return doc;
   };
   app.get('/openapi.json', { schema: { hide: true } }, handler);
   app.get('/dashboard/openapi.json', { schema: { hide: true } }, handler);
+}
+
+interface BodySchema {
+  required?: unknown[];
+  minProperties?: number;
+}
+
+/**
+ * The generator marks every body required, as Fastify's schema would have it; the admin routes take none where each
+ * field is optional (POST /admin/v1/keys reads no body as `{}`), so a client built from the document may leave it out.
+ */
+function optionalBodies<D>(doc: D): D {
+  const paths = (doc as { paths?: Record<string, Record<string, { requestBody?: { required?: boolean; content?: Record<string, { schema?: BodySchema }> } }>> })
+    .paths;
+  for (const ops of Object.values(paths ?? {})) {
+    for (const op of Object.values(ops)) {
+      const body = op.requestBody;
+      const schema = body?.content?.['application/json']?.schema;
+      if (body && schema && !schema.required?.length && !schema.minProperties) body.required = false;
+    }
+  }
+  return doc;
 }
