@@ -7,6 +7,7 @@ import type { GatewayFileConfig } from '@gw/schema';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import { ApiKeyAuthenticator } from './auth/api-keys.js';
+import { rootSecret } from './auth/root-secret.js';
 import { WorkspaceCache } from './auth/workspace-cache.js';
 import { ConfigError, type GatewayConfig } from './config/index.js';
 import { GatewayError } from './errors/gateway-error.js';
@@ -197,7 +198,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   });
   // The operator's own secrets are taken out of every log line and message, as the providers' keys are
   // (connection URLs' passwords are masked where a URL is shown: withoutPassword).
-  for (const s of [config.adminToken, config.secret]) registerSecret(s ?? undefined);
+  // GW_SECRET, or the one the first start generated and kept in the store, which every instance sharing it then reads.
+  const secret = await rootSecret(store, config.secret);
+  for (const s of [config.adminToken, secret]) registerSecret(s ?? undefined);
   const adapters = new Map<string, ProviderAdapter>();
   for (const p of catalogue.providers) {
     registerSecret(p.apiKey);
@@ -281,6 +284,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const services: Services = {
     config,
     version: gatewayVersion(),
+    secret,
     store,
     registry,
     rebuildRegistry,

@@ -19,6 +19,8 @@ import type { UpstreamCalls } from './upstream-call.js';
 export interface Services {
   config: GatewayConfig;
   version: string;
+  /** The root secret (GW_SECRET, else generated on the first start and kept in the store): the key of what the gateway signs. */
+  secret: string;
   store: Store;
   registry: ModelRegistry;
   /** The admin API's rebuild: this instance's, and every other instance sharing Redis told to rebuild too. */
