@@ -1,13 +1,14 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { PAGE_SIZE } from './patterns.js';
+import { PAGE_SIZE, VISIBLE_NAME } from './patterns.js';
 
 // EUR; the store keeps 12 digits before the decimal point (numeric(24, 12)).
 const Money = Type.Number({ minimum: 0, exclusiveMaximum: 1e12 });
 const ModelId = Type.String({ minLength: 1, maxLength: 200 });
+const Name = Type.String({ minLength: 1, maxLength: 200, pattern: VISIBLE_NAME });
 
 export const CreateWorkspaceBody = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: 200 }),
+    name: Name,
     enabledModels: Type.Optional(Type.Union([Type.Array(ModelId), Type.Null()])),
     budget: Type.Optional(Type.Union([Money, Type.Null()])),
   },
@@ -17,7 +18,7 @@ export type CreateWorkspaceBody = Static<typeof CreateWorkspaceBody>;
 
 export const PatchWorkspaceBody = Type.Object(
   {
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    name: Type.Optional(Name),
     enabledModels: Type.Optional(Type.Union([Type.Array(ModelId), Type.Null()])),
     budget: Type.Optional(Type.Union([Money, Type.Null()])),
   },
@@ -36,7 +37,7 @@ export const Workspace = Type.Object({
 export const CreateKeyBody = Type.Object(
   {
     // null is none, as the answers show it (and as left out).
-    name: Type.Optional(Type.Union([Type.String({ minLength: 1, maxLength: 200 }), Type.Null()])),
+    name: Type.Optional(Type.Union([Name, Type.Null()])),
     workspaceId: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Null()])),
     rateLimitRpm: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
     budget: Type.Optional(Type.Union([Money, Type.Null()])),

@@ -10,6 +10,9 @@ export const LANGUAGE_CODE = '^[A-Za-z]{2,3}$';
  */
 export const OPENAI_NAME = '^[a-zA-Z0-9_-]{1,64}$';
 
+/** A name an operator gives a workspace or key: something other than white space, which lists would show as blank. */
+export const VISIBLE_NAME = '\\S';
+
 /** A key of `logit_bias`: a token id of the model's tokenizer, as OpenAI's API takes it. */
 export const TOKEN_ID = '^[0-9]{1,10}$';
 
@@ -19,4 +22,5 @@ export const PATTERN_MEANINGS: Readonly<Record<string, string>> = {
   [LANGUAGE_CODE]: "must be the language's ISO-639-1 code, such as 'fr' or 'en'",
   [OPENAI_NAME]: 'must be 1 to 64 letters, digits, underscores or dashes (no spaces, dots or other characters)',
   [TOKEN_ID]: 'must have token ids as its keys (whole numbers, such as "50256")',
+  [VISIBLE_NAME]: 'must hold something other than white space',
 };

@@ -158,6 +158,23 @@ describe('admin API', () => {
     expect([whole.status, whole.body.name]).toEqual([201, 'a😀b']);
   });
 
+  it('refuses a name of white space only, which lists would show as blank, with a 400 naming the field', async () => {
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'kept' });
+    const tries: [string, string, unknown][] = [
+      ['POST', '/workspaces', { name: '   ' }],
+      ['POST', '/keys', { name: '\t\n' }],
+      ['PATCH', `/workspaces/${ws.body.id}`, { name: '\u00a0\u3000' }],
+    ];
+    for (const [method, path, body] of tries) {
+      const res = await gw.admin<{ error: { code: string; param: string; message: string } }>(method, path, body);
+      expect([path, res.status, res.body.error.code, res.body.error.param]).toEqual([path, 400, 'validation_error', 'name']);
+      expect(res.body.error.message).toContain('must hold something other than white space');
+    }
+    const padded = await gw.admin<{ name: string }>('POST', '/keys', { name: ' ci runner ' });
+    expect([padded.status, padded.body.name]).toEqual([201, ' ci runner ']);
+    expect((await gw.admin<{ name: string }>('GET', `/workspaces/${ws.body.id}`)).body.name).toBe('kept');
+  });
+
   it('routes without a body take an empty one labelled application/json; an all-optional body may be left out', async () => {
     const { id } = await gw.createKey();
     const send = (path: string) =>
