@@ -218,6 +218,39 @@ describe('resume across instances sharing Redis', () => {
     }
   }, 30_000);
 
+  it('a resume its instance’s shutdown ended leaves the shared buffer as it was: the rest is resumed elsewhere after more than the delivered linger, the stream still running', async () => {
+    const draining = await startGateway({ sim, redisUrl: redis.url, databaseUrl, env: { GW_SHUTDOWN_TIMEOUT_MS: '1000' } });
+    // About 20 s of stream: it still runs when the resume elsewhere comes, past the 10 s a delivered stream keeps.
+    sim.providers.scaleway?.configure({ chunkGapMs: 100, answerTokens: 200 });
+    try {
+      const { key } = await one.createKey({ rateLimitRpm: 1000 });
+      const long = { ...body, max_tokens: 200, stream_options: { include_usage: true } };
+      const controller = new AbortController();
+      const res = await streamRequest(one.baseA, key, long, { 'X-Gateway-Provider': 'scaleway' }, controller.signal);
+      const requestId = res.headers.get('x-request-id') as string;
+      const head = await readSse(res, 3);
+      controller.abort();
+      const resumed = await streamRequest(draining.baseA, key, long, { 'Last-Event-ID': head[2]?.id as string });
+      const closing = draining.gateway.close();
+      const middle = await readSse(resumed);
+      await closing;
+      expect((JSON.parse(middle.at(-1)?.data ?? '{}') as { error?: { code: string } }).error?.code).toBe('service_unavailable');
+      // That answer ended without the stream's end: its buffer was let go 10 s later, and the resume below met a hole
+      // ("missing events 12 to 111") where the stream's events had expired while it ran on.
+      await new Promise((r) => setTimeout(r, (DELIVERED_LINGER_S + 1) * 1000));
+      const relayed = middle.filter((e) => e.id);
+      const rest = await readSse(await streamRequest(two.baseA, key, long, { 'Last-Event-ID': (relayed.at(-1) ?? head[2])?.id as string }));
+      const ids = [...head, ...relayed, ...rest].map((e) => e.id);
+      expect(ids).toEqual(ids.map((_, i) => `${requestId}:${i + 1}`));
+      expect(rest.at(-1)?.data).toBe('[DONE]');
+      await eventually(async () => expect(await usage(one, requestId)).toHaveLength(1));
+    } finally {
+      sim.providers.scaleway?.reset();
+      sim.providers.scaleway?.configure({ chunkGapMs: 15 });
+      await draining.close().catch(() => {});
+    }
+  }, 60_000);
+
   it('with Redis gone, a stream is resumed from the instance relaying it; a stream it cannot look up is a 503 to retry, not a 500', async () => {
     const own = await startRedis();
     const gw = await startGateway({ sim, redisUrl: own.url });

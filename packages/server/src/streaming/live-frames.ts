@@ -38,6 +38,9 @@ const WRITE_MAX_CHARS = 16 * 1024;
  */
 export class LiveFrames extends Readable {
   private next: number;
+  /** Where this client's reading began: it was sent the stream's last event only if it read past it. */
+  private readonly from: number;
+  private endSent = false;
   /** Bytes of event data read from the session (how far behind this client is, for the memory bound). */
   private readBytes = 0;
   private wanting = false;
@@ -61,6 +64,7 @@ export class LiveFrames extends Readable {
   ) {
     super({ highWaterMark: 16 * 1024 });
     this.next = afterSeq;
+    this.from = afterSeq;
     if (afterSeq > 0) this.readBytes = session.bytesThrough(afterSeq);
     this.unsubscribe = session.subscribe(
       () => this.flush(),
@@ -71,6 +75,14 @@ export class LiveFrames extends Readable {
       if (this.wanting) this.wanting = this.write(SSE_HEARTBEAT);
     }, heartbeatMs);
     this.heartbeat.unref();
+  }
+
+  /**
+   * This response carried the stream's own last event (`[DONE]` or its error): its client has the stream whole. Not
+   * so for one resumed at or past the end (sent nothing), nor one cut short by the memory bound's event.
+   */
+  get sentEnd(): boolean {
+    return this.endSent;
   }
 
   /** The response this stream is piped to, to write to its socket directly. */
@@ -150,6 +162,7 @@ export class LiveFrames extends Readable {
     }
     if (!this.stopped && this.session.ended) {
       if (this.next >= log.length) {
+        this.endSent = this.next > this.from;
         this.stop();
         if (this.owned) this.owned.end();
         else this.push(null);
@@ -170,6 +183,8 @@ export class LiveFrames extends Readable {
   private cutOff(cut: CutOff): void {
     if (this.stopped) return;
     const behind = this.next < cut.end;
+    // Not behind: it had read the log to the end its stream was given before the log went.
+    this.endSent = !behind && this.next > this.from;
     this.stop();
     if (behind) this.write(sseData(clientEventData(cut.event, this.variant)));
     if (this.owned) this.owned.end();

@@ -17,7 +17,7 @@ import { LiveFrames } from '../../streaming/live-frames.js';
 import { StreamEndedByGateway, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
-import type { StreamMeta } from '../../streaming/types.js';
+import { type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
@@ -220,14 +220,24 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   // Another instance's stream: read from the shared buffer until the client goes.
   const abort = new AbortController();
   reply.raw.once('close', () => abort.abort());
-  const events = services.streams.follow(parsed.streamId, parsed.seq, abort.signal);
+  const end = { seen: false };
+  const events = noteEnd(services.streams.follow(parsed.streamId, parsed.seq, abort.signal), end);
   return sendFrames(
     services,
     request,
     reply,
     parsed.streamId,
     Readable.from(sseFrames(events, parsed.streamId, includeUsage(body), heartbeatMs, request.gw.variant), { objectMode: false }),
+    end,
   );
+}
+
+/** The events as they come, `end.seen` set once the stream's own last event passed (not an error event of the gateway's). */
+async function* noteEnd(events: AsyncIterable<StreamEvent>, end: { seen: boolean }): AsyncGenerator<StreamEvent> {
+  for await (const e of events) {
+    if (e.seq !== SYNTHETIC_SEQ && (e.kind === 'done' || e.kind === 'error')) end.seen = true;
+    yield e;
+  }
 }
 
 /**
@@ -251,10 +261,15 @@ async function sharedMeta(services: Services, streamId: string): Promise<StreamM
 
 const META_PATIENCE_MS = 3_000;
 
-function sendFrames(services: Services, request: FastifyRequest, reply: FastifyReply, streamId: string, frames: Readable) {
+/** `end`: for frames read from the shared buffer, whether they held the stream's own last event. */
+function sendFrames(services: Services, request: FastifyRequest, reply: FastifyReply, streamId: string, frames: Readable, end?: { seen: boolean }) {
   streamHeaders(reply);
-  // 'finish': the whole stream, its last event included, went to the client's socket.
-  reply.raw.once('finish', () => services.streams.delivered(streamId));
+  // 'finish' with the stream's last event among the frames: the client has it whole, its buffer can go soon. An answer
+  // that ended otherwise (an error event of the gateway's: this instance shutting down, the relaying one gone; or
+  // nothing, resumed past the end) is resumed again, maybe while the stream still runs, and keeps the buffer as it is.
+  reply.raw.once('finish', () => {
+    if (frames instanceof LiveFrames ? frames.sentEnd : end?.seen === true) services.streams.delivered(streamId);
+  });
   if (frames instanceof LiveFrames && writesItself(request)) {
     // What the onSend hooks would do: an idempotency claim (settled there) takes the path below instead.
     setAnswerHeaders(services, request, reply);
