@@ -181,6 +181,80 @@ describe('config file', () => {
     }
   });
 
+  it("refuses a rerank or audio offer on Cohere's OpenAI compatibility API, which no request could use, and takes its chat and embeddings", () => {
+    // An openai-type entry at Cohere's compatibility API (by its host, or vendor: cohere behind a proxy). Cohere's
+    // native model list names its rerank and transcription models, so such an offer was listed and then failed
+    // every request: transcriptions as Cohere's 400 (it answers json only and requires a language; the adapter asks
+    // verbose_json), reranks at a path the API does not have.
+    const catalogue = (baseUrl: string, kind: string, extra = '') => `
+providers:
+  - id: cohere-compat
+    type: openai
+    baseUrl: ${baseUrl}
+    apiKey: \${ALPHA_API_KEY}
+    region: eu${extra}
+  - id: voxtral
+    type: mistral
+    baseUrl: https://api.mistral.ai/v1
+    region: eu
+models:
+  - id: test/model
+    kind: ${kind}
+    owned_by: cohere
+    offers:
+      - provider: cohere-compat
+        upstreamModel: some-model
+        pricing: { prompt_per_1m: 0.20, completion_per_1m: 0.60, currency: EUR }
+`;
+    const env = { ALPHA_API_KEY: 'k' };
+    for (const host of ['https://api.cohere.ai/compatibility/v1', 'https://api.cohere.com/compatibility/v1']) {
+      expect(() => parseConfigText(catalogue(host, 'audio'), 'gw.yaml', env)).toThrowError(
+        /^Invalid configuration in gw\.yaml at \/models\/0\/offers\/0\/provider: expected a provider that serves audio models \(cohere-compat is Cohere's OpenAI compatibility API \(told by the host of its baseUrl\), whose transcriptions answer response_format json only, .* require a language, which a request may leave out; these do: voxtral\)$/,
+      );
+      expect(() => parseConfigText(catalogue(host, 'rerank'), 'gw.yaml', env)).toThrowError(
+        /at \/models\/0\/offers\/0\/provider: expected a provider that serves rerank models \(cohere-compat is Cohere's OpenAI compatibility API \(told by the host of its baseUrl\), which has no rerank call \(Cohere's rerank is its native API: a provider of type cohere at https:\/\/api\.cohere\.com\)\)$/,
+      );
+      for (const kind of ['chat', 'embedding']) expect(parseConfigText(catalogue(host, kind), 'gw.yaml', env).models[0]?.kind).toBe(kind);
+    }
+    // Behind a proxy the entry's vendor says which API it is.
+    const proxy = 'http://127.0.0.1:9/cohere';
+    expect(() => parseConfigText(catalogue(proxy, 'audio', '\n    vendor: cohere'), 'gw.yaml', env)).toThrowError(
+      /serves audio models \(cohere-compat is Cohere's OpenAI compatibility API \(vendor: cohere\), whose transcriptions/,
+    );
+    expect(() => parseConfigText(catalogue(proxy, 'rerank', '\n    vendor: cohere'), 'gw.yaml', env)).toThrowError(
+      /\(vendor: cohere\), which has no rerank call/,
+    );
+    // The same offers on any other OpenAI-compatible host (Scaleway's rerank and transcriptions, a vLLM server) start.
+    for (const [url, extra] of [
+      [proxy, ''],
+      ['https://api.scaleway.ai/v1', ''],
+      [proxy, '\n    vendor: scaleway'],
+    ] as const) {
+      for (const kind of ['rerank', 'audio']) expect(parseConfigText(catalogue(url, kind, extra), 'gw.yaml', env).models[0]?.kind).toBe(kind);
+    }
+  });
+
+  it("an audio offer on Cohere's OpenAI compatibility API stops the start with exit code 2, naming the offer and why, where every transcription was a 400 blamed on the client", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-unservable-'));
+    try {
+      const file = join(dir, 'gw.yaml');
+      const config = good
+        .replace('http://127.0.0.1:9101/v1', 'https://api.cohere.ai/compatibility/v1')
+        .replace('kind: chat', 'kind: audio')
+        .replace('currency: EUR }', 'currency: EUR, per_unit: 0.0001 }');
+      writeFileSync(file, config);
+      const { code, output } = await runGatewayToExit({ GW_CONFIG: file, GW_DATA_DIR: join(dir, 'data'), ALPHA_API_KEY: 'sk-alpha-S3cretKey' });
+      expect(code).toBe(2);
+      expect(output).toContain(
+        `Invalid configuration in ${file} at /models/0/offers/0/provider: expected a provider that serves audio models (alpha is Cohere's OpenAI compatibility API (told by the host of its baseUrl), whose transcriptions answer response_format json only`,
+      );
+      expect(output).not.toContain('S3cretKey');
+      expect(output).not.toContain('listening on');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('reads a JSON file saved with a byte order mark', () => {
     const json = JSON.stringify(parseConfigText(good, 'gw.yaml', { ALPHA_API_KEY: 'k' }));
     expect(parseConfigText(`\uFEFF${json}`, 'gw.json', {}).models[0]?.id).toBe('mistral/small');

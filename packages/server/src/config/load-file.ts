@@ -1,10 +1,11 @@
 import { closeSync, openSync, readSync } from 'node:fs';
-import { type GatewayFileConfig, KINDS_BY_PROVIDER_TYPE } from '@gw/schema';
+import type { GatewayFileConfig, ProviderConfig } from '@gw/schema';
 import { Value } from '@sinclair/typebox/value';
 import { parseDocument } from 'yaml';
 import { ConfigError } from './config-error.js';
 import { FileConfigSchema } from './file-schema.js';
 import { headerUnsafe } from './header-safe.js';
+import { unservable } from './servable.js';
 
 /** A reference, or `$${`: a literal `${`, as compose files escape it (a key or URL that holds those two characters). */
 const REFERENCE = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
@@ -194,11 +195,11 @@ function meantProperty(given: string, known: string[]): string {
 
 function checkReferences(config: GatewayFileConfig, file: string): void {
   const ids = new Set<string>();
-  const types = new Map<string, GatewayFileConfig['providers'][number]['type']>();
+  const byId = new Map<string, ProviderConfig>();
   config.providers.forEach((p, i) => {
     if (ids.has(p.id)) throw new ConfigError(file, `/providers/${i}/id`, `a unique provider id (${p.id} repeats)`);
     ids.add(p.id);
-    types.set(p.id, p.type);
+    byId.set(p.id, p);
     const unsendable = p.apiKey === undefined ? null : headerUnsafe(p.apiKey);
     if (unsendable !== null) throw new ConfigError(file, `/providers/${i}/apiKey`, `a key a request header can carry, without ${unsendable}`);
     checkBaseUrl(p.baseUrl, file, `/providers/${i}/baseUrl`);
@@ -242,13 +243,15 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
           `no per_unit here (${m.id} is of kind ${m.kind}, billed by prompt_per_1m and completion_per_1m; per_unit prices rerank search units and audio seconds)`,
         );
       }
-      const type = types.get(o.provider) as keyof typeof KINDS_BY_PROVIDER_TYPE;
-      if (!KINDS_BY_PROVIDER_TYPE[type].includes(m.kind)) {
-        const serving = config.providers.filter((p) => KINDS_BY_PROVIDER_TYPE[p.type].includes(m.kind)).map((p) => p.id);
+      // An offer its provider can never serve was a 400 blamed on the client (or an outage) on every request.
+      const provider = byId.get(o.provider) as ProviderConfig;
+      const why = unservable(provider, m.kind);
+      if (why !== null) {
+        const serving = config.providers.filter((p) => unservable(p, m.kind) === null).map((p) => p.id);
         throw new ConfigError(
           file,
           `/models/${i}/offers/${j}/provider`,
-          `a provider that serves ${m.kind} models (${o.provider} is of type ${type}, which serves ${KINDS_BY_PROVIDER_TYPE[type].join(', ')}${serving.length ? `; these do: ${serving.join(', ')}` : ''})`,
+          `a provider that serves ${m.kind} models (${o.provider} is ${why}${serving.length ? `; these do: ${serving.join(', ')}` : ''})`,
         );
       }
     });
