@@ -57,6 +57,7 @@ export function providerDef(id: ProviderId, opts: { latencyScale: number; apiKey
       reasoningStyle: p.reasoningStyle,
       asyncContentFilter: id === 'azure',
       answerTokens: null,
+      toolCallFragments: false,
     },
   };
 }

@@ -145,4 +145,9 @@ export interface ProviderSettings {
   asyncContentFilter: boolean;
   /** Pad chat answers to this many content tokens (long streams for benchmarks); null = short natural answers. */
   answerTokens: number | null;
+  /**
+   * Mistral: stream tool calls in fragments (the continuations with the placeholder id "null", told apart by their
+   * `index`), as Mistral serves some models, instead of each call whole in one chunk without `index`.
+   */
+  toolCallFragments: boolean;
 }

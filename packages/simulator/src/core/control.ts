@@ -19,7 +19,7 @@ export interface Controllable {
   reset(): void;
 }
 
-const SETTING_KEYS = new Set(['latencyMs', 'ttftMs', 'chunkGapMs', 'reasoningStyle', 'asyncContentFilter', 'answerTokens']);
+const SETTING_KEYS = new Set(['latencyMs', 'ttftMs', 'chunkGapMs', 'reasoningStyle', 'asyncContentFilter', 'answerTokens', 'toolCallFragments']);
 
 export async function handleControl(p: Controllable, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
   const method = req.method ?? 'GET';

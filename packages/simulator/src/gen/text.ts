@@ -18,7 +18,8 @@ export interface ChatPlan {
   reasoning: string[];
   /** Answer pieces; their concatenation is the answer text. */
   content: string[];
-  toolCall: ToolCallPlan | null;
+  /** The tool calls the answer makes, in order (none for a text answer). */
+  toolCalls: ToolCallPlan[];
   finishReason: FinishReason;
   completionTokens: number;
 }
@@ -31,6 +32,8 @@ export interface ChatInput {
   maxTokens?: number | undefined;
   tools?: unknown;
   toolChoice?: unknown;
+  /** The request's `parallel_tool_calls`: false keeps the answer to one call. */
+  parallelToolCalls?: unknown;
   responseFormat?: unknown;
   stop?: unknown;
   /** Pad the answer to this many pieces (see ProviderSettings.answerTokens). */
@@ -91,17 +94,15 @@ export function planChat(input: ChatInput): ChatPlan {
   // `auto` calls a tool only to answer the user; `required` or a named function forces a call on every turn, after a
   // tool result too, as the providers do (an agent loop with a forced choice never gets text).
   const forced = input.toolChoice === 'required' || isRecord(input.toolChoice);
-  const tool = lastRole === 'user' || forced ? pickTool(input.tools, input.toolChoice, userText) : null;
-  if (tool && left > 0) {
-    const args = JSON.stringify(sample(tool.parameters, words, 0));
-    const toolCall = { name: tool.name, arguments: args };
+  const toolCalls = lastRole === 'user' || forced ? planToolCalls(input, userText, words) : [];
+  if (toolCalls.length > 0 && left > 0) {
     return {
       promptTokens: promptTokens(messages),
       reasoning: reasoningKept,
       content: [],
-      toolCall,
+      toolCalls,
       finishReason: 'tool_calls',
-      completionTokens: reasoningKept.length + tokensOf(args),
+      completionTokens: reasoningKept.length + toolCalls.reduce((n, c) => n + tokensOf(c.arguments), 0),
     };
   }
 
@@ -131,7 +132,7 @@ export function planChat(input: ChatInput): ChatPlan {
     promptTokens: promptTokens(messages),
     reasoning: reasoningKept,
     content,
-    toolCall: null,
+    toolCalls: [],
     finishReason,
     completionTokens: reasoningKept.length + content.length,
   };
@@ -178,13 +179,54 @@ interface ToolDef {
   parameters: unknown;
 }
 
-function pickTool(tools: unknown, choice: unknown, userText: string): ToolDef | null {
-  if (!Array.isArray(tools) || tools.length === 0 || choice === 'none') return null;
+/**
+ * The calls an answer makes: parallel calls when the user's message names tools two or more times (one call per
+ * mention, in order, the same tool again for each of its mentions, each call's strings taken from the words after its
+ * mention), unless `parallel_tool_calls` is false or `tool_choice` names one function; else the one call of pickTool.
+ */
+function planToolCalls(input: ChatInput, userText: string, words: string[]): ToolCallPlan[] {
+  const defs = toolDefs(input.tools);
+  if (defs.length === 0 || input.toolChoice === 'none') return [];
+  if (input.parallelToolCalls !== false && !isRecord(input.toolChoice)) {
+    const mentions = mentionsOf(defs, userText);
+    if (mentions.length >= 2) {
+      return mentions.map((m, i) => {
+        const after = wordsOf(userText.slice(m.end, mentions[i + 1]?.at ?? userText.length)).slice(0, 10);
+        return { name: m.def.name, arguments: JSON.stringify(sample(m.def.parameters, after, 0)) };
+      });
+    }
+  }
+  const tool = pickTool(defs, input.toolChoice, userText);
+  return tool ? [{ name: tool.name, arguments: JSON.stringify(sample(tool.parameters, words, 0)) }] : [];
+}
+
+function toolDefs(tools: unknown): ToolDef[] {
   const defs: ToolDef[] = [];
+  if (!Array.isArray(tools)) return defs;
   for (const t of tools) {
     const fn = isRecord(t) ? t['function'] : undefined;
-    if (isRecord(fn) && typeof fn['name'] === 'string') defs.push({ name: fn['name'], parameters: fn['parameters'] });
+    if (isRecord(fn) && typeof fn['name'] === 'string' && fn['name'] !== '') defs.push({ name: fn['name'], parameters: fn['parameters'] });
   }
+  return defs;
+}
+
+/** Where the text names a tool (its name, or with spaces for underscores), in order; a longer name wins where two overlap. */
+function mentionsOf(defs: ToolDef[], text: string): { def: ToolDef; at: number; end: number }[] {
+  const lower = text.toLowerCase();
+  const found: { def: ToolDef; at: number; end: number }[] = [];
+  for (const def of defs) {
+    const name = def.name.toLowerCase();
+    for (const form of new Set([name, name.replaceAll('_', ' ')])) {
+      for (let at = lower.indexOf(form); at >= 0; at = lower.indexOf(form, at + form.length)) found.push({ def, at, end: at + form.length });
+    }
+  }
+  found.sort((a, b) => a.at - b.at || b.end - a.end);
+  const kept: typeof found = [];
+  for (const m of found) if (m.at >= (kept.at(-1)?.end ?? 0)) kept.push(m);
+  return kept;
+}
+
+function pickTool(defs: ToolDef[], choice: unknown, userText: string): ToolDef | null {
   if (isRecord(choice)) {
     const fn = choice['function'];
     const name = isRecord(fn) ? fn['name'] : undefined;

@@ -52,6 +52,7 @@ export function mistralChat(ctx: HandlerCtx): Reply {
       maxTokens: Number.isFinite(maxTokens) ? maxTokens : undefined,
       tools: body['tools'],
       toolChoice: body['tool_choice'] === 'any' ? 'required' : body['tool_choice'],
+      parallelToolCalls: body['parallel_tool_calls'],
       responseFormat: body['response_format'],
       stop: body['stop'],
       padTo: ctx.provider.settings.answerTokens,
@@ -67,9 +68,9 @@ export function mistralChat(ctx: HandlerCtx): Reply {
   // Mistral's tool calls carry no `type` (its schema defaults it, and its answers leave it out), streamed or not.
   const choices = plans.map((plan) => ({
     plan,
-    toolCalls: plan.toolCall ? [{ id: alnum(9), function: { name: plan.toolCall.name, arguments: plan.toolCall.arguments }, index: 0 }] : null,
+    toolCalls: plan.toolCalls.length > 0 ? plan.toolCalls.map((tc, index) => ({ id: alnum(9), function: { ...tc }, index })) : null,
   }));
-  if (body['stream'] === true) return streamReply({ choices, id, created, model, usage });
+  if (body['stream'] === true) return streamReply({ choices, id, created, model, usage, fragments: ctx.provider.settings.toolCallFragments });
 
   const out = choices.map(({ plan, toolCalls }, index) => {
     const text = plan.content.join('');
@@ -82,15 +83,27 @@ export function mistralChat(ctx: HandlerCtx): Reply {
 const thinkChunk = (text: string): Record<string, unknown> => ({ type: 'thinking', thinking: [{ type: 'text', text }] });
 
 interface StreamInput {
-  choices: { plan: ChatPlan; toolCalls: unknown[] | null }[];
+  choices: { plan: ChatPlan; toolCalls: MistralCall[] | null }[];
   id: string;
   created: number;
   model: string;
   usage: Record<string, number>;
+  fragments: boolean;
 }
 
-/** One choice's deltas: thinking arrays, the transition array, plain strings, then its whole tool call. */
-function choiceDeltas(plan: ChatPlan, toolCalls: unknown[] | null): Record<string, unknown>[] {
+interface MistralCall {
+  id: string;
+  function: { name: string; arguments: string };
+  index: number;
+}
+
+/**
+ * One choice's deltas: thinking arrays, the transition array, plain strings, then its tool calls: each whole in a
+ * delta of its own and without `index` (Mistral's API); or, with `fragments`, each as a first fragment with its id,
+ * name and wire index, then its arguments in fragments whose id is the placeholder "null" and whose name is empty,
+ * told apart only by their `index` (as Mistral streams some models' calls).
+ */
+function choiceDeltas(plan: ChatPlan, toolCalls: MistralCall[] | null, fragments: boolean): Record<string, unknown>[] {
   const deltas: Record<string, unknown>[] = [];
   for (const r of plan.reasoning) deltas.push({ content: [thinkChunk(r)] });
   const content = [...plan.content];
@@ -104,7 +117,18 @@ function choiceDeltas(plan: ChatPlan, toolCalls: unknown[] | null): Record<strin
     });
   }
   for (const c of content) deltas.push({ content: c });
-  if (toolCalls) deltas.push({ tool_calls: toolCalls });
+  for (const { index, ...call } of toolCalls ?? []) {
+    if (!fragments) {
+      deltas.push({ tool_calls: [call] });
+      continue;
+    }
+    const args = call.function.arguments;
+    deltas.push({ tool_calls: [{ id: call.id, function: { name: call.function.name, arguments: '' }, index }] });
+    const third = Math.max(1, Math.ceil(args.length / 3));
+    for (let i = 0; i < args.length; i += third) {
+      deltas.push({ tool_calls: [{ id: 'null', function: { name: '', arguments: args.slice(i, i + third) }, index }] });
+    }
+  }
   if (deltas.length === 0) deltas.push({ content: '' });
   return deltas;
 }
@@ -122,7 +146,7 @@ function streamReply(s: StreamInput): Reply {
     choices: [{ index, delta, finish_reason: finish }],
     usage: null,
   });
-  const perChoice = s.choices.map(({ plan, toolCalls }) => choiceDeltas(plan, toolCalls));
+  const perChoice = s.choices.map(({ plan, toolCalls }) => choiceDeltas(plan, toolCalls, s.fragments));
   const events: SseEvent[] = s.choices.map((_, index) => ({ data: chunk(index, { role: 'assistant', content: '' }) }));
   for (let round = 0; perChoice.some((ds) => round < ds.length); round++) {
     perChoice.forEach((ds, index) => {

@@ -108,12 +108,13 @@ function planFor(body: Record<string, unknown>, f: ChatFlavor, model: string, ch
     maxTokens: typeof max === 'number' ? max : room,
     tools: body['tools'],
     toolChoice: body['tool_choice'],
+    parallelToolCalls: body['parallel_tool_calls'],
     responseFormat: body['response_format'],
     stop: body['stop'],
     padTo: f.provider.settings.answerTokens,
     choice,
   });
-  if (f.azure?.filterCompletion && plan.toolCall === null) {
+  if (f.azure?.filterCompletion && plan.toolCalls.length === 0) {
     return { ...plan, content: plan.content.slice(0, Math.ceil(plan.content.length / 2)), finishReason: 'stop' };
   }
   return plan;
@@ -124,11 +125,11 @@ function thinkPieces(plan: ChatPlan): string[] {
   return plan.reasoning.length === 0 ? plan.content : ['<think>\n', ...plan.reasoning, '\n</think>\n\n', ...plan.content];
 }
 
-/** One of the answer's choices: its plan, how it ends, its tool call's id, and its content tokens' logprobs when asked. */
+/** One of the answer's choices: its plan, how it ends, its tool calls' ids, and its content tokens' logprobs when asked. */
 interface ChoicePlan {
   plan: ChatPlan;
   finish: string;
-  toolCallId: string;
+  toolCallIds: string[];
   logprobs: TokenLogprob[] | null;
 }
 
@@ -140,9 +141,9 @@ export function chatReply(body: Record<string, unknown>, f: ChatFlavor, model: s
   const choices: ChoicePlan[] = [];
   for (let i = 0; i < choiceCount(body); i++) {
     const plan = planFor(body, f, model, i);
-    const finish = f.azure?.filterCompletion && plan.toolCall === null ? 'content_filter' : plan.finishReason;
+    const finish = f.azure?.filterCompletion && plan.toolCalls.length === 0 ? 'content_filter' : plan.finishReason;
     const logprobs = top === null ? null : tokenLogprobs(contentPieces(plan, style), top);
-    choices.push({ plan, finish, toolCallId: `call_${alnum(24)}`, logprobs });
+    choices.push({ plan, finish, toolCallIds: plan.toolCalls.map(() => `call_${alnum(24)}`), logprobs });
   }
   const id = `chatcmpl-${alnum(29)}`;
   const created = nowSeconds();
@@ -173,19 +174,20 @@ function logprobsObject(content: TokenLogprob[], f: ChatFlavor): Record<string, 
   return f.azure ? { content, refusal: null } : { content };
 }
 
-function wholeChoice({ plan, finish, toolCallId, logprobs }: ChoicePlan, index: number, style: ReasoningStyle, f: ChatFlavor): Record<string, unknown> {
+function wholeChoice({ plan, finish, toolCallIds, logprobs }: ChoicePlan, index: number, style: ReasoningStyle, f: ChatFlavor): Record<string, unknown> {
   const text = contentPieces(plan, style).join('');
-  const message: Record<string, unknown> = { role: 'assistant', content: plan.toolCall && text === '' ? null : text };
+  const message: Record<string, unknown> = { role: 'assistant', content: plan.toolCalls.length > 0 && text === '' ? null : text };
   if (f.vllm) message['refusal'] = null;
   if (plan.reasoning.length > 0 && style !== 'think_tags') {
     message[style === 'reasoning' ? 'reasoning' : 'reasoning_content'] = plan.reasoning.join('');
   }
   if (f.azure) message['refusal'] = null;
-  message['tool_calls'] = plan.toolCall
-    ? [{ id: toolCallId, type: 'function', function: { name: plan.toolCall.name, arguments: plan.toolCall.arguments } }]
-    : f.azure
-      ? undefined
-      : [];
+  message['tool_calls'] =
+    plan.toolCalls.length > 0
+      ? plan.toolCalls.map((tc, i) => ({ id: toolCallIds[i], type: 'function', function: { name: tc.name, arguments: tc.arguments } }))
+      : f.azure
+        ? undefined
+        : [];
   const choice: Record<string, unknown> = { index, message, logprobs: logprobs ? logprobsObject(logprobs, f) : null, finish_reason: finish };
   if (f.azure) choice['content_filter_results'] = filterResults(finish === 'content_filter');
   return choice;
@@ -261,8 +263,11 @@ interface ChoiceDelta {
   logprob?: TokenLogprob | undefined;
 }
 
-/** One choice's deltas: its role, its reasoning, its content (one token each, with its logprob), its tool call in fragments. */
-function choiceDeltas({ plan, toolCallId, logprobs }: ChoicePlan, style: ReasoningStyle, azure: boolean): ChoiceDelta[] {
+/**
+ * One choice's deltas: its role, its reasoning, its content (one token each, with its logprob), then each tool call in
+ * fragments keyed by its index, the first with its id, type and name (OpenAI's and vLLM's form).
+ */
+function choiceDeltas({ plan, toolCallIds, logprobs }: ChoicePlan, style: ReasoningStyle, azure: boolean): ChoiceDelta[] {
   const deltas: ChoiceDelta[] = [];
   const add = (delta: Record<string, unknown>, logprob?: TokenLogprob): void => {
     deltas.push({ delta, logprob });
@@ -272,13 +277,12 @@ function choiceDeltas({ plan, toolCallId, logprobs }: ChoicePlan, style: Reasoni
   if (style !== 'think_tags') for (const r of plan.reasoning) add({ [reasoningKey]: r });
   const pieces = contentPieces(plan, style);
   for (let i = 0; i < pieces.length; i++) add({ content: pieces[i] }, logprobs?.[i]);
-  const tc = plan.toolCall;
-  if (tc) {
-    add({ tool_calls: [{ index: 0, id: toolCallId, type: 'function', function: { name: tc.name, arguments: '' } }] });
+  plan.toolCalls.forEach((tc, index) => {
+    add({ tool_calls: [{ index, id: toolCallIds[index], type: 'function', function: { name: tc.name, arguments: '' } }] });
     const third = Math.max(1, Math.ceil(tc.arguments.length / 3));
     for (let i = 0; i < tc.arguments.length; i += third) {
-      add({ tool_calls: [{ index: 0, function: { arguments: tc.arguments.slice(i, i + third) } }] });
+      add({ tool_calls: [{ index, function: { arguments: tc.arguments.slice(i, i + third) } }] });
     }
-  }
+  });
   return deltas;
 }
