@@ -3,6 +3,7 @@ import { streamErrorEvent } from '../error-status.js';
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { mapFinishReason, mapToolCalls } from '../openai-shape.js';
 import { isStreamErrorObject, SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
+import { hasToolCallDeltas, StreamToolCalls } from '../tool-call-index.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 import { cleanUsage, splitContent } from './chat.js';
 import { mistralMessage } from './errors.js';
@@ -11,18 +12,21 @@ import { mistralMessage } from './errors.js';
  * Mistral's stream as normalised chunks: thinking content arrays become
  * `delta.reasoning_content`, the usage that rides on the last content
  * chunk is split into its own `choices: []` chunk, `model_length` becomes
- * `length`, and an error object mid-stream (Mistral's own shape, without
- * an `error` key) or an end without `[DONE]` throws.
+ * `length`, tool calls are numbered across the stream (tool-call-index.ts),
+ * and an error object mid-stream (Mistral's own shape, without an `error`
+ * key) or an end without `[DONE]` throws.
  */
 export function mistralChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatStream {
   const provider = http.providerId;
+  let toolCalls: StreamToolCalls | null = null;
   return sseChunkStream(http, body, (event) => {
     if (event.data === '[DONE]') return SSE_DONE;
     const raw = parse(provider, event.data);
     if (event.event === 'error' || isStreamErrorObject(raw)) {
       throw streamErrorEvent(provider, mistralMessage(raw), raw);
     }
-    return mapMistralChunk(provider, raw);
+    if (toolCalls === null && hasToolCallDeltas(raw['choices'])) toolCalls = new StreamToolCalls();
+    return mapMistralChunk(provider, raw, toolCalls);
   });
 }
 
@@ -36,14 +40,14 @@ function parse(provider: string, data: string): Record<string, unknown> {
   throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
 }
 
-export function mapMistralChunk(provider: string, raw: Record<string, unknown>): ChatChunk[] {
+export function mapMistralChunk(provider: string, raw: Record<string, unknown>, toolCalls: StreamToolCalls | null): ChatChunk[] {
   const base = {
     id: typeof raw['id'] === 'string' ? raw['id'] : '',
     object: 'chat.completion.chunk' as const,
     created: typeof raw['created'] === 'number' ? raw['created'] : Math.floor(Date.now() / 1000),
     model: String(raw['model'] ?? ''),
   };
-  const choices = Array.isArray(raw['choices']) ? raw['choices'].map((c) => mapDeltaChoice(provider, c)) : [];
+  const choices = Array.isArray(raw['choices']) ? raw['choices'].map((c) => mapDeltaChoice(provider, c, toolCalls)) : [];
   const usage = cleanUsage(raw['usage']);
   if (choices.length === 0) return [{ ...base, choices, usage }];
   // Mistral sends the last delta (a whole tool call, or the last words) with its finish_reason; OpenAI ends a
@@ -67,7 +71,7 @@ interface DeltaChoice {
   finish_reason: ReturnType<typeof mapFinishReason>;
 }
 
-function mapDeltaChoice(provider: string, choice: unknown): DeltaChoice {
+function mapDeltaChoice(provider: string, choice: unknown, toolCalls: StreamToolCalls | null): DeltaChoice {
   const c = (choice ?? {}) as { index?: unknown; delta?: Record<string, unknown>; finish_reason?: unknown };
   const delta: Record<string, unknown> = { ...(c.delta ?? {}) };
   if (Array.isArray(delta['content'])) {
@@ -76,19 +80,10 @@ function mapDeltaChoice(provider: string, choice: unknown): DeltaChoice {
     if (reasoning) delta['reasoning_content'] = reasoning;
     if (content) delta['content'] = content;
   }
-  if (delta['tool_calls'] !== undefined) delta['tool_calls'] = withStreamIndex(mapToolCalls(delta['tool_calls']));
-  return { index: c.index ?? 0, delta, finish_reason: mapFinishReason(provider, c.finish_reason ?? null) };
-}
-
-/**
- * Streamed tool calls as OpenAI's clients read them: each with its `index`
- * (Mistral's schema lets it out, default 0; its calls come whole, one per
- * position) and `type: "function"`.
- */
-function withStreamIndex(calls: unknown): unknown {
-  if (!Array.isArray(calls)) return calls;
-  return calls.map((call, i) => {
-    const c = (call ?? {}) as Record<string, unknown>;
-    return { ...c, index: typeof c['index'] === 'number' ? c['index'] : i, type: c['type'] ?? 'function' };
-  });
+  const index = c.index ?? 0;
+  // Each call with its own index across the stream (Mistral's leave it out, or repeat 0 for every call) and a type.
+  const calls = delta['tool_calls'];
+  if (Array.isArray(calls) && toolCalls !== null)
+    delta['tool_calls'] = toolCalls.index(typeof index === 'number' ? index : 0, mapToolCalls(calls) as unknown[]);
+  return { index, delta, finish_reason: mapFinishReason(provider, c.finish_reason ?? null) };
 }

@@ -6,6 +6,7 @@ import { upstreamErrorMessage } from '../http-client.js';
 import { isOpenAiFinishReason, mapFinishReason, mapToolCalls } from '../openai-shape.js';
 import { isStreamErrorObject, SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
 import { ThinkTagSplitter } from '../think-tags.js';
+import { hasToolCallDeltas, StreamToolCalls } from '../tool-call-index.js';
 import type { ChatChunk, ChatStream } from '../types.js';
 
 /**
@@ -15,7 +16,8 @@ import type { ChatChunk, ChatStream } from '../types.js';
  * `error` key, or vLLM's `"object": "error"`, which it follows with
  * `[DONE]`) or an end
  * without `[DONE]` fails the stream; reasoning a model writes between
- * `<think>` tags in its content becomes `reasoning_content`.
+ * `<think>` tags in its content becomes `reasoning_content`; tool calls a
+ * host does not key by their own `index` are numbered (tool-call-index.ts).
  */
 export function openAiChunkStream(http: UpstreamHttp, body: UpstreamBody): ChatStream {
   return sseChunkStream(http, body, openAiDecoder(http.providerId));
@@ -26,6 +28,8 @@ export function openAiDecoder(provider: string): SseDecoder {
   // The last chunk's identity (not the chunk: a stream would keep it for its whole life), for what a splitter still
   // holds at [DONE] (a stream whose choices gave no finish reason).
   let last: { id: unknown; created: unknown; model: unknown } | null = null;
+  // Made at the stream's first tool-call delta.
+  let toolCalls: StreamToolCalls | null = null;
   const decode: SseDecoder = (event) => {
     if (event.data === '[DONE]') return SSE_DONE;
     let parsed: RawChunk;
@@ -42,7 +46,12 @@ export function openAiDecoder(provider: string): SseDecoder {
     }
     const split = splitThinkTags(parsed, thinking);
     if (last === null || last.id !== parsed.id) last = { id: parsed.id, created: parsed.created, model: parsed.model };
-    if (split !== null || !alreadyNormal(parsed)) return normalise(provider, split ?? parsed);
+    let indexed: RawChunk | null = null;
+    if (toolCalls !== null || hasToolCallDeltas(parsed.choices)) {
+      toolCalls ??= new StreamToolCalls();
+      indexed = indexToolCalls(split ?? parsed, toolCalls);
+    }
+    if (indexed !== null || split !== null || !alreadyNormal(parsed)) return normalise(provider, indexed ?? split ?? parsed);
     // Passed on as it came: relayed as the provider wrote it (only the model name is rewritten).
     parsed.usage ??= null;
     return [keepWireText(parsed, event.data)];
@@ -110,6 +119,22 @@ function splitThinkTags(raw: RawChunk, thinking: Map<number, ThinkTagSplitter>):
     if (out.reasoning !== '') delta['reasoning_content'] = `${(c?.delta?.['reasoning_content'] as string | undefined) ?? ''}${out.reasoning}`;
     choices ??= [...(raw.choices as unknown[])];
     choices[at] = { ...c, delta };
+  }
+  return choices === null ? null : { ...raw, choices };
+}
+
+/** The chunk with its tool calls numbered across the stream, or null when every call already came so (vLLM's, OpenAI's). */
+function indexToolCalls(raw: RawChunk, toolCalls: StreamToolCalls): RawChunk | null {
+  if (!Array.isArray(raw.choices)) return null;
+  let choices: unknown[] | null = null;
+  for (let at = 0; at < raw.choices.length; at++) {
+    const c = raw.choices[at] as { index?: unknown; delta?: Record<string, unknown> | null } | null;
+    const calls = c?.delta?.['tool_calls'];
+    if (!Array.isArray(calls)) continue;
+    const indexed = toolCalls.index(typeof c?.index === 'number' ? c.index : 0, calls);
+    if (indexed === calls) continue;
+    choices ??= [...raw.choices];
+    choices[at] = { ...c, delta: { ...c?.delta, tool_calls: indexed } };
   }
   return choices === null ? null : { ...raw, choices };
 }
