@@ -47,8 +47,37 @@ ${FREEING_STAMP}
 return {count, first, now}
 `;
 
+// Requests let through while Redis could not be reached, written to the window once it answers (KEYS: the window;
+// ARGV: window ms, the instance's clock when sent, then stamp and request id pairs in that clock). A stamp is moved
+// to Redis's clock by the difference of the two clocks; one that has aged out is left out. A request id already
+// there (a count sent before the outage and run when Redis woke) is only moved to its stamp: never counted twice.
+const CATCH_UP = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[1])
+local shift = now - tonumber(ARGV[2])
+for i = 3, #ARGV, 2 do
+  local at = tonumber(ARGV[i]) + shift
+  if at > now - window then redis.call('ZADD', KEYS[1], math.min(at, now), ARGV[i + 1]) end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], window) end
+return 1
+`;
+
+/** A request let through unenforced, still to be written to the shared window. */
+interface Unwritten {
+  keyId: string;
+  at: number;
+  requestId: string;
+}
+
 type WindowCommand = (key: string, window: number, limit: number, member: string) => Promise<[number, number, number, number]>;
 type PeekCommand = (key: string, window: number, limit: number) => Promise<[number, number, number]>;
+type CatchUpCommand = (key: string, window: number, sentAt: number, ...stampsAndIds: (number | string)[]) => Promise<number>;
+
+/** How often an instance that let requests through unenforced tries to write them while Redis is away. */
+const CATCH_UP_RETRY_MS = 1000;
+const CATCH_UP_BATCH = 1000;
 
 export class RedisWindowLimiter implements RateLimiter {
   private readonly breaker = new CircuitBreaker(1000);
@@ -57,6 +86,15 @@ export class RedisWindowLimiter implements RateLimiter {
    * count these rather than claim a fresh window (docs/decisions.md). Made on the first failure.
    */
   private estimate: MemoryWindowLimiter | null = null;
+  /**
+   * The requests let through unenforced in the last window, oldest first from `unwrittenHead`, until they are written
+   * to the shared window: until then this instance does not enforce, since the window would not hold them (a client
+   * let through during an outage would be admitted the whole limit again). Null when nothing is owed.
+   */
+  private unwritten: Unwritten[] | null = null;
+  private unwrittenHead = 0;
+  private catchingUp = false;
+  private catchUpTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly redis: Redis,
@@ -64,10 +102,15 @@ export class RedisWindowLimiter implements RateLimiter {
   ) {
     redis.defineCommand('gwSlidingWindow', { numberOfKeys: 1, lua: SCRIPT });
     redis.defineCommand('gwSlidingWindowPeek', { numberOfKeys: 1, lua: PEEK });
+    redis.defineCommand('gwSlidingWindowCatchUp', { numberOfKeys: 1, lua: CATCH_UP });
+    // Every instance writes what it let through as soon as Redis is back, not at its next request: until all have,
+    // the window lacks some, and a request another instance decides could be admitted over the limit.
+    // A connection just made ready has had its answer: the breaker, open from the outage, need not be waited for.
+    redis.on('ready', () => void this.catchUp(true));
   }
 
   async peek(keyId: string, limit: number): Promise<LimitDecision> {
-    if (this.redis.status !== 'ready' || this.breaker.probing || !this.breaker.allow()) return this.failOpen(keyId, limit, false);
+    if (this.redis.status !== 'ready' || this.unwritten !== null || this.breaker.probing || !this.breaker.allow()) return this.failOpen(keyId, limit, null);
     try {
       const run = (this.redis as unknown as { gwSlidingWindowPeek: PeekCommand }).gwSlidingWindowPeek;
       const [count, oldest, now] = await run.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, limit);
@@ -75,25 +118,32 @@ export class RedisWindowLimiter implements RateLimiter {
       return windowDecision(count < limit, count, limit, oldest, now, this.windowMs);
     } catch {
       this.breaker.failure();
-      return this.failOpen(keyId, limit, false);
+      return this.failOpen(keyId, limit, null);
     }
   }
 
   async hit(keyId: string, limit: number, requestId: string): Promise<LimitDecision> {
-    if (this.redis.status !== 'ready') return this.failOpen(keyId, limit, true);
+    if (this.redis.status !== 'ready') return this.failOpen(keyId, limit, requestId);
+    if (this.unwritten !== null) {
+      // Back from an outage: what was let through is written first (the write is the trial call), in the background.
+      void this.catchUp();
+      return this.failOpen(keyId, limit, requestId);
+    }
     if (this.breaker.probing) {
       // After a failure, the trial call runs in the background: no request waits on a Redis that may still hang.
       this.breaker.allow();
       void this.run(keyId, limit, requestId, false);
-      return this.failOpen(keyId, limit, true);
+      return this.failOpen(keyId, limit, requestId);
     }
-    if (!this.breaker.allow()) return this.failOpen(keyId, limit, true);
+    if (!this.breaker.allow()) return this.failOpen(keyId, limit, requestId);
     return this.run(keyId, limit, requestId, true);
   }
 
-  /** Stops the estimate's sweeper. */
+  /** Stops the estimate's sweeper and the catch-up's retries. */
   close(): void {
     this.estimate?.close();
+    if (this.catchUpTimer !== null) clearTimeout(this.catchUpTimer);
+    this.catchUpTimer = null;
   }
 
   /** `answers`: the decision is the request's (a background trial's is not, and must not count it twice). */
@@ -105,17 +155,87 @@ export class RedisWindowLimiter implements RateLimiter {
       return windowDecision(allowed === 1, count, limit, oldest, now, this.windowMs);
     } catch {
       this.breaker.failure();
-      return this.failOpen(keyId, limit, answers);
+      // A background trial's request was let through and kept by the hit that started it.
+      return this.failOpen(keyId, limit, answers ? requestId : null);
+    }
+  }
+
+  /**
+   * Writes the requests let through unenforced to the shared window, one script call per key, all sent together.
+   * One at a time; while Redis is away, retried every {@link CATCH_UP_RETRY_MS}. Requests let through while it runs
+   * are kept for the next round. `answered`: Redis has just answered (a new connection), so its breaker is not asked.
+   */
+  private async catchUp(answered = false): Promise<void> {
+    const log = this.unwritten;
+    if (log === null || this.catchingUp || this.redis.status !== 'ready' || !(answered || this.breaker.allow())) return this.retryCatchUpLater();
+    this.catchingUp = true;
+    const sentAt = Date.now();
+    this.dropAged(sentAt);
+    const sent = log.length;
+    // Per key, in calls of at most CATCH_UP_BATCH requests (a busy key's outage can hold a great many).
+    const byKey = new Map<string, (number | string)[]>();
+    const calls: [string, (number | string)[]][] = [];
+    for (let i = this.unwrittenHead; i < sent; i++) {
+      const u = log[i] as Unwritten;
+      let args = byKey.get(u.keyId);
+      if (args === undefined || args.length >= CATCH_UP_BATCH * 2) {
+        args = [];
+        byKey.set(u.keyId, args);
+        calls.push([u.keyId, args]);
+      }
+      args.push(u.at, u.requestId);
+    }
+    try {
+      const write = (this.redis as unknown as { gwSlidingWindowCatchUp: CatchUpCommand }).gwSlidingWindowCatchUp;
+      await Promise.all(calls.map(([keyId, args]) => write.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, sentAt, ...args)));
+      this.breaker.success();
+      if (log.length === sent) this.unwritten = null;
+      else this.unwrittenHead = sent;
+    } catch {
+      this.breaker.failure();
+    } finally {
+      this.catchingUp = false;
+    }
+    if (this.unwritten !== null) this.retryCatchUpLater();
+  }
+
+  private retryCatchUpLater(): void {
+    if (this.unwritten === null || this.catchUpTimer !== null) return;
+    this.catchUpTimer = setTimeout(() => {
+      this.catchUpTimer = null;
+      void this.catchUp();
+    }, CATCH_UP_RETRY_MS);
+    this.catchUpTimer.unref();
+  }
+
+  /** Forgets the requests let through more than a window ago: the shared window would not hold them any more. */
+  private dropAged(now: number): void {
+    const log = this.unwritten;
+    if (log === null) return;
+    while (this.unwrittenHead < log.length && (log[this.unwrittenHead] as Unwritten).at <= now - this.windowMs) this.unwrittenHead++;
+    if (this.unwrittenHead > 1024 && this.unwrittenHead * 2 > log.length) {
+      log.splice(0, this.unwrittenHead);
+      this.unwrittenHead = 0;
     }
   }
 
   /**
    * A request let through unenforced (SPEC: fail-open). Its remaining and reset are this instance's own window of
-   * such requests, counted when `count` (a hit), since the shared window cannot be read.
+   * such requests, counted when it is a hit (`requestId`), since the shared window cannot be read; a hit is kept to
+   * be written to the shared window once Redis answers.
    */
-  private failOpen(keyId: string, limit: number, count: boolean): LimitDecision {
+  private failOpen(keyId: string, limit: number, requestId: string | null): LimitDecision {
     this.estimate ??= new MemoryWindowLimiter(Date.now, this.windowMs);
-    const d = count ? this.estimate.hitSync(keyId, limit) : this.estimate.peek(keyId, limit);
+    if (requestId !== null) {
+      const at = Date.now();
+      if (this.unwritten === null) {
+        this.unwritten = [];
+        this.unwrittenHead = 0;
+      } else if (!this.catchingUp) this.dropAged(at);
+      this.unwritten.push({ keyId, at, requestId });
+      this.retryCatchUpLater();
+    }
+    const d = requestId !== null ? this.estimate.hitSync(keyId, limit) : this.estimate.peek(keyId, limit);
     d.allowed = true;
     d.enforced = false;
     return d;
