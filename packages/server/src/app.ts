@@ -10,6 +10,7 @@ import { ApiKeyAuthenticator } from './auth/api-keys.js';
 import { rootSecret } from './auth/root-secret.js';
 import { WorkspaceCache } from './auth/workspace-cache.js';
 import { ConfigError, type GatewayConfig } from './config/index.js';
+import { entryWarnings } from './config/provider-entry.js';
 import { GatewayError } from './errors/gateway-error.js';
 import { sendError } from './http/errors.js';
 import { checkBeforeContinue } from './http/expect-continue.js';
@@ -235,6 +236,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   );
   // A rerank or audio offer priced as INTERFACES.md shows (tokens only) is billed by its token prices: the operator is told how.
   for (const o of tokenPricedOffers(catalogue)) app.log.warn({ model: o.model, provider: o.provider }, o.message);
+  // A provider entry most likely wrong (a base URL without /v1, with Cohere's /v2 in it) is told now, not as its outage.
+  for (const w of entryWarnings(catalogue)) app.log.warn({ provider: w.provider }, w.message);
   const firstRebuild = await registry.rebuild();
   // A configured model no provider lists answers as an unknown one: the operator is told which, once each time it changes.
   let unlisted = '';

@@ -196,6 +196,7 @@ providers:
   - id: voxtral
     type: mistral
     baseUrl: https://api.mistral.ai/v1
+    apiKey: \${ALPHA_API_KEY}
     region: eu
 models:
   - id: test/model

@@ -5,6 +5,7 @@ import { parseDocument } from 'yaml';
 import { ConfigError } from './config-error.js';
 import { FileConfigSchema } from './file-schema.js';
 import { headerUnsafe } from './header-safe.js';
+import { refusedEntry } from './provider-entry.js';
 import { unservable } from './servable.js';
 
 /** A reference, or `$${`: a literal `${`, as compose files escape it (a key or URL that holds those two characters). */
@@ -200,9 +201,11 @@ function checkReferences(config: GatewayFileConfig, file: string): void {
     if (ids.has(p.id)) throw new ConfigError(file, `/providers/${i}/id`, `a unique provider id (${p.id} repeats)`);
     ids.add(p.id);
     byId.set(p.id, p);
+    checkBaseUrl(p.baseUrl, file, `/providers/${i}/baseUrl`);
+    const refused = refusedEntry(p);
+    if (refused !== null) throw new ConfigError(file, `/providers/${i}/${refused.field}`, refused.expected);
     const unsendable = p.apiKey === undefined ? null : headerUnsafe(p.apiKey);
     if (unsendable !== null) throw new ConfigError(file, `/providers/${i}/apiKey`, `a key a request header can carry, without ${unsendable}`);
-    checkBaseUrl(p.baseUrl, file, `/providers/${i}/baseUrl`);
     // Every answer of variant B carries it in X-Gateway-Region: one a header cannot hold (an en dash pasted from a
     // document) started, and then failed every such request with a 500 after the provider was called.
     if (!HEADER_TEXT.test(p.region))
