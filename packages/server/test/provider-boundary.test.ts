@@ -1,0 +1,226 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { IncomingHttpHeaders, IncomingMessage, Server, ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ModelConfig } from '@gw/schema';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ADMIN_TOKEN } from './helpers/gateway.js';
+import { type GatewayProcess, spawnGateway } from './helpers/process.js';
+import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
+
+/**
+ * What crosses the gateway between a client and a provider: the headers each side sent (never passed to the
+ * other), a provider's redirect (never followed), and what a provider's error says of the gateway's own account
+ * there (its organisation, its limits), which is the operator's to read in the log, not the client's.
+ */
+const PROVIDER_KEY = 'host-provider-key-6b1f0c9e2d7a';
+const ORG = 'org-Q7w8E9r0T1y2U3i4O5p6A7s8';
+const PROJECT = 'proj_Z1x2C3v4B5n6M7q8W9e0R1t2';
+
+/** Headers a provider's answers carry about its account and its servers, none of the client's business. */
+const PROVIDER_HEADERS = {
+  'set-cookie': '__cf_bm=provider-session-cookie; path=/; HttpOnly',
+  'openai-organization': ORG,
+  'openai-project': PROJECT,
+  'apim-request-id': '5e0c1d2b-aaaa-bbbb-cccc-0123456789ab',
+  'x-ratelimit-limit-requests': '30000',
+  'x-ratelimit-remaining-tokens': '149984',
+  server: 'nginx/1.25.3',
+  via: '1.1 provider-edge-7',
+  'x-powered-by': 'Express',
+};
+
+type Answer = (req: IncomingMessage, res: ServerResponse, body: string) => void;
+
+/** The answer to the next chat request the host receives (a plain completion when unset), and the headers it saw. */
+let next: Answer | null = null;
+let seen: IncomingHttpHeaders[] = [];
+/** A second host, which a redirect points to: it must never be called. */
+let elsewhere: IncomingHttpHeaders[] = [];
+
+function completion(res: ServerResponse, stream: boolean): void {
+  if (stream) {
+    res.writeHead(200, { 'content-type': 'text/event-stream', ...PROVIDER_HEADERS });
+    const chunk = (delta: unknown, finish: string | null) =>
+      `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    res.end(`${chunk({ role: 'assistant', content: 'Bonjour' }, null)}${chunk({}, 'stop')}data: [DONE]\n\n`);
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'application/json', ...PROVIDER_HEADERS });
+  res.end(
+    JSON.stringify({
+      id: 'c1',
+      object: 'chat.completion',
+      created: 1,
+      model: 'm',
+      choices: [{ index: 0, message: { role: 'assistant', content: 'Bonjour' }, finish_reason: 'stop' }],
+      usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+    }),
+  );
+}
+
+function host(req: IncomingMessage, res: ServerResponse, body: string): void {
+  if (req.method === 'GET') {
+    answerModelList(res, ['m']);
+    return;
+  }
+  seen.push(req.headers);
+  const answer = next;
+  next = null;
+  if (answer) answer(req, res, body);
+  else completion(res, (JSON.parse(body) as { stream?: boolean }).stream === true);
+}
+
+/** A provider error in OpenAI's envelope, with the account headers. */
+function providerError(status: number, message: string, headers: Record<string, string> = {}): Answer {
+  return (_req, res) => {
+    res.writeHead(status, { 'content-type': 'application/json', ...PROVIDER_HEADERS, ...headers });
+    res.end(JSON.stringify({ error: { message, type: 'requests', code: status === 429 ? 'rate_limit_exceeded' : null, param: null } }));
+  };
+}
+
+const MODEL: ModelConfig = {
+  id: 'edge/m',
+  kind: 'chat',
+  owned_by: 'test',
+  context_window: 8000,
+  capabilities: ['streaming'],
+  offers: [{ provider: 'host', upstreamModel: 'm', pricing: { prompt_per_1m: 1, completion_per_1m: 2, currency: 'EUR' } }],
+};
+
+let upstream: Server;
+let other: Server;
+let otherUrl: string;
+let proc: GatewayProcess;
+let dir: string;
+let key: string;
+
+beforeAll(async () => {
+  const started = await startRawUpstream(host);
+  upstream = started.server;
+  const second = await startRawUpstream((req, res) => {
+    elsewhere.push(req.headers);
+    completion(res, false);
+  });
+  other = second.server;
+  otherUrl = second.baseUrl;
+  dir = mkdtempSync(join(tmpdir(), 'gw-provider-boundary-'));
+  writeFileSync(
+    join(dir, 'gw.json'),
+    JSON.stringify({ providers: [{ id: 'host', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: PROVIDER_KEY }], models: [MODEL] }),
+  );
+  // No circuit: each test's failure is its own.
+  proc = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), GW_ADMIN_TOKEN: ADMIN_TOKEN, GW_CIRCUIT_FAILURES: '1000' });
+  const made = await fetch(`${proc.url}/admin/v1/keys`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ rateLimitRpm: 10_000 }),
+  });
+  key = ((await made.json()) as { key: string }).key;
+}, 60_000);
+
+afterAll(async () => {
+  if (proc && proc.child.exitCode === null) proc.child.kill('SIGKILL');
+  upstream?.close();
+  other?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+beforeEach(() => {
+  next = null;
+  seen = [];
+  elsewhere = [];
+});
+
+function chat(base: string, body: Record<string, unknown> = {}, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(`${proc.url}${base}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'edge/m', messages: [{ role: 'user', content: 'hi' }], ...body }),
+  });
+}
+
+/** The rate-limit headers of the key's own window, the only ones an answer carries. */
+const KEY_LIMITS = ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'x-ratelimit-enforced'];
+
+/** Every header name of an answer, lower-cased. */
+const names = (res: Response) => [...res.headers.keys()];
+
+describe('headers between a client and a provider', () => {
+  it("none of a client's headers reaches the provider: not its key, cookies, forwarding, routing or hop-by-hop headers", async () => {
+    const res = await chat(
+      '/v1',
+      {},
+      {
+        cookie: 'session=client-session-cookie',
+        'x-forwarded-for': '203.0.113.7',
+        'x-forwarded-host': 'client.example',
+        forwarded: 'for=203.0.113.7',
+        'x-real-ip': '203.0.113.7',
+        'x-gateway-strategy': 'default',
+        'x-gateway-max-hops': '1',
+        'x-request-id': 'client-chosen-id',
+        'proxy-authorization': 'Basic Y2xpZW50OnNlY3JldA==',
+        'x-api-key': 'client-side-other-key',
+        'openai-organization': 'org-client',
+        'x-custom-tenant': 'tenant-42',
+        'user-agent': 'client-agent/1.0',
+      },
+    );
+    expect(res.status).toBe(200);
+    await res.text();
+    const got = seen[0] as IncomingHttpHeaders;
+    expect(got.authorization).toBe(`Bearer ${PROVIDER_KEY}`);
+    expect(JSON.stringify(got)).not.toContain(key.slice(8));
+    expect(Object.keys(got).sort()).toEqual([
+      'accept',
+      'accept-encoding',
+      'authorization',
+      'connection',
+      'content-length',
+      'content-type',
+      'host',
+      'x-request-id',
+    ]);
+    // The gateway's own request id, the one the client was given, not the client's.
+    expect(got['x-request-id']).toBe(res.headers.get('x-request-id'));
+    expect(got['x-request-id']).not.toBe('client-chosen-id');
+  });
+
+  it("none of a provider's answer headers reaches the client: its cookies, account and organisation ids, its account's rate limits, its servers", async () => {
+    const answers: Response[] = [];
+    for (const base of ['/v1', '/alt/v1']) {
+      answers.push(await chat(base));
+      answers.push(await chat(base, { stream: true }));
+      next = providerError(400, 'messages[0].content is not valid');
+      answers.push(await chat(base));
+      next = providerError(500, 'internal failure');
+      answers.push(await chat(base, { stream: true }));
+    }
+    expect(answers.map((r) => r.status)).toEqual([200, 200, 400, 502, 200, 200, 400, 502]);
+    for (const res of answers) {
+      await res.text();
+      for (const name of Object.keys(PROVIDER_HEADERS)) expect(names(res), name).not.toContain(name);
+      // The key's own limits are the only ones a client sees.
+      const limits = names(res).filter((n) => n.startsWith('x-ratelimit-'));
+      expect(limits).toContain('x-ratelimit-enforced');
+      expect(limits.filter((n) => !KEY_LIMITS.includes(n))).toEqual([]);
+    }
+  });
+
+  it('a redirect from a provider is not followed: the gateway never sends its provider key to the host it names', async () => {
+    for (const status of [301, 302, 307, 308]) {
+      next = (_req, res) => {
+        res.writeHead(status, { location: `${otherUrl}/chat/completions`, ...PROVIDER_HEADERS });
+        res.end();
+      };
+      const res = await chat('/v1');
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      expect([res.status, body.error.code]).toEqual([502, 'provider_down']);
+      expect(body.error.message).toContain(`host answered ${status}`);
+      expect(names(res)).not.toContain('location');
+      expect(JSON.stringify(body)).not.toContain(otherUrl);
+    }
+    expect(elsewhere).toEqual([]);
+  });
+});
