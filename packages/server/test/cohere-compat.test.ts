@@ -316,13 +316,14 @@ describe('fields Cohere’s compatibility API refuses', () => {
 });
 
 describe('Cohere’s errors', () => {
-  it('a 429 in its {id, message} shape is the provider failing, with its message and its wait passed on', async () => {
+  it('a 429 in its {id, message} shape is the provider failing, with its wait passed on (its words, of the gateway’s account, are not)', async () => {
     for (const [variant, client] of variants()) {
       sim.providers.cohere?.setFault({ kind: 'status', status: 429, retryAfter: 3, times: 1 });
       const err = await fail(client, `test/${WAITING[variant]}`, {});
       expect(err.status, variant).toBe(502);
       expect(err.code).toBe(variant === 'A' ? 'provider_down' : 'upstream_unavailable');
-      expect(err.message).toContain(`${WAITING[variant]} answered 429: You are past the rate limit`);
+      expect(err.message).toContain(`${WAITING[variant]} answered 429: it is limiting the gateway's requests`);
+      expect(err.message).not.toContain('You are past the rate limit');
       expect(err.headers?.get('retry-after')).toBe('3');
     }
   });

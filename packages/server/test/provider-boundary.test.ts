@@ -224,3 +224,57 @@ describe('headers between a client and a provider', () => {
     expect(elsewhere).toEqual([]);
   });
 });
+
+describe("what a provider's error says of the gateway's account there", () => {
+  it("a provider's 429 (its limits on the gateway's account, its organisation) is not passed on: the client is told to wait, the log keeps it", async () => {
+    const limited = `Rate limit reached for m in organization ${ORG} on tokens per min (TPM): Limit 30000, Used 29990, Requested 120. Please try again in 2s.`;
+    const quota = 'You exceeded your current quota, please check your plan and billing details.';
+    for (const base of ['/v1', '/alt/v1']) {
+      for (const [message, stream] of [
+        [limited, false],
+        [quota, true],
+      ] as const) {
+        // A wait of 0: the offer is not kept out of the next request's plan.
+        next = providerError(429, message, { 'retry-after': '0' });
+        const res = await chat(base, { stream });
+        const text = await res.text();
+        expect(res.status).toBe(502);
+        expect(res.headers.get('retry-after')).toBe('0');
+        expect(text).toContain('host answered 429');
+        for (const leak of [ORG, '30000', '29990', 'quota', 'billing']) expect(text, leak).not.toContain(leak);
+      }
+    }
+    // The same refusal as an error event in a stream the provider began with a 200 (vLLM's way).
+    for (const base of ['/v1', '/alt/v1']) {
+      next = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end(`data: ${JSON.stringify({ error: { message: limited, type: 'requests', code: 429 } })}\n\n`);
+      };
+      const res = await chat(base, { stream: true });
+      const text = await res.text();
+      expect(text).toContain("it is limiting the gateway's requests");
+      for (const leak of [ORG, '30000', '29990']) expect(text, leak).not.toContain(leak);
+    }
+    // The operator reads what the provider said.
+    expect(proc.output()).toContain('Limit 30000, Used 29990');
+    expect(proc.output()).toContain('please check your plan and billing details');
+  });
+
+  it("a 402 (the gateway's account cannot pay there) is the provider failing, its words not passed on", async () => {
+    next = providerError(402, 'Insufficient credits on account acct_77fe91: balance -3.20 EUR');
+    const res = await chat('/v1');
+    const text = await res.text();
+    expect(res.status).toBe(502);
+    expect(text).toContain('host answered 402');
+    expect(text).not.toContain('acct_77fe91');
+    expect(text).not.toContain('balance');
+  });
+
+  it("organisation and project ids in a provider's other messages are taken out, the rest kept", async () => {
+    next = providerError(500, `upstream failure for ${ORG} in ${PROJECT}, see the dashboard`);
+    const res = await chat('/v1');
+    const text = await res.text();
+    expect(res.status).toBe(502);
+    expect(text).toContain('upstream failure for [redacted] in [redacted], see the dashboard');
+  });
+});

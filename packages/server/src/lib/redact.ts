@@ -29,8 +29,16 @@ const SHAPES = [
   /\bkey_(?![A-Za-z0-9_-]{16}(?![A-Za-z0-9_-]))[A-Za-z0-9_-]{8,}/g,
 ];
 
-/** Basic credentials, and a JWT however it is introduced (OVH AI Endpoints and IONOS tokens, Entra ID tokens). */
-const MESSAGE_SHAPES = [/\bBasic\s+[A-Za-z0-9+/]{16,}={0,2}/gi, /\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/g];
+/**
+ * Basic credentials, a JWT however it is introduced (OVH AI Endpoints and IONOS tokens, Entra ID tokens), and the
+ * organisation and project ids of OpenAI's API and hosts that copy it (`org-` and `proj_` and 24 letters and digits),
+ * which name the gateway's account there in a provider's errors.
+ */
+const MESSAGE_SHAPES = [
+  /\bBasic\s+[A-Za-z0-9+/]{16,}={0,2}/gi,
+  /\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/g,
+  /\b(?:org-|proj_)[A-Za-z0-9]{16,}\b/g,
+];
 
 /**
  * Secrets without a shape of their own (a Mistral or Azure key is 32 letters and digits), found by what stands

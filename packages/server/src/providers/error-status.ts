@@ -14,12 +14,24 @@ export function routableStatus(status: number): number {
 const MAX_RELAYED_CHARS = 300;
 
 /**
- * What a client is told of a provider's answer: a 401 or 403 is about the gateway's own credentials
- * there (an operator's matter, and what the provider says of them is not the client's business);
- * any other message at most MAX_RELAYED_CHARS long.
+ * What a provider says of the gateway's own account there, in place of its words: its credentials (401, 403), its
+ * payment (402), its limits (429). Those words are the operator's (the log has them): a 429 names the account's
+ * organisation and its limits ("in organization org-… on tokens per min: Limit 30000, Used 29990"), a 402 its balance.
+ */
+const ACCOUNT_MATTERS: Readonly<Record<number, string>> = {
+  401: "it refused the gateway's credentials",
+  402: "it refused the gateway's account (payment required)",
+  403: "it refused the gateway's credentials",
+  429: "it is limiting the gateway's requests",
+};
+
+/**
+ * What a client is told of a provider's answer: what it says of the gateway's own account ({@link ACCOUNT_MATTERS})
+ * is not the client's business; any other message at most MAX_RELAYED_CHARS long.
  */
 function clientVisible(status: number, message: string): string {
-  if (status === 401 || status === 403) return "it refused the gateway's credentials";
+  const account = ACCOUNT_MATTERS[status];
+  if (account !== undefined) return account;
   const html = htmlPageTitle(message);
   if (html !== null) return html === '' ? 'an HTML page' : `an HTML page titled "${html}"`;
   return relayedMessage(message);
@@ -44,7 +56,7 @@ export function streamErrorEvent(provider: string, message: string, body: unknow
     kind: 'http',
     provider,
     status: named === 400 || named === 413 || named === 422 ? named : 502,
-    message: `${said}${relayedMessage(message)}`,
+    message: `${said}${(named !== undefined && ACCOUNT_MATTERS[named]) || relayedMessage(message)}`,
     detail: `${said}${redactedHead(message, MAX_PROVIDER_MESSAGE_CHARS)}`,
   });
 }
