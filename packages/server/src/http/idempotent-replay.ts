@@ -5,7 +5,7 @@ import { GatewayError } from '../errors/gateway-error.js';
 import type { StoredAnswer } from '../routing/idempotency.js';
 import { parseEventId } from '../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../streaming/sse-frames.js';
-import type { StreamEvent } from '../streaming/types.js';
+import { RECORD_PATIENCE_MS, type StreamEvent } from '../streaming/types.js';
 import type { Services } from './services.js';
 
 /** The headers of a first answer that a replay repeats (never the rate-limit or request-id headers, which are the repeat's own). */
@@ -47,12 +47,18 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
  * record, which an earlier life of the process left unfinished (never billed: a stream is billed at its end): the
  * request runs afresh. Elsewhere a stream whose instance looks gone may still be relayed (Redis restarted, or a
  * partition), and running it again could bill it twice: it is replayed as far as it got, ending in an error event.
+ * With Redis, a stream whose shared record is still missing RECORD_PATIENCE_MS after it began is gone from the
+ * buffer (expired, or its instance died before writing it) and its events were never stored with its answer (its
+ * instance died or was cut off first): true, and the replay is the final 404 rather than a 409 for 24 hours.
  */
 export async function replayable(services: Services, answer: StoredAnswer): Promise<boolean | 'abandoned'> {
   const stream = answer.stream;
   if (!stream || stream.events || services.sessions.get(stream.id) !== undefined) return true;
   if ((await services.streams.meta(stream.id)) !== null) return true;
-  if (services.config.redisUrl || services.config.databaseUrl) return false;
+  // The relaying instance writes the record with the stream's first event, before the answer a repeat found.
+  if (services.config.redisUrl) return Date.now() - begunAt(stream) >= RECORD_PATIENCE_MS;
+  // PostgreSQL without Redis: no shared buffer, the events come with the answer once the stream ends.
+  if (services.config.databaseUrl) return false;
   // The embedded store has one process: the stream ran in an earlier life of it. Billed means it ended (its events are gone: 404).
   const billed = await services.store.usage.list({ requestId: stream.id }).then(
     (records) => records.length > 0,
@@ -60,6 +66,13 @@ export async function replayable(services: Services, answer: StoredAnswer): Prom
   );
   // The store cannot say: wait, as for an answer not readable yet, rather than risk running a billed request twice.
   return billed === null ? false : billed ? true : 'abandoned';
+}
+
+/** When the stream began; for an answer stored without its time, the time its request id begins with (`req_` + 12 hex of ms). */
+function begunAt(stream: NonNullable<StoredAnswer['stream']>): number {
+  if (stream.at !== undefined) return stream.at;
+  const ms = /^req_([0-9a-f]{12})[0-9a-f]{16}$/.exec(stream.id)?.[1];
+  return ms === undefined ? 0 : Number.parseInt(ms, 16);
 }
 
 /** A finished stream from its stored events; one still running (or just ended) from the resume buffer, live. */

@@ -7,8 +7,11 @@ export interface StoredAnswer {
   headers: Record<string, string>;
   /** A JSON (or text) answer's body. */
   body?: string;
-  /** A streamed answer: its stream id and, once it ended, every event of it. */
-  stream?: { id: string; events?: StreamEvent[] };
+  /**
+   * A streamed answer: its stream id, when it began (ms since the epoch, the relaying instance's clock; answers
+   * stored before it was kept lack it) and, once it ended, every event of it.
+   */
+  stream?: { id: string; at?: number; events?: StreamEvent[] };
 }
 
 export type IdempotencyEntry = { state: 'pending'; fingerprint: string } | { state: 'done'; fingerprint: string; answer: StoredAnswer };

@@ -50,6 +50,12 @@ export interface StreamStore {
   close(): Promise<void>;
 }
 
+/**
+ * How long a reader elsewhere looks for a stream's shared record before it counts the stream as gone: the relaying
+ * instance writes it with the first event, before the stream's answer goes out, and may be retrying that write
+ * through a stall.
+ */
+export const RECORD_PATIENCE_MS = 3_000;
 /** How long a finished stream that no client received whole stays resumable. */
 export const STREAM_RETENTION_S = 600;
 /** How long one that a client received whole (its last event written to the socket) stays resumable. */

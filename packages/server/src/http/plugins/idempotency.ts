@@ -72,7 +72,8 @@ async function settle(services: Services, request: FastifyRequest, reply: Fastif
   const headers = storedHeaders(reply);
   if (isStream(payload)) {
     const id = request.id;
-    const begun = claim.complete({ status, headers, stream: { id } });
+    // Its time tells a repeat elsewhere that finds no shared record whether the record may still be on its way.
+    const begun = claim.complete({ status, headers, stream: { id, at: Date.now() } });
     // Archived even if storing the begun answer fails (Redis away): the archive, with every event, is what replays
     // for 24 hours, where the begun answer replays only while the resume buffer keeps the stream.
     void archiveStream(services, claim, { status, headers, stream: { id } }).catch(

@@ -17,7 +17,7 @@ import { LiveFrames } from '../../streaming/live-frames.js';
 import { StreamEndedByGateway, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
-import { type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
+import { RECORD_PATIENCE_MS, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
@@ -242,11 +242,11 @@ async function* noteEnd(events: AsyncIterable<StreamEvent>, end: { seen: boolean
 
 /**
  * The stream's record in the resume buffer; a buffer that cannot be read is a 503 to retry, not a 500.
- * With Redis, a record not found is looked for again for up to META_PATIENCE_MS: the instance relaying the
+ * With Redis, a record not found is looked for again for up to RECORD_PATIENCE_MS: the instance relaying the
  * stream may be retrying its first write through a stall, and a 404 would tell the client to give up.
  */
 async function sharedMeta(services: Services, streamId: string): Promise<StreamMeta | null> {
-  const until = performance.now() + (services.config.redisUrl ? META_PATIENCE_MS : 0);
+  const until = performance.now() + (services.config.redisUrl ? RECORD_PATIENCE_MS : 0);
   for (;;) {
     let meta: StreamMeta | null;
     try {
@@ -258,8 +258,6 @@ async function sharedMeta(services: Services, streamId: string): Promise<StreamM
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
 }
-
-const META_PATIENCE_MS = 3_000;
 
 /** `end`: for frames read from the shared buffer, whether they held the stream's own last event. */
 function sendFrames(services: Services, request: FastifyRequest, reply: FastifyReply, streamId: string, frames: Readable, end?: { seen: boolean }) {
