@@ -47,6 +47,15 @@ async function usage(gw: TestGateway, requestId: string) {
  * A third instance sharing Redis and PostgreSQL, spawned as its own process so that a test can SIGKILL it
  * mid-stream (scaleway's chunks 200 ms apart meanwhile); removed, whatever the test did, when `fn` ends.
  */
+/** Resumes on `gw` after the last of `received` and expects exactly the rest of the stream, which is billed once. */
+async function resumeTheRest(gw: TestGateway, key: string, body: unknown, requestId: string, received: SseEvent[]): Promise<void> {
+  const rest = await readSse(await streamRequest(gw.baseA, key, body, { 'Last-Event-ID': received.at(-1)?.id as string }));
+  const ids = [...received, ...rest].map((e) => e.id);
+  expect(ids).toEqual(ids.map((_, i) => `${requestId}:${i + 1}`));
+  expect(rest.at(-1)?.data).toBe('[DONE]');
+  await eventually(async () => expect(await usage(one, requestId)).toHaveLength(1));
+}
+
 async function withDoomedInstance(fn: (doomed: GatewayProcess) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'gw-killed-'));
   writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
@@ -205,12 +214,7 @@ describe('resume across instances sharing Redis', () => {
       expect(last.error?.message).toMatch(/shutting down/);
       expect(middle.at(-1)?.id).toBeFalsy();
       // The client resumes from its last event on another instance and gets exactly the rest, billed once.
-      const relayed = middle.filter((e) => e.id);
-      const rest = await readSse(await streamRequest(two.baseA, key, full, { 'Last-Event-ID': (relayed.at(-1) ?? head[2])?.id as string }));
-      const ids = [...head, ...relayed, ...rest].map((e) => e.id);
-      expect(ids).toEqual(ids.map((_, i) => `${requestId}:${i + 1}`));
-      expect(rest.at(-1)?.data).toBe('[DONE]');
-      await eventually(async () => expect(await usage(one, requestId)).toHaveLength(1));
+      await resumeTheRest(two, key, full, requestId, [...head, ...middle.filter((e) => e.id)]);
     } finally {
       sim.providers.scaleway?.reset();
       sim.providers.scaleway?.configure({ chunkGapMs: 15 });
@@ -238,12 +242,7 @@ describe('resume across instances sharing Redis', () => {
       // That answer ended without the stream's end: its buffer was let go 10 s later, and the resume below met a hole
       // ("missing events 12 to 111") where the stream's events had expired while it ran on.
       await new Promise((r) => setTimeout(r, (DELIVERED_LINGER_S + 1) * 1000));
-      const relayed = middle.filter((e) => e.id);
-      const rest = await readSse(await streamRequest(two.baseA, key, long, { 'Last-Event-ID': (relayed.at(-1) ?? head[2])?.id as string }));
-      const ids = [...head, ...relayed, ...rest].map((e) => e.id);
-      expect(ids).toEqual(ids.map((_, i) => `${requestId}:${i + 1}`));
-      expect(rest.at(-1)?.data).toBe('[DONE]');
-      await eventually(async () => expect(await usage(one, requestId)).toHaveLength(1));
+      await resumeTheRest(two, key, long, requestId, [...head, ...middle.filter((e) => e.id)]);
     } finally {
       sim.providers.scaleway?.reset();
       sim.providers.scaleway?.configure({ chunkGapMs: 15 });
