@@ -70,6 +70,11 @@ export function registerRateLimit(app: FastifyInstance, services: Services): voi
   });
 }
 
+/** Counts a request the limiter left out for naming a model the key cannot use, once it is served after all (a resume). */
+export function countUncounted(services: Services, request: FastifyRequest): void {
+  if (!request.gw.counted) countRequest(services, request, null);
+}
+
 function countRequest(services: Services, request: FastifyRequest, named: RegistryModel | null): void {
   const key = request.gw.key;
   if (!key) return;

@@ -53,8 +53,18 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
       const seen = dropNullFields(body);
-      const found = resolveModel(services, request, body.model, 'chat');
-      const model = found instanceof Promise ? await found : found;
+      const lastEventId = request.headers['last-event-id'];
+      const resume = body.stream === true && typeof lastEventId === 'string' && lastEventId !== '';
+      let model: RegistryModel;
+      try {
+        const found = resolveModel(services, request, body.model, 'chat');
+        model = found instanceof Promise ? await found : found;
+      } catch (refusal) {
+        // A stream begun before its model left the registry (its last offer dropped at a rebuild) runs on and is billed:
+        // its key may still resume it. Any other request naming the model is refused as before.
+        if (resume && services.registry.get(body.model) === undefined) return resumeStream(services, request, reply, lastEventId, body, { refusal });
+        throw refusal;
+      }
       checkRequestCoherence(body);
       // OpenAI's deprecated functions API goes to every provider as its tools API; answered as asked (legacy-functions.ts).
       const functions = body['functions'] !== undefined;
@@ -71,8 +81,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       if (body.stream === true) request.gw.usage.streamed = true;
       // With an idempotency key it runs on when its client leaves (the retry gets its answer); set before the hold for the same reason.
       request.gw.outlivesClient = request.headers[H.idempotencyKey] !== undefined;
-      const lastEventId = request.headers['last-event-id'];
-      if (body.stream === true && typeof lastEventId === 'string' && lastEventId !== '') {
+      if (resume) {
         await applyRateLimit(request, reply);
         return resumeStream(services, request, reply, lastEventId, body);
       }

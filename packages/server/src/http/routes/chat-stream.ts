@@ -18,6 +18,7 @@ import { StreamEndedByGateway, type StreamOutcome } from '../../streaming/sessio
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import { RECORD_PATIENCE_MS, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
+import { applyRateLimit, countUncounted } from '../plugins/rate-limit.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '../plugins/usage-recording.js';
 import type { Services } from '../services.js';
@@ -188,9 +189,21 @@ function warnUpstreamFailed(request: FastifyRequest, offer: Offer, err: Error, w
   );
 }
 
-/** Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge. */
-export async function resumeStream(services: Services, request: FastifyRequest, reply: FastifyReply, lastEventId: string, body: ChatBody) {
+/**
+ * Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge.
+ * `modelGone`: the request names a model the registry no longer holds; only its key's stream of that model, begun
+ * before it left, is resumed, and anything else is answered `refusal` (the model's own error) as before.
+ */
+export async function resumeStream(
+  services: Services,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  lastEventId: string,
+  body: ChatBody,
+  modelGone?: { refusal: unknown },
+) {
   const parsed = parseEventId(lastEventId);
+  if (!parsed && modelGone) throw modelGone.refusal;
   // No event of this gateway has such an id (`<request id>:<n>`): the header is wrong, not the stream gone, and a
   // 404 would have a client wait for a stream to reappear or start over thinking it expired.
   if (!parsed) {
@@ -204,6 +217,12 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
   // A stream this instance relays is resumed from its session, whether or not the shared buffer has it.
   const local = services.sessions.get(parsed.streamId);
   const meta = local?.owner ?? (await sharedMeta(services, parsed.streamId));
+  if (modelGone) {
+    if (!meta || !key || meta.keyId !== key.id || !namesModel(body.model, meta.model)) throw modelGone.refusal;
+    // Left uncounted as a model_not_found; a resume counts as any (docs/streaming.md).
+    countUncounted(services, request);
+    await applyRateLimit(request, reply);
+  }
   // Another key's stream looks exactly like an unknown one.
   if (!meta || !key || meta.keyId !== key.id) {
     throw new GatewayError(
@@ -230,6 +249,11 @@ export async function resumeStream(services: Services, request: FastifyRequest, 
     Readable.from(sseFrames(events, parsed.streamId, includeUsage(body), heartbeatMs, request.gw.variant), { objectMode: false }),
     end,
   );
+}
+
+/** Whether a request's model id names `model`, as the registry reads it (`:eu` resolves to the bare id). */
+function namesModel(id: string, model: string): boolean {
+  return id === model || (id.endsWith(':eu') && id.slice(0, -3) === model);
 }
 
 /** The events as they come, `end.seen` set once the stream's own last event passed (not an error event of the gateway's). */
