@@ -167,6 +167,32 @@ describe('config file', () => {
     }
   });
 
+  it('requires the fields README calls required, naming the one left out, and reads the example without the optional ones', () => {
+    const required: [string, string][] = [
+      ['id: alpha\n    ', '/providers/0/id'],
+      ['    type: openai\n', '/providers/0/type'],
+      ['    baseUrl: http://127.0.0.1:9101/v1\n', '/providers/0/baseUrl'],
+      ['    region: fr-par\n', '/providers/0/region'],
+      ['    kind: chat\n', '/models/0/kind'],
+      ['    owned_by: mistral\n', '/models/0/owned_by'],
+      ['        upstreamModel: mistral-small-latest\n', '/models/0/offers/0/upstreamModel'],
+    ];
+    for (const [line, path] of required) {
+      expect(good).toContain(line);
+      expect(() => parseConfigText(good.replace(line, ''), 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError(`gw.yaml at ${path}: expected`);
+    }
+    for (const field of ['prompt_per_1m: 0.20, ', 'completion_per_1m: 0.60, ', ', currency: EUR'])
+      expect(() => parseConfigText(good.replace(field, ''), 'gw.yaml', { ALPHA_API_KEY: 'k' })).toThrowError('/models/0/offers/0/pricing/');
+    const optional = good
+      .replace(`    apiKey: \${ALPHA_API_KEY}\n`, '')
+      .replace('    timeoutMs: 30000\n', '')
+      .replace('    context_window: 32000\n', '')
+      .replace('    capabilities: [streaming, tools, json]\n', '');
+    const c = parseConfigText(optional, 'gw.yaml', {});
+    expect(c.providers[0]?.apiKey).toBeUndefined();
+    expect(c.models[0]?.context_window).toBeUndefined();
+  });
+
   it('knows what each provider type serves as its adapter does', async () => {
     for (const type of PROVIDER_TYPES) {
       const adapter = createAdapter({ id: `p_${type}`, type, baseUrl: 'http://127.0.0.1:9/v1', region: 'x' });
