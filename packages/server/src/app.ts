@@ -445,6 +445,8 @@ function buildFastify(config: GatewayConfig, logger: boolean, rawAnswers: RawAns
     requestTimeout: config.requestTimeoutMs,
     // A request without Host is refused in the envelope (request-context.ts), not with Node's bare 400.
     http: { requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: 5000, requireHostHeader: false },
+    // Above the idle timeout of the balancer in front (README), so that it never sends a request on a connection closing here.
+    keepAliveTimeout: config.keepAliveTimeoutMs,
     // Model ids travel in paths (GET /alt/v1/models/{id}): a long one is a 404 model_not_found, not a framework 414.
     routerOptions: { maxParamLength: 1000 },
     frameworkErrors,

@@ -33,6 +33,8 @@ export interface GatewayConfig {
   readonly logLevel: string;
   /** How long a client may take to send its whole request (headers and body); past it, 408 and the connection is closed. */
   readonly requestTimeoutMs: number;
+  /** How long an idle kept-alive client connection stays open: above the idle timeout of any balancer in front. */
+  readonly keepAliveTimeoutMs: number;
   /** How long an answer written whole may wait for its client to take any of it before the connection is closed. */
   readonly sendTimeoutMs: number;
   /** How long a SIGTERM waits for in-flight requests. */
@@ -179,6 +181,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 1_000, 600_000),
     requestTimeoutMs: int(env, 'GW_REQUEST_TIMEOUT_MS', 120_000, 1_000, 3_600_000),
     sendTimeoutMs: int(env, 'GW_SEND_TIMEOUT_MS', 60_000, 1_000, 3_600_000),
+    keepAliveTimeoutMs: int(env, 'GW_KEEP_ALIVE_TIMEOUT_MS', 72_000, 1_000, 3_600_000),
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
     streamGraceS: int(env, 'GW_STREAM_GRACE_S', 300, 0, 86_400),
     streamMemoryMb: int(env, 'GW_STREAM_MEMORY_MB', 256, 1, 1_048_576),
