@@ -329,6 +329,23 @@ describe('errors in each variant’s envelope', () => {
     expect((await post(gw.url, '/v1/chat/complete', chat())).body.error.message).toBe('No route POST /v1/chat/complete.');
   });
 
+  it("a variant B path off in letter case or doubled slashes is answered in B's envelope, as the route it names is", async () => {
+    for (const [path, meant] of [
+      ['//alt/v1/chat/completions', '/alt/v1/chat/completions'],
+      ['/ALT/V1/chat/completions', '/alt/v1/chat/completions'],
+      ['/Alt/v1/embeddings', '/alt/v1/embeddings'],
+    ]) {
+      const r = await post(gw.url, path as string, chat());
+      expect([path, r.status, r.body.error]).toEqual([
+        path,
+        404,
+        { type: 'invalid_request_error', code: 'not_found', param: null, message: expect.stringContaining(`Did you mean ${meant}?`) },
+      ]);
+    }
+    // A path that only begins with the letters stays A's.
+    expect((await post(gw.url, '/alternative/v1/chat/completions', chat())).body.error.type).toBe('not_found');
+  });
+
   it('a model path off by a trailing or doubled slash is the 404 naming the route meant, not a 400 about an empty id', async () => {
     for (const [method, path, meant] of [
       ['GET', '/v1/models/', '/v1/models'],

@@ -9,10 +9,16 @@ import { errorEnvelope, sendError, toGatewayError } from './errors.js';
 import type { RawAnswers } from './raw-answers.js';
 import { serverTiming } from './server-timing.js';
 
-/** Under /alt (variant B's mount) even an unknown path answers in B's envelope. */
+/**
+ * Under /alt (variant B's mount) even an unknown path answers in B's envelope, and so does one off only in letter
+ * case or doubled slashes (`/ALT/V1/…`, `//alt/v1/…`), whose 404 names the /alt route meant. Called on errors only.
+ */
 export function variantOfUrl(url: string): Variant {
-  return url === '/alt' || url.startsWith('/alt/') || url.startsWith('/alt?') ? 'b' : 'a';
+  if (url === '/alt' || url.startsWith('/alt/') || url.startsWith('/alt?')) return 'b';
+  return MISSPELT_ALT.test(url) ? 'b' : 'a';
 }
+
+const MISSPELT_ALT = /^\/+alt(?:[/?]|$)/i;
 
 /**
  * Errors Fastify meets before a route runs (a bad percent-escape, an overlong path parameter), in the
