@@ -183,7 +183,7 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     }
   }, 30_000);
 
-  it('no Host on HTTP/1.1, an Expect other than 100-continue, and CONNECT are answered in the envelope, not with Node’s bare answers', async () => {
+  it('no Host on HTTP/1.1, an Expect other than 100-continue, CONNECT and HTTP/2’s preface are answered in the envelope, not with Node’s bare answers', async () => {
     const noHost = await raw('GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n');
     expect(noHost.head).toMatch(/^HTTP\/1\.1 400 /);
     expect(envelopeOf(noHost.body)).toMatchObject({ code: 'validation_error', message: expect.stringContaining('Host header') });
@@ -193,6 +193,10 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     const tunnel = await raw('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
     expect(tunnel.head).toMatch(/^HTTP\/1\.1 405 /);
     expect(envelopeOf(tunnel.body)).toMatchObject({ code: 'validation_error' });
+    // HTTP/2 with prior knowledge (a balancer set to speak h2c to its backends): said so, not Node's "Pause on PRI/Upgrade".
+    const h2 = await raw('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    expect(h2.head).toMatch(/^HTTP\/1\.1 400 /);
+    expect(envelopeOf(h2.body)).toMatchObject({ code: 'validation_error', message: expect.stringContaining('HTTP/2 is not served') });
   });
 
   it('bytes that are not HTTP, sent while a stream is being answered, do not land inside that answer', async () => {

@@ -116,6 +116,14 @@ function malformedRequest(err: NodeJS.ErrnoException, afterRequest = false): Gat
       'The request is not valid HTTP/1.1: a header line ends in a bare line break. A header value holds a line break (an API key read from a file with its trailing newline?): remove it.',
     );
   }
+  // HTTP/2's connection preface (`PRI * HTTP/2.0`: h2c with prior knowledge, as a balancer or mesh sidecar set to speak
+  // HTTP/2 to its backends sends it): Node's words are "Pause on PRI/Upgrade", which name no cause.
+  if (err.code === 'HPE_PAUSED_H2_UPGRADE') {
+    return new GatewayError(
+      'validation',
+      'HTTP/2 is not served: this gateway speaks HTTP/1.1 (and HTTP/1.0). A load balancer or proxy in front must send HTTP/1.1 to it.',
+    );
+  }
   const reason = (err as { reason?: unknown }).reason;
   const said = typeof reason === 'string' && reason !== '' ? `The request is not valid HTTP/1.1: ${reason}.` : 'The request is not valid HTTP/1.1.';
   // Most often a Content-Length counted in characters (a string's length) rather than in the bytes of its UTF-8.
