@@ -1,23 +1,54 @@
 import type { FastifyInstance } from 'fastify';
 import type { Services } from '../services.js';
 
+/**
+ * How long /readyz waits for the store and for Redis, asked at once: under a
+ * Kubernetes probe's default 1 s timeout, so a stalled database or Redis makes
+ * the answer say `unreachable` rather than fail every instance's probe at once.
+ */
+const READY_CHECK_MS = 500;
+
 /** Liveness, readiness and Prometheus metrics. Not part of the public API; no key needed. */
 export function opsRoutes(app: FastifyInstance, services: Services): void {
   const hide = { schema: { hide: true } };
   app.get('/healthz', hide, async () => ({ status: 'ok' }));
   app.get('/readyz', hide, async (_request, reply) => {
     if (services.lifecycle.draining) return reply.code(503).send({ status: 'draining' });
-    const store = await services.store.ping().then(
-      () => 'ok',
-      () => 'unreachable',
-    );
-    // Ready either way: without Redis the gateway serves on, its limits failing open (the field says so).
+    // Ready either way: without its store the gateway serves from its caches, and without Redis its limits fail open (the fields say so).
     const health = services.redisHealth;
-    const redis = health === null ? 'none' : health.reachable && (await health.answers()) ? 'ok' : 'unreachable';
-    return { status: 'ready', store, redis, models: services.registry.list().length };
+    const [store, redis] = await Promise.all([
+      answersWithin(
+        services.store.ping().then(() => true),
+        READY_CHECK_MS,
+      ),
+      health === null ? null : health.reachable ? answersWithin(health.answers(), READY_CHECK_MS) : false,
+    ]);
+    return {
+      status: 'ready',
+      store: store ? 'ok' : 'unreachable',
+      redis: redis === null ? 'none' : redis ? 'ok' : 'unreachable',
+      models: services.registry.list().length,
+    };
   });
   app.get('/metrics', hide, async (_request, reply) => {
     reply.type(services.metrics.registry.contentType);
     return services.metrics.registry.metrics();
+  });
+}
+
+/** What `check` says within `ms`; false if it fails or says nothing by then (it goes on after, its result unread). */
+function answersWithin(check: Promise<boolean>, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    check.then(
+      (ok) => {
+        clearTimeout(timer);
+        resolve(ok);
+      },
+      () => {
+        clearTimeout(timer);
+        resolve(false);
+      },
+    );
   });
 }
