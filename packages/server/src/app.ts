@@ -15,7 +15,7 @@ import { GatewayError } from './errors/gateway-error.js';
 import { sendError } from './http/errors.js';
 import { checkBeforeContinue } from './http/expect-continue.js';
 import { clientErrorHandler, frameworkErrors, refuseConnect, variantOfUrl } from './http/framework-errors.js';
-import { lazyChildLogger } from './http/lazy-request-logger.js';
+import { lazyChildLogger, resForLog } from './http/lazy-request-logger.js';
 import { Metrics } from './http/metrics.js';
 import { scheduleUploadSweep } from './http/multipart-spool.js';
 import { noRouteError } from './http/no-route.js';
@@ -434,6 +434,7 @@ function buildFastify(config: GatewayConfig, logger: boolean, rawAnswers: RawAns
               remoteAddress: req.ip,
               remotePort: req.socket?.remotePort,
             }),
+            res: resForLog,
           },
         }
       : false,

@@ -1,4 +1,4 @@
-import type { FastifyBaseLogger } from 'fastify';
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
 import type { Bindings, ChildLoggerOptions, LevelWithSilent, Logger } from 'pino';
 
 type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
@@ -70,4 +70,16 @@ export class LazyRequestLogger {
 export function lazyChildLogger(logger: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions): FastifyBaseLogger {
   if (options.level !== undefined) return logger.child(bindings, options);
   return new LazyRequestLogger(logger as Logger, bindings, options) as unknown as FastifyBaseLogger;
+}
+
+/**
+ * A request's end line (`res`: Fastify's reply, or the status the gateway logs itself with its request): its status,
+ * the route it took and the id of the key it was made with, so that the line alone says who got what. Read only when
+ * the line is written.
+ */
+export function resForLog(res: { statusCode: number; request?: FastifyRequest }): { statusCode: number; route?: string; keyId?: string } {
+  const request = res.request;
+  if (request === undefined) return { statusCode: res.statusCode };
+  const keyId = request.gw?.key?.id;
+  return { statusCode: res.statusCode, route: request.routeOptions.url ?? 'unmatched', ...(keyId === undefined ? {} : { keyId }) };
 }

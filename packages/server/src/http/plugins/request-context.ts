@@ -50,7 +50,8 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const ms = performance.now() - request.gw.startedAt;
       const raw = request.gw.answeredRaw;
       // Answered on the connection itself (its body not received in time): not a client that left.
-      if (raw !== null) request.log.info({ res: { statusCode: raw }, responseTime: ms }, 'request completed: answered on its connection, which is closed');
+      if (raw !== null)
+        request.log.info({ res: { statusCode: raw, request }, responseTime: ms }, 'request completed: answered on its connection, which is closed');
       const gone = raw === null && leftBeforeAnswer(reply.raw);
       if (gone) {
         recordClientGone(services, request);
@@ -59,7 +60,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
         const msg = reply.raw.headersSent
           ? 'request completed: the client left during its answer, part of it sent'
           : 'request completed: the client left before its answer';
-        request.log.info({ res: { statusCode: 499 }, responseTime: ms }, msg);
+        request.log.info({ res: { statusCode: 499, request }, responseTime: ms }, msg);
       }
       // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
       const status = raw ?? (gone ? 499 : reply.raw.statusCode);

@@ -1,0 +1,85 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN_TOKEN, eventually } from './helpers/gateway.js';
+import { type GatewayProcess, spawnGateway } from './helpers/process.js';
+
+// A request's end line said its status and time but not who made it nor what it asked: an operator following a
+// key's 429s or 502s in the log had to join each reqId to its "incoming request" line and then to the usage records.
+
+let sim: Simulator;
+let proc: GatewayProcess;
+let dir: string;
+let key: string;
+let keyId: string;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  dir = mkdtempSync(join(tmpdir(), 'gw-end-line-'));
+  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+  proc = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), GW_ADMIN_TOKEN: ADMIN_TOKEN });
+  const made = await fetch(`${proc.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+  ({ key, id: keyId } = (await made.json()) as { key: string; id: string });
+}, 60_000);
+
+afterAll(async () => {
+  if (proc && proc.child.exitCode === null) proc.child.kill('SIGKILL');
+  await sim?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+type EndLine = { res: { statusCode: number; route?: string; keyId?: string }; msg: string };
+
+/** The end line of the request answered with `requestId` (there is exactly one). */
+async function endLine(requestId: string): Promise<EndLine> {
+  const ends = () =>
+    proc
+      .output()
+      .split('\n')
+      .filter((l) => l.includes(`"reqId":"${requestId}"`) && l.includes('"msg":"request completed'))
+      .map((l) => JSON.parse(l) as EndLine);
+  await eventually(() => expect(ends()).toHaveLength(1));
+  return ends()[0] as EndLine;
+}
+
+const chat = (authorization: string, stream: boolean, signal?: AbortSignal) =>
+  fetch(`${proc.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'a long story please' }], stream, max_tokens: 40 }),
+    ...(signal ? { signal } : {}),
+  });
+
+describe("a request's end line in the log", () => {
+  it('names its route and the id of its key, never the key, for an answer, a stream its client left, and a refusal', async () => {
+    const whole = await chat(`Bearer ${key}`, false);
+    expect(whole.status).toBe(200);
+    expect((await endLine(whole.headers.get('x-request-id') as string)).res).toEqual({ statusCode: 200, route: '/v1/chat/completions', keyId });
+
+    sim.providers.scaleway?.configure({ chunkGapMs: 30 });
+    try {
+      const leaving = new AbortController();
+      const streamed = await chat(`Bearer ${key}`, true, leaving.signal);
+      const reader = (streamed.body as ReadableStream<Uint8Array>).getReader();
+      await reader.read();
+      leaving.abort();
+      expect(await endLine(streamed.headers.get('x-request-id') as string)).toMatchObject({
+        res: { statusCode: 499, route: '/v1/chat/completions', keyId },
+        msg: expect.stringContaining('the client left'),
+      });
+    } finally {
+      sim.providers.scaleway?.configure({ chunkGapMs: 0 });
+    }
+
+    // No key was found: none is named.
+    const refused = await chat('Bearer gw_live_notakey', false);
+    expect(refused.status).toBe(401);
+    expect((await endLine(refused.headers.get('x-request-id') as string)).res).toEqual({ statusCode: 401, route: '/v1/chat/completions' });
+
+    const unknownPath = await fetch(`${proc.url}/no/such/path`);
+    expect((await endLine(unknownPath.headers.get('x-request-id') as string)).res).toEqual({ statusCode: 404, route: 'unmatched' });
+    expect(proc.output()).not.toContain(key);
+  });
+});
