@@ -80,6 +80,8 @@ export function lazyChildLogger(logger: FastifyBaseLogger, bindings: Bindings, o
 export function resForLog(res: { statusCode: number; request?: FastifyRequest }): { statusCode: number; route?: string; keyId?: string } {
   const request = res.request;
   if (request === undefined) return { statusCode: res.statusCode };
+  const line: { statusCode: number; route: string; keyId?: string } = { statusCode: res.statusCode, route: request.routeOptions.url ?? 'unmatched' };
   const keyId = request.gw?.key?.id;
-  return { statusCode: res.statusCode, route: request.routeOptions.url ?? 'unmatched', ...(keyId === undefined ? {} : { keyId }) };
+  if (keyId !== undefined) line.keyId = keyId;
+  return line;
 }
