@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { vendorOfHost } from '../src/config/vendor.js';
 import { chunkJson } from '../src/providers/chunk-json.js';
 import { parseVerboseTranscription, transcriptionFields } from '../src/providers/openai-compatible/audio.js';
 import { parseChatCompletion, toUpstreamChatBody, toUpstreamStreamBody } from '../src/providers/openai-compatible/chat.js';
@@ -12,7 +13,6 @@ import { OpenAICompatibleAdapter, sentCompletionCap } from '../src/providers/ope
 import { parseModelList } from '../src/providers/openai-compatible/models.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
-import { vendorOfHost } from '../src/providers/param-compat.js';
 import type { ChatChunk, SpooledUpload } from '../src/providers/types.js';
 import { answer, call, collect, providerConfig, upstreamError } from './helpers/adapters.js';
 import { wav } from './helpers/audio.js';

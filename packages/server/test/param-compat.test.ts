@@ -2,7 +2,8 @@ import type { GatewayFileConfig } from '@gw/schema';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { answerFieldsUsed, vendorOfHost } from '../src/providers/param-compat.js';
+import { vendorOfHost } from '../src/config/vendor.js';
+import { answerFieldsUsed } from '../src/providers/param-compat.js';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 import { openAiClients } from './helpers/sdk.js';
 

@@ -1,5 +1,5 @@
 import type { GatewayFileConfig, ProviderConfig } from '@gw/schema';
-import { vendorOfHost } from '../providers/param-compat.js';
+import { vendorOfHost } from './vendor.js';
 
 /**
  * Provider entries an operator commonly gets wrong, told at start rather than later as a provider "failing": what no

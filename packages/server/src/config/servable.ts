@@ -1,5 +1,5 @@
 import { KINDS_BY_PROVIDER_TYPE, type ModelKind, type ProviderConfig } from '@gw/schema';
-import { type Vendor, vendorOf } from '../providers/param-compat.js';
+import { type Vendor, vendorOf } from './vendor.js';
 
 interface Unservable {
   /** What the entry is, as the message names it. */

@@ -1,13 +1,10 @@
-import type { OpenAiVendor, ProviderConfig } from '@gw/schema';
+import type { Vendor } from '../config/vendor.js';
 
 /**
  * Which chat request fields each provider refuses (PROVIDERS.md 2, its ✗ cells only; `?` cells pass as sent).
  * A field that does not change the answer is left out of the body for a provider that refuses it; one that does
  * is never dropped: routing skips the offers whose provider refuses it (routing/param-routing.ts).
  */
-
-/** The provider behind an entry: its type, or for an `openai`-type entry its host (or the config's `vendor`). */
-export type Vendor = 'mistral' | 'azure' | 'cohere' | OpenAiVendor;
 
 /** Fields that change the answer, each with whether a value asks for something (a neutral value counts as absent). */
 const ANSWER_FIELDS = {
@@ -125,28 +122,6 @@ const EMBEDDINGS_DIMENSIONS: Partial<Record<Vendor, DimensionsSupport>> = { scal
 /** How an OpenAI-compatible host's embeddings take `dimensions`, before it was seen answering. */
 export function dimensionsSupport(vendor: Vendor): DimensionsSupport {
   return EMBEDDINGS_DIMENSIONS[vendor] ?? 'yes';
-}
-
-/** Hosts of the OpenAI-compatible providers whose rules differ (PROVIDERS.md 5-8, 10, 12). */
-const HOSTS: readonly [RegExp, OpenAiVendor][] = [
-  [/^api\.scaleway\.ai$/i, 'scaleway'],
-  [/(^|\.)endpoints\.kepler\.ai\.cloud\.ovh\.net$/i, 'ovhcloud'],
-  [/(^|\.)ionos\.com$/i, 'ionos'],
-  [/(^|\.)nebius\.(ai|com)$/i, 'nebius'],
-  [/(^|\.)cohere\.(ai|com)$/i, 'cohere'],
-  [/-aiplatform\.googleapis\.com$/i, 'vertex'],
-];
-
-/** The provider at `url`, by its host; `generic` for any other (a vLLM server, a proxy). */
-export function vendorOfHost(url: URL): OpenAiVendor {
-  for (const [host, vendor] of HOSTS) if (host.test(url.hostname)) return vendor;
-  return 'generic';
-}
-
-/** The provider of a config entry: its type, or the `vendor` it names, or its host. */
-export function vendorOf(config: ProviderConfig): Vendor {
-  if (config.type !== 'openai') return config.type;
-  return config.vendor ?? vendorOfHost(new URL(config.baseUrl));
 }
 
 function hasKeys(v: unknown): boolean {

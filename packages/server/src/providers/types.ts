@@ -1,6 +1,7 @@
 import type { ProviderConfig, ProviderType } from '@gw/schema';
+import type { Vendor } from '../config/vendor.js';
 import type { CancelSignal } from './http-client.js';
-import type { DimensionsSupport, Vendor } from './param-compat.js';
+import type { DimensionsSupport } from './param-compat.js';
 
 export interface TokenUsage {
   prompt_tokens: number;

@@ -1,5 +1,6 @@
+import type { Vendor } from '../config/vendor.js';
 import { GatewayError } from '../errors/gateway-error.js';
-import { type AnswerField, answerFieldsUsed, type DimensionsSupport, describeField, fieldParam, refusedField, type Vendor } from '../providers/param-compat.js';
+import { type AnswerField, answerFieldsUsed, type DimensionsSupport, describeField, fieldParam, refusedField } from '../providers/param-compat.js';
 import { refusedSize } from '../providers/refused-sizes.js';
 import type { Offer, RegistryModel } from './registry.js';
 

@@ -1,9 +1,10 @@
 import type { ProviderConfig } from '@gw/schema';
+import { type Vendor, vendorOf } from '../../config/vendor.js';
 import { listCohereModels } from '../cohere/models.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
-import { type DimensionsSupport, dimensionsSupport, strippedKeys, type Vendor, vendorOf } from '../param-compat.js';
+import { type DimensionsSupport, dimensionsSupport, strippedKeys } from '../param-compat.js';
 import type {
   ChatBody,
   ChatCompletion,
