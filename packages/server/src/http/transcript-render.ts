@@ -1,4 +1,5 @@
 import type { TimestampGranularity, Transcription, TranscriptSegment, TranscriptWord } from '../providers/types.js';
+import { whisperLanguage } from './whisper-language.js';
 
 export const RESPONSE_FORMATS = ['json', 'text', 'srt', 'vtt', 'verbose_json'] as const;
 export type ResponseFormat = (typeof RESPONSE_FORMATS)[number];
@@ -59,7 +60,8 @@ function verbose(t: Transcription, options: RenderOptions, usage: Record<string,
   }));
   const body: Record<string, unknown> = {
     task: 'transcribe',
-    language: t.language ?? options.language ?? 'unknown',
+    // Named as OpenAI names it (`english`), whichever code the provider or the client gave.
+    language: whisperLanguage(t.language ?? options.language ?? 'unknown'),
     duration: t.duration,
     text: t.text,
     segments,
