@@ -302,7 +302,7 @@ describe.each([
     }
   });
 
-  it('errors: a bad key, an unknown model and a refused field as APICallError, in the variant’s envelope, not retried', async () => {
+  it('errors: a bad key, an unknown model and the Responses API as APICallError, in the variant’s envelope, not retried', async () => {
     const v = base() === gw.baseA ? 'A' : 'B';
     const badKey = await generateText({ model: openai('gw_live_nope').chat('mistral/small'), prompt: 'x' }).catch((e: unknown) => e);
     expect(APICallError.isInstance(badKey)).toBe(true);
@@ -316,6 +316,11 @@ describe.each([
     const unknown = (await generateText({ model: openai().chat('nope/model'), prompt: 'x' }).catch((e: unknown) => e)) as APICallError;
     expect([unknown.statusCode, unknown.isRetryable]).toEqual([v === 'A' ? 404 : 400, false]);
     expect(JSON.parse(unknown.responseBody ?? '{}').error).toMatchObject({ code: 'model_not_found', param: 'model' });
+
+    // openai(model) is the Responses API, not served: its 404 names the route and the call to use instead.
+    const responses = (await generateText({ model: openai()('mistral/small'), prompt: 'x' }).catch((e: unknown) => e)) as APICallError;
+    expect([responses.statusCode, responses.isRetryable]).toEqual([404, false]);
+    expect(responses.message).toContain('openai.chat(model)');
 
     for (const call of [
       () => embed({ model: openai('gw_live_nope').embedding('mistral/embed'), value: 'x' }),
