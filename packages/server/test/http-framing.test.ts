@@ -109,7 +109,7 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     // Like every answer: its request id and the gateway's time.
     expect(wrong.head).toMatch(/\r\nx-request-id: \S+/i);
     expect(wrong.head).toMatch(/\r\nserver-timing: gw;desc="gateway";dur=\d+\.\d\d, upstream;dur=0\.00, total;dur=\d+\.\d\d(\r\n|$)/im);
-    const huge = await raw(head(key, 30 * 1024 * 1024, '/v1/audio/transcriptions'));
+    const huge = await raw(head(key, 30 * 1024 * 1024, '/v1/audio/transcriptions').replace('application/json', 'multipart/form-data; boundary=b'));
     expect(huge.head).toMatch(/^HTTP\/1\.1 413 /);
     expect(envelopeOf(huge.body)).toMatchObject({ code: 'payload_too_large', param: 'file' });
     // A file just under the upload limit, with its form fields around it, is told to go on, as it is answered without Expect.
@@ -165,6 +165,72 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
       expect(r.head).toMatch(/\r\nretry-after: \d+(\r\n|$)/i);
     }
   });
+
+  it('Expect: 100-continue with a body the route refuses as labelled (media type, compression, charset) is refused before the 100, as it is answered without Expect', async () => {
+    const length = 5000;
+    const head = (path: string, type: string | null, extra: string, expectContinue: boolean) =>
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n${type === null ? '' : `Content-Type: ${type}\r\n`}${extra}Content-Length: ${length}\r\n${expectContinue ? 'Expect: 100-continue\r\n' : ''}\r\n`;
+    // The header names an answer carries, but its date and keep-alive: a body read whole may keep its connection.
+    const names = (h: string) =>
+      h
+        .split('\r\n')
+        .slice(1)
+        .map((l) => l.slice(0, l.indexOf(':')).toLowerCase())
+        .filter((n) => n !== 'date' && n !== 'keep-alive')
+        .sort();
+    const cases: [string, string | null, string, string][] = [
+      ['/v1/chat/completions', 'text/plain', '', 'send application/json'],
+      ['/alt/v1/embeddings', 'text/plain; charset=utf-8', '', 'send application/json'],
+      ['/v2/rerank', 'application/x-www-form-urlencoded', '', 'send application/json'],
+      ['/alt/v1/audio/transcriptions', 'application/json', '', 'send multipart/form-data'],
+      ['/v1/audio/transcriptions', null, '', 'send multipart/form-data'],
+      ['/v1/chat/completions', 'application/json', 'Content-Encoding: gzip\r\n', 'uncompressed'],
+      ['/alt/v1/audio/transcriptions', 'multipart/form-data; boundary=b', 'Content-Encoding: gzip\r\n', 'uncompressed'],
+      ['/v1/rerank', 'application/json; charset=iso-8859-1', '', 'in UTF-8'],
+    ];
+    for (const [path, type, extra, says] of cases) {
+      // Only the head: the refusal must come without the body, and close the connection it did not ask the body on.
+      const early = await raw(head(path, type, extra, true));
+      expect([path, early.head.slice(0, 12)]).toEqual([path, 'HTTP/1.1 415']);
+      expect(early.head).toMatch(/\r\nconnection: close(\r\n|$)/i);
+      expect(envelopeOf(early.body)).toMatchObject({ code: 'unsupported_media_type', message: expect.stringContaining(says) });
+      // The same answer as without Expect, its body sent: status, envelope (of the path's variant) and headers.
+      const without = await raw(head(path, type, extra, false) + 'a'.repeat(length));
+      expect([path, without.head.slice(0, 12), envelopeOf(without.body)]).toEqual([path, early.head.slice(0, 12), envelopeOf(early.body)]);
+      expect(names(early.head)).toEqual(names(without.head));
+    }
+    // As the route does: an unknown media type is refused before its declared size, a compressed JSON body after it.
+    expect((await raw(head('/v1/chat/completions', 'text/plain', '', true).replace(`: ${length}`, ': 30000000'))).head).toMatch(/^HTTP\/1\.1 415 /);
+    const large = await raw(head('/v1/chat/completions', 'application/json', 'Content-Encoding: gzip\r\n', true).replace(`: ${length}`, ': 30000000'));
+    expect(large.head).toMatch(/^HTTP\/1\.1 413 /);
+    // A body the route takes, in any case and with its parameters, is still told to go on; so is a GET, which reads no body.
+    for (const text of [
+      head('/v1/chat/completions', 'Application/JSON; charset=UTF-8', '', true),
+      head('/v1/audio/transcriptions', 'multipart/form-data; boundary=b', '', true),
+      head('/v1/models', 'text/plain', '', true).replace('POST', 'GET'),
+    ]) {
+      const told = await new Promise<string>((resolve) => {
+        const socket = connect(port, '127.0.0.1');
+        socket.on('data', (d) => {
+          resolve(String(d));
+          socket.destroy();
+        });
+        socket.write(text);
+      });
+      expect(told).toMatch(/^HTTP\/1\.1 100 Continue/);
+    }
+  });
+
+  it('Expect: 100-continue, a body of a media type the route refuses sent at once: the 415 reaches the client, not a reset', async () => {
+    const size = 20 * 1024 * 1024;
+    const head = `POST /alt/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: text/plain\r\nContent-Length: ${size}\r\nExpect: 100-continue\r\n\r\n`;
+    for (let i = 0; i < 3; i++) {
+      const out = await uploadFromOwnProcess(port, head, size);
+      expect(out.slice(0, 12)).toBe('HTTP/1.1 415');
+      expect(out).not.toContain('100 Continue');
+      expect(envelopeOf(out.slice(out.indexOf('\r\n\r\n') + 4))).toMatchObject({ code: 'unsupported_media_type' });
+    }
+  }, 30_000);
 
   it('Expect: 100-continue with the body sent at once (RFC 9110 lets a client not wait): the refusal reaches the client, not a reset', async () => {
     const head = (path: string, auth: string, length: number) =>

@@ -98,6 +98,21 @@ describe('answers given before the body is asked for (Expect: 100-continue)', ()
     expect(pending).toMatch(/\r\nx-should-retry: false\r\n/i);
   });
 
+  it('a 415 (a body the route refuses as labelled) is counted under its route and variant, logged, and carries the rate-limit headers', async () => {
+    const text = await answeredOnce(expectHead('/alt/v1/chat/completions', key, 2_000_000, 'text/plain'), {
+      status: 415,
+      route: '/alt/v1/chat/completions',
+      variant: 'b',
+    });
+    expect(text).not.toContain('100 Continue');
+    expect(text).toMatch(/\r\nx-ratelimit-remaining: \d+\r\n/i);
+    await answeredOnce(expectHead('/v1/audio/transcriptions', key, 2_000_000, 'application/json'), {
+      status: 415,
+      route: '/v1/audio/transcriptions',
+      variant: 'a',
+    });
+  });
+
   it('an upload of a key whose window is full: its 429 is counted, logged and carries the rate-limit headers', async () => {
     const created = await fetch(`${proc.url}/admin/v1/keys`, {
       method: 'POST',

@@ -19,7 +19,7 @@ export function toGatewayError(err: unknown, headers?: IncomingHttpHeaders, body
       // Declared too large or counted past the limit as it arrived (chunked): the same words as a refused Expect: 100-continue.
       return bodyTooLarge(bodyLimit);
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new GatewayError('unsupported_media_type', 'Unsupported Content-Type: send application/json.');
+      return unsupportedJsonType();
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return emptyBody();
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
@@ -54,6 +54,11 @@ export function toGatewayError(err: unknown, headers?: IncomingHttpHeaders, body
 /** A body whose arrays and objects nest deeper than it can be parsed cheaply or serialised again. */
 export function nestedTooDeeply(): GatewayError {
   return new GatewayError('validation', 'The request body is nested too deeply to be handled.');
+}
+
+/** A body in a media type other than JSON at a JSON route (body-media.ts). */
+export function unsupportedJsonType(): GatewayError {
+  return new GatewayError('unsupported_media_type', 'Unsupported Content-Type: send application/json.');
 }
 
 /** A JSON body over the route's limit, declared (Content-Length, or refused before Expect: 100-continue) or counted as it came. */

@@ -6,6 +6,7 @@ import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { newRequestId } from '../lib/ids.js';
 import type { LimitDecision, RateLimiter } from '../limits/types.js';
 import type { ApiKeyRecord } from '../store/types.js';
+import { bodyMediaOf, bodyRefusal } from './body-media.js';
 import { bodyTooLarge, errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
 import { lingerOnClose } from './lingering-close.js';
@@ -37,10 +38,11 @@ export function refusedBeforeContinue(req: IncomingMessage): RefusedBeforeContin
 }
 
 /**
- * `Expect: 100-continue` (curl sends it for any body over 1 MB, such as an audio upload): the key, the
- * declared size and, for an upload, the key's rate-limit window are checked before the client is told to
- * send its body, so a wrong key, a file over the limit or an upload of a key over its limit is refused
- * without the upload. Node would otherwise answer 100 at once.
+ * `Expect: 100-continue` (curl sends it for any body over 1 MB, and for every form): the key, the
+ * body's media type and encoding, the declared size and, for an upload, the key's rate-limit window are
+ * checked before the client is told to send its body, so a wrong key, a body the route would refuse as
+ * it is labelled, a file over the limit or an upload of a key over its limit is refused without the
+ * upload. Node would otherwise answer 100 at once.
  */
 export function checkBeforeContinue(server: Server, auth: ApiKeyAuthenticator, limiter: RateLimiter, config: GatewayConfig, observe: RawAnswers): void {
   // An expectation other than 100-continue cannot be met (RFC 9110: 417), answered in the envelope rather than Node's bare 417.
@@ -70,15 +72,18 @@ async function refusal(
   const path = (req.url ?? '').split('?')[0] ?? '';
   // Only the public API is keyed; other paths go on as usual.
   if (!/^\/(alt\/)?v\d+\//.test(path)) return null;
-  // In the order the routes answer once the body comes (the key, a route still to come, the size), so a body
-  // gets the same answer with Expect or without.
+  // In the order the routes answer once the body comes (the key, a route still to come, the body's media type, its
+  // size and encoding), so a body gets the same answer with Expect or without.
   let key: ApiKeyRecord | null = null;
   try {
     key = await auth.authenticate(req.headers.authorization);
   } catch (err) {
     if (isGatewayError(err) && (err.code === 'unauthorized' || err.code === 'store_unavailable')) return { error: err, limit: null };
   }
-  const refused = pendingRouteError(req.method ?? '', path) ?? tooLargeDeclared(req, path, config);
+  const method = req.method ?? '';
+  const media = bodyMediaOf(method, path);
+  const tooLarge = tooLargeDeclared(req, path, config);
+  const refused = pendingRouteError(method, path) ?? (media === undefined ? tooLarge : bodyRefusal(media, req.headers, tooLarge));
   if (key === null) return refused && { error: refused, limit: null };
   if (refused === null) {
     // An upload of a key whose window is full is refused before it is read, as without Expect (rate-limit.ts,

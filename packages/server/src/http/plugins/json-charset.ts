@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { nestsDeeperThan } from '../../lib/json-depth.js';
+import { JSON_BODY, readsBodiesAs, unsupportedCharset } from '../body-media.js';
 import { encodedBodyError, nestedTooDeeply } from '../errors.js';
 
 /**
@@ -13,8 +14,7 @@ import { encodedBodyError, nestedTooDeeply } from '../errors.js';
 const MAX_JSON_DEPTH = 10_000;
 
 /**
- * A JSON body declared in a charset other than UTF-8 is refused (415) rather than read as UTF-8: JSON between
- * systems is UTF-8 (RFC 8259), and a Latin-1 'é' read as UTF-8 would reach the provider silently replaced.
+ * A JSON body declared in a charset other than UTF-8 is refused (415) rather than read as UTF-8 (unsupportedCharset).
  * Checked in the scope's JSON parser, which every JSON request goes through anyway: a hook of its own cost
  * a request about 2 % more CPU at saturation (bench/ab.mjs).
  * `emptyIsNoBody`: a labelled body with nothing in it is read as no body (the admin API's revoke and rebuild).
@@ -23,17 +23,18 @@ export function refuseNonUtf8Json(app: FastifyInstance, options: { emptyIsNoBody
   const emptyIsNoBody = options.emptyIsNoBody === true;
   // Fastify's own JSON parser, with its defaults (a prototype-poisoning key is an error).
   const parseJson = app.getDefaultJsonParser('error', 'error');
-  app.removeContentTypeParser('application/json');
+  app.removeContentTypeParser(JSON_BODY.type);
+  readsBodiesAs(app, JSON_BODY);
   // As bytes: decoded as text, bytes that are not UTF-8 (a Latin-1 body sent without its charset) would become U+FFFD
   // unseen. Checking them costs about 0.1 µs a request.
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, bytes, done) => {
+  app.addContentTypeParser(JSON_BODY.type, { parseAs: 'buffer' }, (request, bytes, done) => {
     if (emptyIsNoBody && (bytes as Buffer).length === 0) {
       done(null, undefined);
       return;
     }
-    const charset = declaredCharset(request.headers['content-type']);
-    if (charset !== null && charset !== 'utf-8' && charset !== 'utf8') {
-      done(refusal(request, new GatewayError('unsupported_media_type', `Unsupported charset '${charset.slice(0, 40)}': send the JSON body in UTF-8.`)));
+    const charset = unsupportedCharset(request.headers['content-type']);
+    if (charset !== null) {
+      done(refusal(request, charset));
       return;
     }
     // A body declared encoded (Content-Encoding, or a Transfer-Encoding coding besides chunked) is refused as such (415),
@@ -90,10 +91,4 @@ function invalidJson(body: string): GatewayError {
 /** A body that is not UTF-8 (a Latin-1 or Windows-1252 body sent as UTF-8): refused, where it would reach the model garbled. */
 function notUtf8(): GatewayError {
   return new GatewayError('validation', 'The request body is not valid UTF-8: send the JSON body in UTF-8 (RFC 8259), with no other encoding.');
-}
-
-/** The charset a Content-Type names, lower-cased; null when it names none (most requests: one substring test). */
-function declaredCharset(type: string | undefined): string | null {
-  if (type === undefined || !type.toLowerCase().includes('charset')) return null;
-  return /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(type)?.[1]?.toLowerCase() ?? null;
 }

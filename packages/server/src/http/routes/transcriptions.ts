@@ -10,6 +10,7 @@ import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { AUDIO_EXTENSIONS, audioContainer, readHead, upstreamFilename } from '../audio-container.js';
+import { FORM_BODY, readsBodiesAs } from '../body-media.js';
 import { refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { encodedBodyError } from '../errors.js';
@@ -159,10 +160,11 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
   });
   // Only a form: a JSON (or any other) body is the wrong media type here, not a body that fails the form's schema.
   scope.removeAllContentTypeParsers();
+  readsBodiesAs(scope, FORM_BODY);
   scope.addContentTypeParser('*', async (request: FastifyRequest) => {
-    throw new GatewayError('unsupported_media_type', `Unsupported Content-Type '${request.headers['content-type'] ?? ''}': send multipart/form-data.`);
+    throw FORM_BODY.unsupported(request.headers);
   });
-  scope.addContentTypeParser('multipart/form-data', async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
+  scope.addContentTypeParser(FORM_BODY.type, async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
     const compressed = encodedBodyError(request.headers);
     if (compressed) throw compressed;
     const declared = Number(request.headers['content-length']);
