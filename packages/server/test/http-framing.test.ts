@@ -265,6 +265,39 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect(envelopeOf(h2.body)).toMatchObject({ code: 'validation_error', message: expect.stringContaining('HTTP/2 is not served') });
   });
 
+  it('two Host headers, or a Host naming another host than an absolute-form target, are 400 in the variant’s envelope and the connection is closed (RFC 9112 3.2)', async () => {
+    const get = (target: string, hosts: string[], after = '') =>
+      `GET ${target} HTTP/1.1\r\n${hosts.map((h) => `Host: ${h}\r\n`).join('')}Authorization: Bearer ${key}\r\n\r\n${after}`;
+    // A good request pipelined after the refused one: never answered, the connection being closed after the 400.
+    const next = get('/v1/models', ['x']);
+    for (const [text, code, says] of [
+      [get('/v1/models', ['gateway.example', 'attacker.example'], next), 'validation_error', 'exactly one Host'],
+      [get('/alt/v1/models', ['x', 'x'], next), 'invalid_request', 'exactly one Host'],
+      [get('http://gateway.example/v1/models', ['attacker.example'], next), 'validation_error', 'another host than the request target'],
+      [get('http://gateway.example:8080/alt/v1/models', ['gateway.example'], next), 'invalid_request', 'another host than the request target'],
+    ] as const) {
+      const out = await exchange(port, text);
+      expect(out.slice(0, 12)).toBe('HTTP/1.1 400');
+      expect(out.split('HTTP/1.1 ').length - 1).toBe(1);
+      const [head, body] = [out.slice(0, out.indexOf('\r\n\r\n')), out.slice(out.indexOf('\r\n\r\n') + 4)];
+      expect(head).toMatch(/\r\nconnection: close(\r\n|$)/i);
+      expect(head).toMatch(/\r\nx-request-id: req_/i);
+      expect(envelopeOf(body)).toMatchObject({ code, message: expect.stringContaining(says) });
+    }
+    // Its Host in any case and with the scheme's own port, an absolute-form target is taken; so is one Host with an origin-form one.
+    for (const text of [get('http://Gateway.Example/v1/models', ['gateway.example:80']), get('/v1/models', ['x'])]) {
+      const out = await exchange(port, text.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n'));
+      expect(out.slice(0, 12)).toBe('HTTP/1.1 200');
+    }
+    // With Expect: 100-continue, refused before the body is asked for.
+    const upload = await raw(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nHost: b\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n`,
+    );
+    expect(upload.head).toMatch(/^HTTP\/1\.1 400 /);
+    expect(upload.head).toMatch(/\r\nconnection: close(\r\n|$)/i);
+    expect(envelopeOf(upload.body)).toMatchObject({ code: 'validation_error', message: expect.stringContaining('exactly one Host') });
+  });
+
   it('bytes that are not HTTP, sent while a stream is being answered, do not land inside that answer', async () => {
     const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'stream please' }], stream: true });
     gw.sim.providers.scaleway?.configure({ chunkGapMs: 30 });

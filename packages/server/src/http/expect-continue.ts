@@ -9,6 +9,7 @@ import type { ApiKeyRecord } from '../store/types.js';
 import { bodyMediaOf, bodyRefusal } from './body-media.js';
 import { bodyTooLarge, errorEnvelope } from './errors.js';
 import { variantOfUrl } from './framework-errors.js';
+import { hostError } from './host-header.js';
 import { lingerOnClose } from './lingering-close.js';
 import { declaredTooLarge, isMultipart, tooLarge } from './multipart-spool.js';
 import { rateLimitedError, rateLimitHeaders } from './plugins/rate-limit.js';
@@ -38,7 +39,7 @@ export function refusedBeforeContinue(req: IncomingMessage): RefusedBeforeContin
 }
 
 /**
- * `Expect: 100-continue` (curl sends it for any body over 1 MB, and for every form): the key, the
+ * `Expect: 100-continue` (curl sends it for any body over 1 MB, and for every form): the Host, the key, the
  * body's media type and encoding, the declared size and, for an upload, the key's rate-limit window are
  * checked before the client is told to send its body, so a wrong key, a body the route would refuse as
  * it is labelled, a file over the limit or an upload of a key over its limit is refused without the
@@ -69,6 +70,9 @@ async function refusal(
   config: GatewayConfig,
   requestId: string,
 ): Promise<Refusal | null> {
+  // Before the key, as request-context.ts checks it: on every path, never counted.
+  const badHost = hostError(req);
+  if (badHost !== null) return { error: badHost, limit: null };
   const path = (req.url ?? '').split('?')[0] ?? '';
   // Only the public API is keyed; other paths go on as usual.
   if (!/^\/(alt\/)?v\d+\//.test(path)) return null;

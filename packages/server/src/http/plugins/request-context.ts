@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { kGatewayRequest, type ResponseOfRequest } from '../context.js';
 import { refusedBeforeContinue } from '../expect-continue.js';
+import { hostError } from '../host-header.js';
 import { lingerOnClose } from '../lingering-close.js';
 import { UnsentAnswers } from '../send-timeout.js';
 import { serverTiming } from '../server-timing.js';
@@ -73,9 +74,10 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       done(refused.error);
       return;
     }
-    // HTTP/1.1 requires Host (RFC 9112: 400 without it); Node's own check answers without a body, so it is done here.
-    if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
-      done(new GatewayError('validation', 'An HTTP/1.1 request must carry a Host header.'));
+    // No Host on HTTP/1.1, or two (RFC 9112: 400), in the envelope rather than Node's bare answer.
+    const badHost = hostError(request.raw);
+    if (badHost !== null) {
+      done(badHost);
       return;
     }
     // A request that reaches a draining instance on a connection it already had: the envelope, a wait, and the connection closed.
