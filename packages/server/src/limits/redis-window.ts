@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryWindowLimiter, windowDecision } from './memory-window.js';
 import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
+import { UnenforcedLog } from './unenforced-log.js';
 
 /**
  * SPEC's sliding window as one atomic script over a sorted set per key, so
@@ -64,13 +65,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], window
 return 1
 `;
 
-/** A request let through unenforced, still to be written to the shared window. */
-interface Unwritten {
-  keyId: string;
-  at: number;
-  requestId: string;
-}
-
 type WindowCommand = (key: string, window: number, limit: number, member: string) => Promise<[number, number, number, number]>;
 type PeekCommand = (key: string, window: number, limit: number) => Promise<[number, number, number]>;
 type CatchUpCommand = (key: string, window: number, sentAt: number, ...stampsAndIds: (number | string)[]) => Promise<number>;
@@ -87,12 +81,11 @@ export class RedisWindowLimiter implements RateLimiter {
    */
   private estimate: MemoryWindowLimiter | null = null;
   /**
-   * The requests let through unenforced in the last window, oldest first from `unwrittenHead`, until they are written
-   * to the shared window: until then this instance does not enforce, since the window would not hold them (a client
-   * let through during an outage would be admitted the whole limit again). Null when nothing is owed.
+   * The requests let through unenforced in the last window, until they are written to the shared window: until then
+   * this instance does not enforce, since the window would not hold them (a client let through during an outage
+   * would be admitted the whole limit again). Null when nothing is owed.
    */
-  private unwritten: Unwritten[] | null = null;
-  private unwrittenHead = 0;
+  private unwritten: UnenforcedLog | null = null;
   private catchingUp = false;
   private catchUpTimer: NodeJS.Timeout | null = null;
 
@@ -171,26 +164,26 @@ export class RedisWindowLimiter implements RateLimiter {
     this.catchingUp = true;
     const sentAt = Date.now();
     this.dropAged(sentAt);
-    const sent = log.length;
+    const sent = log.end;
     // Per key, in calls of at most CATCH_UP_BATCH requests (a busy key's outage can hold a great many).
     const byKey = new Map<string, (number | string)[]>();
     const calls: [string, (number | string)[]][] = [];
-    for (let i = this.unwrittenHead; i < sent; i++) {
-      const u = log[i] as Unwritten;
-      let args = byKey.get(u.keyId);
+    for (let i = log.first; i < sent; i++) {
+      const keyId = log.keyIdAt(i);
+      let args = byKey.get(keyId);
       if (args === undefined || args.length >= CATCH_UP_BATCH * 2) {
         args = [];
-        byKey.set(u.keyId, args);
-        calls.push([u.keyId, args]);
+        byKey.set(keyId, args);
+        calls.push([keyId, args]);
       }
-      args.push(u.at, u.requestId);
+      args.push(log.atAt(i), log.requestIdAt(i));
     }
     try {
       const write = (this.redis as unknown as { gwSlidingWindowCatchUp: CatchUpCommand }).gwSlidingWindowCatchUp;
       await Promise.all(calls.map(([keyId, args]) => write.call(this.redis, `gw:rl:{${keyId}}`, this.windowMs, sentAt, ...args)));
       this.breaker.success();
-      if (log.length === sent) this.unwritten = null;
-      else this.unwrittenHead = sent;
+      log.writtenTo(sent);
+      if (log.empty) this.unwritten = null;
     } catch {
       this.breaker.failure();
     } finally {
@@ -212,11 +205,8 @@ export class RedisWindowLimiter implements RateLimiter {
   private dropAged(now: number): void {
     const log = this.unwritten;
     if (log === null) return;
-    while (this.unwrittenHead < log.length && (log[this.unwrittenHead] as Unwritten).at <= now - this.windowMs) this.unwrittenHead++;
-    if (this.unwrittenHead > 1024 && this.unwrittenHead * 2 > log.length) {
-      log.splice(0, this.unwrittenHead);
-      this.unwrittenHead = 0;
-    }
+    log.dropThrough(now - this.windowMs);
+    log.compact();
   }
 
   /**
@@ -228,11 +218,9 @@ export class RedisWindowLimiter implements RateLimiter {
     this.estimate ??= new MemoryWindowLimiter(Date.now, this.windowMs);
     if (requestId !== null) {
       const at = Date.now();
-      if (this.unwritten === null) {
-        this.unwritten = [];
-        this.unwrittenHead = 0;
-      } else if (!this.catchingUp) this.dropAged(at);
-      this.unwritten.push({ keyId, at, requestId });
+      if (this.unwritten === null) this.unwritten = new UnenforcedLog();
+      else if (!this.catchingUp) this.dropAged(at);
+      this.unwritten.push(keyId, at, requestId);
       this.retryCatchUpLater();
     }
     const d = requestId !== null ? this.estimate.hitSync(keyId, limit) : this.estimate.peek(keyId, limit);
