@@ -166,7 +166,7 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     }
   });
 
-  it('Expect: 100-continue with a body the route refuses as labelled (media type, compression, charset) is refused before the 100, as it is answered without Expect', async () => {
+  it('Expect: 100-continue with a body the route refuses as labelled (media type, malformed or a form without its boundary, compression, charset) is refused before the 100, as it is answered without Expect', async () => {
     const length = 5000;
     const head = (path: string, type: string | null, extra: string, expectContinue: boolean) =>
       `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n${type === null ? '' : `Content-Type: ${type}\r\n`}${extra}Content-Length: ${length}\r\n${expectContinue ? 'Expect: 100-continue\r\n' : ''}\r\n`;
@@ -184,6 +184,13 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
       ['/v2/rerank', 'application/x-www-form-urlencoded', '', 'send application/json'],
       ['/alt/v1/audio/transcriptions', 'application/json', '', 'send multipart/form-data'],
       ['/v1/audio/transcriptions', null, '', 'send multipart/form-data'],
+      // A Content-Type Fastify cannot parse, or a form without its boundary: the route's own words, not JSON's.
+      ['/v1/audio/transcriptions', 'foo', '', "'foo': send multipart/form-data with its boundary"],
+      ['/alt/v1/audio/transcriptions', 'a b/c', '', 'send multipart/form-data with its boundary'],
+      ['/alt/v1/audio/transcriptions', 'multipart/form-data', '', "'multipart/form-data': send multipart/form-data with its boundary"],
+      ['/v1/audio/transcriptions', 'multipart/form-data; charset=utf-8', '', 'send multipart/form-data with its boundary'],
+      ['/v1/chat/completions', 'foo', '', 'send application/json'],
+      ['/alt/v1/embeddings', 'a b/c', '', 'send application/json'],
       ['/v1/chat/completions', 'application/json', 'Content-Encoding: gzip\r\n', 'uncompressed'],
       ['/alt/v1/audio/transcriptions', 'multipart/form-data; boundary=b', 'Content-Encoding: gzip\r\n', 'uncompressed'],
       ['/v1/rerank', 'application/json; charset=iso-8859-1', '', 'in UTF-8'],

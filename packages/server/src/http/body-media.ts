@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import { encodedBodyError, unsupportedJsonType } from './errors.js';
+import { boundaryOf } from './multipart-spool.js';
 
 /**
  * The media type a scope's routes read their bodies in, and how its parser refuses a body it will not read. A scope
@@ -13,7 +14,7 @@ export interface BodyMedia {
   type: string;
   /** The refusal of a body in another media type (or without one). */
   unsupported(headers: IncomingHttpHeaders): GatewayError;
-  /** The refusal of a body of this type the parser will still not read (compressed, or in a charset not taken), or null. */
+  /** The refusal of a body of this type the parser will still not read (compressed, in a charset not taken, a form without its boundary), or null. */
   encoded(headers: IncomingHttpHeaders): GatewayError | null;
   /** Whether the route refuses a declared size over its limit before such a body (a JSON body is read whole first). */
   sizeFirst: boolean;
@@ -28,11 +29,20 @@ export const JSON_BODY: BodyMedia = {
 
 export const FORM_BODY: BodyMedia = {
   type: 'multipart/form-data',
-  unsupported: (headers) =>
-    new GatewayError('unsupported_media_type', `Unsupported Content-Type '${headers['content-type'] ?? ''}': send multipart/form-data.`),
-  encoded: encodedBodyError,
+  unsupported: unsupportedFormType,
+  // A form without a boundary cannot be read either: refused as its media type, from the headers, so before a 100 too.
+  encoded: (headers) => (boundaryOf(headers['content-type']) === null ? unsupportedFormType(headers) : encodedBodyError(headers)),
   sizeFirst: false,
 };
+
+/** The transcription route's refusal of any Content-Type but a form with its boundary (one Fastify cannot parse too). */
+function unsupportedFormType(headers: IncomingHttpHeaders): GatewayError {
+  const declared = (headers['content-type'] ?? '').slice(0, 100);
+  return new GatewayError(
+    'unsupported_media_type',
+    `Unsupported Content-Type '${declared}': send multipart/form-data with its boundary (multipart/form-data; boundary=...).`,
+  );
+}
 
 /** Fastify reads no body of these methods, whatever the route. */
 const BODYLESS = new Set(['GET', 'HEAD', 'TRACE']);

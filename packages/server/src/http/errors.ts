@@ -4,13 +4,21 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
+import { bodyMediaOf } from './body-media.js';
 import { leftBeforeAnswer } from './upstream-call.js';
 
 /**
  * Normalises anything thrown in a request into a GatewayError. `headers`: the request's, read only to word a refusal
- * of its body; `bodyLimit`: the route's, in bytes, said in a 413; `body`: the parsed body, read only to word a refusal of it.
+ * of its body; `bodyLimit`: the route's, in bytes, said in a 413; `body`: the parsed body, read only to word a refusal of it;
+ * `route`: the request's method and route, read only to say which media type its route takes.
  */
-export function toGatewayError(err: unknown, headers?: IncomingHttpHeaders, bodyLimit?: number, body?: unknown): GatewayError {
+export function toGatewayError(
+  err: unknown,
+  headers?: IncomingHttpHeaders,
+  bodyLimit?: number,
+  body?: unknown,
+  route?: { method: string; routeOptions: { url?: string | undefined } },
+): GatewayError {
   if (isGatewayError(err)) return err;
   const e = err as FastifyError;
   if (e.validation && e.validation.length > 0) return validationError(e, body);
@@ -18,8 +26,11 @@ export function toGatewayError(err: unknown, headers?: IncomingHttpHeaders, body
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       // Declared too large or counted past the limit as it arrived (chunked): the same words as a refused Expect: 100-continue.
       return bodyTooLarge(bodyLimit);
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return unsupportedJsonType();
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE': {
+      // A Content-Type Fastify cannot parse (`foo`): refused in the words of the route's own 415, which is not JSON's at every route.
+      const media = route && bodyMediaOf(route.method, route.routeOptions.url ?? '');
+      return media ? media.unsupported(headers ?? {}) : unsupportedJsonType();
+    }
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return emptyBody();
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
@@ -251,7 +262,7 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
     request.log.debug('the client left while its answer was being written');
     return reply;
   }
-  const g = toGatewayError(err, request.headers, request.routeOptions.bodyLimit, request.body);
+  const g = toGatewayError(err, request.headers, request.routeOptions.bodyLimit, request.body, request);
   const { status, body } = errorEnvelope(g, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
   if (g.code === 'store_unavailable') logStoreUnreachable(request, g.cause ?? err);

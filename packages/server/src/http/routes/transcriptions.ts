@@ -165,12 +165,13 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     throw FORM_BODY.unsupported(request.headers);
   });
   scope.addContentTypeParser(FORM_BODY.type, async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
+    // In FORM_BODY.encoded's order (a missing boundary, then compression), as an Expect: 100-continue is refused.
+    const boundary = boundaryOf(request.headers['content-type']);
+    if (!boundary || !request.spool) throw FORM_BODY.unsupported(request.headers);
     const compressed = encodedBodyError(request.headers);
     if (compressed) throw compressed;
     const declared = Number(request.headers['content-length']);
     if (declaredTooLarge(declared, limit)) throw tooLarge(limit);
-    const boundary = boundaryOf(request.headers['content-type']);
-    if (!boundary || !request.spool) throw new GatewayError('validation', 'The multipart/form-data body has no boundary.');
     const form = await readMultipart(payload, boundary, request.spool, { fileBytes: limit, fieldBytes: 64 * 1024, fields: 50 }, (name, value) =>
       refuseModelBeforeFile(services, request, name, value),
     );
