@@ -109,6 +109,10 @@ describe.each([
     const post = (path: string, headers: Record<string, string>, body?: string) => fetch(`${gw().baseA}${path}`, { method: 'POST', headers, body });
     const refusals: [string, () => Promise<Response>, number][] = [
       ['unknown path', () => fetch(`${gw().baseA}/nothing`, { headers: auth }), 404],
+      // Off the model list by a slash (its route with an empty id): an unknown path, counted as any, in both variants.
+      ['model list with a trailing slash', () => fetch(`${gw().baseA}/models/`, { headers: auth }), 404],
+      ['model list with a trailing slash (B)', () => fetch(`${gw().baseB}/models/`, { headers: auth }), 404],
+      ['model entry with an empty family', () => fetch(`${gw().baseB}/models//small`, { headers: auth }), 404],
       ['wrong method', () => fetch(`${gw().baseB}/chat/completions`, { method: 'DELETE', headers: auth }), 405],
       ['no body', () => post('/chat/completions', json), 400],
       ['invalid JSON', () => post('/chat/completions', json, '{"model":'), 400],

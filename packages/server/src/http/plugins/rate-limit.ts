@@ -91,7 +91,9 @@ function countRequest(services: Services, request: FastifyRequest, named: Regist
  * refused before it is read) is its decision, not a request to count again.
  */
 export function countRefusal(services: Services, request: FastifyRequest, err: unknown): void {
-  if (!request.gw?.key || request.gw.counted || request.routeOptions.config?.uncounted) return;
+  if (!request.gw?.key || request.gw.counted) return;
+  // An uncounted route's 'No route' 404 (GET /v1/models/ reaches /models/:id with an empty id) is an unknown path: counted.
+  if (request.routeOptions.config?.uncounted && !(isGatewayError(err) && err.code === 'not_found')) return;
   // What the caller reads as model_not_found (in B, a retired model's too) is never counted.
   if (isGatewayError(err) && (err.code === 'rate_limited' || wireError(err.code, request.gw.variant).code === 'model_not_found')) return;
   countRequest(services, request, null);
