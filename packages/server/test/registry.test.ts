@@ -175,7 +175,7 @@ describe('the live registry', () => {
     }
   }, 60_000);
 
-  it('filters B by family, capability and provider, and A by kind', async () => {
+  it('filters B by family, capability and provider in any letter case, and A by kind', async () => {
     const get = async (base: string, q: string) =>
       ((await (await fetch(`${base}/models?${q}`, { headers: auth() })).json()) as { data: Record<string, unknown>[] }).data;
     const meta = await get(gw.baseB, 'family=meta');
@@ -185,6 +185,14 @@ describe('the live registry', () => {
     expect(onNebius.every((m) => (m.providers as string[]).includes('nebius'))).toBe(true);
     const tools = await get(gw.baseB, 'capability=tools');
     expect(tools.every((m) => (m.capabilities as string[]).includes('tools'))).toBe(true);
+    // In any letter case, the same list: a value off only in case is the one meant, not a filter to nothing.
+    expect([onNebius.length, tools.length].every((n) => n > 0)).toBe(true);
+    expect(await get(gw.baseB, 'family=Meta')).toEqual(meta);
+    expect(await get(gw.baseB, 'provider=NEBIUS')).toEqual(onNebius);
+    expect(await get(gw.baseB, 'capability=Tools')).toEqual(tools);
+    expect(await get(gw.baseB, 'family=META&capability=TOOLS')).toEqual(await get(gw.baseB, 'family=meta&capability=tools'));
+    // A value no model has is a filter like any other: an empty list, not an error.
+    expect(await get(gw.baseB, 'family=nobody')).toEqual([]);
     const audio = await get(gw.baseA, 'kind=audio');
     expect(audio.every((m) => m.kind === 'audio')).toBe(true);
     const bad = await fetch(`${gw.baseA}/models?kind=video`, { headers: auth() });

@@ -34,15 +34,22 @@ export interface ModelsQueryB {
   provider?: string;
 }
 
-/** B lists only models enabled for the caller's workspace (null: all), and the beta embeddings only. */
+/**
+ * B lists only models enabled for the caller's workspace (null: all), and the beta embeddings only. Its filters match
+ * in any letter case (`capability=VISION`, `family=Mistral`): ids and capabilities are lower case, and a value off
+ * only in case is the one meant, where an empty list would read as none there (README, Models).
+ */
 export function filterModelsB(models: RegistryModel[], query: ModelsQueryB, enabled: readonly string[] | null): RegistryModel[] {
+  const family = query.family?.toLowerCase();
+  const capability = query.capability?.toLowerCase();
+  const provider = query.provider?.toLowerCase();
   return models.filter(
     (m) =>
       !m.deprecated &&
       (m.kind !== 'embedding' || m.beta) &&
       (enabled === null || enabled.includes(m.id)) &&
-      (query.family === undefined || m.id.split('/')[0] === query.family || m.owned_by === query.family) &&
-      (query.capability === undefined || m.capabilities.includes(query.capability)) &&
-      (query.provider === undefined || m.offers.some((o) => o.provider === query.provider)),
+      (family === undefined || m.id.split('/')[0]?.toLowerCase() === family || m.owned_by.toLowerCase() === family) &&
+      (capability === undefined || m.capabilities.some((c) => c.toLowerCase() === capability)) &&
+      (provider === undefined || m.offers.some((o) => o.provider.toLowerCase() === provider)),
   );
 }
