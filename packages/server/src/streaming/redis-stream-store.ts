@@ -58,6 +58,20 @@ end
 return 1
 `;
 
+/**
+ * A running stream's meta record, written when Redis has none, with the expiry of a running stream (as a batch makes
+ * it). ARGV: owner key id, model, routing (JSON, '' : none), the relaying instance, the expiry (s).
+ */
+const WRITE_META = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'keyId', ARGV[1], 'model', ARGV[2], 'routing', ARGV[3], 'instance', ARGV[4])
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
+end
+return 1
+`;
+
+type WriteMeta = (meta: string, keyId: string, model: string, routing: string, instance: string, keep: number) => unknown;
+
 type AppendEvents = (
   events: string,
   meta: string,
@@ -108,7 +122,9 @@ function syntheticError(message: string): StreamEvent {
  * while after the stream ends (or after the grace period if it never does).
  *
  * A stream's first event is written at once (with its meta record, which
- * a resume on another instance checks first). The ones after it are
+ * a resume on another instance checks first; the records of all running
+ * streams are written again when the connection is back, as Redis may
+ * have restarted empty). The ones after it are
  * gathered, and every APPEND_COALESCE_MS one timer writes each stream's
  * batch as one entry, all in one round trip (ioredis pipelines the calls
  * of one tick). A stream's last batch goes out as soon as the client has
@@ -120,7 +136,7 @@ function syntheticError(message: string): StreamEvent {
  */
 export class RedisStreamStore implements StreamStore {
   private readonly pending = new Map<string, StreamEvent[]>();
-  /** Meta records of the streams being written, sent with each batch (Redis may have lost them since the first), routing as JSON once. */
+  /** Meta records of the streams being written, sent with each batch and at each reconnect (Redis may have lost them since the first), routing as JSON once. */
   private readonly metaOf = new Map<string, { meta: StreamMeta; routing: string }>();
   /** Streams whose write failed: since when, so that a long outage gives up on them rather than hold their events. */
   private readonly failingSince = new Map<string, number>();
@@ -145,6 +161,21 @@ export class RedisStreamStore implements StreamStore {
     private readonly presence: InstancePresence,
   ) {
     redis.defineCommand('gwAppendEvents', { numberOfKeys: 2, lua: APPEND_EVENTS });
+    redis.defineCommand('gwWriteStreamMeta', { numberOfKeys: 1, lua: WRITE_META });
+    // The Redis it reconnected to may have restarted empty: a resume elsewhere would find no record (a final 404)
+    // until each stream's next batch, which may be seconds away.
+    redis.on('ready', () => this.writeMetaAgain());
+  }
+
+  /** Every running stream's meta record, written again where Redis lacks it, in one pipeline; a failure leaves it to the next batch. */
+  private writeMetaAgain(): void {
+    if (this.metaOf.size === 0) return;
+    const pipeline = this.redis.pipeline() as unknown as { gwWriteStreamMeta: WriteMeta; exec(): Promise<unknown> };
+    const keep = this.graceS + STREAM_RETENTION_S;
+    for (const [streamId, { meta, routing }] of this.metaOf) {
+      pipeline.gwWriteStreamMeta(metaKey(streamId), meta.keyId, meta.model, routing, this.presence.id, keep);
+    }
+    pipeline.exec().catch(() => {});
   }
 
   /** The meta record is written with the first event (a session starts with its first chunk in hand), and kept for the later batches. */
