@@ -647,6 +647,47 @@ describe('the form, validated', () => {
     expect(((await res.json()) as { error: { message: string } }).error.message).toContain('closing boundary');
     await eventually(() => expect(spools()).toEqual([]));
   });
+  it("takes a boundary of RFC 2046's 70 characters, quoted or not, and refuses a longer one or one of other characters with the form's 415", async () => {
+    const upload = (boundary: string, declared: string, base = gw.baseA) =>
+      fetch(`${base}/audio/transcriptions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${declared}` },
+        body: Buffer.concat([
+          Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nopenai/whisper-large-v3\r\n`),
+          Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+          wav(2),
+          Buffer.from(`\r\n--${boundary}--\r\n`),
+        ]),
+      });
+    const longest = `----${'x'.repeat(56)}0123456789`;
+    expect(longest).toHaveLength(70);
+    const spaced = `'()+_,-./:=? ${'y'.repeat(57)}`;
+    expect(spaced).toHaveLength(70);
+    for (const [boundary, declared] of [
+      [longest, longest],
+      [longest, `"${longest}"`],
+      [longest, `${longest}; charset=utf-8`],
+      [spaced, `"${spaced}"`],
+    ]) {
+      const res = await upload(boundary, declared);
+      expect([declared, res.status, ((await res.json()) as { text: string }).text]).toEqual([declared, 200, 'Simulated transcript of 2.0 seconds of audio.']);
+    }
+    // Past 70 characters, a space unquoted or last, or characters outside RFC 2046's set: no boundary at all, said up front.
+    for (const [base, code] of [
+      [gw.baseA, 'unsupported_media_type'],
+      [gw.baseB, 'unsupported_media_type'],
+    ] as const) {
+      for (const boundary of [`${longest}a`, `"${longest}a"`, `"${'z'.repeat(69)} "`, 'a b', 'fo@o', '"fo[o]"', 'abc"']) {
+        const res = await upload(boundary.replaceAll('"', ''), boundary, base);
+        const { error } = (await res.json()) as { error: { code: string; message: string } };
+        expect([boundary, res.status, error.code]).toEqual([boundary, 415, code]);
+        expect(error.message).toContain('send multipart/form-data with its boundary (multipart/form-data; boundary=...)');
+      }
+    }
+    expect(sim.providers.scaleway?.stats().total).toBe(4);
+    await eventually(() => expect(spools()).toEqual([]));
+  });
+
   it('refuses an upload of a key or workspace whose budget is used up before reading it (402, the spool not filled)', async () => {
     const { port } = new URL(gw.baseA);
     const firstLine = async (apiKey: string, base = '/v1') =>

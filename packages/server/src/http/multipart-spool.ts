@@ -141,8 +141,15 @@ export function isMultipart(contentType: string | string[] | undefined): boolean
   return typeof contentType === 'string' && contentType.toLowerCase().startsWith('multipart/');
 }
 
+/**
+ * A form's boundary as RFC 2046 allows it: 1 to 70 of its characters (a space inside quotes, never last), the whole
+ * parameter value. Any other is no boundary (null, the route's 415): cut to 70, a longer one never matched the body's
+ * delimiters and the form failed as malformed, its closing boundary "missing".
+ */
+const BOUNDARY = /;\s*boundary=(?:"([0-9A-Za-z'()+_,./:=? -]{0,69}[0-9A-Za-z'()+_,./:=?-])"|([0-9A-Za-z'()+_,./:=?-]{1,70}))\s*(?:;|$)/i;
+
 export function boundaryOf(contentType: string | undefined): string | null {
-  const m = /boundary=(?:"([^"]{1,70})"|([^;\s]{1,70}))/i.exec(contentType ?? '');
+  const m = BOUNDARY.exec(contentType ?? '');
   return m ? (m[1] ?? m[2] ?? null) : null;
 }
 
