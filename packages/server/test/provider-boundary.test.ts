@@ -277,4 +277,37 @@ describe("what a provider's error says of the gateway's account there", () => {
     expect(res.status).toBe(502);
     expect(text).toContain('upstream failure for [redacted] in [redacted], see the dashboard');
   });
+
+  it("Azure's subscription id and resource paths in a provider's messages are taken out, passed on or logged; its request ids stay", async () => {
+    const subscription = '3f2a9c41-7d0e-4b8a-9e61-2c5d8f0a7b13';
+    const path = `/subscriptions/${subscription}/resourceGroups/rg-gateway-prod/providers/Microsoft.CognitiveServices/accounts/gw-aoai-swc/deployments/gpt-4o-eu`;
+    const requestId = '5e0c1d2b-aaaa-bbbb-cccc-0123456789ab';
+    const said = [
+      `The deployment ${path} does not support this request. Please include the request ID ${requestId}.`,
+      `Operation failed in subscription '${subscription}' (SubscriptionId: ${subscription.toUpperCase()}, "subscriptionId":"${subscription}"), request id ${requestId}`,
+    ];
+    const relayed: string[] = [];
+    for (const base of ['/v1', '/alt/v1']) {
+      for (const [status, message] of [
+        [400, said[0]],
+        [400, said[1]],
+        [500, said[0]],
+      ] as const) {
+        next = providerError(status, message as string);
+        const res = await chat(base);
+        expect(res.status).toBe(status === 400 ? 400 : 502);
+        relayed.push(await res.text());
+      }
+    }
+    for (const text of relayed) {
+      for (const leak of [subscription, subscription.toUpperCase(), 'rg-gateway-prod', 'gw-aoai-swc', 'gpt-4o-eu']) expect(text, leak).not.toContain(leak);
+      expect(text).toContain(requestId);
+    }
+    expect(relayed[0]).toContain('The deployment [redacted] does not support this request.');
+    expect(relayed[1]).toContain(`in subscription '[redacted]' (SubscriptionId: [redacted], \\"subscriptionId\\":\\"[redacted]\\"), request id ${requestId}`);
+    // The log too, as with OpenAI's organisation ids.
+    expect(proc.output()).toContain('does not support this request');
+    expect(proc.output()).not.toContain(subscription);
+    expect(proc.output()).not.toContain('rg-gateway-prod');
+  });
 });

@@ -29,15 +29,21 @@ const SHAPES = [
   /\bkey_(?![A-Za-z0-9_-]{16}(?![A-Za-z0-9_-]))[A-Za-z0-9_-]{8,}/g,
 ];
 
+/** A GUID, as Azure writes its subscription ids (and its request ids, which stay). */
+const GUID = '[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}';
+
 /**
- * Basic credentials, a JWT however it is introduced (OVH AI Endpoints and IONOS tokens, Entra ID tokens), and the
+ * Basic credentials, a JWT however it is introduced (OVH AI Endpoints and IONOS tokens, Entra ID tokens), the
  * organisation and project ids of OpenAI's API and hosts that copy it (`org-` and `proj_` and 24 letters and digits),
- * which name the gateway's account there in a provider's errors.
+ * and an Azure resource's path (`/subscriptions/<guid>/resourceGroups/<name>/…/deployments/<name>`, whole), which
+ * name the gateway's account there in a provider's errors.
  */
 const MESSAGE_SHAPES = [
   /\bBasic\s+[A-Za-z0-9+/]{16,}={0,2}/gi,
   /\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/g,
   /\b(?:org-|proj_)[A-Za-z0-9]{16,}\b/g,
+  // Up to a space, a quote or a bracket; a sentence's last full stop is left.
+  new RegExp(`/?\\bsubscriptions/${GUID}(?:/[^\\s"'<>()\\[\\]{},;]{0,1024}[^\\s"'<>()\\[\\]{},;.])?`, 'gi'),
 ];
 
 /**
@@ -52,6 +58,8 @@ const NAMED = [
   /((?<![A-Za-z0-9])(?:x-)?(?:api[-_ ]?key(?: provided)?|access[-_]?token|auth[-_]?token|secret[-_]?key|client[-_]?secret|password|passwd)["']?\s*[:=]\s*["']?)(?=[^\s"'&,;<>]{0,128}\d)[^\s"'&,;<>]{8,}/gi,
   /([?&]key=)[^\s"'&#<>]{8,}/g,
   /(\bBearer(?::\s*|%20))[A-Za-z0-9._~+/=-]{16,}/gi,
+  // Azure's subscription id, named so (`subscription 'guid'`, `"subscriptionId":"guid"`): other GUIDs, request ids, stay.
+  new RegExp(`(subscriptions?(?:[-_ ]?id)?["']?\\s*[:=]?\\s*["'(]?)${GUID}`, 'gi'),
 ];
 
 export function redactSecrets(text: string): string {
