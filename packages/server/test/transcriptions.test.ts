@@ -647,7 +647,7 @@ describe('the form, validated', () => {
     expect(((await res.json()) as { error: { message: string } }).error.message).toContain('closing boundary');
     await eventually(() => expect(spools()).toEqual([]));
   });
-  it("takes a boundary of RFC 2046's 70 characters, quoted or not, and refuses a longer one or one of other characters with the form's 415", async () => {
+  it("takes a boundary of RFC 2046's 70 characters, quoted or not, and refuses a longer one with the form's 415", async () => {
     const upload = (boundary: string, declared: string, base = gw.baseA) =>
       fetch(`${base}/audio/transcriptions`, {
         method: 'POST',
@@ -668,23 +668,25 @@ describe('the form, validated', () => {
       [longest, `"${longest}"`],
       [longest, `${longest}; charset=utf-8`],
       [spaced, `"${spaced}"`],
+      // Outside RFC 2046's set, yet matched exactly: read.
+      ['fo@o{1}', 'fo@o{1}'],
     ]) {
       const res = await upload(boundary, declared);
       expect([declared, res.status, ((await res.json()) as { text: string }).text]).toEqual([declared, 200, 'Simulated transcript of 2.0 seconds of audio.']);
     }
-    // Past 70 characters, a space unquoted or last, or characters outside RFC 2046's set: no boundary at all, said up front.
+    // Past 70 characters, or a space unquoted or last: no boundary at all, said up front.
     for (const [base, code] of [
       [gw.baseA, 'unsupported_media_type'],
       [gw.baseB, 'unsupported_media_type'],
     ] as const) {
-      for (const boundary of [`${longest}a`, `"${longest}a"`, `"${'z'.repeat(69)} "`, 'a b', 'fo@o', '"fo[o]"', 'abc"']) {
+      for (const boundary of [`${longest}a`, `"${longest}a"`, `"${'z'.repeat(69)} "`, 'a b', 'abc"']) {
         const res = await upload(boundary.replaceAll('"', ''), boundary, base);
         const { error } = (await res.json()) as { error: { code: string; message: string } };
         expect([boundary, res.status, error.code]).toEqual([boundary, 415, code]);
         expect(error.message).toContain('send multipart/form-data with its boundary (multipart/form-data; boundary=...)');
       }
     }
-    expect(sim.providers.scaleway?.stats().total).toBe(4);
+    expect(sim.providers.scaleway?.stats().total).toBe(5);
     await eventually(() => expect(spools()).toEqual([]));
   });
 

@@ -142,11 +142,12 @@ export function isMultipart(contentType: string | string[] | undefined): boolean
 }
 
 /**
- * A form's boundary as RFC 2046 allows it: 1 to 70 of its characters (a space inside quotes, never last), the whole
- * parameter value. Any other is no boundary (null, the route's 415): cut to 70, a longer one never matched the body's
- * delimiters and the form failed as malformed, its closing boundary "missing".
+ * A form's boundary: the whole parameter value, 1 to 70 characters as RFC 2046 bounds it (a space only inside quotes,
+ * never last). A longer one is no boundary (null, the route's 415): cut to 70, it never matched the body's delimiters
+ * and the form failed as malformed, its closing boundary "missing". Characters outside RFC 2046's set are taken, as
+ * the delimiters are matched exactly: a client whose boundary has one still has its form read.
  */
-const BOUNDARY = /;\s*boundary=(?:"([0-9A-Za-z'()+_,./:=? -]{0,69}[0-9A-Za-z'()+_,./:=?-])"|([0-9A-Za-z'()+_,./:=?-]{1,70}))\s*(?:;|$)/i;
+const BOUNDARY = /;\s*boundary=(?:"([^"\p{Cc}]{0,69}[^"\s\p{Cc}])"|([^";\s\p{Cc}]{1,70}))\s*(?:;|$)/iu;
 
 export function boundaryOf(contentType: string | undefined): string | null {
   const m = BOUNDARY.exec(contentType ?? '');
