@@ -13,7 +13,6 @@ export interface EntryRefusal {
   expected: string;
 }
 
-const COHERE_HOST = /(^|\.)cohere\.(ai|com)$/i;
 const MISTRAL_HOST = /^(api|codestral)\.mistral\.ai$/i;
 /** Azure OpenAI resources (and Foundry resources, which serve Azure OpenAI's paths at their origin too). */
 const AZURE_OPENAI_HOST = /\.(openai\.azure\.com|cognitiveservices\.azure\.com|services\.ai\.azure\.com)$/i;
@@ -21,16 +20,12 @@ const AZURE_OPENAI_HOST = /\.(openai\.azure\.com|cognitiveservices\.azure\.com|s
 const AZURE_SERVERLESS_HOST = /\.inference\.ai\.azure\.com$/i;
 /** OpenAI-compatible hosts whose API is under `/v1` (PROVIDERS.md 0, 5-8; Scaleway's project-scoped `/{project}/v1` too). */
 const UNDER_V1 = new Set(['scaleway', 'ovhcloud', 'ionos', 'nebius']);
-/** Hosts that refuse every call without a key (OVHcloud takes anonymous calls; a proxy or local server may need none). */
-const KEYED_HOSTS = [
-  COHERE_HOST,
-  MISTRAL_HOST,
-  AZURE_OPENAI_HOST,
-  AZURE_SERVERLESS_HOST,
-  /^api\.scaleway\.ai$/i,
-  /(^|\.)ionos\.com$/i,
-  /(^|\.)nebius\.(ai|com)$/i,
-];
+/**
+ * Hosts that refuse every call without a key: these vendors' (vendor.ts tells them by host) and Mistral's and Azure's
+ * (OVHcloud takes anonymous calls; a proxy or local server may need none).
+ */
+const KEYED_VENDORS = new Set(['cohere', 'scaleway', 'ionos', 'nebius']);
+const KEYED_HOSTS = [MISTRAL_HOST, AZURE_OPENAI_HOST, AZURE_SERVERLESS_HOST];
 
 /** An operation's path the adapter adds, pasted into the base (`…/v1/chat/completions`, `…/v1/models`). */
 // `/models` only after `/v1`: Azure AI's model inference API is at `…/models`.
@@ -73,6 +68,7 @@ function refusedUrl(p: ProviderConfig): EntryRefusal | null {
   const url = new URL(p.baseUrl);
   const path = basePath(url);
   const host = url.hostname;
+  const cohereHost = vendorOfHost(url) === 'cohere';
   const at = (expected: string): EntryRefusal => ({ field: 'baseUrl', expected: `${expected}, not ${JSON.stringify(`${url.origin}${url.pathname}`)}` });
   switch (p.type) {
     case 'cohere':
@@ -80,7 +76,7 @@ function refusedUrl(p: ProviderConfig): EntryRefusal | null {
         return at(
           "Cohere's native API at its root (https://api.cohere.com: the adapter adds /v2/rerank, /v2/embed); /compatibility/v1 is its OpenAI compatibility API, a provider of type openai",
         );
-      if (COHERE_HOST.test(host) && path !== '') return at(`Cohere's root (${url.origin}: the adapter adds /v2/rerank, /v2/embed and /v1/models)`);
+      if (cohereHost && path !== '') return at(`Cohere's root (${url.origin}: the adapter adds /v2/rerank, /v2/embed and /v1/models)`);
       if (COHERE_OPERATION.test(path)) return at("the API's root, without an operation's path (the adapter adds /v2/rerank, /v2/embed and /v1/models)");
       return null;
     case 'azure':
@@ -101,7 +97,7 @@ function refusedUrl(p: ProviderConfig): EntryRefusal | null {
       return null;
     case 'openai': {
       // By the host only: behind a proxy (vendor: cohere) the path is the proxy's.
-      if (COHERE_HOST.test(host) && !/^\/compatibility\/v1$/i.test(path))
+      if (cohereHost && !/^\/compatibility\/v1$/i.test(path))
         return at(
           `Cohere's OpenAI compatibility API at ${url.origin}/compatibility/v1 (Cohere's native API, for rerank, is a provider of type cohere at ${url.origin})`,
         );
@@ -130,8 +126,9 @@ function refusedApiVersion(p: ProviderConfig): EntryRefusal | null {
 /** A provider's own host without a key: every call is its 401 (an `apiKey: ${KEY}` whose variable is set but empty). */
 function keyless(p: ProviderConfig): EntryRefusal | null {
   if (p.apiKey !== undefined && p.apiKey !== '') return null;
-  const host = new URL(p.baseUrl).hostname;
-  if (!KEYED_HOSTS.some((h) => h.test(host))) return null;
+  const url = new URL(p.baseUrl);
+  const host = url.hostname;
+  if (!KEYED_VENDORS.has(vendorOfHost(url)) && !KEYED_HOSTS.some((h) => h.test(host))) return null;
   return { field: 'apiKey', expected: `a key (${host} refuses every call without one; it is missing or empty, or its variable is set but empty)` };
 }
 

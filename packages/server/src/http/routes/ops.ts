@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { waitAtMost } from '../../lib/wait-at-most.js';
 import type { Services } from '../services.js';
 
 /**
@@ -37,18 +38,16 @@ export function opsRoutes(app: FastifyInstance, services: Services): void {
 }
 
 /** What `check` says within `ms`; false if it fails or says nothing by then (it goes on after, its result unread). */
-function answersWithin(check: Promise<boolean>, ms: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), ms);
+async function answersWithin(check: Promise<boolean>, ms: number): Promise<boolean> {
+  let answer = false;
+  await waitAtMost(
     check.then(
       (ok) => {
-        clearTimeout(timer);
-        resolve(ok);
+        answer = ok;
       },
-      () => {
-        clearTimeout(timer);
-        resolve(false);
-      },
-    );
-  });
+      () => {},
+    ),
+    ms,
+  );
+  return answer;
 }

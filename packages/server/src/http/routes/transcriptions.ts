@@ -13,7 +13,6 @@ import { AUDIO_EXTENSIONS, audioContainer, readHead, upstreamFilename } from '..
 import { FORM_BODY, readsBodiesAs } from '../body-media.js';
 import { refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
-import { encodedBodyError } from '../errors.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { boundaryOf, declaredTooLarge, fileAsTextField, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
 import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
@@ -165,11 +164,11 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     throw FORM_BODY.unsupported(request.headers);
   });
   scope.addContentTypeParser(FORM_BODY.type, async (request: FastifyRequest, payload: AsyncIterable<Buffer>) => {
-    // In FORM_BODY.encoded's order (a missing boundary, then compression), as an Expect: 100-continue is refused.
+    // As an Expect: 100-continue is refused: a missing boundary, then compression, then the declared size.
+    const refused = FORM_BODY.encoded(request.headers);
+    if (refused) throw refused;
     const boundary = boundaryOf(request.headers['content-type']);
     if (!boundary || !request.spool) throw FORM_BODY.unsupported(request.headers);
-    const compressed = encodedBodyError(request.headers);
-    if (compressed) throw compressed;
     const declared = Number(request.headers['content-length']);
     if (declaredTooLarge(declared, limit)) throw tooLarge(limit);
     const form = await readMultipart(payload, boundary, request.spool, { fileBytes: limit, fieldBytes: 64 * 1024, fields: 50 }, (name, value) =>
