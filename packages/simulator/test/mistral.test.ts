@@ -266,6 +266,16 @@ describe('mistral models, embeddings, transcription', () => {
     expect(body['usage']).toMatchObject({ prompt_audio_seconds: 3 });
   });
 
+  it('takes context_bias as repeated fields, at most 100 (422 past that)', async () => {
+    const terms = (n: number) => Array.from({ length: n }, (_, i) => `term${i}`);
+    const ok = await upload(m(), '/v1/audio/transcriptions', { model: 'voxtral-mini-latest', context_bias: terms(100) }, wav(1));
+    expect(ok.status).toBe(200);
+    const over = await upload(m(), '/v1/audio/transcriptions', { model: 'voxtral-mini-latest', context_bias: terms(101) }, wav(1));
+    expect(over.status).toBe(422);
+    const detail = ((await over.json()) as { message: { detail: { type: string; loc: string[] }[] } }).message.detail;
+    expect(detail.map((d) => [d.type, d.loc])).toEqual([['too_long', ['body', 'context_bias']]]);
+  });
+
   it('refuses an upload that is no audio with 400 in its error shape', async () => {
     const res = await upload(m(), '/v1/audio/transcriptions', { model: 'voxtral-mini-latest' }, Buffer.alloc(20_000, 7));
     expect(res.status).toBe(400);

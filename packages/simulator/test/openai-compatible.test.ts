@@ -243,6 +243,13 @@ describe('embeddings, models, rerank, transcription', () => {
     expect(await srt.text()).toMatch(/^1\n00:00:00,000 --> 00:00:01,000\n/);
   });
 
+  it("transcription refuses gpt-transcribe's keywords[] and languages[] for Whisper, as OpenAI's API does", async () => {
+    for (const name of ['keywords[]', 'languages[]']) {
+      const res = await upload(p('scaleway'), '/v1/audio/transcriptions', { model: 'whisper-large-v3', [name]: ['de'] }, wav(1));
+      expect(res.status, name).toBe(400);
+    }
+  });
+
   it('ovh transcription defaults to verbose_json, numbers segments from 1 and adds success and diarization', async () => {
     const ovh = p('ovh');
     ovh.setModels([...ovh.models(), 'whisper-large-v3']);

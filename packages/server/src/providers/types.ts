@@ -145,6 +145,8 @@ export interface TranscriptionRequest {
   file: SpooledUpload;
   language?: string;
   prompt?: string;
+  /** Names and terms to spell as written (OpenAI's `keywords[]`). */
+  keywords?: string[];
   temperature?: number;
   granularities: TimestampGranularity[];
   /** The answer needs segment timings (srt, vtt, verbose_json). */

@@ -173,6 +173,8 @@ function embeddings(ctx: HandlerCtx): Reply {
   return { type: 'json', body: { id: hex(16), object: 'list', data, model, usage }, tokens: 1 };
 }
 
+const MAX_CONTEXT_BIAS = 100;
+
 function transcription(ctx: HandlerCtx): Reply {
   const mp = ctx.multipart;
   const model = ctx.model;
@@ -195,6 +197,19 @@ function transcription(ctx: HandlerCtx): Reply {
       status: 400,
       body: { object: 'error', message: 'Invalid file: the audio could not be decoded.', type: 'invalid_request_error', param: null, code: null },
     };
+  }
+  // context_bias: a list of terms (one field each, as Mistral's client sends it), at most 100 (PROVIDERS §4.5).
+  const bias = fieldAll(mp, 'context_bias');
+  if (bias.length > MAX_CONTEXT_BIAS) {
+    return validationReply([
+      {
+        type: 'too_long',
+        loc: ['body', 'context_bias'],
+        msg: `List should have at most ${MAX_CONTEXT_BIAS} items after validation, not ${bias.length}`,
+        input: bias,
+        ctx: { field_type: 'List', max_length: MAX_CONTEXT_BIAS, actual_length: bias.length },
+      },
+    ]);
   }
   const granularities = fieldAll(mp, 'timestamp_granularities');
   const language = field(mp, 'language');

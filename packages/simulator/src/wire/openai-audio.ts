@@ -7,6 +7,7 @@ import { isAudio, toSrt, toVtt, transcribe } from '../gen/audio.js';
 import type { HandlerCtx, Reply } from './types.js';
 
 const FORMATS = ['json', 'text', 'srt', 'verbose_json', 'vtt'];
+const GPT_TRANSCRIBE_ONLY = ['keywords', 'languages'];
 
 export function transcriptionReply(ctx: HandlerCtx, maxBytes: number, ovh = false): Reply {
   const mp = ctx.multipart;
@@ -24,6 +25,16 @@ export function transcriptionReply(ctx: HandlerCtx, maxBytes: number, ovh = fals
   // OpenAI's words for bytes its decoder cannot read (the OpenAI-compatible hosts run the same Whisper stack).
   if (!isAudio(file.data))
     return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Audio file might be corrupted or unsupported', param: 'file' } };
+  // OpenAI's `keywords[]` and `languages[]` are gpt-transcribe's (PROVIDERS §1.5 has neither for Whisper): refused, as
+  // OpenAI's API refuses a parameter the model does not take.
+  for (const name of GPT_TRANSCRIBE_ONLY) {
+    if (fieldAll(mp, name).length > 0) {
+      return {
+        type: 'error',
+        error: { status: 400, kind: 'bad_request', message: `Unsupported parameter: '${name}' is not supported with this model.`, param: name },
+      };
+    }
+  }
   const format = field(mp, 'response_format') ?? (ovh ? 'verbose_json' : 'json');
   if (!FORMATS.includes(format)) {
     return {

@@ -30,6 +30,13 @@ declare module 'fastify' {
 }
 
 const MAX_MODEL_ID = 200;
+/** Voxtral's most `context_bias` terms (PROVIDERS §4.5), for every provider so that failover takes the same forms. */
+const MAX_KEYWORDS = 100;
+const MAX_LANGUAGES = 20;
+/** The form's text fields: the few single ones, and the lists of keywords and languages at their longest. */
+const MAX_FORM_FIELDS = 20 + MAX_KEYWORDS + MAX_LANGUAGES;
+/** Fields sent as lists (`name[]`, or `name` repeated). */
+const LIST_FIELDS = new Set(['timestamp_granularities', 'languages', 'keywords']);
 
 export const TranscriptionForm = Type.Object(
   {
@@ -42,6 +49,19 @@ export const TranscriptionForm = Type.Object(
       ),
     ),
     language: Type.Optional(Type.String({ pattern: LANGUAGE_CODE, description: 'ISO-639-1 code of the spoken language' })),
+    languages: Type.Optional(
+      Type.Array(Type.String({ pattern: LANGUAGE_CODE }), {
+        minItems: 1,
+        maxItems: MAX_LANGUAGES,
+        description: 'The languages the audio may be in (ISO-639-1): one is sent as `language`; with several the model detects it',
+      }),
+    ),
+    keywords: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 200 }), {
+        maxItems: MAX_KEYWORDS,
+        description: "Names and terms to spell as written: Voxtral's `context_bias`; for Whisper, listed after the `prompt`",
+      }),
+    ),
     prompt: Type.Optional(Type.String({ maxLength: 4096 })),
     temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
     timestamp_granularities: Type.Optional(Type.Array(Type.Union([Type.Literal('word'), Type.Literal('segment')]), { maxItems: 2 })),
@@ -106,6 +126,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
       param: 'timestamp_granularities',
     });
   }
+  const spoken = optional(body);
   // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
   request.gw.usage = newUsageDraft('audio', model.id);
   const options = routeOptions(services, request);
@@ -116,7 +137,12 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   const signal = keyedRequestSignal(services, request, reply);
   const done = await disarmedAfter(signal, async () => {
     await reserveBudget(services, request, Math.max(0, ...plan.map((o) => audioBill(o.pricing, seconds, worstTokens).cost)));
-    const upstream = transcriptionRequest(body, { ...file, filename: upstreamFilename(file.filename, container) }, format !== 'json' && format !== 'text');
+    const upstream = transcriptionRequest(
+      body,
+      spoken,
+      { ...file, filename: upstreamFilename(file.filename, container) },
+      format !== 'json' && format !== 'text',
+    );
     const call = { signal, requestId: request.id };
     return executePlan(
       plan,
@@ -127,7 +153,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   const billed = bill(request, done.offer, done.value);
   setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
   const billedTokens = done.offer.pricing.per_unit === undefined ? { input: billed.promptTokens, output: billed.completionTokens } : undefined;
-  const rendered = renderTranscription(done.value, format, { granularities, ...optional(body), ...(billedTokens ? { billedTokens } : {}) });
+  const rendered = renderTranscription(done.value, format, { granularities, ...spoken, ...(billedTokens ? { billedTokens } : {}) });
   reply.type(rendered.contentType);
   return typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body);
 }
@@ -171,7 +197,7 @@ function registerUploadSpool(scope: FastifyInstance, services: Services): void {
     if (!boundary || !request.spool) throw FORM_BODY.unsupported(request.headers);
     const declared = Number(request.headers['content-length']);
     if (declaredTooLarge(declared, limit)) throw tooLarge(limit);
-    const form = await readMultipart(payload, boundary, request.spool, { fileBytes: limit, fieldBytes: 64 * 1024, fields: 50 }, (name, value) =>
+    const form = await readMultipart(payload, boundary, request.spool, { fileBytes: limit, fieldBytes: 64 * 1024, fields: MAX_FORM_FIELDS }, (name, value) =>
       refuseModelBeforeFile(services, request, name, value),
     );
     return formBody(form);
@@ -216,11 +242,12 @@ function formBody(form: ParsedForm): Record<string, unknown> {
     const field = bracket === -1 ? name : name.slice(0, bracket);
     const notOffered = NOT_OFFERED.get(field);
     if (notOffered !== undefined) throw new GatewayError('validation', `Invalid body: '${field}' ${notOffered}`, { param: field });
-    // One value per field (but the list): which of two models or formats to use is not for the gateway to guess.
-    if (name !== 'timestamp_granularities' && Object.hasOwn(body, name)) {
+    // One value per field (but the lists): which of two models or formats to use is not for the gateway to guess.
+    const list = LIST_FIELDS.has(name);
+    if (!list && Object.hasOwn(body, name)) {
       throw new GatewayError('validation', `Invalid form: the field '${name}' is sent more than once.`, { param: name });
     }
-    if (name === 'timestamp_granularities') body[name] = [...((body[name] as string[] | undefined) ?? []), value];
+    if (list) body[name] = [...((body[name] as string[] | undefined) ?? []), value];
     else if (name === 'temperature') body[name] = value.trim() !== '' && Number.isFinite(Number(value)) ? Number(value) : value;
     else if (name === 'stream') {
       if (value === 'true') {
@@ -236,20 +263,45 @@ function formBody(form: ParsedForm): Record<string, unknown> {
 }
 
 function optional(body: TranscriptionForm): { language?: string; temperature?: number } {
-  // ISO-639 codes are written lower case, as the hosts' lists of languages are ('EN' is 'en' to a client).
+  const language = spokenLanguage(body);
   return {
-    ...(body.language === undefined ? {} : { language: body.language.toLowerCase() }),
+    ...(language === undefined ? {} : { language }),
     ...(body.temperature === undefined ? {} : { temperature: body.temperature }),
   };
 }
 
-function transcriptionRequest(body: TranscriptionForm, file: TranscriptionRequest['file'], needSegments: boolean): TranscriptionRequest {
+/**
+ * The one language to send: `language`, or the only one of `languages[]` (OpenAI's newer field, which the AI SDK's
+ * `languages` option sends). Of several, none: Whisper and Voxtral take one, and detect it among all when not told.
+ * Both fields together must agree, `language` being one of the list.
+ */
+function spokenLanguage(body: TranscriptionForm): string | undefined {
+  // ISO-639 codes are written lower case, as the hosts' lists of languages are ('EN' is 'en' to a client).
+  const language = body.language?.toLowerCase();
+  const languages = body.languages?.map((l) => l.toLowerCase());
+  if (languages === undefined) return language;
+  if (language !== undefined) {
+    if (languages.includes(language)) return language;
+    throw new GatewayError('validation', "Invalid body: 'language' is not one of 'languages'; send one of the two, or a language among the list.", {
+      param: 'language',
+    });
+  }
+  return languages.length === 1 || languages.every((l) => l === languages[0]) ? languages[0] : undefined;
+}
+
+function transcriptionRequest(
+  body: TranscriptionForm,
+  spoken: ReturnType<typeof optional>,
+  file: TranscriptionRequest['file'],
+  needSegments: boolean,
+): TranscriptionRequest {
   return {
     file,
     granularities: body.timestamp_granularities ?? [],
     needSegments,
-    ...optional(body),
+    ...spoken,
     ...(body.prompt === undefined ? {} : { prompt: body.prompt }),
+    ...(body.keywords === undefined || body.keywords.length === 0 ? {} : { keywords: body.keywords }),
   };
 }
 

@@ -8,11 +8,13 @@ import { mistralError } from './errors.js';
  * Voxtral's form: no `response_format` and no `prompt` (its schema has
  * neither), and `timestamp_granularities` only without `language` (Mistral
  * refuses both together): the client's language wins, and timings are
- * then built by the gateway from the text alone.
+ * then built by the gateway from the text alone. Keywords are its
+ * `context_bias`, one field a term (as Mistral's own client sends the list).
  */
 export function voxtralFields(request: TranscriptionRequest, upstreamModel: string): { fields: [string, string][]; granularity: 'word' | 'segment' | null } {
   const fields: [string, string][] = [['model', upstreamModel]];
   if (request.temperature !== undefined) fields.push(['temperature', String(request.temperature)]);
+  if (request.keywords) for (const term of request.keywords) fields.push(['context_bias', term]);
   let granularity: 'word' | 'segment' | null = null;
   if (request.language !== undefined) fields.push(['language', request.language]);
   else if (request.granularities.includes('word')) granularity = 'word';

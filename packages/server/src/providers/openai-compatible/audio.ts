@@ -11,11 +11,22 @@ export function transcriptionFields(request: TranscriptionRequest, upstreamModel
     ['response_format', 'verbose_json'],
   ];
   if (request.language !== undefined) fields.push(['language', request.language]);
-  if (request.prompt !== undefined) fields.push(['prompt', request.prompt]);
+  const prompt = whisperPrompt(request);
+  if (prompt !== undefined) fields.push(['prompt', prompt]);
   if (request.temperature !== undefined) fields.push(['temperature', String(request.temperature)]);
   const granularities = request.granularities.length > 0 ? request.granularities : ['segment'];
   for (const g of granularities) fields.push(['timestamp_granularities[]', g]);
   return fields;
+}
+
+/**
+ * Keywords go into the prompt, Whisper's documented way to have names and terms spelled as written (OpenAI's
+ * `keywords[]` is gpt-transcribe's alone): listed after the client's prompt, as Whisper reads only its last 224 tokens.
+ */
+function whisperPrompt(request: TranscriptionRequest): string | undefined {
+  if (!request.keywords) return request.prompt;
+  const terms = request.keywords.join(', ');
+  return request.prompt === undefined ? terms : `${request.prompt} ${terms}`;
 }
 
 /** The keys of a Whisper segment beyond start/end/text, kept for verbose_json. */
