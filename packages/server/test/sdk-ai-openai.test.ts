@@ -16,7 +16,7 @@ import { z } from 'zod';
 import { wav } from './helpers/audio.js';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
-// The Vercel AI SDK's OpenAI provider (`@ai-sdk/openai` with `ai` 6) pointed at both variants, as its users point it
+// The Vercel AI SDK's OpenAI provider (`@ai-sdk/openai` 4 with `ai` 7) pointed at both variants, as its users point it
 // at an OpenAI-compatible base: openai.chat (text, streams, reasoning models, tools over several steps, objects from a
 // schema, its providerOptions), openai.embedding, openai.transcription, and the errors it reads (APICallError) and
 // retries after their Retry-After.
@@ -166,7 +166,10 @@ describe.each([
     ]);
     expect(new Set(first?.toolCalls.map((c) => c.toolCallId)).size).toBe(2);
     expect(whole.text).toContain(provider);
-    expect(whole.totalUsage.totalTokens).toBeGreaterThan(whole.usage.totalTokens ?? 0);
+    // ai 7: `usage` is the sum over the steps (ai 6's was the last step's), more than the last step alone.
+    const total = whole.steps.reduce((n, s) => n + (s.usage.totalTokens ?? 0), 0);
+    expect([whole.usage.totalTokens, whole.totalUsage.totalTokens]).toEqual([total, total]);
+    expect(total).toBeGreaterThan(whole.steps.at(-1)?.usage.totalTokens ?? 0);
     // The second step sent both calls back and both results, each under its call's id.
     const messages = sent(provider)['messages'] as { role: string; tool_call_id?: string; tool_calls?: { id: string }[] }[];
     const [asked, ...results] = messages.slice(1);
@@ -179,6 +182,9 @@ describe.each([
     expect(streamedCalls).toEqual(['weather Paris', 'time Berlin']);
     expect((await streamed.steps).map((s) => s.toolCalls.length)).toEqual([2, 0]);
     expect(await streamed.text).toBe(whole.text);
+    // Each streamed step has its usage (stream_options.include_usage), summed as whole.
+    expect((await streamed.steps).map((s) => s.usage.totalTokens)).toEqual(whole.steps.map((s) => s.usage.totalTokens));
+    expect((await streamed.usage).totalTokens).toBe(total);
 
     // parallelToolCalls false: one call a step.
     const single: string[] = [];
@@ -269,18 +275,20 @@ describe.each([
     }
   });
 
-  it('experimental_transcribe: json without providerOptions; verbose_json with them, its language read as OpenAI names it', async () => {
+  it('experimental_transcribe: json by default; verbose_json when providerOptions.openai.responseFormat asks it, its language read as OpenAI names it', async () => {
     resetProviders(gw.sim);
     for (const [m, provider] of [
       ['openai/whisper-large-v3', 'scaleway'],
       ['mistral/voxtral-mini', 'mistral'],
     ] as const) {
-      const plain = await transcribe({ model: openai().transcription(m), audio: wav(3) });
+      const model = openai().transcription(m);
+      const headers = pinned(provider);
+      const plain = await transcribe({ model, audio: wav(3), headers });
       expect(plain.text, m).toBe('Simulated transcript of 3.0 seconds of audio.');
-      // No response_format sent: OpenAI's json, whose usage says the seconds.
+      // @ai-sdk/openai 4 sends no response_format but for whisper-1: OpenAI's json, whose usage says the seconds.
       expect([plain.durationInSeconds, plain.segments, plain.language]).toEqual([3, [], undefined]);
 
-      const verbose = await transcribe({ model: openai().transcription(m), audio: wav(3), providerOptions: { openai: {} } });
+      const verbose = await transcribe({ model, audio: wav(3), headers, providerOptions: { openai: { responseFormat: 'verbose_json' } } });
       expect(verbose.text).toBe(plain.text);
       expect(verbose.durationInSeconds).toBe(3);
       expect(verbose.segments.map((s) => [s.text.trim(), s.startSecond, s.endSecond])).toEqual([[plain.text, 0, 3]]);
@@ -292,13 +300,76 @@ describe.each([
         expect(sent('scaleway')).toMatchObject({ fields: { response_format: ['verbose_json'], temperature: ['0'], 'timestamp_granularities[]': ['segment'] } });
       }
 
-      const words = await transcribe({
-        model: openai().transcription(m),
+      // Word timings through ai 7's own timestampGranularities, and through providerOptions.
+      for (const asked of [
+        { timestampGranularities: ['word'] as const, providerOptions: { openai: { responseFormat: 'verbose_json', language: 'de', prompt: 'A meeting.' } } },
+        { providerOptions: { openai: { responseFormat: 'verbose_json', timestampGranularities: ['word'], language: 'de', prompt: 'A meeting.' } } },
+      ] as const) {
+        const words = await transcribe({ model, audio: wav(3), headers, ...asked, timestampGranularities: [...(asked.timestampGranularities ?? [])] });
+        expect(words.language).toBe('de');
+        expect(words.segments.length).toBeGreaterThan(0);
+        expect(words.words?.length ?? 0, m).toBeGreaterThan(1);
+      }
+    }
+  });
+
+  it('experimental_transcribe with providerOptions.openai.languages and keywords: one language is the language; keywords are Voxtral’s context_bias and Whisper’s prompt', async () => {
+    resetProviders(gw.sim);
+    const keywords = ['Northwind', 'Quillara', 'Alder Creek Design'];
+    for (const [m, provider] of [
+      ['openai/whisper-large-v3', 'scaleway'],
+      ['mistral/voxtral-mini', 'mistral'],
+    ] as const) {
+      const model = openai().transcription(m);
+      const headers = pinned(provider);
+      const one = await transcribe({
+        model,
         audio: wav(3),
-        providerOptions: { openai: { timestampGranularities: ['word'], language: 'de', prompt: 'A meeting.' } },
+        headers,
+        providerOptions: { openai: { responseFormat: 'verbose_json', languages: ['de'], keywords } },
       });
-      expect(words.language).toBe('de');
-      expect(words.segments.length).toBeGreaterThan(0);
+      expect(one.text, m).toBe('Simulated transcript of 3.0 seconds of audio.');
+      expect(one.language, m).toBe('de');
+      const fields = (sent(provider) as { fields: Record<string, string[]> }).fields;
+      expect([fields['language'], fields['languages[]'], fields['keywords[]']], m).toEqual([['de'], undefined, undefined]);
+      if (provider === 'mistral') expect(fields['context_bias']).toEqual(keywords);
+      // Whisper's prompt is its way to spell names: the terms listed there.
+      else expect(fields['prompt']).toEqual(['Northwind, Quillara, Alder Creek Design']);
+
+      // Several languages: the model detects which (it takes one), and gives its timings where Voxtral is told none.
+      const several = await transcribe({
+        model,
+        audio: wav(3),
+        headers,
+        providerOptions: { openai: { responseFormat: 'verbose_json', languages: ['de', 'en'], prompt: 'A meeting.', keywords: ['Quillara'] } },
+      });
+      expect(several.segments.length, m).toBe(1);
+      expect(several.language, m).toBe(provider === 'mistral' ? undefined : 'en');
+      const detected = (sent(provider) as { fields: Record<string, string[]> }).fields;
+      expect(detected['language'], m).toBeUndefined();
+      if (provider === 'mistral') expect([detected['context_bias'], detected['prompt']]).toEqual([['Quillara'], undefined]);
+      else expect(detected['prompt']).toEqual(['A meeting. Quillara']);
+    }
+
+    // Refused alike wherever the model is served (failover takes the same forms): over Voxtral's 100 terms, a language
+    // not among the languages, and OpenAI's fields the gateway does not offer, each naming its field.
+    const v = base() === gw.baseA ? 'A' : 'B';
+    for (const [options, param, said] of [
+      [{ keywords: Array.from({ length: 101 }, (_, i) => `term${i}`) }, 'keywords', 'keywords'],
+      [{ language: 'fr', languages: ['de', 'en'] }, 'language', "'language' is not one of 'languages'"],
+      [{ languages: ['de', 'german'] }, 'languages.1', 'ISO-639-1'],
+      [{ include: ['logprobs'] }, 'include', "'include' is not offered"],
+      [{ chunkingStrategy: 'auto' }, 'chunking_strategy', "'chunking_strategy' is not offered"],
+    ] as const) {
+      for (const m of ['openai/whisper-large-v3', 'mistral/voxtral-mini']) {
+        const err = (await transcribe({ model: openai().transcription(m), audio: wav(1), providerOptions: { openai: options } }).catch(
+          (e: unknown) => e,
+        )) as APICallError;
+        expect([APICallError.isInstance(err), err.statusCode, err.isRetryable], `${param} ${m}`).toEqual([true, 400, false]);
+        const error = JSON.parse(err.responseBody ?? '{}').error;
+        expect([error.param, error.code], `${param} ${m}`).toEqual([param, v === 'A' ? 'validation_error' : 'invalid_request']);
+        expect(err.message, `${param} ${m}`).toContain(said);
+      }
     }
   });
 
@@ -329,6 +400,13 @@ describe.each([
       const err = (await call().catch((e: unknown) => e)) as APICallError;
       expect([APICallError.isInstance(err), err.statusCode]).toEqual([true, 401]);
     }
+    // A stream refused before it starts: ai 7's error part is the same APICallError, in the variant's envelope.
+    const streamed = streamText({ model: openai('gw_live_nope').chat('mistral/small'), prompt: 'x', maxRetries: 0, onError: () => {} });
+    const parts: unknown[] = [];
+    for await (const part of streamed.fullStream) if (part.type === 'error') parts.push(part.error);
+    const [streamError] = parts as APICallError[];
+    expect([parts.length, APICallError.isInstance(streamError), streamError?.statusCode, streamError?.isRetryable]).toEqual([1, true, 401, false]);
+    expect(JSON.parse(streamError?.responseBody ?? '{}').error.code).toBe(v === 'A' ? 'unauthorized' : 'invalid_api_key');
   });
 });
 

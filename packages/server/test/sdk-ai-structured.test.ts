@@ -1,5 +1,5 @@
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { embed, embedMany, generateObject, generateText, stepCountIs, streamObject, streamText, tool } from 'ai';
+import { APICallError, embed, embedMany, generateObject, generateText, stepCountIs, streamObject, streamText, tool } from 'ai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
@@ -21,8 +21,8 @@ afterAll(async () => {
 
 const Person = z.object({ name: z.string(), age: z.number(), hobbies: z.array(z.string()) });
 
-function provider(base: string) {
-  return createOpenAICompatible({ name: 'gw', baseURL: base, apiKey: key, includeUsage: true, supportsStructuredOutputs: true });
+function provider(base: string, apiKey = key) {
+  return createOpenAICompatible({ name: 'gw', baseURL: base, apiKey, includeUsage: true, supportsStructuredOutputs: true });
 }
 
 function weather(calls: string[]) {
@@ -94,7 +94,10 @@ describe.each([
     expect(result.steps.map((s) => s.finishReason)).toEqual(['tool-calls', 'stop']);
     expect(result.steps[0]?.toolCalls.map((c) => [c.toolName, c.input])).toEqual([['weather', { city: 'Paris' }]]);
     expect(result.text).toContain('temp 20');
-    expect(result.totalUsage.totalTokens).toBeGreaterThan(result.usage.totalTokens ?? 0);
+    // ai 7: `usage` is the sum over the steps (ai 6's was the last step's), more than the last step alone.
+    const total = result.steps.reduce((n, s) => n + (s.usage.totalTokens ?? 0), 0);
+    expect([result.usage.totalTokens, result.totalUsage.totalTokens]).toEqual([total, total]);
+    expect(total).toBeGreaterThan(result.steps.at(-1)?.usage.totalTokens ?? 0);
   });
 
   it('streamText with a tool and stopWhen: the same, streamed', async () => {
@@ -110,5 +113,21 @@ describe.each([
     expect((await result.steps).map((s) => s.finishReason)).toEqual(['tool-calls', 'stop']);
     expect(await result.text).toContain('temp 20');
     expect(await result.finishReason).toBe('stop');
+    // The streamed steps' usage (from the gateway's last chunks) sums to the call's, as whole.
+    const steps = await result.steps;
+    expect(steps.every((s) => (s.usage.totalTokens ?? 0) > 0)).toBe(true);
+    expect((await result.totalUsage).totalTokens).toBe(steps.reduce((n, s) => n + (s.usage.totalTokens ?? 0), 0));
+  });
+
+  it('a bad key: APICallError 401 in the variant’s envelope, whole and streamed, not retried', async () => {
+    const model = provider(base(), 'gw_live_nope').chatModel('mistral/small');
+    const whole = (await generateText({ model, prompt: 'x' }).catch((e: unknown) => e)) as APICallError;
+    const parts: unknown[] = [];
+    for await (const part of streamText({ model, prompt: 'x', onError: () => {} }).fullStream) if (part.type === 'error') parts.push(part.error);
+    for (const err of [whole, ...(parts as APICallError[])]) {
+      expect([APICallError.isInstance(err), err.statusCode, err.isRetryable]).toEqual([true, 401, false]);
+      expect(JSON.parse(err.responseBody ?? '{}').error.code).toBe(base() === gw.baseA ? 'unauthorized' : 'invalid_api_key');
+    }
+    expect(parts).toHaveLength(1);
   });
 });
