@@ -310,4 +310,30 @@ describe("what a provider's error says of the gateway's account there", () => {
     expect(proc.output()).not.toContain(subscription);
     expect(proc.output()).not.toContain('rg-gateway-prod');
   });
+
+  it("Azure's subscription id is taken out however Azure words it (with id, ID:, identifier, value provided), its request id kept", async () => {
+    const subscription = '8c41d2e7-0b9f-4a63-b5d1-7e2f9a0c6d38';
+    const requestId = '1a2b3c4d-0000-4111-8222-333344445555';
+    // As Azure Resource Manager and Cognitive Services word it, each followed by the request id a client quotes to support.
+    const said = [
+      `The subscription with id ${subscription} is disabled. Please include the request ID ${requestId}.`,
+      `Not found subscription ID: ${subscription.toUpperCase()} (request id ${requestId})`,
+      `The provided registration was not found: Subscription identifier (value provided: ${subscription}); request id ${requestId}`,
+      `Quota exceeded for subscriptionId '${subscription}' with ID ${requestId}`,
+    ];
+    for (const base of ['/v1', '/alt/v1']) {
+      for (const message of said) {
+        next = providerError(400, message);
+        const res = await chat(base);
+        const text = await res.text();
+        expect(res.status).toBe(400);
+        expect(text, message).not.toContain(subscription);
+        expect(text, message).not.toContain(subscription.toUpperCase());
+        expect(text, message).toContain(requestId);
+      }
+    }
+    next = providerError(400, said[0] as string);
+    expect(await (await chat('/v1')).text()).toContain(`The subscription with id [redacted] is disabled. Please include the request ID ${requestId}.`);
+    expect(proc.output()).not.toContain(subscription);
+  });
 });

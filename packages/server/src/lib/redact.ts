@@ -46,6 +46,9 @@ const MESSAGE_SHAPES = [
   new RegExp(`/?\\bsubscriptions/${GUID}(?:/[^\\s"'<>()\\[\\]{},;]{0,1024}[^\\s"'<>()\\[\\]{},;.])?`, 'gi'),
 ];
 
+/** What may stand between a name and its value: spaces, quotes, a colon or equals sign, a bracket, a hyphen or underscore. */
+const NAMING_MARKS = `[\\s"'(:=_-]{0,4}`;
+
 /**
  * Secrets without a shape of their own (a Mistral or Azure key is 32 letters and digits), found by what stands
  * before them: a URL's user and password, a header or field named for a key (`api-key: …`, `"x-api-key":"…"`,
@@ -58,8 +61,10 @@ const NAMED = [
   /((?<![A-Za-z0-9])(?:x-)?(?:api[-_ ]?key(?: provided)?|access[-_]?token|auth[-_]?token|secret[-_]?key|client[-_]?secret|password|passwd)["']?\s*[:=]\s*["']?)(?=[^\s"'&,;<>]{0,128}\d)[^\s"'&,;<>]{8,}/gi,
   /([?&]key=)[^\s"'&#<>]{8,}/g,
   /(\bBearer(?::\s*|%20))[A-Za-z0-9._~+/=-]{16,}/gi,
-  // Azure's subscription id, named so (`subscription 'guid'`, `"subscriptionId":"guid"`): other GUIDs, request ids, stay.
-  new RegExp(`(subscriptions?(?:[-_ ]?id)?["']?\\s*[:=]?\\s*["'(]?)${GUID}`, 'gi'),
+  // Azure's subscription id, named so however Azure words it (`subscription 'guid'`, `"subscriptionId":"guid"`,
+  // `subscription with id guid`, `Subscription identifier (value provided: guid)`): only these few words may stand
+  // between, so that other GUIDs, a request id later in the sentence, stay. Bounded: at most 4 words, 4 marks each.
+  new RegExp(`(subscriptions?(?:${NAMING_MARKS}(?:identifier|ids?|with|of|the|value|provided|is|are)(?![A-Za-z])){0,4}${NAMING_MARKS})${GUID}`, 'gi'),
 ];
 
 export function redactSecrets(text: string): string {
