@@ -3,6 +3,13 @@ import { StampRing } from './stamp-ring.js';
 import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
 
 /**
+ * The clock of windows kept in process memory: monotonic, so that the wall clock stepped (NTP, an operator) neither
+ * empties a window at once (a forward step admitted a new burst) nor holds it full (a backward step of two minutes
+ * told clients to wait three). Only differences of its readings mean anything; none leaves the process as a time.
+ */
+export const monotonicMs = (): number => performance.now();
+
+/**
  * SPEC's sliding window in process memory: per key, the timestamps of the
  * admitted requests of the last 60 s. One instance only.
  */
@@ -11,7 +18,7 @@ export class MemoryWindowLimiter implements RateLimiter {
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
-    private readonly now: () => number = Date.now,
+    private readonly now: () => number = monotonicMs,
     private readonly windowMs = WINDOW_MS,
   ) {
     this.sweeper = setInterval(() => this.sweep(), windowMs);

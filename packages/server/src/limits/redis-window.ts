@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { CircuitBreaker } from './circuit-breaker.js';
-import { MemoryWindowLimiter, windowDecision } from './memory-window.js';
+import { MemoryWindowLimiter, monotonicMs, windowDecision } from './memory-window.js';
 import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
 import { UnenforcedLog } from './unenforced-log.js';
 
@@ -49,7 +49,7 @@ return {count, first, now}
 `;
 
 // Requests let through while Redis could not be reached, written to the window once it answers (KEYS: the window;
-// ARGV: window ms, the instance's clock when sent, then stamp and request id pairs in that clock). A stamp is moved
+// ARGV: window ms, the instance's monotonic clock when sent, then stamp and request id pairs in that clock). A stamp is moved
 // to Redis's clock by the difference of the two clocks; one that has aged out is left out. A request id already
 // there (a count sent before the outage and run when Redis woke) is only moved to its stamp: never counted twice.
 const CATCH_UP = `
@@ -162,7 +162,8 @@ export class RedisWindowLimiter implements RateLimiter {
     const log = this.unwritten;
     if (log === null || this.catchingUp || this.redis.status !== 'ready' || !(answered || this.breaker.allow())) return this.retryCatchUpLater();
     this.catchingUp = true;
-    const sentAt = Date.now();
+    // The instance's clock here is only ever taken from itself (sentAt - at): monotonic, as a step must not move stamps.
+    const sentAt = monotonicMs();
     this.dropAged(sentAt);
     const sent = log.end;
     // Per key, in calls of at most CATCH_UP_BATCH requests (a busy key's outage can hold a great many).
@@ -215,9 +216,9 @@ export class RedisWindowLimiter implements RateLimiter {
    * be written to the shared window once Redis answers.
    */
   private failOpen(keyId: string, limit: number, requestId: string | null): LimitDecision {
-    this.estimate ??= new MemoryWindowLimiter(Date.now, this.windowMs);
+    this.estimate ??= new MemoryWindowLimiter(monotonicMs, this.windowMs);
     if (requestId !== null) {
-      const at = Date.now();
+      const at = monotonicMs();
       if (this.unwritten === null) this.unwritten = new UnenforcedLog();
       else if (!this.catchingUp) this.dropAged(at);
       this.unwritten.push(keyId, at, requestId);

@@ -1,0 +1,103 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN_TOKEN } from './helpers/gateway.js';
+import { chatOnce, type GatewayProcess, spawnGateway } from './helpers/process.js';
+
+/**
+ * The wall clock stepped under a running gateway, as NTP or an operator does: loaded before the gateway, this steps
+ * Date.now, on SIGUSR2, by the milliseconds the step file holds. Only the wall clock moves; the monotonic clock runs
+ * on, as it does when the system's clock is stepped.
+ */
+const STEP_CLOCK = `
+import { readFileSync } from 'node:fs';
+const wall = Date.now;
+let offset = 0;
+Date.now = () => wall() + offset;
+process.on('SIGUSR2', () => {
+  offset += Number(readFileSync(process.env.GW_TEST_CLOCK_STEP_FILE, 'utf8'));
+  process.stderr.write('wall clock stepped by ' + offset + '\\n');
+});
+`;
+
+let sim: Simulator;
+let proc: GatewayProcess;
+let dir: string;
+
+beforeAll(async () => {
+  sim = await startSimulator({ latencyScale: 0 });
+  dir = mkdtempSync(join(tmpdir(), 'gw-clock-step-'));
+  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+  writeFileSync(join(dir, 'step-clock.mjs'), STEP_CLOCK);
+  proc = await spawnGateway({
+    GW_CONFIG: join(dir, 'gw.json'),
+    GW_DATA_DIR: join(dir, 'data'),
+    GW_ADMIN_TOKEN: ADMIN_TOKEN,
+    GW_TEST_CLOCK_STEP_FILE: join(dir, 'step'),
+    NODE_OPTIONS: `--import=${pathToFileURL(join(dir, 'step-clock.mjs')).href}`,
+  });
+}, 60_000);
+afterAll(async () => {
+  proc?.child.kill('SIGKILL');
+  await sim?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+async function createKey(rateLimitRpm: number): Promise<string> {
+  const res = await fetch(`${proc.url}/admin/v1/keys`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ rateLimitRpm }),
+  });
+  return ((await res.json()) as { key: string }).key;
+}
+
+/** Steps the gateway's wall clock by `ms` and waits until it has. */
+async function stepWallClock(ms: number): Promise<void> {
+  const before = proc.output().length;
+  writeFileSync(join(dir, 'step'), String(ms));
+  proc.child.kill('SIGUSR2');
+  const deadline = Date.now() + 5000;
+  while (!proc.output().slice(before).includes('wall clock stepped')) {
+    if (Date.now() > deadline) throw new Error(`the clock was not stepped:\n${proc.output()}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Fills a key's window of `limit` requests and returns its first refusal. */
+async function fill(key: string, limit: number): Promise<Response> {
+  for (let i = 0; i < limit; i++) expect((await chatOnce(proc.url, key)).status).toBe(200);
+  const refused = await chatOnce(proc.url, key);
+  expect(refused.status).toBe(429);
+  return refused;
+}
+
+describe('the rate limit of a single instance when the wall clock is stepped', () => {
+  it('a step forward of more than a minute does not empty the window: no second burst', async () => {
+    const key = await createKey(3);
+    const before = Number((await fill(key, 3)).headers.get('retry-after'));
+    await stepWallClock(61_000);
+    const after = await chatOnce(proc.url, key);
+    expect(after.status).toBe(429);
+    // Still the same wait, to the second.
+    expect(Number(after.headers.get('retry-after'))).toBeLessThanOrEqual(before);
+    expect(Number(after.headers.get('retry-after'))).toBeGreaterThanOrEqual(before - 1);
+    expect(after.headers.get('x-ratelimit-reset')).toBe(after.headers.get('retry-after'));
+    await stepWallClock(-61_000);
+  });
+
+  it('a step back of two minutes does not hold the window full for three: Retry-After stays within the minute', async () => {
+    const key = await createKey(2);
+    const before = Number((await fill(key, 2)).headers.get('retry-after'));
+    expect(before).toBeLessThanOrEqual(60);
+    await stepWallClock(-120_000);
+    const after = await chatOnce(proc.url, key);
+    expect(after.status).toBe(429);
+    expect(Number(after.headers.get('retry-after'))).toBeLessThanOrEqual(before);
+    expect(Number(after.headers.get('retry-after'))).toBeGreaterThanOrEqual(before - 1);
+    await stepWallClock(120_000);
+  });
+});
