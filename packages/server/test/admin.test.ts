@@ -398,7 +398,7 @@ describe('admin API', () => {
       body: '{}',
     });
     expect(wrong.status).toBe(401);
-    const other = await startGateway({ env: { GW_ADMIN_TOKEN: '' }, sim: gw.sim });
+    const other = await startGateway({ env: { GW_ADMIN_TOKEN: undefined }, sim: gw.sim });
     try {
       const res = await fetch(`${other.url}/admin/v1/keys`, {
         method: 'POST',

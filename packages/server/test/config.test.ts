@@ -349,6 +349,25 @@ models:
     }
   }, 60_000);
 
+  it('a GW_ADMIN_TOKEN set but empty (or only whitespace) stops the start with exit code 2, rather than leave the admin API off without a word', async () => {
+    // `GW_ADMIN_TOKEN=` in a unit file: taken as unset, every admin call answered 404 and nothing said why.
+    const dir = mkdtempSync(join(tmpdir(), 'gw-empty-admin-'));
+    const expected = 'GW_ADMIN_TOKEN: expected a token of at least 16 characters (it is set but empty; unset it to leave the admin API off)';
+    try {
+      for (const value of ['', '   ']) {
+        const { code, output } = await runGatewayToExit({ GW_ADMIN_TOKEN: value, GW_DATA_DIR: join(dir, 'data') });
+        expect(code, JSON.stringify(value)).toBe(2);
+        expect(output.trim()).toBe(`gw: Invalid configuration in environment at ${expected}`);
+      }
+      expect(() => loadConfig({ GW_ADMIN_TOKEN: ' \n' })).toThrowError(expected);
+      // Unset, the API is off, as before; too short, the start stops too.
+      expect(loadConfig({}).adminToken).toBeNull();
+      expect(() => loadConfig({ GW_ADMIN_TOKEN: 'short-token' })).toThrowError('GW_ADMIN_TOKEN: expected at least 16 characters');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('a REDIS_URL whose path is no database number stops the start with exit code 2, naming REDIS_URL, not with a stack trace', async () => {
     // Redis reads the path as the database: `/cache` was sent as SELECT NaN, whose refusal crashed the process.
     const [dir, server] = [mkdtempSync(join(tmpdir(), 'gw-redis-path-')), await startRedis()];

@@ -151,6 +151,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   // of Redis's reply to SELECT NaN.
   if (redisUrl !== null && !/^(\/\d*)?$/.test(new URL(redisUrl).pathname))
     throw new ConfigError('environment', 'REDIS_URL', 'a redis:// URL whose path, if any, is a database number (/0, /1, …)');
+  // Set but empty (`GW_ADMIN_TOKEN=` in a unit file) stops the start as the URLs do: taken as unset, the admin API was
+  // off and every admin call a 404, with no word why.
+  if (env['GW_ADMIN_TOKEN'] !== undefined && env['GW_ADMIN_TOKEN'].trim() === '')
+    throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'a token of at least 16 characters (it is set but empty; unset it to leave the admin API off)');
   const adminToken = str(env, 'GW_ADMIN_TOKEN');
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'at least 16 characters');
   const unsendable = adminToken === null ? null : headerUnsafe(adminToken);

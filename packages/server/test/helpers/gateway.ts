@@ -23,7 +23,8 @@ export interface StartOptions {
   databaseUrl?: string;
   redisUrl?: string;
   sim?: Simulator;
-  env?: Record<string, string>;
+  /** Added to the environment the config is read from; `undefined` unsets a variable (GW_ADMIN_TOKEN). */
+  env?: Record<string, string | undefined>;
   /** Adjusts the demo catalogue before the gateway starts (e.g. a short provider timeout). */
   catalogue?: (c: GatewayFileConfig) => GatewayFileConfig;
   idleMemoryRelease?: GatewayOptions['idleMemoryRelease'];
