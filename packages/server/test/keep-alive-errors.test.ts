@@ -108,6 +108,42 @@ describe('an error answer to a request without a body keeps the connection open'
     await c.closed;
   });
 
+  it('a refusal from the head (401, 415) of a request whose small body came with it keeps the connection: many bad-key requests, then a good one, on one', async () => {
+    let connections = 0;
+    const count = () => connections++;
+    gw.gateway.app.server.on('connection', count);
+    try {
+      const c = connection();
+      const body = JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }] });
+      const post = (auth: string, type = 'application/json') =>
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: ${type}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+      // No key, a malformed one, one of the right shape the store does not hold, another scheme: each a 401 from the head.
+      const refusals = [
+        post(''),
+        post('Authorization: Bearer abc\r\n'),
+        post(`Authorization: Bearer gw_live_${'A'.repeat(43)}\r\n`),
+        post(`Authorization: Basic ${Buffer.from(`:${key}`).toString('base64')}\r\n`),
+      ];
+      for (let round = 0; round < 3; round++) {
+        for (const request of refusals) {
+          const refused = await c.send(request);
+          expect(refused.status).toBe(401);
+          expect(refused.head).toMatch(/\r\nconnection: keep-alive\r\n/i);
+        }
+        const wrongType = await c.send(post(`Authorization: Bearer ${key}\r\n`, 'text/plain'));
+        expect([wrongType.status, wrongType.head]).toEqual([415, expect.stringMatching(/\r\nconnection: keep-alive\r\n/i)]);
+      }
+      const ok = await c.send(post(`Authorization: Bearer ${key}\r\n`));
+      expect(ok.status).toBe(200);
+      expect(JSON.parse(ok.body).object).toBe('chat.completion');
+      expect(connections).toBe(1);
+      c.socket.end();
+      await c.closed;
+    } finally {
+      gw.gateway.app.server.off('connection', count);
+    }
+  });
+
   it('an answer given before a declared body was read still closes the connection', async () => {
     const c = connection();
     // The 401 is decided from the head; the body (declared, not sent) is not waited for.

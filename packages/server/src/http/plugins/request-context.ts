@@ -90,6 +90,16 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     done();
   });
   app.addHook('onSend', (request, reply, payload, done) => {
+    // An answer decided from the head alone (a 401, a 415) is given while Node's parser is still in that head, whose
+    // body, if small, came in the same read: one turn on the parser has taken it, and whether any is left unread is
+    // known then (a client sending bad-key requests on one connection kept it). Only answers given before their body.
+    if (!request.raw.complete && mayCarryBody(request.raw.headers)) {
+      setImmediate(() => {
+        setAnswerHeaders(services, request, reply);
+        done(null, payload);
+      });
+      return;
+    }
     setAnswerHeaders(services, request, reply);
     done(null, payload);
   });
