@@ -36,6 +36,7 @@ import { UsageWriter } from './jobs/usage-writer.js';
 import { InstancePresence } from './kv/instance-presence.js';
 import { MemoryBus } from './kv/memory.js';
 import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, lastConnectionError, RedisBus, refusedDatabase } from './kv/redis.js';
+import { StorePresence } from './kv/store-presence.js';
 import type { Bus } from './kv/types.js';
 import { sha256Hex } from './lib/crypto.js';
 import { freeBytes, lowDiskHint } from './lib/disk-room.js';
@@ -173,6 +174,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const leases = redis && store.kind === 'postgres' ? new LeaseLedger(store.budgetLeases, { storedBefore: () => usage.storedBefore }) : null;
   // What this instance leaves in Redis (budget holds, stream buffers) names it, so that others can tell when it died.
   const presence = redis ? new InstancePresence(redis) : null;
+  // Without Redis, instances sharing PostgreSQL say so there instead: a keyed stream's answer names its instance.
+  const storePresence = !redis && store.kind === 'postgres' ? new StorePresence(store.instances) : null;
+  await storePresence?.start();
   // Before it has Redis reload totals from the store, the ledger has this instance's own usage records written there.
   // Budgets go through Redis only where instances share them (PostgreSQL): the one embedded instance holds them in its
   // own memory, exact, with Redis or without. Through Redis, each outage switched it to a memory ledger that knew
@@ -303,6 +307,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     metrics,
     offerStats,
     idempotency,
+    storePresence,
     lifecycle: { draining: false, inFlight: 0, apiRequests: 0 },
     upstreamCalls: new UpstreamCalls(),
     redisHealth,
@@ -389,6 +394,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await Promise.all([...adapters.values()].map((a) => a.close()));
       await streams.close();
       await presence?.close();
+      await storePresence?.close();
       sharing?.close();
       await idempotency.close();
       await bus.close();

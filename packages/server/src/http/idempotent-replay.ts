@@ -49,7 +49,8 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
  * partition), and running it again could bill it twice: it is replayed as far as it got, ending in an error event.
  * With Redis, a stream whose shared record is still missing RECORD_PATIENCE_MS after it began is gone from the
  * buffer (expired, or its instance died before writing it) and its events were never stored with its answer (its
- * instance died or was cut off first): true, and the replay is the final 404 rather than a 409 for 24 hours.
+ * instance died or was cut off first): true, and the replay is the final 404 rather than a 409 for 24 hours. Without
+ * Redis, instances sharing PostgreSQL answer so a stream whose relaying instance no longer says it is alive there.
  */
 export async function replayable(services: Services, answer: StoredAnswer): Promise<boolean | 'abandoned'> {
   const stream = answer.stream;
@@ -57,8 +58,14 @@ export async function replayable(services: Services, answer: StoredAnswer): Prom
   if ((await services.streams.meta(stream.id)) !== null) return true;
   // The relaying instance writes the record with the stream's first event, before the answer a repeat found.
   if (services.config.redisUrl) return Date.now() - begunAt(stream) >= RECORD_PATIENCE_MS;
-  // PostgreSQL without Redis: no shared buffer, the events come with the answer once the stream ends.
-  if (services.config.databaseUrl) return false;
+  // PostgreSQL without Redis: no shared buffer, the events come with the answer once the stream ends; wait for them
+  // while the instance relaying it is alive. One that died (its stream will never end) is the final 404, as with
+  // Redis: it may have been billed (its word lapses in a partition from the database too), so it is never run again.
+  if (services.config.databaseUrl) {
+    const presence = services.storePresence;
+    if (!presence || stream.instance === undefined) return false;
+    return !(await presence.alive(stream.instance));
+  }
   // The embedded store has one process: the stream ran in an earlier life of it. Billed means it ended (its events are gone: 404).
   const billed = await services.store.usage.list({ requestId: stream.id }).then(
     (records) => records.length > 0,

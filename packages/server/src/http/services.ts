@@ -2,6 +2,7 @@ import type { ApiKeyAuthenticator } from '../auth/api-keys.js';
 import type { WorkspaceCache } from '../auth/workspace-cache.js';
 import type { GatewayConfig } from '../config/index.js';
 import type { UsageWriter } from '../jobs/usage-writer.js';
+import type { StorePresence } from '../kv/store-presence.js';
 import type { BetaQuota } from '../limits/beta-quota.js';
 import type { BudgetLedger } from '../limits/budget-types.js';
 import type { RateLimiter } from '../limits/types.js';
@@ -40,6 +41,8 @@ export interface Services {
   offerStats: OfferStats;
   /** X-Idempotency-Key claims and stored answers (Redis when configured, else the store). */
   idempotency: IdempotencyService;
+  /** Instances sharing PostgreSQL without Redis: this one's name and word that it is alive there (null otherwise). */
+  storePresence: StorePresence | null;
   /** `inFlight`: requests whose response has not closed yet; `apiRequests`: requests to the public API (either variant) so far. */
   lifecycle: { draining: boolean; inFlight: number; apiRequests: number };
   /** The calls waiting on a provider for an answer not yet begun: a shutdown about to run out of time answers them. */

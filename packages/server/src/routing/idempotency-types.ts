@@ -9,9 +9,10 @@ export interface StoredAnswer {
   body?: string;
   /**
    * A streamed answer: its stream id, when it began (ms since the epoch, the relaying instance's clock; answers
-   * stored before it was kept lack it) and, once it ended, every event of it.
+   * stored before it was kept lack it), the instance relaying it where instances share PostgreSQL without Redis
+   * (kv/store-presence.ts) and, once it ended, every event of it.
    */
-  stream?: { id: string; at?: number; events?: StreamEvent[] };
+  stream?: { id: string; at?: number; instance?: string; events?: StreamEvent[] };
 }
 
 export type IdempotencyEntry = { state: 'pending'; fingerprint: string } | { state: 'done'; fingerprint: string; answer: StoredAnswer };

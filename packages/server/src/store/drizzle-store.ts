@@ -19,12 +19,14 @@ import { forEachInTurns } from '../lib/event-loop-turns.js';
 import { DrizzleBudgetLeaseRepo } from './budget-lease-repo.js';
 import { orm } from './drizzle-cjs.js';
 import { DrizzleIdempotencyRepo } from './idempotency-repo.js';
+import { DrizzleInstanceRepo } from './instance-repo.js';
 import type * as schema from './schema.js';
 import { apiKeys, settings, usageRecords, workspaces } from './schema.js';
 import type {
   ApiKeyRecord,
   BudgetLeaseRepo,
   IdempotencyRepo,
+  InstanceRepo,
   KeyPatch,
   KeyRepo,
   NewApiKey,
@@ -375,6 +377,7 @@ export class DrizzleStore implements Store {
   readonly settings: SettingsRepo;
   readonly idempotency: IdempotencyRepo;
   readonly budgetLeases: BudgetLeaseRepo;
+  readonly instances: InstanceRepo;
   readonly #hooks: DriverHooks;
   #closed: Promise<void> | undefined;
 
@@ -388,6 +391,7 @@ export class DrizzleStore implements Store {
     this.settings = new DrizzleSettingsRepo(db);
     this.idempotency = new DrizzleIdempotencyRepo(db);
     this.budgetLeases = new DrizzleBudgetLeaseRepo(db);
+    this.instances = new DrizzleInstanceRepo(db);
   }
 
   migrate(): Promise<void> {

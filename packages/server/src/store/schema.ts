@@ -126,3 +126,14 @@ export const idempotencyKeys = pgTable(
   },
   (t) => [index('idempotency_keys_expires_idx').on(t.expiresAt)],
 );
+
+/**
+ * Gateway instances sharing PostgreSQL without Redis, each saying it is alive
+ * (`alive_until`, the database's clock) every 2 s for 6 s: a keyed stream's
+ * stored answer names the instance relaying it, so that a repeat on another
+ * instance can tell a stream whose instance died from one still running.
+ */
+export const gatewayInstances = pgTable('gateway_instances', {
+  id: text('id').primaryKey(),
+  aliveUntil: timestamp('alive_until', { withTimezone: true, mode: 'date' }).notNull(),
+});

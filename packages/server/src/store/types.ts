@@ -203,6 +203,14 @@ export interface IdempotencyRepo {
   dropPending(): Promise<number>;
 }
 
+/** Instances sharing PostgreSQL without Redis, saying they are alive (store/schema.ts gatewayInstances). */
+export interface InstanceRepo {
+  /** `id` is alive for `ttlMs` more (the database's clock). */
+  sayAlive(id: string, ttlMs: number): Promise<void>;
+  isAlive(id: string): Promise<boolean>;
+  leave(id: string): Promise<void>;
+}
+
 export interface Store {
   readonly kind: 'pglite' | 'postgres';
   /** The embedded database created by this start: from the build's template, or by PGlite's own initdb; else null. */
@@ -213,6 +221,7 @@ export interface Store {
   readonly settings: SettingsRepo;
   readonly idempotency: IdempotencyRepo;
   readonly budgetLeases: BudgetLeaseRepo;
+  readonly instances: InstanceRepo;
   /** Applies pending migrations. */
   migrate(): Promise<void>;
   /** Resolves when the database answers a trivial query. */

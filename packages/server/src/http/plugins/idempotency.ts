@@ -73,7 +73,10 @@ async function settle(services: Services, request: FastifyRequest, reply: Fastif
   if (isStream(payload)) {
     const id = request.id;
     // Its time tells a repeat elsewhere that finds no shared record whether the record may still be on its way.
-    const begun = claim.complete({ status, headers, stream: { id, at: Date.now() } });
+    // Without Redis, its instance too: a repeat elsewhere tells by it a stream whose instance died from one running.
+    const instance = services.storePresence?.id;
+    const stream = instance === undefined ? { id, at: Date.now() } : { id, at: Date.now(), instance };
+    const begun = claim.complete({ status, headers, stream });
     // Archived even if storing the begun answer fails (Redis away): the archive, with every event, is what replays
     // for 24 hours, where the begun answer replays only while the resume buffer keeps the stream.
     void archiveStream(services, claim, { status, headers, stream: { id } }).catch(
