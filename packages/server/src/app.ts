@@ -197,7 +197,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const offerStats = new OfferStats({ failures: config.circuitFailures, openMs: config.circuitOpenMs, remeasureMs: config.remeasureMs });
   // With Redis, every instance learns what the others see of each offer; without it, each keeps its own.
   const sharing = config.redisUrl ? await OfferStatsSharing.start(bus, offerStats) : null;
-  const idempotency = new IdempotencyService(idempotencyBackend(idempotencyRedis, store, presence?.id ?? ''), {
+  const idempotency = new IdempotencyService(idempotencyBackend(idempotencyRedis, store, presence), {
     waitMs: config.idempotencyWaitMs,
     claimTtlMs: config.idempotencyClaimTtlMs,
   });
@@ -410,8 +410,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 }
 
 /** Idempotency keys live in Redis when there is one, else in the store. */
-function idempotencyBackend(redis: Redis | null, store: Store, instance: string): IdempotencyBackend {
-  return redis ? new RedisIdempotencyBackend(redis, instance) : new SqlIdempotencyBackend(store.idempotency);
+function idempotencyBackend(redis: Redis | null, store: Store, presence: InstancePresence | null): IdempotencyBackend {
+  if (!redis) return new SqlIdempotencyBackend(store.idempotency);
+  const backend = new RedisIdempotencyBackend(redis, presence?.id ?? '');
+  // A FLUSHALL under open connections fires no reconnect: the claims and answers this instance holds are written again.
+  presence?.onDataLost(() => backend.dataLost());
+  return backend;
 }
 
 async function closeStore(store: Store): Promise<void> {

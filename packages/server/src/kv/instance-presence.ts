@@ -7,6 +7,13 @@ export const ALIVE_TTL_MS = 6_000;
 
 export const instanceKey = (id: string): string => `gw:instance:${id}`;
 
+/** Says so, and tells whether the word was still there (0: Redis lost it). */
+const SAY_ALIVE = `
+local had = redis.call('EXISTS', KEYS[1])
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+return had
+`;
+
 /**
  * This instance's name in Redis, and its word that it is alive, renewed
  * every 2 s for 6 s: what it leaves behind there (a stream's buffer, a
@@ -17,18 +24,43 @@ export class InstancePresence {
   /** No '@' or ':' (base64url): it sits inside budget hold names. */
   readonly id = randomBytes(9).toString('base64url');
   private readonly timer: NodeJS.Timeout;
+  /** Whether the last word went in on this connection: one then found missing was taken by a FLUSHALL or FLUSHDB. */
+  private said = false;
+  private readonly lostListeners: (() => void)[] = [];
 
   constructor(private readonly redis: Redis) {
+    redis.defineCommand('gwSayAlive', { numberOfKeys: 1, lua: SAY_ALIVE });
     this.sayAlive();
     this.timer = setInterval(() => this.sayAlive(), ALIVE_EVERY_MS);
     this.timer.unref();
     // A Redis that restarted lost this word: said again as soon as the connection is back, not up to 2 s later,
     // while this instance's new holds there would look like a dead instance's to the others.
     redis.on('ready', () => this.sayAlive());
+    redis.on('close', () => {
+      this.said = false;
+    });
+  }
+
+  /**
+   * `listener` runs when Redis lost its data under a connection that stayed open (FLUSHALL, FLUSHDB), which fires no
+   * reconnect: what this instance keeps there is to be written again (a reconnect writes it again by itself).
+   */
+  onDataLost(listener: () => void): void {
+    this.lostListeners.push(listener);
   }
 
   private sayAlive(): void {
-    this.redis.set(instanceKey(this.id), '1', 'PX', ALIVE_TTL_MS).catch(() => {});
+    const said = this.said;
+    (this.redis as unknown as { gwSayAlive(key: string, ttlMs: number): Promise<number> }).gwSayAlive(instanceKey(this.id), ALIVE_TTL_MS).then(
+      (had) => {
+        this.said = true;
+        if (said && had === 0) for (const listener of this.lostListeners) listener();
+      },
+      () => {
+        // Missed: the word may have run out meanwhile, so its absence at the next one tells nothing.
+        this.said = false;
+      },
+    );
   }
 
   /** Which of these instances are alive (this one always is). */

@@ -34,11 +34,23 @@ const keyOf = (scope: string) => `gw:idem:{${scope}}`;
 // nobody wrote again by the time the restart has settled (ARGV[5] = '1') is of a request long ended or an instance
 // gone, and is taken over rather than waited on until it expires. A claim without a run is kept (an older gateway's).
 // ARGV[6]: this instance, named in the claim (TAKE_OVER). A live entry is returned with its owner and instance.
+// A missing key is not claimed while Redis settles after losing its data under open connections (FLUSHALL, FLUSHDB:
+// no reconnect tells the instances): KEYS[4] is set for RESTART_SETTLE_MS (ARGV[7]) by the first claim that finds the
+// mark (KEYS[2]) gone, which writes it anew with the run (KEYS[3]); meanwhile each instance hears its word that it is
+// alive was lost too (kv/instance-presence.ts) and writes its claims and answers again. Answered {'settling'}.
 const CLAIM = `
 local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer', 'run', 'owner', 'inst')
 if e[1] then
   if not (ARGV[5] == '1' and e[1] == 'pending' and e[4] and e[4] ~= ARGV[4]) then return {e[1], e[2], e[3] or false, e[5] or false, e[6] or false} end
   redis.call('DEL', KEYS[1])
+elseif redis.call('EXISTS', KEYS[4]) == 1 then
+  return {'settling'}
+elseif redis.call('EXISTS', KEYS[2]) == 0 then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  redis.call('SET', KEYS[3], string.match(redis.call('INFO', 'server'), 'run_id:(%w+)'))
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[7])
+  return {'settling'}
 end
 redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[1], 'owner', ARGV[2], 'run', ARGV[4], 'inst', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -100,6 +112,8 @@ const PEEK = `return redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer')`;
  */
 const MARK_KEY = 'gw:idem:since';
 const RUN_KEY = 'gw:idem:run';
+/** Set for RESTART_SETTLE_MS once a claim found the mark gone under an open connection: see CLAIM. */
+const SETTLING_KEY = 'gw:idem:settling';
 const MARK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -157,7 +171,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     /** This instance's name, written in its claims: a repeat takes over a claim whose instance is gone (kv/instance-presence.ts). */
     private readonly instance = '',
   ) {
-    redis.defineCommand('gwIdemClaim', { numberOfKeys: 1, lua: CLAIM });
+    redis.defineCommand('gwIdemClaim', { numberOfKeys: 4, lua: CLAIM });
     redis.defineCommand('gwIdemTakeOver', { numberOfKeys: 1, lua: TAKE_OVER });
     redis.defineCommand('gwIdemRefresh', { numberOfKeys: 1, lua: REFRESH });
     redis.defineCommand('gwIdemComplete', { numberOfKeys: 1, lua: COMPLETE });
@@ -218,9 +232,24 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     if (this.run === null) await this.readMark();
     const takeOver = now >= this.takeOverFrom ? '1' : '0';
     const ttl = Math.round(ttlMs);
-    const res = (await this.exec('gwIdemClaim', scope, fingerprint, owner, ttl, this.run ?? '', takeOver, this.instance)) as Fields | null;
+    const res = (await this.exec(
+      'gwIdemClaim',
+      scope,
+      MARK_KEY,
+      RUN_KEY,
+      SETTLING_KEY,
+      fingerprint,
+      owner,
+      ttl,
+      this.run ?? '',
+      takeOver,
+      this.instance,
+      RESTART_SETTLE_MS,
+    )) as Fields | null;
     if (res === null) return this.claimed(scope, fingerprint, owner, ttlMs);
     const [state, fp, answer, holder, inst] = res;
+    // Redis lost its data under open connections: the claim or answer may be on its way from the instance holding it.
+    if (state === 'settling') return { state: 'pending', fingerprint };
     if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: JSON.parse(answer) as StoredAnswer };
     // Its instance was killed (its request died unbilled, nobody will answer it): a repeat runs rather than wait for
     // the claim's expiry. Not while a restart settles, when a live instance's word that it is alive may not be back yet.
@@ -318,6 +347,15 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   async drop(scope: string, owner: string): Promise<void> {
     this.letGo(owner);
     await this.exec('gwIdemDrop', scope, owner);
+  }
+
+  /**
+   * Redis lost its data under this open connection (FLUSHALL, FLUSHDB: kv/instance-presence.ts heard it): what this
+   * instance holds is written again, as after a reconnect. Until then a repeat elsewhere finds nothing, and claims
+   * that find the mark gone with it wait (CLAIM) rather than run the request a second time.
+   */
+  dataLost(): void {
+    this.writeHeldAgain();
   }
 
   /** After a reconnect: every claim and stream answer of this instance that is still running, written again where missing. */

@@ -165,6 +165,8 @@ export class RedisStreamStore implements StreamStore {
     // The Redis it reconnected to may have restarted empty: a resume elsewhere would find no record (a final 404)
     // until each stream's next batch, which may be seconds away.
     redis.on('ready', () => this.writeMetaAgain());
+    // So may a FLUSHALL under an open connection, which fires no reconnect.
+    presence.onDataLost(() => this.writeMetaAgain());
   }
 
   /** Every running stream's meta record, written again where Redis lacks it, in one pipeline; a failure leaves it to the next batch. */
