@@ -336,4 +336,31 @@ describe("what a provider's error says of the gateway's account there", () => {
     expect(await (await chat('/v1')).text()).toContain(`The subscription with id [redacted] is disabled. Please include the request ID ${requestId}.`);
     expect(proc.output()).not.toContain(subscription);
   });
+
+  it("Azure's tenant and the gateway's identity there (client, object, application, principal ids) are taken out; trace and correlation ids stay", async () => {
+    const tenant = '5d7e9f10-2a3b-4c5d-8e6f-708192a3b4c5';
+    const client = '0a1b2c3d-4e5f-4a6b-9c7d-8e9f0a1b2c3d';
+    const object = '9f8e7d6c-5b4a-4c3d-8e1f-0a9b8c7d6e5f';
+    const trace = '2b4d6f80-1357-4a9c-8e0d-abcdefabcdef';
+    const correlation = '7c6b5a49-3827-4615-9504-fedcbafedcba';
+    // As Entra ID and Azure's role checks word them (AADSTS90002, AADSTS700016, AuthorizationFailed, a data action refused).
+    const said = [
+      `AADSTS90002: Tenant '${tenant}' not found. Check to make sure you have the correct tenant ID. Trace ID: ${trace} Correlation ID: ${correlation}`,
+      `AADSTS700016: Application with identifier '${client}' was not found in the directory '${tenant}'. Trace ID: ${trace} Correlation ID: ${correlation}`,
+      `The client '${client}' with object id '${object}' does not have authorization to perform action 'Microsoft.CognitiveServices/accounts/OpenAI/deployments/chat/completions/action'. Trace ID: ${trace}`,
+      `The principal \`${object}\` lacks the required data action. Correlation ID: ${correlation}`,
+      `{"tenantId":"${tenant}","appId":"${client}","objectId":"${object}","correlationId":"${correlation}"}`,
+    ];
+    for (const base of ['/v1', '/alt/v1']) {
+      for (const message of said) {
+        next = providerError(400, message);
+        const text = await (await chat(base)).text();
+        for (const leak of [tenant, client, object]) expect(text, message).not.toContain(leak);
+        expect(text.includes(trace) || text.includes(correlation), message).toBe(true);
+      }
+    }
+    expect(proc.output()).not.toContain(tenant);
+    expect(proc.output()).not.toContain(object);
+    expect(proc.output()).not.toContain(client);
+  });
 });

@@ -46,8 +46,8 @@ const MESSAGE_SHAPES = [
   new RegExp(`/?\\bsubscriptions/${GUID}(?:/[^\\s"'<>()\\[\\]{},;]{0,1024}[^\\s"'<>()\\[\\]{},;.])?`, 'gi'),
 ];
 
-/** What may stand between a name and its value: spaces, quotes, a colon or equals sign, a bracket, a hyphen or underscore. */
-const NAMING_MARKS = `[\\s"'(:=_-]{0,4}`;
+/** What may stand between a name and its value: spaces, quotes (backquotes too), a colon or equals sign, a bracket, a hyphen or underscore. */
+const NAMING_MARKS = `[\\s"'\`(:=_-]{0,4}`;
 
 /**
  * Secrets without a shape of their own (a Mistral or Azure key is 32 letters and digits), found by what stands
@@ -61,10 +61,15 @@ const NAMED = [
   /((?<![A-Za-z0-9])(?:x-)?(?:api[-_ ]?key(?: provided)?|access[-_]?token|auth[-_]?token|secret[-_]?key|client[-_]?secret|password|passwd)["']?\s*[:=]\s*["']?)(?=[^\s"'&,;<>]{0,128}\d)[^\s"'&,;<>]{8,}/gi,
   /([?&]key=)[^\s"'&#<>]{8,}/g,
   /(\bBearer(?::\s*|%20))[A-Za-z0-9._~+/=-]{16,}/gi,
-  // Azure's subscription id, named so however Azure words it (`subscription 'guid'`, `"subscriptionId":"guid"`,
-  // `subscription with id guid`, `Subscription identifier (value provided: guid)`): only these few words may stand
-  // between, so that other GUIDs, a request id later in the sentence, stay. Bounded: at most 4 words, 4 marks each.
-  new RegExp(`(subscriptions?(?:${NAMING_MARKS}(?:identifier|ids?|with|of|the|value|provided|is|are)(?![A-Za-z])){0,4}${NAMING_MARKS})${GUID}`, 'gi'),
+  // The GUIDs that name the gateway's Azure account: its subscription, its Entra tenant (directory), and the identity
+  // it calls as (client, application, principal, object id), however Azure words them (`subscription 'guid'`,
+  // `"subscriptionId":"guid"`, `subscription with id guid`, `Tenant 'guid' not found`, `The client 'guid' with object
+  // id 'guid'`, `Application with identifier 'guid'`): only these few words may stand between, so that other GUIDs
+  // (a request, trace or correlation id, which a client quotes to support) stay. Bounded: at most 4 words, 4 marks each.
+  new RegExp(
+    `((?<![A-Za-z])(?:subscriptions?|tenant|directory|principal|client|object|application|app)(?:${NAMING_MARKS}(?:identifier|ids?|with|of|the|value|provided|is|are)(?![A-Za-z])){0,4}${NAMING_MARKS})${GUID}`,
+    'gi',
+  ),
 ];
 
 export function redactSecrets(text: string): string {
