@@ -349,7 +349,7 @@ models:
     }
   }, 60_000);
 
-  it('a GW_ADMIN_TOKEN set but empty (or only whitespace) stops the start with exit code 2, rather than leave the admin API off without a word', async () => {
+  it('a GW_ADMIN_TOKEN or GW_SECRET set but empty (or only whitespace) stops the start with exit code 2, rather than leave the admin API off without a word', async () => {
     // `GW_ADMIN_TOKEN=` in a unit file: taken as unset, every admin call answered 404 and nothing said why.
     const dir = mkdtempSync(join(tmpdir(), 'gw-empty-admin-'));
     const expected = 'GW_ADMIN_TOKEN: expected a token of at least 16 characters (it is set but empty; unset it to leave the admin API off)';
@@ -360,6 +360,11 @@ models:
         expect(output.trim()).toBe(`gw: Invalid configuration in environment at ${expected}`);
       }
       expect(() => loadConfig({ GW_ADMIN_TOKEN: ' \n' })).toThrowError(expected);
+      // GW_SECRET likewise: taken as unset, a generated secret signed what the operator's own could not check.
+      expect(() => loadConfig({ GW_SECRET: '' })).toThrowError(
+        'GW_SECRET: expected at least 32 characters (it is set but empty; unset it to have one generated and kept in the store)',
+      );
+      expect(() => loadConfig({ GW_SECRET: '  ' })).toThrowError('GW_SECRET: expected at least 32 characters (it is set but empty');
       // Unset, the API is off, as before; too short, the start stops too.
       expect(loadConfig({}).adminToken).toBeNull();
       expect(() => loadConfig({ GW_ADMIN_TOKEN: 'short-token' })).toThrowError('GW_ADMIN_TOKEN: expected at least 16 characters');

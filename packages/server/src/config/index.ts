@@ -117,6 +117,11 @@ function str(env: NodeJS.ProcessEnv, name: string): string | null {
   return v === undefined || v === '' ? null : v;
 }
 
+/** A variable set to nothing but white space: a mistake (a deploy file's variable left unfilled), not a wish to leave it unset. */
+function refuseSetButEmpty(env: NodeJS.ProcessEnv, name: string, expected: string): void {
+  if (env[name] !== undefined && env[name].trim() === '') throw new ConfigError('environment', name, expected);
+}
+
 /**
  * A URL of one of `schemes` that parses (a bad port or host fails here, named, rather than at connect time).
  * Set but empty (`DATABASE_URL=${DATABASE_URL}` in a deploy file whose variable is missing) stops the start, as for
@@ -142,8 +147,7 @@ function url(env: NodeJS.ProcessEnv, name: string, schemes: RegExp, expected: st
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig {
   // Set but empty (an unset variable in a deploy script) is a mistake, not a request for the demo catalogue.
-  if (env['GW_CONFIG'] !== undefined && env['GW_CONFIG'].trim() === '')
-    throw new ConfigError('environment', 'GW_CONFIG', 'a config file path (it is set but empty; unset it for demo mode)');
+  refuseSetButEmpty(env, 'GW_CONFIG', 'a config file path (it is set but empty; unset it for demo mode)');
   const configFile = str(env, 'GW_CONFIG');
   const databaseUrl = url(env, 'DATABASE_URL', /^postgres(ql)?:\/\//, 'a postgres:// URL', 'the embedded store in GW_DATA_DIR');
   const redisUrl = url(env, 'REDIS_URL', /^rediss?:\/\//, 'a redis:// URL', 'the in-process limiter of a single instance');
@@ -151,10 +155,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   // of Redis's reply to SELECT NaN.
   if (redisUrl !== null && !/^(\/\d*)?$/.test(new URL(redisUrl).pathname))
     throw new ConfigError('environment', 'REDIS_URL', 'a redis:// URL whose path, if any, is a database number (/0, /1, …)');
-  // Set but empty (`GW_ADMIN_TOKEN=` in a unit file) stops the start as the URLs do: taken as unset, the admin API was
-  // off and every admin call a 404, with no word why.
-  if (env['GW_ADMIN_TOKEN'] !== undefined && env['GW_ADMIN_TOKEN'].trim() === '')
-    throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'a token of at least 16 characters (it is set but empty; unset it to leave the admin API off)');
+  // Set but empty (`GW_ADMIN_TOKEN=` in a unit file, a template's variable left unfilled) stops the start as the URLs
+  // do: taken as unset, the admin API was off and every admin call a 404, or the secret a generated one, which signs
+  // nothing the operator can check, with no word why.
+  refuseSetButEmpty(env, 'GW_ADMIN_TOKEN', 'a token of at least 16 characters (it is set but empty; unset it to leave the admin API off)');
+  refuseSetButEmpty(env, 'GW_SECRET', 'at least 32 characters (it is set but empty; unset it to have one generated and kept in the store)');
   const adminToken = str(env, 'GW_ADMIN_TOKEN');
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('environment', 'GW_ADMIN_TOKEN', 'at least 16 characters');
   const unsendable = adminToken === null ? null : headerUnsafe(adminToken);
