@@ -10,7 +10,7 @@ export interface StoredAnswer {
   /**
    * A streamed answer: its stream id, when it began (ms since the epoch, the relaying instance's clock; answers
    * stored before it was kept lack it), the instance relaying it where instances share PostgreSQL without Redis
-   * (kv/store-presence.ts) and, once it ended, every event of it.
+   * (store/presence.ts) and, once it ended, every event of it.
    */
   stream?: { id: string; at?: number; instance?: string; events?: StreamEvent[] };
 }

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { InstanceRepo } from '../store/types.js';
-import { ALIVE_EVERY_MS, ALIVE_TTL_MS } from './instance-presence.js';
+import { ALIVE_EVERY_MS, ALIVE_TTL_MS } from '../kv/instance-presence.js';
+import type { InstanceRepo } from './types.js';
 
 /**
  * Without Redis, instances sharing PostgreSQL say there that they are alive, as they do in Redis otherwise
