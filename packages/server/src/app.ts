@@ -197,10 +197,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const offerStats = new OfferStats({ failures: config.circuitFailures, openMs: config.circuitOpenMs, remeasureMs: config.remeasureMs });
   // With Redis, every instance learns what the others see of each offer; without it, each keeps its own.
   const sharing = config.redisUrl ? await OfferStatsSharing.start(bus, offerStats) : null;
-  const idempotency = new IdempotencyService(idempotencyBackend(idempotencyRedis, store, presence), {
-    waitMs: config.idempotencyWaitMs,
-    claimTtlMs: config.idempotencyClaimTtlMs,
-  });
+  const idempotency = new IdempotencyService(
+    idempotencyBackend(idempotencyRedis, store, presence, storePresence),
+    { waitMs: config.idempotencyWaitMs, claimTtlMs: config.idempotencyClaimTtlMs },
+    storePresence?.id,
+  );
   // The operator's own secrets are taken out of every log line and message, as the providers' keys are
   // (connection URLs' passwords are masked where a URL is shown: withoutPassword).
   // GW_SECRET, or the one the first start generated and kept in the store, which every instance sharing it then reads.
@@ -410,8 +411,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 }
 
 /** Idempotency keys live in Redis when there is one, else in the store. */
-function idempotencyBackend(redis: Redis | null, store: Store, presence: InstancePresence | null): IdempotencyBackend {
-  if (!redis) return new SqlIdempotencyBackend(store.idempotency);
+function idempotencyBackend(redis: Redis | null, store: Store, presence: InstancePresence | null, storePresence: StorePresence | null): IdempotencyBackend {
+  if (!redis) return new SqlIdempotencyBackend(store.idempotency, storePresence);
   const backend = new RedisIdempotencyBackend(redis, presence?.id ?? '');
   // A FLUSHALL under open connections fires no reconnect: the claims and answers this instance holds are written again.
   presence?.onDataLost(() => backend.dataLost());

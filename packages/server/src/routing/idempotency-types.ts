@@ -15,7 +15,11 @@ export interface StoredAnswer {
   stream?: { id: string; at?: number; instance?: string; events?: StreamEvent[] };
 }
 
-export type IdempotencyEntry = { state: 'pending'; fingerprint: string } | { state: 'done'; fingerprint: string; answer: StoredAnswer };
+/** lost: a request billed whose instance died before it stored its answer (instances sharing PostgreSQL only). */
+export type IdempotencyEntry =
+  | { state: 'pending'; fingerprint: string }
+  | { state: 'done'; fingerprint: string; answer: StoredAnswer }
+  | { state: 'lost'; fingerprint: string };
 
 /**
  * Where claims and answers live: Redis when configured (idempotency-redis.ts),

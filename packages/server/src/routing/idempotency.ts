@@ -137,6 +137,8 @@ export class IdempotencyService {
     /** Where claims live (public for operations and tests: a raw claim with no heartbeat is what a crashed instance leaves). */
     readonly backend: IdempotencyBackend,
     readonly settings: IdempotencySettings,
+    /** This instance, named with the request id in its claims where instances share PostgreSQL only (kv/store-presence.ts). */
+    private readonly instance = '',
   ) {}
 
   /**
@@ -146,8 +148,15 @@ export class IdempotencyService {
    * pending claim; or that it is a stream abandoned before its end: the
    * answer is dropped and the key claimed afresh.
    */
-  async begin(scope: string, fp: string, replayable: (answer: StoredAnswer) => Promise<boolean | 'abandoned'> = async () => true): Promise<Begun> {
-    const owner = randomUUID();
+  async begin(
+    scope: string,
+    fp: string,
+    replayable: (answer: StoredAnswer) => Promise<boolean | 'abandoned'> = async () => true,
+    requestId = '',
+  ): Promise<Begun> {
+    // Where a claim's instance can die unseen by Redis, the claim says whose request it is: a repeat tells by it
+    // whether that request was billed (idempotency-sql.ts).
+    const owner = this.instance && requestId ? `${requestId}@${this.instance}` : randomUUID();
     const deadline = Date.now() + this.settings.waitMs;
     for (;;) {
       // Claiming again on every look: if the first request's claim is released or runs out, one waiter takes over.
@@ -157,6 +166,13 @@ export class IdempotencyService {
         throw new GatewayError('unprocessable', 'This X-Idempotency-Key was already used with a different request; use a new key for a new request.', {
           param: 'X-Idempotency-Key',
         });
+      }
+      if (entry.state === 'lost') {
+        throw new GatewayError(
+          'unprocessable',
+          'The request first sent with this X-Idempotency-Key was billed, but the gateway instance running it stopped before its answer was kept; send it again with a new key.',
+          { param: 'X-Idempotency-Key' },
+        );
       }
       if (entry.state === 'done') {
         const can = await replayable(entry.answer);

@@ -1,6 +1,6 @@
 import { orm } from './drizzle-cjs.js';
 import type { Db } from './drizzle-store.js';
-import { idempotencyKeys } from './schema.js';
+import { idempotencyKeys, usageRecords } from './schema.js';
 import { inMs } from './sql-time.js';
 import type { IdempotencyRepo, IdempotencyRow } from './types.js';
 
@@ -9,7 +9,8 @@ const { and, eq, gt, lte, sql } = orm;
 const live = () => gt(idempotencyKeys.expiresAt, sql`now()`);
 
 function toRow(r: { scope: string; fingerprint: string; owner: string; state: string; answer: unknown }): IdempotencyRow {
-  return { scope: r.scope, fingerprint: r.fingerprint, owner: r.owner, state: r.state === 'done' ? 'done' : 'pending', answer: r.answer ?? null };
+  const state = r.state === 'done' || r.state === 'lost' ? r.state : 'pending';
+  return { scope: r.scope, fingerprint: r.fingerprint, owner: r.owner, state, answer: r.answer ?? null };
 }
 
 const columns = {
@@ -60,6 +61,22 @@ export class DrizzleIdempotencyRepo implements IdempotencyRepo {
       .where(and(eq(idempotencyKeys.scope, scope), eq(idempotencyKeys.owner, owner)))
       .returning({ scope: idempotencyKeys.scope });
     return rows.length > 0;
+  }
+
+  async takeOverDead(scope: string, seen: string, requestId: string, owner: string, ttlMs: number, lostTtlMs: number): Promise<'taken' | 'billed' | 'changed'> {
+    // One statement: the usage record is looked up as the claim is replaced, so of two repeats one decides.
+    const billed = sql`EXISTS (SELECT 1 FROM ${usageRecords} WHERE ${usageRecords.requestId} = ${requestId})`;
+    const [row] = await this.db
+      .update(idempotencyKeys)
+      .set({
+        owner,
+        state: sql`CASE WHEN ${billed} THEN 'lost' ELSE 'pending' END`,
+        expiresAt: sql`CASE WHEN ${billed} THEN ${inMs(lostTtlMs)} ELSE ${inMs(ttlMs)} END`,
+      })
+      .where(and(eq(idempotencyKeys.scope, scope), eq(idempotencyKeys.owner, seen), eq(idempotencyKeys.state, 'pending'), live()))
+      .returning({ state: idempotencyKeys.state });
+    if (!row) return 'changed';
+    return row.state === 'lost' ? 'billed' : 'taken';
   }
 
   async release(scope: string, owner: string): Promise<void> {

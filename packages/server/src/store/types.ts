@@ -141,7 +141,8 @@ export interface IdempotencyRow {
   scope: string;
   fingerprint: string;
   owner: string;
-  state: 'pending' | 'done';
+  /** lost: the claim of a request billed whose instance died before it stored the answer (never run again). */
+  state: 'pending' | 'done' | 'lost';
   /** The stored answer (JSON), null while pending. */
   answer: unknown;
 }
@@ -191,6 +192,11 @@ export interface IdempotencyRepo {
   refresh(scope: string, owner: string, ttlMs: number): Promise<boolean>;
   /** Stores `owner`'s answer for `ttlMs`; false when the claim is no longer theirs. */
   complete(scope: string, owner: string, answer: unknown, ttlMs: number): Promise<boolean>;
+  /**
+   * Takes over the pending claim `seen` (its instance died) for `owner`, unless the claim changed meanwhile ('changed')
+   * or a usage record of its request `requestId` exists: then it is marked lost for `lostTtlMs` ('billed').
+   */
+  takeOverDead(scope: string, seen: string, requestId: string, owner: string, ttlMs: number, lostTtlMs: number): Promise<'taken' | 'billed' | 'changed'>;
   /** Drops `owner`'s pending claim. */
   release(scope: string, owner: string): Promise<void>;
   /** Drops `owner`'s row, pending or done (IdempotencyBackend.drop). */

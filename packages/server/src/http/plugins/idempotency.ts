@@ -37,7 +37,7 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
   async function claimOrReplay(request: FastifyRequest, reply: FastifyReply, raw: string | string[], apiKeyId: string): Promise<boolean> {
     const key = checkIdempotencyKey(raw, request.raw.rawHeaders);
     const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request));
-    const begun = await services.idempotency.begin(idempotencyScope(apiKeyId, key), fp, (answer) => replayable(services, answer));
+    const begun = await services.idempotency.begin(idempotencyScope(apiKeyId, key), fp, (answer) => replayable(services, answer), request.id);
     if (begun.kind === 'replay') {
       await sendReplay(services, request, reply, begun.answer);
       return true;
