@@ -1,4 +1,4 @@
-import type { StorePresence } from '../kv/store-presence.js';
+import type { StorePresence } from '../store/presence.js';
 import type { IdempotencyRepo } from '../store/types.js';
 import type { IdempotencyBackend, IdempotencyEntry, StoredAnswer } from './idempotency-types.js';
 

@@ -137,7 +137,7 @@ export class IdempotencyService {
     /** Where claims live (public for operations and tests: a raw claim with no heartbeat is what a crashed instance leaves). */
     readonly backend: IdempotencyBackend,
     readonly settings: IdempotencySettings,
-    /** This instance, named with the request id in its claims where instances share PostgreSQL only (kv/store-presence.ts). */
+    /** This instance, named with the request id in its claims where instances share PostgreSQL only (store/presence.ts). */
     private readonly instance = '',
   ) {}
 
