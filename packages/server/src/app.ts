@@ -51,6 +51,7 @@ import { MemoryWindowLimiter } from './limits/memory-window.js';
 import { RedisBetaQuota } from './limits/redis-beta-quota.js';
 import { RedisLedger } from './limits/redis-ledger.js';
 import { RedisWindowLimiter } from './limits/redis-window.js';
+import { shareReholds } from './limits/rehold-sharing.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, defaultConnectTimeoutMs } from './providers/http-client.js';
 import { createAdapter } from './providers/index.js';
 import type { ProviderAdapter } from './providers/types.js';
@@ -182,7 +183,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   // own memory, exact, with Redis or without. Through Redis, each outage switched it to a memory ledger that knew
   // neither the requests Redis had admitted nor what was spent since the last outage, and a budget was overspent.
   const flushUsage = () => usage.flush();
-  const fallback = redis && presence && store.kind === 'postgres' ? new FallbackLedger(new RedisLedger(redis, presence, flushUsage), leases, flushUsage) : null;
+  const redisLedger = redis && presence && store.kind === 'postgres' ? new RedisLedger(redis, presence, flushUsage) : null;
+  const fallback = redisLedger ? new FallbackLedger(redisLedger, leases, flushUsage) : null;
+  // A total loaded into Redis while requests ran (it was emptied): every instance holds its running requests again.
+  if (redisLedger && fallback) await shareReholds(bus, redisLedger, fallback);
   // When Redis's connection drops, the holds it had for this instance's running requests go into the leases at once.
   if (redis && fallback) redis.on('close', () => fallback.sharedLost());
   // When it is ready again, the costs settled on the leases meanwhile are brought to it at once.

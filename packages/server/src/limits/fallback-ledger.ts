@@ -28,6 +28,8 @@ export interface SharedLedger extends BudgetLedger {
   adoptionOf(r: Reservation): Reservation;
   /** Holds those running requests (their {@link adoptionOf}) whatever the budgets have left; whether each is held. */
   adoptHolds(rs: Reservation[]): Promise<boolean[]>;
+  /** Holds again, in one scope, the holds of these running requests that it no longer has. */
+  rehold(tag: string, scopeId: string, rs: Reservation[]): Promise<void>;
 }
 
 /** What the database's ledger (leases) offers to take over the holds the shared ledger had for this instance's running requests. */
@@ -323,6 +325,18 @@ export class FallbackLedger implements BudgetLedger {
    */
   sharedBack(): void {
     if (this.behind) this.catchUp().catch(() => {});
+  }
+
+  /**
+   * An instance loaded the scope's total into the shared ledger: if it was emptied while this instance's requests ran
+   * (FLUSHALL, an eviction, with no dropped connection to tell), their holds went with it, and what it admitted next
+   * would spend their room again. Those not yet settled are held again (a settle sent before runs after them).
+   */
+  async totalLoaded(tag: string, scopeId: string): Promise<void> {
+    if (this.openInShared.size === 0) return;
+    const running: Reservation[] = [];
+    for (const { r, settled } of this.openInShared.values()) if (settled === null && r.tag === tag && r.scopes.includes(scopeId)) running.push(r);
+    await this.shared.rehold(tag, scopeId, running);
   }
 
   private trackOpen(r: Reservation): void {

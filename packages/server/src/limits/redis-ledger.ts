@@ -216,6 +216,28 @@ end
 return 1
 `;
 
+// KEYS: per scope, spent, holds, held sum, run. ARGV: run id, hold ttl ms, then the members of this instance's
+// running requests. A total loaded while they ran (Redis emptied without a restart: FLUSHALL, an eviction) lost their
+// holds: each goes back where it is missing, so that what Redis admits next leaves their room. Only into a total of
+// this run. Returns how many went back.
+const REHOLD = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local back = 0
+for i = 1, #KEYS / 4 do
+  if redis.call('EXISTS', KEYS[4*i-3]) == 1 and redis.call('GET', KEYS[4*i]) == ARGV[1] then
+    for j = 3, #ARGV do
+      if redis.call('ZADD', KEYS[4*i-2], 'NX', now + tonumber(ARGV[2]), ARGV[j]) == 1 then
+        back = back + 1
+        if redis.call('EXISTS', KEYS[4*i-1]) == 1 then redis.call('INCRBY', KEYS[4*i-1], tonumber(string.match(ARGV[j], ':(%d+)$'))) end
+      end
+    end
+    if redis.call('PTTL', KEYS[4*i-2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[4*i-2], tonumber(ARGV[2])) end
+  end
+end
+return back
+`;
+
 // KEYS: the reconciliation marker. ARGV: this instance's id, how long the marker lives unless made again (ms).
 const MARK_RECONCILING = `
 redis.call('SADD', KEYS[1], ARGV[1])
@@ -280,6 +302,9 @@ export class RedisLedger implements BudgetLedger {
   private readonly loadSpentCmd: Cmd;
   private readonly adoptHoldCmd: Cmd;
   private readonly settleLateCmd: (...args: (string | number)[]) => Promise<[number, number[]]>;
+  private readonly reholdCmd: Cmd;
+  /** Told when this instance found a scope's total missing in Redis and loaded it (holds there may be gone with it). */
+  onTotalLoaded: ((tag: string, scopeId: string) => Promise<void>) | null = null;
   /** Redis's run id, which each total names (null: to be read, at start and after the connection dropped). */
   private run: string | null = null;
   private runRead: Promise<string> | null = null;
@@ -307,6 +332,8 @@ export class RedisLedger implements BudgetLedger {
     this.adoptHoldCmd = this.cmd('gwBudgetAdoptHold');
     redis.defineCommand('gwBudgetSettleLate', { lua: SETTLE_LATE });
     this.settleLateCmd = this.cmd('gwBudgetSettleLate') as unknown as (...args: (string | number)[]) => Promise<[number, number[]]>;
+    redis.defineCommand('gwBudgetRehold', { lua: REHOLD });
+    this.reholdCmd = this.cmd('gwBudgetRehold');
     // The Redis that answers after a dropped connection may be another run, restored from a snapshot.
     redis.on('close', () => {
       this.run = null;
@@ -407,6 +434,16 @@ export class RedisLedger implements BudgetLedger {
     return { held: found === 1, toRaise: toRaise.map((i) => r.scopes[i - 1] as string) };
   }
 
+  /**
+   * Holds again, in one scope, the holds of this instance's running requests (`rs`) that Redis no longer has: a total
+   * loaded while they ran. Those it still has stay as they are.
+   */
+  async rehold(tag: string, scopeId: string, rs: Reservation[]): Promise<void> {
+    if (rs.length === 0) return;
+    const keys = keysOf(tag, scopeId);
+    await this.reholdCmd(keys.length, ...keys, this.run ?? (await this.readRun()), RESERVATION_TTL_MS, ...rs.map((r) => r.id));
+  }
+
   /** Redis's run id: a restart changes it, and takes every total Redis held with it. */
   async epoch(): Promise<string> {
     const info = await this.redis.info('server');
@@ -502,6 +539,9 @@ export class RedisLedger implements BudgetLedger {
           Math.ceil(Math.min(leased.ms, LEASED_HOLD_MS)),
           run,
         );
+        // Running requests' holds the total's loss took go back before this reservation is tried again (whichever
+        // instance's load won: the others' are told by the one that loads, but this one may be asked first).
+        await this.onTotalLoaded?.(tag, scope.id).catch(() => {});
       })().finally(() => this.loading.delete(id));
       this.loading.set(id, loading);
     }
