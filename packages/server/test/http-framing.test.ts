@@ -414,6 +414,28 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     }
   }, 15_000);
 
+  it('an HTTP/1.0 request with Transfer-Encoding is 400 in the variant’s envelope and the connection closed, and reaches no provider (RFC 9112 6.1)', async () => {
+    const upstream = () => Object.values(gw.sim.providers).reduce((n, p) => n + p.stats().total, 0);
+    const before = upstream();
+    const body = JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }] });
+    const chunked = `${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+    for (const [base, code] of [
+      ['/v1', 'validation_error'],
+      ['/alt/v1', 'invalid_request'],
+    ] as const) {
+      const head = `POST ${base}/chat/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n`;
+      for (const framing of ['Transfer-Encoding: chunked\r\n', `Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n`]) {
+        const out = await exchange(port, `${head}${framing}\r\n${chunked}`);
+        expect(out.slice(0, 12)).toBe('HTTP/1.1 400');
+        expect(out.split('HTTP/1.1 ').length - 1).toBe(1);
+        const at = out.indexOf('\r\n\r\n');
+        expect(out.slice(0, at)).toMatch(/\r\nconnection: close(\r\n|$)/i);
+        expect(envelopeOf(out.slice(at + 4))).toMatchObject({ code, message: expect.stringContaining('Transfer-Encoding') });
+      }
+    }
+    expect(upstream()).toBe(before);
+  });
+
   it('a bad percent-escape is 400 in the variant’s envelope with a request id; an overlong model id is model_not_found', async () => {
     for (const [base, code] of [
       [gw.baseA, 'validation_error'],

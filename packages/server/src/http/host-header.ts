@@ -7,8 +7,14 @@ import { headerCount } from '../lib/raw-headers.js';
  * keeps the first without a word, where a proxy in front may have read the last), or one naming another host than
  * an absolute-form target (`GET http://a/… HTTP/1.1` with `Host: b`). Node's own check answers without a body, so it
  * is done here. A request with a Host it cannot take is closed after its answer: what it was framed as is in doubt.
+ * So is an HTTP/1.0 request with Transfer-Encoding, whose body a proxy in front may have framed otherwise.
  */
 export function hostError(req: IncomingMessage): GatewayError | null {
+  // HTTP/1.0 has no chunked coding: a proxy in front may frame this body by Content-Length or by the connection's end,
+  // where Node reads chunks (RFC 9112 6.1: its framing is faulty). Refused, as nginx does, rather than run.
+  if (req.httpVersionMinor === 0 && req.headers['transfer-encoding'] !== undefined) {
+    return refused('An HTTP/1.0 request cannot carry Transfer-Encoding (RFC 9112, section 6.1): send HTTP/1.1, or the body with a Content-Length.');
+  }
   const host = req.headers.host;
   if (host === undefined) return req.httpVersion === '1.1' ? new GatewayError('validation', 'An HTTP/1.1 request must carry a Host header.') : null;
   if (hostRepeated(req.rawHeaders)) return refused('A request must carry exactly one Host header (RFC 9112, section 3.2).');
