@@ -526,3 +526,33 @@ describe('bodies the gateway cannot pass on', () => {
     expect([negative.status, ((await negative.json()) as Envelope).error.param]).toEqual([400, 'max_completion_tokens']);
   });
 });
+
+describe('what an error repeats of the request', () => {
+  it('a path no route takes is repeated at most 200 characters long, a key in it redacted before the cut', async () => {
+    const long = `/v1/nothing/${'a'.repeat(8000)}`;
+    const r = await fetch(`${gw.url}${long}`, { headers: { authorization: `Bearer ${key}` } });
+    expect(r.status).toBe(404);
+    const { message } = ((await r.json()) as Envelope).error;
+    expect(message.length).toBeLessThan(300);
+    expect(message).toContain(`No route GET /v1/nothing/aaa`);
+    expect(message).toContain('…');
+    // A key the cut would split is not left with its head showing.
+    const other = 'gw_live_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefgh';
+    const split = `/v1/${'b'.repeat(180)}/${other}/x`;
+    const s = await fetch(`${gw.url}${split}`, { headers: { authorization: `Bearer ${key}` } });
+    const said = ((await s.json()) as Envelope).error.message;
+    expect(said).not.toContain('gw_live_ABC');
+    expect(said).not.toContain('ABCDEFGHIJ');
+    // 405 names the path as well, bounded.
+    const post = await fetch(`${gw.url}/v1/models/${'c'.repeat(900)}`, { method: 'POST', headers: { authorization: `Bearer ${key}` } });
+    expect(post.status).toBe(405);
+    expect(((await post.json()) as Envelope).error.message.length).toBeLessThan(300);
+  });
+
+  it('an admin path with a NUL that no route takes is a 404 naming the path', async () => {
+    const r = await fetch(`${gw.url}/admin/v1/keys%00`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(r.status).toBe(404);
+    const { message } = ((await r.json()) as Envelope).error;
+    expect(message).toBe('No admin route GET /admin/v1/keys%00.');
+  });
+});

@@ -1,7 +1,16 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
+import { redactedHead } from '../lib/redact.js';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+
+/** Longest path an error repeats: a client's 16 KB path is not sent back whole (no route is that long). */
+const PATH_ECHO_MAX = 200;
+
+/** The path as a 404 or 405 repeats it: at most {@link PATH_ECHO_MAX} characters, a key in it redacted before the cut. */
+function shown(path: string): string {
+  return redactedHead(path, PATH_ECHO_MAX);
+}
 
 /**
  * The error for a request no route takes: 405 with `Allow` when the path has routes for other methods (RFC 9110
@@ -12,7 +21,7 @@ export function noRouteError(app: FastifyInstance, request: FastifyRequest, repl
   // A trailing slash can make a collection's path read as its item's with an empty id (POST /admin/v1/keys/ as
   // PATCH /keys/:id): the route meant, rather than a 405 that names the item's methods (`takes` ignores those).
   const spelling = spellingHint(app, request.method, path);
-  if (spelling !== '') return new GatewayError('not_found', `No ${what} ${request.method} ${path}.${spelling}`);
+  if (spelling !== '') return new GatewayError('not_found', `No ${what} ${request.method} ${shown(path)}.${spelling}`);
   const allowed = METHODS.filter((method) => method !== request.method && takes(app, method, path));
   if (allowed.length === 0) {
     const hint =
@@ -20,10 +29,10 @@ export function noRouteError(app: FastifyInstance, request: FastifyRequest, repl
       baseHint(app, request.method, path) ||
       cohereRouteHint(request.method, path) ||
       openAiRouteHint(request.method, path);
-    return new GatewayError('not_found', `No ${what} ${request.method} ${path}.${hint}`);
+    return new GatewayError('not_found', `No ${what} ${request.method} ${shown(path)}.${hint}`);
   }
   reply.header('allow', allowed.join(', '));
-  return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}.`);
+  return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${shown(path)}; use ${allowed.join(' or ')}.`);
 }
 
 /**
@@ -44,7 +53,7 @@ export function emptyParamError(app: FastifyInstance, request: FastifyRequest, w
   const params = request.params;
   if (params === null || typeof params !== 'object' || !Object.values(params).includes('')) return null;
   const path = request.url.split('?')[0] ?? '/';
-  return new GatewayError('not_found', `No ${what} ${request.method} ${path}.${spellingHint(app, request.method, path, true)}`);
+  return new GatewayError('not_found', `No ${what} ${request.method} ${shown(path)}.${spellingHint(app, request.method, path, true)}`);
 }
 
 /** A path that misses only the base address's `/v1` (a client configured with the host alone): where it is. */
@@ -52,7 +61,7 @@ function baseHint(app: FastifyInstance, method: string, path: string): string {
   const known = METHODS.find((m) => m === method);
   const candidate = path.startsWith('/alt/') ? `/alt/v1${path.slice(4)}` : `/v1${path}`;
   const found = known !== undefined && app.findRoute({ method: known, url: candidate }) !== null;
-  return found ? ` Did you mean ${candidate}? The base address ends in /v1 (variant B: /alt/v1).` : '';
+  return found ? ` Did you mean ${shown(candidate)}? The base address ends in /v1 (variant B: /alt/v1).` : '';
 }
 
 /**
@@ -67,7 +76,7 @@ export function spellingHint(app: FastifyInstance, method: string, path: string,
   const known = METHODS.filter((m) => m === method);
   for (const methods of anyMethod ? [known, METHODS] : [known]) {
     const meant = candidates.find((candidate) => methods.some((m) => takes(app, m, candidate)));
-    if (meant !== undefined) return ` Did you mean ${meant}? Paths are matched as written: in lower case, without doubled or trailing slashes.`;
+    if (meant !== undefined) return ` Did you mean ${shown(meant)}? Paths are matched as written: in lower case, without doubled or trailing slashes.`;
   }
   return '';
 }

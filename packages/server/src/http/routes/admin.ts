@@ -236,7 +236,8 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
     // `/keys/` reaches `/keys/:id` with an empty id: the route meant (GET /keys), not a 400 about the id.
     const empty = emptyParamError(app, request, 'admin route');
     if (empty) return done(empty);
-    if (nulAt(request.params, '') !== null)
+    // A path no route takes (its `*` holds the NUL) is the 404 handler's, which names the path.
+    if (request.routeOptions.url !== undefined && nulAt(request.params, '') !== null)
       return done(new GatewayError('not_found', `No admin resource at ${request.method} ${request.routeOptions.url}: the id holds a NUL character.`));
     const field = nulAt(request.body, '');
     if (field !== null)
