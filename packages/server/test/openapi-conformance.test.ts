@@ -89,6 +89,11 @@ async function conform(label: string, res: Response, method: string, path: strin
   // A generated client types an error by its status: each one an operation gives is listed with its own codes.
   if (key !== String(res.status)) problems.push(`${where}: status documented only by ${key}`);
   exercised.add(`${method} ${path} ${key}`);
+  // And each header of the gateway's own it sends is documented for that answer, so a generated client can read it.
+  const named = new Set(Object.keys(answer.headers ?? {}).map((h) => h.toLowerCase()));
+  for (const [name, value] of res.headers) {
+    if (/^(x-|retry-after)/.test(name) && !named.has(name)) problems.push(`${where}: header ${name}: ${value} sent, not documented`);
+  }
   for (const [name, header] of Object.entries(answer.headers ?? {})) {
     const raw = res.headers.get(name);
     if (raw === null) {
@@ -323,6 +328,11 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
     await call('embeddings not json', 'post', emb, `${base}/embeddings`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: 'a' }, 415);
     gw.sim.providers.mistral?.setFault({ kind: 'status', status: 503, retryAfter: null, endpoints: ['embeddings'], times: 3 });
     await call('embeddings upstream 5xx', 'post', emb, `${base}/embeddings`, json(key, { model: 'mistral/embed', input: 'a' }), 502);
+    // Every provider failed, the last with a 429: the 502 says when to retry (Retry-After), as a 503 does.
+    gw.sim.providers.mistral?.setFault({ kind: 'status', status: 429, retryAfter: null, endpoints: ['embeddings'], times: 3 });
+    const waited = await fetch(`${base}/embeddings`, json(key, { model: 'mistral/embed', input: 'a' }));
+    if (!waited.headers.has('retry-after')) problems.push(`${variant} embeddings upstream 429: no Retry-After on its ${waited.status}`);
+    await conform(`${variant} embeddings upstream 429`, waited, 'post', emb, 502);
     resetProviders(gw.sim);
     for (const [label, path, url] of [
       ['rerank', p('/rerank'), `${base}/rerank`],

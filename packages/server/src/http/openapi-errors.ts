@@ -42,7 +42,7 @@ const WHEN: Record<CanonicalCode, string> = {
   rate_limited: "the key's requests per minute (in B's embeddings, the workspace's beta allowance) are used up; Retry-After says when to retry",
   internal: 'a fault in the gateway itself, logged with the request id',
   not_implemented: 'the capability has not shipped yet (x-should-retry: false)',
-  upstream_failed: 'every provider tried failed',
+  upstream_failed: 'every provider tried failed (with Retry-After when the last one named its wait, or a skipped one is back at a known time)',
   no_healthy_provider: 'no provider of the model (or the pinned one) is available to begin with, every circuit open; Retry-After says when one is tried again',
   store_unavailable: 'the store is unreachable and the key (or its workspace, or its budget) cannot be checked; Retry-After: 1',
   idempotency_unavailable: 'X-Idempotency-Key was sent and its storage cannot be reached; Retry-After: 1',
@@ -97,19 +97,33 @@ function errorsOf(method: string, path: string): CanonicalCode[] {
   return ROUTED;
 }
 
+/**
+ * The codes whose answer says when to retry: `true` always, `false` only at times (a budget held by requests in flight;
+ * every provider failed and the last one named its wait, or the first skipped one is back at a known time).
+ */
+const WAITS = new Map<CanonicalCode, boolean>([
+  ['conflict', true],
+  ['rate_limited', true],
+  ['no_healthy_provider', true],
+  ['store_unavailable', true],
+  ['idempotency_unavailable', true],
+  ['shutting_down', true],
+  ['budget_exceeded', false],
+  ['upstream_failed', false],
+]);
+
 /** Statuses at which the limiter has always run (the request named a model the key may use, or a route still to come's 501): its headers are sent. */
 const AFTER_LIMITER = new Set([402, 409, 422, 429, 501, 502, 504]);
 
 /** The headers an error of `status` carries; `required` where every such answer has them. */
 function headersOf(status: number, codes: CanonicalCode[], limited: boolean, beta: boolean): Record<string, unknown> {
   const headers: Record<string, unknown> = { 'X-Request-Id': requestIdHeader() };
-  // A 409 waits out the request that holds its idempotency key; the admin API's (a revoked key) has nothing to wait for.
-  if (status === 402 || status === 429 || status === 503 || (status === 409 && codes.includes('conflict'))) {
-    headers['Retry-After'] = int('Seconds to wait before retrying.', status !== 402);
-    headers['retry-after-ms'] = int(
-      'The same wait in milliseconds, exact where the gateway knows it (Retry-After is rounded up to whole seconds).',
-      status !== 402,
-    );
+  // Retry-After where a code of the status may carry it; required where each one does. A 409 waits out the request
+  // that holds its idempotency key, the admin API's (a revoked key) has nothing to wait for.
+  if (codes.some((c) => WAITS.has(c))) {
+    const always = codes.every((c) => WAITS.get(c) === true);
+    headers['Retry-After'] = int('Seconds to wait before retrying.', always);
+    headers['retry-after-ms'] = int('The same wait in milliseconds, exact where the gateway knows it (Retry-After is rounded up to whole seconds).', always);
   }
   if (status === 402 || status === 501) {
     headers['x-should-retry'] = {

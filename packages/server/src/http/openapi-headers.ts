@@ -135,6 +135,13 @@ const eventStream = (variant: 'a' | 'b') => ({
   'x-event-schema': { anyOf: [structuredClone(ChatCompletionChunk), structuredClone(errorEnvelopeSchema(variant))] },
 });
 
+/** Sent on an event stream alone (SPEC.md), so that a reverse proxy passes each chunk on as it comes. */
+const STREAM_BUFFERING = {
+  description: '`no` on every event stream (stream: true), so that reverse proxies do not buffer its chunks; absent from a JSON answer.',
+  required: false,
+  schema: { type: 'string', enum: ['no'] },
+};
+
 /** Adds request and answer headers to the public API's operations (/v1, /v2 and their /alt mounts) in place, errors included. */
 export function documentHeaders(doc: Document): Document {
   for (const [path, item] of Object.entries(doc.paths ?? {})) {
@@ -154,7 +161,10 @@ export function documentHeaders(doc: Document): Document {
       if (path.endsWith('/audio/transcriptions')) op.responses['200'] ??= structuredClone(TRANSCRIPTION_ANSWER);
       const ok = op.responses['200'];
       if (ok) ok.headers = { ...(ok.headers ?? {}), ...answerHeaders(variant, routed, limited) };
-      if (ok?.content && path.endsWith('/chat/completions')) ok.content['text/event-stream'] = eventStream(variant);
+      if (ok?.content && path.endsWith('/chat/completions')) {
+        ok.content['text/event-stream'] = eventStream(variant);
+        ok.headers = { ...ok.headers, 'X-Accel-Buffering': STREAM_BUFFERING };
+      }
       for (const range of ['4XX', '5XX'] as const) {
         const failed = op.responses[range];
         if (!failed) continue;
