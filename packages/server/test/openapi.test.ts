@@ -67,6 +67,68 @@ describe('OpenAPI 3.1', () => {
     expect(chat.responses['200']?.description).toBe('The answer to: chat completion, streaming optional.');
   });
 
+  it('names each operation once, secures the API with a bearer key and the admin API with its token, and gives every error the envelope of its variant with SPEC.md codes', async () => {
+    type Res = { content?: Record<string, { schema?: { title?: string; properties?: { error: { properties: { code: { enum?: string[] } } } } } }> };
+    type Op = { operationId?: string; security?: unknown; responses: Record<string, Res> };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as {
+      servers: unknown;
+      components: { securitySchemes: Record<string, unknown> };
+      paths: Record<string, Record<string, Op>>;
+    };
+    // Paths are absolute (/v1, /alt/v1, /admin/v1), resolved against wherever the document was fetched from.
+    expect(doc.servers).toEqual([{ url: '/' }]);
+    expect(doc.components.securitySchemes).toMatchObject({ bearerAuth: { type: 'http', scheme: 'bearer' }, adminToken: { type: 'http', scheme: 'bearer' } });
+    const ids: string[] = [];
+    const wrong: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(item)) {
+        ids.push(op.operationId ?? `(none: ${method} ${path})`);
+        const scheme = path.startsWith('/admin/') ? 'adminToken' : 'bearerAuth';
+        if (JSON.stringify(op.security) !== JSON.stringify([{ [scheme]: [] }])) wrong.push(`${method} ${path}: security ${JSON.stringify(op.security)}`);
+        const envelope = path.startsWith('/alt/') ? 'ErrorB' : 'ErrorA';
+        for (const [status, res] of Object.entries(op.responses)) {
+          const title = res.content?.['application/json']?.schema?.title;
+          if (/^[45]/.test(status) && !title?.startsWith(envelope)) wrong.push(`${method} ${path} ${status}: ${title}`);
+        }
+      }
+    }
+    expect(new Set(ids).size, 'operationIds').toBe(ids.length);
+    expect(wrong).toEqual([]);
+    // SPEC.md's codes (Errors), each at its status on every routed operation of its variant.
+    const spec = {
+      '/v1': [
+        [400, 'validation_error'],
+        [401, 'unauthorized'],
+        [402, 'budget_exceeded'],
+        [404, 'model_not_found'],
+        [410, 'model_deprecated'],
+        [429, 'rate_limit_exceeded'],
+        [502, 'provider_down'],
+        [503, 'provider_down'],
+        [504, 'upstream_timeout'],
+      ],
+      '/alt/v1': [
+        [400, 'invalid_request'],
+        [400, 'model_not_found'],
+        [400, 'provider_unsupported'],
+        [401, 'invalid_api_key'],
+        [402, 'quota_exceeded'],
+        [429, 'rate_limited'],
+        [502, 'upstream_unavailable'],
+        [504, 'upstream_timeout'],
+      ],
+    } as const;
+    for (const [prefix, codes] of Object.entries(spec)) {
+      for (const route of ['/chat/completions', '/embeddings', '/rerank', '/audio/transcriptions']) {
+        for (const [status, code] of codes) {
+          const documented =
+            doc.paths[`${prefix}${route}`]?.post?.responses[String(status)]?.content?.['application/json']?.schema?.properties?.error.properties.code.enum;
+          expect(documented, `${prefix}${route} ${status}`).toContain(code);
+        }
+      }
+    }
+  });
+
   it('documents as optional a body the route takes none of (POST /admin/v1/keys, every field optional), and as required one with required fields', async () => {
     const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as {
       paths: Record<string, Record<string, { requestBody?: { required?: boolean } }>>;
@@ -84,6 +146,49 @@ describe('OpenAPI 3.1', () => {
       ['post', '/alt/v1/embeddings'],
     ] as const) {
       expect([method, path, required(method, path)]).toEqual([method, path, true]);
+    }
+  });
+
+  it("documents a transcription form's lists (languages, keywords, timestamp_granularities) as one part per item, and the gateway takes a form sent so", async () => {
+    type Form = {
+      schema: { properties: Record<string, { type?: string; format?: string; items?: unknown }> };
+      encoding?: Record<string, { style?: string; explode?: boolean }>;
+    };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as {
+      paths: Record<string, { post: { requestBody: { content: Record<string, Form> } } }>;
+    };
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    for (const [prefix, base] of [
+      ['/v1', gw.baseA],
+      ['/alt/v1', gw.baseB],
+    ] as const) {
+      const form = doc.paths[`${prefix}/audio/transcriptions`]?.post.requestBody.content['multipart/form-data'] as Form;
+      const lists = Object.entries(form.schema.properties)
+        .filter(([, p]) => p.type === 'array')
+        .map(([name]) => name);
+      expect(lists.sort(), prefix).toEqual(['keywords', 'languages', 'timestamp_granularities']);
+      for (const name of lists) expect([name, form.encoding?.[name]], prefix).toEqual([name, { style: 'form', explode: true }]);
+      expect(form.schema.properties['file']?.format, prefix).toBe('binary');
+      // As a client generated from the document sends it: each item of an exploded list its own part, under the property's name.
+      const values: Record<string, string | string[]> = {
+        model: 'mistral/voxtral-mini',
+        response_format: 'verbose_json',
+        languages: ['de'],
+        keywords: ['Quillara', 'Alder Creek Design'],
+      };
+      const body = new FormData();
+      body.set('file', new Blob([wav(1)], { type: 'audio/wav' }), 'a.wav');
+      for (const [name, value] of Object.entries(values)) {
+        for (const item of Array.isArray(value) && form.encoding?.[name]?.explode ? value : [String(value)]) body.append(name, item);
+      }
+      const res = await fetch(`${base}/audio/transcriptions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'X-Gateway-Provider': 'mistral' },
+        body,
+      });
+      expect([prefix, res.status, ((await res.json()) as { language?: string }).language]).toEqual([prefix, 200, 'german']);
+      const fields = (gw.sim.providers.mistral?.stats().last?.body as { fields?: Record<string, string[]> } | undefined)?.fields ?? {};
+      expect([fields['language'], fields['context_bias']], prefix).toEqual([['de'], ['Quillara', 'Alder Creek Design']]);
     }
   });
 

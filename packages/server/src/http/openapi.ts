@@ -30,7 +30,9 @@ export function openApiRoutes(app: FastifyInstance): void {
   let doc: unknown;
   // Built once, on first request: every route is registered by then.
   const handler = async () => {
-    doc ??= optionalBodies(describeSuccesses(documentErrors(documentHeaders(structuredClone(app.swagger()) as Parameters<typeof documentHeaders>[0]))));
+    doc ??= formEncodings(
+      optionalBodies(describeSuccesses(documentErrors(documentHeaders(structuredClone(app.swagger()) as Parameters<typeof documentHeaders>[0])))),
+    );
     return doc;
   };
   app.get('/openapi.json', { schema: { hide: true } }, handler);
@@ -54,6 +56,33 @@ function optionalBodies<D>(doc: D): D {
       const body = op.requestBody;
       const schema = body?.content?.['application/json']?.schema;
       if (body && schema && !schema.required?.length && !schema.minProperties) body.required = false;
+    }
+  }
+  return doc;
+}
+
+interface FormSchema {
+  properties?: Record<string, { type?: string; contentMediaType?: string; format?: string }>;
+}
+
+/**
+ * A multipart form's lists and files, written out: OpenAPI leaves an array's encoding in a form to each tool (some
+ * send one JSON part `["en","fr"]`, some `en,fr`), where the gateway takes each item as its own part (`languages` or
+ * `languages[]` repeated); and generators that predate OpenAPI 3.1 know a file part by `format: binary` alone.
+ */
+function formEncodings<D>(doc: D): D {
+  const paths = (doc as { paths?: Record<string, Record<string, { requestBody?: { content?: Record<string, { schema?: FormSchema; encoding?: unknown }> } }>> })
+    .paths;
+  for (const ops of Object.values(paths ?? {})) {
+    for (const op of Object.values(ops)) {
+      const form = op.requestBody?.content?.['multipart/form-data'];
+      if (!form?.schema?.properties) continue;
+      const encoding: Record<string, unknown> = {};
+      for (const [name, property] of Object.entries(form.schema.properties)) {
+        if (property.type === 'array') encoding[name] = { style: 'form', explode: true };
+        if (property.type === 'string' && property.contentMediaType) property.format = 'binary';
+      }
+      if (Object.keys(encoding).length > 0) form.encoding = encoding;
     }
   }
   return doc;
