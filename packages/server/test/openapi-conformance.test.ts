@@ -351,6 +351,9 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
     const sttUrl = `${base}/audio/transcriptions`;
     for (const format of [undefined, 'json', 'verbose_json', 'text', 'srt', 'vtt'])
       await call(`transcription ${format}`, 'post', stt, sttUrl, { headers: { authorization: `Bearer ${key}` }, body: audioForm(format) }, 200);
+    const words = audioForm('verbose_json');
+    words.append('timestamp_granularities[]', 'word');
+    await call('transcription words', 'post', stt, sttUrl, { headers: { authorization: `Bearer ${key}` }, body: words }, 200);
     await call('transcription no file', 'post', stt, sttUrl, { headers: { authorization: `Bearer ${key}` }, body: audioForm('json', false) }, 400);
     await call('transcription json body', 'post', stt, sttUrl, json(key, { model: 'openai/whisper-large-v3' }), 415);
     await call('transcription no key', 'post', stt, sttUrl, { body: audioForm() }, 401);

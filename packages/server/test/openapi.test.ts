@@ -263,6 +263,9 @@ describe('OpenAPI 3.1', () => {
       const transcription = doc.paths[`${prefix}/audio/transcriptions`]?.post?.responses['200'];
       expect(Object.keys(transcription?.content ?? {}).sort(), prefix).toEqual(['application/json', 'text/plain', 'text/vtt']);
       expect(Object.keys(transcription?.headers ?? {}), prefix).toContain('X-Gateway-Provider');
+      // json and verbose_json typed field by field, not only their text.
+      const transcript = (transcription?.content?.['application/json'] as { schema?: { properties?: object } } | undefined)?.schema?.properties ?? {};
+      expect(Object.keys(transcript), prefix).toEqual(['text', 'usage', 'task', 'language', 'duration', 'segments', 'words']);
       const chat = doc.paths[`${prefix}/chat/completions`]?.post?.responses['200'];
       expect(Object.keys(chat?.content ?? {}).sort(), prefix).toEqual(['application/json', 'text/event-stream']);
     }

@@ -105,6 +105,44 @@ function errorHeaders(limited: boolean): Record<string, unknown> {
   };
 }
 
+/** json ({text, usage}) and verbose_json (with task, language, duration, segments, and words when asked), as transcript-render.ts builds them. */
+function transcriptJson(): Record<string, unknown> {
+  const num = { type: 'number' };
+  const timed = (name: string) => ({
+    type: 'object',
+    required: [name, 'start', 'end'],
+    properties: { [name]: { type: 'string' }, start: num, end: num },
+    additionalProperties: true,
+  });
+  const segment = timed('text') as { required: string[]; properties: Record<string, unknown> };
+  segment.required.unshift('id');
+  segment.properties['id'] = { type: 'integer' };
+  return {
+    type: 'object',
+    required: ['text', 'usage'],
+    properties: {
+      text: { type: 'string' },
+      usage: {
+        description: 'Audio seconds billed (type duration), or tokens for an offer priced by tokens (type tokens).',
+        anyOf: [
+          { type: 'object', required: ['type', 'seconds'], properties: { type: { const: 'duration' }, seconds: num } },
+          {
+            type: 'object',
+            required: ['type', 'input_tokens', 'output_tokens', 'total_tokens'],
+            properties: { type: { const: 'tokens' }, input_tokens: { type: 'integer' }, output_tokens: { type: 'integer' }, total_tokens: { type: 'integer' } },
+          },
+        ],
+      },
+      task: { type: 'string', description: 'verbose_json: `transcribe`.' },
+      language: { type: 'string', description: 'verbose_json: the language, named as OpenAI names it (`english`).' },
+      duration: { ...num, description: 'verbose_json: seconds of audio.' },
+      segments: { type: 'array', description: 'verbose_json.', items: segment },
+      words: { type: 'array', description: 'verbose_json with timestamp_granularities word.', items: timed('word') },
+    },
+    additionalProperties: true,
+  };
+}
+
 /**
  * A transcription's answer is built per `response_format` (json, verbose_json, text, srt, vtt), so its
  * route has no response schema for Fastify to serialise with; the document describes it here.
@@ -113,7 +151,7 @@ const TRANSCRIPTION_ANSWER: Response = {
   description:
     'The transcript: JSON for json and verbose_json (with task, language, duration, segments and words on request), plain text for text and srt, WebVTT for vtt.',
   content: {
-    'application/json': { schema: { type: 'object', required: ['text'], properties: { text: { type: 'string' } }, additionalProperties: true } },
+    'application/json': { schema: transcriptJson() },
     'text/plain': { schema: { type: 'string' } },
     'text/vtt': { schema: { type: 'string' } },
   },
