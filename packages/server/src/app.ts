@@ -266,7 +266,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   );
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
-  limitPipelining(app.server);
+  limitPipelining(app.server, rawAnswers);
   checkBeforeContinue(app.server, auth, limiter, config, rawAnswers);
   app.server.on('connect', (req: IncomingMessage, socket: Socket) => refuseConnect(req, socket, rawAnswers));
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
@@ -465,7 +465,7 @@ function buildFastify(config: GatewayConfig, logger: boolean, rawAnswers: RawAns
     keepAliveTimeout: config.keepAliveTimeoutMs,
     // Model ids travel in paths (GET /alt/v1/models/{id}): a long one is a 404 model_not_found, not a framework 414.
     routerOptions: { maxParamLength: 1000 },
-    frameworkErrors,
+    frameworkErrors: frameworkErrors(rawAnswers),
     clientErrorHandler: clientErrorHandler(rawAnswers),
     genReqId: () => newRequestId(),
     requestIdHeader: false,

@@ -23,16 +23,22 @@ const MISSPELT_ALT = /^\/+alt(?:[/?]|$)/i;
 /**
  * Errors Fastify meets before a route runs (a bad percent-escape, an overlong path parameter), in the
  * variant's envelope with a request id, like every other answer; Fastify's own is a bare
- * `{"error": "Bad Request"}` that SDKs cannot read.
+ * `{"error": "Bad Request"}` that SDKs cannot read. Fastify answers these without the routes' hooks, so `raw`
+ * counts and logs them (under `unmatched`, with the id the client got): they were in neither.
  */
-export function frameworkErrors(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
-  reply.header(H.requestId, request.id);
-  const path = request.url.split('?')[0] ?? '';
-  let error: GatewayError;
-  if (err.code === 'FST_ERR_BAD_URL') error = new GatewayError('validation', `The path '${path}' has an invalid percent-escape.`);
-  else if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') error = new GatewayError('validation', 'A path parameter is longer than this gateway accepts.');
-  else error = toGatewayError(err, request.headers, request.routeOptions.bodyLimit);
-  sendError(error, request, reply, variantOfUrl(request.url));
+export function frameworkErrors(raw: RawAnswers): (err: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+  return (err, request, reply) => {
+    const startedAt = performance.now();
+    reply.header(H.requestId, request.id);
+    const path = request.url.split('?')[0] ?? '';
+    let error: GatewayError;
+    if (err.code === 'FST_ERR_BAD_URL') error = new GatewayError('validation', `The path '${path}' has an invalid percent-escape.`);
+    else if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') error = new GatewayError('validation', 'A path parameter is longer than this gateway accepts.');
+    else error = toGatewayError(err, request.headers, request.routeOptions.bodyLimit);
+    const variant = variantOfUrl(request.url);
+    sendError(error, request, reply, variant);
+    raw.answered({ requestId: request.id, status: reply.statusCode, variant, startedAt, method: request.method, url: request.url });
+  };
 }
 
 /**

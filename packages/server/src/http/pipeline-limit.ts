@@ -1,5 +1,6 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { RawAnswers } from './raw-answers.js';
 
 /**
  * The most requests one connection may have waiting for their answers. HTTP/1.1 lets a client send requests without
@@ -21,7 +22,7 @@ type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
  * answers queued behind another are counted, so a client that waits for each answer (nearly all) costs one
  * comparison per request.
  */
-export function limitPipelining(server: Server): void {
+export function limitPipelining(server: Server, raw: RawAnswers): void {
   const listeners = server.listeners('request') as RequestListener[];
   server.removeAllListeners('request');
   const handle: RequestListener =
@@ -32,13 +33,19 @@ export function limitPipelining(server: Server): void {
         };
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const socket = req.socket as CountedSocket;
+    // Closed before the request came: the rest of what was read when the connection was closed (Node still parses it
+    // into requests), or a request whose `Expect` checks outlasted its client. Its response has closed, or closes
+    // before a listener the routes could add: not started, counted and logged here, else it is in neither.
+    if (socket.destroyed) {
+      raw.notStarted(req);
+      return;
+    }
     if (socket._httpMessage !== res) {
-      // The rest of what was read when the connection was closed: Node still parses it into requests.
-      if (socket.destroyed) return;
       const queued = (socket[kQueued] ?? 0) + 1;
       // The answer being written, and the queued ones.
       if (queued >= MAX_PIPELINED) {
         socket.destroy();
+        raw.notStarted(req);
         return;
       }
       socket[kQueued] = queued;

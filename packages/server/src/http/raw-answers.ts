@@ -1,5 +1,8 @@
+import type { IncomingMessage } from 'node:http';
 import type { Variant } from '@gw/schema';
 import type { FastifyBaseLogger } from 'fastify';
+import { newRequestId } from '../lib/ids.js';
+import { variantOfUrl } from './framework-errors.js';
 import type { Metrics } from './metrics.js';
 
 /** An answer the gateway wrote without a Fastify request (Node asked for it before there was one). */
@@ -30,6 +33,21 @@ export class RawAnswers {
   }
 
   answered(a: RawAnswer): void {
+    this.count(a, 'request completed: answered before it reached a route');
+  }
+
+  /**
+   * A request Node read whose connection was closed before it reached the routes (its client gone while `Expect`'s
+   * checks ran, or the rest of a read after the gateway closed the connection): never started, nothing answered, so
+   * a 499 as any request whose client left before its answer, under `unmatched`, with an id of its own for the log.
+   */
+  notStarted(req: IncomingMessage): void {
+    const url = req.url ?? '';
+    const a = { requestId: newRequestId(), status: 499, variant: variantOfUrl(url), startedAt: performance.now(), method: req.method, url };
+    this.count(a, 'request completed: its connection closed before it reached a route');
+  }
+
+  private count(a: RawAnswer, msg: string): void {
     const ms = performance.now() - a.startedAt;
     this.metrics.observeRequest('unmatched', a.variant, a.status, ms / 1000);
     this.log?.info(
@@ -39,7 +57,7 @@ export class RawAnswers {
         res: { statusCode: a.status },
         responseTime: ms,
       },
-      'request completed: answered before it reached a route',
+      msg,
     );
   }
 }
