@@ -242,6 +242,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
       ),
     async (modelId, seenAt) => Number(await store.settings.setIfAbsent(`model_created:${modelId}`, String(seenAt))),
+    {
+      load: (provider) => store.settings.get(`provider_models:${provider}`),
+      save: (provider, value) => store.settings.set(`provider_models:${provider}`, value),
+    },
   );
   // A rerank or audio offer priced as INTERFACES.md shows (tokens only) is billed by its token prices: the operator is told how.
   for (const o of tokenPricedOffers(catalogue)) app.log.warn({ model: o.model, provider: o.provider }, o.message);

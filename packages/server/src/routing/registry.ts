@@ -44,6 +44,35 @@ const CREATED_TIMEOUT_MS = 2_000;
  * that every instance and every restart lists the same one), given the time this instance saw it.
  */
 export type KeepCreated = (modelId: string, seenAt: number) => Promise<number>;
+
+/**
+ * Each provider's last read model list, kept in the store (its settings), so that an instance that cannot read a
+ * list (started, restarted or scaled out while the provider's list is down) serves by the last one any instance
+ * sharing the store read, as one that had been running would, rather than drop the provider's models.
+ */
+export interface ListKeeper {
+  load(provider: string): Promise<string | null>;
+  save(provider: string, value: string): Promise<void>;
+}
+
+/** A kept list, or null for a value that is none (written by another release, or by hand). */
+function readKept(value: string): KeptList | null {
+  try {
+    const kept = JSON.parse(value) as Partial<KeptList> | null;
+    const models = kept?.models;
+    const listed = models === null || (Array.isArray(models) && models.every((m) => typeof m === 'string'));
+    return typeof kept?.baseUrl === 'string' && typeof kept.at === 'number' && listed ? (kept as KeptList) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** A list as kept: for the base URL it was read from (a provider id given another address starts afresh), and when. */
+interface KeptList {
+  baseUrl: string;
+  at: number;
+  models: string[] | null;
+}
 /** The first retry after a provider's list could not be read, doubling each time up to the cap (jobs/registry-refresh.ts). */
 export const LIST_RETRY_FIRST_S = 5;
 const DEFAULT_CONTEXT_WINDOW = 32_768;
@@ -66,6 +95,10 @@ export class ModelRegistry {
   /** The rebuild that follows the one in flight, shared by every call made meanwhile. */
   private queued: Promise<RebuildReport> | null = null;
   private readonly rebuiltListeners: ((report: RebuildReport) => void)[] = [];
+  /** When each provider's list in `lists` was read (ms), by this instance or by the one that kept it in the store. */
+  private readonly listAt = new Map<string, number>();
+  /** The list last kept in the store per provider, as JSON of its models: one unchanged is not written again. */
+  private readonly keptModels = new Map<string, string>();
 
   constructor(
     private readonly catalogue: GatewayFileConfig,
@@ -73,6 +106,7 @@ export class ModelRegistry {
     /** Told of each provider whose list could not be fetched (`kept`: its last good list stays). */
     private readonly onListFailure: (provider: string, err: unknown, kept: boolean) => void = () => {},
     private readonly keepCreated: KeepCreated | null = null,
+    private readonly keeper: ListKeeper | null = null,
   ) {}
 
   get(id: string): RegistryModel | undefined {
@@ -147,8 +181,11 @@ export class ModelRegistry {
           if (!adapter) throw new Error(`no adapter for provider type ${p.type}`);
           const ids = await adapter.listModels(signal);
           this.lists.set(p.id, ids === null ? null : new Set(ids));
+          this.listAt.set(p.id, Date.now());
           providers[p.id] = 'ok';
+          await this.keepList(p.id, p.baseUrl, ids);
         } catch (err) {
+          await this.adoptKeptList(p.id, p.baseUrl);
           providers[p.id] = this.lists.has(p.id) ? 'stale' : 'error';
           // The timeout aborts the call, which then reads "request aborted": the operator is told it was the wait.
           const why = signal.aborted ? new Error(`no answer from ${p.id} within ${LIST_TIMEOUT_MS / 1000} s`) : err;
@@ -171,6 +208,36 @@ export class ModelRegistry {
     this.models = next;
     this.unread = unread;
     return { models: next.size, providers, unlisted };
+  }
+
+  /** Keeps a list read in the store when it changed; a store that fails or is slow only leaves it unkept for now. */
+  private async keepList(provider: string, baseUrl: string, ids: string[] | null): Promise<void> {
+    const keeper = this.keeper;
+    const models = JSON.stringify(ids);
+    if (keeper === null || this.keptModels.get(provider) === models) return;
+    const kept: KeptList = { baseUrl, at: Date.now(), models: ids };
+    const saved = keeper.save(provider, JSON.stringify(kept)).then(
+      () => void this.keptModels.set(provider, models),
+      () => {},
+    );
+    await waitAtMost(saved, CREATED_TIMEOUT_MS);
+  }
+
+  /** Takes up the list the store keeps for a provider whose list could not be read, if it is newer than this instance's. */
+  private async adoptKeptList(provider: string, baseUrl: string): Promise<void> {
+    const keeper = this.keeper;
+    if (keeper === null) return;
+    const loaded = keeper.load(provider).then(
+      (value) => {
+        const kept = value === null ? null : readKept(value);
+        if (kept === null || kept.baseUrl !== baseUrl || kept.at <= (this.listAt.get(provider) ?? 0)) return;
+        this.lists.set(provider, kept.models === null ? null : new Set(kept.models));
+        this.listAt.set(provider, kept.at);
+        this.keptModels.set(provider, JSON.stringify(kept.models));
+      },
+      () => {},
+    );
+    await waitAtMost(loaded, CREATED_TIMEOUT_MS);
   }
 
   /**

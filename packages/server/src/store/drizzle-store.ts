@@ -355,6 +355,10 @@ class DrizzleSettingsRepo implements SettingsRepo {
     if (stored === null) throw new Error(`setting ${name} vanished`);
     return stored;
   }
+
+  async set(name: string, value: string): Promise<void> {
+    await this.db.insert(settings).values({ name, value }).onConflictDoUpdate({ target: settings.name, set: { value } });
+  }
 }
 
 /** What a driver supplies besides the Drizzle database. */

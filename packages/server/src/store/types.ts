@@ -134,6 +134,8 @@ export interface SettingsRepo {
   get(name: string): Promise<string | null>;
   /** Stores `value` unless the name is already set; returns the value that is stored. */
   setIfAbsent(name: string, value: string): Promise<string>;
+  /** Stores `value` under the name, replacing any value there. */
+  set(name: string, value: string): Promise<void>;
 }
 
 /** A live idempotency entry (store/schema.ts idempotencyKeys). */
