@@ -50,14 +50,26 @@ describe('the live registry', () => {
     // The rebuild names it for the operator: configured, but left out.
     const rebuilt = await gw.admin<{ unlisted: string[] }>('POST', '/registry/rebuild');
     expect(rebuilt.body.unlisted).toEqual(['qwen/qwen3-32b']);
-    expect((await chat('qwen/qwen3-32b')).status).toBe(404);
+    const a = await chat('qwen/qwen3-32b');
+    expect(a.status).toBe(404);
+    // Told it is not served now, by which providers, rather than that the id is wrong.
+    const notServed = (base: string) =>
+      `The model 'qwen/qwen3-32b' is not served right now: no provider of it (ovh, nebius) lists it in its models. GET ${base}/models lists the models served.`;
+    expect(((await a.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'model_not_found', message: notServed('/v1') });
     const b = await fetch(`${gw.baseB}/chat/completions`, {
       method: 'POST',
       headers: { ...auth(), 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'qwen/qwen3-32b', messages: [{ role: 'user', content: 'x' }] }),
     });
     expect(b.status).toBe(400);
-    expect(((await b.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
+    expect(((await b.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'model_not_found', message: notServed('/alt/v1') });
+    // An embedding route asked for it: another kind's model, which does not exist there.
+    const asEmbedding = await fetch(`${gw.baseA}/embeddings`, {
+      method: 'POST',
+      headers: { ...auth(), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'qwen/qwen3-32b', input: ['x'] }),
+    });
+    expect(((await asEmbedding.json()) as { error: { message: string } }).error.message).not.toContain('not served right now');
     const list = (await (await fetch(`${gw.baseA}/models`, { headers: auth() })).json()) as { data: { id: string }[] };
     expect(list.data.map((m) => m.id)).not.toContain('qwen/qwen3-32b');
     ovh?.setModels(ovhBefore);

@@ -58,6 +58,16 @@ function refuseUnknown(services: Services, request: FastifyRequest, id: string, 
         { retryAfterS: LIST_RETRY_FIRST_S },
       );
     }
+    const unlistedBy = enabled === null || enabled.includes(id) ? services.registry.unlistedOffers(id, kind) : undefined;
+    if (unlistedBy) {
+      // Configured, but dropped from every provider's model list (retired or renamed there): not served now, which
+      // a client (and the operator reading its report) is told, rather than that the id is wrong.
+      throw new GatewayError(
+        'model_not_found',
+        `The model '${id}' is not served right now: no provider of it (${unlistedBy.join(', ')}) lists it in its models. GET ${request.gw.variant === 'a' ? '/v1' : '/alt/v1'}/models lists the models served.`,
+        { param: 'model' },
+      );
+    }
     throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id, request.gw.variant, usable)}`, { param: 'model' });
   };
   const enabled = enabledModels(services, request);

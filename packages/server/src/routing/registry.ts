@@ -128,6 +128,17 @@ export class ModelRegistry {
     return this.catalogue.models.find((m) => m.id === id || m.id === bare)?.id;
   }
 
+  /**
+   * A model the configuration names with this kind that no provider lists right now (every offer unlisted, none
+   * unreadable): its providers' ids, for a refusal that says so rather than that it does not exist.
+   */
+  unlistedOffers(id: string, kind: ModelKind): string[] | undefined {
+    const bare = id.endsWith(':eu') ? id.slice(0, -3) : id;
+    const model = this.catalogue.models.find((m) => m.id === id || m.id === bare);
+    if (!model || model.kind !== kind || model.deprecated || this.models.has(model.id)) return undefined;
+    return [...new Set(model.offers.map((o) => o.provider))];
+  }
+
   list(): RegistryModel[] {
     return [...this.models.values()];
   }
