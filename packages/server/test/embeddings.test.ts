@@ -643,6 +643,50 @@ describe('Mistral’s limit of 16,384 tokens a call: a larger batch is sent in c
   });
 });
 
+describe('a host’s cap on the body (OVHcloud’s 2 MB) below the gateway’s: the inputs are sent in halves', () => {
+  // 600 texts of 4,000 characters (1,000 tokens each as the simulator counts): 2.4 MB, over OVHcloud's 2 MB, within 4 MiB.
+  const texts = Array.from({ length: 600 }, (_, i) => `text ${String(i).padStart(3, '0')} `.padEnd(4000, 'abcd'));
+
+  async function recordsOf(requestId: string) {
+    await gw.gateway.services.usage.flush();
+    return gw.gateway.services.store.usage.list({ requestId });
+  }
+
+  it('OVHcloud’s 413 is followed by two calls that fit: every input in order, its own vector, the usage of both, billed once', async () => {
+    const { data, response } = await a.embeddings
+      .create({ model: 'baai/bge-m3', input: texts }, { headers: { 'x-gateway-provider': 'ovh' } })
+      .withResponse();
+    expect(response.headers.get('x-gateway-provider')).toBe('ovh');
+    expect(data.data.map((d) => d.index)).toEqual(texts.map((_, i) => i));
+    expect(data.usage).toEqual({ prompt_tokens: 600_000, total_tokens: 600_000 });
+    expect(sim.providers.ovh?.stats().byStatus).toEqual({ '200': 2, '413': 1 });
+    expect(sim.providers.nebius?.stats().total).toBe(0);
+    for (const i of [0, 299, 300, 599]) {
+      const alone = await a.embeddings.create({ model: 'baai/bge-m3', input: texts[i] as string }, { headers: { 'x-gateway-provider': 'ovh' } });
+      expect(data.data[i]?.embedding, `input ${i}`).toEqual(alone.data[0]?.embedding);
+    }
+    const records = await recordsOf(response.headers.get('x-request-id') as string);
+    expect(records.map((r) => [r.provider, r.status, r.promptTokens])).toEqual([['ovh', 200, 600_000]]);
+    expect(records[0]?.cost).toBeCloseTo((600_000 * 0.01) / 1e6, 15);
+  });
+
+  it('a half that fails after the other was paid fails over whole: that half and the next offer’s answer billed, once', async () => {
+    sim.providers.ovh?.setFault({ kind: 'status', status: 503, retryAfter: null, skip: 1, times: 1, endpoints: ['embeddings'] });
+    const { data, response } = await a.embeddings.create({ model: OVH_THEN_AZURE, input: texts }).withResponse();
+    expect(response.headers.get('x-gateway-provider')).toBe('azure');
+    expect(data.data).toHaveLength(600);
+    expect(data.data.every((d, i) => d.index === i && d.embedding.length === 1536)).toBe(true);
+    expect(sim.providers.ovh?.stats().byStatus).toEqual({ '200': 1, '413': 1, '503': 1 });
+    const paidHalf = 300_000;
+    const azure = (data.usage.prompt_tokens as number) - paidHalf;
+    expect(azure).toBeGreaterThan(0);
+    const records = await recordsOf(response.headers.get('x-request-id') as string);
+    expect(records).toHaveLength(1);
+    expect(records[0]).toMatchObject({ status: 200, promptTokens: paidHalf + azure });
+    expect(records[0]?.cost).toBeCloseTo(((paidHalf + azure) * 0.01) / 1e6, 15);
+  });
+});
+
 describe('variant B: embeddings are a private beta', () => {
   it('serves the models marked beta and refuses the others as model_not_found', async () => {
     const ok = await b.embeddings.create({ model: 'mistral/embed', input: 'x' });

@@ -1,3 +1,4 @@
+import { type EmbedBatch, longestFirst } from '../embed-batches.js';
 import type { JsonResponse } from '../http-client.js';
 import { parseEmbeddingsList } from '../openai-compatible/embeddings.js';
 import type { EmbeddingsRequest, EmbeddingsResult } from '../types.js';
@@ -6,12 +7,6 @@ import { mistralError, mistralMessage } from './errors.js';
 
 /** Mistral refuses an embeddings call over this many tokens, all inputs together ("Too many tokens in batch. Max is 16384 got N"). */
 export const EMBED_BATCH_TOKENS = 16_384;
-
-/** Consecutive inputs sent in one call: where they start in the request's input, and their texts. */
-export interface EmbedBatch {
-  start: number;
-  texts: string[];
-}
 
 /** Mistral's strict embeddings schema: `dimensions` is `output_dimension`, no `user`, no `encoding_format` needed (floats by default). */
 export function toMistralEmbeddingsBody(request: EmbeddingsRequest, texts: string[], upstreamModel: string): Record<string, unknown> {
@@ -43,21 +38,6 @@ export function embedBatches(input: string[], limit = EMBED_BATCH_TOKENS): Embed
     tokens += own;
   }
   return longestFirst(batches);
-}
-
-/** A run Mistral refused as over its batch limit (the estimate was under its count), in two halves, longest first. */
-export function halves(batch: EmbedBatch): EmbedBatch[] {
-  const mid = Math.ceil(batch.texts.length / 2);
-  return longestFirst([
-    { start: batch.start, texts: batch.texts.slice(0, mid) },
-    { start: batch.start + mid, texts: batch.texts.slice(mid) },
-  ]);
-}
-
-function longestFirst(batches: EmbedBatch[]): EmbedBatch[] {
-  const longest = (b: EmbedBatch) => Math.max(...b.texts.map((t) => t.length));
-  const first = batches.reduce((best, b, i) => (longest(b) > longest(batches[best] as EmbedBatch) ? i : best), 0);
-  return first === 0 ? batches : [batches[first] as EmbedBatch, ...batches.slice(0, first), ...batches.slice(first + 1)];
 }
 
 /** Mistral's 400 for a call over its batch limit (in either of its wordings), which it does not bill. */

@@ -1,4 +1,5 @@
 import type { ProviderConfig } from '@gw/schema';
+import { embedInBatches } from '../embed-batches.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
@@ -13,10 +14,9 @@ import type {
   TranscriptionRequest,
   UpstreamCall,
 } from '../types.js';
-import { estimateTokens } from '../usage-estimate.js';
 import { parseVoxtral, voxtralFields } from './audio.js';
 import { parseMistralCompletion, toMistralChatBody } from './chat.js';
-import { embedBatches, halves, overBatchLimit, parseMistralEmbeddings, toMistralEmbeddingsBody } from './embeddings.js';
+import { embedBatches, overBatchLimit, parseMistralEmbeddings, toMistralEmbeddingsBody } from './embeddings.js';
 import { mistralError } from './errors.js';
 import { parseMistralModels } from './models.js';
 import { mistralChunkStream } from './stream.js';
@@ -70,24 +70,16 @@ export class MistralAdapter implements ProviderAdapter {
    * its batch limit (unpaid) is sent again in halves.
    */
   async embeddings(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
-    const vectors: number[][] = new Array(request.input.length);
-    const queue = embedBatches(request.input);
-    let promptTokens = 0;
-    let counted = true;
-    for (let batch = queue.shift(); batch; batch = queue.shift()) {
-      const res = await this.postJson('/embeddings', toMistralEmbeddingsBody(request, batch.texts, call.upstreamModel), call);
-      if (batch.texts.length > 1 && overBatchLimit(res)) {
-        queue.unshift(...halves(batch));
-        continue;
-      }
-      const part = parseMistralEmbeddings(this.id, res, batch.texts.length);
-      for (const [i, vector] of part.vectors.entries()) vectors[batch.start + i] = vector;
-      if (part.promptTokens === 0) counted = false;
-      promptTokens += part.promptTokens;
-      if (queue.length > 0) call.paid?.({ promptTokens: part.promptTokens || estimateTokens(batch.texts, 3), completionTokens: 0, units: 0 });
-    }
-    // One call without a count would bill its inputs at nothing: no count at all, so the route bills its estimate of all.
-    return { vectors, promptTokens: counted ? promptTokens : 0 };
+    return embedInBatches(
+      request.input.length,
+      embedBatches(request.input),
+      {
+        send: (texts) => this.postJson('/embeddings', toMistralEmbeddingsBody(request, texts, call.upstreamModel), call),
+        tooLarge: overBatchLimit,
+        read: (res, texts) => parseMistralEmbeddings(this.id, res, texts.length),
+      },
+      call,
+    );
   }
 
   async transcribe(request: TranscriptionRequest, call: UpstreamCall): Promise<Transcription> {

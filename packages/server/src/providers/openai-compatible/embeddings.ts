@@ -4,10 +4,10 @@ import type { EmbeddingsRequest, EmbeddingsResult } from '../types.js';
 import { httpError } from './errors.js';
 
 /** OpenAI's `/embeddings` body: floats always (the gateway encodes base64 itself), `dimensions` only when asked. */
-export function toUpstreamEmbeddingsBody(request: EmbeddingsRequest, upstreamModel: string): Record<string, unknown> {
+export function toUpstreamEmbeddingsBody(request: EmbeddingsRequest, upstreamModel: string, input = request.input): Record<string, unknown> {
   return {
     model: upstreamModel,
-    input: request.input,
+    input,
     encoding_format: 'float',
     ...(request.dimensions === undefined ? {} : { dimensions: request.dimensions }),
   };

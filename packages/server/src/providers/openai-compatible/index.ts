@@ -1,7 +1,8 @@
 import type { ProviderConfig } from '@gw/schema';
 import { type Vendor, vendorOf } from '../../config/vendor.js';
 import { listCohereModels } from '../cohere/models.js';
-import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
+import { embedInBatches, halves } from '../embed-batches.js';
+import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
 import { type DimensionsSupport, dimensionsSupport, strippedKeys } from '../param-compat.js';
@@ -108,13 +109,35 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
     // Known to ignore `dimensions`: refused without a call, unless the size asked for is the one it answers anyway.
     if (request.dimensions !== undefined && known !== undefined && request.dimensions !== known) throw dimensionsIgnored(this.id, model, known);
     const res = await this.post('/embeddings', JSON.stringify(toUpstreamEmbeddingsBody(request, model)), call);
-    const result = parseEmbeddingsList(this.id, res, request.input.length);
+    // A host's cap on the body (OVHcloud's 2 MB) is below the gateway's: the inputs go in halves, each its own call.
+    if (res.status === 413 && request.input.length > 1) return this.embedInHalves(request, call);
+    return this.readEmbeddings(request, res, request.input, call);
+  }
+
+  /** The 413's inputs in halves (halved again while refused), unpaid until answered; vectors and usage put together. */
+  private embedInHalves(request: EmbeddingsRequest, call: UpstreamCall): Promise<EmbeddingsResult> {
+    const model = call.upstreamModel;
+    return embedInBatches(
+      request.input.length,
+      halves({ start: 0, texts: request.input }),
+      {
+        send: (texts) => this.post('/embeddings', JSON.stringify(toUpstreamEmbeddingsBody(request, model, texts)), call),
+        tooLarge: (res) => res.status === 413,
+        read: (res, texts) => this.readEmbeddings(request, res, texts, call),
+      },
+      call,
+    );
+  }
+
+  /** One answer's vectors; a size other than the one asked is remembered, billed (the provider answered) and refused. */
+  private readEmbeddings(request: EmbeddingsRequest, res: JsonResponse, texts: string[], call: UpstreamCall): EmbeddingsResult {
+    const result = parseEmbeddingsList(this.id, res, texts.length);
     const got = result.vectors[0]?.length ?? 0;
     if (request.dimensions !== undefined && got !== request.dimensions) {
-      this.ignoresDimensions.set(model, got);
+      this.ignoresDimensions.set(call.upstreamModel, got);
       // The provider answered, and billed it: the request is billed its count (the gateway's estimate without one).
-      call.paid?.({ promptTokens: result.promptTokens > 0 ? result.promptTokens : estimateTokens(request.input, 3), completionTokens: 0, units: 0 });
-      throw dimensionsIgnored(this.id, model, got);
+      call.paid?.({ promptTokens: result.promptTokens > 0 ? result.promptTokens : estimateTokens(texts, 3), completionTokens: 0, units: 0 });
+      throw dimensionsIgnored(this.id, call.upstreamModel, got);
     }
     return result;
   }
