@@ -653,9 +653,7 @@ describe('a host’s cap on the body (OVHcloud’s 2 MB) below the gateway’s: 
   }
 
   it('OVHcloud’s 413 is followed by two calls that fit: every input in order, its own vector, the usage of both, billed once', async () => {
-    const { data, response } = await a.embeddings
-      .create({ model: 'baai/bge-m3', input: texts }, { headers: { 'x-gateway-provider': 'ovh' } })
-      .withResponse();
+    const { data, response } = await a.embeddings.create({ model: 'baai/bge-m3', input: texts }, { headers: { 'x-gateway-provider': 'ovh' } }).withResponse();
     expect(response.headers.get('x-gateway-provider')).toBe('ovh');
     expect(data.data.map((d) => d.index)).toEqual(texts.map((_, i) => i));
     expect(data.usage).toEqual({ prompt_tokens: 600_000, total_tokens: 600_000 });
