@@ -4,7 +4,7 @@ import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
 import { estimatedUsage, generatedChars } from '../providers/usage-estimate.js';
 import { streamErrorData } from './sse-format.js';
-import type { MemoryHold, ReclaimableSession, StreamMemory } from './stream-memory.js';
+import { EVENT_OVERHEAD_BYTES, type MemoryHold, type ReclaimableSession, type StreamMemory } from './stream-memory.js';
 import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamMeta, type StreamStore, SYNTHETIC_SEQ } from './types.js';
 
 export interface StreamOutcome {
@@ -346,7 +346,7 @@ export class StreamSession implements ReclaimableSession, ChunkSink {
 
   private push(kind: StreamEventKind, data: string): void {
     this.bufferedBytes += data.length;
-    if (this.hold) (this.memory as StreamMemory).add(this.hold, data.length);
+    if (this.hold) (this.memory as StreamMemory).add(this.hold, data.length + EVENT_OVERHEAD_BYTES);
     const event = { seq: this.events.length + 1, kind, data };
     this.events.push(event);
     this.init.store.append(this.streamId, event);
