@@ -4,6 +4,7 @@ import { decodeEvents, encodeEvents } from './event-batch.js';
 import { streamErrorData } from './sse-format.js';
 import {
   DELIVERED_LINGER_S,
+  MAX_STREAM_BYTES,
   MAX_STREAM_EVENTS,
   STREAM_RETENTION_S,
   type StreamEvent,
@@ -24,6 +25,20 @@ const RETRY_FOR_MS = 60_000;
 
 /** How long a stream's events may wait to be written together (its first event is written at once). */
 export const APPEND_COALESCE_MS = 100;
+
+/**
+ * The most characters of batches sent to Redis and not yet answered, or waiting in the connection's write buffer:
+ * past it, batches wait gathered (their events are the sessions' own, held once) rather than pile up as copies. A
+ * Redis slower than the streams (fast readers of large streams) timed their writes out, and each retry sent the
+ * stream's whole backlog again: 60 streams of 15 MB held 2 GB in batch copies.
+ */
+export const MAX_IN_FLIGHT_CHARS = 16 * 1024 * 1024;
+/**
+ * A stream with more than this gathered and waiting (a stream's most, as its session keeps it: the events are the
+ * same strings) gives it up, all but its last event: a resume elsewhere then meets the hole and is told
+ * (bufferGapEvent), as after RETRY_FOR_MS of failed writes. The stream itself goes on.
+ */
+export const MAX_WAITING_CHARS = MAX_STREAM_BYTES;
 
 /**
  * A batch of one stream's events as one entry (one slot: both keys share
@@ -56,6 +71,13 @@ if ttl > 0 then
   redis.call('EXPIRE', KEYS[2], ttl)
 end
 return 1
+`;
+
+/** The id of a stream's last entry (`<seq>-1`, its last event's seq), without its events; `0-0` for none. */
+const LAST_EVENT_ID = `
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last == 0 then return '0-0' end
+return last[1][1]
 `;
 
 /**
@@ -140,17 +162,40 @@ export class RedisStreamStore implements StreamStore {
   private readonly metaOf = new Map<string, { meta: StreamMeta; routing: string }>();
   /** Streams whose write failed: since when, so that a long outage gives up on them rather than hold their events. */
   private readonly failingSince = new Map<string, number>();
+  /**
+   * The batches sent whose answer has not come (MAX_IN_FLIGHT_CHARS), by the order they were sent: their
+   * characters. One that timed out stays until a later one is answered, since Redis answers in order on one
+   * connection (it ran, or failed, by then), or the connection drops (its buffer goes with it).
+   */
+  private readonly outstanding = new Map<number, number>();
+  private outstandingChars = 0;
+  private sent = 0;
+  /** A PING in flight, whose answer tells that every batch sent before it was answered (the ones timed out too). */
+  private probing = false;
+  /** Streams whose last batch waits while its client already has it all (written with the short linger). */
+  private readonly deliveredWaiting = new Set<string>();
   private tick: NodeJS.Timeout | null = null;
   /** The resumes read from here of streams relayed elsewhere: a shutdown ends them (endFollowers). */
   private readonly followers = new Set<() => void>();
   private followersEnded = false;
 
-  /** Writes every stream's gathered batch (the tick, and shutdown). */
-  private readonly flushAll = async (): Promise<void> => {
+  /** Writes every stream's gathered batch while Redis keeps up (the tick), or all of them (`all`: shutdown). */
+  private readonly flushAll = async (all = false): Promise<void> => {
     if (this.tick) clearTimeout(this.tick);
     this.tick = null;
-    const writes = [...this.pending].map(([streamId, events]) => this.write(streamId, events, false));
-    this.pending.clear();
+    const writes: Promise<void>[] = [];
+    for (const [streamId, events] of this.pending) {
+      if (all !== true && this.backlogged()) {
+        this.wait(streamId, events);
+        continue;
+      }
+      this.pending.delete(streamId);
+      writes.push(this.write(streamId, events, this.deliveredWaiting.delete(streamId)));
+    }
+    if (this.pending.size > 0) {
+      this.schedule();
+      this.probe();
+    }
     await Promise.all(writes);
   };
 
@@ -162,9 +207,12 @@ export class RedisStreamStore implements StreamStore {
   ) {
     redis.defineCommand('gwAppendEvents', { numberOfKeys: 2, lua: APPEND_EVENTS });
     redis.defineCommand('gwWriteStreamMeta', { numberOfKeys: 1, lua: WRITE_META });
+    redis.defineCommand('gwLastEventId', { numberOfKeys: 1, lua: LAST_EVENT_ID });
     // The Redis it reconnected to may have restarted empty: a resume elsewhere would find no record (a final 404)
     // until each stream's next batch, which may be seconds away.
     redis.on('ready', () => this.writeMetaAgain());
+    // What was sent and not answered went with the connection.
+    redis.on('close', () => this.answered(Number.POSITIVE_INFINITY));
     // So may a FLUSHALL under an open connection, which fires no reconnect.
     presence.onDataLost(() => this.writeMetaAgain());
   }
@@ -186,7 +234,7 @@ export class RedisStreamStore implements StreamStore {
   }
 
   append(streamId: string, event: StreamEvent): void {
-    if (event.seq === 1) {
+    if (event.seq === 1 && !this.backlogged()) {
       void this.write(streamId, [event], false);
       return;
     }
@@ -194,6 +242,43 @@ export class RedisStreamStore implements StreamStore {
     if (events) events.push(event);
     else this.pending.set(streamId, [event]);
     this.schedule();
+  }
+
+  /** Whether Redis is behind: what was sent and not answered, or not yet even written to its connection, is at the bound. */
+  private backlogged(): boolean {
+    return this.outstandingChars >= MAX_IN_FLIGHT_CHARS;
+  }
+
+  /** Asks Redis whether it has answered what was sent (batches whose calls timed out wait for no answer of their own). */
+  private probe(): void {
+    if (this.probing || this.outstanding.size === 0) return;
+    this.probing = true;
+    const upTo = this.sent;
+    this.redis
+      .ping()
+      .then(
+        () => this.answered(upTo),
+        () => {},
+      )
+      .finally(() => {
+        this.probing = false;
+      });
+  }
+
+  /** Batches up to `order` have been answered by Redis (or lost with the connection: `order` Infinity). */
+  private answered(order: number): void {
+    for (const [sentAs, chars] of this.outstanding) {
+      if (sentAs > order) break;
+      this.outstandingChars -= chars;
+      this.outstanding.delete(sentAs);
+    }
+  }
+
+  /** A stream's batch left gathered for a later tick; past MAX_WAITING_CHARS, all but its last event are given up. */
+  private wait(streamId: string, events: StreamEvent[]): void {
+    let chars = 0;
+    for (const e of events) chars += e.data.length;
+    if (chars > MAX_WAITING_CHARS) this.pending.set(streamId, [events[events.length - 1] as StreamEvent]);
   }
 
   private schedule(): void {
@@ -214,6 +299,7 @@ export class RedisStreamStore implements StreamStore {
     if (now - since > RETRY_FOR_MS) {
       this.failingSince.delete(streamId);
       this.pending.delete(streamId);
+      this.deliveredWaiting.delete(streamId);
       this.metaOf.delete(streamId);
       return;
     }
@@ -243,6 +329,10 @@ export class RedisStreamStore implements StreamStore {
     // The stream's last batch: its record is no longer needed here once it is written (a retry puts it back).
     if (ends(last)) this.metaOf.delete(streamId);
     const run = (this.redis as unknown as { gwAppendEvents: AppendEvents }).gwAppendEvents;
+    const batch = encodeEvents(events);
+    const order = ++this.sent;
+    this.outstanding.set(order, batch.length);
+    this.outstandingChars += batch.length;
     await run
       .call(
         this.redis,
@@ -253,15 +343,39 @@ export class RedisStreamStore implements StreamStore {
         meta?.keyId ?? '',
         meta?.model ?? '',
         `${last.seq}-1`,
-        encodeEvents(events),
+        batch,
         record?.routing ?? '',
         this.presence.id,
         this.graceS + STREAM_RETENTION_S,
       )
       .then(
-        () => this.failingSince.delete(streamId),
-        () => this.retry(streamId, events, record),
+        () => {
+          this.answered(order);
+          this.failingSince.delete(streamId);
+        },
+        (err: unknown) => {
+          // Refused by Redis is an answer. A timeout is none: the batch may still run there, and sent again whole with
+          // all gathered since, as it was, each copy larger, it timed out again (docs/decisions.md).
+          if ((err as Error | null)?.name === 'ReplyError') {
+            this.answered(order);
+            this.retry(streamId, events, record);
+          } else this.retryWhatIsMissing(streamId, events, record);
+        },
       );
+  }
+
+  /** After a call that timed out: asks Redis (behind that call, on the same connection) which events it has, and retries the rest. */
+  private retryWhatIsMissing(streamId: string, events: StreamEvent[], record: { meta: StreamMeta; routing: string } | undefined): void {
+    const lastId = (this.redis as unknown as { gwLastEventId: (key: string) => Promise<string> }).gwLastEventId;
+    lastId.call(this.redis, eventsKey(streamId)).then(
+      (id) => {
+        const stored = Number(id.split('-')[0]);
+        const missing = events.filter((e) => e.seq > stored);
+        if (missing.length > 0) this.retry(streamId, missing, record);
+        else this.failingSince.delete(streamId);
+      },
+      () => this.retry(streamId, events, record),
+    );
   }
 
   async meta(streamId: string): Promise<StreamMeta | null> {
@@ -275,6 +389,11 @@ export class RedisStreamStore implements StreamStore {
   delivered(streamId: string): void {
     const events = this.pending.get(streamId);
     if (ends(events?.at(-1))) {
+      // Redis behind: the last batch waits its turn, to be written with the linger.
+      if (this.backlogged()) {
+        this.deliveredWaiting.add(streamId);
+        return;
+      }
       this.pending.delete(streamId);
       void this.write(streamId, events as StreamEvent[], true);
       return;
@@ -370,7 +489,7 @@ export class RedisStreamStore implements StreamStore {
 
   /** Writes what is gathered (shutdown). */
   async close(): Promise<void> {
-    await this.flushAll();
+    await this.flushAll(true);
   }
 }
 
