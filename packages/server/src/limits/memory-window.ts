@@ -6,8 +6,10 @@ import { type LimitDecision, type RateLimiter, WINDOW_MS } from './types.js';
  * The clock of windows kept in process memory: monotonic, so that the wall clock stepped (NTP, an operator) neither
  * empties a window at once (a forward step admitted a new burst) nor holds it full (a backward step of two minutes
  * told clients to wait three). Only differences of its readings mean anything; none leaves the process as a time.
+ * Whole milliseconds, as Date.now gave: with fractions, (now + window) - now came out a hair over the window, and a
+ * decision made at the instant of its own stamp answered X-RateLimit-Reset 61.
  */
-export const monotonicMs = (): number => performance.now();
+export const monotonicMs = (): number => Math.floor(performance.now());
 
 /**
  * SPEC's sliding window in process memory: per key, the timestamps of the
