@@ -19,11 +19,11 @@ export class StorePresence {
 
   /** The first word, awaited at start so that this instance's first stream is not taken for a dead one's. */
   start(): Promise<void> {
-    return this.instances.sayAlive(this.id, ALIVE_TTL_MS).catch(() => {});
+    return this.sayAlive();
   }
 
-  private sayAlive(): void {
-    this.instances.sayAlive(this.id, ALIVE_TTL_MS).catch(() => {});
+  private sayAlive(): Promise<void> {
+    return this.instances.sayAlive(this.id, ALIVE_TTL_MS).catch(() => {});
   }
 
   /** Whether `id` said it is alive less than 6 s ago (this instance always is). */
