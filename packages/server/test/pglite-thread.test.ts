@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -81,6 +81,42 @@ describe('the embedded database thread', () => {
         await reopened.close();
       }
     } finally {
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it("keeps drizzle's migration journal: a second migrate applies nothing again", async () => {
+    const journal = JSON.parse(readFileSync(join(MIGRATIONS_FOLDER, 'meta', '_journal.json'), 'utf8')) as { entries: unknown[] };
+    const count = () => thread.query('SELECT count(*)::int FROM drizzle.__drizzle_migrations', [], 'array');
+    expect(await count()).toEqual([[journal.entries.length]]);
+    await thread.migrate();
+    expect(await count()).toEqual([[journal.entries.length]]);
+  });
+
+  it('applies the pending migrations all or none: a failing statement leaves no table and no journal row behind', async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'gw-pglite-thread-'));
+    const migrations = join(otherDir, 'migrations');
+    mkdirSync(join(migrations, 'meta'), { recursive: true });
+    const entry = (idx: number, tag: string) => ({ idx, version: '7', when: 1_800_000_000_000 + idx, tag, breakpoints: true });
+    writeFileSync(
+      join(migrations, 'meta', '_journal.json'),
+      JSON.stringify({ version: '7', dialect: 'postgresql', entries: [entry(0, '0000_a'), entry(1, '0001_b')] }),
+    );
+    writeFileSync(join(migrations, '0000_a.sql'), 'CREATE TABLE a_ok (n int);');
+    writeFileSync(join(migrations, '0001_b.sql'), 'CREATE TABLE b_half (n int);\n--> statement-breakpoint\nSELECT * FROM no_such_table;');
+    mkdirSync(join(otherDir, 'db'));
+    const other = await PgliteThread.open(join(otherDir, 'db'), migrations);
+    try {
+      await expect(other.migrate()).rejects.toThrow(/no_such_table/);
+      const tables = () => other.query("SELECT tablename FROM pg_tables WHERE tablename IN ('a_ok', 'b_half') ORDER BY 1", [], 'array');
+      expect(await tables()).toEqual([]);
+      expect(await other.query('SELECT count(*)::int FROM drizzle.__drizzle_migrations', [], 'array')).toEqual([[0]]);
+      writeFileSync(join(migrations, '0001_b.sql'), 'CREATE TABLE b_half (n int);');
+      await other.migrate();
+      expect(await tables()).toEqual([['a_ok'], ['b_half']]);
+      expect(await other.query('SELECT count(*)::int FROM drizzle.__drizzle_migrations', [], 'array')).toEqual([[2]]);
+    } finally {
+      await other.close();
       rmSync(otherDir, { recursive: true, force: true });
     }
   }, 60_000);

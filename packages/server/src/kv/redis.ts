@@ -1,4 +1,4 @@
-import { type Command, Redis, type RedisOptions } from 'ioredis';
+import type { Command, Redis, RedisOptions } from 'ioredis';
 import { waitAtMost } from '../lib/wait-at-most.js';
 import type { Bus } from './types.js';
 
@@ -46,6 +46,8 @@ export function lastConnectionError(client: Redis): unknown {
 
 export async function connectRedis(url: string, options: RedisOptions = FAST_FAIL_OPTIONS): Promise<Redis> {
   const { commandTimeout, ...rest } = options;
+  // Loaded by the first connection: a gateway without Redis never holds ioredis (about 1.5 MB of heap).
+  const { Redis } = await import('ioredis');
   const client = new Redis(url, rest);
   if (commandTimeout !== undefined) applyLagTolerantTimeout(client, commandTimeout);
   if (!rest.enableAutoPipelining) writeTogetherPerRun(client);

@@ -5,17 +5,15 @@
 import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
+import type { QueryConfig } from 'pg';
 import { makeDirSync } from '../lib/make-dir.js';
 import { isProcessAlive, processStartTime } from '../lib/process-alive.js';
-import { nodePg, nodePgMigrator, pgProxy } from './drizzle-cjs.js';
+import { loadNodePg, pgProxy } from './drizzle-cjs.js';
 import { type Db, DrizzleStore } from './drizzle-store.js';
 import { PgliteThread } from './pglite-client.js';
 import * as schema from './schema.js';
 import type { Store } from './types.js';
 
-const { drizzle: drizzlePg } = nodePg;
-const { migrate: migratePg } = nodePgMigrator;
 const { drizzle: drizzleProxy } = pgProxy;
 
 /**
@@ -51,7 +49,11 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
   return openPglite(opts.dataDir);
 }
 
-function openPostgres(databaseUrl: string, opts: OpenStoreOptions): Store {
+async function openPostgres(databaseUrl: string, opts: OpenStoreOptions): Promise<Store> {
+  const { default: pg } = await import('pg');
+  const { nodePg, nodePgMigrator } = loadNodePg();
+  const { drizzle: drizzlePg } = nodePg;
+  const { migrate: migratePg } = nodePgMigrator;
   const statementTimeoutMs = opts.statementTimeoutMs ?? 10_000;
   const pingTimeoutMs = opts.pingTimeoutMs ?? 2_000;
   const onError = opts.onError ?? (() => {});
@@ -103,7 +105,7 @@ function openPostgres(databaseUrl: string, opts: OpenStoreOptions): Store {
     async ping() {
       // pg honours a per-query query_timeout (its types do not list it); on
       // timeout the pool discards the connection.
-      const query: pg.QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: pingTimeoutMs };
+      const query: QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: pingTimeoutMs };
       await pool.query(query);
     },
     async close() {

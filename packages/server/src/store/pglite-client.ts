@@ -1,4 +1,5 @@
 import { Worker } from 'node:worker_threads';
+import { loadPgProxyMigrator, pgProxy } from './drizzle-cjs.js';
 
 /** An error the database thread reported, with PostgreSQL's fields when it has them. */
 export class PgliteThreadError extends Error {
@@ -52,7 +53,7 @@ export class PgliteThread {
   }
 
   static async open(dir: string, migrationsFolder: string): Promise<PgliteThread> {
-    const { worker, origin } = await startThread(dir, migrationsFolder);
+    const { worker, origin } = await startThread(dir);
     return new PgliteThread(worker, origin, dir, migrationsFolder);
   }
 
@@ -66,8 +67,15 @@ export class PgliteThread {
     await this.call({ op: 'copy', sql, csv });
   }
 
+  /**
+   * Drizzle's migrator for a remote database: it reads the journal through `query` and hands over the statements
+   * still to run, which the thread runs in one transaction (and then collects its start's garbage).
+   */
   async migrate(): Promise<void> {
-    await this.call({ op: 'migrate' });
+    const db = pgProxy.drizzle(async (sql, params, method) => ({ rows: await this.query(sql, params, method === 'all' ? 'array' : 'object') }));
+    await loadPgProxyMigrator().migrate(db, (statements) => this.call({ op: 'migrate', statements }).then(() => {}), {
+      migrationsFolder: this.migrationsFolder,
+    });
   }
 
   async ping(): Promise<void> {
@@ -118,7 +126,7 @@ export class PgliteThread {
       await new Promise((r) => setTimeout(r, RESTART_DELAYS_MS[Math.min(attempt, RESTART_DELAYS_MS.length - 1)]).unref());
       if (this.closed) return;
       try {
-        const { worker } = await startThread(this.dir, this.migrationsFolder);
+        const { worker } = await startThread(this.dir);
         if (this.closed) {
           await worker.terminate();
           return;
@@ -157,8 +165,8 @@ export class PgliteThread {
   }
 }
 
-async function startThread(dir: string, migrationsFolder: string): Promise<{ worker: Worker; origin: ClusterOrigin }> {
-  const worker = new Worker(THREAD_FILE, { workerData: { dir, migrationsFolder } });
+async function startThread(dir: string): Promise<{ worker: Worker; origin: ClusterOrigin }> {
+  const worker = new Worker(THREAD_FILE, { workerData: { dir } });
   let settle: { resolve: (r: Ready) => void; reject: (e: Error) => void } | undefined;
   const onMessage = (r: Ready) => settle?.resolve(r);
   const onError = (e: Error) => settle?.reject(e);

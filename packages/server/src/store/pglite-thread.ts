@@ -16,26 +16,22 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { parentPort, workerData } from 'node:worker_threads';
 import type * as Pglite from '@electric-sql/pglite';
-import type * as DrizzlePglite from 'drizzle-orm/pglite';
-import type * as DrizzlePgliteMigrator from 'drizzle-orm/pglite/migrator';
 import type { ClusterOrigin } from './pglite-client.js';
 
-// CommonJS builds, as in drizzle-cjs.ts (Node's ESM loader makes ~150 MB of garbage loading drizzle);
-// PGlite too, so that drizzle's driver and this thread share one copy of it.
+// PGlite's CommonJS build: Node's ESM loader reads a package's package.json for every module file it loads (drizzle-cjs.ts).
+// Drizzle is not loaded here: the main thread builds every statement, the migrations' too (pglite-client.ts).
 const require = createRequire(import.meta.url);
 const { PGlite, types } = require('@electric-sql/pglite') as typeof Pglite;
-const { drizzle } = require('drizzle-orm/pglite') as typeof DrizzlePglite;
-const { migrate } = require('drizzle-orm/pglite/migrator') as typeof DrizzlePgliteMigrator;
 
 interface ThreadData {
   dir: string;
-  migrationsFolder: string;
 }
 
 type Call =
   | { id: number; op: 'query'; sql: string; params: unknown[]; rows: 'array' | 'object' }
   | { id: number; op: 'copy'; sql: string; csv: string }
-  | { id: number; op: 'migrate' | 'ping' | 'close' };
+  | { id: number; op: 'migrate'; statements: string[] }
+  | { id: number; op: 'ping' | 'close' };
 
 /** As drizzle's PGlite driver reads them: dates, times and numeric arrays stay text for drizzle to map. */
 const RAW = (value: string) => value;
@@ -53,7 +49,7 @@ const PARSERS = {
 
 const port = parentPort;
 if (!port) throw new Error('pglite-thread runs as a worker thread');
-const { dir, migrationsFolder } = workerData as ThreadData;
+const { dir } = workerData as ThreadData;
 
 /**
  * Background work: on Linux, a thread's nice value is its own (setpriority
@@ -118,7 +114,12 @@ async function answer(client: Pglite.PGlite, call: Call): Promise<unknown[]> {
       await client.exec(call.sql, { blob: new Blob([call.csv]) });
       return [];
     case 'migrate':
-      await migrate(drizzle({ client }), { migrationsFolder });
+      // The migrations not yet applied and their bookkeeping rows, all or none.
+      if (call.statements.length > 0) {
+        await client.transaction(async (tx) => {
+          for (const statement of call.statements) await tx.exec(statement);
+        });
+      }
       collectStartupGarbage();
       return [];
     case 'ping':
