@@ -1,4 +1,4 @@
-import { type Simulator, startSimulator } from '@gw/simulator';
+import type { Simulator } from '@gw/simulator';
 import { createGateway, type Gateway } from './app.js';
 import { ensureFirstKey } from './auth/first-key.js';
 import { ConfigError, type GatewayConfig, loadConfig } from './config/index.js';
@@ -61,6 +61,8 @@ async function main(): Promise<void> {
   process.on('SIGHUP', () => stop('SIGHUP'));
   let catalogue = config.file;
   if (catalogue === null) {
+    // Loaded only in demo mode: a gateway with a configuration file never holds the simulator's code.
+    const { startSimulator } = await import('@gw/simulator');
     simulator = await startSimulator();
     catalogue = simulator.demoConfig();
   }
