@@ -23,7 +23,7 @@ async function liveAtBurstPeak(gateway, cdp, count) {
   await cdp.send('HeapProfiler.startSampling', { samplingInterval: 1024 });
   let peak = null;
   const burst = await runStreamBurst({
-    ...chatRequest(gateway, 'stream-50ms-20x100ms', true),
+    ...chatRequest(gateway, 'stream-50ms-20x400ms', true),
     count,
     onSample: (open) => {
       if (peak || open < count) return;

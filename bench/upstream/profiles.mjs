@@ -12,6 +12,8 @@ export const UPSTREAM_PROFILES = Object.freeze({
   'stream-50ms-20x10ms': { latencyMs: 250, ttftMs: 50, chunks: 20, gapMs: 10 },
   'stream-50ms-20x100ms': { latencyMs: 2000, ttftMs: 50, chunks: 20, gapMs: 100 },
   'stream-50ms-200x10ms': { latencyMs: 2050, ttftMs: 50, chunks: 200, gapMs: 10 },
+  // Long enough that 1,000 requested at once are all open together under the heap profiler (bench/alloc-profile.mjs).
+  'stream-50ms-20x400ms': { latencyMs: 8000, ttftMs: 50, chunks: 20, gapMs: 400 },
 });
 
 export const UPSTREAM_MODELS = Object.keys(UPSTREAM_PROFILES);
