@@ -1,9 +1,10 @@
-import { type Simulator, startSimulator } from '@gw/simulator';
-import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import type { Simulator } from '@gw/simulator';
+import type { PostgresServer, RedisServer } from '@gw/testkit';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { chat, worst } from './helpers/budget-chat.js';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import type { TestGateway } from './helpers/gateway.js';
+import { sharedInstancesPerFile } from './helpers/shared-instances.js';
 
 // Three instances sharing Redis and PostgreSQL; Redis loses its data (FLUSHALL) while requests run, its connections up.
 let redis: RedisServer;
@@ -11,19 +12,7 @@ let pg: PostgresServer;
 let sim: Simulator;
 let gws: TestGateway[];
 
-beforeAll(async () => {
-  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  const databaseUrl = await pg.createDatabase();
-  gws = [];
-  for (let i = 0; i < 3; i++) gws.push(await startGateway({ sim, redisUrl: redis.url, databaseUrl }));
-}, 60_000);
-
-afterAll(async () => {
-  await Promise.all((gws ?? []).map((g) => g.close()));
-  await sim?.close();
-  await redis?.stop();
-  await pg?.stop();
-});
+sharedInstancesPerFile(3, (started) => ({ redis, pg, sim, gws } = started));
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const at = (i: number) => gws[i % gws.length] as TestGateway;

@@ -1,8 +1,9 @@
-import { type Simulator, startSimulator } from '@gw/simulator';
-import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Simulator } from '@gw/simulator';
+import type { PostgresServer, RedisServer } from '@gw/testkit';
+import { describe, expect, it } from 'vitest';
 import { wav } from './helpers/audio.js';
-import { startGateway, type TestGateway } from './helpers/gateway.js';
+import type { TestGateway } from './helpers/gateway.js';
+import { sharedInstancesPerFile } from './helpers/shared-instances.js';
 
 // One key's window held by three instances sharing Redis, on every route that counts, in both variants.
 let redis: RedisServer;
@@ -10,19 +11,7 @@ let pg: PostgresServer;
 let sim: Simulator;
 let gws: TestGateway[];
 
-beforeAll(async () => {
-  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  const databaseUrl = await pg.createDatabase();
-  gws = [];
-  for (let i = 0; i < 3; i++) gws.push(await startGateway({ sim, redisUrl: redis.url, databaseUrl }));
-}, 60_000);
-
-afterAll(async () => {
-  await Promise.all((gws ?? []).map((g) => g.close()));
-  await sim?.close();
-  await redis?.stop();
-  await pg?.stop();
-});
+sharedInstancesPerFile(3, (started) => ({ redis, pg, sim, gws } = started));
 
 const at = (i: number) => gws[i % gws.length] as TestGateway;
 const json = (key: string) => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' });

@@ -1,8 +1,9 @@
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateText, streamText } from 'ai';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { describe, expect, it } from 'vitest';
+import { resetProviders, type TestGateway } from './helpers/gateway.js';
+import { aiSdkGatewayPerFile } from './helpers/sdk.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
 // Reasoning models through the clients their users point at the gateway: @ai-sdk/openai-compatible (which reads
@@ -11,14 +12,7 @@ import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 let gw: TestGateway;
 let key: string;
 
-beforeAll(async () => {
-  gw = await startGateway();
-  key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
-  (globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false;
-}, 60_000);
-afterAll(async () => {
-  await gw?.close();
-});
+aiSdkGatewayPerFile((started) => ({ gw, key } = started));
 
 /** Each provider that hosts a reasoning model in the demo catalogue, and what it takes to make it reason. */
 const REASONING = [

@@ -11,10 +11,11 @@ import {
   tool,
   experimental_transcribe as transcribe,
 } from 'ai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { wav } from './helpers/audio.js';
-import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { resetProviders, type TestGateway } from './helpers/gateway.js';
+import { aiSdkGatewayPerFile } from './helpers/sdk.js';
 
 // The Vercel AI SDK's OpenAI provider (`@ai-sdk/openai` 4 with `ai` 7) pointed at both variants, as its users point it
 // at an OpenAI-compatible base: openai.chat (text, streams, reasoning models, tools over several steps, objects from a
@@ -23,14 +24,7 @@ import { resetProviders, startGateway, type TestGateway } from './helpers/gatewa
 let gw: TestGateway;
 let key: string;
 
-beforeAll(async () => {
-  gw = await startGateway();
-  key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
-  (globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false;
-}, 60_000);
-afterAll(async () => {
-  await gw?.close();
-});
+aiSdkGatewayPerFile((started) => ({ gw, key } = started));
 
 const pinned = (provider: string) => ({ 'X-Gateway-Provider': provider });
 

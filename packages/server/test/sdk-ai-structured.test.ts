@@ -1,8 +1,9 @@
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { APICallError, embed, embedMany, generateObject, generateText, stepCountIs, streamObject, streamText, tool } from 'ai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
+import { resetProviders, type TestGateway } from './helpers/gateway.js';
+import { aiSdkGatewayPerFile } from './helpers/sdk.js';
 
 // The AI SDK (`ai` with @ai-sdk/openai-compatible, structured outputs on) through both variants: objects from a
 // schema, whole and streamed; embeddings one and many, with a size asked through providerOptions; tool calls run to
@@ -10,14 +11,7 @@ import { resetProviders, startGateway, type TestGateway } from './helpers/gatewa
 let gw: TestGateway;
 let key: string;
 
-beforeAll(async () => {
-  gw = await startGateway();
-  key = (await gw.createKey({ rateLimitRpm: 10_000 })).key;
-  (globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false;
-}, 60_000);
-afterAll(async () => {
-  await gw?.close();
-});
+aiSdkGatewayPerFile((started) => ({ gw, key } = started));
 
 const Person = z.object({ name: z.string(), age: z.number(), hobbies: z.array(z.string()) });
 

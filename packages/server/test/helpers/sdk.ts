@@ -22,3 +22,19 @@ export function sdkGatewayPerFile(): { gw: TestGateway; clients: { a: OpenAI; b:
   });
   return ctx;
 }
+
+/**
+ * For a test file of the Vercel AI SDK: a demo gateway started before its tests (with a key of 10,000 requests a
+ * minute, and the SDK's warnings off) and closed after them; `use` receives both once started.
+ */
+export function aiSdkGatewayPerFile(use: (started: { gw: TestGateway; key: string }) => void): void {
+  let gw: TestGateway | undefined;
+  beforeAll(async () => {
+    gw = await startGateway();
+    use({ gw, key: (await gw.createKey({ rateLimitRpm: 10_000 })).key });
+    (globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false;
+  }, 60_000);
+  afterAll(async () => {
+    await gw?.close();
+  });
+}
