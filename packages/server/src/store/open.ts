@@ -130,9 +130,7 @@ async function openPglite(dataDir: string): Promise<Store> {
     unlock();
     throw err;
   }
-  const db: Db = drizzleProxy(async (sql, params, method) => ({ rows: await thread.query(sql, params, method === 'all' ? 'array' : 'object') }), {
-    schema,
-  });
+  const db: Db = drizzleProxy(thread.remote, { schema });
   return new DrizzleStore(db, {
     kind: 'pglite',
     created: thread.origin === 'existing' ? null : thread.origin,

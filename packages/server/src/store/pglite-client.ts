@@ -67,13 +67,17 @@ export class PgliteThread {
     await this.call({ op: 'copy', sql, csv });
   }
 
+  /** Drizzle's callback for a remote database (`pg-proxy`): its 'all' reads rows as arrays, the rest as objects. */
+  readonly remote = async (sql: string, params: unknown[], method: 'all' | 'execute') => ({
+    rows: await this.query(sql, params, method === 'all' ? 'array' : 'object'),
+  });
+
   /**
    * Drizzle's migrator for a remote database: it reads the journal through `query` and hands over the statements
    * still to run, which the thread runs in one transaction (and then collects its start's garbage).
    */
   async migrate(): Promise<void> {
-    const db = pgProxy.drizzle(async (sql, params, method) => ({ rows: await this.query(sql, params, method === 'all' ? 'array' : 'object') }));
-    await loadPgProxyMigrator().migrate(db, (statements) => this.call({ op: 'migrate', statements }).then(() => {}), {
+    await loadPgProxyMigrator().migrate(pgProxy.drizzle(this.remote), (statements) => this.call({ op: 'migrate', statements }).then(() => {}), {
       migrationsFolder: this.migrationsFolder,
     });
   }
