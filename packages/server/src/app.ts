@@ -32,7 +32,7 @@ import { UpstreamCalls } from './http/upstream-call.js';
 import { scheduleRegistryRebuild } from './jobs/registry-refresh.js';
 import { usageOutageLog } from './jobs/usage-outage-log.js';
 import { UsageSpill } from './jobs/usage-spill.js';
-import { UsageWriter } from './jobs/usage-writer.js';
+import { USAGE_FLUSH_MS, UsageWriter } from './jobs/usage-writer.js';
 import { InstancePresence } from './kv/instance-presence.js';
 import { MemoryBus } from './kv/memory.js';
 import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, lastConnectionError, RedisBus, refusedDatabase } from './kv/redis.js';
@@ -183,7 +183,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   // own memory, exact, with Redis or without. Through Redis, each outage switched it to a memory ledger that knew
   // neither the requests Redis had admitted nor what was spent since the last outage, and a budget was overspent.
   const flushUsage = () => usage.flush();
-  const redisLedger = redis && presence && store.kind === 'postgres' ? new RedisLedger(redis, presence, flushUsage) : null;
+  const redisLedger = redis && presence && store.kind === 'postgres' ? new RedisLedger(redis, presence, flushUsage, USAGE_FLUSH_MS) : null;
   const fallback = redisLedger ? new FallbackLedger(redisLedger, leases, flushUsage) : null;
   // A total loaded into Redis while requests ran (it was emptied): every instance holds its running requests again.
   if (redisLedger && fallback) await shareReholds(bus, redisLedger, fallback);
@@ -278,9 +278,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const spill = await openUsageSpill(join(config.dataDir, 'usage-spill', config.databaseUrl ? databaseTag(config.databaseUrl) : 'embedded'), app.log);
   const outageLog = usageOutageLog(app.log, spill?.dir);
   const usage = new UsageWriter(store, {
-    // What a hard crash can lose (a clean stop and a drain flush everything); a flush's fixed cost is paid
-    // every interval, and at 100 ms it was half the database thread's CPU per request (docs/decisions.md).
-    flushIntervalMs: 500,
+    flushIntervalMs: USAGE_FLUSH_MS,
     // Embedded PGlite runs on its own thread: a chunk of 500 rows takes it about 15 ms, off the event loop.
     maxBatch: config.databaseUrl ? 1000 : 500,
     // Costs now in `spent` leave the budget leases at once: until then they count twice against the room left.

@@ -21,8 +21,9 @@ describe('Redis emptied while requests run', () => {
   it('their holds are taken again: what is admitted next leaves their room, and spend stays within the budget', async () => {
     const budget = worst * 10;
     const { id, key } = await at(0).createKey({ budget, rateLimitRpm: 100_000 });
-    // Ten requests fill the budget with their holds and run for a second.
-    sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1000, times: 10 });
+    // Ten requests fill the budget with their holds and run for 3 s: past the second a total lost with Redis's data
+    // waits before it is loaded again (the usage records of costs settled before the loss are written meanwhile).
+    sim.providers.scaleway?.setFault({ kind: 'latency', ms: 3000, times: 10 });
     const running = Array.from({ length: 10 }, (_, i) => chat(at(i), key).then((r) => r.status));
     await sleep(200);
     const admin = new Redis(redis.url);

@@ -1,6 +1,13 @@
 import type { Store, UsageRecord } from '../store/types.js';
 import type { UsageSpill } from './usage-spill.js';
 
+/**
+ * How often the gateway writes its usage records: what a hard crash can lose (a clean stop and a drain flush everything);
+ * a flush's fixed cost is paid every interval, and at 100 ms it was half the database thread's CPU per request
+ * (docs/decisions.md).
+ */
+export const USAGE_FLUSH_MS = 500;
+
 export interface UsageWriterOptions {
   flushIntervalMs: number;
   /** Rows per insert statement. */

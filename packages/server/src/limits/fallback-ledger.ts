@@ -38,6 +38,8 @@ export interface TakeoverLedger extends BudgetLedger {
   adoptRunning(tag: string, scopeIds: string[], nano: number, requestId: string): Reservation;
   /** Counts a cost settled at `at` that the store may not have yet. */
   adoptSettled(scopeIds: string[], nano: number, at: number): void;
+  /** A time before which every usage record made is stored (Date.now()'s clock). */
+  storedBefore(): number;
   /** Puts what was taken over in the database. */
   cover(): Promise<void>;
 }
@@ -92,15 +94,16 @@ export class BudgetsUnavailableError extends Error {
  * those costs are missing from: another instance may have loaded them
  * from the store, costs included, already. Once this instance's own usage
  * records are written there, each total is raised to the store's instead
- * (what neither had yet, the last flush interval's records of other
- * instances, is the bound).
+ * (a total the restart lost is loaded only once every instance has had
+ * the time to write its records: RedisLedger's `usageFlushMs`).
  *
  * The holds Redis had for this instance's requests still running go with
  * it. So that what the leases admit after does not take their room, the
  * reservations made in Redis and not yet settled there are taken into the
  * leases before they admit anything (and as soon as Redis's connection
- * drops, {@link sharedLost}): a running request's worst case, or the cost
- * of one whose settle has not reached Redis. Their settles take them off
+ * drops, {@link sharedLost}): a running request's worst case, the cost
+ * of one whose settle has not reached Redis, or a cost Redis took whose
+ * usage record is not yet stored. Their settles take them off
  * the leases as any lease reservation's, and still go to Redis (now or in
  * the catch-up), which adds their costs when it finds their holds: they
  * are not owed to it as the leases' own costs are.
@@ -116,6 +119,12 @@ export class FallbackLedger implements BudgetLedger {
    * 5 % more CPU with PostgreSQL + Redis (bench/ab.mjs, six rounds).
    */
   private readonly openInShared = new Map<string, { r: Reservation; settled: SettledCost | null }>();
+  /**
+   * With leases: costs the shared ledger took whose usage records may not be stored yet, oldest first. Neither the
+   * store's `spent` nor any lease has them, so the leases take them too when they take over: else an instance growing
+   * its lease just after Redis died admitted the room of every instance's last flush interval of costs a second time.
+   */
+  private settledInShared: { scopes: string[]; cost: SettledCost }[] = [];
   /** Reservations of the shared ledger taken into the leases, with the lease reservation that holds them there. */
   private readonly inLeases = new WeakMap<Reservation, Reservation>();
   /** The last takeover's database writes, which a reservation from the leases waits for. */
@@ -187,7 +196,7 @@ export class FallbackLedger implements BudgetLedger {
       if (!this.databaseBreaker.allow()) throw new BudgetsUnavailableError(null);
       try {
         // Requests Redis admitted, still running, hold room in no lease yet: they go in first.
-        if (this.openInShared.size > 0 || this.takingOver) await this.takeOver(this.database);
+        if (this.openInShared.size > 0 || this.settledInShared.length > 0 || this.takingOver) await this.takeOver(this.database);
         const res = await this.database.reserve(tag, scopes, eur, requestId);
         this.databaseBreaker.success();
         if (res.ok) {
@@ -258,7 +267,11 @@ export class FallbackLedger implements BudgetLedger {
   /** A settle that reached the shared ledger: no longer open there; a cost whose hold it no longer had is raised to the store's. */
   private async settleInShared(r: Reservation, actualEur: number): Promise<void> {
     const held = await this.shared.settleHeld(r, actualEur);
-    if (this.openInShared.get(r.id)?.r === r) this.openInShared.delete(r.id);
+    const open = this.openInShared.get(r.id);
+    if (open?.r === r) {
+      this.openInShared.delete(r.id);
+      if (held && open.settled && open.settled.eur > 0) this.rememberSettled(r.scopes, open.settled);
+    }
     if (!held) this.costWithoutHold(r, actualEur);
   }
 
@@ -283,7 +296,7 @@ export class FallbackLedger implements BudgetLedger {
    * leases now, before another instance's lease can take their room (and before this one's admits anything).
    */
   sharedLost(): void {
-    if (this.database && this.openInShared.size > 0) this.takeOver(this.database).catch(() => {});
+    if (this.database && (this.openInShared.size > 0 || this.settledInShared.length > 0)) this.takeOver(this.database).catch(() => {});
   }
 
   /**
@@ -339,6 +352,15 @@ export class FallbackLedger implements BudgetLedger {
     await this.shared.rehold(tag, scopeId, running);
   }
 
+  /** A cost the shared ledger took, kept until its usage record is stored (see {@link settledInShared}). */
+  private rememberSettled(scopes: string[], cost: SettledCost): void {
+    const storedBefore = (this.database as TakeoverLedger).storedBefore();
+    let stored = 0;
+    while (stored < this.settledInShared.length && (this.settledInShared[stored] as { cost: SettledCost }).cost.at < storedBefore) stored++;
+    if (stored > 0) this.settledInShared.splice(0, stored);
+    if (this.settledInShared.length < MAX_WAITING) this.settledInShared.push({ scopes, cost });
+  }
+
   private trackOpen(r: Reservation): void {
     this.openInShared.set(r.id, { r, settled: null });
     if (this.openInShared.size > MAX_WAITING) this.openInShared.delete(this.openInShared.keys().next().value as string);
@@ -346,7 +368,12 @@ export class FallbackLedger implements BudgetLedger {
 
   /** Takes the reservations open in the shared ledger into the leases (counted at once), then waits for the database to have them. */
   private takeOver(database: TakeoverLedger): Promise<void> {
-    if (this.openInShared.size > 0) {
+    if (this.openInShared.size > 0 || this.settledInShared.length > 0) {
+      for (const { scopes, cost } of this.settledInShared) {
+        const limited = scopes.filter((id) => (this.scopesById.get(id)?.limit ?? null) !== null);
+        if (limited.length > 0) database.adoptSettled(limited, toNano(cost.eur), cost.at);
+      }
+      this.settledInShared = [];
       for (const { r, settled } of this.openInShared.values()) {
         const limited = r.scopes.filter((id) => (this.scopesById.get(id)?.limit ?? null) !== null);
         if (limited.length === 0) continue;

@@ -159,6 +159,10 @@ export class LeaseLedger implements BudgetLedger {
     return { id: requestId, nano, scopes: scopeIds, tag };
   }
 
+  storedBefore(): number {
+    return this.options.storedBefore();
+  }
+
   /** Counts a cost settled in another ledger that may not be in `spent` yet (its usage record was made at `at`), as a settle here does. */
   adoptSettled(scopeIds: string[], nano: number, at: number): void {
     if (nano <= 0 || at < this.options.storedBefore()) return;

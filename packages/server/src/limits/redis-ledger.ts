@@ -1,5 +1,7 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { ALIVE_EVERY_MS, ALIVE_TTL_MS, type InstancePresence, instanceKey } from '../kv/instance-presence.js';
+import { redisDataLife } from '../kv/redis-data-life.js';
 import { hiddenSlot } from '../lib/hidden-slot.js';
 import {
   type BudgetLedger,
@@ -270,6 +272,9 @@ type Cmd = (...args: (string | number)[]) => Promise<number>;
 /** Added to how long ago a cost owed was settled: the time its catch-up takes to reach Redis, and clocks' drift. */
 const OWED_AGE_MARGIN_MS = 1_000;
 
+/** Room for a usage flush's batch insert on a busy database (see {@link RedisLedger}'s `usageFlushMs`). */
+const FLUSH_WRITE_MARGIN_MS = 500;
+
 interface ReserveArgs {
   tag: string;
   /** Per scope, spent, holds, held sum and run (what a settle touches). */
@@ -315,6 +320,11 @@ export class RedisLedger implements BudgetLedger {
     private readonly presence: InstancePresence,
     /** Writes this instance's pending usage records to the store, so that a total loaded from it has their costs. */
     private readonly flushUsage: () => Promise<void> = async () => {},
+    /**
+     * How often every instance writes its usage records: a total lost with Redis's data is loaded from the store only
+     * once this (and a margin) has passed since the loss, so that the records of the costs settled before it are in.
+     */
+    private readonly usageFlushMs = 500,
   ) {
     redis.defineCommand('gwBudgetReserve', { lua: RESERVE });
     redis.defineCommand('gwBudgetSettle', { lua: SETTLE });
@@ -526,6 +536,11 @@ export class RedisLedger implements BudgetLedger {
         // for good: after Redis lost its totals, an instance catching up raises to the store's only the totals loaded
         // already (often none yet), and the room of those costs was admitted a second time. Once per scope and run.
         await this.flushUsage().catch(() => {});
+        // The other instances' are written by their own writers, every usageFlushMs: a total lost with Redis's data
+        // (a restart, a FLUSHALL) is loaded only once the records of the costs settled before the loss are in too.
+        const { ageMs } = await redisDataLife(this.redis);
+        const writtenAfterMs = this.usageFlushMs + FLUSH_WRITE_MARGIN_MS;
+        if (ageMs < writtenAfterMs) await sleep(writtenAfterMs - ageMs);
         // The leases first: a cost that leaves a lease for the stored total between the two reads is then counted in
         // both (room held back a moment), never in neither.
         const leased = await (scope.loadLeased?.() ?? NOTHING_LEASED);

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { instanceKey } from '../kv/instance-presence.js';
+import { DATA_RUN_KEY, DATA_SINCE_KEY, redisDataLife } from '../kv/redis-data-life.js';
 import { CircuitBreaker } from '../limits/circuit-breaker.js';
 import type { IdempotencyBackend, IdempotencyEntry, StoredAnswer } from './idempotency-types.js';
 
@@ -105,27 +106,8 @@ return 0
 
 const PEEK = `return redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer')`;
 
-/**
- * Written once per life of Redis's data, with Redis's time: how long ago it was written tells a reconnect whether Redis
- * was emptied just now. A life is also a run of Redis (`gw:idem:run`, INFO's run_id): a Redis restarted from a snapshot
- * holds the mark of its earlier run, which is written anew. Returns the mark's age and the run id.
- */
-const MARK_KEY = 'gw:idem:since';
-const RUN_KEY = 'gw:idem:run';
 /** Set for RESTART_SETTLE_MS once a claim found the mark gone under an open connection: see CLAIM. */
 const SETTLING_KEY = 'gw:idem:settling';
-const MARK = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
-local since = tonumber(redis.call('GET', KEYS[1]))
-if not since or redis.call('GET', KEYS[2]) ~= run then
-  redis.call('SET', KEYS[1], now)
-  redis.call('SET', KEYS[2], run)
-  since = now
-end
-return {now - since, run}
-`;
 
 /** state, fingerprint, answer of a key (and from a claim, its owner and instance). */
 type Fields = [string | null, string | null, string | null, (string | null)?, (string | null)?];
@@ -133,7 +115,6 @@ type Fields = [string | null, string | null, string | null, (string | null)?, (s
 type Script = (key: string, ...args: (string | number)[]) => Promise<unknown>;
 interface Scripts {
   gwIdemPeek: Script;
-  gwIdemMark: Script;
   gwIdemClaim: Script;
   gwIdemTakeOver: Script;
   gwIdemRefresh: Script;
@@ -178,7 +159,6 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     redis.defineCommand('gwIdemRelease', { numberOfKeys: 1, lua: RELEASE });
     redis.defineCommand('gwIdemDrop', { numberOfKeys: 1, lua: DROP });
     redis.defineCommand('gwIdemPeek', { numberOfKeys: 1, lua: PEEK });
-    redis.defineCommand('gwIdemMark', { numberOfKeys: 2, lua: MARK });
     redis.on('ready', () => void this.noteRestart());
     // The Redis that answers after a dropped connection may be another run, restored from a snapshot.
     redis.on('close', () => {
@@ -187,14 +167,17 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     if (redis.status === 'ready') void this.noteRestart();
   }
 
-  /** Reads the mark (and with it the run id): once per connection; claims made meanwhile wait for it. */
+  /**
+   * Reads the mark of the life of Redis's data (kv/redis-data-life.ts; with it the run id): how long ago it was written
+   * tells a reconnect whether Redis was emptied just now. Once per connection; claims made meanwhile wait for it.
+   */
   private readMark(): Promise<number> {
-    this.markRead ??= ((this.redis as unknown as Scripts).gwIdemMark.call(this.redis, MARK_KEY, RUN_KEY) as Promise<[number, string]>)
-      .then(([ageMs, run]) => {
+    this.markRead ??= redisDataLife(this.redis)
+      .then(({ ageMs, run }) => {
         this.run = run;
         // A claim of an earlier run is taken over only once every instance has had the time to write its own again.
-        this.takeOverFrom = Date.now() + Math.max(0, RESTART_SETTLE_MS - Number(ageMs));
-        return Number(ageMs);
+        this.takeOverFrom = Date.now() + Math.max(0, RESTART_SETTLE_MS - ageMs);
+        return ageMs;
       })
       .finally(() => {
         this.markRead = null;
@@ -235,8 +218,8 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
     const res = (await this.exec(
       'gwIdemClaim',
       scope,
-      MARK_KEY,
-      RUN_KEY,
+      DATA_SINCE_KEY,
+      DATA_RUN_KEY,
       SETTLING_KEY,
       fingerprint,
       owner,
