@@ -88,14 +88,16 @@ export const ChatMessage = Type.Object(
   {
     additionalProperties: true,
     // As OpenAI's API has it: only an assistant's message may leave out its content, and then it carries tool calls.
+    // Each `if` requires the role: a message without one matched every role's `if` vacuously, and its error named a
+    // field of another role (`messages.0.name`) rather than the missing `role`.
     allOf: [
       {
-        if: { properties: { role: { enum: ['system', 'developer', 'user', 'tool'] } } },
+        if: { required: ['role'], properties: { role: { enum: ['system', 'developer', 'user', 'tool'] } } },
         // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
         then: SAYS_SOMETHING,
       },
       {
-        if: { properties: { role: { const: 'assistant' } } },
+        if: { required: ['role'], properties: { role: { const: 'assistant' } } },
         // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
         then: {
           anyOf: [
@@ -108,13 +110,13 @@ export const ChatMessage = Type.Object(
       },
       {
         // As OpenAI's API has it: a function's result names the function, and its content may be null.
-        if: { properties: { role: { const: 'function' } } },
+        if: { required: ['role'], properties: { role: { const: 'function' } } },
         // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
         then: { required: ['name', 'content'] },
       },
       // Parts where content is an array of them (said with its type, as Ajv's strict mode wants `items` to be).
       ...PARTS_BY_ROLE.map(([roles, types]) => ({
-        if: { properties: { role: { enum: roles } } },
+        if: { required: ['role'], properties: { role: { enum: roles } } },
         // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
         then: { properties: { content: { anyOf: [{ type: 'array', items: partOf(types) }, { not: { type: 'array' } }] } } },
       })),
@@ -145,7 +147,7 @@ export const ChatTool = Type.Unsafe<ChatToolValue>({
   properties: { type: { const: 'function' }, function: FunctionDefinition },
   allOf: [
     {
-      if: { properties: { type: { const: 'function' } } },
+      if: { required: ['type'], properties: { type: { const: 'function' } } },
       // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
       then: { required: ['function'] },
     },
@@ -176,7 +178,7 @@ export const ResponseFormat = Type.Unsafe<ResponseFormatValue>({
   properties: { type: { enum: ['text', 'json_object', 'json_schema'] }, json_schema: JsonSchemaFormat },
   allOf: [
     {
-      if: { properties: { type: { const: 'json_schema' } } },
+      if: { required: ['type'], properties: { type: { const: 'json_schema' } } },
       // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a promise.
       then: { required: ['json_schema'] },
     },

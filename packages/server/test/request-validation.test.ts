@@ -202,3 +202,29 @@ describe("a provider's refusal that names a parameter", () => {
     });
   }
 });
+
+describe('a message without its role', () => {
+  for (const [variant, code] of variants) {
+    it(`${variant}: is refused naming its role, not a field another role requires`, async () => {
+      const err = await client(variant)
+        .chat.completions.create({
+          model: MODEL,
+          messages: [messages[0], { content: 'and four' }, { content: 'x', tool_call_id: 'a' }] as unknown as OpenAI.Chat.ChatCompletionMessageParam[],
+          max_tokens: 5,
+        })
+        .then(
+          () => null,
+          (e: unknown) => e,
+        );
+      if (!(err instanceof OpenAI.BadRequestError)) throw new Error(`expected a 400, got ${String(err)}`);
+      expect({ code: err.code, param: err.param, message: (err.error as { message?: string }).message }).toEqual({
+        code,
+        param: 'messages.1.role',
+        message: "Invalid body: 'messages.1.role' is required.",
+      });
+      expect(await refusal(variant, { tools: [{} as OpenAI.Chat.ChatCompletionTool] })).toMatchObject({ param: 'tools.0.type' });
+      expect(await refusal(variant, { response_format: {} as OpenAI.ResponseFormatText })).toMatchObject({ param: 'response_format.type' });
+      expect(chats()).toBe(0);
+    });
+  }
+});
