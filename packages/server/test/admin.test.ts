@@ -352,6 +352,12 @@ describe('admin API', () => {
         ]);
       }
     }
+    // B's GET /models/{id} says the same of it as a request naming it: its list leaves it out, and why.
+    for (const id of ['mistral/large', 'mistral/nemo']) {
+      const res = await fetch(`${gw.baseB}/models/${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
+      const { error } = (await res.json()) as { error: { code: string; message: string } };
+      expect([res.status, error.code, error.message]).toEqual([400, 'model_not_found', `The model '${id}' is not enabled for this workspace.`]);
+    }
   });
 
   it('enabledModels applies from the first request of a workspace key on, before and after the workspace is cached', async () => {

@@ -80,6 +80,10 @@ async function oneModel(services: Services, request: FastifyRequest, isA: boolea
   // B's list leaves retired models out; asked for one by id, B says it is retired, as a chat request naming it is told.
   const enabled = isA ? null : await enabledModels(services, request);
   const visible = model && (isA || filterModelsB([{ ...model, deprecated: false }], {}, enabled).length > 0);
+  if (model && enabled !== null && !enabled.includes(model.id)) {
+    // As a request naming it is told (http/model-access.ts): the key's own workspace leaves it out, which its owner can change.
+    throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'id' });
+  }
   if (!model || !visible) {
     // The hint names only a model the variant's list shows, as a chat request's hint names one it could use.
     const listed = (m: RegistryModel) => (isA ? !m.deprecated : filterModelsB([m], {}, enabled).length > 0);
