@@ -72,6 +72,16 @@ describe('the live registry', () => {
     expect(((await asEmbedding.json()) as { error: { message: string } }).error.message).not.toContain('not served right now');
     const list = (await (await fetch(`${gw.baseA}/models`, { headers: auth() })).json()) as { data: { id: string }[] };
     expect(list.data.map((m) => m.id)).not.toContain('qwen/qwen3-32b');
+    // Its own entry says the same, in each variant.
+    for (const [base, status] of [
+      [gw.baseA, 404],
+      [gw.baseB, 400],
+    ] as const) {
+      const one = await fetch(`${base}/models/qwen%2Fqwen3-32b`, { headers: auth() });
+      expect(one.status).toBe(status);
+      const path = base === gw.baseA ? '/v1' : '/alt/v1';
+      expect(((await one.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'model_not_found', message: notServed(path) });
+    }
     ovh?.setModels(ovhBefore);
     nebius?.setModels(nebiusBefore);
     expect((await gw.admin<{ unlisted: string[] }>('POST', '/registry/rebuild')).body.unlisted).toEqual([]);

@@ -62,16 +62,21 @@ function refuseUnknown(services: Services, request: FastifyRequest, id: string, 
     if (unlistedBy) {
       // Configured, but dropped from every provider's model list (retired or renamed there): not served now, which
       // a client (and the operator reading its report) is told, rather than that the id is wrong.
-      throw new GatewayError(
-        'model_not_found',
-        `The model '${id}' is not served right now: no provider of it (${unlistedBy.join(', ')}) lists it in its models. GET ${request.gw.variant === 'a' ? '/v1' : '/alt/v1'}/models lists the models served.`,
-        { param: 'model' },
-      );
+      throw notServedNow(id, unlistedBy, request.gw.variant, 'model');
     }
     throw new GatewayError('model_not_found', `The model '${id}' does not exist.${modelHint(services, id, request.gw.variant, usable)}`, { param: 'model' });
   };
   const enabled = enabledModels(services, request);
   return enabled instanceof Promise ? enabled.then(refuse) : refuse(enabled);
+}
+
+/** The model_not_found of a configured model that no provider (these) lists right now. */
+export function notServedNow(id: string, providers: string[], variant: Variant, param: string): GatewayError {
+  return new GatewayError(
+    'model_not_found',
+    `The model '${id}' is not served right now: no provider of it (${providers.join(', ')}) lists it in its models. GET ${variant === 'a' ? '/v1' : '/alt/v1'}/models lists the models served.`,
+    { param },
+  );
 }
 
 /** 'a chat', 'an embedding', 'a rerank', 'an audio'. */

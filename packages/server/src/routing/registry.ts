@@ -133,10 +133,16 @@ export class ModelRegistry {
    * unreadable): its providers' ids, for a refusal that says so rather than that it does not exist.
    */
   unlistedOffers(id: string, kind: ModelKind): string[] | undefined {
+    const unlisted = this.unlistedModel(id);
+    return unlisted?.kind === kind ? unlisted.providers : undefined;
+  }
+
+  /** As {@link unlistedOffers}, of any kind: the model's kind and beta flag, and its providers' ids. */
+  unlistedModel(id: string): { kind: ModelKind; beta: boolean; providers: string[] } | undefined {
     const bare = id.endsWith(':eu') ? id.slice(0, -3) : id;
     const model = this.catalogue.models.find((m) => m.id === id || m.id === bare);
-    if (!model || model.kind !== kind || model.deprecated || this.models.has(model.id)) return undefined;
-    return [...new Set(model.offers.map((o) => o.provider))];
+    if (!model || model.deprecated || this.models.has(model.id)) return undefined;
+    return { kind: model.kind, beta: model.beta ?? false, providers: [...new Set(model.offers.map((o) => o.provider))] };
   }
 
   list(): RegistryModel[] {

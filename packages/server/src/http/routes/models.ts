@@ -2,7 +2,7 @@ import { ModelA, ModelB, type ModelKind, ModelListA, ModelListB, ModelParams, Mo
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import type { RegistryModel } from '../../routing/registry.js';
-import { enabledModels, modelHint } from '../model-access.js';
+import { enabledModels, modelHint, notServedNow } from '../model-access.js';
 import { emptyParamError } from '../no-route.js';
 import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
@@ -83,6 +83,11 @@ async function oneModel(services: Services, request: FastifyRequest, isA: boolea
   if (model && enabled !== null && !enabled.includes(model.id)) {
     // As a request naming it is told (http/model-access.ts): the key's own workspace leaves it out, which its owner can change.
     throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'id' });
+  }
+  const unlisted = model ? undefined : services.registry.unlistedModel(id);
+  if (unlisted && (enabled === null || enabled.includes(services.registry.configuredId(id) ?? id)) && (isA || unlisted.kind !== 'embedding' || unlisted.beta)) {
+    // As a request naming it is told: configured, but no provider lists it right now.
+    throw notServedNow(id, unlisted.providers, isA ? 'a' : 'b', 'id');
   }
   if (!model || !visible) {
     // The hint names only a model the variant's list shows, as a chat request's hint names one it could use.
