@@ -184,7 +184,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   // neither the requests Redis had admitted nor what was spent since the last outage, and a budget was overspent.
   const flushUsage = () => usage.flush();
   const redisLedger = redis && presence && store.kind === 'postgres' ? new RedisLedger(redis, presence, flushUsage, USAGE_FLUSH_MS) : null;
-  const fallback = redisLedger ? new FallbackLedger(redisLedger, leases, flushUsage) : null;
+  const fallback = redisLedger ? new FallbackLedger(redisLedger, leases, flushUsage, USAGE_FLUSH_MS) : null;
   // A total loaded into Redis while requests ran (it was emptied): every instance holds its running requests again.
   if (redisLedger && fallback) await shareReholds(bus, redisLedger, fallback);
   // When Redis's connection drops, the holds it had for this instance's running requests go into the leases at once.

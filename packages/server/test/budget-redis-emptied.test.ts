@@ -3,7 +3,7 @@ import type { PostgresServer, RedisServer } from '@gw/testkit';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { chat, worst } from './helpers/budget-chat.js';
-import type { TestGateway } from './helpers/gateway.js';
+import { eventually, type TestGateway } from './helpers/gateway.js';
 import { sharedInstancesPerFile } from './helpers/shared-instances.js';
 
 // Three instances sharing Redis and PostgreSQL; Redis loses its data (FLUSHALL) while requests run, its connections up.
@@ -25,7 +25,8 @@ describe('Redis emptied while requests run', () => {
     // waits before it is loaded again (the usage records of costs settled before the loss are written meanwhile).
     sim.providers.scaleway?.setFault({ kind: 'latency', ms: 3000, times: 10 });
     const running = Array.from({ length: 10 }, (_, i) => chat(at(i), key).then((r) => r.status));
-    await sleep(200);
+    // All ten admitted (each at its upstream) before Redis loses their holds.
+    await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(10), 2000);
     const admin = new Redis(redis.url);
     await admin.flushall();
     admin.disconnect();

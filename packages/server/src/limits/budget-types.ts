@@ -57,3 +57,10 @@ export interface BudgetLedger {
 
 /** How long a reservation holds before it is presumed lost (its instance crashed). */
 export const RESERVATION_TTL_MS = 15 * 60_000;
+
+/**
+ * How long after Redis lost its totals (it died, restarted, or was flushed) every instance has written the usage records
+ * of the costs Redis took before: its writer's interval, and this margin for a batch insert on a busy database. Until
+ * then a total or a lease read from the store lacks them, so neither is counted on before.
+ */
+export const lastCostsStoredAfterMs = (usageFlushMs: number): number => usageFlushMs + 500;

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
-import { RECONCILING, toNano } from './budget-types.js';
+import { lastCostsStoredAfterMs, RECONCILING, toNano } from './budget-types.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryLedger } from './memory-ledger.js';
 
@@ -125,6 +125,15 @@ export class FallbackLedger implements BudgetLedger {
    * its lease just after Redis died admitted the room of every instance's last flush interval of costs a second time.
    */
   private settledInShared: { scopes: string[]; cost: SettledCost }[] = [];
+  /** Whether the shared ledger answered last (see {@link noteSharedLost}). */
+  private onShared = true;
+  /**
+   * When the leases may first admit after the shared ledger was lost: by then every instance has stored the costs
+   * Redis took from it, or carried them into its lease ({@link settledInShared}). A lease grown sooner was measured
+   * against a `spent` and leases that could both lack another instance's last costs: that instance's takeover
+   * reaches the database a few milliseconds after the loss, and under load a grow came first.
+   */
+  private leasesFrom = 0;
   /** Reservations of the shared ledger taken into the leases, with the lease reservation that holds them there. */
   private readonly inLeases = new WeakMap<Reservation, Reservation>();
   /** The last takeover's database writes, which a reservation from the leases waits for. */
@@ -160,6 +169,8 @@ export class FallbackLedger implements BudgetLedger {
     private readonly database: TakeoverLedger | null = null,
     /** Writes this instance's pending usage records to the store, so that a total reloaded from it has their costs. */
     private readonly flushUsage: () => Promise<void> = async () => {},
+    /** How often every instance writes its usage records (see {@link leasesFrom}). */
+    private readonly usageFlushMs = 500,
   ) {
     // Known from the start: an instance whose first reservation found Redis away took it, at its catch-up, for a
     // restarted one, and raised totals to the store's, which lacked costs other instances had added there meanwhile.
@@ -180,12 +191,14 @@ export class FallbackLedger implements BudgetLedger {
         this.breaker.success();
         if (this.sharedEpoch === null) this.readEpoch();
         if (res !== RECONCILING) {
+          this.onShared = true;
           if (res.ok && this.database) this.trackOpen(res.reservation);
           return res;
         }
         // Still marked (an instance that owed costs died, its mark not yet lapsed): the leases, which know every
         // instance's spending, admit meanwhile (below), as during the outage.
       } catch {
+        this.noteSharedLost();
         if (this.database) this.markBeforeLeases();
         this.breaker.failure();
         this.strayHolds.push(this.shared.reservationOf(tag, scopes, eur, requestId));
@@ -195,6 +208,8 @@ export class FallbackLedger implements BudgetLedger {
     if (this.database) {
       if (!this.databaseBreaker.allow()) throw new BudgetsUnavailableError(null);
       try {
+        const wait = this.leasesFrom - Date.now();
+        if (wait > 0) await sleep(wait);
         // Requests Redis admitted, still running, hold room in no lease yet: they go in first.
         if (this.openInShared.size > 0 || this.settledInShared.length > 0 || this.takingOver) await this.takeOver(this.database);
         const res = await this.database.reserve(tag, scopes, eur, requestId);
@@ -296,6 +311,7 @@ export class FallbackLedger implements BudgetLedger {
    * leases now, before another instance's lease can take their room (and before this one's admits anything).
    */
   sharedLost(): void {
+    this.noteSharedLost();
     if (this.database && (this.openInShared.size > 0 || this.settledInShared.length > 0)) this.takeOver(this.database).catch(() => {});
   }
 
@@ -350,6 +366,13 @@ export class FallbackLedger implements BudgetLedger {
     const running: Reservation[] = [];
     for (const { r, settled } of this.openInShared.values()) if (settled === null && r.tag === tag && r.scopes.includes(scopeId)) running.push(r);
     await this.shared.rehold(tag, scopeId, running);
+  }
+
+  /** The first failure after the shared ledger answered: the leases wait before they admit ({@link leasesFrom}). */
+  private noteSharedLost(): void {
+    if (!this.onShared) return;
+    this.onShared = false;
+    this.leasesFrom = Date.now() + lastCostsStoredAfterMs(this.usageFlushMs);
   }
 
   /** A cost the shared ledger took, kept until its usage record is stored (see {@link settledInShared}). */

@@ -7,6 +7,7 @@ import {
   type BudgetLedger,
   type BudgetScope,
   fromNano,
+  lastCostsStoredAfterMs,
   limitNano,
   RECONCILING,
   RESERVATION_TTL_MS,
@@ -272,9 +273,6 @@ type Cmd = (...args: (string | number)[]) => Promise<number>;
 /** Added to how long ago a cost owed was settled: the time its catch-up takes to reach Redis, and clocks' drift. */
 const OWED_AGE_MARGIN_MS = 1_000;
 
-/** Room for a usage flush's batch insert on a busy database (see {@link RedisLedger}'s `usageFlushMs`). */
-const FLUSH_WRITE_MARGIN_MS = 500;
-
 interface ReserveArgs {
   tag: string;
   /** Per scope, spent, holds, held sum and run (what a settle touches). */
@@ -539,7 +537,7 @@ export class RedisLedger implements BudgetLedger {
         // The other instances' are written by their own writers, every usageFlushMs: a total lost with Redis's data
         // (a restart, a FLUSHALL) is loaded only once the records of the costs settled before the loss are in too.
         const { ageMs } = await redisDataLife(this.redis);
-        const writtenAfterMs = this.usageFlushMs + FLUSH_WRITE_MARGIN_MS;
+        const writtenAfterMs = lastCostsStoredAfterMs(this.usageFlushMs);
         if (ageMs < writtenAfterMs) await sleep(writtenAfterMs - ageMs);
         // The leases first: a cost that leaves a lease for the stored total between the two reads is then counted in
         // both (room held back a moment), never in neither.
