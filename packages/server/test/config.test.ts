@@ -312,9 +312,12 @@ models:
     expect(loadConfig({ PORT: ' 80\n' }).port).toBe(80);
     expect(loadConfig({ PORT: '0080' }).port).toBe(80);
     // Each of these is a number to Number(), and was taken as one.
-    for (const raw of ['0x50', '1e3', '80.0', '80.5', '+80', '-0', '0b1010000', '0o120', '8_0', ' ', 'Infinity']) {
+    for (const raw of ['0x50', '1e3', '80.0', '80.5', '+80', '-0', '0b1010000', '0o120', '8_0', 'Infinity']) {
       expect(() => loadConfig({ PORT: raw }), raw).toThrowError(`PORT: expected an integer from 0 to 65535, not ${JSON.stringify(raw)}`);
     }
+    // Empty or blank is unset, alike: the default.
+    for (const raw of ['', ' ', '\n'])
+      expect(loadConfig({ PORT: raw, GW_SHUTDOWN_TIMEOUT_MS: raw }), JSON.stringify(raw)).toMatchObject({ port: 8080, shutdownTimeoutMs: 30_000 });
     expect(() => loadConfig({ GW_BODY_LIMIT_BYTES: '4e6' })).toThrowError(/GW_BODY_LIMIT_BYTES: expected an integer from 1024/);
   });
 
@@ -417,7 +420,7 @@ models:
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-    for (const raw of ['http://0.0.0.0', '[::1]', 'not..a..host', '0.0.0.0/0', ' ']) {
+    for (const raw of ['http://0.0.0.0', '[::1]', 'not..a..host', '0.0.0.0/0']) {
       expect(() => loadConfig({ HOST: raw }), raw).toThrowError(
         `HOST: expected an IP address or host name to listen on (no scheme, port or brackets), not ${JSON.stringify(raw)}`,
       );
@@ -426,6 +429,25 @@ models:
     expect(loadConfig({ HOST: ' 127.0.0.1\n' }).host).toBe('127.0.0.1');
     for (const ok of ['0.0.0.0', '::', '::1', 'localhost', 'gw-1.internal.example.net', 'my_service']) expect(loadConfig({ HOST: ok }).host).toBe(ok);
     expect(loadConfig({}).host).toBe('127.0.0.1');
+    for (const blank of ['', ' ']) expect(loadConfig({ HOST: blank, GW_LOG_LEVEL: blank })).toMatchObject({ host: '127.0.0.1', logLevel: 'info' });
+  }, 60_000);
+
+  it('a GW_DATA_DIR or GW_UPLOAD_DIR set but empty stops the start with exit code 2, rather than keep the store in ./data of wherever it ran', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-empty-dir-'));
+    try {
+      const { code, output } = await runGatewayToExit({ GW_DATA_DIR: '' }, dir);
+      expect(code).toBe(2);
+      expect(output).toContain('GW_DATA_DIR: expected a directory the gateway can create and write to (it is set but empty; unset it for ./data)');
+      expect(existsSync(join(dir, 'data'))).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    expect(() => loadConfig({ GW_UPLOAD_DIR: ' ' })).toThrowError(
+      'GW_UPLOAD_DIR: expected a directory the gateway can create and write to (it is set but empty; unset it for the OS temp dir)',
+    );
+    expect(() => loadConfig({ GW_DATA_DIR: '', DATABASE_URL: 'postgres://127.0.0.1/gw' })).toThrowError(
+      'GW_DATA_DIR: expected a directory (it is set but empty',
+    );
   }, 60_000);
 
   it('makes GW_UPLOAD_DIR at start, and stops the start if it cannot', () => {

@@ -62,8 +62,8 @@ export interface GatewayConfig {
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
+  const raw = str(env, name);
+  if (raw === null) return fallback;
   // Plain decimal digits only: Number() also takes hex (0x50), exponents (1e3), fractions (80.0) and signs.
   const digits = raw.trim();
   const n = /^[0-9]+$/.test(digits) ? Number(digits) : Number.NaN;
@@ -80,8 +80,13 @@ function logLevel(env: NodeJS.ProcessEnv): string {
   return level;
 }
 
-/** A directory the gateway writes to: made if missing, and checked now rather than at the first upload. */
-function writableDir(env: NodeJS.ProcessEnv, name: string): string | null {
+/**
+ * A directory the gateway writes to: made if missing, and checked now rather than at the first upload. Set but empty
+ * stops the start, as GW_CONFIG does: a deploy file's variable left unfilled put the embedded store in ./data of
+ * whatever directory the gateway ran in, where a container loses it.
+ */
+function writableDir(env: NodeJS.ProcessEnv, name: string, unsetMeans: string): string | null {
+  refuseSetButEmpty(env, name, `a directory the gateway can create and write to (it is set but empty; unset it for ${unsetMeans})`);
   const dir = str(env, name);
   if (dir === null) return null;
   try {
@@ -112,9 +117,16 @@ function host(env: NodeJS.ProcessEnv): string {
   throw new ConfigError('environment', 'HOST', `an IP address or host name to listen on (no scheme, port or brackets), not ${JSON.stringify(raw)}`);
 }
 
+/** A variable's value; null when unset, empty or blank (a number, a host or a level then takes its default). */
 function str(env: NodeJS.ProcessEnv, name: string): string | null {
   const v = env[name];
-  return v === undefined || v === '' ? null : v;
+  return v === undefined || v.trim() === '' ? null : v;
+}
+
+/** GW_DATA_DIR beside PostgreSQL (where refused usage records wait): made when needed, but never set but empty. */
+function dataDirWithDatabase(env: NodeJS.ProcessEnv): string | null {
+  refuseSetButEmpty(env, 'GW_DATA_DIR', 'a directory (it is set but empty; unset it for ./data)');
+  return str(env, 'GW_DATA_DIR');
 }
 
 /** A variable set to nothing but white space: a mistake (a deploy file's variable left unfilled), not a wish to leave it unset. */
@@ -175,7 +187,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     file: configFile ? Object.freeze(loadConfigFile(configFile, env, referenced)) : null,
     databaseUrl,
     // Embedded, it holds the database; with PostgreSQL, only usage records the database refused (made when needed).
-    dataDir: databaseUrl ? (str(env, 'GW_DATA_DIR') ?? './data') : (writableDir(env, 'GW_DATA_DIR') ?? './data'),
+    dataDir: databaseUrl ? (dataDirWithDatabase(env) ?? './data') : (writableDir(env, 'GW_DATA_DIR', './data') ?? './data'),
     redisUrl,
     adminToken,
     secret,
@@ -183,7 +195,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     registryIntervalS: int(env, 'GW_REGISTRY_INTERVAL_S', 21_600, 1, 2_147_483),
     bodyLimitBytes: int(env, 'GW_BODY_LIMIT_BYTES', 4 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     uploadLimitBytes: int(env, 'GW_UPLOAD_LIMIT_BYTES', 25 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
-    uploadDir: writableDir(env, 'GW_UPLOAD_DIR'),
+    uploadDir: writableDir(env, 'GW_UPLOAD_DIR', 'the OS temp dir'),
     logLevel: logLevel(env),
     // At least a second: under it, the drain's own steps (a 200 ms grace for requests already sent, the last usage write,
     // which takes up to a second) could not end in time, and even an idle instance exited 1, its last records unwritten.

@@ -46,8 +46,8 @@ export async function spawnGateway(env: Record<string, string>, timeoutMs = 20_0
 }
 
 /** Runs the gateway expecting it to stop by itself (e.g. a bad config). */
-export function runGatewayToExit(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, [MAIN], { env: { PATH: process.env.PATH ?? '', PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+export function runGatewayToExit(env: Record<string, string>, cwd?: string): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, [MAIN], { env: { PATH: process.env.PATH ?? '', PORT: '0', ...env }, cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout?.on('data', (d: Buffer) => {
     out += d.toString();
