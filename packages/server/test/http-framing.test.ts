@@ -260,8 +260,10 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
   }, 30_000);
 
   it('no Host on HTTP/1.1, an Expect other than 100-continue, CONNECT and HTTP/2’s preface are answered in the envelope, not with Node’s bare answers', async () => {
-    const noHost = await raw('GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n');
+    // Closed after its answer, as a request with two Hosts is: what sent it (a proxy?) frames requests in its own way.
+    const noHost = await raw('GET /v1/models HTTP/1.1\r\n\r\n');
     expect(noHost.head).toMatch(/^HTTP\/1\.1 400 /);
+    expect(noHost.head).toMatch(/\r\nconnection: close(\r\n|$)/i);
     expect(envelopeOf(noHost.body)).toMatchObject({ code: 'validation_error', message: expect.stringContaining('Host header') });
     const expectation = await raw(`POST /alt/v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nContent-Length: 2\r\n\r\n`);
     expect(expectation.head).toMatch(/^HTTP\/1\.1 417 /);
@@ -459,6 +461,21 @@ describe('pipelined requests', () => {
     // Each one was started at once, queued before any other client's request (100 such connections held a /health for 24 s).
     const out = await exchange(port, get('/v1/models').repeat(5000), 5000);
     expect(answers(out)).toBeLessThanOrEqual(MAX_PIPELINED);
+  });
+
+  it('a CONNECT pipelined behind a request still being answered is refused after that answer, not in its place', async () => {
+    gw.sim.providers.scaleway?.setFault({ kind: 'latency', ms: 300, times: 1 });
+    try {
+      const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 });
+      const chat =
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n` +
+        `X-Gateway-Provider: scaleway\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+      const out = await exchange(port, `${chat}CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n`);
+      expect(out.match(/HTTP\/1\.1 \d+/g)).toEqual(['HTTP/1.1 200', 'HTTP/1.1 405']);
+      expect(out).toContain('"object":"chat.completion"');
+    } finally {
+      gw.sim.providers.scaleway?.clearFaults();
+    }
   });
 
   it('a client that pipelines a few requests, or sends many one after another on one connection, gets every answer', async () => {

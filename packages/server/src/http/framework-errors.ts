@@ -157,8 +157,15 @@ function afterAnswers(socket: RefusingSocket, then: () => void): void {
 }
 
 /** CONNECT (a tunnel): not something this gateway does; answered in the envelope, then the connection closed (Node would close it unanswered). */
-export function refuseConnect(req: IncomingMessage, socket: Socket, raw: RawAnswers): void {
-  const startedAt = performance.now();
+export function refuseConnect(req: IncomingMessage, socket: Socket, raw: RawAnswers, startedAt = performance.now()): void {
+  // Pipelined behind requests still being answered: the 405 and the close wait for their answers (Node assigns the
+  // socket to the next queued one before the last one's 'close'), as every other refusal on a connection does.
+  // Written at once, it came first, the client took it for its earlier request's answer, and that one was cut.
+  const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (answering && !socket.destroyed) {
+    answering.once('close', () => refuseConnect(req, socket, raw, startedAt));
+    return;
+  }
   const requestId = newRequestId();
   const { body } = errorEnvelope(new GatewayError('validation', 'CONNECT is not supported: this is an HTTP API, not a proxy.'), 'a');
   if (writeRawAnswer(socket, 405, body, startedAt, requestId))

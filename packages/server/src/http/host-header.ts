@@ -16,7 +16,7 @@ export function hostError(req: IncomingMessage): GatewayError | null {
     return refused('An HTTP/1.0 request cannot carry Transfer-Encoding (RFC 9112, section 6.1): send HTTP/1.1, or the body with a Content-Length.');
   }
   const host = req.headers.host;
-  if (host === undefined) return req.httpVersion === '1.1' ? new GatewayError('validation', 'An HTTP/1.1 request must carry a Host header.') : null;
+  if (host === undefined) return req.httpVersion === '1.1' ? refused('An HTTP/1.1 request must carry a Host header.') : null;
   if (hostRepeated(req.rawHeaders)) return refused('A request must carry exactly one Host header (RFC 9112, section 3.2).');
   const target = req.url ?? '/';
   // Origin-form ('/…'), as nearly every request is: nothing more to compare.
