@@ -6,7 +6,7 @@ import { errorSummary } from './lib/error-summary.js';
 import { probeListen } from './lib/listen-probe.js';
 
 /** The gateway's start (main.ts checks the Node version first): config, demo simulators when no config file, listen, graceful shutdown. */
-async function main(): Promise<void> {
+async function main(signals: EarlySignals): Promise<void> {
   let config: GatewayConfig;
   try {
     config = loadConfig();
@@ -59,6 +59,8 @@ async function main(): Promise<void> {
   // Node's default for SIGHUP is to exit at once, dropping streams and unwritten usage. The configuration is read at
   // start only, so a HUP (a closed terminal, or a manager's "reload") stops as cleanly as a TERM; a restart reloads.
   process.on('SIGHUP', () => stop('SIGHUP'));
+  signals.handOver();
+  for (const signal of signals.early) stop(signal);
   let catalogue = config.file;
   if (catalogue === null) {
     // Loaded only in demo mode: a gateway with a configuration file never holds the simulator's code.
@@ -123,12 +125,20 @@ function cannotListen(config: GatewayConfig): (err: unknown) => never {
   };
 }
 
-main().catch((err: unknown) => {
-  // A setting found wrong only once its service answers (REDIS_URL's database): as any other bad setting.
-  if (err instanceof ConfigError) {
-    console.error(`gw: ${err.message}`);
-    process.exit(2);
-  }
-  console.error('gw: failed to start:', err instanceof Error ? err.message : err);
-  process.exit(1);
-});
+/** Signals main.ts caught while this code loaded, and how to stop catching them there once the start's own handlers are on. */
+export interface EarlySignals {
+  early: readonly string[];
+  handOver: () => void;
+}
+
+export function start(signals: EarlySignals): void {
+  main(signals).catch((err: unknown) => {
+    // A setting found wrong only once its service answers (REDIS_URL's database): as any other bad setting.
+    if (err instanceof ConfigError) {
+      console.error(`gw: ${err.message}`);
+      process.exit(2);
+    }
+    console.error('gw: failed to start:', err instanceof Error ? err.message : err);
+    process.exit(1);
+  });
+}

@@ -4,7 +4,7 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { MAIN } from './helpers/process.js';
 
 describe('a signal during the start', () => {
@@ -57,6 +57,88 @@ describe('a signal during the start', () => {
       expect(out).not.toContain('first API key');
       expect(out).not.toMatch(/Unhandled|\n\s+at /);
       expect(existsSync(join(dataDir, 'pglite.lock'))).toBe(false);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      upstream.closeAllConnections();
+      upstream.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('SIGTERM while the code still loads: kept until the start can act on it, which stops once the store is open and exits 0 (it was status 143, no word)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-early-signal-'));
+    const child = spawn(process.execPath, [MAIN], {
+      env: {
+        PATH: process.env.PATH ?? '',
+        PORT: '0',
+        GW_DATA_DIR: join(dir, 'data'),
+        NODE_OPTIONS: `--import ${new URL('./helpers/slow-start-load.mjs', import.meta.url).pathname}`,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    const loading = new Promise<void>((resolve) => {
+      const read = (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('test: loading start.js')) resolve();
+      };
+      child.stdout.on('data', read);
+      child.stderr.on('data', read);
+    });
+    const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    try {
+      await loading;
+      child.kill('SIGTERM');
+      expect(await exited).toEqual({ code: 0, signal: null });
+      expect(out).toContain('gw: SIGTERM during the start: stopping once the store is open');
+      expect(out).toContain('gw: stopped (SIGTERM) before serving');
+      expect(out).not.toContain('listening on');
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+describe('a signal while a model list is being fetched', () => {
+  it('SIGTERM with nothing in flight but a model list the provider holds: the stop does not wait for that list (it waited out its 10 s timeout)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-stop-list-'));
+    // The first list is answered (the gateway starts); every later one is held.
+    let lists = 0;
+    const held: ServerResponse[] = [];
+    const upstream = createServer((req, res) => {
+      if (req.url?.endsWith('/models') && lists++ === 0) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"object":"list","data":[{"id":"mistral-small"}]}');
+        return;
+      }
+      held.push(res);
+    });
+    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', () => r()));
+    const baseUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
+    writeFileSync(
+      join(dir, 'gw.yaml'),
+      `providers:\n  - id: alpha\n    type: openai\n    baseUrl: ${baseUrl}\n    apiKey: k\n    region: fr-par\nmodels:\n  - id: mistral/small\n    kind: chat\n    owned_by: mistral\n    offers:\n      - provider: alpha\n        upstreamModel: mistral-small\n        pricing: { prompt_per_1m: 0.2, completion_per_1m: 0.6, currency: EUR }\n`,
+    );
+    const child = spawn(process.execPath, [MAIN], {
+      env: { PATH: process.env.PATH ?? '', PORT: '0', GW_CONFIG: join(dir, 'gw.yaml'), GW_DATA_DIR: join(dir, 'data'), GW_REGISTRY_INTERVAL_S: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    try {
+      await vi.waitFor(() => expect(held.length).toBeGreaterThan(0), { timeout: 30_000, interval: 50 });
+      const sent = performance.now();
+      child.kill('SIGTERM');
+      expect(await exited).toEqual({ code: 0, signal: null });
+      // The drain's own grace for requests already sent (200 ms), the usage write and the store's close: well under the list's 10 s.
+      expect(performance.now() - sent).toBeLessThan(5_000);
+      expect(out).toContain('"msg":"stopped"');
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       upstream.closeAllConnections();

@@ -198,8 +198,12 @@ export class UpstreamHttp {
     return new UpstreamError({ ...base, kind: 'connect', message: `cannot reach ${this.providerId}: ${e.code ?? e.message ?? 'connection failed'}` });
   }
 
+  /**
+   * Ends the pool's connections at once. Called once the gateway has answered every request: what still runs is a
+   * background call (a model list that hangs until its 10 s timeout), which a stop does not wait for.
+   */
   async close(): Promise<void> {
-    await this.pool.close();
+    await this.pool.destroy();
   }
 }
 
