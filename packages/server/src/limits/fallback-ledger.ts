@@ -211,7 +211,7 @@ export class FallbackLedger implements BudgetLedger {
         const wait = this.leasesFrom - Date.now();
         if (wait > 0) await sleep(wait);
         // Requests Redis admitted, still running, hold room in no lease yet: they go in first.
-        if (this.openInShared.size > 0 || this.settledInShared.length > 0 || this.takingOver) await this.takeOver(this.database);
+        if (this.toTakeOver() || this.takingOver) await this.takeOver(this.database);
         const res = await this.database.reserve(tag, scopes, eur, requestId);
         this.databaseBreaker.success();
         if (res.ok) {
@@ -312,7 +312,7 @@ export class FallbackLedger implements BudgetLedger {
    */
   sharedLost(): void {
     this.noteSharedLost();
-    if (this.database && (this.openInShared.size > 0 || this.settledInShared.length > 0)) this.takeOver(this.database).catch(() => {});
+    if (this.database && this.toTakeOver()) this.takeOver(this.database).catch(() => {});
   }
 
   /**
@@ -368,6 +368,11 @@ export class FallbackLedger implements BudgetLedger {
     await this.shared.rehold(tag, scopeId, running);
   }
 
+  /** Whether the shared ledger holds anything of this instance's that the leases must take over (see {@link takeOver}). */
+  private toTakeOver(): boolean {
+    return this.openInShared.size > 0 || this.settledInShared.length > 0;
+  }
+
   /** The first failure after the shared ledger answered: the leases wait before they admit ({@link leasesFrom}). */
   private noteSharedLost(): void {
     if (!this.onShared) return;
@@ -391,7 +396,7 @@ export class FallbackLedger implements BudgetLedger {
 
   /** Takes the reservations open in the shared ledger into the leases (counted at once), then waits for the database to have them. */
   private takeOver(database: TakeoverLedger): Promise<void> {
-    if (this.openInShared.size > 0 || this.settledInShared.length > 0) {
+    if (this.toTakeOver()) {
       for (const { scopes, cost } of this.settledInShared) {
         const limited = scopes.filter((id) => (this.scopesById.get(id)?.limit ?? null) !== null);
         if (limited.length > 0) database.adoptSettled(limited, toNano(cost.eur), cost.at);

@@ -137,12 +137,12 @@ export class ModelRegistry {
     return unlisted?.kind === kind ? unlisted.providers : undefined;
   }
 
-  /** As {@link unlistedOffers}, of any kind: the model's kind and beta flag, and its providers' ids. */
-  unlistedModel(id: string): { kind: ModelKind; beta: boolean; providers: string[] } | undefined {
+  /** As {@link unlistedOffers}, of any kind: the model's configured id, kind and beta flag, and its providers' ids. */
+  unlistedModel(id: string): { id: string; kind: ModelKind; beta: boolean; providers: string[] } | undefined {
     const bare = id.endsWith(':eu') ? id.slice(0, -3) : id;
     const model = this.catalogue.models.find((m) => m.id === id || m.id === bare);
     if (!model || model.deprecated || this.models.has(model.id)) return undefined;
-    return { kind: model.kind, beta: model.beta ?? false, providers: [...new Set(model.offers.map((o) => o.provider))] };
+    return { id: model.id, kind: model.kind, beta: model.beta ?? false, providers: [...new Set(model.offers.map((o) => o.provider))] };
   }
 
   list(): RegistryModel[] {

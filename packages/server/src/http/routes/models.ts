@@ -85,7 +85,7 @@ async function oneModel(services: Services, request: FastifyRequest, isA: boolea
     throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'id' });
   }
   const unlisted = model ? undefined : services.registry.unlistedModel(id);
-  if (unlisted && (enabled === null || enabled.includes(services.registry.configuredId(id) ?? id)) && (isA || unlisted.kind !== 'embedding' || unlisted.beta)) {
+  if (unlisted && (enabled === null || enabled.includes(unlisted.id)) && (isA || unlisted.kind !== 'embedding' || unlisted.beta)) {
     // As a request naming it is told: configured, but no provider lists it right now.
     throw notServedNow(id, unlisted.providers, isA ? 'a' : 'b', 'id');
   }
