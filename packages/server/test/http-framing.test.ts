@@ -277,9 +277,14 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     expect(envelopeOf(h2.body)).toMatchObject({ code: 'validation_error', message: expect.stringContaining('HTTP/2 is not served') });
   });
 
-  it('two Host headers, or a Host naming another host than an absolute-form target, are 400 in the variant’s envelope and the connection is closed (RFC 9112 3.2)', async () => {
+  it('two Host headers, two Content-Type headers, or a Host naming another host than an absolute-form target, are 400 in the variant’s envelope and the connection is closed (RFC 9112 3.2)', async () => {
     const get = (target: string, hosts: string[], after = '') =>
       `GET ${target} HTTP/1.1\r\n${hosts.map((h) => `Host: ${h}\r\n`).join('')}Authorization: Bearer ${key}\r\n\r\n${after}`;
+    // A body labelled twice: Node reads the first type, a proxy in front may have read the second.
+    const twoTypes = (path: string, after: string) => {
+      const body = JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }] });
+      return `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: ${body.length}\r\n\r\n${body}${after}`;
+    };
     // A good request pipelined after the refused one: never answered, the connection being closed after the 400.
     const next = get('/v1/models', ['x']);
     for (const [text, code, says] of [
@@ -287,6 +292,8 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
       [get('/alt/v1/models', ['x', 'x'], next), 'invalid_request', 'exactly one Host'],
       [get('http://gateway.example/v1/models', ['attacker.example'], next), 'validation_error', 'another host than the request target'],
       [get('http://gateway.example:8080/alt/v1/models', ['gateway.example'], next), 'invalid_request', 'another host than the request target'],
+      [twoTypes('/v1/chat/completions', next), 'validation_error', 'at most one Content-Type'],
+      [twoTypes('/alt/v1/chat/completions', next), 'invalid_request', 'at most one Content-Type'],
     ] as const) {
       const out = await exchange(port, text);
       expect(out.slice(0, 12)).toBe('HTTP/1.1 400');

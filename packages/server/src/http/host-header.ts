@@ -7,7 +7,8 @@ import { headerCount } from '../lib/raw-headers.js';
  * keeps the first without a word, where a proxy in front may have read the last), or one naming another host than
  * an absolute-form target (`GET http://a/… HTTP/1.1` with `Host: b`). Node's own check answers without a body, so it
  * is done here. A request with a Host it cannot take is closed after its answer: what it was framed as is in doubt.
- * So is an HTTP/1.0 request with Transfer-Encoding, whose body a proxy in front may have framed otherwise.
+ * So is an HTTP/1.0 request with Transfer-Encoding, whose body a proxy in front may have framed otherwise, and one
+ * with two Content-Types, whose body a proxy in front may have read as the other.
  */
 export function hostError(req: IncomingMessage): GatewayError | null {
   // HTTP/1.0 has no chunked coding: a proxy in front may frame this body by Content-Length or by the connection's end,
@@ -17,7 +18,11 @@ export function hostError(req: IncomingMessage): GatewayError | null {
   }
   const host = req.headers.host;
   if (host === undefined) return req.httpVersion === '1.1' ? refused('An HTTP/1.1 request must carry a Host header.') : null;
-  if (hostRepeated(req.rawHeaders)) return refused('A request must carry exactly one Host header (RFC 9112, section 3.2).');
+  const repeated = singletonRepeated(req.rawHeaders);
+  if (repeated === 'host') return refused('A request must carry exactly one Host header (RFC 9112, section 3.2).');
+  if (repeated === 'content-type') {
+    return refused('A request must carry at most one Content-Type header (RFC 9110, section 8.3): its body cannot be read as two media types.');
+  }
   const target = req.url ?? '/';
   // Origin-form ('/…'), as nearly every request is: nothing more to compare.
   if (target.charCodeAt(0) === 47 || target === '*') return null;
@@ -25,13 +30,21 @@ export function hostError(req: IncomingMessage): GatewayError | null {
 }
 
 /**
- * Whether Host comes more than once. Names are compared only when two are as long as 'host': most requests have none
- * but Host, so they cost a pass over the names' lengths (tens of ns, nothing allocated).
+ * Which of Host and Content-Type comes more than once, if one does: Node keeps the first of each without a word,
+ * where a proxy in front may have read the last. Names are compared only when two are as long as one of them: most
+ * requests have no other such name, so they cost a pass over the names' lengths (tens of ns, nothing allocated).
  */
-function hostRepeated(rawHeaders: string[]): boolean {
+function singletonRepeated(rawHeaders: string[]): 'host' | 'content-type' | null {
   let fourLetters = 0;
-  for (let i = 0; i < rawHeaders.length; i += 2) if ((rawHeaders[i] as string).length === 4) fourLetters++;
-  return fourLetters > 1 && headerCount(rawHeaders, 'host') > 1;
+  let twelveLetters = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const length = (rawHeaders[i] as string).length;
+    if (length === 4) fourLetters++;
+    else if (length === 12) twelveLetters++;
+  }
+  if (fourLetters > 1 && headerCount(rawHeaders, 'host') > 1) return 'host';
+  if (twelveLetters > 1 && headerCount(rawHeaders, 'content-type') > 1) return 'content-type';
+  return null;
 }
 
 /** Whether an absolute-form target's authority is `host`, each with its scheme's default port taken off. */
