@@ -758,6 +758,24 @@ describe('errors in each variant’s envelope', () => {
     ]);
   });
 
+  it('a key or the admin token sent as a field or filter name is not repeated, in the message or in param', async () => {
+    const answers = [
+      (await fetch(`${gw.baseA}/models?${key}`, { headers: { authorization: `Bearer ${key}` } })).json(),
+      (await fetch(`${gw.baseB}/models?${ADMIN_TOKEN}`, { headers: { authorization: `Bearer ${key}` } })).json(),
+      post(gw.baseA, '/embeddings', `{"model":"mistral/embed","input":"x","${key}":1}`).then((r) => r.body),
+      fetch(`${gw.url}/admin/v1/keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ [ADMIN_TOKEN]: 1 }),
+      }).then((r) => r.json()),
+    ];
+    for (const answer of (await Promise.all(answers)) as Envelope[]) {
+      expect(answer.error).toMatchObject({ param: '[redacted]', message: expect.stringContaining("'[redacted]'") });
+      expect(JSON.stringify(answer)).not.toContain(key);
+      expect(JSON.stringify(answer)).not.toContain(ADMIN_TOKEN);
+    }
+  });
+
   it('never reflects an arbitrary Origin', async () => {
     const res = await fetch(`${gw.baseA}/models`, { headers: { authorization: `Bearer ${key}`, origin: 'https://evil.example' } });
     expect(res.headers.get('access-control-allow-origin')).toBeNull();

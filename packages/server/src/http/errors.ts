@@ -230,7 +230,8 @@ function validationError(e: FastifyError, body: unknown): GatewayError {
 
 /** An error's status and envelope (OpenAI's shape) in a variant: every answer of an error is made of these. */
 export function errorEnvelope(g: GatewayError, variant: Variant): { status: number; body: string } {
-  return errorJson(g.code, variant, redactSecrets(g.message), g.param);
+  // `param` too: it names what the client sent, which may be a key (`?gw_live_…`, or a field named after one).
+  return errorJson(g.code, variant, redactSecrets(g.message), g.param === null ? null : redactSecrets(g.param));
 }
 
 /** How often a refusal for an unreachable store is logged at warn, with its cause; the others at debug. */
