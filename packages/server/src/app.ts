@@ -292,7 +292,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     onSpill: outageLog.onSpill,
   });
   usage.start();
-  const workspaces = new WorkspaceCache(store, config.keyCacheTtlMs);
+  const workspaces = new WorkspaceCache(store, config.keyCacheTtlMs, bus);
   auth.onWorkspaceChanged = (id) => workspaces.forget(id);
   bus.onResubscribe(() => workspaces.forgetAll());
   const services: Services = {

@@ -18,6 +18,18 @@ const UNKNOWN_TTL_MS = 10_000;
 const MAX_UNKNOWN = 50_000;
 /** Key events kept for the bus's return when their publish failed (they are rare: admin calls). */
 const MAX_UNSENT = 10_000;
+/**
+ * How long a known key or workspace is trusted while this instance cannot hear changes (its subscription to Redis
+ * lost, or Redis away): re-read at its first use after the loss, then once its copy is older than this, so that a
+ * change made meanwhile applies within it rather than within the cache's TTL.
+ */
+export const DEAF_TRUST_MS = 250;
+
+/** Whether a copy read from the store at `readAt` is still to be trusted, `ttlMs` being the cache's own. */
+export function stillTrusted(readAt: number, ttlMs: number, deafSince: number | null, now = Date.now()): boolean {
+  if (deafSince === null) return now - readAt < ttlMs;
+  return readAt > deafSince && now - readAt < Math.min(ttlMs, DEAF_TRUST_MS);
+}
 
 export function generateApiKey(): { key: string; hash: string } {
   const key = `${KEY_PREFIX}${randomToken(32)}`;
@@ -98,7 +110,7 @@ export class ApiKeyAuthenticator {
     const hash = sha256Hex(key);
     const cached = this.byHash.get(hash);
     if (cached) {
-      if (Date.now() - cached.fetchedAt > this.ttlMs) this.refreshInBackground(hash, cached);
+      if (!stillTrusted(cached.fetchedAt, this.ttlMs, this.bus.deafSince())) this.refreshInBackground(hash, cached);
       return checkUsable(cached.record);
     }
     const unknownUntil = this.unknown.get(hash);

@@ -1,5 +1,7 @@
 import { GatewayError } from '../errors/gateway-error.js';
+import type { Bus } from '../kv/types.js';
 import type { Store, Workspace } from '../store/types.js';
+import { stillTrusted } from './api-keys.js';
 
 /** Workspaces read through a short cache, kept while the store is unreachable. */
 export class WorkspaceCache {
@@ -10,12 +12,14 @@ export class WorkspaceCache {
   constructor(
     private readonly store: Store,
     private readonly ttlMs: number,
+    /** Where changes are heard: while it cannot hear them, a copy is trusted only briefly (DEAF_TRUST_MS). */
+    private readonly bus: Pick<Bus, 'deafSince'>,
   ) {}
 
   /** At once (no promise) when a fresh entry is cached, the usual case; a promise when the store must be read. */
   get(id: string): Workspace | null | Promise<Workspace | null> {
     const hit = this.entries.get(id);
-    return hit && Date.now() - hit.at < this.ttlMs ? hit.ws : this.read(id);
+    return hit && stillTrusted(hit.at, this.ttlMs, this.bus.deafSince()) ? hit.ws : this.read(id);
   }
 
   private async read(id: string): Promise<Workspace | null> {

@@ -18,6 +18,10 @@ export class MemoryBus implements Bus {
   /** One process: there is no connection to lose. */
   onResubscribe(): void {}
 
+  deafSince(): null {
+    return null;
+  }
+
   onPublishReady(): void {}
 
   async close(): Promise<void> {

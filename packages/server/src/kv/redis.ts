@@ -187,6 +187,8 @@ export class RedisBus implements Bus {
   private readonly channels = new Set<string>();
   private readonly resubscribeHandlers: (() => void)[] = [];
   private readonly publishReadyHandlers: (() => void)[] = [];
+  /** Null while the subscriptions are live; else since when they are not (the start counts as a loss). */
+  private deafFrom: number | null = Date.now();
 
   private constructor(
     private readonly pub: Redis,
@@ -199,9 +201,17 @@ export class RedisBus implements Bus {
     sub.on('ready', () => {
       if (this.channels.size > 0)
         sub.subscribe(...this.channels).then(
-          () => runAll(this.resubscribeHandlers),
+          () => {
+            this.deafFrom = null;
+            runAll(this.resubscribeHandlers);
+          },
           () => {},
         );
+    });
+    // Noticed at once (Redis closing a slow subscriber, a restart): until the subscriptions are renewed, a reconnect
+    // backoff later, what other instances publish goes unheard.
+    sub.on('close', () => {
+      this.deafFrom ??= Date.now();
     });
     pub.on('ready', () => runAll(this.publishReadyHandlers));
   }
@@ -212,6 +222,10 @@ export class RedisBus implements Bus {
 
   onPublishReady(handler: () => void): void {
     this.publishReadyHandlers.push(handler);
+  }
+
+  deafSince(): number | null {
+    return this.deafFrom;
   }
 
   static async connect(url: string): Promise<RedisBus> {
@@ -234,7 +248,14 @@ export class RedisBus implements Bus {
     // Redis away at start: the gateway starts anyway (callers fail open), and the 'ready' handler subscribes once it is back.
     // Not sent before then: on a connection still waiting for its ready check it would wait in the offline queue, and
     // the start with it, for as long as a stalled Redis does not answer.
-    if (this.sub.status === 'ready') await this.sub.subscribe(channel).catch(() => {});
+    if (this.sub.status === 'ready') {
+      await this.sub.subscribe(channel).then(
+        () => {
+          this.deafFrom = null;
+        },
+        () => {},
+      );
+    }
   }
 
   async close(): Promise<void> {

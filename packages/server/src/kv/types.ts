@@ -5,6 +5,11 @@ export interface Bus {
   subscribe(channel: string, handler: (message: string) => void): Promise<void>;
   /** Called each time the subscriptions are renewed after a lost connection: what was published meanwhile was missed. */
   onResubscribe(handler: () => void): void;
+  /**
+   * Since when (`Date.now()`) messages published now may not reach this instance: its subscriber connection was lost,
+   * or has not subscribed yet. Null while its subscriptions are live.
+   */
+  deafSince(): number | null;
   /** Called each time the publishing connection is back after it was lost: what failed to publish can be sent now. */
   onPublishReady(handler: () => void): void;
   close(): Promise<void>;
