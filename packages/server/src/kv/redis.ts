@@ -182,6 +182,9 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
   };
 }
 
+/** How long after a refused resubscribe the subscriber connection is made again, to try once more. */
+const RESUBSCRIBE_RETRY_MS = 1_000;
+
 /** Pub/sub over Redis, so that every instance hears a revocation within milliseconds. */
 export class RedisBus implements Bus {
   private readonly channels = new Set<string>();
@@ -205,7 +208,9 @@ export class RedisBus implements Bus {
             this.deafFrom = null;
             runAll(this.resubscribeHandlers);
           },
-          () => {},
+          // Refused (an ACL without SUBSCRIBE, an error reply): tried again on a new connection, not left deaf until
+          // the next time this one drops.
+          () => void setTimeout(() => sub.status === 'ready' && sub.disconnect(true), RESUBSCRIBE_RETRY_MS).unref(),
         );
     });
     // Noticed at once (Redis closing a slow subscriber, a restart): until the subscriptions are renewed, a reconnect
