@@ -315,7 +315,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     offerStats,
     idempotency,
     storePresence,
-    lifecycle: { draining: false, inFlight: 0, apiRequests: 0 },
+    lifecycle: { draining: false, inFlight: 0, claimsHeld: 0, apiRequests: 0 },
     upstreamCalls: new UpstreamCalls(),
     redisHealth,
   };
@@ -378,10 +378,14 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await sessions.drain(Math.max(0, answerBy - Date.now()));
       // Half the margin is kept for writing the usage: a request still running then is cut, not the records of the others.
       const stopWaitingAt = deadline - Math.floor(margin / 2);
+      // A keyed request whose client left runs on, its claim held, until its answer is stored for the retry.
       const inFlightDone = async () => {
-        while (services.lifecycle.inFlight > 0 && Date.now() < stopWaitingAt) await new Promise((r) => setTimeout(r, 20));
+        const { lifecycle } = services;
+        while ((lifecycle.inFlight > 0 || lifecycle.claimsHeld > 0) && Date.now() < stopWaitingAt) await new Promise((r) => setTimeout(r, 20));
       };
       await inFlightDone();
+      // Such a request's stream, begun during the drain with nobody reading it: billed when it ends, as the others.
+      await sessions.drain(Math.max(0, answerBy - Date.now()));
       // A connection still open now had a stream end during the drain, its head sent with keep-alive before it began:
       // its client may be sending its next request on it. Read it for the grace too, to answer 503 rather than reset it.
       if ((await openConnections(app.server)) > 0) {

@@ -43,8 +43,12 @@ export interface Services {
   idempotency: IdempotencyService;
   /** Instances sharing PostgreSQL without Redis: this one's name and word that it is alive there (null otherwise). */
   storePresence: StorePresence | null;
-  /** `inFlight`: requests whose response has not closed yet; `apiRequests`: requests to the public API (either variant) so far. */
-  lifecycle: { draining: boolean; inFlight: number; apiRequests: number };
+  /**
+   * `inFlight`: requests whose response has not closed yet; `claimsHeld`: X-Idempotency-Key claims not yet settled or
+   * released, which a keyed request keeps after its client leaves (it runs on for the retry); `apiRequests`: requests
+   * to the public API (either variant) so far. A shutdown waits for the first two.
+   */
+  lifecycle: { draining: boolean; inFlight: number; claimsHeld: number; apiRequests: number };
   /** The calls waiting on a provider for an answer not yet begun: a shutdown about to run out of time answers them. */
   upstreamCalls: UpstreamCalls;
   /** Whether Redis answers (null: no Redis configured): /readyz and `gw_redis_up` tell operators when limits go unenforced. */

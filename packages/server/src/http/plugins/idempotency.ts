@@ -43,6 +43,7 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
       return true;
     }
     claims.set(request, begun.claim);
+    services.lifecycle.claimsHeld++;
     return false;
   }
   // Callback-style so that the common case, a request without a key, costs no promise.
@@ -54,14 +55,20 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     recordOutlivedClient(services, request, reply);
     void settle(services, request, reply, payload, claim)
       .catch(warnOnFailure(request.log, 'idempotency: storing the answer failed'))
-      .then(() => done(null, payload));
+      .then(() => {
+        services.lifecycle.claimsHeld--;
+        done(null, payload);
+      });
   });
   // Whatever ended the request without a reply being sent, its key is not left claimed.
   app.addHook('onResponse', (request, _reply, done) => {
     const claim = claims.get(request);
     claims.delete(request);
     done();
-    claim?.release().catch(() => {});
+    claim
+      ?.release()
+      .catch(() => {})
+      .then(() => services.lifecycle.claimsHeld--);
   });
 }
 
