@@ -162,55 +162,63 @@ describe('a draining instance', () => {
   it.each([
     ['an answer', false],
     ['a stream not yet begun', true],
-  ])('waits for a keyed request whose client left (%s): its answer is kept for the retry and billed once', async (_, stream) => {
-    const { id, key } = await gw.createKey({ rateLimitRpm: 1000 });
-    const dataDir = gw.gateway.services.config.dataDir;
-    sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1_500 });
-    // A stream that runs on for a second after it begins, with nobody reading it.
-    if (stream) sim.providers.scaleway?.configure({ chunkGapMs: 100 });
-    const calls = () => sim.providers.scaleway?.stats().recent.filter((r) => r.endpoint === 'chat') ?? [];
-    const before = calls().length;
-    const answered = await fetch(`${gw.baseA}/models/meta/llama-3.3-70b`, { headers: { authorization: `Bearer ${key}` } });
-    expect(answered.status).toBe(200);
-    const embedded = await fetch(`${gw.baseA}/embeddings`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-idempotency-key': 'answered-1' },
-      body: JSON.stringify({ model: 'mistral/embed', input: 'x' }),
-    });
-    expect(embedded.status).toBe(200);
-    expect(gw.gateway.services.lifecycle.claimsHeld).toBe(0);
-    try {
-      const left = new AbortController();
-      const asked = fetch(`${gw.baseA}/chat/completions`, {
+  ])(
+    'waits for a keyed request whose client left (%s): its answer is kept for the retry and billed once',
+    async (_, stream) => {
+      const { id, key } = await gw.createKey({ rateLimitRpm: 1000 });
+      const dataDir = gw.gateway.services.config.dataDir;
+      sim.providers.scaleway?.setFault({ kind: 'latency', ms: 1_500 });
+      // A stream that runs on for a second after it begins, with nobody reading it.
+      if (stream) sim.providers.scaleway?.configure({ chunkGapMs: 100 });
+      const calls = () => sim.providers.scaleway?.stats().recent.filter((r) => r.endpoint === 'chat') ?? [];
+      const before = calls().length;
+      const answered = await fetch(`${gw.baseA}/models/meta/llama-3.3-70b`, { headers: { authorization: `Bearer ${key}` } });
+      expect(answered.status).toBe(200);
+      const embedded = await fetch(`${gw.baseA}/embeddings`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway', 'x-idempotency-key': 'left-1' },
-        body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream, max_tokens: 10 }),
-        signal: left.signal,
-      }).catch(() => null);
-      await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(1));
-      left.abort();
-      expect(await asked).toBeNull();
-      await eventually(() => expect(gw.gateway.services.lifecycle.inFlight).toBe(0));
-      // The client is gone, its request runs on, holding its key's claim (one answered gives its own back: below).
-      expect(gw.gateway.services.lifecycle.claimsHeld).toBe(1);
-      await gw.gateway.close();
-      // One call, answered whole: not cut by the exit, nor tried again on other providers.
-      expect(calls().slice(before).map((r) => r.status)).toEqual([200]);
-      const store = await openStore({ dataDir });
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-idempotency-key': 'answered-1' },
+        body: JSON.stringify({ model: 'mistral/embed', input: 'x' }),
+      });
+      expect(embedded.status).toBe(200);
+      expect(gw.gateway.services.lifecycle.claimsHeld).toBe(0);
       try {
-        const records = (await store.usage.list({ keyId: id })).filter((r) => r.model === 'meta/llama-3.3-70b');
-        // The client's leaving, at the whole answer's cost.
-        expect(records.map((r) => [r.status, r.errorCode, r.streamed])).toEqual([[499, 'client_closed', stream]]);
-        expect(records[0]?.cost).toBeGreaterThan(0);
-        // The answer is the key's: a retry on another instance gets it, not a second call.
-        expect(await store.idempotency.get(idempotencyScope(id, 'left-1'))).toMatchObject({ state: 'done' });
+        const left = new AbortController();
+        const asked = fetch(`${gw.baseA}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway', 'x-idempotency-key': 'left-1' },
+          body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'hi' }], stream, max_tokens: 10 }),
+          signal: left.signal,
+        }).catch(() => null);
+        await eventually(() => expect(sim.providers.scaleway?.stats().inFlight).toBe(1));
+        left.abort();
+        expect(await asked).toBeNull();
+        await eventually(() => expect(gw.gateway.services.lifecycle.inFlight).toBe(0));
+        // The client is gone, its request runs on, holding its key's claim (one answered gives its own back: below).
+        expect(gw.gateway.services.lifecycle.claimsHeld).toBe(1);
+        await gw.gateway.close();
+        // One call, answered whole: not cut by the exit, nor tried again on other providers.
+        expect(
+          calls()
+            .slice(before)
+            .map((r) => r.status),
+        ).toEqual([200]);
+        const store = await openStore({ dataDir });
+        try {
+          const records = (await store.usage.list({ keyId: id })).filter((r) => r.model === 'meta/llama-3.3-70b');
+          // The client's leaving, at the whole answer's cost.
+          expect(records.map((r) => [r.status, r.errorCode, r.streamed])).toEqual([[499, 'client_closed', stream]]);
+          expect(records[0]?.cost).toBeGreaterThan(0);
+          // The answer is the key's: a retry on another instance gets it, not a second call.
+          expect(await store.idempotency.get(idempotencyScope(id, 'left-1'))).toMatchObject({ state: 'done' });
+        } finally {
+          await store.close();
+        }
       } finally {
-        await store.close();
+        sim.providers.scaleway?.reset();
       }
-    } finally {
-      sim.providers.scaleway?.reset();
-    }
-  }, 15_000);
+    },
+    15_000,
+  );
 
   it('ends with an error event, and bills, a stream that began after the drain began and still runs near the deadline', async () => {
     const timeoutMs = 2_000;

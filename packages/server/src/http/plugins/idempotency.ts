@@ -65,10 +65,13 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     const claim = claims.get(request);
     claims.delete(request);
     done();
-    claim
-      ?.release()
+    if (!claim) return;
+    void claim
+      .release()
       .catch(() => {})
-      .then(() => services.lifecycle.claimsHeld--);
+      .then(() => {
+        services.lifecycle.claimsHeld--;
+      });
   });
 }
 
