@@ -191,7 +191,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   if (redis && fallback) redis.on('close', () => fallback.sharedLost());
   // When it is ready again, the costs settled on the leases meanwhile are brought to it at once.
   if (redis && fallback) redis.on('ready', () => fallback.sharedBack());
-  const ledger = fallback ?? new MemoryLedger();
+  const ledger = fallback ?? new MemoryLedger(flushUsage);
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // One bound on the event data all streams keep in this instance's memory: the sessions' logs and the in-memory resume copies.
   const streamMemory = new StreamMemory(config.streamMemoryMb * 1024 * 1024);

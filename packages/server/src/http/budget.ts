@@ -192,14 +192,32 @@ function budgetScopes(services: Services, key: ApiKeyRecord, ws: Workspace | nul
   const known = scopesOfKey.get(key);
   if (known && known.ws === ws) return known.scopes;
   const scopes: BudgetScope[] = [];
-  if (key.budget !== null) {
-    const id = `key:${key.id}`;
-    scopes.push({ id, limit: key.budget, loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0, loadLeased: leasedIn(services, id) });
-  }
-  if (ws && ws.budget !== null) {
-    const id = `ws:${ws.id}`;
-    scopes.push({ id, limit: ws.budget, loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0, loadLeased: leasedIn(services, id) });
-  }
+  if (key.budget !== null) scopes.push(keyScope(services, key));
+  if (ws && ws.budget !== null) scopes.push(workspaceScope(services, ws));
   scopesOfKey.set(key, { ws, scopes });
   return scopes;
+}
+
+function keyScope(services: Services, key: ApiKeyRecord): BudgetScope {
+  const id = `key:${key.id}`;
+  return { id, limit: key.budget, loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0, loadLeased: leasedIn(services, id) };
+}
+
+function workspaceScope(services: Services, ws: Workspace): BudgetScope {
+  const id = `ws:${ws.id}`;
+  return { id, limit: ws.budget, loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0, loadLeased: leasedIn(services, id) };
+}
+
+/**
+ * A budget was set (PATCH) on a key or workspace, which may have had none: what it spent meanwhile went to the store
+ * only (a scope without a budget is not held, so not in the ledger's total), and a total the ledger kept from before
+ * lacks it. It is brought up to the store's before the change is announced, and again once every instance has
+ * written its usage records.
+ */
+export async function budgetSet(services: Services, of: { key: ApiKeyRecord } | { workspace: Workspace }): Promise<void> {
+  if ('key' in of) {
+    if (of.key.budget !== null) await services.ledger.budgetSet?.(budgetTag(of.key), keyScope(services, of.key));
+  } else if (of.workspace.budget !== null) {
+    await services.ledger.budgetSet?.(`ws:${of.workspace.id}`, workspaceScope(services, of.workspace));
+  }
 }

@@ -53,6 +53,12 @@ export interface BudgetLedger {
    * latest as far as the ledger knows, or null where it cannot say (the refusal then says 1 s).
    */
   roomBackInMs?(tag: string, scopeId: string, nano: number): Promise<number | null>;
+  /**
+   * A budget was set on `scope`, which may have had none: costs made meanwhile are in the store's total only. Brings
+   * the ledger's total up to the store's (never down), once this instance's usage records are written, and again
+   * later, once every instance's are.
+   */
+  budgetSet?(tag: string, scope: BudgetScope): Promise<void>;
 }
 
 /** How long a reservation holds before it is presumed lost (its instance crashed). */

@@ -428,6 +428,13 @@ export class FallbackLedger implements BudgetLedger {
     return this.shared.peek(tag, scopeId);
   }
 
+  /** A total kept in Redis from before the scope had no budget is raised to the store's, now and again later. */
+  async budgetSet(tag: string, scope: BudgetScope): Promise<void> {
+    this.scopesById.set(scope.id, scope);
+    this.raiseWhenStored(tag, [scope.id]);
+    await this.raiseRun;
+  }
+
   roomBackInMs(tag: string, scopeId: string, nano: number): Promise<number | null> {
     return this.shared.roomBackInMs?.(tag, scopeId, nano) ?? Promise.resolve(null);
   }

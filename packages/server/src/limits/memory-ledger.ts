@@ -16,6 +16,19 @@ export class MemoryLedger implements BudgetLedger {
   private readonly accounts = new Map<string, Account>();
   private readonly loading = new Map<string, Promise<Account>>();
 
+  /** `flushUsage`: writes this instance's pending usage records, so that the store's totals have their costs. */
+  constructor(private readonly flushUsage: () => Promise<void> = async () => {}) {}
+
+  /** A total kept from before the scope had no budget lacks what it spent meanwhile (only the store has it). */
+  async budgetSet(_tag: string, scope: BudgetScope): Promise<void> {
+    if (!this.accounts.has(scope.id)) return;
+    await this.flushUsage().catch(() => {});
+    const stored = toNano(await scope.loadSpent());
+    // Read again after the await: a reservation may have made the account meanwhile.
+    const acc = this.accounts.get(scope.id);
+    if (acc && stored > acc.spent) acc.spent = stored;
+  }
+
   reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
     const accounts: Account[] = [];
     for (const scope of scopes) {

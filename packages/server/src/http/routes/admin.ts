@@ -22,6 +22,7 @@ import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { errorSummary, warnOnFailure } from '../../lib/error-summary.js';
 import { newId } from '../../lib/ids.js';
 import type { ApiKeyRecord, KeyRepo, Workspace as WorkspaceRecord } from '../../store/types.js';
+import { budgetSet } from '../budget.js';
 import { sendError } from '../errors.js';
 import { emptyParamError, noRouteError } from '../no-route.js';
 import { refuseNonUtf8Json } from '../plugins/json-charset.js';
@@ -361,6 +362,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         id,
       );
       if (!ws) throw new GatewayError('not_found', `No workspace '${id}'.`, { param: 'id' });
+      if (body.budget !== undefined) await budgetSet(services, { workspace: ws });
       await announce(services, request.log, 'workspace', id);
       return workspaceView(ws);
     },
@@ -412,6 +414,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         id,
       );
       if (!rec) throw await unchangedKeyError(store.keys, id);
+      if (body.budget !== undefined) await budgetSet(services, { key: rec });
       await announce(services, request.log, 'changed', id);
       return keyView(rec);
     },
