@@ -10,6 +10,8 @@ import { startGateway, type TestGateway } from './helpers/gateway.js';
  */
 const ANSWER = 'A fox is a small omnivore with a bushy tail, found all over Europe.';
 const LOUD = { prompt_tokens: 20, completion_tokens: 1_000_000, total_tokens: 1_000_020 };
+/** `full-*`: an answer that fills the 8,000-token window, its prompt counted at far fewer tokens than the gateway estimates. */
+const FULL = { prompt_tokens: 10, completion_tokens: 7_990, total_tokens: 8_000 };
 
 function chunk(model: string, delta: object, usage?: object) {
   const choices = usage ? [] : [{ index: 0, delta, finish_reason: null }];
@@ -28,11 +30,12 @@ function fakeHost(): Server {
         res.end(JSON.stringify(body));
       };
       if (req.method === 'GET') {
-        const ids = ['quiet-chat', 'loud-chat', 'quiet-embed'];
+        const ids = ['quiet-chat', 'loud-chat', 'full-chat', 'quiet-embed'];
         return json(200, { object: 'list', data: ids.map((id) => ({ id, object: 'model', created: 1, owned_by: 'fake' })) });
       }
       const body = JSON.parse(text) as { model: string; stream?: boolean; input?: unknown };
       const loud = body.model.startsWith('loud');
+      const reported = loud ? LOUD : body.model.startsWith('full') ? FULL : undefined;
       if (req.url?.endsWith('/embeddings')) {
         const inputs = Array.isArray(body.input) ? body.input : [body.input];
         return json(200, { object: 'list', data: inputs.map((_, index) => ({ object: 'embedding', index, embedding: [0.1, 0.2] })), model: body.model });
@@ -40,7 +43,7 @@ function fakeHost(): Server {
       if (body.stream) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
         res.write(chunk(body.model, { role: 'assistant', content: ANSWER }));
-        res.end(`${chunk(body.model, {}, loud ? LOUD : undefined)}data: [DONE]\n\n`);
+        res.end(`${chunk(body.model, {}, reported)}data: [DONE]\n\n`);
         return;
       }
       const message = { role: 'assistant', content: ANSWER };
@@ -50,7 +53,7 @@ function fakeHost(): Server {
         created: 1,
         model: body.model,
         choices: [{ index: 0, message, finish_reason: 'stop' }],
-        ...(loud ? { usage: LOUD } : {}),
+        ...(reported ? { usage: reported } : {}),
       });
     });
   });
@@ -68,7 +71,7 @@ beforeAll(async () => {
     catalogue: () => ({
       providers: [{ id: 'fake', type: 'openai', baseUrl, region: 'local' }],
       models: [
-        ...['quiet-chat', 'loud-chat'].map((m) => ({
+        ...['quiet-chat', 'loud-chat', 'full-chat'].map((m) => ({
           id: `fam/${m}`,
           kind: 'chat' as const,
           owned_by: 'fam',
@@ -126,6 +129,32 @@ describe('a host that reports no usage', () => {
     const [record] = await recordsOf(id);
     expect(record?.promptTokens).toBe(body.usage.prompt_tokens);
     expect(record?.cost).toBeGreaterThan(0);
+  });
+});
+
+describe('a request without max_tokens', () => {
+  it("is billed the completion the provider counts up to what the window leaves after the provider's prompt count, not the gateway's estimate", async () => {
+    // About 1,000 tokens by the gateway's estimate (3 characters a token); the host counts 10.
+    const long = [{ role: 'user' as const, content: 'Tell me about foxes. '.repeat(150) }];
+    expect(estimatePromptTokens({ messages: long })).toBeGreaterThan(900);
+    for (const [model, completion] of [
+      ['fam/full-chat', FULL.completion_tokens],
+      // A count past the window is billed at what the window leaves: 8,000 less the host's 20.
+      ['fam/loud-chat', 8_000 - LOUD.prompt_tokens],
+    ] as const) {
+      for (const stream of [false, true]) {
+        const { id, key } = await gw.createKey({ budget: 1_000 });
+        const res = await fetch(`${gw.baseA}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model, messages: long, stream }),
+        });
+        expect(res.status).toBe(200);
+        await res.text();
+        const [record] = await recordsOf(id);
+        expect([model, stream, record?.completionTokens]).toEqual([model, stream, completion]);
+      }
+    }
   });
 });
 

@@ -87,9 +87,13 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       }
       const options = routeOptions(services, request);
       const promptTokens = estimatePromptTokens(body);
-      // Without a cap the completion can fill the rest of the context window: that is its worst case, for each of the `n` choices.
+      // Without a cap a completion can fill the context window less the prompt as the provider counts it, which the
+      // estimate may exceed: the hold takes the whole window (the worst case whatever that count), each of the `n`
+      // choices, and the bill what the provider's count leaves. A provider that needs a cap is asked for the rest.
       const perChoice = cap?.tokens ?? Math.max(1, model.context_window - promptTokens);
-      const size = { promptTokens, maxTokens: perChoice * (body.n ?? 1) };
+      const choices = body.n ?? 1;
+      const size = { promptTokens, maxTokens: (cap?.tokens ?? model.context_window) * choices };
+      const billedCap = (prompt: number) => (cap?.tokens ?? Math.max(1, model.context_window - prompt)) * choices;
       // Offers whose provider refuses an answer-changing field the request uses are left out (never attempted).
       const servable = modelWithOffersTakingFields(services, request, model, body, options.pin, (seen & AFTER_TOOL) !== 0);
       const plan = planOffers(servable, options, size);
@@ -98,7 +102,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       } catch (err) {
         // Without a cap the hold prices a completion that fills the context window: say how to ask for less.
         if (cap === undefined && isGatewayError(err) && err.code === 'budget_exceeded') {
-          err.message += ` This request sets no max_tokens, so its worst case is a completion filling the rest of the ${model.context_window}-token context window; a max_tokens lowers it.`;
+          err.message += ` This request sets no max_tokens, so its worst case is a completion filling the ${model.context_window}-token context window; a max_tokens lowers it.`;
         }
         throw err;
       }
@@ -110,8 +114,9 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
           options,
           promptTokens,
           completionCap: size.maxTokens,
+          billedCap,
           perChoice,
-          choices: body.n ?? 1,
+          choices,
           functions,
         };
         return startStream(services, request, reply, stream);
@@ -134,8 +139,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       }
       const completion: ChatCompletion = { ...result.value, model: model.id };
       // A provider that reported no usage: answered and billed at the gateway's estimate, as a stream is.
-      completion.usage ??= estimatedUsage(promptTokens, answeredChars(completion), size.maxTokens);
-      bill(request, result.offer, completion, size.maxTokens);
+      completion.usage ??= estimatedUsage(promptTokens, answeredChars(completion), billedCap(promptTokens));
+      bill(request, result.offer, completion, billedCap(completion.usage.prompt_tokens ?? promptTokens));
       setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
       if (functions) completion.choices = completion.choices.map(toFunctionsChoice);
       return completion;
@@ -274,7 +279,8 @@ function answeredChars(completion: ChatCompletion): number {
 
 /**
  * The draft's tokens and cost: the provider's counts, but never more completion tokens than the request allows
- * (`max_tokens` times `n`, which its budget hold covered): a host that reports more is billed at the cap, and said so.
+ * (`max_tokens` times `n`, which its budget hold covered, or without one what the context window leaves after the
+ * provider's prompt count): a host that reports more is billed at the cap, and said so.
  */
 function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion, completionCap: number): void {
   const usage = request.gw.usage;

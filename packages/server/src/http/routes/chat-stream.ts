@@ -55,6 +55,8 @@ export async function startStream(
     options: RouteOptions;
     promptTokens: number;
     completionCap: number;
+    /** The most completion tokens billed, given the prompt's count (the provider's, else the estimate). */
+    billedCap: (promptTokens: number) => number;
     perChoice: number;
     choices: number;
     /** The client gave `functions`: its chunks go out in the functions API's shape. */
@@ -140,10 +142,10 @@ export async function startStream(
         warnUpstreamFailed(request, result.offer, outcome.lateFailure, 'after its answer was whole, before [DONE]');
       }
       const neverSent = !reply.raw.headersSent && leftBeforeAnswer(reply.raw);
-      const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.completionCap);
+      const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.billedCap(args.promptTokens));
       const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
       const reported = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
-      const completion = billedCompletionTokens(request, result.offer.provider, reported, args.completionCap);
+      const completion = billedCompletionTokens(request, result.offer.provider, reported, args.billedCap(prompt));
       const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
       if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
       services.usage.record({
