@@ -146,8 +146,13 @@ describe('budgets while Redis is away', () => {
       const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => chat(i % 2 ? four : three, key)));
       // Each instance alone would have let 10 through.
       expect(responses.filter((r) => r.status === 200)).toHaveLength(10);
-      expect(responses.filter((r) => r.status === 402)).toHaveLength(40);
+      const refused = responses.filter((r) => r.status === 402);
+      expect(refused).toHaveLength(40);
       expect(responses.every((r) => r.headers.get('x-ratelimit-enforced') !== 'true')).toBe(true);
+      // Nothing is spent yet: the holds of the 10 running take the room, so each refusal says to retry shortly, as with Redis.
+      for (const r of refused) expect([r.headers.get('x-should-retry'), r.headers.get('retry-after')]).toEqual(['true', '1']);
+      const said = new Set(await Promise.all(refused.map(async (r) => ((await r.json()) as { error: { message: string } }).error.message)));
+      expect([...said].every((m) => m.startsWith('Too little of the budget of this API key is free while its requests in flight hold'))).toBe(true);
       expect(await spentOf(three, id)).toBeLessThanOrEqual(budget);
     } finally {
       sim.providers.scaleway?.configure({ latencyMs: 30 });

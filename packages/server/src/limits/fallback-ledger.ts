@@ -42,6 +42,8 @@ export interface TakeoverLedger extends BudgetLedger {
   storedBefore(): number;
   /** Puts what was taken over in the database. */
   cover(): Promise<void>;
+  /** A scope's spend and the room its leases hold, as the database and this instance know them. */
+  peekScope(scope: BudgetScope): Promise<{ spent: number; reserved: number }>;
 }
 
 /** Costs settled outside the shared ledger for one set of scopes, not yet added to it; `since`: when the first was (Date.now()). */
@@ -424,8 +426,15 @@ export class FallbackLedger implements BudgetLedger {
     return this.settle(r, 0);
   }
 
-  peek(tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null> {
-    return this.shared.peek(tag, scopeId);
+  /** Redis's view; while it is away, the leases': a refusal for room they hold is told to retry, not that the budget is spent. */
+  async peek(tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null> {
+    try {
+      return await this.shared.peek(tag, scopeId);
+    } catch (err) {
+      const scope = this.scopesById.get(scopeId);
+      if (!this.database || !scope) throw err;
+      return this.database.peekScope(scope);
+    }
   }
 
   /** A total kept in Redis from before the scope had no budget is raised to the store's, now and again later. */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { BudgetLeaseRepo } from '../store/types.js';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
-import { limitNano, toNano } from './budget-types.js';
+import { fromNano, limitNano, toNano } from './budget-types.js';
 
 /** How long a lease counts in the database unless renewed (an instance that died gives its leases back after this). */
 export const LEASE_TTL_MS = 30_000;
@@ -227,6 +227,19 @@ export class LeaseLedger implements BudgetLedger {
   /** Not kept here: the store's `spent` is what the admin API shows. */
   async peek(): Promise<{ spent: number; reserved: number } | null> {
     return null;
+  }
+
+  /**
+   * What is spent (stored, and this instance's costs not stored yet) and what the leases hold besides (the worst cases
+   * of requests in flight, room leased unused, and other instances' costs not stored yet), in EUR.
+   */
+  async peekScope(scope: BudgetScope): Promise<{ spent: number; reserved: number }> {
+    const [stored, leased] = await Promise.all([scope.loadSpent(), scope.loadLeased?.() ?? Promise.resolve({ nano: 0, ms: 0 })]);
+    const state = this.scopes.get(scope.id);
+    const storedBefore = this.options.storedBefore();
+    let unstored = 0;
+    for (const cost of state?.settled ?? []) if (cost.at >= storedBefore) unstored += cost.nano;
+    return { spent: stored + fromNano(unstored), reserved: fromNano(Math.max(0, leased.nano - unstored)) };
   }
 
   stop(): void {
