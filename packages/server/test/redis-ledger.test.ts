@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ALIVE_TTL_MS, InstancePresence, instanceKey } from '../src/kv/instance-presence.js';
-import { toNano } from '../src/limits/budget-types.js';
+import { RESERVATION_TTL_MS, toNano } from '../src/limits/budget-types.js';
 import { RedisLedger } from '../src/limits/redis-ledger.js';
 import { useRedis } from './helpers/redis.js';
 
@@ -34,6 +34,26 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
     if (a.ok) await ledger.settle(a.reservation, 0.1);
     expect(Number(await fixture.redis.get(`${base(tag)}:held`))).toBe(toNano(0.4));
     expect((await ledger.reserve(tag, [scope(1)], 0.4, 'req_d')).ok).toBe(true);
+  });
+
+  it('renews a running request’s hold: its expiry, and its holds’ and sum’s lives, move to a whole hold life from now', async () => {
+    const ledger = ledgerOf();
+    const tag = 'renew';
+    const r = await ledger.reserve(tag, [scope(1)], 0.9, 'req_long');
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    // As if taken 14 minutes ago: one more minute and it would lapse, its room admitted again while its request runs.
+    await ageHolds(tag, 14 * 60_000);
+    await fixture.redis.pexpire(`${base(tag)}:holds`, 60_000);
+    await fixture.redis.pexpire(`${base(tag)}:held`, 60_000);
+    await ledger.renew(r.reservation);
+    const expiry = Number(await fixture.redis.zscore(`${base(tag)}:holds`, r.reservation.id));
+    expect(expiry - Date.now()).toBeGreaterThan(RESERVATION_TTL_MS - 5_000);
+    for (const key of [`${base(tag)}:holds`, `${base(tag)}:held`]) expect(await fixture.redis.pttl(key)).toBeGreaterThan(RESERVATION_TTL_MS - 5_000);
+    // A settled hold is not brought back.
+    await ledger.settle(r.reservation, 0.1);
+    await ledger.renew(r.reservation);
+    expect(await fixture.redis.zscore(`${base(tag)}:holds`, r.reservation.id)).toBeNull();
   });
 
   it('takes expired holds (of instances that died) off the sum', async () => {

@@ -59,6 +59,8 @@ export interface BudgetLedger {
    * later, once every instance's are.
    */
   budgetSet?(tag: string, scope: BudgetScope): Promise<void>;
+  /** The hold of a request still running lives another hold's life from now (a stream may run longer than one). */
+  renew?(r: Reservation): Promise<void>;
 }
 
 /** How long a reservation holds before it is presumed lost (its instance crashed). */

@@ -437,6 +437,11 @@ export class FallbackLedger implements BudgetLedger {
     }
   }
 
+  /** In Redis; a hold the leases took has no life to renew (it goes with its instance's lease). */
+  async renew(r: Reservation): Promise<void> {
+    await this.shared.renew?.(r);
+  }
+
   /** A total kept in Redis from before the scope had no budget is raised to the store's, now and again later. */
   async budgetSet(tag: string, scope: BudgetScope): Promise<void> {
     this.scopesById.set(scope.id, scope);

@@ -17,7 +17,18 @@ export class MemoryLedger implements BudgetLedger {
   private readonly loading = new Map<string, Promise<Account>>();
 
   /** `flushUsage`: writes this instance's pending usage records, so that the store's totals have their costs. */
-  constructor(private readonly flushUsage: () => Promise<void> = async () => {}) {}
+  constructor(
+    private readonly flushUsage: () => Promise<void> = async () => {},
+    private readonly holdTtlMs = RESERVATION_TTL_MS,
+  ) {}
+
+  async renew(r: Reservation): Promise<void> {
+    const until = Date.now() + this.holdTtlMs;
+    for (const id of r.scopes) {
+      const hold = this.accounts.get(id)?.held.get(r.id);
+      if (hold) hold.until = until;
+    }
+  }
 
   /** A total kept from before the scope had no budget lacks what it spent meanwhile (only the store has it). */
   async budgetSet(_tag: string, scope: BudgetScope): Promise<void> {
@@ -58,7 +69,7 @@ export class MemoryLedger implements BudgetLedger {
     }
     for (const acc of accounts) {
       dropHold(acc, requestId);
-      acc.held.set(requestId, { nano, until: now + RESERVATION_TTL_MS });
+      acc.held.set(requestId, { nano, until: now + this.holdTtlMs });
       acc.heldSum += nano;
     }
     return { ok: true, reservation: { id: requestId, nano, scopes: scopes.map((s) => s.id), tag } };

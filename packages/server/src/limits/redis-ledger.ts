@@ -125,6 +125,23 @@ end
 return {found, toRaise}
 `;
 
+// KEYS: per scope, holds, held sum. ARGV: a hold's member, its new life (ms). A running request's hold lives that long
+// from now, in every scope that still has it (its holds and their sum with it). Returns how many scopes had it.
+const RENEW = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local found = 0
+for i = 1, #KEYS, 2 do
+  if redis.call('ZADD', KEYS[i], 'XX', 'CH', now + ttl, ARGV[1]) == 1 or redis.call('ZSCORE', KEYS[i], ARGV[1]) then
+    found = found + 1
+    redis.call('PEXPIRE', KEYS[i], ttl)
+    if redis.call('EXISTS', KEYS[i+1]) == 1 then redis.call('PEXPIRE', KEYS[i+1], ttl) end
+  end
+end
+return found
+`;
+
 /**
  * How long Redis remembers when a total last took the store's value: the longest an instance may owe costs it settled
  * on the leases (cut off from Redis) and still tell whether that total may have them. Past it they are added.
@@ -302,6 +319,7 @@ export class RedisLedger implements BudgetLedger {
   private readonly settleCmd: (...args: (string | number)[]) => Promise<number[]>;
   private readonly addSpentCmd: (...args: (string | number)[]) => Promise<number[]>;
   private readonly raiseSpentCmd: Cmd;
+  private readonly renewCmd: Cmd;
   private readonly loadSpentCmd: Cmd;
   private readonly adoptHoldCmd: Cmd;
   private readonly settleLateCmd: (...args: (string | number)[]) => Promise<[number, number[]]>;
@@ -334,6 +352,8 @@ export class RedisLedger implements BudgetLedger {
     this.addSpentCmd = this.cmd('gwBudgetAddSpent') as unknown as (...args: (string | number)[]) => Promise<number[]>;
     redis.defineCommand('gwBudgetRaiseSpent', { lua: RAISE_SPENT });
     this.raiseSpentCmd = this.cmd('gwBudgetRaiseSpent');
+    redis.defineCommand('gwBudgetRenew', { lua: RENEW });
+    this.renewCmd = this.cmd('gwBudgetRenew');
     redis.defineCommand('gwBudgetLoadSpent', { lua: LOAD_SPENT });
     this.loadSpentCmd = this.cmd('gwBudgetLoadSpent');
     redis.defineCommand('gwBudgetAdoptHold', { lua: ADOPT_HOLD });
@@ -612,6 +632,11 @@ export class RedisLedger implements BudgetLedger {
 
   async release(r: Reservation): Promise<void> {
     await this.settle(r, 0);
+  }
+
+  async renew(r: Reservation): Promise<void> {
+    const keys = r.scopes.flatMap((id) => keysOf(r.tag, id).slice(1, 3));
+    await this.renewCmd(keys.length, ...keys, r.id, RESERVATION_TTL_MS);
   }
 
   /**
