@@ -42,6 +42,29 @@ async function afterRedisDrops(type: 'pubsub' | 'normal', during: (admin: Redis)
     admin.disconnect();
   }
 }
+/**
+ * Runs `during` while both instances' subscriptions are dropped and SUBSCRIBE is refused (they cannot subscribe again,
+ * as with a Redis that keeps dropping them); then allows it and waits until both are subscribed again.
+ */
+async function whileUnsubscribed(during: (admin: Redis) => Promise<void>): Promise<void> {
+  const admin = new Redis(redis.url);
+  const subscribers = async (n: number) => expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', n]);
+  try {
+    await eventually(() => subscribers(2), 10_000);
+    await admin.call('ACL', 'SETUSER', 'default', '-subscribe');
+    try {
+      await admin.client('KILL', 'TYPE', 'pubsub');
+      await during(admin);
+      await subscribers(0);
+    } finally {
+      await admin.call('ACL', 'SETUSER', 'default', '+subscribe');
+    }
+    // They try again on a new connection each second.
+    await eventually(() => subscribers(2), 10_000);
+  } finally {
+    admin.disconnect();
+  }
+}
 const chat = (gw: TestGateway, key: string) =>
   fetch(`${gw.baseA}/chat/completions`, {
     method: 'POST',
@@ -108,22 +131,13 @@ describe('two instances sharing PostgreSQL and Redis', () => {
   it('an instance whose subscription dropped re-reads the keys it knows at their next use: a revocation published meanwhile applies at once, not once it subscribes again', async () => {
     const { id, key } = await one.createKey();
     expect((await models(two, key)).status).toBe(200);
-    const admin = new Redis(redis.url);
-    try {
-      await eventually(async () => expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 2]), 10_000);
-      // The subscriptions dropped (a network blip), and SUBSCRIBE refused meanwhile: the instances stay unsubscribed.
-      await admin.call('ACL', 'SETUSER', 'default', '-subscribe');
-      await admin.client('KILL', 'TYPE', 'pubsub');
+    await whileUnsubscribed(async () => {
       expect((await one.admin('POST', `/keys/${id}/revoke`)).status).toBe(200);
       // The request that finds the copy read before the loss has it read again; those after it see the store's answer.
       const revokedAt = Date.now();
       await eventually(async () => expect((await models(two, key)).status).toBe(401), 2_000);
       expect(Date.now() - revokedAt).toBeLessThan(1_000);
-      expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 0]);
-    } finally {
-      await admin.call('ACL', 'SETUSER', 'default', '+subscribe');
-      admin.disconnect();
-    }
+    });
   }, 30_000);
 
   it('an instance whose subscription dropped for a moment reads its workspaces again: a change published meanwhile applies from the next request', async () => {
@@ -141,14 +155,8 @@ describe('two instances sharing PostgreSQL and Redis', () => {
     const ws = await one.admin<{ id: string }>('POST', '/workspaces', { name: 'deaf', enabledModels: null });
     const { id, key } = await one.createKey({ workspaceId: ws.body.id });
     expect((await models(two, key)).status).toBe(200);
-    const admin = new Redis(redis.url);
-    try {
-      await eventually(async () => expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 2]), 10_000);
-      // SUBSCRIBE refused: the instances reconnect and cannot subscribe again, as with a Redis that keeps dropping them.
-      await admin.call('ACL', 'SETUSER', 'default', '-subscribe');
-      await admin.client('KILL', 'TYPE', 'pubsub');
+    await whileUnsubscribed(async () => {
       await new Promise((r) => setTimeout(r, 600));
-      expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 0]);
       // Read again since the loss: trusted for a quarter second, then read again at its next use.
       expect(await modelIdsB(two, key)).not.toEqual(['mistral/small']);
       expect((await one.admin('PATCH', `/workspaces/${ws.body.id}`, { enabledModels: ['mistral/small'] })).status).toBe(200);
@@ -156,15 +164,7 @@ describe('two instances sharing PostgreSQL and Redis', () => {
       const changedAt = Date.now();
       await eventually(async () => expect((await models(two, key)).status).toBe(401), 2_000);
       expect(Date.now() - changedAt).toBeLessThan(1_000);
-    } finally {
-      await admin.call('ACL', 'SETUSER', 'default', '+subscribe');
-    }
-    try {
-      // They try again on a new connection each second: subscribed now it is allowed.
-      await eventually(async () => expect(await admin.pubsub('NUMSUB', 'gw:keys')).toEqual(['gw:keys', 2]), 10_000);
-    } finally {
-      admin.disconnect();
-    }
+    });
   }, 30_000);
 
   it('a revocation whose publish failed (the connection it goes out on dropped a moment before) is sent once that connection is back', async () => {
