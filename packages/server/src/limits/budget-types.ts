@@ -67,6 +67,21 @@ export interface BudgetLedger {
 export const RESERVATION_TTL_MS = 15 * 60_000;
 
 /**
+ * A stream may run longer than a hold lives (a slow provider, its client's grace): once its hold lapsed, its room was
+ * admitted a second time while it still ran, and the budget was overspent by its cost. So the holds of requests still
+ * running are renewed once a third of their life has passed, by one timer per ledger, for at most this long: past it,
+ * a hold whose request never settled (a fault) lets its room go.
+ */
+export const MAX_RENEWED_MS = 24 * 3600_000;
+
+/** Calls `renewOld` every sixth of a hold's life; returns the timer (unref'd), for the ledger's stop. */
+export function renewalTimer(lifeMs: number, renewOld: () => void): NodeJS.Timeout {
+  const timer = setInterval(renewOld, Math.max(1, Math.floor(lifeMs / 6)));
+  timer.unref();
+  return timer;
+}
+
+/**
  * How long after Redis lost its totals (it died, restarted, or was flushed) every instance has written the usage records
  * of the costs Redis took before: its writer's interval, and this margin for a batch insert on a busy database. Until
  * then a total or a lease read from the store lacks them, so neither is counted on before.

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
-import { lastCostsStoredAfterMs, RECONCILING, toNano } from './budget-types.js';
+import { lastCostsStoredAfterMs, MAX_RENEWED_MS, RECONCILING, RESERVATION_TTL_MS, renewalTimer, toNano } from './budget-types.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryLedger } from './memory-ledger.js';
 
@@ -120,7 +120,8 @@ export class FallbackLedger implements BudgetLedger {
    * reservation's id, not the reservation: an object as a Map key gets an identity hash, which cost a request about
    * 5 % more CPU with PostgreSQL + Redis (bench/ab.mjs, six rounds).
    */
-  private readonly openInShared = new Map<string, { r: Reservation; settled: SettledCost | null }>();
+  private readonly renewal: NodeJS.Timeout;
+  private readonly openInShared = new Map<string, { r: Reservation; settled: SettledCost | null; at: number; renewedAt: number }>();
   /**
    * With leases: costs the shared ledger took whose usage records may not be stored yet, oldest first. Neither the
    * store's `spent` nor any lease has them, so the leases take them too when they take over: else an instance growing
@@ -177,6 +178,7 @@ export class FallbackLedger implements BudgetLedger {
     // Known from the start: an instance whose first reservation found Redis away took it, at its catch-up, for a
     // restarted one, and raised totals to the store's, which lacked costs other instances had added there meanwhile.
     this.readEpoch();
+    this.renewal = renewalTimer(RESERVATION_TTL_MS, () => this.renewOld());
   }
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
@@ -392,7 +394,8 @@ export class FallbackLedger implements BudgetLedger {
   }
 
   private trackOpen(r: Reservation): void {
-    this.openInShared.set(r.id, { r, settled: null });
+    const now = Date.now();
+    this.openInShared.set(r.id, { r, settled: null, at: now, renewedAt: now });
     if (this.openInShared.size > MAX_WAITING) this.openInShared.delete(this.openInShared.keys().next().value as string);
   }
 
@@ -440,6 +443,21 @@ export class FallbackLedger implements BudgetLedger {
   /** In Redis; a hold the leases took has no life to renew (it goes with its instance's lease). */
   async renew(r: Reservation): Promise<void> {
     await this.shared.renew?.(r);
+  }
+
+  stop(): void {
+    clearInterval(this.renewal);
+    this.local.stop();
+  }
+
+  /** The holds Redis has of this instance's running requests, a third of their life old: renewed. */
+  private renewOld(): void {
+    const now = Date.now();
+    for (const open of this.openInShared.values()) {
+      if (open.settled !== null || now - open.renewedAt < RESERVATION_TTL_MS / 3 || now - open.at > MAX_RENEWED_MS) continue;
+      open.renewedAt = now;
+      this.renew(open.r).catch(() => {});
+    }
   }
 
   /** A total kept in Redis from before the scope had no budget is raised to the store's, now and again later. */

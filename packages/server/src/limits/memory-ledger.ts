@@ -1,8 +1,20 @@
-import { type BudgetLedger, type BudgetScope, fromNano, limitNano, RESERVATION_TTL_MS, type Reservation, type ReserveResult, toNano } from './budget-types.js';
+import {
+  type BudgetLedger,
+  type BudgetScope,
+  fromNano,
+  limitNano,
+  MAX_RENEWED_MS,
+  RESERVATION_TTL_MS,
+  type Reservation,
+  type ReserveResult,
+  renewalTimer,
+  toNano,
+} from './budget-types.js';
 
 interface Account {
   spent: number;
-  held: Map<string, { nano: number; until: number }>;
+  /** `at`: when taken; `until`: when it lapses unless renewed (its request still running). */
+  held: Map<string, { nano: number; at: number; until: number }>;
   /** The sum of `held`, kept as holds come and go, so a reservation does not walk every hold in flight. */
   heldSum: number;
   /** When expired holds (of requests that never settled) are next swept out. */
@@ -16,17 +28,27 @@ export class MemoryLedger implements BudgetLedger {
   private readonly accounts = new Map<string, Account>();
   private readonly loading = new Map<string, Promise<Account>>();
 
+  private readonly renewal: NodeJS.Timeout;
+
   /** `flushUsage`: writes this instance's pending usage records, so that the store's totals have their costs. */
   constructor(
     private readonly flushUsage: () => Promise<void> = async () => {},
     private readonly holdTtlMs = RESERVATION_TTL_MS,
-  ) {}
+  ) {
+    this.renewal = renewalTimer(holdTtlMs, () => this.renewOld());
+  }
 
-  async renew(r: Reservation): Promise<void> {
-    const until = Date.now() + this.holdTtlMs;
-    for (const id of r.scopes) {
-      const hold = this.accounts.get(id)?.held.get(r.id);
-      if (hold) hold.until = until;
+  stop(): void {
+    clearInterval(this.renewal);
+  }
+
+  /** Every hold here is of this process's requests, unsettled so still running: each lives on (MAX_RENEWED_MS). */
+  private renewOld(): void {
+    const now = Date.now();
+    for (const acc of this.accounts.values()) {
+      for (const hold of acc.held.values()) {
+        if (hold.until - now < (this.holdTtlMs * 2) / 3 && now - hold.at < MAX_RENEWED_MS) hold.until = now + this.holdTtlMs;
+      }
     }
   }
 
@@ -69,7 +91,7 @@ export class MemoryLedger implements BudgetLedger {
     }
     for (const acc of accounts) {
       dropHold(acc, requestId);
-      acc.held.set(requestId, { nano, until: now + this.holdTtlMs });
+      acc.held.set(requestId, { nano, at: now, until: now + this.holdTtlMs });
       acc.heldSum += nano;
     }
     return { ok: true, reservation: { id: requestId, nano, scopes: scopes.map((s) => s.id), tag } };
