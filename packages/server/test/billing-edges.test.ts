@@ -133,7 +133,7 @@ describe('a host that reports no usage', () => {
 });
 
 describe('a request without max_tokens', () => {
-  it("is billed the completion the provider counts up to what the window leaves after the provider's prompt count, not the gateway's estimate", async () => {
+  it("is billed, and told, the completion the provider counts up to what the window leaves after the provider's prompt count, not the gateway's estimate", async () => {
     // About 1,000 tokens by the gateway's estimate (3 characters a token); the host counts 10.
     const long = [{ role: 'user' as const, content: 'Tell me about foxes. '.repeat(150) }];
     expect(estimatePromptTokens({ messages: long })).toBeGreaterThan(900);
@@ -147,12 +147,18 @@ describe('a request without max_tokens', () => {
         const res = await fetch(`${gw.baseA}/chat/completions`, {
           method: 'POST',
           headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ model, messages: long, stream }),
+          body: JSON.stringify({ model, messages: long, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) }),
         });
         expect(res.status).toBe(200);
-        await res.text();
+        const text = await res.text();
         const [record] = await recordsOf(id);
         expect([model, stream, record?.completionTokens]).toEqual([model, stream, completion]);
+        // The client is told what it is billed.
+        const usageLine = text.split('\n').find((line) => line.startsWith('data: ') && line.includes('"usage"'));
+        const told = stream
+          ? (JSON.parse(usageLine?.slice('data: '.length) ?? '{}') as { usage?: unknown }).usage
+          : (JSON.parse(text) as { usage: unknown }).usage;
+        expect(told).toMatchObject({ completion_tokens: completion, total_tokens: (record?.promptTokens ?? 0) + completion });
       }
     }
   });

@@ -21,7 +21,7 @@ async function handFed() {
     graceMs: 50,
     promptTokens: 0,
     choices: 1,
-    completionCap: 1000,
+    billedCap: () => 1000,
     onEnd: () => {},
   });
   return { session, sink, aborted };

@@ -28,7 +28,7 @@ async function handFed(memory: StreamMemory, store: MemoryStreamStore, n: number
       graceMs: 60_000,
       promptTokens: 0,
       choices: 1,
-      completionCap: 1_000_000,
+      billedCap: () => 1_000_000,
       onEnd: (o) => ends.push(o),
     },
     memory,

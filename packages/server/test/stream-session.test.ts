@@ -39,7 +39,7 @@ async function start(up: ReturnType<typeof upstream>, graceMs: number) {
     graceMs,
     promptTokens: 7,
     choices: 1,
-    completionCap: 1000,
+    billedCap: () => 1000,
     onEnd: (o) => {
       outcome = o;
     },

@@ -37,8 +37,11 @@ export interface SessionInit {
   promptTokens: number;
   /** How many choices the request asked for (`n`): the answer is whole once each has its `finish_reason`. */
   choices: number;
-  /** The most completion tokens the request allows (`max_tokens` times `n`): an estimate never goes past what its budget hold covered. */
-  completionCap: number;
+  /**
+   * The most completion tokens the stream is billed, given the prompt's count (`max_tokens` times `n`, or what the
+   * context window leaves): neither an estimate nor the usage chunk the client gets says more than is billed.
+   */
+  billedCap: (promptTokens: number) => number;
   onEnd: (outcome: StreamOutcome) => void;
 }
 
@@ -272,9 +275,12 @@ export class StreamSession implements ReclaimableSession, ChunkSink {
       return;
     }
     if (c.choices.length === 0 && c.usage) {
-      // Some hosts put usage on every chunk: only the last count is sent, once, at the end.
+      // Some hosts put usage on every chunk: only the last count is sent, once, at the end. The provider's count is
+      // what the bill is worked out from (and a count past the cap logged); the client is told what it is billed.
       this.usage = c.usage;
-      this.usageData = chunkJson(c, this.init.model);
+      const cap = this.init.billedCap(c.usage.prompt_tokens);
+      const told = c.usage.completion_tokens > cap ? { ...c, usage: { ...c.usage, completion_tokens: cap, total_tokens: c.usage.prompt_tokens + cap } } : c;
+      this.usageData = chunkJson(told, this.init.model);
       this.usageOfWhole = this.answered();
       return;
     }
@@ -288,7 +294,7 @@ export class StreamSession implements ReclaimableSession, ChunkSink {
   private finalUsageData(): string | null {
     if (this.usageData !== null) return this.usageData;
     if (this.lastId === null) return null;
-    const usage = estimatedUsage(this.init.promptTokens, this.relayedChars, this.init.completionCap);
+    const usage = estimatedUsage(this.init.promptTokens, this.relayedChars, this.init.billedCap(this.init.promptTokens));
     const chunk: ChatChunk = { id: this.lastId, object: 'chat.completion.chunk', created: this.lastCreated, model: this.init.model, choices: [], usage };
     return JSON.stringify(chunk);
   }

@@ -113,7 +113,6 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
           offers: servable.offers,
           options,
           promptTokens,
-          completionCap: size.maxTokens,
           billedCap,
           perChoice,
           choices,
@@ -287,6 +286,10 @@ function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion,
   if (!usage) return;
   const prompt = completion.usage?.prompt_tokens ?? 0;
   const done = billedCompletionTokens(request, offer.provider, completion.usage?.completion_tokens ?? 0, completionCap);
+  // The client is told what it is billed, not a count the request could not reach.
+  if (completion.usage && completion.usage.completion_tokens > done) {
+    completion.usage = { ...completion.usage, completion_tokens: done, total_tokens: prompt + done };
+  }
   usage.provider = offer.provider;
   usage.promptTokens = prompt;
   usage.completionTokens = done;

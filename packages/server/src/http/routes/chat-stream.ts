@@ -54,7 +54,6 @@ export async function startStream(
     offers: readonly Offer[];
     options: RouteOptions;
     promptTokens: number;
-    completionCap: number;
     /** The most completion tokens billed, given the prompt's count (the provider's, else the estimate). */
     billedCap: (promptTokens: number) => number;
     perChoice: number;
@@ -129,7 +128,7 @@ export async function startStream(
     graceMs: services.config.streamGraceS * 1000,
     promptTokens: args.promptTokens,
     choices: args.choices,
-    completionCap: args.completionCap,
+    billedCap: args.billedCap,
     onEnd: (outcome: StreamOutcome) => {
       // A provider that failed after its answer began: no failover is possible then, but the operator is told, as of any failed attempt.
       const byGateway = outcome.error instanceof StreamEndedByGateway ? outcome.error : null;
