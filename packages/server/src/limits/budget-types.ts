@@ -72,7 +72,12 @@ export const RESERVATION_TTL_MS = 15 * 60_000;
  * running are renewed once a third of their life has passed, by one timer per ledger, for at most this long: past it,
  * a hold whose request never settled (a fault) lets its room go.
  */
-export const MAX_RENEWED_MS = 24 * 3600_000;
+const MAX_RENEWED_MS = 24 * 3600_000;
+
+/** Whether a hold taken at `takenAt`, its life last begun at `renewedAt`, is to be renewed now. */
+export function renewalDue(takenAt: number, renewedAt: number, lifeMs: number, now: number): boolean {
+  return now - renewedAt >= lifeMs / 3 && now - takenAt < MAX_RENEWED_MS;
+}
 
 /** Calls `renewOld` every sixth of a hold's life; returns the timer (unref'd), for the ledger's stop. */
 export function renewalTimer(lifeMs: number, renewOld: () => void): NodeJS.Timeout {

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
-import { lastCostsStoredAfterMs, MAX_RENEWED_MS, RECONCILING, RESERVATION_TTL_MS, renewalTimer, toNano } from './budget-types.js';
+import { lastCostsStoredAfterMs, RECONCILING, RESERVATION_TTL_MS, renewalDue, renewalTimer, toNano } from './budget-types.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryLedger } from './memory-ledger.js';
 
@@ -120,7 +120,6 @@ export class FallbackLedger implements BudgetLedger {
    * reservation's id, not the reservation: an object as a Map key gets an identity hash, which cost a request about
    * 5 % more CPU with PostgreSQL + Redis (bench/ab.mjs, six rounds).
    */
-  private readonly renewal: NodeJS.Timeout;
   private readonly openInShared = new Map<string, { r: Reservation; settled: SettledCost | null; at: number; renewedAt: number }>();
   /**
    * With leases: costs the shared ledger took whose usage records may not be stored yet, oldest first. Neither the
@@ -164,6 +163,8 @@ export class FallbackLedger implements BudgetLedger {
   private epochRead: Promise<void> | null = null;
   /** This instance's reconciliation mark may be in the shared ledger: the next catch-up that leaves nothing owed takes it off. */
   private marked = false;
+  /** Renews the holds of this instance's running requests in Redis (see {@link renewOld}). */
+  private readonly renewal: NodeJS.Timeout;
   /** The watch for the end of another instance's reconciliation that reservations wait on (see {@link reconciled}). */
   private reconciledWatch: Promise<boolean> | null = null;
 
@@ -454,7 +455,7 @@ export class FallbackLedger implements BudgetLedger {
   private renewOld(): void {
     const now = Date.now();
     for (const open of this.openInShared.values()) {
-      if (open.settled !== null || now - open.renewedAt < RESERVATION_TTL_MS / 3 || now - open.at > MAX_RENEWED_MS) continue;
+      if (open.settled !== null || !renewalDue(open.at, open.renewedAt, RESERVATION_TTL_MS, now)) continue;
       open.renewedAt = now;
       this.renew(open.r).catch(() => {});
     }

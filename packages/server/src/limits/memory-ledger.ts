@@ -3,10 +3,10 @@ import {
   type BudgetScope,
   fromNano,
   limitNano,
-  MAX_RENEWED_MS,
   RESERVATION_TTL_MS,
   type Reservation,
   type ReserveResult,
+  renewalDue,
   renewalTimer,
   toNano,
 } from './budget-types.js';
@@ -42,12 +42,12 @@ export class MemoryLedger implements BudgetLedger {
     clearInterval(this.renewal);
   }
 
-  /** Every hold here is of this process's requests, unsettled so still running: each lives on (MAX_RENEWED_MS). */
+  /** Every hold here is of this process's requests, unsettled so still running: each lives on (see renewalDue). */
   private renewOld(): void {
     const now = Date.now();
     for (const acc of this.accounts.values()) {
       for (const hold of acc.held.values()) {
-        if (hold.until - now < (this.holdTtlMs * 2) / 3 && now - hold.at < MAX_RENEWED_MS) hold.until = now + this.holdTtlMs;
+        if (renewalDue(hold.at, hold.until - this.holdTtlMs, this.holdTtlMs, now)) hold.until = now + this.holdTtlMs;
       }
     }
   }

@@ -133,7 +133,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 local found = 0
 for i = 1, #KEYS, 2 do
-  if redis.call('ZADD', KEYS[i], 'XX', 'CH', now + ttl, ARGV[1]) == 1 or redis.call('ZSCORE', KEYS[i], ARGV[1]) then
+  if redis.call('ZSCORE', KEYS[i], ARGV[1]) then
+    redis.call('ZADD', KEYS[i], now + ttl, ARGV[1])
     found = found + 1
     redis.call('PEXPIRE', KEYS[i], ttl)
     if redis.call('EXISTS', KEYS[i+1]) == 1 then redis.call('PEXPIRE', KEYS[i+1], ttl) end

@@ -3,12 +3,18 @@ import type { TokenUsage } from './types.js';
 /**
  * What a chat answer is billed at when its provider reported no usage: the
  * prompt as the gateway counted it for the budget hold, and about 4
- * characters a token of what was generated, at most `completionCap` (the
- * request's `max_tokens` times `n`, which the hold covered).
+ * characters a token of what was generated, at most `completionCap` (what
+ * the request may be billed: `max_tokens` times `n`, or what the window leaves).
  */
 export function estimatedUsage(promptTokens: number, generatedChars: number, completionCap: number): TokenUsage {
   const completion = Math.min(Math.ceil(generatedChars / 4), completionCap);
   return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
+}
+
+/** `usage` as the client is told it: its completion count no higher than `completionCap`, what it is billed. */
+export function usageAtMost<U extends TokenUsage>(usage: U, completionCap: number): U {
+  if (usage.completion_tokens <= completionCap) return usage;
+  return { ...usage, completion_tokens: completionCap, total_tokens: usage.prompt_tokens + completionCap };
 }
 
 /**

@@ -2,7 +2,7 @@ import { UpstreamError } from '../errors/upstream-error.js';
 import { redactSecrets } from '../lib/redact.js';
 import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
-import { estimatedUsage, generatedChars } from '../providers/usage-estimate.js';
+import { estimatedUsage, generatedChars, usageAtMost } from '../providers/usage-estimate.js';
 import { streamErrorData } from './sse-format.js';
 import { EVENT_OVERHEAD_BYTES, type MemoryHold, type ReclaimableSession, type StreamMemory } from './stream-memory.js';
 import { MAX_STREAM_BYTES, type StreamEvent, type StreamEventKind, type StreamMeta, type StreamStore, SYNTHETIC_SEQ } from './types.js';
@@ -278,9 +278,8 @@ export class StreamSession implements ReclaimableSession, ChunkSink {
       // Some hosts put usage on every chunk: only the last count is sent, once, at the end. The provider's count is
       // what the bill is worked out from (and a count past the cap logged); the client is told what it is billed.
       this.usage = c.usage;
-      const cap = this.init.billedCap(c.usage.prompt_tokens);
-      const told = c.usage.completion_tokens > cap ? { ...c, usage: { ...c.usage, completion_tokens: cap, total_tokens: c.usage.prompt_tokens + cap } } : c;
-      this.usageData = chunkJson(told, this.init.model);
+      const told = usageAtMost(c.usage, this.init.billedCap(c.usage.prompt_tokens));
+      this.usageData = chunkJson(told === c.usage ? c : { ...c, usage: told }, this.init.model);
       this.usageOfWhole = this.answered();
       return;
     }

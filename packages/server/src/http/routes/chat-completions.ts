@@ -4,7 +4,7 @@ import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { toFunctionsChoice, toToolsApi } from '../../providers/legacy-functions.js';
 import { saysNothing } from '../../providers/openai-shape.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
-import { estimatedUsage, generatedChars } from '../../providers/usage-estimate.js';
+import { estimatedUsage, generatedChars, usageAtMost } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import { offersTakingFields } from '../../routing/param-routing.js';
 import { expectedCost, planOffers } from '../../routing/plan.js';
@@ -287,9 +287,7 @@ function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion,
   const prompt = completion.usage?.prompt_tokens ?? 0;
   const done = billedCompletionTokens(request, offer.provider, completion.usage?.completion_tokens ?? 0, completionCap);
   // The client is told what it is billed, not a count the request could not reach.
-  if (completion.usage && completion.usage.completion_tokens > done) {
-    completion.usage = { ...completion.usage, completion_tokens: done, total_tokens: prompt + done };
-  }
+  if (completion.usage) completion.usage = usageAtMost(completion.usage, done);
   usage.provider = offer.provider;
   usage.promptTokens = prompt;
   usage.completionTokens = done;
