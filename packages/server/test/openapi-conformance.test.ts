@@ -92,7 +92,7 @@ async function conform(label: string, res: Response, method: string, path: strin
   // And each header of the gateway's own it sends is documented for that answer, so a generated client can read it.
   const named = new Set(Object.keys(answer.headers ?? {}).map((h) => h.toLowerCase()));
   for (const [name, value] of res.headers) {
-    if (/^(x-|retry-after)/.test(name) && !named.has(name)) problems.push(`${where}: header ${name}: ${value} sent, not documented`);
+    if (/^(x-|retry-after|idempotent-replayed)/.test(name) && !named.has(name)) problems.push(`${where}: header ${name}: ${value} sent, not documented`);
   }
   for (const [name, header] of Object.entries(answer.headers ?? {})) {
     const raw = res.headers.get(name);
@@ -285,6 +285,11 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
     await call('chat idempotent', 'post', chat, chatUrl, json(key, chatBody(), idem), 200);
     await call('chat idempotent replay', 'post', chat, chatUrl, json(key, chatBody(), idem), 200);
     await call('chat idempotent other body', 'post', chat, chatUrl, json(key, chatBody('mistral/large'), idem), 422);
+    // A provider's refusal is kept with its key as a success is, and its repeat is marked Idempotent-Replayed.
+    gw.sim.providers.azure?.setFault({ kind: 'status', status: 400, times: 1 });
+    const refusedIdem = { 'X-Idempotency-Key': `conformance-refused-${variant}` };
+    await call('chat refused idempotent', 'post', chat, chatUrl, json(key, chatBody('openai/gpt-4o-mini'), refusedIdem), 400);
+    await call('chat refused idempotent replay', 'post', chat, chatUrl, json(key, chatBody('openai/gpt-4o-mini'), refusedIdem), 400);
     const streamIdem = { 'X-Idempotency-Key': `conformance-stream-${variant}` };
     await call('chat stream idempotent', 'post', chat, chatUrl, json(key, chatBody('mistral/small', { stream: true }), streamIdem), 200);
     await call('chat stream idempotent replay', 'post', chat, chatUrl, json(key, chatBody('mistral/small', { stream: true }), streamIdem), 200);
@@ -387,7 +392,8 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
     }
 
     // A method the path does not have, and a path with no route, answer in the variant's error envelope.
-    const envelope = doc.paths[chat]?.post?.responses['4XX']?.content?.['application/json']?.schema as Schema;
+    const range = doc.paths[chat]?.post?.responses['4XX'];
+    const envelope = range?.content?.['application/json']?.schema as Schema;
     for (const [label, url, method, status] of [
       ['405', chatUrl, 'GET', 405],
       ['404 route', `${base}/nope`, 'GET', 404],
@@ -395,6 +401,9 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
       const res = await fetch(url, { method, headers: { authorization: `Bearer ${key}` } });
       const body = (await res.json()) as unknown;
       if (res.status !== status || !validator(envelope)(body)) problems.push(`${variant} ${label}: ${res.status} ${JSON.stringify(body)}`);
+      // The 405's Allow, which the range's description names, is one of the range's headers.
+      if (res.headers.has('allow') && !range?.headers?.['Allow'])
+        problems.push(`${variant} ${label}: header allow: ${res.headers.get('allow')} sent, not documented`);
     }
   });
 

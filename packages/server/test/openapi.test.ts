@@ -243,8 +243,9 @@ describe('OpenAPI 3.1', () => {
       expect(res.status).toBe(200);
       await res.text();
       // Every documented header is really sent, and every routing or limit header sent is documented.
-      // X-Accel-Buffering is an event stream's alone.
-      for (const h of documented.filter((h) => h !== 'x-accel-buffering')) expect(res.headers.has(h), `${variant}: ${h}`).toBe(true);
+      // X-Accel-Buffering is an event stream's alone, Idempotent-Replayed a repeat's.
+      for (const h of documented.filter((h) => h !== 'x-accel-buffering' && h !== 'idempotent-replayed'))
+        expect(res.headers.has(h), `${variant}: ${h}`).toBe(true);
       const sent = [...res.headers.keys()].filter((h) => /^x-(gateway|ratelimit|request)-/.test(h));
       expect(documented, variant).toEqual(expect.arrayContaining(sent));
     }
@@ -373,5 +374,26 @@ describe('OpenAPI 3.1', () => {
     expect(responses('/v1/chat/completions')['409']?.headers?.['Retry-After']?.required).toBe(true);
     expect(responses('/admin/v1/keys', 'post')['4XX']?.description).toMatch(/^A refused request, in variant A's error envelope\./);
     expect(responses('/admin/v1/keys', 'get')['503']?.headers?.['Retry-After']?.required).toBe(true);
+  });
+});
+
+describe('OpenAPI headers of a repeat and a 405', () => {
+  it('documents the headers of a repeat with X-Idempotency-Key (its success and its provider refusal) and the Allow of a 405', async () => {
+    type Res = { headers?: Record<string, { required?: boolean; schema?: unknown }> };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, { responses: Record<string, Res> }>> };
+    for (const path of ['/v1/chat/completions', '/alt/v1/embeddings', '/v2/rerank', '/alt/v1/audio/transcriptions']) {
+      const responses = doc.paths[path]?.post?.responses ?? {};
+      for (const status of ['200', '400']) {
+        expect([path, status, responses[status]?.headers?.['Idempotent-Replayed']]).toEqual([
+          path,
+          status,
+          expect.objectContaining({ required: false, schema: { type: 'string', enum: ['true'] } }),
+        ]);
+      }
+      expect(Object.keys(responses['4XX']?.headers ?? {}), path).toContain('Allow');
+    }
+    // Nothing is replayed where nothing reached a provider: the models, the routes still to come.
+    expect(doc.paths['/v1/files']?.post?.responses['501']?.headers?.['Idempotent-Replayed']).toBeUndefined();
+    expect(doc.paths['/v1/models']?.get?.responses['200']?.headers?.['Idempotent-Replayed']).toBeUndefined();
   });
 });

@@ -1,5 +1,5 @@
 import { type CanonicalCode, errorEnvelopeSchema, type Variant, wireError } from '@gw/schema';
-import { int, limitHeaders, requestIdHeader } from './openapi-headers.js';
+import { int, limitHeaders, replayedHeader, requestIdHeader, text } from './openapi-headers.js';
 import { pendingRouteError } from './routes/not-implemented.js';
 
 /**
@@ -116,8 +116,10 @@ const WAITS = new Map<CanonicalCode, boolean>([
 const AFTER_LIMITER = new Set([402, 409, 422, 429, 501, 502, 504]);
 
 /** The headers an error of `status` carries; `required` where every such answer has them. */
-function headersOf(status: number, codes: CanonicalCode[], limited: boolean, beta: boolean): Record<string, unknown> {
+function headersOf(status: number, codes: CanonicalCode[], limited: boolean, beta: boolean, routed: boolean): Record<string, unknown> {
   const headers: Record<string, unknown> = { 'X-Request-Id': requestIdHeader() };
+  // A provider's refusal is the one error an X-Idempotency-Key keeps and gives again (a routed request's 400).
+  if (status === 400 && routed) headers['Idempotent-Replayed'] = replayedHeader();
   // Retry-After where a code of the status may carry it; required where each one does. A 409 waits out the request
   // that holds its idempotency key, the admin API's (a revoked key) has nothing to wait for.
   if (codes.some((c) => WAITS.has(c))) {
@@ -137,7 +139,7 @@ function headersOf(status: number, codes: CanonicalCode[], limited: boolean, bet
 }
 
 /** One documented status: the envelope with `code` narrowed to what the status carries, and when each is given. */
-function statusResponse(variant: Variant, status: number, codes: CanonicalCode[], limited: boolean, beta: boolean): Response {
+function statusResponse(variant: Variant, status: number, codes: CanonicalCode[], limited: boolean, beta: boolean, routed: boolean): Response {
   const byWire = new Map<string, string[]>();
   for (const code of codes) {
     const { code: wire } = wireError(code, variant);
@@ -152,7 +154,7 @@ function statusResponse(variant: Variant, status: number, codes: CanonicalCode[]
   const lines = [...byWire].map(([wire, when]) => `\`${wire}\`: ${when.join('; or ')}.`);
   return {
     description: lines.join(' '),
-    headers: headersOf(status, codes, limited, beta),
+    headers: headersOf(status, codes, limited, beta, routed),
     content: { 'application/json': { schema: envelope } },
   };
 }
@@ -169,6 +171,8 @@ export function documentErrors(doc: Document): Document {
       const limited = !path.startsWith('/admin/') && !/\/models(\/|$)/.test(path);
       // Variant B's embeddings are a beta with a window of its own, which answers 429 too.
       const beta = variant === 'b' && path.endsWith('/embeddings');
+      // Sent to a provider: its answer is what an X-Idempotency-Key keeps.
+      const routed = codes.includes('upstream_failed');
       const byStatus = new Map<number, CanonicalCode[]>();
       for (const code of codes) {
         const { status } = wireError(code, variant);
@@ -182,11 +186,13 @@ export function documentErrors(doc: Document): Document {
           range.headers = { ...(range.headers ?? {}), 'X-Request-Id': requestIdHeader() };
         }
         range.description = `${range.description ?? ''}${FALLBACK_NOTE}`;
+        // The 405 the note names is the one answer of the ranges with a header of its own.
+        if (range === clientRange) range.headers = { ...(range.headers ?? {}), Allow: text('With 405: the methods the path has, as `GET, HEAD`.') };
       }
       const statuses = [...byStatus].sort(([a], [b]) => a - b);
       op.responses = {
         ...answers,
-        ...Object.fromEntries(statuses.map(([status, list]) => [String(status), statusResponse(variant, status, list, limited, beta)])),
+        ...Object.fromEntries(statuses.map(([status, list]) => [String(status), statusResponse(variant, status, list, limited, beta, routed)])),
         ...(clientRange ? { '4XX': clientRange } : {}),
         ...(serverRange ? { '5XX': serverRange } : {}),
       };

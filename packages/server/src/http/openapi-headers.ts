@@ -59,6 +59,16 @@ export const int = (description: string, required = false) => ({ description, re
 export const requestIdHeader = () => text('The request identifier, for correlating logs.', true);
 
 /**
+ * On the repeat of an X-Idempotency-Key request that reached a provider and was not a 5xx (docs/routing.md): its
+ * success, or its provider's refusal (400), given again without another upstream call.
+ */
+export const replayedHeader = () => ({
+  description: 'true when this is the stored answer to an earlier request with the same X-Idempotency-Key, given again without another upstream call.',
+  required: false,
+  schema: { type: 'string', enum: ['true'] },
+});
+
+/**
  * The rate-limit headers, `required` where every such answer has them (each answer of a request that was counted).
  * `countRequired`: the key's count too, which a 429 of the embeddings beta leaves out (the key's limit did not refuse it).
  */
@@ -199,6 +209,7 @@ export function documentHeaders(doc: Document): Document {
       if (path.endsWith('/audio/transcriptions')) op.responses['200'] ??= structuredClone(TRANSCRIPTION_ANSWER);
       const ok = op.responses['200'];
       if (ok) ok.headers = { ...(ok.headers ?? {}), ...answerHeaders(variant, routed, limited) };
+      if (ok && routed && method === 'post') ok.headers = { ...ok.headers, 'Idempotent-Replayed': replayedHeader() };
       if (ok?.content && path.endsWith('/chat/completions')) {
         ok.content['text/event-stream'] = eventStream(variant);
         ok.headers = { ...ok.headers, 'X-Accel-Buffering': STREAM_BUFFERING };
