@@ -397,3 +397,25 @@ describe('OpenAPI headers of a repeat and a 405', () => {
     expect(doc.paths['/v1/models']?.get?.responses['200']?.headers?.['Idempotent-Replayed']).toBeUndefined();
   });
 });
+
+describe('OpenAPI document caching', () => {
+  it('serves the same bytes at both addresses with a strong ETag, answers If-None-Match with 304 and no body, and HEAD with the headers alone', async () => {
+    const first = await fetch(`${gw.url}/openapi.json`);
+    const bytes = Buffer.from(await first.arrayBuffer());
+    const etag = first.headers.get('etag');
+    expect(etag).toMatch(/^"[\w-]+"$/);
+    expect(first.headers.get('cache-control')).toBe('no-cache');
+    expect(first.headers.get('content-type')).toBe('application/json; charset=utf-8');
+    const copy = await fetch(`${gw.url}/dashboard/openapi.json`);
+    expect(Buffer.from(await copy.arrayBuffer()).equals(bytes)).toBe(true);
+    expect(copy.headers.get('etag')).toBe(etag);
+    for (const tag of [etag as string, `W/${etag}`, `"other", ${etag}`, '*']) {
+      const again = await fetch(`${gw.url}/dashboard/openapi.json`, { headers: { 'if-none-match': tag } });
+      expect([tag, again.status, (await again.text()).length, again.headers.get('etag')]).toEqual([tag, 304, 0, etag]);
+    }
+    const changed = await fetch(`${gw.url}/openapi.json`, { headers: { 'if-none-match': '"other"' } });
+    expect([changed.status, Buffer.from(await changed.arrayBuffer()).equals(bytes)]).toEqual([200, true]);
+    const head = await fetch(`${gw.url}/openapi.json`, { method: 'HEAD' });
+    expect([head.status, head.headers.get('etag'), head.headers.get('content-length'), await head.text()]).toEqual([200, etag, String(bytes.length), '']);
+  });
+});
