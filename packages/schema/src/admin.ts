@@ -39,7 +39,8 @@ export const CreateKeyBody = Type.Object(
     // null is none, as the answers show it (and as left out).
     name: Type.Optional(Type.Union([Name, Type.Null()])),
     workspaceId: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Null()])),
-    rateLimitRpm: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
+    // The default is documentation only (the route's ajv fills none in): the handler applies DEFAULT_RPM.
+    rateLimitRpm: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, default: 60 })),
     budget: Type.Optional(Type.Union([Money, Type.Null()])),
   },
   { additionalProperties: false },

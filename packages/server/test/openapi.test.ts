@@ -131,13 +131,18 @@ describe('OpenAPI 3.1', () => {
 
   it('documents as optional a body the route takes none of (POST /admin/v1/keys, every field optional), and as required one with required fields', async () => {
     const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as {
-      paths: Record<string, Record<string, { requestBody?: { required?: boolean } }>>;
+      paths: Record<
+        string,
+        Record<string, { requestBody?: { required?: boolean; content?: Record<string, { schema: { properties: Record<string, { default?: unknown }> } }> } }>
+      >;
     };
     const required = (method: string, path: string) => doc.paths[path]?.[method]?.requestBody?.required;
     expect(required('post', '/admin/v1/keys')).toBe(false);
-    // As documented: no body at all makes a key.
+    // As documented: no body at all makes a key, with the documented default limit (INTERFACES.md: 60).
     const res = await fetch(`${gw.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     expect(res.status).toBe(201);
+    const rpm = doc.paths['/admin/v1/keys']?.post?.requestBody?.content?.['application/json']?.schema.properties['rateLimitRpm']?.default;
+    expect([rpm, ((await res.json()) as { rateLimitRpm: number }).rateLimitRpm]).toEqual([60, 60]);
     for (const [method, path] of [
       ['post', '/admin/v1/workspaces'],
       ['patch', '/admin/v1/keys/{id}'],
