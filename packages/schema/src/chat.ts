@@ -284,8 +284,10 @@ export const ChatCompletionRequest = Type.Object(
     // than taken by one provider and refused by another in its own words.
     service_tier: Type.Optional(Nullable(Type.Union(SERVICE_TIERS.map((t) => Type.Literal(t))))),
     verbosity: Type.Optional(Nullable(Type.Union(['low', 'medium', 'high'].map((v) => Type.Literal(v))))),
-    // Only with `tools` (400 `parallel_tool_calls` otherwise, as OpenAI answers: routes/chat-completions.ts).
-    parallel_tool_calls: Type.Optional(Nullable(Type.Boolean())),
+    // Checked in routes/chat-completions.ts, as top_logprobs is.
+    parallel_tool_calls: Type.Optional(
+      Type.Union([Type.Boolean(), Type.Null()], { description: 'Only with `tools` (400 `parallel_tool_calls` otherwise, as OpenAI answers).' }),
+    ),
     // Up to 4 sequences, as OpenAI's API takes them: a provider may take more, or refuse them in its own words.
     stop: Type.Optional(Nullable(Type.Union([Type.String(), Type.Array(Type.String(), { maxItems: 4 })]))),
     // OpenAI's ranges, refused here as it refuses them: a provider may take a value outside them, or refuse it in its own
@@ -293,7 +295,11 @@ export const ChatCompletionRequest = Type.Object(
     presence_penalty: Type.Optional(Nullable(Type.Number({ minimum: -2, maximum: 2 }))),
     frequency_penalty: Type.Optional(Nullable(Type.Number({ minimum: -2, maximum: 2 }))),
     logprobs: Type.Optional(Nullable(Type.Boolean())),
-    top_logprobs: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 20 }))),
+    top_logprobs: Type.Optional(
+      Type.Union([Type.Integer({ minimum: 0, maximum: 20 }), Type.Null()], {
+        description: 'Above 0 only with `logprobs: true` (400 `top_logprobs` otherwise, as OpenAI answers); 0 asks for nothing and is not sent.',
+      }),
+    ),
     // Token ids of the model's tokenizer, each with a bias from -100 (banned) to 100 (exclusive).
     logit_bias: Type.Optional(
       Nullable(

@@ -424,3 +424,37 @@ describe('OpenAPI document caching', () => {
     expect([head.status, head.headers.get('etag'), head.headers.get('content-length'), await head.text()]).toEqual([200, etag, String(bytes.length), '']);
   });
 });
+
+describe('OpenAPI chat request', () => {
+  it('describes each field the gateway refuses only in the company of another (which a schema cannot say), as the gateway refuses it', async () => {
+    type Doc = {
+      paths: Record<string, { post: { requestBody: { content: Record<string, { schema: { properties: Record<string, { description?: string }> } }> } } }>;
+    };
+    const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as Doc;
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    const refused: [string, Record<string, unknown>][] = [
+      ['stream_options', { stream_options: { include_usage: true } }],
+      ['tool_choice', { tool_choice: 'required' }],
+      ['parallel_tool_calls', { parallel_tool_calls: true }],
+      ['top_logprobs', { top_logprobs: 2 }],
+    ];
+    for (const prefix of ['/v1', '/alt/v1']) {
+      const properties = doc.paths[`${prefix}/chat/completions`]?.post.requestBody.content['application/json']?.schema.properties ?? {};
+      for (const [field, extra] of refused) {
+        const res = await fetch(`${gw.url}${prefix}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }], ...extra }),
+        });
+        const { error } = (await res.json()) as { error: { param: string } };
+        expect([prefix, field, res.status, error.param, properties[field]?.description]).toEqual([
+          prefix,
+          field,
+          400,
+          field,
+          expect.stringContaining(`400 \`${field}\``),
+        ]);
+      }
+    }
+  });
+});
