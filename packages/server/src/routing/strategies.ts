@@ -5,6 +5,12 @@ import type { Offer } from './registry.js';
 export interface RequestSize {
   promptTokens: number;
   maxTokens: number;
+  /**
+   * Rerank and audio: an offer's most for this request as it is billed (search units or seconds at `per_unit`, or
+   * its token prices), which the token formula cannot tell; without it every such offer cost 0 and `cheapest` kept
+   * the configured order.
+   */
+  worstCost?: ((offer: Offer) => number) | undefined;
 }
 
 export interface StrategyContext {
@@ -20,6 +26,7 @@ export interface StrategyContext {
 
 /** Expected EUR cost of a request at an offer's prices: prompt tokens at the prompt price plus max_tokens at the completion price. */
 export function expectedCost(offer: Offer, size: RequestSize): number {
+  if (size.worstCost !== undefined) return size.worstCost(offer);
   return (size.promptTokens * offer.pricing.prompt_per_1m + size.maxTokens * offer.pricing.completion_per_1m) / 1_000_000;
 }
 
@@ -29,12 +36,22 @@ export function orderOffers(offers: Offer[], strategy: Strategy, ctx: StrategyCo
     case 'default':
       return [...offers];
     case 'cheapest':
-      return [...offers].sort((x, y) => expectedCost(x, ctx.size) - expectedCost(y, ctx.size));
+      return ctx.size.worstCost === undefined
+        ? [...offers].sort((x, y) => expectedCost(x, ctx.size) - expectedCost(y, ctx.size))
+        : byCost(offers, ctx.size.worstCost);
     case 'fastest':
       return withRemeasure(offers, ctx, (rest) => rest.sort(byLatency(ctx)));
     case 'best':
       return withRemeasure(offers, ctx, (rest) => rest.sort((x, y) => successPercent(y, ctx) - successPercent(x, ctx) || byLatency(ctx)(x, y)));
   }
+}
+
+/** Each offer's cost worked out once (a rerank's counts its documents), then sorted by it. */
+function byCost(offers: Offer[], cost: (offer: Offer) => number): Offer[] {
+  return offers
+    .map((offer) => ({ offer, cost: cost(offer) }))
+    .sort((x, y) => x.cost - y.cost)
+    .map((o) => o.offer);
 }
 
 /** Unknown latency sorts after every known one. */

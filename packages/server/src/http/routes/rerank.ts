@@ -77,13 +77,15 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       request.gw.usage = newUsageDraft('rerank', model.id);
       const options = routeOptions(services, request);
       const servable = mustTruncate ? offersTruncating(services, model, options.pin, body.max_tokens_per_doc ?? 0) : model;
-      const plan = planOffers(servable, options, { promptTokens: 0, maxTokens: 0 });
       const upstream: RerankRequest = {
         query: body.query,
         documents: texts,
         ...(body.top_n == null ? {} : { topN: Math.min(body.top_n, texts.length) }),
         ...(body.max_tokens_per_doc == null ? {} : { maxTokensPerDoc: body.max_tokens_per_doc }),
       };
+      // `cheapest` compares what each offer would bill, per search unit or by its token prices.
+      const worstCost = options.strategy === 'cheapest' ? (o: Offer) => worstBill(services, o, upstream).cost : undefined;
+      const plan = planOffers(servable, options, { promptTokens: 0, maxTokens: 0, worstCost });
       // Set before the hold, so that a client leaving during it leaves a keyed request running, recorded at its end.
       const signal = keyedRequestSignal(services, request, reply);
       const done = await disarmedAfter(signal, async () => {

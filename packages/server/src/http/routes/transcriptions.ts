@@ -130,9 +130,11 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
   request.gw.usage = newUsageDraft('audio', model.id);
   const options = routeOptions(services, request);
-  const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0 });
   const seconds = worstCaseSeconds(head, file.size);
   const worstTokens = worstAudioTokens(seconds);
+  // `cheapest` compares what each offer would bill, per second or by its token prices.
+  const worstCost = options.strategy === 'cheapest' ? (o: Offer) => audioBill(o.pricing, seconds, worstTokens).cost : undefined;
+  const plan = planOffers(model, options, { promptTokens: 0, maxTokens: 0, worstCost });
   // Set before the hold, so that a client leaving during it leaves a keyed request running, recorded at its end.
   const signal = keyedRequestSignal(services, request, reply);
   const done = await disarmedAfter(signal, async () => {
