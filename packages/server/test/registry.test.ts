@@ -186,6 +186,13 @@ describe('the live registry', () => {
       const pin = { 'x-gateway-provider': 'mistral' };
       expect(await ask(late.baseB, 'mistral/small', own.key, pin)).toEqual([502, '5', 'upstream_unavailable']);
       expect(await ask(late.baseB, 'mistral/small', own.key, { 'x-gateway-provider': 'nebius' })).toEqual([400, null, 'provider_unsupported']);
+      // Asked for by id, it is left out as the list leaves it, but never said to be unlisted by a provider never read.
+      for (const base of [late.baseA, late.baseB]) {
+        const res = await fetch(`${base}/models/mistral%2Flarge`, { headers: { authorization: `Bearer ${own.key}` } });
+        const { error } = (await res.json()) as { error: { code: string; message: string } };
+        expect([res.status, error.code]).toEqual([base === late.baseA ? 404 : 400, 'model_not_found']);
+        expect(error.message).toContain('the model list of mistral could not be read since the gateway started');
+      }
       mistral?.clearFaults();
       const rebuilt = await late.admin<{ providers: Record<string, string> }>('POST', '/registry/rebuild');
       expect(rebuilt.body.providers.mistral).toBe('ok');

@@ -79,6 +79,18 @@ export function notServedNow(id: string, providers: string[], variant: Variant, 
   );
 }
 
+/**
+ * GET /models/{id} of a configured model left out only because a provider that may serve it has had no readable list
+ * since start: not known not to be served (a request for it is the outage's 503/502), so never said to be unlisted.
+ */
+export function notReadYet(id: string, providers: string[], variant: Variant): GatewayError {
+  return new GatewayError(
+    'model_not_found',
+    `The model '${id}' is not served right now: the model list of ${providers.join(', ')} could not be read since the gateway started. GET ${variant === 'a' ? '/v1' : '/alt/v1'}/models lists the models served.`,
+    { param: 'id' },
+  );
+}
+
 /** 'a chat', 'an embedding', 'a rerank', 'an audio'. */
 function kindPhrase(kind: ModelKind): string {
   return `${/^[aeiou]/.test(kind) ? 'an' : 'a'} ${kind}`;

@@ -2,7 +2,7 @@ import { ModelA, ModelB, type ModelKind, ModelListA, ModelListB, ModelParams, Mo
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import type { RegistryModel } from '../../routing/registry.js';
-import { enabledModels, modelHint, notServedNow } from '../model-access.js';
+import { enabledModels, modelHint, notReadYet, notServedNow } from '../model-access.js';
 import { emptyParamError } from '../no-route.js';
 import { repeatedQueryParam } from '../query-values.js';
 import type { Services } from '../services.js';
@@ -86,7 +86,9 @@ async function oneModel(services: Services, request: FastifyRequest, isA: boolea
   }
   const unlisted = model ? undefined : services.registry.unlistedModel(id);
   if (unlisted && (enabled === null || enabled.includes(unlisted.id)) && (isA || unlisted.kind !== 'embedding' || unlisted.beta)) {
-    // As a request naming it is told: configured, but no provider lists it right now.
+    // As a request naming it is told: configured, but no provider lists it right now, or one's list was never read.
+    const unread = services.registry.unreadable(id);
+    if (unread) throw notReadYet(id, unread.providers, isA ? 'a' : 'b');
     throw notServedNow(id, unlisted.providers, isA ? 'a' : 'b', 'id');
   }
   if (!model || !visible) {
