@@ -70,6 +70,16 @@ describe('the live registry', () => {
       body: JSON.stringify({ model: 'qwen/qwen3-32b', input: ['x'] }),
     });
     expect(((await asEmbedding.json()) as { error: { message: string } }).error.message).not.toContain('not served right now');
+    // A key whose workspace enables it, asking with ':eu', is told the same of the id it asked for.
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'qwen-only', enabledModels: ['qwen/qwen3-32b'] });
+    const narrow = await gw.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1000 });
+    const eu = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${narrow.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'qwen/qwen3-32b:eu', messages: [{ role: 'user', content: 'x' }] }),
+    });
+    expect(eu.status).toBe(404);
+    expect(((await eu.json()) as { error: { message: string } }).error.message).toBe(notServed('/v1').replace("'qwen/qwen3-32b'", "'qwen/qwen3-32b:eu'"));
     const list = (await (await fetch(`${gw.baseA}/models`, { headers: auth() })).json()) as { data: { id: string }[] };
     expect(list.data.map((m) => m.id)).not.toContain('qwen/qwen3-32b');
     // Its own entry says the same, in each variant.

@@ -58,7 +58,9 @@ function refuseUnknown(services: Services, request: FastifyRequest, id: string, 
         { retryAfterS: LIST_RETRY_FIRST_S },
       );
     }
-    const unlistedBy = enabled === null || enabled.includes(id) ? services.registry.unlistedOffers(id, kind) : undefined;
+    const unlisted = services.registry.unlistedModel(id);
+    // By its configured id: the workspace's list names `family/model`, the request may add `:eu`.
+    const unlistedBy = unlisted?.kind === kind && (enabled === null || enabled.includes(unlisted.id)) ? unlisted.providers : undefined;
     if (unlistedBy) {
       // Configured, but dropped from every provider's model list (retired or renamed there): not served now, which
       // a client (and the operator reading its report) is told, rather than that the id is wrong.

@@ -129,15 +129,9 @@ export class ModelRegistry {
   }
 
   /**
-   * A model the configuration names with this kind that no provider lists right now (every offer unlisted, none
-   * unreadable): its providers' ids, for a refusal that says so rather than that it does not exist.
+   * A model the configuration names that no provider lists right now (every offer unlisted): its configured id, kind
+   * and beta flag, and its providers' ids, for a refusal that says so rather than that it does not exist.
    */
-  unlistedOffers(id: string, kind: ModelKind): string[] | undefined {
-    const unlisted = this.unlistedModel(id);
-    return unlisted?.kind === kind ? unlisted.providers : undefined;
-  }
-
-  /** As {@link unlistedOffers}, of any kind: the model's configured id, kind and beta flag, and its providers' ids. */
   unlistedModel(id: string): { id: string; kind: ModelKind; beta: boolean; providers: string[] } | undefined {
     const bare = id.endsWith(':eu') ? id.slice(0, -3) : id;
     const model = this.catalogue.models.find((m) => m.id === id || m.id === bare);
