@@ -127,6 +127,59 @@ describe('a failover that skipped every offer it had left says when the first is
     20_000,
   );
 
+  it.each(['a', 'b'] as const)(
+    'variant %s: an offer already out when the request planned, the others failing into open circuits: the 502 says when the first is back',
+    async (variant) => {
+      const { gateway, key } = await gatewayWith({ GW_CIRCUIT_FAILURES: '1', GW_CIRCUIT_OPEN_MS: '4000' });
+      try {
+        const client = new OpenAI({ apiKey: key, baseURL: variant === 'a' ? gateway.baseA : gateway.baseB, maxRetries: 0 });
+        const ask = () => client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 });
+        // Scaleway fails once and is out for 4 s; OVHcloud serves.
+        sim.providers.scaleway?.setFault({ kind: 'status', status: 500, times: 1 });
+        await ask();
+        await sleep(1_000);
+        // Planned without Scaleway; OVHcloud and Nebius fail, and their circuits open too (4 s each).
+        sim.providers.ovh?.setFault({ kind: 'status', status: 500, times: 1 });
+        sim.providers.nebius?.setFault({ kind: 'status', status: 500, times: 1 });
+        const error = (await ask().catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+        expect(error.status).toBe(502);
+        // Every offer is out: Scaleway, out first, is back first, in about 3 s. Without it the SDK retried at once into a 503.
+        const ms = Number(error.headers?.get('retry-after-ms'));
+        expect(ms).toBeGreaterThan(1_500);
+        expect(ms).toBeLessThanOrEqual(3_100);
+        expect(error.headers?.get('retry-after')).toBe(String(Math.ceil(ms / 1000)));
+      } finally {
+        await gateway.close();
+      }
+    },
+    20_000,
+  );
+
+  it('a pinned request that fails says when its own provider is back, not another', async () => {
+    const { gateway, key } = await gatewayWith({ GW_CIRCUIT_FAILURES: '1', GW_CIRCUIT_OPEN_MS: '4000' });
+    try {
+      const client = new OpenAI({ apiKey: key, baseURL: gateway.baseA, maxRetries: 0 });
+      const ask = (provider?: string) =>
+        client.chat.completions
+          .create(
+            { model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 },
+            provider ? { headers: { 'X-Gateway-Provider': provider } } : {},
+          )
+          .catch((e: unknown) => e as InstanceType<typeof OpenAI.APIError>);
+      // Scaleway and OVHcloud out for 4 s; a second later the pinned Nebius fails and is out for 4 s from then.
+      sim.providers.scaleway?.setFault({ kind: 'status', status: 500, times: 1 });
+      sim.providers.ovh?.setFault({ kind: 'status', status: 500, times: 1 });
+      await ask();
+      await sleep(1_000);
+      sim.providers.nebius?.setFault({ kind: 'status', status: 500, times: 1 });
+      const error = (await ask('nebius')) as InstanceType<typeof OpenAI.APIError>;
+      expect(error.status).toBe(502);
+      expect(Number(error.headers?.get('retry-after-ms'))).toBeGreaterThan(3_500);
+    } finally {
+      await gateway.close();
+    }
+  }, 20_000);
+
   it('a last provider’s own wait gives way to a skipped offer back sooner; the OpenAI SDK’s retry is served by it then', async () => {
     const { gateway, key } = await gatewayWith();
     try {

@@ -28,9 +28,11 @@ export interface PlanWalk {
   mayFailOver?: () => Promise<boolean>;
   /**
    * Every offer the plan was made from (the model's, those a request's fields left in; default the plan), read only
-   * when offers were skipped and all failed, to say when the first of them is back.
+   * when all failed, to say when the first of them is back.
    */
   offers?: readonly Offer[];
+  /** X-Gateway-Provider: a retry can only be served by this provider's offers, so only their return counts. */
+  pin?: string | null;
 }
 
 /**
@@ -40,7 +42,7 @@ export interface PlanWalk {
  * client's error and is not retried elsewhere.
  */
 export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Promise<T>, walk: PlanWalk = {}): Promise<PlanResult<T>> {
-  const { health, mayFailOver, offers = plan } = walk;
+  const { health, mayFailOver, offers = plan, pin = null } = walk;
   if (plan.length === 0) throw new GatewayError('no_healthy_provider', 'No EU provider is available for this model right now.', { retryAfterS: 5 });
   const attempts: Attempt[] = [];
   let lastError: UpstreamError | null = null;
@@ -73,7 +75,11 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
       lastError = err;
     }
   }
-  throw finalError(attempts, lastError, skipped && health !== undefined ? soonestBack(offers, health) : undefined);
+  // Every offer the request could use may be out now (skipped ones, tried ones whose circuit opened, those out when it
+  // planned): a retry before the first is back finds none, and the OpenAI SDK's own backoff would spend it on a 503.
+  // A last provider's own wait is passed on as it said it, unless an offer it did not ask for was skipped.
+  const backIn = health !== undefined && (skipped || lastError?.retryAfterS === undefined) ? soonestBack(offers, health, pin) : undefined;
+  throw finalError(attempts, lastError, backIn);
 }
 
 /**
@@ -81,9 +87,10 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
  * a request retried before then finds none of them. Undefined when that is not known: one is in the plans already (a
  * retry may be served at once), or it waits on another request's probe, which ends when that request does.
  */
-function soonestBack(offers: readonly Offer[], health: Pick<OfferStatsView, 'available' | 'remainingMs'>): number | undefined {
+function soonestBack(offers: readonly Offer[], health: Pick<OfferStatsView, 'available' | 'remainingMs'>, pin: string | null): number | undefined {
   let soonest = Number.POSITIVE_INFINITY;
   for (const offer of offers) {
+    if (pin !== null && offer.provider !== pin) continue;
     if (health.available(offer)) return undefined;
     const ms = health.remainingMs(offer);
     if (ms <= 0) return undefined;
@@ -112,8 +119,8 @@ function finalError(attempts: Attempt[], last: UpstreamError | null, backInMs?: 
   }
   // The provider's own wait, when it gave one (a 503 while it is overloaded too); a 429 always tells the client to wait.
   const retryAfterS = last?.retryAfterS ?? (last?.status === 429 ? 1 : undefined);
-  // Offers skipped as out of the plans, and the tried ones out too: the wait is when the first is back (a provider's
-  // own wait included, which keeps its offer out that long), exact to the ms as the open-circuit 503's.
+  // Every offer the request could use out of the plans: the wait is when the first is back (a provider's own wait
+  // included, which keeps its offer out that long), exact to the ms as the open-circuit 503's.
   const wait = backInMs !== undefined ? { retryAfterMs: backInMs } : retryAfterS === undefined ? {} : { retryAfterS };
   return new GatewayError(
     'upstream_failed',

@@ -130,7 +130,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
             callUpstream(services, request, offer, (adapter) =>
               adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
             ),
-          { health: options.stats, offers: servable.offers },
+          { health: options.stats, offers: servable.offers, pin: options.pin },
         );
       } finally {
         // Only a signal that outlives its client stays among the waiting calls until disarmed; the others leave at 'close'.

@@ -86,7 +86,7 @@ export async function startStream(
           throw err;
         }
       }),
-    { health: options.stats, offers: args.offers },
+    { health: options.stats, offers: args.offers, pin: options.pin },
   ).catch((err: unknown) => {
     gone.disarm();
     // A stream that would have outlived its client never began: it is recorded as the client's leaving, as any other.

@@ -110,7 +110,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
             callUpstreamPaidInParts(services, request, offer, (adapter, paid) =>
               embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel, paid }),
             ),
-          { health: options.stats, mayFailOver: holdParts, offers: servable.offers },
+          { health: options.stats, mayFailOver: holdParts, offers: servable.offers, pin: options.pin },
         );
         // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used.
         const result = done.value.promptTokens > 0 ? done.value : { ...done.value, promptTokens };

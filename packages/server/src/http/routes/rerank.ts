@@ -95,7 +95,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
         return executePlan(
           plan,
           (offer) => callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
-          { health: options.stats, offers: servable.offers },
+          { health: options.stats, offers: servable.offers, pin: options.pin },
         );
       });
       const billed = bill(services, request, done.offer, done.value, upstream);

@@ -149,7 +149,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
     return executePlan(
       plan,
       (offer) => callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
-      { health: options.stats, offers: model.offers },
+      { health: options.stats, offers: model.offers, pin: options.pin },
     );
   });
   const billed = bill(request, done.offer, done.value);
