@@ -55,6 +55,37 @@ describe('operations', () => {
     expect(metrics).toContain('gw_process_resident_memory_bytes');
   });
 
+  it("names in a request's end line its model, the provider that answered it (after a failover, of a stream too) and its error code", async () => {
+    const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    const chat = async (base: string, body: Record<string, unknown>, extra: Record<string, string> = {}) => {
+      const res = await fetch(`${proc.url}${base}/chat/completions`, {
+        method: 'POST',
+        headers: { ...headers, ...extra },
+        body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 5, ...body }),
+      });
+      await res.text();
+      return res.headers.get('x-request-id') as string;
+    };
+    const end = (requestId: string) =>
+      proc
+        .output()
+        .split('\n')
+        .filter((l) => l.includes(`"reqId":"${requestId}"`) && l.includes('"msg":"request completed'))
+        .map((l) => (JSON.parse(l) as { res: Record<string, unknown> }).res);
+    sim.providers.scaleway?.setFault({ kind: 'status', status: 503, times: 1 });
+    const failedOver = await chat('/v1', { model: 'mistral/small' }, { 'x-gateway-provider-prefer': 'scaleway' });
+    const streamed = await chat('/alt/v1', { model: 'meta/llama-3.3-70b', stream: true }, { 'x-gateway-provider': 'nebius' });
+    const unknown = await chat('/v1', { model: 'nobody/nothing' });
+    await eventually(() => expect([failedOver, streamed, unknown].map((id) => end(id).length)).toEqual([1, 1, 1]));
+    const [first] = end(failedOver);
+    expect(first).toMatchObject({ statusCode: 200, model: 'mistral/small' });
+    expect(first?.provider).not.toBe('scaleway');
+    expect(first?.code).toBeUndefined();
+    expect(end(streamed)[0]).toMatchObject({ statusCode: 200, model: 'meta/llama-3.3-70b', provider: 'nebius' });
+    expect(end(unknown)[0]).toMatchObject({ statusCode: 404, code: 'model_not_found' });
+  });
+
   it('counts in /metrics the streams that write their own answer and the requests whose client left (as 499)', async () => {
     const key = /gw_live_[A-Za-z0-9_-]{43}/.exec(proc.output())?.[0] as string;
     const count = async (status: number) => {

@@ -16,6 +16,8 @@ export interface RequestState {
   key: ApiKeyRecord | null;
   /** Set by model routes: the request is billable and gets a usage record. */
   usage: UsageDraft | null;
+  /** The draft once recorded or handed to its stream's session (`usage` is then null): what the end log line names. */
+  usageDone: UsageDraft | null;
   errorCode: string | null;
   /** The budget hold taken at admission, settled when the response ends. */
   reservation: Reservation | null;

@@ -74,14 +74,32 @@ export function lazyChildLogger(logger: FastifyBaseLogger, bindings: Bindings, o
 
 /**
  * A request's end line (`res`: Fastify's reply, or the status the gateway logs itself with its request): its status,
- * the route it took and the id of the key it was made with, so that the line alone says who got what. Read only when
- * the line is written.
+ * the route it took, the id of the key it was made with, the model it named, the provider that answered it (or the
+ * last one tried) and the error code it was answered with, so that the line alone says who got what from where. Read
+ * only when the line is written.
  */
-export function resForLog(res: { statusCode: number; request?: FastifyRequest }): { statusCode: number; route?: string; keyId?: string } {
+export function resForLog(res: { statusCode: number; request?: FastifyRequest }): EndLine {
   const request = res.request;
   if (request === undefined) return { statusCode: res.statusCode };
-  const line: { statusCode: number; route: string; keyId?: string } = { statusCode: res.statusCode, route: request.routeOptions.url ?? 'unmatched' };
-  const keyId = request.gw?.key?.id;
-  if (keyId !== undefined) line.keyId = keyId;
+  const line: EndLine = { statusCode: res.statusCode, route: request.routeOptions.url ?? 'unmatched' };
+  const gw = request.gw;
+  if (!gw) return line;
+  if (gw.key) line.keyId = gw.key.id;
+  const usage = gw.usage ?? gw.usageDone;
+  if (usage) {
+    line.model = usage.model;
+    if (usage.provider !== null) line.provider = usage.provider;
+  }
+  if (gw.errorCode !== null) line.code = gw.errorCode;
   return line;
 }
+
+// A type alias, not an interface: Fastify's serializer type wants an index signature, which only an alias gets implicitly.
+type EndLine = {
+  statusCode: number;
+  route?: string;
+  keyId?: string;
+  model?: string;
+  provider?: string;
+  code?: string;
+};

@@ -32,6 +32,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       upstreamCalls: 0,
       key: null,
       usage: null,
+      usageDone: null,
       errorCode: null,
       reservation: null,
       failoverHold: null,

@@ -49,6 +49,8 @@ function recordUsage(services: Services, request: FastifyRequest, reply: Fastify
 function record(services: Services, request: FastifyRequest, status: number): void {
   const { key, usage, reservation, failoverHold } = request.gw;
   request.gw.usage = null;
+  // A stream's draft went to its session (and to usageDone) before this hook ran: usage is null here then.
+  if (usage) request.gw.usageDone = usage;
   request.gw.reservation = null;
   request.gw.failoverHold = null;
   if (reservation) {

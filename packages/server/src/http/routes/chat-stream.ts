@@ -110,6 +110,7 @@ export async function startStream(
   const draft = request.gw.usage;
   request.gw.reservation = null;
   request.gw.usage = null;
+  request.gw.usageDone = draft;
   // Not awaited: the resume record must not delay the first chunk. It is written no later than the
   // stream's first event (Redis: in the same call); if it fails, only resume degrades.
   const routing = { provider: result.offer.provider, region: result.offer.region, strategy: options.strategy, hops: result.hops };
