@@ -233,6 +233,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     );
   }
   rawAnswers.logTo(app.log);
+  store.logTo?.(app.log);
   const registry = new ModelRegistry(
     catalogue,
     adapters,

@@ -34,6 +34,7 @@ import type {
   PageQuery,
   SettingsRepo,
   Store,
+  StoreLog,
   UsageQuery,
   UsageRecord,
   UsageRepo,
@@ -369,6 +370,7 @@ export interface DriverHooks {
   copyRows?: CopyRows;
   migrate(): Promise<void>;
   ping(): Promise<void>;
+  logTo?(log: StoreLog): void;
   close(): Promise<void>;
 }
 
@@ -404,6 +406,10 @@ export class DrizzleStore implements Store {
 
   ping(): Promise<void> {
     return this.#hooks.ping();
+  }
+
+  logTo(log: StoreLog): void {
+    this.#hooks.logTo?.(log);
   }
 
   /** Idempotent. */

@@ -137,6 +137,7 @@ async function openPglite(dataDir: string): Promise<Store> {
     copyRows: (sql, csv) => thread.copy(sql, csv),
     migrate: () => thread.migrate(),
     ping: () => thread.ping(),
+    logTo: (log) => thread.logTo(log),
     async close() {
       try {
         await thread.close();

@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { loadPgProxyMigrator, pgProxy } from './drizzle-cjs.js';
+import type { StoreLog } from './types.js';
 
 /** An error the database thread reported, with PostgreSQL's fields when it has them. */
 export class PgliteThreadError extends Error {
@@ -40,6 +41,9 @@ export class PgliteThread {
   private worker: Worker | null;
   private closed = false;
   private restarts = 0;
+  private log: StoreLog | null = null;
+  /** What the thread died of, if it said ('error' comes before 'exit'). */
+  private crash: string | null = null;
 
   private constructor(
     worker: Worker,
@@ -86,6 +90,11 @@ export class PgliteThread {
     await this.call({ op: 'ping' });
   }
 
+  /** Where its death and restart are told: an operator otherwise sees only the store answering nothing meanwhile. */
+  logTo(log: StoreLog): void {
+    this.log = log;
+  }
+
   /** How many times the thread was started again after dying. */
   get restartCount(): number {
     return this.restarts;
@@ -112,14 +121,21 @@ export class PgliteThread {
       if (msg.ok) call.resolve(msg.rows);
       else call.reject(new PgliteThreadError(msg.error));
     });
-    worker.on('error', () => {
+    worker.on('error', (err) => {
       // 'exit' follows and handles it.
+      this.crash = err instanceof Error ? err.message : String(err);
     });
     worker.on('exit', (code) => {
       if (this.worker !== worker) return;
       this.worker = null;
       this.failPending(new Error(`the embedded database thread stopped (exit code ${code})`));
-      if (!this.closed) void this.restart();
+      if (this.closed) return;
+      this.log?.error(
+        { exitCode: code, error: this.crash },
+        'the embedded database thread stopped; starting it again (until then the store is unreachable: cached keys serve, usage records wait)',
+      );
+      this.crash = null;
+      void this.restart();
     });
     // The thread keeps the process alive only while a call waits for it.
     worker.unref();
@@ -138,9 +154,11 @@ export class PgliteThread {
         this.restarts++;
         this.worker = worker;
         this.attach(worker);
+        this.log?.info({ restarts: this.restarts }, 'the embedded database thread started again');
         return;
-      } catch {
+      } catch (err) {
         // Try again after a longer pause.
+        this.log?.warn({ error: err instanceof Error ? err.message : String(err), attempt: attempt + 1 }, 'the embedded database thread could not start again');
       }
     }
   }

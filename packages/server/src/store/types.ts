@@ -234,5 +234,14 @@ export interface Store {
   migrate(): Promise<void>;
   /** Resolves when the database answers a trivial query. */
   ping(): Promise<void>;
+  /** Where the store says what happens to it beyond a query's error (the embedded database thread dying and coming back). */
+  logTo?(log: StoreLog): void;
   close(): Promise<void>;
+}
+
+/** The part of the gateway's logger the store writes to. */
+export interface StoreLog {
+  error(fields: object, message: string): void;
+  warn(fields: object, message: string): void;
+  info(fields: object, message: string): void;
 }
