@@ -42,7 +42,7 @@ import { freeBytes, lowDiskHint } from './lib/disk-room.js';
 import { errorSummary, warnOnFailure } from './lib/error-summary.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
-import { redactSecrets, registerSecret, urlForLog } from './lib/redact.js';
+import { hostForLog, redactSecrets, registerSecret, urlForLog } from './lib/redact.js';
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
 import { LeaseLedger } from './limits/lease-ledger.js';
@@ -453,7 +453,7 @@ function buildFastify(config: GatewayConfig, logger: boolean, rawAnswers: RawAns
             req: (req: FastifyRequest) => ({
               method: req.method,
               url: urlForLog(req.url),
-              host: req.host,
+              host: hostForLog(req.host),
               remoteAddress: req.ip,
               remotePort: req.socket?.remotePort,
             }),

@@ -283,6 +283,10 @@ describe('operations', () => {
     const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
     const created = (await (await fetch(`${proc.url}/admin/v1/keys`, { method: 'POST', headers: admin })).json()) as { id: string };
     await fetch(`${proc.url}/admin/v1/keys/${created.id}?access_token=${ADMIN_TOKEN}`, { headers: admin });
+    // The Host a client sends is logged with each request: a key or the admin token put there stays out too.
+    const port = Number(new URL(proc.url).port);
+    await exchange(port, `GET /v1/models HTTP/1.1\r\nHost: ${key}\r\nConnection: close\r\n\r\n`);
+    await exchange(port, `GET /healthz HTTP/1.1\r\nHost: ${ADMIN_TOKEN}:8080\r\nConnection: close\r\n\r\n`);
     // A provider failing after its first chunk (no failover then) is logged as any failed attempt is.
     sim.providers.scaleway?.setFault({ kind: 'error_after_200', afterChunks: 2 });
     const cut = await fetch(`${proc.url}/v1/chat/completions`, {

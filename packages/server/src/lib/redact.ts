@@ -154,6 +154,11 @@ export function urlForLog(url: string): string {
 }
 
 /** Whether a piece of a URL, as sent or percent-decoded, holds something shaped like a secret. */
+/** A request's Host for its log line: the client writes it as it likes, and a key or the admin token put there is kept out. */
+export function hostForLog(host: string): string {
+  return holdsSecret(host) ? '[redacted]' : host;
+}
+
 function holdsSecret(text: string): boolean {
   const decoded = safeDecode(text);
   return redactShaped(text) !== text || redactShaped(decoded) !== decoded;
