@@ -153,12 +153,12 @@ export function urlForLog(url: string): string {
   return `${shown}?${query}`;
 }
 
-/** Whether a piece of a URL, as sent or percent-decoded, holds something shaped like a secret. */
 /** A request's Host for its log line: the client writes it as it likes, and a key or the admin token put there is kept out. */
 export function hostForLog(host: string): string {
   return holdsSecret(host) ? '[redacted]' : host;
 }
 
+/** Whether a piece of a URL, as sent or percent-decoded, holds something shaped like a secret. */
 function holdsSecret(text: string): boolean {
   const decoded = safeDecode(text);
   return redactShaped(text) !== text || redactShaped(decoded) !== decoded;
