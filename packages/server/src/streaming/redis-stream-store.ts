@@ -125,6 +125,12 @@ function bufferGapEvent(from: number, to: number): StreamEvent {
   return syntheticError(`The shared resume buffer is missing ${which} of this stream; it cannot be resumed whole from here.`);
 }
 
+/** A resume read from the shared buffer that expired before the read reached the stream's end. */
+function bufferExpiredEvent(from: number): StreamEvent {
+  const message = `The stream's resume buffer expired before event ${from} was read from it; the rest cannot be sent and the stream cannot be resumed further.`;
+  return { seq: SYNTHETIC_SEQ, kind: 'error', data: streamErrorData(message, 'stream_not_found') };
+}
+
 /** What a resume read here ends with when this instance shuts down, as a stream it relays would (its code included). */
 function shutdownEvent(): StreamEvent {
   const message = 'This gateway instance is shutting down and ended the stream here; resume it from the last event received (another instance answers).';
@@ -432,7 +438,12 @@ export class RedisStreamStore implements StreamStore {
           | null;
         if (!res) {
           const relay = await this.relayOf(reader, streamId);
-          if (relay === 'expired') return;
+          // Expired before this read met the stream's end (a reader behind while another took the end and its linger
+          // ran out, or the retention did): the client is told, rather than given a stream that stops short and clean.
+          if (relay === 'expired') {
+            yield bufferExpiredEvent(seen + 1);
+            return;
+          }
           if (relay === 'alive') continue;
         }
         // When the relay is gone, what it wrote before it went (a last batch may have come since the read) and then the loss.
