@@ -1,35 +1,66 @@
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
-import { describe, expect, it } from 'vitest';
-import { eventually } from './helpers/gateway.js';
-import { type SharedInstances, sharedInstancesPerFile } from './helpers/shared-instances.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
-let shared: SharedInstances;
-sharedInstancesPerFile(2, (started) => {
-  shared = started;
+let redis: RedisServer;
+let pg: PostgresServer;
+let sim: Simulator;
+/** Relays the streams. */
+let one: TestGateway;
+/** Resumes them, with the default send timeout. */
+let two: TestGateway;
+/** Resumes them, with a send timeout of one second. */
+let quick: TestGateway;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  const databaseUrl = await pg.createDatabase();
+  one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
+  quick = await startGateway({ sim, redisUrl: redis.url, databaseUrl, env: { GW_SEND_TIMEOUT_MS: '1000' } });
+  // Long enough (about 20 MB, each chunk a word of the prompt's) that a resume whose client stops reading is far
+  // behind in the shared buffer, whatever the sockets and the client's fetch hold.
+  for (const p of Object.values(sim.providers)) p.configure({ answerTokens: ANSWER_TOKENS, chunkGapMs: 0 });
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all([one?.close(), two?.close(), quick?.close()]);
+  await sim?.close();
+  await redis?.stop();
+  await pg?.stop();
 });
 
-// Long enough (about 15 MB) that a resume whose client stops reading is far behind in the shared buffer.
-const ANSWER_TOKENS = 50_000;
-const body = { model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: 'A very long answer' }], stream: true };
+const ANSWER_TOKENS = 40_000;
+const words = ['Ünïcödé', 'wörds', '東京', '🦊'].map((w) => w.repeat(40)).join(' ');
+const body = { model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: words }], stream: true };
+
+/** A stream on `one` whose client read its first three events and left: the upstream is read on to its end. */
+async function leftStream(key: string): Promise<{ streamId: string; lastId: string }> {
+  const first = await streamRequest(one.baseA, key, body);
+  const head = await readSse(first, 3);
+  return { streamId: first.headers.get('x-request-id') as string, lastId: head[2]?.id as string };
+}
+
+async function redisClients(client: Redis): Promise<number> {
+  return Number(/connected_clients:(\d+)/.exec(await client.info('clients'))?.[1]);
+}
 
 describe('a resume read from the shared buffer', () => {
   it('whose buffer expires before it reaches the end ends with an error event, not a clean end that stops short', async () => {
-    const [one, two] = shared.gws as [NonNullable<SharedInstances['gws'][0]>, NonNullable<SharedInstances['gws'][0]>];
-    for (const p of Object.values(shared.sim.providers)) p.configure({ answerTokens: ANSWER_TOKENS, chunkGapMs: 0 });
     const { key } = await one.createKey({ rateLimitRpm: 1000 });
-    const first = await streamRequest(one.baseA, key, body);
-    const streamId = first.headers.get('x-request-id') as string;
-    const head = await readSse(first, 3);
+    const { streamId, lastId } = await leftStream(key);
     // The rest from another instance, not read while the stream ends upstream: the read from the buffer waits.
-    const resumed = await streamRequest(two.baseA, key, body, { 'Last-Event-ID': head[2]?.id as string });
+    const resumed = await streamRequest(two.baseA, key, body, { 'Last-Event-ID': lastId });
     expect(resumed.status).toBe(200);
     await eventually(async () => {
       await one.gateway.services.usage.flush();
       expect(await one.gateway.services.store.usage.list({ requestId: streamId })).toHaveLength(1);
     }, 20_000);
     // Its buffer's expiry runs out meanwhile (the 10 s linger after another client took the end, or the retention).
-    const client = new Redis(shared.redis.url);
+    const client = new Redis(redis.url);
     try {
       await eventually(async () => expect(await client.ttl(`gw:stream:{${streamId}}:events`)).toBeGreaterThan(0));
       await client.pexpire(`gw:stream:{${streamId}}:events`, 1);
@@ -44,5 +75,29 @@ describe('a resume read from the shared buffer', () => {
     expect(last.id).toBeUndefined();
     expect(JSON.parse(last.data)).toMatchObject({ error: { code: 'stream_not_found' } });
     expect(rest.some((e) => e.data === '[DONE]')).toBe(false);
+  }, 60_000);
+
+  it('whose client stops taking it is closed after GW_SEND_TIMEOUT_MS, its Redis connection let go; it resumes again from there', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 1000 });
+    const { streamId, lastId } = await leftStream(key);
+    const client = new Redis(redis.url);
+    try {
+      const before = await redisClients(client);
+      const resumed = await streamRequest(quick.baseA, key, body, { 'Last-Event-ID': lastId });
+      expect(resumed.status).toBe(200);
+      // Its read of the buffer has a connection of its own; the client takes nothing more.
+      await eventually(async () => expect(await redisClients(client)).toBe(before + 1));
+      await eventually(async () => expect(await redisClients(client)).toBe(before), 10_000);
+      // What reached the client is whole up to where it was cut; the rest is resumed from its last event.
+      const got = await readSse(resumed).catch(() => null);
+      const seen = got?.filter((e) => e.id !== undefined) ?? [];
+      expect(seen.at(-1)?.data).not.toBe('[DONE]');
+      const from = seen.at(-1)?.id ?? lastId;
+      const rest = await readSse(await streamRequest(two.baseA, key, body, { 'Last-Event-ID': from }));
+      expect(rest.at(-1)?.data).toBe('[DONE]');
+      expect(rest[0]?.id).toBe(`${streamId}:${Number(from.split(':')[1]) + 1}`);
+    } finally {
+      client.disconnect();
+    }
   }, 60_000);
 });

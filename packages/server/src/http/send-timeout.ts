@@ -13,9 +13,22 @@ function taken(socket: Socket): number {
   return (s._bytesDispatched ?? 0) - (s._handle?.writeQueueSize ?? 0);
 }
 
+/**
+ * Set on a response paced by its client alone, whether or not it is whole: a resume read from the shared buffer,
+ * which holds a Redis connection of its own while it waits for the client to take more.
+ */
+export const kPacedByClient = Symbol('gw.pacedByClient');
+
+type Marked = ServerResponse & { [kStreamWhole]?: boolean; [kPacedByClient]?: boolean };
+
 /** The answer is written whole (a stream: ended, its client behind), only its taking is left. */
 function whole(res: ServerResponse): boolean {
-  return res.writableEnded || (res as ServerResponse & { [kStreamWhole]?: boolean })[kStreamWhole] === true;
+  return res.writableEnded || (res as Marked)[kStreamWhole] === true;
+}
+
+/** Bytes of the answer wait for the client: in Node's buffer, or in libuv's queue behind a full kernel buffer. */
+function waiting(socket: Socket): boolean {
+  return socket.writableLength > 0 || ((socket as Socket & { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize ?? 0) > 0;
 }
 
 /** An answer in flight, linked into the watch's list (no map keyed by the response: see {@link UnsentAnswers}). */
@@ -83,9 +96,11 @@ export class UnsentAnswers {
       const next = w.next;
       const { res } = w;
       const socket = res.socket;
-      if (whole(res) && !res.writableFinished && socket && !socket.destroyed) {
+      const isWhole = whole(res);
+      if ((isWhole || (res as Marked)[kPacedByClient] === true) && !res.writableFinished && socket && !socket.destroyed) {
         const took = taken(socket);
-        if (w.taken === null || took > w.taken) {
+        // One paced by its client but not whole is judged only while something waits for the client: a silence is not its.
+        if (w.taken === null || took > w.taken || (!isWhole && !waiting(socket))) {
           w.taken = took;
           w.progressAt = now;
         } else if (now - w.progressAt >= this.timeoutMs) {

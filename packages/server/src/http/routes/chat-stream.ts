@@ -1,4 +1,4 @@
-import type { OutgoingHttpHeaders } from 'node:http';
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -21,6 +21,7 @@ import { RECORD_PATIENCE_MS, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } 
 import { applyRateLimit, countUncounted } from '../plugins/rate-limit.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '../plugins/usage-recording.js';
+import { kPacedByClient } from '../send-timeout.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } from '../upstream-call.js';
 
@@ -238,7 +239,9 @@ export async function resumeStream(
   const heartbeatMs = services.config.streamHeartbeatMs;
   if (local)
     return sendFrames(services, request, reply, parsed.streamId, new LiveFrames(local, parsed.seq, includeUsage(body), heartbeatMs, request.gw.variant));
-  // Another instance's stream: read from the shared buffer until the client goes.
+  // Another instance's stream: read from the shared buffer until the client goes, or stops taking it for
+  // GW_SEND_TIMEOUT_MS (its read holds a Redis connection, whether or not the stream still runs).
+  (reply.raw as ServerResponse & { [kPacedByClient]?: boolean })[kPacedByClient] = true;
   const abort = new AbortController();
   reply.raw.once('close', () => abort.abort());
   const end = { seen: false };
