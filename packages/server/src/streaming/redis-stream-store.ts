@@ -426,9 +426,7 @@ export class RedisStreamStore implements StreamStore {
     try {
       if (shutdown) throw new Error('shutting down');
       // Resumed at or past the end of a stream that ended: nothing is left to send.
-      const [tail] = (await reader.xrevrange(eventsKey(streamId), '+', '-', 'COUNT', 1)) as [string, string[]][];
-      const lastEvent = tail ? entryEvents(tail[0], tail[1]).at(-1) : undefined;
-      if (lastEvent && ends(lastEvent) && lastEvent.seq <= afterSeq) return;
+      if (await endedBy(reader, streamId, afterSeq)) return;
       let last = `${afterSeq}-1`;
       let seen = afterSeq;
       for (;;) {
@@ -444,7 +442,11 @@ export class RedisStreamStore implements StreamStore {
             yield bufferExpiredEvent(seen + 1);
             return;
           }
-          if (relay === 'alive') continue;
+          // Resumed past where a running stream was: it may have ended short of that since.
+          if (relay === 'alive') {
+            if (await endedBy(reader, streamId, seen)) return;
+            continue;
+          }
         }
         // When the relay is gone, what it wrote before it went (a last batch may have come since the read) and then the loss.
         const entries = res ?? ((await reader.xread('COUNT', 500, 'STREAMS', eventsKey(streamId), last)) as typeof res);
@@ -502,6 +504,13 @@ export class RedisStreamStore implements StreamStore {
   async close(): Promise<void> {
     await this.flushAll(true);
   }
+}
+
+/** Whether the stream has ended at or before event `seq`: a read from there has nothing to send. */
+async function endedBy(reader: Redis, streamId: string, seq: number): Promise<boolean> {
+  const [tail] = (await reader.xrevrange(eventsKey(streamId), '+', '-', 'COUNT', 1)) as [string, string[]][];
+  const lastEvent = tail ? entryEvents(tail[0], tail[1]).at(-1) : undefined;
+  return lastEvent !== undefined && ends(lastEvent) && lastEvent.seq <= seq;
 }
 
 /** An entry's events: a batch (field `e`), or one event in fields `k` and `d` as instances before batches wrote them. */

@@ -1,7 +1,10 @@
+import { type IncomingMessage, request } from 'node:http';
+import { Readable } from 'node:stream';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { STREAM_RETENTION_S } from '../src/streaming/types.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
 
@@ -21,9 +24,9 @@ beforeAll(async () => {
   one = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
   two = await startGateway({ sim, redisUrl: redis.url, databaseUrl });
   quick = await startGateway({ sim, redisUrl: redis.url, databaseUrl, env: { GW_SEND_TIMEOUT_MS: '1000' } });
-  // Long enough (about 20 MB, each chunk a word of the prompt's) that a resume whose client stops reading is far
-  // behind in the shared buffer, whatever the sockets and the client's fetch hold.
-  for (const p of Object.values(sim.providers)) p.configure({ answerTokens: ANSWER_TOKENS, chunkGapMs: 0 });
+  // Long enough (about 20 MB, each chunk a word of the prompt's, 10 KB on average) that a resume whose client stops
+  // reading is far behind in the shared buffer, and slow enough (2.5 s) that the resume's read of it keeps up until then.
+  for (const p of Object.values(sim.providers)) p.configure(LONG);
 }, 60_000);
 
 afterAll(async () => {
@@ -33,8 +36,8 @@ afterAll(async () => {
   await pg?.stop();
 });
 
-const ANSWER_TOKENS = 40_000;
-const words = ['Ünïcödé', 'wörds', '東京', '🦊'].map((w) => w.repeat(40)).join(' ');
+const LONG = { answerTokens: 2_000, chunkGapMs: 1 };
+const words = ['Ünïcödé', 'wörds', '東京', '🦊'].map((w) => w.repeat(1500)).join(' ');
 const body = { model: 'meta/llama-3.3-70b', messages: [{ role: 'user', content: words }], stream: true };
 
 /** A stream on `one` whose client read its first three events and left: the upstream is read on to its end. */
@@ -44,6 +47,19 @@ async function leftStream(key: string): Promise<{ streamId: string; lastId: stri
   return { streamId: first.headers.get('x-request-id') as string, lastId: head[2]?.id as string };
 }
 
+/** A resume on `gw` whose answer is not read (Node's client, paused: fetch would take it all into its own buffer). */
+function pausedResume(gw: TestGateway, key: string, lastId: string): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'last-event-id': lastId },
+    });
+    req.on('response', (res) => resolve(res.pause()));
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
 async function redisClients(client: Redis): Promise<number> {
   return Number(/connected_clients:(\d+)/.exec(await client.info('clients'))?.[1]);
 }
@@ -51,10 +67,13 @@ async function redisClients(client: Redis): Promise<number> {
 describe('a resume read from the shared buffer', () => {
   it('whose buffer expires before it reaches the end ends with an error event, not a clean end that stops short', async () => {
     const { key } = await one.createKey({ rateLimitRpm: 1000 });
+    // A pause early in the stream: the resume below begins before most of it is in the buffer.
+    for (const p of Object.values(sim.providers)) p.setFault({ kind: 'stall', afterChunks: 5, ms: 1500, times: 1 });
     const { streamId, lastId } = await leftStream(key);
     // The rest from another instance, not read while the stream ends upstream: the read from the buffer waits.
-    const resumed = await streamRequest(two.baseA, key, body, { 'Last-Event-ID': lastId });
-    expect(resumed.status).toBe(200);
+    const resumed = await pausedResume(two, key, lastId);
+    expect(resumed.statusCode).toBe(200);
+    for (const p of Object.values(sim.providers)) p.clearFaults();
     await eventually(async () => {
       await one.gateway.services.usage.flush();
       expect(await one.gateway.services.store.usage.list({ requestId: streamId })).toHaveLength(1);
@@ -62,19 +81,19 @@ describe('a resume read from the shared buffer', () => {
     // Its buffer's expiry runs out meanwhile (the 10 s linger after another client took the end, or the retention).
     const client = new Redis(redis.url);
     try {
-      await eventually(async () => expect(await client.ttl(`gw:stream:{${streamId}}:events`)).toBeGreaterThan(0));
+      // Once the stream's last batch is in (its expiry then the retention, no longer the grace period's added to it).
+      await eventually(async () => expect(await client.ttl(`gw:stream:{${streamId}}:events`)).toBeLessThanOrEqual(STREAM_RETENTION_S));
       await client.pexpire(`gw:stream:{${streamId}}:events`, 1);
       await client.pexpire(`gw:stream:{${streamId}}:meta`, 1);
     } finally {
       client.disconnect();
     }
-    const rest: SseEvent[] = await readSse(resumed);
+    const rest: SseEvent[] = await readSse(new Response(Readable.toWeb(resumed) as ReadableStream<Uint8Array>));
     const last = rest.at(-1) as SseEvent;
-    // It stopped short of the stream's end (ANSWER_TOKENS chunks), and says so where it stops, without an id.
-    expect(rest.length).toBeLessThan(ANSWER_TOKENS);
+    // It stopped short of the stream's end, and says so where it stops, without an id.
+    expect(rest.some((e) => e.data === '[DONE]')).toBe(false);
     expect(last.id).toBeUndefined();
     expect(JSON.parse(last.data)).toMatchObject({ error: { code: 'stream_not_found' } });
-    expect(rest.some((e) => e.data === '[DONE]')).toBe(false);
   }, 60_000);
 
   it('whose client stops taking it is closed after GW_SEND_TIMEOUT_MS, its Redis connection let go; it resumes again from there', async () => {
@@ -98,6 +117,26 @@ describe('a resume read from the shared buffer', () => {
       expect(rest[0]?.id).toBe(`${streamId}:${Number(from.split(':')[1]) + 1}`);
     } finally {
       client.disconnect();
+    }
+  }, 60_000);
+
+  it('past where a running stream is answers nothing once the stream ends short of it, not at the buffer’s expiry', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 1000 });
+    for (const p of Object.values(sim.providers)) p.configure({ answerTokens: 100, chunkGapMs: 20 });
+    try {
+      const { streamId, lastId } = await leftStream(key);
+      const resumed = await streamRequest(two.baseA, key, body, { 'Last-Event-ID': `${streamId}:99999` });
+      expect(resumed.status).toBe(200);
+      const started = performance.now();
+      // Its client left: the stream is kept for the whole retention (10 minutes) once it ends, about 2 s from now.
+      const rest = await readSse(resumed);
+      expect(rest).toEqual([]);
+      expect(performance.now() - started).toBeLessThan(15_000);
+      // The stream itself is whole and still resumable.
+      const whole = await readSse(await streamRequest(two.baseA, key, body, { 'Last-Event-ID': lastId }));
+      expect(whole.at(-1)?.data).toBe('[DONE]');
+    } finally {
+      for (const p of Object.values(sim.providers)) p.configure(LONG);
     }
   }, 60_000);
 });
