@@ -4,6 +4,7 @@ import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { collectGarbage } from '../src/lib/collect-garbage.js';
 import { STREAM_RETENTION_S } from '../src/streaming/types.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { readSse, type SseEvent, streamRequest } from './helpers/sse.js';
@@ -118,6 +119,28 @@ describe('a resume read from the shared buffer', () => {
     } finally {
       client.disconnect();
     }
+  }, 60_000);
+
+  it('holds a bounded part of the buffer while its client does not read, not the whole stream', async () => {
+    const { key } = await one.createKey({ rateLimitRpm: 1000 });
+    const { streamId, lastId } = await leftStream(key);
+    await eventually(async () => {
+      await one.gateway.services.usage.flush();
+      expect(await one.gateway.services.store.usage.list({ requestId: streamId })).toHaveLength(1);
+    }, 20_000);
+    const held = () => {
+      collectGarbage();
+      const m = process.memoryUsage();
+      return (m.heapUsed + m.external) / 1024 / 1024;
+    };
+    const before = held();
+    // Five resumes of the whole stream (about 20 MB of events, 40 MB as the heap holds them), none of them read.
+    const resumes = await Promise.all(Array.from({ length: 5 }, () => pausedResume(two, key, lastId)));
+    await new Promise((r) => setTimeout(r, 1000));
+    const growth = held() - before;
+    for (const r of resumes) r.destroy();
+    // Each held its read of about a megabyte and what its sockets hold (about 55 MB in all); the whole stream, 230 MB.
+    expect(growth).toBeLessThan(120);
   }, 60_000);
 
   it('past where a running stream is answers nothing once the stream ends short of it, not at the buffer’s expiry', async () => {

@@ -19,6 +19,13 @@ const eventsKey = (id: string) => `gw:stream:{${id}}:events`;
 const metaKey = (id: string) => `gw:stream:{${id}}:meta`;
 /** A resume on another instance waits this long for new events before it checks on the instance relaying the stream. */
 const FOLLOW_BLOCK_MS = 2_000;
+/**
+ * About the most characters of the buffer one resume reads at once (at least one entry, a batch of events). What it
+ * read stays in memory until its client takes it: asking for 500 entries, a client that stopped reading a 20 MB
+ * stream held all of it, 40 MB of the instance's heap, outside GW_STREAM_MEMORY_MB.
+ */
+const FOLLOW_READ_CHARS = 1024 * 1024;
+const FOLLOW_MAX_ENTRIES = 500;
 
 /** How long a stream whose buffer writes fail keeps its events to try again. */
 const RETRY_FOR_MS = 60_000;
@@ -429,9 +436,11 @@ export class RedisStreamStore implements StreamStore {
       if (await endedBy(reader, streamId, afterSeq)) return;
       let last = `${afterSeq}-1`;
       let seen = afterSeq;
+      // Entries asked for at once: one until their size is known, then as many as FOLLOW_READ_CHARS holds.
+      let count = 1;
       for (;;) {
         if (signal.aborted) return;
-        const res = (await reader.xread('COUNT', 500, 'BLOCK', FOLLOW_BLOCK_MS, 'STREAMS', eventsKey(streamId), last)) as
+        const res = (await reader.xread('COUNT', count, 'BLOCK', FOLLOW_BLOCK_MS, 'STREAMS', eventsKey(streamId), last)) as
           | [string, [string, string[]][]][]
           | null;
         if (!res) {
@@ -449,8 +458,10 @@ export class RedisStreamStore implements StreamStore {
           }
         }
         // When the relay is gone, what it wrote before it went (a last batch may have come since the read) and then the loss.
-        const entries = res ?? ((await reader.xread('COUNT', 500, 'STREAMS', eventsKey(streamId), last)) as typeof res);
-        for (const [id, fields] of entries?.[0]?.[1] ?? []) {
+        const entries = res ?? ((await reader.xread('COUNT', count, 'STREAMS', eventsKey(streamId), last)) as typeof res);
+        const read = entries?.[0]?.[1] ?? [];
+        count = entriesWithin(read);
+        for (const [id, fields] of read) {
           last = id;
           for (const event of entryEvents(id, fields)) {
             // The first entry may begin before the resume point, and a retried batch may repeat events.
@@ -504,6 +515,14 @@ export class RedisStreamStore implements StreamStore {
   async close(): Promise<void> {
     await this.flushAll(true);
   }
+}
+
+/** How many entries the size of `read`'s fit in FOLLOW_READ_CHARS (at least one); unchanged when it read none. */
+function entriesWithin(read: [string, string[]][]): number {
+  if (read.length === 0) return 1;
+  let chars = 0;
+  for (const [, fields] of read) for (const f of fields) chars += f.length;
+  return Math.max(1, Math.min(FOLLOW_MAX_ENTRIES, Math.floor((FOLLOW_READ_CHARS * read.length) / Math.max(1, chars))));
 }
 
 /** Whether the stream has ended at or before event `seq`: a read from there has nothing to send. */
