@@ -517,7 +517,7 @@ export class RedisStreamStore implements StreamStore {
   }
 }
 
-/** How many entries the size of `read`'s fit in FOLLOW_READ_CHARS (at least one); unchanged when it read none. */
+/** How many entries of `read`'s size fit in FOLLOW_READ_CHARS (at least one, and one again after a read of none). */
 function entriesWithin(read: [string, string[]][]): number {
   if (read.length === 0) return 1;
   let chars = 0;
