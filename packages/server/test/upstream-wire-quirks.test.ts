@@ -20,11 +20,11 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
     res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
     res.end(Buffer.concat([BOM, Buffer.from(JSON.stringify(json))]));
   };
-  if (req.method === 'GET') return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }, { id: 'sse' }] });
+  if (req.method === 'GET') return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }, { id: 'sse' }, { id: 'sse-blank' }] });
   const model = (JSON.parse(body) as { model: string }).model;
-  if (model === 'sse') {
+  if (model === 'sse' || model === 'sse-blank') {
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
-    void writeInBits(res, quirkySse());
+    void writeInBits(res, model === 'sse' ? quirkySse() : blankEventsSse());
     return;
   }
   if (model === 'bom-refusal') return send(400, { error: { message: 'messages[0].content is too long for this model', type: 'invalid_request_error' } });
@@ -61,6 +61,19 @@ function quirkySse(): Buffer {
   return Buffer.from(`${text}data:[DONE]\r\n\r\n`);
 }
 
+/** A stream with events that carry no data (`data:` alone, `data: ` and a blank line, as keep-alives) around its chunks. */
+function blankEventsSse(): Buffer {
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+    `data: ${JSON.stringify({ id: 's2', object: 'chat.completion.chunk', created: 1, model: 'sse-blank', choices, ...extra })}\n\n`;
+  let text = 'data:\n\n';
+  text += chunk([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }]);
+  text += 'data: \r\n\r\n';
+  for (const c of [...TEXT]) text += `${chunk([{ index: 0, delta: { content: c }, finish_reason: null }])}event: ping\ndata:\n\n`;
+  text += chunk([{ index: 0, delta: {}, finish_reason: 'stop' }]);
+  text += chunk([], { usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } });
+  return Buffer.from(`${text}data:\n\ndata: [DONE]\n\n`);
+}
+
 /** Writes `bytes` 1 to 7 at a time (a fixed sequence of sizes), each write on a turn of its own so it leaves alone. */
 async function writeInBits(res: ServerResponse, bytes: Buffer): Promise<void> {
   for (let at = 0, step = 0; at < bytes.length; step++) {
@@ -95,7 +108,7 @@ beforeAll(async () => {
   gw = await startGateway({
     catalogue: () => ({
       providers: [{ id: 'host', type: 'openai', baseUrl, region: 'fr-par', apiKey: '' }],
-      models: [model('bom'), model('bom-refusal'), model('sse')],
+      models: [model('bom'), model('bom-refusal'), model('sse'), model('sse-blank')],
     }),
   });
 });
@@ -166,6 +179,30 @@ describe('a stream written oddly on the wire', () => {
     expect(raw.trimEnd().endsWith('data: [DONE]')).toBe(true);
     await eventually(async () => {
       expect((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeCloseTo(0.05, 9);
+    });
+  });
+});
+
+describe('a stream with events that carry no data', () => {
+  it('is read as if they were comments: the OpenAI SDK gets the whole text and the provider’s usage, billed at it', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const stream = await client.chat.completions.create({
+      model: 'quirk/sse-blank',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    let usage: unknown = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      usage = chunk.usage ?? usage;
+    }
+    expect(text).toBe(TEXT);
+    expect(usage).toMatchObject({ prompt_tokens: 11, completion_tokens: 7 });
+    await eventually(async () => {
+      expect((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeCloseTo(0.025, 9);
     });
   });
 });

@@ -64,6 +64,11 @@ export function sseChunkStream(http: UpstreamHttp, body: UpstreamBody, decode: S
   return stream;
 }
 
+/** Data that is empty or only whitespace; a chunk's data opens with `{`, so the common case costs one comparison. */
+function noData(data: string): boolean {
+  return data.length === 0 || (data.charCodeAt(0) <= 0x20 && data.trim() === '');
+}
+
 function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, sink: ChunkSink): void {
   const provider = http.providerId;
   let finished = false;
@@ -92,6 +97,9 @@ function relaySse(http: UpstreamHttp, body: UpstreamBody, decode: SseDecoder, si
     onEvent: (event) => {
       sinceEvent = 0;
       if (finished) return;
+      // An event with no data (`data:` alone, which some proxies send to keep a connection open) carries nothing: read
+      // as a comment is, not as a chunk that is no JSON (the stream failed). An `error` event is the decoder's still.
+      if (event.event !== 'error' && noData(event.data)) return;
       let out: ChatChunk[] | typeof SSE_DONE;
       try {
         out = decode(event);
