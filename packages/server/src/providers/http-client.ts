@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import type { Readable } from 'node:stream';
+import { brotliDecompressSync, gunzipSync, inflateRawSync, inflateSync } from 'node:zlib';
 import type { Dispatcher, errors as UndiciErrors, Pool as UndiciPool } from 'undici';
 import { GatewayError } from '../errors/gateway-error.js';
 import { UpstreamError } from '../errors/upstream-error.js';
@@ -54,7 +55,8 @@ export function defaultConnectTimeoutMs(readTimeoutMs: number): number {
 
 /**
  * Sent with every upstream request: without `Accept-Encoding` any content coding is acceptable (RFC 9110,
- * 12.5.3), so a provider or a proxy in front of one may compress, which the gateway does not decode.
+ * 12.5.3), so a provider or a proxy in front of one may compress. One that does all the same has its whole answers
+ * decoded ({@link decodedBody}); its event streams are refused, as they are read as they arrive.
  */
 export const IDENTITY_ENCODING = { 'accept-encoding': 'identity' } as const;
 
@@ -182,6 +184,7 @@ export class UpstreamHttp {
     if (err instanceof UnaskedEventStream) {
       return new UpstreamError({ ...base, kind: 'protocol', message: `${this.providerId} ${err.message}` });
     }
+    if (err instanceof UndecodableBody) return new UpstreamError({ ...base, kind: 'protocol', message: `${this.providerId} sent ${err.message}` });
     if (err instanceof BodyTooLarge) {
       return new UpstreamError({ ...base, kind: 'protocol', message: `${this.providerId} sent an answer larger than ${err.limit / 1024 / 1024} MiB` });
     }
@@ -335,7 +338,10 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     if (this.settled) return;
     let text: string;
     try {
-      text = this.chunks.length === 1 ? (this.chunks[0] as Buffer).toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
+      let bytes = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks);
+      const coding = this.headers['content-encoding'];
+      if (coding !== undefined) bytes = decodedBody(bytes, headerValue(coding) ?? '', this.status, this.maxBytes);
+      text = bytes.toString('utf8');
     } catch (err) {
       // Settled only after the text is made: a throw here (a string too long) once left the call unanswered for good.
       this.fail(err);
@@ -476,6 +482,46 @@ class StreamResponseHandler extends JsonResponseHandler implements UpstreamBody 
     const reader = this.reader as BodyReader;
     if (error) reader.error(error);
     else reader.end();
+  }
+}
+
+/** Why a whole answer was refused: its content coding is none the gateway can undo, or its bytes are not in it. */
+class UndecodableBody extends Error {
+  constructor(readonly coding: string) {
+    super(`a ${shortHeader(coding)}-encoded answer that could not be decoded`);
+  }
+}
+
+/**
+ * A whole answer's bytes without the content coding a provider or a proxy in front of it applied though the gateway
+ * asked for identity (RFC 9110 lets a server do so): gzip, deflate (zlib-wrapped or raw, as servers send both) or br,
+ * at most `maxBytes` once decoded. Read undecoded, an error's message would be binary and a success "not JSON". A
+ * success that cannot be decoded is the provider's fault; an error status keeps its status, its message saying so.
+ */
+function decodedBody(bytes: Buffer, coding: string, status: number, maxBytes: number): Buffer {
+  const name = coding.trim().toLowerCase();
+  if (name === '' || name === 'identity') return bytes;
+  try {
+    const decoded = decode(name, bytes, { maxOutputLength: maxBytes });
+    if (decoded !== null) return decoded;
+  } catch (err) {
+    if ((err as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE') throw new BodyTooLarge(maxBytes);
+  }
+  const refused = new UndecodableBody(coding);
+  if (status < 200 || status >= 300) return Buffer.from(refused.message);
+  throw refused;
+}
+
+/** `bytes` decoded from the content coding `name`, or null for a coding the gateway does not know. */
+function decode(name: string, bytes: Buffer, options: { maxOutputLength: number }): Buffer | null {
+  if (name === 'gzip' || name === 'x-gzip') return gunzipSync(bytes, options);
+  if (name === 'br') return brotliDecompressSync(bytes, options);
+  if (name !== 'deflate') return null;
+  try {
+    return inflateSync(bytes, options);
+  } catch (err) {
+    if ((err as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE') throw err;
+    return inflateRawSync(bytes, options);
   }
 }
 
