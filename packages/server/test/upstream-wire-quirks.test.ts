@@ -20,8 +20,16 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
     res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
     res.end(Buffer.concat([BOM, Buffer.from(JSON.stringify(json))]));
   };
-  if (req.method === 'GET') return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }, { id: 'sse' }, { id: 'sse-blank' }] });
+  if (req.method === 'GET')
+    return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }, { id: 'sse' }, { id: 'sse-blank' }, { id: 'sse-error-text' }] });
   const model = (JSON.parse(body) as { model: string }).model;
+  if (model === 'sse-error-text') {
+    // A first word, then an `error` event whose data is text, not JSON, and the end.
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const first = { id: 's3', object: 'chat.completion.chunk', created: 1, model, choices: [{ index: 0, delta: { content: 'Half' }, finish_reason: null }] };
+    res.end(`data: ${JSON.stringify(first)}\n\nevent: error\ndata: upstream timed out waiting for the model\n\n`);
+    return;
+  }
   if (model === 'sse' || model === 'sse-blank') {
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
     void writeInBits(res, model === 'sse' ? quirkySse() : blankEventsSse());
@@ -107,8 +115,18 @@ beforeAll(async () => {
   const baseUrl = started.baseUrl;
   gw = await startGateway({
     catalogue: () => ({
-      providers: [{ id: 'host', type: 'openai', baseUrl, region: 'fr-par', apiKey: '' }],
-      models: [model('bom'), model('bom-refusal'), model('sse'), model('sse-blank')],
+      providers: [
+        { id: 'host', type: 'openai', baseUrl, region: 'fr-par', apiKey: '' },
+        { id: 'mhost', type: 'mistral', baseUrl, region: 'fr-par', apiKey: 'mistral-key' },
+      ],
+      models: [
+        model('bom'),
+        model('bom-refusal'),
+        model('sse'),
+        model('sse-blank'),
+        model('sse-error-text'),
+        { ...model('sse-error-text'), id: 'quirk/mistral-error-text', offers: [{ provider: 'mhost', upstreamModel: 'sse-error-text', pricing: PRICE }] },
+      ],
     }),
   });
 });
@@ -204,5 +222,22 @@ describe('a stream with events that carry no data', () => {
     await eventually(async () => {
       expect((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeCloseTo(0.025, 9);
     });
+  });
+});
+
+describe('an error event whose data is text, not JSON', () => {
+  it('reaches the OpenAI SDK in the provider’s words, after the text relayed before it (OpenAI-compatible and Mistral)', async () => {
+    const { key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    for (const model of ['quirk/sse-error-text', 'quirk/mistral-error-text']) {
+      const stream = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], stream: true });
+      let text = '';
+      const failed = await (async () => {
+        for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+      })().catch((err: Error) => err);
+      expect(text).toBe('Half');
+      expect(failed).toBeInstanceOf(Error);
+      expect((failed as Error).message).toContain('sent an error in its stream: upstream timed out waiting for the model');
+    }
   });
 });

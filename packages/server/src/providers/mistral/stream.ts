@@ -1,6 +1,6 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { streamErrorEvent } from '../error-status.js';
-import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
+import { type UpstreamBody, type UpstreamHttp, upstreamErrorMessage } from '../http-client.js';
 import { mapFinishReason, mapToolCalls } from '../openai-shape.js';
 import { isStreamErrorObject, SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
 import { hasToolCallDeltas, StreamToolCalls } from '../tool-call-index.js';
@@ -21,7 +21,7 @@ export function mistralChunkStream(http: UpstreamHttp, body: UpstreamBody): Chat
   let toolCalls: StreamToolCalls | null = null;
   return sseChunkStream(http, body, (event) => {
     if (event.data === '[DONE]') return SSE_DONE;
-    const raw = parse(provider, event.data);
+    const raw = parse(provider, event.data, event.event === 'error');
     if (event.event === 'error' || isStreamErrorObject(raw)) {
       throw streamErrorEvent(provider, mistralMessage(raw), raw);
     }
@@ -30,13 +30,15 @@ export function mistralChunkStream(http: UpstreamHttp, body: UpstreamBody): Chat
   });
 }
 
-function parse(provider: string, data: string): Record<string, unknown> {
+function parse(provider: string, data: string, error: boolean): Record<string, unknown> {
   try {
     const parsed = JSON.parse(data) as unknown;
     if (parsed && typeof parsed === 'object') return parsed as Record<string, unknown>;
   } catch {
     // Reported below.
   }
+  // An `error` event whose data is text (`Internal Server Error`): its words are the error's, not "no JSON".
+  if (error) throw streamErrorEvent(provider, upstreamErrorMessage(data), null);
   throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
 }
 

@@ -39,6 +39,8 @@ export function openAiDecoder(provider: string): SseDecoder {
       parsed = null as unknown as RawChunk;
     }
     if (parsed === null || typeof parsed !== 'object') {
+      // An `error` event whose data is text (`Internal Server Error`): its words are the error's, not "no JSON".
+      if (event.event === 'error') throw streamErrorEvent(provider, upstreamErrorMessage(event.data), null);
       throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent an event that is not a JSON object` });
     }
     if (event.event === 'error' || isStreamErrorObject(parsed)) {
