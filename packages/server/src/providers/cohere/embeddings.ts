@@ -1,5 +1,6 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
+import { tokenCount } from '../token-count.js';
 import type { EmbeddingsRequest } from '../types.js';
 import { cohereError } from './errors.js';
 
@@ -33,5 +34,5 @@ export function parseCohereEmbed(provider: string, res: JsonResponse, texts: num
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} sent no float embeddings for ${texts} texts` });
   }
   const tokens = body?.meta?.billed_units?.input_tokens;
-  return { vectors: vectors as number[][], tokens: typeof tokens === 'number' ? tokens : null };
+  return { vectors: vectors as number[][], tokens: tokenCount(tokens) };
 }

@@ -1,5 +1,6 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
+import { seconds as audioSeconds } from '../openai-compatible/audio.js';
 import { tokenCount } from '../token-count.js';
 import type { Transcription, TranscriptionRequest, TranscriptSegment, TranscriptWord } from '../types.js';
 import { mistralError } from './errors.js';
@@ -37,7 +38,7 @@ export function parseVoxtral(provider: string, res: JsonResponse, request: Trans
   const raw = Array.isArray(body['segments']) ? body['segments'].map(toSegment) : [];
   const usage = (body['usage'] ?? {}) as { prompt_audio_seconds?: unknown; prompt_tokens?: unknown; completion_tokens?: unknown };
   const input = tokenCount(usage.prompt_tokens);
-  const seconds = typeof usage.prompt_audio_seconds === 'number' ? usage.prompt_audio_seconds : null;
+  const seconds = audioSeconds(usage.prompt_audio_seconds);
   const lastEnd = raw.at(-1)?.end ?? 0;
   const words: TranscriptWord[] | null = granularity === 'word' ? raw.map((s) => ({ word: s.text.trim(), start: s.start, end: s.end })) : null;
   const language = typeof body['language'] === 'string' ? body['language'] : (request.language ?? null);

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { JsonResponse } from '../http-client.js';
 import { mapFinishReason, mapToolCalls, saysNothing, withChoices, withoutThinking } from '../openai-shape.js';
+import { providerUsage } from '../provider-usage.js';
 import type { ChatBody, ChatCompletion, TokenUsage } from '../types.js';
 import { mistralError } from './errors.js';
 
@@ -124,14 +125,12 @@ export function splitContent(content: unknown): { content: string | null; reason
 
 /** Usage without Mistral's extra keys (`num_cached_tokens`, `prompt_audio_seconds`). */
 export function cleanUsage(usage: unknown): TokenUsage | null {
-  if (!usage || typeof usage !== 'object') return null;
-  const u = usage as Record<string, unknown>;
-  const prompt = Number(u['prompt_tokens'] ?? 0);
-  const completion = Number(u['completion_tokens'] ?? 0);
+  const u = providerUsage(usage);
+  if (u === null) return null;
   const out: TokenUsage & Record<string, unknown> = {
-    prompt_tokens: prompt,
-    completion_tokens: completion,
-    total_tokens: Number(u['total_tokens'] ?? prompt + completion),
+    prompt_tokens: u.prompt_tokens,
+    completion_tokens: u.completion_tokens,
+    total_tokens: u.total_tokens,
   };
   if (u['prompt_tokens_details'] && typeof u['prompt_tokens_details'] === 'object') out['prompt_tokens_details'] = u['prompt_tokens_details'];
   return out;

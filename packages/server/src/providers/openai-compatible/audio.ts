@@ -43,9 +43,10 @@ export function parseVerboseTranscription(provider: string, res: JsonResponse): 
   if (!body || typeof body !== 'object' || typeof body['text'] !== 'string') throw protocol(provider, 'a transcription without text');
   const segments = Array.isArray(body['segments']) ? body['segments'].map(toSegment) : null;
   const words = Array.isArray(body['words']) ? body['words'].flatMap(toWord) : null;
-  const duration = typeof body['duration'] === 'number' ? body['duration'] : (segments?.at(-1)?.end ?? 0);
+  // A length that is no number of seconds (negative, text) is none: the next reading is taken.
+  const duration = seconds(body['duration']) ?? segments?.at(-1)?.end ?? 0;
   const usage = body['usage'] as { type?: unknown; seconds?: unknown; input_tokens?: unknown; output_tokens?: unknown } | undefined;
-  const billed = usage?.type === 'duration' && typeof usage.seconds === 'number' ? usage.seconds : Math.ceil(duration);
+  const billed = (usage?.type === 'duration' ? seconds(usage.seconds) : null) ?? Math.ceil(duration);
   // A token-billed model's count (gpt-4o-transcribe's `{type: "tokens"}`), for an offer priced per token.
   const input = usage?.type === 'tokens' ? tokenCount(usage.input_tokens) : null;
   return {
@@ -69,6 +70,11 @@ function toSegment(raw: unknown): TranscriptSegment {
 function toWord(raw: unknown): TranscriptWord[] {
   const w = (raw ?? {}) as Record<string, unknown>;
   return typeof w['word'] === 'string' ? [{ word: w['word'], start: num(w['start']), end: num(w['end']) }] : [];
+}
+
+/** A length in seconds, when it is one: a finite number, not negative. */
+export function seconds(v: unknown): number | null {
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : null;
 }
 
 function num(v: unknown): number {

@@ -1,5 +1,6 @@
 import type { JsonResponse } from '../http-client.js';
 import { isOpenAiFinishReason, isThinkingPart, mapFinishReason, mapToolCalls, withChoices, withoutThinking } from '../openai-shape.js';
+import { providerUsage } from '../provider-usage.js';
 import { opensWithThinkTag, splitThinkTags } from '../think-tags.js';
 import type { ChatBody, ChatCompletion } from '../types.js';
 import { httpError } from './errors.js';
@@ -57,6 +58,8 @@ export function parseChatCompletion(provider: string, res: JsonResponse): ChatCo
     created: typeof body.created === 'number' ? body.created : Math.floor(Date.now() / 1000),
     model: String(body.model ?? ''),
     choices: body.choices.map((choice) => normaliseChoice(provider, choice)),
+    // Counts the gateway can bill, or none: the route bills its estimate then.
+    usage: providerUsage(body.usage) ?? undefined,
   };
 }
 

@@ -1,5 +1,6 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import type { JsonResponse } from '../http-client.js';
+import { tokenCount } from '../token-count.js';
 import type { EmbeddingsRequest, EmbeddingsResult } from '../types.js';
 import { httpError } from './errors.js';
 
@@ -27,7 +28,7 @@ export function parseEmbeddingsList(provider: string, res: JsonResponse, inputs:
   }
   if (vectors.filter(Boolean).length !== inputs) throw protocol(provider, `${body.data.length} embeddings for ${inputs} inputs`);
   const tokens = body.usage?.prompt_tokens ?? body.usage?.total_tokens;
-  return { vectors, promptTokens: typeof tokens === 'number' ? tokens : 0 };
+  return { vectors, promptTokens: tokenCount(tokens) ?? 0 };
 }
 
 /**

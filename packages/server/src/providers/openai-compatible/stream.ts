@@ -4,6 +4,7 @@ import { streamErrorEvent } from '../error-status.js';
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
 import { isOpenAiFinishReason, mapFinishReason, mapToolCalls } from '../openai-shape.js';
+import { providerUsage } from '../provider-usage.js';
 import { isStreamErrorObject, SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
 import { ThinkTagSplitter } from '../think-tags.js';
 import { hasToolCallDeltas, StreamToolCalls } from '../tool-call-index.js';
@@ -76,7 +77,7 @@ function alreadyNormal(raw: RawChunk): raw is RawChunk & ChatChunk {
   if (typeof raw.id !== 'string' || raw['object'] !== 'chat.completion.chunk' || typeof raw.created !== 'number' || typeof raw.model !== 'string') return false;
   if (!Array.isArray(raw.choices)) return false;
   const usage = raw.usage;
-  if (usage !== undefined && usage !== null && (typeof usage !== 'object' || raw.choices.length > 0)) return false;
+  if (usage !== undefined && usage !== null && (raw.choices.length > 0 || providerUsage(usage) !== usage)) return false;
   for (const choice of raw.choices) {
     const c = choice as { finish_reason?: unknown; delta?: { tool_calls?: unknown } } | null;
     if (renameReasoning(choice) !== choice || !isOpenAiFinishReason(c?.finish_reason) || hasObjectArguments(c?.delta?.tool_calls)) return false;
@@ -160,7 +161,7 @@ function normalise(provider: string, raw: RawChunk): ChatChunk[] {
     created: typeof raw.created === 'number' ? raw.created : Math.floor(Date.now() / 1000),
     model: String(raw.model ?? ''),
   };
-  const usage = raw.usage && typeof raw.usage === 'object' ? (raw.usage as ChatChunk['usage']) : null;
+  const usage = providerUsage(raw.usage);
   if (usage && choices.length > 0) {
     return [
       { ...base, choices, usage: null },

@@ -1,0 +1,175 @@
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { ModelConfig } from '@gw/schema';
+import OpenAI, { toFile } from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { wav } from './helpers/audio.js';
+import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { startRawUpstream } from './helpers/raw-upstream.js';
+
+/**
+ * An OpenAI-compatible host (and a Mistral one at the same address) whose answers are right but whose usage counts
+ * are not plain whole numbers: numeric strings, fractions, negatives, only a total; in a whole answer, in a stream's
+ * usage chunk, in an embeddings list and as a transcription's seconds. What a client is told and what it is billed
+ * must be the same whole, non-negative counts, and the request must be billed at all.
+ */
+const PRICE = { prompt_per_1m: 1000, completion_per_1m: 2000, currency: 'EUR' };
+const UNIT_PRICE = { ...PRICE, per_unit: 0.001 };
+
+const USAGES: Record<string, unknown> = {
+  text: { prompt_tokens: '10', completion_tokens: '3', total_tokens: '13' },
+  fraction: { prompt_tokens: 10.2, completion_tokens: 2.5, total_tokens: 12.7 },
+  negative: { prompt_tokens: -5, completion_tokens: -100, total_tokens: -105 },
+  'total-only': { total_tokens: 13 },
+};
+
+function host(req: IncomingMessage, res: ServerResponse, body: string) {
+  const json = (value: unknown) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+  if (req.method === 'GET') return json({ object: 'list', data: [...Object.keys(USAGES), 'stream', 'embed', 'audio'].map((id) => ({ id })) });
+  if (req.url?.endsWith('/audio/transcriptions')) {
+    const segments = [{ id: 0, start: 0, end: 3.4, text: ' Good morning.' }];
+    return json({ task: 'transcribe', language: 'en', duration: -50, text: 'Good morning.', segments, usage: { type: 'duration', seconds: -100 } });
+  }
+  const request = JSON.parse(body) as { model: string; stream?: boolean; input?: string[] };
+  if (req.url?.endsWith('/embeddings')) {
+    const data = (request.input ?? []).map((_, index) => ({ object: 'embedding', index, embedding: [0.5, 0.25] }));
+    return json({ object: 'list', model: request.model, data, usage: { prompt_tokens: 6.5, total_tokens: 6.5 } });
+  }
+  const message = { role: 'assistant', content: 'Good morning.' };
+  if (!request.stream) {
+    return json({
+      id: 'c1',
+      object: 'chat.completion',
+      created: 1,
+      model: request.model,
+      choices: [{ index: 0, message, finish_reason: 'stop' }],
+      usage: USAGES[request.model],
+    });
+  }
+  const chunk = (choices: unknown[], usage?: unknown) =>
+    `data: ${JSON.stringify({ id: 's1', object: 'chat.completion.chunk', created: 1, model: request.model, choices, ...(usage ? { usage } : {}) })}\n\n`;
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  res.end(
+    chunk([{ index: 0, delta: { role: 'assistant', content: 'Good morning.' }, finish_reason: null }]) +
+      chunk([{ index: 0, delta: {}, finish_reason: 'stop' }]) +
+      chunk([], { prompt_tokens: '10', completion_tokens: 4.2, total_tokens: 'fourteen' }) +
+      'data: [DONE]\n\n',
+  );
+}
+
+function model(id: string, kind: ModelConfig['kind'], provider = 'host', upstream = id): ModelConfig {
+  return {
+    id: `counts/${id}`,
+    kind,
+    owned_by: 'test',
+    context_window: 8000,
+    ...(kind === 'chat' ? { capabilities: ['streaming'] } : {}),
+    offers: [{ provider, upstreamModel: upstream, pricing: kind === 'audio' ? UNIT_PRICE : PRICE }],
+  } as ModelConfig;
+}
+
+let upstream: Server;
+let gw: TestGateway;
+
+beforeAll(async () => {
+  const started = await startRawUpstream(host);
+  upstream = started.server;
+  gw = await startGateway({
+    catalogue: () => ({
+      providers: [
+        { id: 'host', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: '' },
+        { id: 'mhost', type: 'mistral', baseUrl: started.baseUrl, region: 'fr-par', apiKey: 'mistral-key' },
+      ],
+      models: [
+        ...Object.keys(USAGES).map((id) => model(id, 'chat')),
+        ...Object.keys(USAGES).map((id) => model(`mistral-${id}`, 'chat', 'mhost', id)),
+        model('stream', 'chat'),
+        model('mistral-stream', 'chat', 'mhost', 'stream'),
+        model('embed', 'embedding'),
+        model('audio', 'audio'),
+      ],
+    }),
+  });
+});
+afterAll(async () => {
+  await gw?.close();
+  await gw?.sim.close();
+  upstream?.close();
+});
+
+type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+
+/** Whole, non-negative counts whose total is their sum. */
+function expectWhole(usage: Usage | null | undefined): asserts usage is Usage {
+  expect(usage).toBeTruthy();
+  const u = usage as Usage;
+  for (const n of [u.prompt_tokens, u.completion_tokens]) {
+    expect(Number.isInteger(n)).toBe(true);
+    expect(n).toBeGreaterThanOrEqual(0);
+  }
+  expect(u.total_tokens).toBe(u.prompt_tokens + u.completion_tokens);
+}
+
+async function expectSpent(id: string, eur: number): Promise<void> {
+  await eventually(async () => {
+    expect((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBeCloseTo(eur, 9);
+  });
+}
+
+const cost = (u: Usage) => (u.prompt_tokens * 1000 + u.completion_tokens * 2000) / 1e6;
+
+describe('usage counts that are not whole numbers', () => {
+  for (const upstreamModel of Object.keys(USAGES)) {
+    for (const prefix of ['', 'mistral-']) {
+      it(`are told and billed as whole counts, the same ones (${prefix || 'openai-'}${upstreamModel})`, async () => {
+        const { id, key } = await gw.createKey();
+        const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+        const answer = await client.chat.completions.create({ model: `counts/${prefix}${upstreamModel}`, messages: [{ role: 'user', content: 'hi' }] });
+        expectWhole(answer.usage);
+        if (upstreamModel === 'text') expect(answer.usage).toMatchObject({ prompt_tokens: 10, completion_tokens: 3 });
+        if (upstreamModel === 'fraction') expect(answer.usage).toMatchObject({ prompt_tokens: 11, completion_tokens: 3 });
+        // A negative or total-only count is none: the gateway's estimate, which is never nothing.
+        expect(answer.usage.prompt_tokens).toBeGreaterThan(0);
+        await expectSpent(id, cost(answer.usage));
+      });
+    }
+  }
+
+  it('in a stream’s usage chunk, reach the OpenAI SDK and the bill as whole counts (OpenAI-compatible and Mistral)', async () => {
+    for (const name of ['counts/stream', 'counts/mistral-stream']) {
+      const { id, key } = await gw.createKey();
+      const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+      const stream = await client.chat.completions.create({
+        model: name,
+        messages: [{ role: 'user', content: 'hi' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      let usage: Usage | null = null;
+      for await (const chunk of stream) usage = (chunk.usage as Usage | null) ?? usage;
+      expectWhole(usage);
+      expect(usage).toMatchObject({ prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 });
+      await expectSpent(id, cost(usage));
+    }
+  });
+
+  it('in an embeddings list, are billed rounded up', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const answer = await client.embeddings.create({ model: 'counts/embed', input: ['a', 'b'], encoding_format: 'float' });
+    expect(answer.usage).toMatchObject({ prompt_tokens: 7, total_tokens: 7 });
+    await expectSpent(id, 0.007);
+  });
+
+  it('as a transcription’s negative seconds, are none: billed by the segments’ length', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const answer = await client.audio.transcriptions.create({
+      model: 'counts/audio',
+      file: await toFile(wav(4), 'a.wav'),
+      response_format: 'verbose_json',
+    });
+    expect(answer.duration).toBe(3.4);
+    expect(answer.usage).toMatchObject({ type: 'duration', seconds: 4 });
+    await expectSpent(id, 0.004);
+  });
+});
