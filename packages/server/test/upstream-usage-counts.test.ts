@@ -24,7 +24,18 @@ const USAGES: Record<string, unknown> = {
 
 function host(req: IncomingMessage, res: ServerResponse, body: string) {
   const json = (value: unknown) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(value));
-  if (req.method === 'GET') return json({ object: 'list', data: [...Object.keys(USAGES), 'stream', 'embed', 'audio'].map((id) => ({ id })) });
+  if (req.method === 'GET') {
+    const ids = [...Object.keys(USAGES), 'stream', 'embed', 'audio', 'rerank'];
+    // OpenAI's list and Cohere's (`models`, with names) in one answer.
+    return json({ object: 'list', data: ids.map((id) => ({ id })), models: ids.map((name) => ({ name, endpoints: ['rerank'] })) });
+  }
+  if (req.url?.endsWith('/v2/rerank')) {
+    const results = [
+      { index: 1, relevance_score: 0.9 },
+      { index: 0, relevance_score: 0.1 },
+    ];
+    return json({ id: 'r1', results, meta: { billed_units: { search_units: -50 } } });
+  }
   if (req.url?.endsWith('/audio/transcriptions')) {
     const segments = [{ id: 0, start: 0, end: 3.4, text: ' Good morning.' }];
     return json({ task: 'transcribe', language: 'en', duration: -50, text: 'Good morning.', segments, usage: { type: 'duration', seconds: -100 } });
@@ -63,7 +74,7 @@ function model(id: string, kind: ModelConfig['kind'], provider = 'host', upstrea
     owned_by: 'test',
     context_window: 8000,
     ...(kind === 'chat' ? { capabilities: ['streaming'] } : {}),
-    offers: [{ provider, upstreamModel: upstream, pricing: kind === 'audio' ? UNIT_PRICE : PRICE }],
+    offers: [{ provider, upstreamModel: upstream, pricing: kind === 'audio' || kind === 'rerank' ? UNIT_PRICE : PRICE }],
   } as ModelConfig;
 }
 
@@ -78,6 +89,7 @@ beforeAll(async () => {
       providers: [
         { id: 'host', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: '' },
         { id: 'mhost', type: 'mistral', baseUrl: started.baseUrl, region: 'fr-par', apiKey: 'mistral-key' },
+        { id: 'chost', type: 'cohere', baseUrl: new URL(started.baseUrl).origin, region: 'eu-west', apiKey: 'cohere-key' },
       ],
       models: [
         ...Object.keys(USAGES).map((id) => model(id, 'chat')),
@@ -86,6 +98,7 @@ beforeAll(async () => {
         model('mistral-stream', 'chat', 'mhost', 'stream'),
         model('embed', 'embedding'),
         model('audio', 'audio'),
+        model('rerank', 'rerank', 'chost'),
       ],
     }),
   });
@@ -171,5 +184,18 @@ describe('usage counts that are not whole numbers', () => {
     expect(answer.duration).toBe(3.4);
     expect(answer.usage).toMatchObject({ type: 'duration', seconds: 4 });
     await expectSpent(id, 0.004);
+  });
+
+  it('as Cohere’s negative search units, are none: billed the documents’ own unit', async () => {
+    const { id, key } = await gw.createKey();
+    const res = await fetch(`${gw.baseA}/rerank`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'counts/rerank', query: 'q', documents: ['a', 'b'] }),
+    });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { meta: { billed_units: { search_units: number } } };
+    expect(body.meta.billed_units.search_units).toBe(1);
+    await expectSpent(id, 0.001);
   });
 });

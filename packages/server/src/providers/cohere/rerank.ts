@@ -53,7 +53,8 @@ export function parseCohereRerank(provider: string, res: JsonResponse, documents
   return {
     id: typeof body.id === 'string' ? body.id : null,
     results,
-    searchUnits: typeof units === 'number' ? units : searchUnitsOf(documents),
+    // A count that is none (negative, text) is the documents' own, as without one.
+    searchUnits: tokenCount(units) ?? searchUnitsOf(documents),
     inputTokens: tokens,
   };
 }
