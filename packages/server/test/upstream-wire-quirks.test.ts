@@ -21,7 +21,18 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
     res.end(Buffer.concat([BOM, Buffer.from(JSON.stringify(json))]));
   };
   if (req.method === 'GET')
-    return send(200, { object: 'list', data: [{ id: 'bom' }, { id: 'bom-refusal' }, { id: 'sse' }, { id: 'sse-blank' }, { id: 'sse-error-text' }] });
+    return send(200, {
+      object: 'list',
+      data: [
+        { id: 'bom' },
+        { id: 'bom-refusal' },
+        { id: 'sse' },
+        { id: 'sse-blank' },
+        { id: 'sse-error-text' },
+        { id: 'err200-refusal' },
+        { id: 'err200-failure' },
+      ],
+    });
   const model = (JSON.parse(body) as { model: string }).model;
   if (model === 'sse-error-text') {
     // A first word, then an `error` event whose data is text, not JSON, and the end.
@@ -35,6 +46,11 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
     void writeInBits(res, model === 'sse' ? quirkySse() : blankEventsSse());
     return;
   }
+  // An error object with a 200, in place of the completion (as OpenRouter reports a failure after its status went out).
+  if (model === 'err200-refusal') {
+    return send(200, { error: { message: 'prompt is 5000 tokens, over the 4096 of this model', type: 'invalid_request_error', param: 'messages', code: 400 } });
+  }
+  if (model === 'err200-failure') return send(200, { error: { message: 'generation failed on the worker', type: 'server_error', code: 500 } });
   if (model === 'bom-refusal') return send(400, { error: { message: 'messages[0].content is too long for this model', type: 'invalid_request_error' } });
   send(200, {
     id: 'c1',
@@ -125,6 +141,14 @@ beforeAll(async () => {
         model('sse'),
         model('sse-blank'),
         model('sse-error-text'),
+        model('err200-refusal'),
+        {
+          ...model('err200-failure'),
+          offers: [
+            { provider: 'host', upstreamModel: 'err200-failure', pricing: PRICE },
+            { provider: 'mhost', upstreamModel: 'bom', pricing: PRICE },
+          ],
+        },
         { ...model('sse-error-text'), id: 'quirk/mistral-error-text', offers: [{ provider: 'mhost', upstreamModel: 'sse-error-text', pricing: PRICE }] },
       ],
     }),
@@ -239,5 +263,38 @@ describe('an error event whose data is text, not JSON', () => {
       expect(failed).toBeInstanceOf(Error);
       expect((failed as Error).message).toContain('sent an error in its stream: upstream timed out waiting for the model');
     }
+  });
+});
+
+describe('an error object answered with a 200 in place of a completion', () => {
+  it('is the client’s 400 in the provider’s words when it names a refusal of the request, unbilled (in both variants)', async () => {
+    const { id, key } = await gw.createKey();
+    for (const [base, code] of [
+      [gw.baseA, 'validation_error'],
+      [gw.baseB, 'invalid_request'],
+    ] as const) {
+      const res = await fetch(`${base}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'quirk/err200-refusal', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      expect(res.status).toBe(400);
+      const body = (await res.json()) as { error: { message: string; code: string; param: string | null } };
+      expect(body.error.code).toBe(code);
+      expect(body.error.message).toContain('prompt is 5000 tokens, over the 4096 of this model');
+      expect(body.error.param).toBe('messages');
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await gw.admin<{ spent: number }>('GET', `/keys/${id}`)).body.spent).toBe(0);
+  });
+
+  it('is the provider failing otherwise: the next offer answers', async () => {
+    const { key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const { data, response } = await client.chat.completions
+      .create({ model: 'quirk/err200-failure', messages: [{ role: 'user', content: 'hi' }] })
+      .withResponse();
+    expect(data.choices[0]?.message.content).toBe(TEXT);
+    expect(response.headers.get('x-gateway-provider')).toBe('mhost');
   });
 });

@@ -1,6 +1,14 @@
 import { UpstreamError } from '../errors/upstream-error.js';
 import { redactedHead } from '../lib/redact.js';
-import { type JsonResponse, MAX_PROVIDER_MESSAGE_CHARS, MAX_RETRY_AFTER_S, notAnEventStream, notEventStreamType, retryAfterSeconds } from './http-client.js';
+import {
+  type JsonResponse,
+  MAX_PROVIDER_MESSAGE_CHARS,
+  MAX_RETRY_AFTER_S,
+  notAnEventStream,
+  notEventStreamType,
+  retryAfterSeconds,
+  upstreamErrorMessage,
+} from './http-client.js';
 
 /** Statuses routing understands: the client's (400/413/422), the provider's key or model (401/403/404), limits (408/429) and 5xx. */
 const ROUTABLE = new Set([400, 401, 403, 404, 408, 413, 422, 429]);
@@ -50,7 +58,18 @@ function relayedMessage(message: string): string {
  * error, or one naming no status, is the provider failing: 502.
  */
 export function streamErrorEvent(provider: string, message: string, body: unknown): UpstreamError {
-  const said = `${provider} sent an error in its stream: `;
+  return errorObjectError(`${provider} sent an error in its stream: `, provider, message, body);
+}
+
+/**
+ * An error object a provider answered with a 200 in place of a completion (a proxy that reports a failure after
+ * its status went out, as OpenRouter does): read as one sent in a stream is, its words and the status it names.
+ */
+export function answeredErrorObject(provider: string, body: unknown): UpstreamError {
+  return errorObjectError(`${provider} answered 200 with an error: `, provider, upstreamErrorMessage(body), body);
+}
+
+function errorObjectError(said: string, provider: string, message: string, body: unknown): UpstreamError {
   const named = streamErrorStatus(body);
   return new UpstreamError({
     kind: 'http',
@@ -58,6 +77,7 @@ export function streamErrorEvent(provider: string, message: string, body: unknow
     status: named === 400 || named === 413 || named === 422 ? named : 502,
     message: `${said}${(named !== undefined && ACCOUNT_MATTERS[named]) || relayedMessage(message)}`,
     detail: `${said}${redactedHead(message, MAX_PROVIDER_MESSAGE_CHARS)}`,
+    ...paramOf(body),
   });
 }
 

@@ -1,4 +1,6 @@
 import { UpstreamError } from '../errors/upstream-error.js';
+import { answeredErrorObject } from './error-status.js';
+import { isStreamErrorObject } from './sse-chunk-stream.js';
 
 /** A chat completion's body, or the provider fault it is: not JSON, or no choices (a 200 without an answer). */
 export function withChoices(provider: string, body: unknown): Record<string, unknown> & { choices: unknown[] } {
@@ -9,6 +11,8 @@ export function withChoices(provider: string, body: unknown): Record<string, unk
   // A choice that is no object (`choices: [null]`) is no answer either: read as one, it failed the route with a 500.
   const choices = b && typeof b === 'object' ? b['choices'] : undefined;
   if (!Array.isArray(choices) || choices.length === 0 || !choices.every((c) => c !== null && typeof c === 'object' && !Array.isArray(c))) {
+    // An error object in place of the completion: its words, and a refusal of the request stays the client's.
+    if (b && typeof b === 'object' && choices === undefined && isStreamErrorObject(b)) throw answeredErrorObject(provider, b);
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion without choices` });
   }
   return b as Record<string, unknown> & { choices: unknown[] };
