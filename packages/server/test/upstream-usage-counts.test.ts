@@ -2,7 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { wav } from './helpers/audio.js';
+import { mp3, wav } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { startRawUpstream } from './helpers/raw-upstream.js';
 
@@ -25,7 +25,7 @@ const USAGES: Record<string, unknown> = {
 function host(req: IncomingMessage, res: ServerResponse, body: string) {
   const json = (value: unknown) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(value));
   if (req.method === 'GET') {
-    const ids = [...Object.keys(USAGES), 'stream', 'embed', 'audio', 'rerank'];
+    const ids = [...Object.keys(USAGES), 'stream', 'embed', 'audio', 'audio-text', 'rerank'];
     // OpenAI's list and Cohere's (`models`, with names) in one answer.
     return json({ object: 'list', data: ids.map((id) => ({ id })), models: ids.map((name) => ({ name, endpoints: ['rerank'] })) });
   }
@@ -37,6 +37,8 @@ function host(req: IncomingMessage, res: ServerResponse, body: string) {
     return json({ id: 'r1', results, meta: { billed_units: { search_units: -50 } } });
   }
   if (req.url?.endsWith('/audio/transcriptions')) {
+    // A host that answers `json` whatever was asked: the text, and nothing of the audio's length.
+    if (body.includes('audio-text')) return json({ text: 'Good morning, and welcome to the meeting.' });
     const segments = [{ id: 0, start: 0, end: 3.4, text: ' Good morning.' }];
     return json({ task: 'transcribe', language: 'en', duration: -50, text: 'Good morning.', segments, usage: { type: 'duration', seconds: -100 } });
   }
@@ -98,6 +100,7 @@ beforeAll(async () => {
         model('mistral-stream', 'chat', 'mhost', 'stream'),
         model('embed', 'embedding'),
         model('audio', 'audio'),
+        model('audio-text', 'audio'),
         model('rerank', 'rerank', 'chost'),
       ],
     }),
@@ -197,5 +200,28 @@ describe('usage counts that are not whole numbers', () => {
     const body = (await res.json()) as { meta: { billed_units: { search_units: number } } };
     expect(body.meta.billed_units.search_units).toBe(1);
     await expectSpent(id, 0.001);
+  });
+
+  it('as a transcription with no length at all, are the upload’s: a WAV’s own seconds, else the text’s at 15 characters a second', async () => {
+    const { id, key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const answer = await client.audio.transcriptions.create({
+      model: 'counts/audio-text',
+      file: await toFile(wav(4), 'a.wav'),
+      response_format: 'verbose_json',
+    });
+    expect(answer.text).toBe('Good morning, and welcome to the meeting.');
+    expect(answer.usage).toMatchObject({ type: 'duration', seconds: 4 });
+    await expectSpent(id, 0.004);
+    const other = await gw.createKey();
+    const otherClient = new OpenAI({ apiKey: other.key, baseURL: gw.baseA, maxRetries: 0 });
+    const mp3Answer = await otherClient.audio.transcriptions.create({
+      model: 'counts/audio-text',
+      file: await toFile(mp3(60), 'a.mp3'),
+      response_format: 'json',
+    });
+    expect(mp3Answer.text).toBe('Good morning, and welcome to the meeting.');
+    // 41 characters: 3 seconds.
+    await expectSpent(other.id, 0.003);
   });
 });

@@ -122,6 +122,32 @@ export function worstCaseSeconds(head: Buffer, size: number): number {
   return Math.ceil(size / (wavByteRate(head) ?? MIN_BYTES_PER_SECOND));
 }
 
+/** Characters of speech a second (about 150 words a minute): a transcript's length when nothing else tells it. */
+const SPOKEN_CHARS_PER_SECOND = 15;
+
+/**
+ * The seconds a transcript is billed when its provider told no length (no `duration`, segments or usage: a host
+ * answering `json` whatever was asked): a WAV upload's own, its audio bytes at its header's byte rate; otherwise
+ * the transcript's text at about 15 characters a second, at most what the upload can hold, at least 1 second.
+ */
+export function untoldSeconds(head: Buffer, size: number, text: string): number {
+  const rate = wavByteRate(head);
+  const data = rate === null ? null : wavDataStart(head);
+  if (rate !== null && data !== null) return Math.max(1, Math.ceil((size - data) / rate));
+  return Math.min(worstCaseSeconds(head, size), Math.max(1, Math.ceil(text.length / SPOKEN_CHARS_PER_SECOND)));
+}
+
+/** Where a RIFF/WAVE file's audio begins (past its `data` chunk's header), or null when `head` does not reach it. */
+function wavDataStart(head: Buffer): number | null {
+  let at = 12;
+  while (at + 8 <= head.length) {
+    if (head.toString('ascii', at, at + 4) === 'data') return at + 8;
+    const size = head.readUInt32LE(at + 4);
+    at += 8 + size + (size % 2);
+  }
+  return null;
+}
+
 /**
  * The byte rate of a RIFF/WAVE header's `fmt ` chunk (null when it is not one, or the chunk is not within `head`): the
  * lowest of the rate it states and the rates its sample rate, block size and sample width give, since decoders time

@@ -17,7 +17,7 @@ import { resolveModel, routeOptions } from '../model-access.js';
 import { boundaryOf, declaredTooLarge, fileAsTextField, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
 import { refuseUploadsOverLimit } from '../plugins/rate-limit.js';
 import type { Services } from '../services.js';
-import { RESPONSE_FORMATS, renderTranscription, worstCaseSeconds } from '../transcript-render.js';
+import { RESPONSE_FORMATS, renderTranscription, untoldSeconds, worstCaseSeconds } from '../transcript-render.js';
 import { audioBill, estimatedAudioTokens, type UnitBill, worstAudioTokens } from '../unit-billing.js';
 import { callUpstream, disarmedAfter, keyedRequestSignal, leftBeforeAnswer, setRoutingHeaders } from '../upstream-call.js';
 import type { RouteDocs } from './docs.js';
@@ -152,6 +152,8 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
       { health: options.stats, offers: model.offers, pin: options.pin },
     );
   });
+  // A provider that told no length (0 seconds) bills the gateway's reading of it, as a chat answer without usage.
+  if (done.value.billedSeconds <= 0) done.value = { ...done.value, billedSeconds: untoldSeconds(head, file.size, done.value.text) };
   const billed = bill(request, done.offer, done.value);
   setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
   const billedTokens = done.offer.pricing.per_unit === undefined ? { input: billed.promptTokens, output: billed.completionTokens } : undefined;
