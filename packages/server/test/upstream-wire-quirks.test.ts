@@ -31,6 +31,7 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
         { id: 'sse-error-text' },
         { id: 'err200-refusal' },
         { id: 'err200-failure' },
+        { id: 'emb-err200' },
       ],
     });
   const model = (JSON.parse(body) as { model: string }).model;
@@ -49,6 +50,9 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
   // An error object with a 200, in place of the completion (as OpenRouter reports a failure after its status went out).
   if (model === 'err200-refusal') {
     return send(200, { error: { message: 'prompt is 5000 tokens, over the 4096 of this model', type: 'invalid_request_error', param: 'messages', code: 400 } });
+  }
+  if (model === 'emb-err200') {
+    return send(200, { object: 'error', message: "This model's maximum context length is 512 tokens", type: 'BadRequestError', param: null, code: 400 });
   }
   if (model === 'err200-failure') return send(200, { error: { message: 'generation failed on the worker', type: 'server_error', code: 500 } });
   if (model === 'bom-refusal') return send(400, { error: { message: 'messages[0].content is too long for this model', type: 'invalid_request_error' } });
@@ -142,6 +146,7 @@ beforeAll(async () => {
         model('sse-blank'),
         model('sse-error-text'),
         model('err200-refusal'),
+        { id: 'quirk/emb-err200', kind: 'embedding', owned_by: 'test', offers: [{ provider: 'host', upstreamModel: 'emb-err200', pricing: PRICE }] },
         {
           ...model('err200-failure'),
           offers: [
@@ -296,5 +301,18 @@ describe('an error object answered with a 200 in place of a completion', () => {
       .withResponse();
     expect(data.choices[0]?.message.content).toBe(TEXT);
     expect(response.headers.get('x-gateway-provider')).toBe('mhost');
+  });
+
+  it('to an embeddings call, is the client’s 400 in the provider’s words when it names a refusal', async () => {
+    const { key } = await gw.createKey();
+    const res = await fetch(`${gw.baseA}/embeddings`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'quirk/emb-err200', input: 'a long text' }),
+    });
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: { message: string; code: string } };
+    expect(body.error.code).toBe('validation_error');
+    expect(body.error.message).toContain("This model's maximum context length is 512 tokens");
   });
 });

@@ -1,5 +1,7 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
+import { answeredErrorObject } from '../error-status.js';
 import type { JsonResponse } from '../http-client.js';
+import { isStreamErrorObject } from '../sse-chunk-stream.js';
 import { tokenCount } from '../token-count.js';
 import type { EmbeddingsRequest, EmbeddingsResult } from '../types.js';
 import { httpError } from './errors.js';
@@ -18,7 +20,7 @@ export function toUpstreamEmbeddingsBody(request: EmbeddingsRequest, upstreamMod
 export function parseEmbeddingsList(provider: string, res: JsonResponse, inputs: number): EmbeddingsResult {
   if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
   const body = res.body as { data?: unknown; usage?: { prompt_tokens?: unknown; total_tokens?: unknown } } | null;
-  if (!body || !Array.isArray(body.data)) throw protocol(provider, 'an embeddings answer without a data array');
+  if (!body || !Array.isArray(body.data)) throw withoutList(provider, body, 'an embeddings answer without a data array');
   const vectors: number[][] = new Array(inputs);
   for (const [position, item] of body.data.entries()) {
     const entry = item as { index?: unknown; embedding?: unknown } | null;
@@ -44,6 +46,12 @@ export function dimensionsIgnored(provider: string, upstreamModel: string, got: 
     message: `${provider} does not support 'dimensions' for ${upstreamModel} (it answers ${got}-dimensional vectors only)`,
     param: 'dimensions',
   });
+}
+
+/** A 2xx answer without its list: the error object a provider answered in its place (docs/adapters.md), else `what`. */
+export function withoutList(provider: string, body: unknown, what: string): UpstreamError {
+  const b = body as Record<string, unknown> | null;
+  return b !== null && typeof b === 'object' && isStreamErrorObject(b) ? answeredErrorObject(provider, b) : protocol(provider, what);
 }
 
 export function protocol(provider: string, what: string): UpstreamError {

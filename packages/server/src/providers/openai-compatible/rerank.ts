@@ -1,7 +1,7 @@
 import type { JsonResponse } from '../http-client.js';
 import { tokenCount } from '../token-count.js';
 import type { RerankRequest, RerankResult, RerankWorst } from '../types.js';
-import { protocol } from './embeddings.js';
+import { protocol, withoutList } from './embeddings.js';
 import { httpError } from './errors.js';
 
 /**
@@ -60,7 +60,7 @@ export function badRerankIndex(index: unknown): string {
 export function parseRerank(provider: string, res: JsonResponse, documents: number): RerankResult {
   if (res.status < 200 || res.status >= 300) throw httpError(provider, res);
   const body = res.body as { id?: unknown; results?: unknown; usage?: { total_tokens?: unknown; prompt_tokens?: unknown } | null } | null;
-  if (!body || !Array.isArray(body.results)) throw protocol(provider, 'a rerank answer without results');
+  if (!body || !Array.isArray(body.results)) throw withoutList(provider, body, 'a rerank answer without results');
   const ranked = new Uint8Array(documents);
   const results = body.results.map((r) => {
     const item = r as { index?: unknown; relevance_score?: unknown; score?: unknown } | null;
