@@ -32,6 +32,7 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
         { id: 'err200-refusal' },
         { id: 'err200-failure' },
         { id: 'emb-err200' },
+        { id: 'no-index' },
       ],
     });
   const model = (JSON.parse(body) as { model: string }).model;
@@ -50,6 +51,23 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
   // An error object with a 200, in place of the completion (as OpenRouter reports a failure after its status went out).
   if (model === 'err200-refusal') {
     return send(200, { error: { message: 'prompt is 5000 tokens, over the 4096 of this model', type: 'invalid_request_error', param: 'messages', code: 400 } });
+  }
+  if (model === 'no-index') {
+    // Choices without their `index`, in a stream and in a whole answer.
+    if (!(JSON.parse(body) as { stream?: boolean }).stream) {
+      const message = { role: 'assistant', content: TEXT };
+      return send(200, { id: 'c4', object: 'chat.completion', created: 1, model, choices: [{ message, finish_reason: 'stop' }] });
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const chunk = (choice: unknown, usage?: unknown) =>
+      `data: ${JSON.stringify({ id: 's4', object: 'chat.completion.chunk', created: 1, model, choices: choice ? [choice] : [], ...(usage ? { usage } : {}) })}\n\n`;
+    res.end(
+      chunk({ delta: { role: 'assistant', content: TEXT }, finish_reason: null }) +
+        chunk({ delta: {}, finish_reason: 'stop' }) +
+        chunk(null, { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 }) +
+        'data: [DONE]\n\n',
+    );
+    return;
   }
   if (model === 'emb-err200') {
     return send(200, { object: 'error', message: "This model's maximum context length is 512 tokens", type: 'BadRequestError', param: null, code: 400 });
@@ -146,6 +164,7 @@ beforeAll(async () => {
         model('sse-blank'),
         model('sse-error-text'),
         model('err200-refusal'),
+        model('no-index'),
         { id: 'quirk/emb-err200', kind: 'embedding', owned_by: 'test', offers: [{ provider: 'host', upstreamModel: 'emb-err200', pricing: PRICE }] },
         {
           ...model('err200-failure'),
@@ -314,5 +333,18 @@ describe('an error object answered with a 200 in place of a completion', () => {
     const body = (await res.json()) as { error: { message: string; code: string } };
     expect(body.error.code).toBe('validation_error');
     expect(body.error.message).toContain("This model's maximum context length is 512 tokens");
+  });
+});
+
+describe('choices without their index', () => {
+  it('reach the OpenAI SDK’s stream helper and a whole answer with the index of their place', async () => {
+    const { key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    const stream = client.chat.completions.stream({ model: 'quirk/no-index', messages: [{ role: 'user', content: 'hi' }] });
+    const final = await stream.finalChatCompletion();
+    expect(final.choices[0]?.message.content).toBe(TEXT);
+    expect(final.choices[0]?.finish_reason).toBe('stop');
+    const whole = await client.chat.completions.create({ model: 'quirk/no-index', messages: [{ role: 'user', content: 'hi' }] });
+    expect(whole.choices[0]?.index).toBe(0);
   });
 });

@@ -57,7 +57,11 @@ export function parseChatCompletion(provider: string, res: JsonResponse): ChatCo
     object: 'chat.completion',
     created: typeof body.created === 'number' ? body.created : Math.floor(Date.now() / 1000),
     model: String(body.model ?? ''),
-    choices: body.choices.map((choice) => normaliseChoice(provider, choice)),
+    // A choice without its `index` (OpenAI's clients require it) gets its place in the list.
+    choices: body.choices.map((choice, at) => {
+      const c = normaliseChoice(provider, choice) as { index?: unknown };
+      return typeof c.index === 'number' ? c : { ...c, index: at };
+    }),
     // Counts the gateway can bill, or none: the route bills its estimate then.
     usage: providerUsage(body.usage) ?? undefined,
   };

@@ -79,8 +79,14 @@ function alreadyNormal(raw: RawChunk): raw is RawChunk & ChatChunk {
   const usage = raw.usage;
   if (usage !== undefined && usage !== null && (raw.choices.length > 0 || providerUsage(usage) !== usage)) return false;
   for (const choice of raw.choices) {
-    const c = choice as { finish_reason?: unknown; delta?: { tool_calls?: unknown } } | null;
-    if (renameReasoning(choice) !== choice || !isOpenAiFinishReason(c?.finish_reason) || hasObjectArguments(c?.delta?.tool_calls)) return false;
+    const c = choice as { index?: unknown; finish_reason?: unknown; delta?: { tool_calls?: unknown } } | null;
+    if (
+      typeof c?.index !== 'number' ||
+      renameReasoning(choice) !== choice ||
+      !isOpenAiFinishReason(c?.finish_reason) ||
+      hasObjectArguments(c?.delta?.tool_calls)
+    )
+      return false;
   }
   return true;
 }
@@ -153,7 +159,7 @@ interface RawChunk {
 }
 
 function normalise(provider: string, raw: RawChunk): ChatChunk[] {
-  const choices = Array.isArray(raw.choices) ? raw.choices.map((choice) => withOpenAiFinish(provider, renameReasoning(choice))) : [];
+  const choices = Array.isArray(raw.choices) ? raw.choices.map((choice, at) => withIndex(withOpenAiFinish(provider, renameReasoning(choice)), at)) : [];
   const base = {
     ...raw,
     id: typeof raw.id === 'string' ? raw.id : '',
@@ -169,6 +175,15 @@ function normalise(provider: string, raw: RawChunk): ChatChunk[] {
     ];
   }
   return [{ ...base, choices, usage }];
+}
+
+/**
+ * A choice with its `index`, its place in the chunk when the host left it out: OpenAI's clients key a stream's
+ * choices by it (the SDK's stream helper throws "invalid choice index: undefined", the AI SDK's schema refuses it).
+ */
+function withIndex(choice: unknown, at: number): unknown {
+  const c = choice as { index?: unknown } | null;
+  return c === null || typeof c !== 'object' || typeof c.index === 'number' ? choice : { ...c, index: at };
 }
 
 function withOpenAiFinish(provider: string, choice: unknown): unknown {
