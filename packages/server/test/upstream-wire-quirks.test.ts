@@ -33,6 +33,7 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
         { id: 'err200-failure' },
         { id: 'emb-err200' },
         { id: 'no-index' },
+        { id: 'tool-null-args' },
       ],
     });
   const model = (JSON.parse(body) as { model: string }).model;
@@ -51,6 +52,21 @@ function quirkyHost(req: IncomingMessage, res: ServerResponse, body: string) {
   // An error object with a 200, in place of the completion (as OpenRouter reports a failure after its status went out).
   if (model === 'err200-refusal') {
     return send(200, { error: { message: 'prompt is 5000 tokens, over the 4096 of this model', type: 'invalid_request_error', param: 'messages', code: 400 } });
+  }
+  if (model === 'tool-null-args') {
+    // A tool call opened with `arguments: null`, its arguments in the fragments that follow.
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const chunk = (delta: unknown, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 's5', object: 'chat.completion.chunk', created: 1, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const call = (fn: unknown, extra: Record<string, unknown> = {}) => ({ tool_calls: [{ index: 0, ...extra, function: fn }] });
+    res.end(
+      chunk({ role: 'assistant', content: null, ...call({ name: 'get_weather', arguments: null }, { id: 'call1abcd', type: 'function' }) }) +
+        chunk(call({ arguments: '{"city":' })) +
+        chunk(call({ arguments: '"Paris"}' })) +
+        chunk({}, 'tool_calls') +
+        'data: [DONE]\n\n',
+    );
+    return;
   }
   if (model === 'no-index') {
     // Choices without their `index`, in a stream and in a whole answer.
@@ -165,6 +181,8 @@ beforeAll(async () => {
         model('sse-error-text'),
         model('err200-refusal'),
         model('no-index'),
+        model('tool-null-args'),
+        { ...model('tool-null-args'), id: 'quirk/mistral-tool-null-args', offers: [{ provider: 'mhost', upstreamModel: 'tool-null-args', pricing: PRICE }] },
         { id: 'quirk/emb-err200', kind: 'embedding', owned_by: 'test', offers: [{ provider: 'host', upstreamModel: 'emb-err200', pricing: PRICE }] },
         {
           ...model('err200-failure'),
@@ -346,5 +364,22 @@ describe('choices without their index', () => {
     expect(final.choices[0]?.finish_reason).toBe('stop');
     const whole = await client.chat.completions.create({ model: 'quirk/no-index', messages: [{ role: 'user', content: 'hi' }] });
     expect(whole.choices[0]?.index).toBe(0);
+  });
+});
+
+describe('a streamed tool call opened with arguments: null', () => {
+  it('reaches the OpenAI SDK with the arguments its fragments make, valid JSON (OpenAI-compatible and Mistral)', async () => {
+    const { key } = await gw.createKey();
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+    for (const model of ['quirk/tool-null-args', 'quirk/mistral-tool-null-args']) {
+      const stream = client.chat.completions.stream({
+        model,
+        messages: [{ role: 'user', content: 'weather?' }],
+        tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+      });
+      const final = await stream.finalChatCompletion();
+      const call = final.choices[0]?.message.tool_calls?.[0];
+      expect(call?.type === 'function' ? call.function.arguments : null).toBe('{"city":"Paris"}');
+    }
   });
 });

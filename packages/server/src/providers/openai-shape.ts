@@ -48,6 +48,20 @@ export function mapToolCalls(calls: unknown): unknown {
 }
 
 /**
+ * Streamed tool-call fragments: `arguments` sent as an object becomes its JSON string; none (null, or absent) becomes
+ * '', as OpenAI's clients read it, since the fragments that follow are appended to it ('{}' made `{}{"city":…}`).
+ */
+export function mapToolCallDeltas(calls: unknown): unknown {
+  if (!Array.isArray(calls)) return calls;
+  return calls.map((call) => {
+    const c = (call ?? {}) as { function?: { name?: unknown; arguments?: unknown } };
+    const args = c.function?.arguments;
+    if (typeof args === 'string') return call;
+    return { ...c, function: { ...c.function, arguments: args === null || args === undefined ? '' : JSON.stringify(args) } };
+  });
+}
+
+/**
  * The API's sampling defaults (SPEC: temperature 1.0, top_p 1.0), sent rather than left to the host: hosts default
  * otherwise (Mistral by model; vLLM from each model's generation config, 0.6 / 0.9 for Llama 3.3), and a request
  * should sample alike wherever it is routed. Not for Azure: its reasoning deployments refuse both, even at 1.

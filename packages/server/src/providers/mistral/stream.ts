@@ -1,7 +1,7 @@
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { streamErrorEvent } from '../error-status.js';
 import { type UpstreamBody, type UpstreamHttp, upstreamErrorMessage } from '../http-client.js';
-import { mapFinishReason, mapToolCalls } from '../openai-shape.js';
+import { mapFinishReason, mapToolCallDeltas } from '../openai-shape.js';
 import { isStreamErrorObject, SSE_DONE, sseChunkStream } from '../sse-chunk-stream.js';
 import { hasToolCallDeltas, StreamToolCalls } from '../tool-call-index.js';
 import type { ChatChunk, ChatStream } from '../types.js';
@@ -86,6 +86,6 @@ function mapDeltaChoice(provider: string, choice: unknown, toolCalls: StreamTool
   // Each call with its own index across the stream (Mistral's leave it out, or repeat 0 for every call) and a type.
   const calls = delta['tool_calls'];
   if (Array.isArray(calls) && toolCalls !== null)
-    delta['tool_calls'] = toolCalls.index(typeof index === 'number' ? index : 0, mapToolCalls(calls) as unknown[]);
+    delta['tool_calls'] = toolCalls.index(typeof index === 'number' ? index : 0, mapToolCallDeltas(calls) as unknown[]);
   return { index, delta, finish_reason: mapFinishReason(provider, c.finish_reason ?? null) };
 }

@@ -3,7 +3,7 @@ import { keepWireText } from '../chunk-json.js';
 import { streamErrorEvent } from '../error-status.js';
 import type { UpstreamBody, UpstreamHttp } from '../http-client.js';
 import { upstreamErrorMessage } from '../http-client.js';
-import { isOpenAiFinishReason, mapFinishReason, mapToolCalls } from '../openai-shape.js';
+import { isOpenAiFinishReason, mapFinishReason, mapToolCallDeltas } from '../openai-shape.js';
 import { providerUsage } from '../provider-usage.js';
 import { isStreamErrorObject, SSE_DONE, type SseDecoder, sseChunkStream } from '../sse-chunk-stream.js';
 import { ThinkTagSplitter } from '../think-tags.js';
@@ -191,7 +191,7 @@ function withOpenAiFinish(provider: string, choice: unknown): unknown {
   if (!c) return choice;
   const mapped = isOpenAiFinishReason(c.finish_reason) ? c : { ...c, finish_reason: mapFinishReason(provider, c.finish_reason) };
   const calls = c.delta?.['tool_calls'];
-  return hasObjectArguments(calls) ? { ...mapped, delta: { ...c.delta, tool_calls: mapToolCalls(calls) } } : mapped;
+  return hasObjectArguments(calls) ? { ...mapped, delta: { ...c.delta, tool_calls: mapToolCallDeltas(calls) } } : mapped;
 }
 
 function renameReasoning(choice: unknown): unknown {
