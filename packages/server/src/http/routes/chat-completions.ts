@@ -60,9 +60,11 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         const found = resolveModel(services, request, body.model, 'chat');
         model = found instanceof Promise ? await found : found;
       } catch (refusal) {
-        // A stream begun before its model left the registry (its last offer dropped at a rebuild) runs on and is billed:
-        // its key may still resume it. Any other request naming the model is refused as before.
-        if (resume && services.registry.get(body.model) === undefined) return resumeStream(services, request, reply, lastEventId, body, { refusal });
+        // A stream begun before its model left the registry (its last offer dropped at a rebuild) or its key's workspace
+        // (enabledModels) runs on and is billed: its key may still resume it, as it replays a keyed answer. Any other
+        // request naming the model is refused as before.
+        if (resume && (services.registry.get(body.model) === undefined || (isGatewayError(refusal) && refusal.code === 'model_not_found')))
+          return resumeStream(services, request, reply, lastEventId, body, { refusal });
         throw refusal;
       }
       checkRequestCoherence(body);

@@ -194,8 +194,9 @@ function warnUpstreamFailed(request: FastifyRequest, offer: Offer, err: Error, w
 
 /**
  * Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge.
- * `modelGone`: the request names a model the registry no longer holds; only its key's stream of that model, begun
- * before it left, is resumed, and anything else is answered `refusal` (the model's own error) as before.
+ * `modelGone`: the request names a model the registry no longer holds, or its key's workspace no longer enables; only
+ * its key's stream of that model, begun before, is resumed, and anything else is answered `refusal` (the model's own
+ * error) as before.
  */
 export async function resumeStream(
   services: Services,
