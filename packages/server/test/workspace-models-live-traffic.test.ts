@@ -68,4 +68,17 @@ describe('a model a workspace stops enabling while its streams run', () => {
       }
     });
   }
+
+  it('counts a repeat of a keyed request against the rate limit after the model is no longer enabled, as before', async () => {
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'narrowed-limit', enabledModels: [MODEL] });
+    const { key } = await gw.createKey({ workspaceId: ws.body.id, rateLimitRpm: 2 });
+    const keyed = { ...body, stream: false };
+    const headers = { 'X-Idempotency-Key': 'narrowed-limit' };
+    expect((await streamRequest(gw.baseA, key, keyed, headers)).status).toBe(200);
+    expect((await gw.admin('PATCH', `/workspaces/${ws.body.id}`, { enabledModels: ['mistral/large'] })).status).toBe(200);
+    const replayed = await streamRequest(gw.baseA, key, keyed, headers);
+    expect([replayed.status, replayed.headers.get('idempotent-replayed'), replayed.headers.get('x-ratelimit-remaining')]).toEqual([200, 'true', '0']);
+    const limited = await streamRequest(gw.baseA, key, keyed, headers);
+    expect([limited.status, await code(limited)]).toEqual([429, 'rate_limit_exceeded']);
+  });
 });

@@ -8,6 +8,7 @@ import { endedByShutdown } from '../../streaming/sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { REPLAYED_HEADERS, replayable, sendReplay } from '../idempotent-replay.js';
 import type { Services } from '../services.js';
+import { applyRateLimit, countUncounted } from './rate-limit.js';
 import { recordOutlivedClient } from './usage-recording.js';
 
 /** How long archiving a finished stream's events may take. */
@@ -39,6 +40,12 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request));
     const begun = await services.idempotency.begin(idempotencyScope(apiKeyId, key), fp, (answer) => replayable(services, answer), request.id);
     if (begun.kind === 'replay') {
+      // A repeat counts against the rate limit, also one the limiter left out for naming a model its key can no longer
+      // use (its workspace stopped enabling it, or it left the registry): it still reads the stored answer.
+      if (!request.gw.counted) {
+        countUncounted(services, request);
+        await applyRateLimit(request, reply);
+      }
       await sendReplay(services, request, reply, begun.answer);
       return true;
     }
