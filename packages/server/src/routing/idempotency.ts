@@ -20,7 +20,8 @@ export interface IdempotencySettings {
   claimTtlMs: number;
 }
 
-export type Begun = { kind: 'run'; claim: Claim } | { kind: 'replay'; answer: StoredAnswer };
+/** `waited`: the key was claimed after looks that found another request's claim (it failed, or its instance died). */
+export type Begun = { kind: 'run'; claim: Claim; waited: boolean } | { kind: 'replay'; answer: StoredAnswer };
 
 /**
  * 1 to 255 printable ASCII characters (IETF Idempotency-Key draft; Stripe allows 255), in one header: Node joins
@@ -158,10 +159,10 @@ export class IdempotencyService {
     // whether that request was billed (idempotency-sql.ts).
     const owner = this.instance && requestId ? `${requestId}@${this.instance}` : randomUUID();
     const deadline = Date.now() + this.settings.waitMs;
-    for (;;) {
+    for (let waited = false; ; waited = true) {
       // Claiming again on every look: if the first request's claim is released or runs out, one waiter takes over.
       const entry = await this.unavailableOnError(() => this.backend.claim(scope, fp, owner, this.settings.claimTtlMs));
-      if (entry === null) return { kind: 'run', claim: new Claim(this.backend, scope, owner, this.settings.claimTtlMs) };
+      if (entry === null) return { kind: 'run', claim: new Claim(this.backend, scope, owner, this.settings.claimTtlMs), waited };
       if (entry.fingerprint !== fp) {
         throw new GatewayError('unprocessable', 'This X-Idempotency-Key was already used with a different request; use a new key for a new request.', {
           param: 'X-Idempotency-Key',

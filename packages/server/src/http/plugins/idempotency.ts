@@ -49,9 +49,21 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
       await sendReplay(services, request, reply, begun.answer);
       return true;
     }
+    // A repeat that waited for the first request (which then failed) runs now: its key may have been revoked, or its
+    // limits changed, meanwhile. A revoked key makes no upstream call after its revocation has answered.
+    if (begun.waited) await currentKey(request, begun.claim);
     claims.set(request, begun.claim);
     services.lifecycle.claimsHeld++;
     return false;
+  }
+  /** The request's API key as it is now (401 if revoked, the claim then given up). */
+  async function currentKey(request: FastifyRequest, claim: Claim): Promise<void> {
+    try {
+      request.gw.key = await services.auth.authenticate(request.headers.authorization);
+    } catch (err) {
+      await claim.release().catch(warnOnFailure(request.log, 'idempotency: releasing the key failed'));
+      throw err;
+    }
   }
   // Callback-style so that the common case, a request without a key, costs no promise.
   app.addHook('onSend', (request, reply, payload, done) => {
