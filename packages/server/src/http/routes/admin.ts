@@ -21,6 +21,7 @@ import { CONFIRM_TIMEOUT_MS, generateApiKey } from '../../auth/api-keys.js';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { errorSummary, warnOnFailure } from '../../lib/error-summary.js';
 import { newId } from '../../lib/ids.js';
+import { databaseRefusing } from '../../store/refusing.js';
 import type { ApiKeyRecord, KeyRepo, Workspace as WorkspaceRecord } from '../../store/types.js';
 import { budgetSet } from '../budget.js';
 import { sendError } from '../errors.js';
@@ -47,12 +48,13 @@ async function announce(services: Services, log: FastifyBaseLogger, op: 'revoke'
 }
 
 /**
- * An error no route expected, while the store does not answer: the store's
+ * An error no route expected, while the store does not answer or refuses work for now (read-only, full): the store's
  * outage (503, retry), not a fault of the gateway's (500).
  */
 async function unlessStoreDown(err: unknown, services: Services): Promise<unknown> {
   const known = isGatewayError(err) || (typeof (err as { statusCode?: unknown }).statusCode === 'number' && (err as { statusCode: number }).statusCode < 500);
   if (known) return err;
+  if (databaseRefusing(err)) return storeUnavailable(err);
   try {
     await services.store.ping();
     return err;
