@@ -123,6 +123,9 @@ function answerMarginMs(shutdownTimeoutMs: number): number {
 
 const HOUR_MS = 3_600_000;
 
+/** PostgreSQL's SQLSTATE for a permission the role lacks. */
+const INSUFFICIENT_PRIVILEGE = '42501';
+
 /**
  * How long an upload folder stays untouched before no request can still own it: twice the longest a transcription
  * can take (its upload within GW_REQUEST_TIMEOUT_MS, then up to six provider attempts, each with its connect timeout
@@ -145,7 +148,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       ? `the database at DATABASE_URL (${withoutPassword(config.databaseUrl)})`
       : `the embedded database in GW_DATA_DIR (${config.dataDir})`;
     const disk = config.databaseUrl ? '' : lowDiskHint(config.dataDir, freeBytes(config.dataDir));
-    throw new Error(`cannot open ${what}: ${err instanceof Error ? err.message : String(err)}${disk}`, { cause: err });
+    // Summarised: a failed migration statement's own message is only "Failed query: …", its reason in its cause.
+    const { message, code } = errorSummary(err);
+    const rights = code === INSUFFICIENT_PRIVILEGE ? ' The role in DATABASE_URL needs the right to create in that database: the gateway makes its schema and tables at start.' : '';
+    throw new Error(`cannot open ${what}: ${message}${rights}${disk}`, { cause: err });
   };
   const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir }).catch(cannotOpen);
   // PostgreSQL is first reached here (a pool connects on its first query): a refused connection or login is named too.
