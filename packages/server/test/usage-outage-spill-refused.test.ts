@@ -79,7 +79,7 @@ const lines = (re: RegExp) =>
     .filter((l) => re.test(l));
 
 describe('a database outage while the usage spill cannot be written either (its disk full)', () => {
-  it('warns once of each failure, not at every flush as the two alternate, and loses no record', async () => {
+  it('warns once of each failure, not at every flush as the two alternate, counts no segment on disk, and loses no record', async () => {
     const created = await fetch(`${proc.url}/admin/v1/keys`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     const { id, key } = (await created.json()) as { id: string; key: string };
     const ask = async () => {
@@ -102,6 +102,9 @@ describe('a database outage while the usage spill cannot be written either (its 
     }
     const metrics = await (await fetch(`${proc.url}/metrics`)).text();
     expect(Number(/^gw_usage_write_errors_total (\S+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(10);
+    // Nothing is on disk, and /metrics says so: the records wait in memory.
+    expect(metrics).toMatch(/^gw_usage_spill_segments 0$/m);
+    expect(metrics).toMatch(/^gw_usage_records_pending [1-9]/m);
     // The pool's connections reset, new ones refused, the spill refused: a warning for each, no more.
     const warned = lines(/"level":40.*usage write failed/);
     expect(warned.length).toBeGreaterThanOrEqual(2);
@@ -109,5 +112,7 @@ describe('a database outage while the usage spill cannot be written either (its 
     await link.open();
     const database = new URL(databaseUrl).pathname.slice(1);
     await eventually(async () => expect((await pg.psql(`SELECT count(*) FROM usage_records WHERE key_id = '${id}'`, database)).trim()).toBe('16'), 15_000);
+    // No segment was stored from disk: none was ever written.
+    expect(lines(/records from .* stored/)).toEqual([]);
   }, 60_000);
 });

@@ -1,10 +1,14 @@
+import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UsageSpill } from '../src/jobs/usage-spill.js';
 import { UsageWriter } from '../src/jobs/usage-writer.js';
 import { openStore, type Store, type UsageRecord } from '../src/store/index.js';
+
+const execFileP = promisify(execFile);
 
 let dir: string;
 let store: Store;
@@ -207,5 +211,36 @@ describe('the usage writer', () => {
     await taken?.done();
     expect(await spill.takeOldest()).toBeNull();
     expect(readdirSync(spillDir)).toHaveLength(1);
+  });
+});
+
+describe('the usage spill on a disk that takes part of a batch and then refuses (full, or past a file size limit)', () => {
+  it('appends the refused batch again to a new segment, not after the part on disk, so that every record reads back', async () => {
+    const spillDir = join(dir, 'spill-partial');
+    const id = (i: number) => `req_partial_${String(i).padStart(2, '0')}`;
+    const line = JSON.stringify({ ...record(id(0), 0.1), keyId: 'k_partial' }).length + 1;
+    // A process whose files may not grow past 2 KiB (ulimit -f 4, in blocks of 512 bytes): the disk takes part of the batch that crosses it, then
+    // fails the write (EFBIG), as a disk that fills up takes part of one and fails it (ENOSPC).
+    const perFile = Math.floor(2048 / line);
+    const script = `
+      const { UsageSpill } = await import(${JSON.stringify(new URL('../dist/jobs/usage-spill.js', import.meta.url).pathname)});
+      const spill = new UsageSpill(${JSON.stringify(spillDir)});
+      const rec = (i) => ({ ...${JSON.stringify({ ...record('x', 0.1), keyId: 'k_partial' })}, requestId: 'req_partial_' + String(i).padStart(2, '0'), createdAt: new Date() });
+      await spill.append(Array.from({ length: ${perFile} }, (_, i) => rec(i)));
+      const crossing = [rec(${perFile}), rec(${perFile + 1})];
+      const first = await spill.append(crossing).then(() => 'written', (e) => e.code);
+      const again = await spill.append(crossing).then(() => 'written', (e) => e.code);
+      console.log(JSON.stringify({ first, again }));
+    `;
+    const { stdout } = await execFileP('sh', ['-c', 'ulimit -f 4; exec "$0" --input-type=module -e "$1"', process.execPath, script]);
+    expect(JSON.parse(stdout)).toEqual({ first: 'EFBIG', again: 'written' });
+    const spill = new UsageSpill(spillDir);
+    await spill.load();
+    const ids: string[] = [];
+    for (let taken = await spill.takeOldest(); taken; taken = await spill.takeOldest()) {
+      ids.push(...taken.records.map((r) => r.requestId));
+      await taken.done();
+    }
+    expect(ids.sort()).toEqual(Array.from({ length: perFile + 2 }, (_, i) => id(i)));
   });
 });

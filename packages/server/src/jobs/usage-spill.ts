@@ -93,15 +93,32 @@ export class UsageSpill {
     // A loop, not Math.min(...): a batch left behind a long database stall can hold more records than a call takes arguments.
     let oldestAt = Number.POSITIVE_INFINITY;
     for (const r of records) oldestAt = Math.min(oldestAt, r.createdAt.getTime());
-    if (!this.current || this.current.bytes >= SEGMENT_MAX_BYTES) {
-      const segment = { name: `usage-${oldestAt}-${process.pid}-${this.seq++}.ndjson`, oldestAt, pid: process.pid };
-      this.current = { segment, bytes: 0 };
-      this.segments.push(segment);
+    if (this.current && this.current.bytes < SEGMENT_MAX_BYTES) {
+      try {
+        await appendFile(join(this.dir, this.current.segment.name), text);
+      } catch (err) {
+        // The disk may have taken part of a line: the batch (still the caller's) goes to a new segment next time,
+        // since one appended after that part would make the next line unreadable, and its record lost.
+        this.current = null;
+        throw err;
+      }
+      this.current.bytes += Buffer.byteLength(text);
+      this.current.segment.oldestAt = Math.min(this.current.segment.oldestAt, oldestAt);
+      return;
     }
-    await makeDir(this.dir);
-    await appendFile(join(this.dir, this.current.segment.name), text);
-    this.current.bytes += Buffer.byteLength(text);
-    this.current.segment.oldestAt = Math.min(this.current.segment.oldestAt, oldestAt);
+    // Listed only once its first batch is on disk: a disk that refused it (full) left no segment to count in
+    // /metrics, to hold back `oldestAt`, nor to be "stored" with no records; what it took of the batch goes.
+    const segment = { name: `usage-${oldestAt}-${process.pid}-${this.seq++}.ndjson`, oldestAt, pid: process.pid };
+    const file = join(this.dir, segment.name);
+    try {
+      await makeDir(this.dir);
+      await appendFile(file, text);
+    } catch (err) {
+      await rm(file, { force: true }).catch(() => {});
+      throw err;
+    }
+    this.current = { segment, bytes: Buffer.byteLength(text) };
+    this.segments.push(segment);
   }
 
   /**
