@@ -162,9 +162,27 @@ function collectStartupGarbage(): void {
   if (typeof gc === 'function') gc({ type: 'major', execution: 'sync', flavor: 'last-resort' });
 }
 
+/**
+ * The file system errors PGlite's own (Emscripten's) throws without a message, only a WASI errno: a full disk
+ * opening the database read "[object Object]".
+ */
+const WASI_ERRNO: Record<number, string> = {
+  2: 'EACCES: permission denied',
+  19: 'EDQUOT: disk quota exceeded',
+  29: 'EIO: input/output error',
+  44: 'ENOENT: no such file or directory',
+  51: 'ENOSPC: no space left on device',
+  63: 'EPERM: operation not permitted',
+  69: 'EROFS: read-only file system',
+};
+
 /** What crosses back to the main thread of an error: its message and PostgreSQL's fields. */
 function describe(err: unknown): Record<string, unknown> {
-  const e = err as { message?: unknown; code?: unknown; detail?: unknown; constraint?: unknown };
+  const e = err as { message?: unknown; code?: unknown; detail?: unknown; constraint?: unknown; errno?: unknown };
+  if (typeof e?.message !== 'string' && typeof e?.errno === 'number') {
+    const known = WASI_ERRNO[e.errno];
+    return { message: `${known ?? `file system error ${e.errno}`} (in ${dir})`, code: known?.split(':')[0] };
+  }
   return { message: typeof e?.message === 'string' ? e.message : String(err), code: e?.code, detail: e?.detail, constraint: e?.constraint };
 }
 
