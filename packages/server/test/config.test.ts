@@ -293,6 +293,12 @@ models:
     // URLs that fail only when used are named at start.
     expect(() => loadConfig({ DATABASE_URL: 'postgres://u:p@[bad/db' })).toThrowError(/DATABASE_URL: expected a postgres:\/\/ URL that parses/);
     expect(() => loadConfig({ REDIS_URL: 'redis://[bad:6379' })).toThrowError(/REDIS_URL: expected a redis:\/\/ URL that parses/);
+    // libpq's socket form with a user and no host: told the two forms a URL can carry, both of which start.
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://gw@/gw?host=/run/postgresql' })).toThrowError(
+      /for a Unix socket, give its directory percent-encoded as the host \(postgres:\/\/user@%2Frun%2Fpostgresql\/db\) or leave the host and user out/,
+    );
+    expect(loadConfig({ DATABASE_URL: 'postgres://gw@%2Frun%2Fpostgresql/gw' }).databaseUrl).toBe('postgres://gw@%2Frun%2Fpostgresql/gw');
+    expect(loadConfig({ DATABASE_URL: 'postgres:///gw?host=/run/postgresql&user=gw' }).databaseUrl).toBe('postgres:///gw?host=/run/postgresql&user=gw');
     expect(() => loadConfig({ GW_SECRET: 'x' })).toThrowError(/GW_SECRET: expected at least 32 characters/);
     // Set but empty (an unset variable in a deploy script) is not a request for demo mode.
     expect(() => loadConfig({ GW_CONFIG: '' })).toThrowError(/GW_CONFIG: expected a config file path/);

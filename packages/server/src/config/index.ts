@@ -148,10 +148,14 @@ function url(env: NodeJS.ProcessEnv, name: string, schemes: RegExp, expected: st
   try {
     new URL(v);
   } catch {
+    // libpq's `postgres://user@/db?host=/run/postgresql` (a user, no host): WHATWG URLs take no user without a host.
+    const socket = /^postgres(ql)?:\/\/[^/?#]*@\//.test(v)
+      ? '; for a Unix socket, give its directory percent-encoded as the host (postgres://user@%2Frun%2Fpostgresql/db) or leave the host and user out (postgres:///db?host=/run/postgresql&user=user)'
+      : '';
     throw new ConfigError(
       'environment',
       name,
-      `${expected} that parses (check its host, port and any special characters in the password, which must be percent-encoded)`,
+      `${expected} that parses (check its host, port and any special characters in the password, which must be percent-encoded${socket})`,
     );
   }
   return v;
