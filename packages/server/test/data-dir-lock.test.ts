@@ -1,9 +1,11 @@
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../src/store/open.js';
-import { type GatewayProcess, runGatewayToExit, spawnGateway } from './helpers/process.js';
+import { eventually } from './helpers/gateway.js';
+import { type GatewayProcess, MAIN, runGatewayToExit, spawnGateway } from './helpers/process.js';
 
 let root: string;
 const running: GatewayProcess[] = [];
@@ -50,7 +52,7 @@ describe('one embedded store, one gateway', () => {
     writeFileSync(join(dataDir, 'pglite.lock'), `${process.pid} 1`);
     const gw = await spawnGateway({ GW_DATA_DIR: dataDir });
     running.push(gw);
-    expect(readFileSync(join(dataDir, 'pglite.lock'), 'utf8')).toMatch(new RegExp(`^${gw.child.pid} \\d+$`));
+    expect(readFileSync(join(dataDir, 'pglite.lock'), 'utf8')).toMatch(new RegExp(`^${gw.child.pid} \\d+( \\S+)?$`));
     gw.child.kill('SIGKILL');
     await gw.exited;
   }, 60_000);
@@ -66,4 +68,73 @@ describe('one embedded store, one gateway', () => {
       await store.close();
     }
   }, 60_000);
+});
+
+/** Where this process may make pid namespaces (root with unshare): a gateway in one is a container's, pid 1. */
+const canUnshare = (() => {
+  try {
+    execFileSync('unshare', ['--pid', '--fork', '--mount-proc', 'true'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/** The built gateway as pid 1 of a pid namespace of its own, as in a container; `kill` ends the gateway itself. */
+function containerGateway(dataDir: string) {
+  const child = spawn('unshare', ['--pid', '--fork', '--mount-proc', process.execPath, MAIN], {
+    env: { PATH: process.env.PATH ?? '', PORT: '0', GW_DATA_DIR: dataDir },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  for (const s of [child.stdout, child.stderr]) s?.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const gateway = () =>
+    Number(
+      execFileSync('pgrep', ['-P', String(child.pid)])
+        .toString()
+        .trim(),
+    );
+  // unshare ignores SIGTERM while it waits for its child: the gateway is signalled itself.
+  const stop = () => {
+    if (child.exitCode !== null) return;
+    try {
+      process.kill(gateway(), 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  };
+  return { output: () => out, exited, kill: () => process.kill(gateway(), 'SIGKILL'), stop };
+}
+
+describe('one embedded store, one gateway, across containers sharing the volume', () => {
+  it.skipIf(!canUnshare)(
+    "refuses a second container's gateway while the first runs (each is pid 1), and starts one after the first was killed",
+    async () => {
+      const dataDir = join(root, 'containers');
+      const started: ReturnType<typeof containerGateway>[] = [];
+      const start = () => {
+        const gw = containerGateway(dataDir);
+        started.push(gw);
+        return gw;
+      };
+      try {
+        const first = start();
+        await eventually(() => expect(first.output()).toContain('listening on'), 30_000);
+        // Waits out the lock's freshness window (it is touched meanwhile), then refuses; both opened the files before.
+        const second = start();
+        const outcome = await Promise.race([second.exited, eventually(() => expect(second.output()).toContain('listening on'), 30_000).then(() => 'serving')]);
+        expect(outcome).toBe(1);
+        expect(second.output()).toContain(`the embedded database in ${dataDir} is in use by process 1 of another container or machine`);
+        first.kill();
+        await first.exited;
+        const third = start();
+        await eventually(() => expect(third.output()).toContain('listening on'), 40_000);
+      } finally {
+        for (const gw of started) gw.stop();
+        await Promise.all(started.map((gw) => gw.exited));
+      }
+    },
+    90_000,
+  );
 });

@@ -2,7 +2,7 @@
  * Opens the store: PostgreSQL through a small `pg` Pool when a database url
  * is given, otherwise embedded PGlite persisted under the data dir.
  */
-import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readlinkSync, rmSync, statSync, utimesSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { QueryConfig } from 'pg';
@@ -122,7 +122,7 @@ async function openPostgres(databaseUrl: string, opts: OpenStoreOptions): Promis
 async function openPglite(dataDir: string): Promise<Store> {
   const dir = join(dataDir, 'pglite');
   makeDirSync(dir);
-  const unlock = lockDataDir(dataDir);
+  const unlock = await lockDataDir(dataDir);
   let thread: PgliteThread;
   try {
     thread = await PgliteThread.open(dir, MIGRATIONS_FOLDER);
@@ -151,6 +151,10 @@ async function openPglite(dataDir: string): Promise<Store> {
 /** The lock files this process holds, so that its own pid in a lock can tell this process from an earlier one. */
 const heldLocks = new Set<string>();
 
+/** How often a holder touches its lock, and how long untouched makes one from another pid namespace stale. */
+const LOCK_REFRESH_MS = 3_000;
+const LOCK_STALE_MS = 15_000;
+
 /**
  * PGlite is one process's database: a second process opening the same files
  * would corrupt them. A lock file naming its process (pid and start time)
@@ -158,20 +162,36 @@ const heldLocks = new Set<string>();
  * taken over, even where its pid now belongs to another process: a gateway
  * killed in a container restarts with the same pid, and one killed with its
  * machine may find its pid taken by anything after the reboot.
+ *
+ * A pid means something only in its own pid namespace: two containers on one
+ * volume are each pid 1 (or see no such pid as the other's), and both took
+ * the lock as stale. The lock names its namespace (boot and pid namespace),
+ * and its holder touches it every few seconds: one of another namespace is
+ * stale once untouched for {@link LOCK_STALE_MS}, which a start waits out.
  */
-function lockDataDir(dataDir: string): () => void {
+async function lockDataDir(dataDir: string): Promise<() => void> {
   const lockFile = join(dataDir, 'pglite.lock');
+  const namespace = pidNamespace();
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       const fd = openSync(lockFile, 'wx');
       const started = processStartTime(process.pid);
-      writeSync(fd, started === null ? String(process.pid) : `${process.pid} ${started}`);
+      writeSync(fd, [process.pid, ...(started === null ? [] : [started, ...(namespace === null ? [] : [namespace])])].join(' '));
       closeSync(fd);
       heldLocks.add(lockFile);
+      const refresh = setInterval(() => {
+        const now = new Date();
+        try {
+          utimesSync(lockFile, now, now);
+        } catch {
+          // Gone (removed by hand): nothing to keep fresh.
+        }
+      }, LOCK_REFRESH_MS).unref();
       let released = false;
       const release = () => {
         if (released) return;
         released = true;
+        clearInterval(refresh);
         heldLocks.delete(lockFile);
         process.off('exit', release);
         rmSync(lockFile, { force: true });
@@ -181,17 +201,49 @@ function lockDataDir(dataDir: string): () => void {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       if (heldLocks.has(lockFile)) throw new Error(`the embedded database in ${dataDir} is already open in this process`);
-      const [pidText, started] = readFileSync(lockFile, 'utf8').trim().split(' ');
+      const [pidText, started, theirs] = readFileSync(lockFile, 'utf8').trim().split(' ');
       const owner = Number.parseInt(pidText ?? '', 10);
-      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && ownerRuns(owner, started)) {
-        throw new Error(
-          `the embedded database in ${dataDir} is in use by process ${owner}; stop it, use another GW_DATA_DIR, or set DATABASE_URL to share a PostgreSQL`,
-        );
+      const inUse = `the embedded database in ${dataDir} is in use by process ${owner}`;
+      const advice = 'stop it, use another GW_DATA_DIR, or set DATABASE_URL to share a PostgreSQL';
+      if (theirs !== undefined && theirs !== namespace) {
+        if (await touchedWithin(lockFile)) throw new Error(`${inUse} of another container or machine (its lock is kept fresh); ${advice}`);
+      } else if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && ownerRuns(owner, started)) {
+        throw new Error(`${inUse}; ${advice}`);
       }
       rmSync(lockFile, { force: true }); // stale: its process is gone
     }
   }
   throw new Error(`could not lock ${lockFile}`);
+}
+
+/** This process's pid namespace on this boot of this machine; null where that cannot be read (not Linux). */
+function pidNamespace(): string | null {
+  try {
+    const boot = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    const ns = /\[(\d+)\]/.exec(readlinkSync('/proc/self/ns/pid'))?.[1];
+    return ns === undefined || boot === '' ? null : `${boot}/${ns}`;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether a lock's holder touches it still: untouched for LOCK_STALE_MS (waited out from its last touch), it is stale. */
+async function touchedWithin(lockFile: string): Promise<boolean> {
+  const mtime = () => {
+    try {
+      return statSync(lockFile).mtimeMs;
+    } catch {
+      return null; // removed meanwhile: its holder ended
+    }
+  };
+  const first = mtime();
+  if (first === null) return false;
+  const wait = first + LOCK_STALE_MS - Date.now();
+  if (wait <= 0) return false;
+  console.error(`gw: ${lockFile} is held by a gateway of another container or machine: waiting ${Math.ceil(wait / 1000)} s to see whether it still runs`);
+  await new Promise((r) => setTimeout(r, wait));
+  const last = mtime();
+  return last !== null && last !== first;
 }
 
 /** Whether the process that wrote a lock still runs: its pid, with the same start time where the lock has one. */
