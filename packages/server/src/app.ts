@@ -150,7 +150,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     const disk = config.databaseUrl ? '' : lowDiskHint(config.dataDir, freeBytes(config.dataDir));
     // Summarised: a failed migration statement's own message is only "Failed query: …", its reason in its cause.
     const { message, code } = errorSummary(err);
-    const rights = code === INSUFFICIENT_PRIVILEGE ? ' The role in DATABASE_URL needs the right to create in that database: the gateway makes its schema and tables at start.' : '';
+    const rights =
+      code === INSUFFICIENT_PRIVILEGE
+        ? ' The role in DATABASE_URL needs the right to create in that database: the gateway makes its schema and tables at start.'
+        : '';
     throw new Error(`cannot open ${what}: ${message}${rights}${disk}`, { cause: err });
   };
   const store = await openStore({ ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), dataDir: config.dataDir }).catch(cannotOpen);

@@ -19,7 +19,7 @@ afterAll(async () => {
 });
 
 describe('DATABASE_URL naming a role that may not create in its database', () => {
-  it('stops the start naming PostgreSQL\'s reason and the right the role needs, not only the statement that failed', async () => {
+  it("stops the start naming PostgreSQL's reason and the right the role needs, not only the statement that failed", async () => {
     const url = new URL(await pg.createDatabase());
     const database = url.pathname.slice(1);
     await pg.psql(`CREATE ROLE reader LOGIN; REVOKE CREATE ON SCHEMA public FROM PUBLIC; REVOKE CREATE ON DATABASE ${database} FROM PUBLIC`, database);
