@@ -228,22 +228,28 @@ describe('a JSON answer behind a UTF-8 byte order mark', () => {
   });
 });
 
+/** A stream of `model` read through the OpenAI SDK with its usage asked for: its text and the last usage it carried. */
+async function sdkStream(key: string, model: string): Promise<{ text: string; usage: unknown }> {
+  const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+  const stream = await client.chat.completions.create({
+    model,
+    messages: [{ role: 'user', content: 'hi' }],
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let usage: unknown = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    usage = chunk.usage ?? usage;
+  }
+  return { text, usage };
+}
+
 describe('a stream written oddly on the wire', () => {
   it('reaches the OpenAI SDK and a raw reader with the same text, the usage the provider counted, and is billed at it', async () => {
     const { id, key } = await gw.createKey();
-    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-    const stream = await client.chat.completions.create({
-      model: 'quirk/sse',
-      messages: [{ role: 'user', content: 'hi' }],
-      stream: true,
-      stream_options: { include_usage: true },
-    });
-    let text = '';
-    let usage: unknown = null;
-    for await (const chunk of stream) {
-      text += chunk.choices[0]?.delta?.content ?? '';
-      usage = chunk.usage ?? usage;
-    }
+    const { text, usage } = await sdkStream(key, 'quirk/sse');
     expect(text).toBe(TEXT);
     expect(usage).toMatchObject({ prompt_tokens: 11, completion_tokens: 7 });
 
@@ -270,19 +276,7 @@ describe('a stream written oddly on the wire', () => {
 describe('a stream with events that carry no data', () => {
   it('is read as if they were comments: the OpenAI SDK gets the whole text and the provider’s usage, billed at it', async () => {
     const { id, key } = await gw.createKey();
-    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-    const stream = await client.chat.completions.create({
-      model: 'quirk/sse-blank',
-      messages: [{ role: 'user', content: 'hi' }],
-      stream: true,
-      stream_options: { include_usage: true },
-    });
-    let text = '';
-    let usage: unknown = null;
-    for await (const chunk of stream) {
-      text += chunk.choices[0]?.delta?.content ?? '';
-      usage = chunk.usage ?? usage;
-    }
+    const { text, usage } = await sdkStream(key, 'quirk/sse-blank');
     expect(text).toBe(TEXT);
     expect(usage).toMatchObject({ prompt_tokens: 11, completion_tokens: 7 });
     await eventually(async () => {
