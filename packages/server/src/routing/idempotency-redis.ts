@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { instanceKey } from '../kv/instance-presence.js';
 import { DATA_RUN_KEY, DATA_SINCE_KEY, redisDataLife } from '../kv/redis-data-life.js';
 import { CircuitBreaker } from '../limits/circuit-breaker.js';
-import type { IdempotencyBackend, IdempotencyEntry, StoredAnswer } from './idempotency-types.js';
+import { type IdempotencyBackend, type IdempotencyEntry, NotSentError, type StoredAnswer } from './idempotency-types.js';
 
 /** How long an answer not yet written for good (a stream still running, a write that failed) is kept to be written again. */
 const HELD_ANSWER_MAX_MS = 15 * 60_000;
@@ -365,7 +365,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   }
 
   private async exec(name: keyof Scripts, scope: string, ...args: (string | number)[]): Promise<unknown> {
-    if (this.redis.status !== 'ready' || !this.breaker.allow()) throw new Error('Redis is unavailable');
+    if (this.redis.status !== 'ready' || !this.breaker.allow()) throw new NotSentError('Redis is unavailable');
     try {
       const res = await (this.redis as unknown as Scripts)[name].call(this.redis, keyOf(scope), ...args);
       this.breaker.success();

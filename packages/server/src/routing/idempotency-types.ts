@@ -15,6 +15,9 @@ export interface StoredAnswer {
   stream?: { id: string; at?: number; instance?: string; events?: StreamEvent[] };
 }
 
+/** A backend call refused before anything was sent (its connection down, its breaker open): nothing of it can land later. */
+export class NotSentError extends Error {}
+
 /** lost: a request billed whose instance died before it stored its answer (instances sharing PostgreSQL only). */
 export type IdempotencyEntry =
   | { state: 'pending'; fingerprint: string }

@@ -2,7 +2,7 @@ import { createHash, type Hash, randomUUID } from 'node:crypto';
 import { H } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
 import { headerCount } from '../lib/raw-headers.js';
-import type { IdempotencyBackend, StoredAnswer } from './idempotency-types.js';
+import { type IdempotencyBackend, NotSentError, type StoredAnswer } from './idempotency-types.js';
 
 export type { IdempotencyBackend, StoredAnswer } from './idempotency-types.js';
 
@@ -12,6 +12,8 @@ export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
 const POLL_MS = 50;
 /** What a repeat that waited in vain is told to wait before trying again. */
 const CONFLICT_RETRY_AFTER_S = 1;
+/** How often a release that failed is sent again. */
+const RELEASE_RETRY_MS = 1000;
 
 export interface IdempotencySettings {
   /** How long a concurrent repeat waits for the first request's answer before its 409. */
@@ -161,7 +163,15 @@ export class IdempotencyService {
     const deadline = Date.now() + this.settings.waitMs;
     for (let waited = false; ; waited = true) {
       // Claiming again on every look: if the first request's claim is released or runs out, one waiter takes over.
-      const entry = await this.unavailableOnError(() => this.backend.claim(scope, fp, owner, this.settings.claimTtlMs));
+      let entry: Awaited<ReturnType<IdempotencyBackend['claim']>>;
+      try {
+        entry = await this.backend.claim(scope, fp, owner, this.settings.claimTtlMs);
+      } catch (err) {
+        // A claim that timed out may still land (a slow Redis or database runs it later): this request answers 503
+        // and runs nothing, so its claim must not hold the client's retry at 409 until it runs out.
+        if (!(err instanceof NotSentError)) releaseUntilDone(this.backend, scope, owner, this.settings.claimTtlMs).catch(() => {});
+        throw unavailable(err);
+      }
       if (entry === null) return { kind: 'run', claim: new Claim(this.backend, scope, owner, this.settings.claimTtlMs), waited };
       if (entry.fingerprint !== fp) {
         throw new GatewayError('unprocessable', 'This X-Idempotency-Key was already used with a different request; use a new key for a new request.', {
@@ -198,14 +208,33 @@ export class IdempotencyService {
     try {
       return await fn();
     } catch (err) {
-      // Running without the guarantee the client asked for could double a charge: refuse instead.
-      throw new GatewayError('idempotency_unavailable', 'Idempotency keys cannot be checked right now; retry shortly.', { retryAfterS: 1, cause: err });
+      throw unavailable(err);
     }
   }
 
   close(): Promise<void> {
     return this.backend.close();
   }
+}
+
+/** Running without the guarantee the client asked for could double a charge: refused instead. */
+function unavailable(cause: unknown): GatewayError {
+  return new GatewayError('idempotency_unavailable', 'Idempotency keys cannot be checked right now; retry shortly.', { retryAfterS: 1, cause });
+}
+
+/**
+ * Releases `owner`'s claim; one that fails (Redis or the database slow or away) is sent again every second for twice
+ * the claim's life, as the claim itself may land late. The first attempt's outcome is returned.
+ */
+function releaseUntilDone(backend: IdempotencyBackend, scope: string, owner: string, ttlMs: number): Promise<void> {
+  const until = Date.now() + 2 * ttlMs;
+  const again = (): void => {
+    if (Date.now() + RELEASE_RETRY_MS > until) return;
+    setTimeout(() => backend.release(scope, owner).catch(again), RELEASE_RETRY_MS).unref();
+  };
+  const first = backend.release(scope, owner);
+  first.catch(again);
+  return first;
 }
 
 /** A running request's hold on its key: refreshed while it runs, then completed with the answer or released. */
@@ -216,7 +245,7 @@ export class Claim {
     private readonly backend: IdempotencyBackend,
     readonly scope: string,
     private readonly owner: string,
-    ttlMs: number,
+    private readonly ttlMs: number,
   ) {
     this.heartbeat = setInterval(
       () => {
@@ -238,7 +267,7 @@ export class Claim {
   /** Gives the key up without an answer: a retry runs afresh. */
   async release(): Promise<void> {
     this.stop();
-    await this.backend.release(this.scope, this.owner);
+    await releaseUntilDone(this.backend, this.scope, this.owner, this.ttlMs);
   }
 
   /** Gives the key up, with the answer stored for it (a stream the gateway itself ended): a retry runs afresh. */
