@@ -184,6 +184,14 @@ function applyLagTolerantTimeout(client: Redis, ms: number): void {
 
 /** How long after a refused resubscribe the subscriber connection is made again, to try once more. */
 const RESUBSCRIBE_RETRY_MS = 1_000;
+/**
+ * How often the subscriber connection is pinged. It sends nothing else, so a Redis that stops answering on it (a
+ * partition, a paused server, a NAT that dropped the connection's state) was never noticed: the instance trusted its
+ * cached keys for their whole TTL (30 s), a revocation made meanwhile unheard. A ping unanswered this long makes it
+ * deaf (keys read again after 250 ms, as with Redis away); unanswered for {@link SUB_DEAD_MS}, the connection is made anew.
+ */
+const SUB_PING_MS = 1_000;
+const SUB_DEAD_MS = 5_000;
 
 /** Pub/sub over Redis, so that every instance hears a revocation within milliseconds. */
 export class RedisBus implements Bus {
@@ -192,11 +200,17 @@ export class RedisBus implements Bus {
   private readonly publishReadyHandlers: (() => void)[] = [];
   /** Null while the subscriptions are live; else since when they are not (the start counts as a loss). */
   private deafFrom: number | null = Date.now();
+  /** When the subscriber's unanswered ping was sent (null: none is); its connection's turn, so a ping of a dropped one is ignored. */
+  private pingSentAt: number | null = null;
+  private pingTurn = 0;
+  private readonly heartbeat: NodeJS.Timeout;
 
   private constructor(
     private readonly pub: Redis,
     private readonly sub: Redis,
   ) {
+    this.heartbeat = setInterval(() => this.checkSubscriber(), SUB_PING_MS);
+    this.heartbeat.unref();
     // Both connect (or fail to, with Redis away at start) before this constructor runs: each 'ready' here
     // follows a time without a connection, when messages went unheard and publishes failed.
     // Resubscribed here rather than by ioredis: its own resubscribe after a reconnect has no rejection
@@ -217,8 +231,34 @@ export class RedisBus implements Bus {
     // backoff later, what other instances publish goes unheard.
     sub.on('close', () => {
       this.deafFrom ??= Date.now();
+      this.pingSentAt = null;
+      this.pingTurn++;
     });
     pub.on('ready', () => runAll(this.publishReadyHandlers));
+  }
+
+  /** Pings the subscriber connection; one whose last ping is not answered is deaf from when it was sent, and dropped later. */
+  private checkSubscriber(): void {
+    if (this.sub.status !== 'ready' || this.channels.size === 0) return;
+    const now = Date.now();
+    const sentAt = this.pingSentAt;
+    if (sentAt !== null) {
+      // What was published since the ping may be waiting behind it, unheard.
+      if (now - sentAt >= SUB_PING_MS) this.deafFrom ??= sentAt;
+      if (now - sentAt >= SUB_DEAD_MS) this.sub.disconnect(true);
+      return;
+    }
+    const turn = this.pingTurn;
+    this.pingSentAt = now;
+    this.sub.ping().then(
+      () => {
+        if (turn !== this.pingTurn) return;
+        // Answered: every message published before the ping has been heard. Deaf since a close, the resubscribe says.
+        if (this.deafFrom !== null && this.deafFrom >= now) this.deafFrom = null;
+        this.pingSentAt = null;
+      },
+      () => {},
+    );
   }
 
   onResubscribe(handler: () => void): void {
@@ -264,6 +304,7 @@ export class RedisBus implements Bus {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.heartbeat);
     this.pub.disconnect();
     this.sub.disconnect();
   }
