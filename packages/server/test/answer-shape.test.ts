@@ -80,4 +80,46 @@ describe('a request with both max_tokens and max_completion_tokens', () => {
       expect(reasons).toEqual({ scaleway: 'stop', ovh: 'stop', mistral: 'stop' });
     }
   });
+
+  it('is served by Azure, which refuses both at once, cut at max_completion_tokens, in both variants', async () => {
+    for (const client of [a, b]) {
+      for (const stream of [false, true]) {
+        const ask = { model: 'openai/gpt-4o-mini', messages: [{ role: 'user' as const, content: 'Bonjour Paris' }], max_tokens: 200, max_completion_tokens: 2 };
+        const finish = stream
+          ? await lastFinish(await client.chat.completions.create({ ...ask, stream: true }))
+          : (await client.chat.completions.create(ask)).choices[0]?.finish_reason;
+        expect(finish).toBe('length');
+        const sent = gw.sim.providers.azure.stats().last?.body as Record<string, unknown>;
+        expect([sent['max_completion_tokens'], sent['max_tokens']]).toEqual([2, undefined]);
+      }
+    }
+  });
 });
+
+describe('max_completion_tokens to an Azure api-version older than 2024-09-01-preview', () => {
+  it('is sent as max_tokens, the one cap that version knows, in both variants', async () => {
+    const old = await startGateway({
+      catalogue: (c) => ({ ...c, providers: c.providers.map((p) => (p.type === 'azure' ? { ...p, apiVersion: '2024-06-01' } : p)) }),
+    });
+    try {
+      const { key } = await old.createKey({ rateLimitRpm: 10_000 });
+      const clients = openAiClients(old, key);
+      for (const client of [clients.a, clients.b]) {
+        for (const caps of [{ max_completion_tokens: 2 }, { max_tokens: 200, max_completion_tokens: 2 }]) {
+          const answer = await client.chat.completions.create({ model: 'openai/gpt-4o-mini', messages: [{ role: 'user', content: 'Bonjour Paris' }], ...caps });
+          expect(answer.choices[0]?.finish_reason).toBe('length');
+          const sent = old.sim.providers.azure.stats().last?.body as Record<string, unknown>;
+          expect([sent['max_tokens'], sent['max_completion_tokens']]).toEqual([2, undefined]);
+        }
+      }
+    } finally {
+      await old.close();
+    }
+  });
+});
+
+async function lastFinish(stream: AsyncIterable<OpenAI.Chat.ChatCompletionChunk>): Promise<string | null | undefined> {
+  let finish: string | null | undefined;
+  for await (const chunk of stream) finish = chunk.choices[0]?.finish_reason ?? finish;
+  return finish;
+}

@@ -87,7 +87,12 @@ function chat(ctx: HandlerCtx, deployment: string | null, dated: boolean): Reply
   if (dated && isRecord(body) && body['stream_options'] !== undefined && version < '2024-09-01-preview') {
     return { type: 'error', error: { status: 400, kind: 'bad_request', message: 'Unrecognized request argument supplied: stream_options' } };
   }
-  const bad = checkChat(body, ctx.provider, deployment) ?? emptyTools(body) ?? untypedToolCall(body) ?? assistantPartType(body);
+  const bad =
+    checkChat(body, ctx.provider, deployment) ??
+    completionCaps(body, dated ? version : null) ??
+    emptyTools(body) ??
+    untypedToolCall(body) ??
+    assistantPartType(body);
   if (bad) return { type: 'error', error: bad };
   const f = ctx.fault;
   if (f?.kind === 'content_filter' && f.on === 'prompt') return promptFiltered();
@@ -102,6 +107,23 @@ function chat(ctx: HandlerCtx, deployment: string | null, dated: boolean): Reply
     },
     deployment,
   );
+}
+
+/**
+ * OpenAI's API (Azure's with it) refuses both caps at once; api-versions before 2024-09-01-preview do not know
+ * `max_completion_tokens` at all (`version` null: the v1 API, which does).
+ */
+function completionCaps(body: unknown, version: string | null): ErrorSpec | null {
+  if (!isRecord(body) || body['max_completion_tokens'] == null) return null;
+  if (version !== null && version < '2024-09-01-preview')
+    return { status: 400, kind: 'bad_request', message: 'Unrecognized request argument supplied: max_completion_tokens' };
+  if (body['max_tokens'] == null) return null;
+  return {
+    status: 400,
+    kind: 'bad_request',
+    message: "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
+    param: 'max_tokens',
+  };
 }
 
 /** OpenAI's API (Azure's with it) refuses an empty `tools` list: at least one tool, or none of the key. */

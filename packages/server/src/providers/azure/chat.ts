@@ -3,14 +3,30 @@ import { parseChatCompletion, toUpstreamChatBody } from '../openai-compatible/ch
 import type { ChatBody, ChatCompletion } from '../types.js';
 import { azureError } from './errors.js';
 
-/** `stream_options` exists from api-version 2024-09-01-preview (GA 2024-10-21) and on the v1 API; older versions refuse it. */
+/**
+ * `stream_options` and `max_completion_tokens` exist from api-version 2024-09-01-preview (GA 2024-10-21) and on the v1
+ * API; older versions refuse them.
+ */
 export function supportsStreamOptions(apiVersion: string | null): boolean {
   return apiVersion === null || apiVersion >= '2024-09-01-preview';
 }
 
-/** OpenAI's body as Azure takes it: `model` is the deployment (the dated API routes by URL and ignores it). */
+/**
+ * OpenAI's body as Azure takes it: `model` is the deployment (the dated API routes by URL and ignores it); one cap,
+ * as OpenAI's API (Azure's) refuses `max_tokens` and `max_completion_tokens` together ("at the same time is not
+ * supported"): `max_completion_tokens`, which wins on Mistral and the vLLM hosts too, or, for an api-version before
+ * 2024-09-01-preview that does not know it ("Unrecognized request argument"), its value as `max_tokens`.
+ */
 export function toAzureChatBody(body: ChatBody, deployment: string, stream: boolean, apiVersion: string | null): Record<string, unknown> {
   const { stream_options: _so, ...rest } = toUpstreamChatBody(body, deployment);
+  const completion = rest['max_completion_tokens'];
+  if (completion != null) {
+    if (supportsStreamOptions(apiVersion)) rest['max_tokens'] = undefined;
+    else {
+      rest['max_tokens'] = completion;
+      rest['max_completion_tokens'] = undefined;
+    }
+  }
   if (!stream) return rest;
   return { ...rest, stream: true, ...(supportsStreamOptions(apiVersion) ? { stream_options: { include_usage: true } } : {}) };
 }
