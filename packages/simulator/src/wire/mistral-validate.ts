@@ -104,9 +104,36 @@ export function validateChat(body: Record<string, unknown>): Issue[] {
           msg: `Input tag '${String(role)}' found using 'role' does not match any of the expected tags: 'assistant', 'system', 'tool', 'user'`,
           input: m,
         });
-      } else issues.push(...extras(m, allowed, ['body', 'messages', i, role as string]));
+      } else {
+        issues.push(...extras(m, allowed, ['body', 'messages', i, role as string]));
+        if (Array.isArray(m['content'])) issues.push(...chunkIssues(m['content'], ['body', 'messages', i, role as string, 'content']));
+      }
     });
   }
+  return issues;
+}
+
+/** Mistral's content chunks (its `ContentChunk` union): OpenAI's `refusal` part is none of them, its `input_audio` is a string. */
+const CHUNK_TYPES = ['text', 'image_url', 'input_audio', 'document_url', 'file', 'reference', 'thinking'];
+
+function chunkIssues(parts: unknown[], loc: (string | number)[]): Issue[] {
+  const issues: Issue[] = [];
+  parts.forEach((part, j) => {
+    const type = isRecord(part) ? part['type'] : undefined;
+    if (!isRecord(part) || typeof type !== 'string' || !CHUNK_TYPES.includes(type)) {
+      const expected = CHUNK_TYPES.map((t) => `'${t}'`).join(', ');
+      issues.push({
+        type: 'union_tag_invalid',
+        loc: [...loc, j],
+        msg: `Input tag '${String(type)}' found using 'type' does not match any of the expected tags: ${expected}`,
+        input: part,
+      });
+    } else if (type === 'input_audio' && typeof part['input_audio'] !== 'string') {
+      issues.push({ type: 'string_type', loc: [...loc, j, 'input_audio'], msg: 'Input should be a valid string', input: part['input_audio'] });
+    } else if (type === 'file' && typeof part['file_id'] !== 'string') {
+      issues.push({ type: 'missing', loc: [...loc, j, 'file', 'file_id'], msg: 'Field required', input: part });
+    }
+  });
   return issues;
 }
 

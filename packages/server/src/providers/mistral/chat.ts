@@ -96,9 +96,35 @@ function toMistralMessage(message: unknown): unknown {
   for (const key of MESSAGE_KEYS[role] ?? ['role', 'content']) if (m[key] !== undefined) out[key] = m[key];
   out['role'] = role;
   if (role === 'assistant' && Array.isArray(out['content'])) out['content'] = withoutThinking(out['content']);
+  if (Array.isArray(out['content'])) out['content'] = toMistralChunks(out['content']);
   if (role === 'assistant' && Array.isArray(out['tool_calls'])) out['tool_calls'] = out['tool_calls'].map(toMistralToolCall);
   if (role === 'tool' && typeof out['tool_call_id'] === 'string') out['tool_call_id'] = mistralToolId(out['tool_call_id']);
   return out;
+}
+
+/**
+ * Content parts as Mistral's chunks, where OpenAI's differ (a 422 otherwise): `input_audio` is the base64 string alone
+ * (Mistral reads the format from the bytes, OpenAI's `{data, format}` is refused), a file by its id is `{type: 'file',
+ * file_id}` (OpenAI nests it under `file`), and an assistant's `refusal` part, which Mistral's chunks lack, is the text
+ * the model said. A file's inline `file_data` has no Mistral chunk and goes as it came (Mistral's 422, the client's).
+ * The same array when no part differs (no copy).
+ */
+function toMistralChunks(parts: unknown[]): unknown[] {
+  if (!parts.some(differs)) return parts;
+  return parts.map((part) => {
+    if (!differs(part)) return part;
+    const p = part as Record<string, unknown>;
+    if (p['type'] === 'refusal') return { type: 'text', text: String(p['refusal'] ?? '') };
+    if (p['type'] === 'file') return { type: 'file', file_id: (p['file'] as { file_id: unknown }).file_id };
+    return { type: 'input_audio', input_audio: (p['input_audio'] as { data?: unknown }).data };
+  });
+}
+
+function differs(part: unknown): boolean {
+  const p = part as { type?: unknown; input_audio?: unknown; file?: { file_id?: unknown } } | null;
+  if (p?.type === 'refusal') return true;
+  if (p?.type === 'file') return typeof p.file?.file_id === 'string';
+  return p?.type === 'input_audio' && typeof p.input_audio === 'object' && p.input_audio !== null;
 }
 
 function toMistralToolCall(call: unknown): unknown {
