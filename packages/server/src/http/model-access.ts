@@ -22,8 +22,8 @@ export function resolveModel(services: Services, request: FastifyRequest, id: st
  * as variant B's model list and GET /models/{id} hide it (A's list the whole registry: docs/decisions.md), never a
  * 410 or a 400 telling what kind of model it is.
  */
-function checkModel(model: RegistryModel, id: string, kind: ModelKind, enabled: readonly string[] | null, variant: Variant): RegistryModel {
-  if (enabled !== null && !enabled.includes(model.id)) {
+function checkModel(model: RegistryModel, id: string, kind: ModelKind, enabled: EnabledModels, variant: Variant): RegistryModel {
+  if (enabled !== null && !enabled.has(model.id)) {
     throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'model' });
   }
   // Variant B's embeddings are a private beta: to a B client the other embedding models do not exist (its list and
@@ -41,11 +41,11 @@ function checkModel(model: RegistryModel, id: string, kind: ModelKind, enabled: 
 
 /** The model_not_found of an id the registry lacks, with a hint among the models this caller may use (its workspace read first if need be). */
 function refuseUnknown(services: Services, request: FastifyRequest, id: string, kind: ModelKind): never | Promise<never> {
-  const refuse = (enabled: readonly string[] | null): never => {
+  const refuse = (enabled: EnabledModels): never => {
     const usable = (m: RegistryModel) =>
       !m.deprecated &&
       m.kind === kind &&
-      (enabled === null || enabled.includes(m.id)) &&
+      (enabled === null || enabled.has(m.id)) &&
       // Variant B's embeddings are a beta of some models: it refuses the others (routes/embeddings.ts).
       (request.gw.variant !== 'b' || kind !== 'embedding' || m.beta);
     const unread = services.registry.unreadable(id);
@@ -60,7 +60,7 @@ function refuseUnknown(services: Services, request: FastifyRequest, id: string, 
     }
     const unlisted = services.registry.unlistedModel(id);
     // By its configured id: the workspace's list names `family/model`, the request may add `:eu`.
-    const unlistedBy = unlisted?.kind === kind && (enabled === null || enabled.includes(unlisted.id)) ? unlisted.providers : undefined;
+    const unlistedBy = unlisted?.kind === kind && (enabled === null || enabled.has(unlisted.id)) ? unlisted.providers : undefined;
     if (unlistedBy) {
       // Configured, but dropped from every provider's model list (retired or renamed there): not served now, which
       // a client (and the operator reading its report) is told, rather than that the id is wrong.
@@ -99,12 +99,15 @@ function kindPhrase(kind: ModelKind): string {
 }
 
 /** The caller's workspace allow-list (null: every model); at once when the workspace is cached. */
-export function enabledModels(services: Services, request: FastifyRequest): readonly string[] | null | Promise<readonly string[] | null> {
+export function enabledModels(services: Services, request: FastifyRequest): EnabledModels | Promise<EnabledModels> {
   const workspaceId = request.gw.key?.workspaceId;
   if (!workspaceId) return null;
   const ws = services.workspaces.get(workspaceId);
-  return ws instanceof Promise ? ws.then((w) => w?.enabledModels ?? null) : (ws?.enabledModels ?? null);
+  return ws instanceof Promise ? ws.then((w) => w?.enabled ?? null) : (ws?.enabled ?? null);
 }
+
+/** A workspace's allow-list as a set (a list of 1,000 ids is checked per model listed and per request); null: every model. */
+export type EnabledModels = ReadonlySet<string> | null;
 
 /** A header's value; null only when it is absent: one sent empty is a value, refused as any other that is not valid. */
 function header(request: FastifyRequest, name: string): string | null {

@@ -4,7 +4,7 @@ import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import type { LimitDecision } from '../../limits/types.js';
 import type { RegistryModel } from '../../routing/registry.js';
 import { newUsageDraft } from '../context.js';
-import { enabledModels } from '../model-access.js';
+import { type EnabledModels, enabledModels } from '../model-access.js';
 import { isMultipart } from '../multipart-spool.js';
 import type { Services } from '../services.js';
 
@@ -202,7 +202,7 @@ function modelFor(services: Services, request: FastifyRequest, id: string): Regi
   if (request.gw.variant === 'b' && m.kind === 'embedding' && !m.beta) return null;
   // A retired model is B's model_not_found too (A's 410 is counted).
   if (m.deprecated && request.gw.variant === 'b') return null;
-  const allowed = (enabled: readonly string[] | null) => (enabled === null || enabled.includes(m.id) ? m : null);
+  const allowed = (enabled: EnabledModels) => (enabled === null || enabled.has(m.id) ? m : null);
   const enabled = enabledModels(services, request);
   return enabled instanceof Promise ? enabled.then(allowed) : allowed(enabled);
 }

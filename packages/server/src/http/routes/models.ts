@@ -80,12 +80,12 @@ async function oneModel(services: Services, request: FastifyRequest, isA: boolea
   // B's list leaves retired models out; asked for one by id, B says it is retired, as a chat request naming it is told.
   const enabled = isA ? null : await enabledModels(services, request);
   const visible = model && (isA || filterModelsB([{ ...model, deprecated: false }], {}, enabled).length > 0);
-  if (model && enabled !== null && !enabled.includes(model.id)) {
+  if (model && enabled !== null && !enabled.has(model.id)) {
     // As a request naming it is told (http/model-access.ts): the key's own workspace leaves it out, which its owner can change.
     throw new GatewayError('model_not_found', `The model '${id}' is not enabled for this workspace.`, { param: 'id' });
   }
   const unlisted = model ? undefined : services.registry.unlistedModel(id);
-  if (unlisted && (enabled === null || enabled.includes(unlisted.id)) && (isA || unlisted.kind !== 'embedding' || unlisted.beta)) {
+  if (unlisted && (enabled === null || enabled.has(unlisted.id)) && (isA || unlisted.kind !== 'embedding' || unlisted.beta)) {
     // As a request naming it is told: configured, but no provider lists it right now, or one's list was never read.
     const unread = services.registry.unreadable(id);
     if (unread) throw notReadYet(id, unread.providers, isA ? 'a' : 'b');

@@ -1,4 +1,5 @@
 import type { RegistryModel } from '../../routing/registry.js';
+import type { EnabledModels } from '../model-access.js';
 
 /** Variant B's model fields: providers, regions, capabilities, context window and pricing. */
 export function modelViewB(m: RegistryModel) {
@@ -39,7 +40,7 @@ export interface ModelsQueryB {
  * in any letter case (`capability=VISION`, `family=Mistral`): ids and capabilities are lower case, and a value off
  * only in case is the one meant, where an empty list would read as none there (README, Models).
  */
-export function filterModelsB(models: RegistryModel[], query: ModelsQueryB, enabled: readonly string[] | null): RegistryModel[] {
+export function filterModelsB(models: RegistryModel[], query: ModelsQueryB, enabled: EnabledModels): RegistryModel[] {
   const family = query.family?.toLowerCase();
   const capability = query.capability?.toLowerCase();
   const provider = query.provider?.toLowerCase();
@@ -47,7 +48,7 @@ export function filterModelsB(models: RegistryModel[], query: ModelsQueryB, enab
     (m) =>
       !m.deprecated &&
       (m.kind !== 'embedding' || m.beta) &&
-      (enabled === null || enabled.includes(m.id)) &&
+      (enabled === null || enabled.has(m.id)) &&
       (family === undefined || m.id.split('/')[0]?.toLowerCase() === family || m.owned_by.toLowerCase() === family) &&
       (capability === undefined || m.capabilities.some((c) => c.toLowerCase() === capability)) &&
       (provider === undefined || m.offers.some((o) => o.provider.toLowerCase() === provider)),

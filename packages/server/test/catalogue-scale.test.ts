@@ -1,0 +1,68 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+
+// An operator's catalogue: hundreds of models, workspaces allowing hundreds of them. The work a request does with
+// the workspace's allow-list is counted (reads of its ids), not timed.
+const MODELS = 400;
+const ENABLED = 300;
+let gw: TestGateway;
+
+beforeAll(async () => {
+  gw = await startGateway({
+    catalogue: (c) => {
+      const small = c.models.find((m) => m.id === 'mistral/small');
+      if (!small) throw new Error('no mistral/small in the demo catalogue');
+      for (let i = 0; i < MODELS; i++) c.models.push({ ...small, id: `scale/model-${String(i).padStart(4, '0')}` });
+      return c;
+    },
+  });
+}, 60_000);
+afterAll(async () => {
+  await gw?.close();
+});
+
+/** The store's workspaces with their `enabledModels` counting each id read from them. */
+function countReads(): { reads: number } {
+  const counter = { reads: 0 };
+  const repo = gw.gateway.services.store.workspaces;
+  const get = repo.get.bind(repo);
+  repo.get = async (id: string) => {
+    const ws = await get(id);
+    if (ws?.enabledModels == null) return ws;
+    const ids = ws.enabledModels;
+    const counted = new Proxy(ids, {
+      get(target, prop, receiver) {
+        if (typeof prop === 'string' && /^\d+$/.test(prop)) counter.reads++;
+        return Reflect.get(target, prop, receiver);
+      },
+    });
+    return { ...ws, enabledModels: counted };
+  };
+  return counter;
+}
+
+describe('a workspace allowing hundreds of models in a catalogue of hundreds', () => {
+  it('reads its allow-list once per cached read, not once per model listed or per request', async () => {
+    const enabled = Array.from({ length: ENABLED }, (_, i) => `scale/model-${String(i).padStart(4, '0')}`);
+    const ws = await gw.admin<{ id: string }>('POST', '/workspaces', { name: 'wide', enabledModels: enabled });
+    expect(ws.status).toBe(201);
+    const { key } = await gw.createKey({ workspaceId: ws.body.id, rateLimitRpm: 1000 });
+    const counter = countReads();
+    gw.gateway.services.workspaces.forgetAll();
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    for (let i = 0; i < 5; i++) {
+      const list = await fetch(`${gw.baseB}/models`, { headers });
+      expect(list.status).toBe(200);
+      expect(((await list.json()) as { data: unknown[] }).data).toHaveLength(ENABLED);
+      const chat = await fetch(`${gw.baseA}/chat/completions`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ model: enabled.at(-1), messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+      });
+      expect(chat.status).toBe(200);
+      await chat.arrayBuffer();
+    }
+    // Ten requests, one read of the workspace: its ids once. Checked one by one, a list alone read them 400 × 300 / 2 times.
+    expect(counter.reads).toBeLessThanOrEqual(ENABLED * 2);
+  });
+});
