@@ -13,6 +13,10 @@ beforeAll(async () => {
       const small = c.models.find((m) => m.id === 'mistral/small');
       if (!small) throw new Error('no mistral/small in the demo catalogue');
       for (let i = 0; i < MODELS; i++) c.models.push({ ...small, id: `scale/model-${String(i).padStart(4, '0')}` });
+      // Its own model, at other prices, that no provider lists now: never `mistral/small` by another name.
+      const offer = small.offers[0];
+      if (!offer) throw new Error('mistral/small has no offer');
+      c.models.push({ ...small, id: 'mistral/small:eu', offers: [{ ...offer, upstreamModel: 'listed-by-no-provider' }] });
       return c;
     },
   });
@@ -64,5 +68,24 @@ describe('a workspace allowing hundreds of models in a catalogue of hundreds', (
     }
     // Ten requests, one read of the workspace: its ids once. Checked one by one, a list alone read them 400 × 300 / 2 times.
     expect(counter.reads).toBeLessThanOrEqual(ENABLED * 2);
+  });
+});
+
+describe('a model configured as family/model:eu beside family/model', () => {
+  it('is itself while no provider lists it: not served, never answered by family/model, and enabled by its own id', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    const res = await fetch(`${gw.baseA}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mistral/small:eu', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+    });
+    const body = (await res.json()) as { model?: string; error?: { code: string; message: string } };
+    expect([res.status, body.error?.code]).toEqual([404, 'model_not_found']);
+    expect(body.error?.message).toMatch(/^The model 'mistral\/small:eu' is not served right now/);
+    const ws = await gw.admin<{ enabledModels: string[] }>('POST', '/workspaces', { name: 'eu', enabledModels: ['mistral/small:eu'] });
+    expect([ws.status, ws.body.enabledModels]).toEqual([201, ['mistral/small:eu']]);
+    // The bare id with `:eu` added still names the bare model where no model has that id.
+    const plain = await gw.admin<{ enabledModels: string[] }>('POST', '/workspaces', { name: 'plain', enabledModels: ['scale/model-0001:eu'] });
+    expect([plain.status, plain.body.enabledModels]).toEqual([201, ['scale/model-0001']]);
   });
 });

@@ -161,6 +161,12 @@ describe('config file', () => {
       ['{}\n', {}, /gw\.yaml at \/(providers|models): expected (required property|array)/],
       // A field the file lacks says so, rather than reading as a value of the wrong type.
       [good.replace('    owned_by: mistral\n', ''), { ALPHA_API_KEY: 'k' }, /gw\.yaml at \/models\/0\/owned_by: expected string \(the field is missing\)/],
+      // A request's model is at most 200 characters: a longer id was listed, and every chat request naming it refused.
+      [
+        good.replace('id: mistral/small', `id: mistral/${'s'.repeat(193)}`),
+        { ALPHA_API_KEY: 'k' },
+        /gw\.yaml at \/models\/0\/id: expected a string of at most 200 characters/,
+      ],
     ];
     for (const [text, env, message] of cases) {
       expect(() => parseConfigText(text, 'gw.yaml', env)).toThrowError(message);

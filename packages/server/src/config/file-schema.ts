@@ -41,7 +41,8 @@ export const OfferSchema = Type.Object(
 
 export const ModelSchema = Type.Object(
   {
-    id: Type.String({ pattern: '^[A-Za-z0-9._-]+/[A-Za-z0-9._:-]+$' }),
+    // At most what a request's `model` field takes: a longer id was listed, and every request naming it refused.
+    id: Type.String({ pattern: '^[A-Za-z0-9._-]+/[A-Za-z0-9._:-]+$', maxLength: 200 }),
     kind: Type.Union(MODEL_KINDS.map((k) => Type.Literal(k))),
     owned_by: Type.String({ minLength: 1 }),
     context_window: Type.Optional(Type.Integer({ minimum: 1 })),

@@ -176,12 +176,21 @@ function quotingError(text: string): boolean {
 }
 
 function describeExpectation(message: string, schema: unknown, path: string): string {
-  const s = schema as { pattern?: string; enum?: unknown[]; anyOf?: { const?: unknown }[]; properties?: Record<string, unknown>; minItems?: number };
+  const s = schema as {
+    pattern?: string;
+    maxLength?: number;
+    enum?: unknown[];
+    anyOf?: { const?: unknown }[];
+    properties?: Record<string, unknown>;
+    minItems?: number;
+  };
   // The validator's own words ("expected object", "expected array length to be greater or equal to 1") said in the file's.
   if (path === '' && /^Expected object$/.test(message)) return 'a mapping with providers and models at the top of the file';
   if (s.minItems === 1 && /^Expected array length/.test(message))
     return `at least one ${(path.split('/').at(-1) ?? 'item').replace(/s$/, '')} (the list is empty)`;
   if (s.anyOf?.every((o) => o.const !== undefined)) return `one of ${s.anyOf.map((o) => JSON.stringify(o.const)).join(', ')}`;
+  // The length is told as such: "a string matching …" of a string that matches read as a wrong character.
+  if (s.maxLength !== undefined && /^Expected string length less/.test(message)) return `a string of at most ${s.maxLength} characters`;
   if (s.pattern) return `a string matching ${s.pattern}`;
   if (/^Unexpected property$/.test(message)) return `no such property${meantProperty(path.split('/').at(-1) ?? '', Object.keys(s.properties ?? {}))}`;
   return message.replace(/^Expected /, '');

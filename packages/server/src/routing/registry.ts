@@ -99,6 +99,8 @@ export class ModelRegistry {
   private readonly listAt = new Map<string, number>();
   /** The list last kept in the store per provider, as JSON of its models: one unchanged is not written again. */
   private readonly keptModels = new Map<string, string>();
+  /** The configured models by id: a lookup of one not in the registry is one read, not a walk of the catalogue. */
+  private readonly configured: ReadonlyMap<string, ModelConfig>;
 
   constructor(
     private readonly catalogue: GatewayFileConfig,
@@ -107,11 +109,20 @@ export class ModelRegistry {
     private readonly onListFailure: (provider: string, err: unknown, kept: boolean) => void = () => {},
     private readonly keepCreated: KeepCreated | null = null,
     private readonly keeper: ListKeeper | null = null,
-  ) {}
+  ) {
+    this.configured = new Map(catalogue.models.map((m) => [m.id, m]));
+  }
 
   get(id: string): RegistryModel | undefined {
-    // `:eu` asks for EU hosting, which every offer here already is.
-    return this.models.get(id) ?? (id.endsWith(':eu') ? this.models.get(id.slice(0, -3)) : undefined);
+    return this.models.get(id) ?? this.models.get(this.aliased(id));
+  }
+
+  /**
+   * The model `family/model:eu` names when no model has that id: `:eu` asks for EU hosting, which every offer here
+   * already is. A model configured as `family/model:eu` is itself, never `family/model`, even while unlisted.
+   */
+  private aliased(id: string): string {
+    return id.endsWith(':eu') && !this.configured.has(id) ? id.slice(0, -3) : id;
   }
 
   /**
@@ -119,13 +130,12 @@ export class ModelRegistry {
    * (with the providers), so that a request for it is told the provider is unreachable, not that the model does not exist.
    */
   unreadable(id: string): { model: RegistryModel; providers: string[] } | undefined {
-    return this.unread.get(id) ?? (id.endsWith(':eu') ? this.unread.get(id.slice(0, -3)) : undefined);
+    return this.unread.get(id) ?? this.unread.get(this.aliased(id));
   }
 
   /** The id of a model the configuration names (`:eu` allowed), whether or not a provider lists it right now. */
   configuredId(id: string): string | undefined {
-    const bare = id.endsWith(':eu') ? id.slice(0, -3) : id;
-    return this.catalogue.models.find((m) => m.id === id || m.id === bare)?.id;
+    return this.configured.get(this.aliased(id))?.id;
   }
 
   /**
@@ -133,8 +143,7 @@ export class ModelRegistry {
    * and beta flag, and its providers' ids, for a refusal that says so rather than that it does not exist.
    */
   unlistedModel(id: string): { id: string; kind: ModelKind; beta: boolean; providers: string[] } | undefined {
-    const bare = id.endsWith(':eu') ? id.slice(0, -3) : id;
-    const model = this.catalogue.models.find((m) => m.id === id || m.id === bare);
+    const model = this.configured.get(this.aliased(id));
     if (!model || model.deprecated || this.models.has(model.id)) return undefined;
     return { id: model.id, kind: model.kind, beta: model.beta ?? false, providers: [...new Set(model.offers.map((o) => o.provider))] };
   }
