@@ -139,9 +139,40 @@ function parseYamlStrictly(text: string): unknown {
  */
 function parseJsonStrictly(text: string): unknown {
   const value: unknown = JSON.parse(text);
-  const repeated = parseDocument(text).errors.find((e) => e.code === 'DUPLICATE_KEY');
+  // The YAML parser, which says where, only for a file that has a repeat: it reads JSON a hundred times slower than
+  // JSON.parse, with a hundred times the file's size in memory (an operator's 2 MB catalogue: 2.5 s, 300 MB at start).
+  const repeated = hasRepeatedKey(text) ? parseDocument(text).errors.find((e) => e.code === 'DUPLICATE_KEY') : undefined;
   if (repeated) throw new Error(repeated.message.split('\n')[0]?.replace(/:$/, ''));
   return value;
+}
+
+/** Whether an object of this JSON (valid: JSON.parse read it) has a key twice; one pass, each object's keys in a set. */
+export function hasRepeatedKey(text: string): boolean {
+  // Per open object its keys, per open array null.
+  const open: (Set<string> | null)[] = [];
+  let keyNext = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      let end = i + 1;
+      while (text.charCodeAt(end) !== 0x22) end += text.charCodeAt(end) === 0x5c ? 2 : 1;
+      const keys = open.at(-1);
+      if (keyNext && keys) {
+        const token = text.slice(i, end + 1);
+        const key = token.includes('\\') ? (JSON.parse(token) as string) : token.slice(1, -1);
+        if (keys.has(key)) return true;
+        keys.add(key);
+        keyNext = false;
+      }
+      i = end;
+    } else if (c === 0x7b) {
+      open.push(new Set());
+      keyNext = true;
+    } else if (c === 0x5b) open.push(null);
+    else if (c === 0x7d || c === 0x5d) open.pop();
+    else if (c === 0x2c) keyNext = open.at(-1) != null;
+  }
+  return false;
 }
 
 /**
