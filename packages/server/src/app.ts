@@ -251,7 +251,15 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         { provider },
         `model list of ${provider} could not be fetched: ${redactSecrets(err instanceof Error ? err.message : String(err))}; ${kept ? 'its last list is kept' : 'its models are unavailable until it answers'}`,
       ),
-    async (modelId, seenAt) => Number(await store.settings.setIfAbsent(`model_created:${modelId}`, String(seenAt))),
+    async (seenAt) => {
+      const stored = await store.settings.setManyIfAbsent([...seenAt].map(([id, at]) => [`model_created:${id}`, String(at)]));
+      const kept = new Map<string, number>();
+      for (const id of seenAt.keys()) {
+        const value = stored.get(`model_created:${id}`);
+        if (value !== undefined) kept.set(id, Number(value));
+      }
+      return kept;
+    },
     {
       load: (provider) => store.settings.get(`provider_models:${provider}`),
       save: (provider, value) => store.settings.set(`provider_models:${provider}`, value),

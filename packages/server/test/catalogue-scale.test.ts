@@ -5,6 +5,7 @@ import { startGateway, type TestGateway } from './helpers/gateway.js';
 // the workspace's allow-list is counted (reads of its ids), not timed.
 const MODELS = 400;
 const ENABLED = 300;
+const LATER = 300;
 let gw: TestGateway;
 
 beforeAll(async () => {
@@ -17,6 +18,8 @@ beforeAll(async () => {
       const offer = small.offers[0];
       if (!offer) throw new Error('mistral/small has no offer');
       c.models.push({ ...small, id: 'mistral/small:eu', offers: [{ ...offer, upstreamModel: 'listed-by-no-provider' }] });
+      // Models its provider lists only later, as a provider's new models come in at a rebuild (a restart sees them all new).
+      for (let i = 0; i < LATER; i++) c.models.push({ ...small, id: `later/model-${i}`, offers: [{ ...offer, upstreamModel: `later-upstream-${i}` }] });
       return c;
     },
   });
@@ -87,5 +90,33 @@ describe('a model configured as family/model:eu beside family/model', () => {
     // The bare id with `:eu` added still names the bare model where no model has that id.
     const plain = await gw.admin<{ enabledModels: string[] }>('POST', '/workspaces', { name: 'plain', enabledModels: ['scale/model-0001:eu'] });
     expect([plain.status, plain.body.enabledModels]).toEqual([201, ['scale/model-0001']]);
+  });
+});
+
+describe('hundreds of models new to the registry at a rebuild', () => {
+  it('have their created time kept in the store in a few statements, not two per model', async () => {
+    const small = gw.sim.demoConfig().models.find((m) => m.id === 'mistral/small');
+    const offer = small?.offers[0];
+    const provider = offer ? gw.sim.providers[offer.provider as keyof typeof gw.sim.providers] : undefined;
+    if (!provider) throw new Error('no simulated provider for mistral/small');
+    const settings = gw.gateway.services.store.settings;
+    const calls = { one: 0, many: 0 };
+    const one = settings.setIfAbsent.bind(settings);
+    const many = settings.setManyIfAbsent?.bind(settings);
+    settings.setIfAbsent = (name, value) => {
+      if (name.startsWith('model_created:')) calls.one++;
+      return one(name, value);
+    };
+    if (many)
+      settings.setManyIfAbsent = (entries) => {
+        calls.many += Math.ceil(entries.length / 500);
+        return many(entries);
+      };
+    provider.setModels([...provider.models(), ...Array.from({ length: LATER }, (_, i) => `later-upstream-${i}`)]);
+    const rebuilt = await gw.admin<{ models: number }>('POST', '/registry/rebuild');
+    expect(rebuilt.status).toBe(200);
+    expect(calls.one + calls.many).toBeLessThanOrEqual(2);
+    const res = await fetch(`${gw.baseA}/models/later%2Fmodel-7`, { headers: { authorization: `Bearer ${(await gw.createKey()).key}` } });
+    expect(((await res.json()) as { created: number }).created).toBeGreaterThan(0);
   });
 });

@@ -389,6 +389,16 @@ for (const driver of drivers) {
       expect(new Set(values).size).toBe(1);
       expect(await store.settings.get('raced')).toBe(values[0]);
     });
+
+    it('settings: setManyIfAbsent keeps each first value, past one statement’s worth of names', async () => {
+      await store.settings.setIfAbsent('many-3', 'before');
+      const entries = Array.from({ length: 1203 }, (_, i) => [`many-${i}`, `v${i}`] as const);
+      const stored = await store.settings.setManyIfAbsent(entries);
+      expect(stored.size).toBe(1203);
+      expect([stored.get('many-3'), stored.get('many-1202')]).toEqual(['before', 'v1202']);
+      const again = await store.settings.setManyIfAbsent(entries.map(([name]) => [name, 'later'] as const));
+      expect(again).toEqual(stored);
+    });
   });
 }
 

@@ -40,10 +40,11 @@ const LIST_TIMEOUT_MS = 10_000;
 const CREATED_TIMEOUT_MS = 2_000;
 
 /**
- * The `created` a model keeps: the time the first instance that shared this store saw it (stored if absent, so
- * that every instance and every restart lists the same one), given the time this instance saw it.
+ * The `created` the models keep: the time the first instance that shared this store saw each (stored if absent, so
+ * that every instance and every restart lists the same one), given the time this instance saw them; all at once, as
+ * a restart asks it of the whole catalogue.
  */
-export type KeepCreated = (modelId: string, seenAt: number) => Promise<number>;
+export type KeepCreated = (seenAt: ReadonlyMap<string, number>) => Promise<ReadonlyMap<string, number>>;
 
 /**
  * Each provider's last read model list, kept in the store (its settings), so that an instance that cannot read a
@@ -270,17 +271,17 @@ export class ModelRegistry {
     if (keep === null) return;
     const fresh = [...next.values()].filter((m) => !this.createdKept.has(m.id));
     if (fresh.length === 0) return;
-    const adopted = Promise.all(
-      fresh.map((m) =>
-        keep(m.id, m.created).then(
-          (created) => {
-            this.firstSeen.set(m.id, created);
-            this.createdKept.add(m.id);
-            m.created = created;
-          },
-          () => {},
-        ),
-      ),
+    const adopted = keep(new Map(fresh.map((m) => [m.id, m.created]))).then(
+      (kept) => {
+        for (const m of fresh) {
+          const created = kept.get(m.id);
+          if (created === undefined) continue;
+          this.firstSeen.set(m.id, created);
+          this.createdKept.add(m.id);
+          m.created = created;
+        }
+      },
+      () => {},
     );
     await waitAtMost(adopted, CREATED_TIMEOUT_MS);
   }

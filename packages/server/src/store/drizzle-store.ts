@@ -11,7 +11,8 @@
  *   exception, embedded usage rows through COPY, is a script the database
  *   thread runs as one simple query, so one implicit transaction:
  *   `copyRows`);
- * - each method is one statement (settings.setIfAbsent: at most two).
+ * - each method is one statement (settings.setIfAbsent: at most two; setManyIfAbsent: two per
+ *   SETTINGS_CHUNK names).
  */
 import type { SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
@@ -44,7 +45,7 @@ import type {
 } from './types.js';
 import { ROWS_PER_TURN, USAGE_COLUMNS, usageCopyScript } from './usage-copy.js';
 
-const { and, count, desc, eq, gte, lt, notExists, sql } = orm;
+const { and, count, desc, eq, gte, inArray, lt, notExists, sql } = orm;
 
 export type Schema = typeof schema;
 export type Db = PgDatabase<PgQueryResultHKT, Schema>;
@@ -336,6 +337,9 @@ class DrizzleUsageRepo implements UsageRepo {
   }
 }
 
+/** Settings written or read per statement by setManyIfAbsent: two parameters each, far from PostgreSQL's 65535. */
+const SETTINGS_CHUNK = 500;
+
 class DrizzleSettingsRepo implements SettingsRepo {
   constructor(private readonly db: Db) {}
 
@@ -354,6 +358,23 @@ class DrizzleSettingsRepo implements SettingsRepo {
     // Someone set it first; settings are never deleted, so it is there.
     const stored = await this.get(name);
     if (stored === null) throw new Error(`setting ${name} vanished`);
+    return stored;
+  }
+
+  async setManyIfAbsent(entries: readonly (readonly [string, string])[]): Promise<Map<string, string>> {
+    const stored = new Map<string, string>();
+    for (let i = 0; i < entries.length; i += SETTINGS_CHUNK) {
+      const chunk = entries.slice(i, i + SETTINGS_CHUNK);
+      await this.db
+        .insert(settings)
+        .values(chunk.map(([name, value]) => ({ name, value })))
+        .onConflictDoNothing({ target: settings.name });
+      // Read back: a name set first by another instance keeps its value.
+      const names = chunk.map(([name]) => name);
+      for (const row of await this.db.select({ name: settings.name, value: settings.value }).from(settings).where(inArray(settings.name, names))) {
+        stored.set(row.name, row.value);
+      }
+    }
     return stored;
   }
 

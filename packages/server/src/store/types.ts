@@ -134,6 +134,8 @@ export interface SettingsRepo {
   get(name: string): Promise<string | null>;
   /** Stores `value` unless the name is already set; returns the value that is stored. */
   setIfAbsent(name: string, value: string): Promise<string>;
+  /** setIfAbsent of many at once, in a few statements (a catalogue's thousands of models): the values stored, by name. */
+  setManyIfAbsent(entries: readonly (readonly [string, string])[]): Promise<Map<string, string>>;
   /** Stores `value` under the name, replacing any value there. */
   set(name: string, value: string): Promise<void>;
 }
