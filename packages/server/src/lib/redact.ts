@@ -153,9 +153,12 @@ export function urlForLog(url: string): string {
   return `${shown}?${query}`;
 }
 
-/** A request's Host for its log line: the client writes it as it likes, and a key or the admin token put there is kept out. */
-export function hostForLog(host: string): string {
-  return holdsSecret(host) ? '[redacted]' : host;
+/**
+ * A request's Host for its log line: the client writes it as it likes, and a key or the admin token put there is kept
+ * out. None (an answer Node gave before there was a request, which the gateway logs itself) stays none.
+ */
+export function hostForLog(host: string | undefined): string | undefined {
+  return host !== undefined && holdsSecret(host) ? '[redacted]' : host;
 }
 
 /** Whether a piece of a URL, as sent or percent-decoded, holds something shaped like a secret. */
