@@ -53,10 +53,16 @@ const chat = (authorization: string, stream: boolean, signal?: AbortSignal) =>
   });
 
 describe("a request's end line in the log", () => {
-  it('names its route and the id of its key, never the key, for an answer, a stream its client left, and a refusal', async () => {
+  it('names its route, the id of its key (never the key), its model and provider, and its error code, for an answer, a stream its client left, and a refusal', async () => {
     const whole = await chat(`Bearer ${key}`, false);
     expect(whole.status).toBe(200);
-    expect((await endLine(whole.headers.get('x-request-id') as string)).res).toEqual({ statusCode: 200, route: '/v1/chat/completions', keyId });
+    expect((await endLine(whole.headers.get('x-request-id') as string)).res).toEqual({
+      statusCode: 200,
+      route: '/v1/chat/completions',
+      keyId,
+      model: 'mistral/small',
+      provider: 'scaleway',
+    });
 
     sim.providers.scaleway?.configure({ chunkGapMs: 30 });
     try {
@@ -76,10 +82,14 @@ describe("a request's end line in the log", () => {
     // No key was found: none is named.
     const refused = await chat('Bearer gw_live_notakey', false);
     expect(refused.status).toBe(401);
-    expect((await endLine(refused.headers.get('x-request-id') as string)).res).toEqual({ statusCode: 401, route: '/v1/chat/completions' });
+    expect((await endLine(refused.headers.get('x-request-id') as string)).res).toEqual({
+      statusCode: 401,
+      route: '/v1/chat/completions',
+      code: 'unauthorized',
+    });
 
     const unknownPath = await fetch(`${proc.url}/no/such/path`);
-    expect((await endLine(unknownPath.headers.get('x-request-id') as string)).res).toEqual({ statusCode: 404, route: 'unmatched' });
+    expect((await endLine(unknownPath.headers.get('x-request-id') as string)).res).toEqual({ statusCode: 404, route: 'unmatched', code: 'not_found' });
     expect(proc.output()).not.toContain(key);
   });
 });
