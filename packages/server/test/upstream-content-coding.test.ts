@@ -1,4 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { brotliCompressSync, deflateRawSync, gzipSync } from 'node:zlib';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI from 'openai';
@@ -19,13 +20,20 @@ function completion(model: string): string {
   return JSON.stringify({ id: 'c1', object: 'chat.completion', created: 1, model, choices: [{ index: 0, message, finish_reason: 'stop' }], usage: USAGE });
 }
 
+/** 300 gzip members of 1 MiB of zeros each: some 300 KB that decode to more than the 256 MiB an answer may be. */
+function bomb(): Buffer {
+  const member = gzipSync(Buffer.alloc(1024 * 1024));
+  return Buffer.concat(Array.from({ length: 300 }, () => member));
+}
+
 function compressingHost(req: IncomingMessage, res: ServerResponse, body: string) {
-  if (req.method === 'GET') return answerModelList(res, ['gzip', 'br', 'deflate', 'compress', 'refusal', 'page', 'ok']);
+  if (req.method === 'GET') return answerModelList(res, ['gzip', 'br', 'deflate', 'compress', 'refusal', 'page', 'bomb', 'ok']);
   const { model } = JSON.parse(body) as { model: string };
   const json = { 'content-type': 'application/json' };
   if (model === 'gzip') res.writeHead(200, { ...json, 'content-encoding': 'gzip' }).end(gzipSync(completion(model)));
   else if (model === 'br') res.writeHead(200, { ...json, 'content-encoding': 'br' }).end(brotliCompressSync(completion(model)));
   else if (model === 'deflate') res.writeHead(200, { ...json, 'content-encoding': 'deflate' }).end(deflateRawSync(completion(model)));
+  else if (model === 'bomb') res.writeHead(200, { ...json, 'content-encoding': 'gzip' }).end(bomb());
   else if (model === 'compress') res.writeHead(200, { ...json, 'content-encoding': 'compress' }).end(gzipSync(completion(model)));
   else if (model === 'refusal') {
     const error = { error: { message: "This model's maximum context length is 8192 tokens", type: 'invalid_request_error', param: 'messages' } };
@@ -66,6 +74,7 @@ beforeAll(async () => {
         model('compress', ['compress']),
         model('refusal', ['refusal', 'ok']),
         model('page', ['page']),
+        model('bomb', ['bomb']),
       ],
     }),
   });
@@ -118,5 +127,17 @@ describe('a whole answer the provider compressed though identity was asked', () 
     const unknown = await post(key, 'coded/compress');
     expect(unknown.status).toBe(502);
     expect(unknown.body.error?.message).toContain('host sent a compress-encoded answer that could not be decoded');
+  });
+
+  it('is decoded off the event loop: one that decodes to over 256 MiB is refused, other requests served meanwhile', async () => {
+    const { key } = await gw.createKey();
+    const delay = monitorEventLoopDelay({ resolution: 10 });
+    delay.enable();
+    const refused = await post(key, 'coded/bomb');
+    delay.disable();
+    expect(refused.status).toBe(502);
+    expect(refused.body.error?.message).toContain('host sent an answer larger than 256 MiB');
+    // Decoded on the event loop, the 256 MiB held every other request and stream some 400 ms (more on a busy machine).
+    expect(delay.max / 1e6).toBeLessThan(200);
   });
 });
