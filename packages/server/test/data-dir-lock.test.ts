@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -53,6 +53,30 @@ describe('one embedded store, one gateway', () => {
     const gw = await spawnGateway({ GW_DATA_DIR: dataDir });
     running.push(gw);
     expect(readFileSync(join(dataDir, 'pglite.lock'), 'utf8')).toMatch(new RegExp(`^${gw.child.pid} \\d+( \\S+)?$`));
+    gw.child.kill('SIGKILL');
+    await gw.exited;
+  }, 60_000);
+
+  it("refuses a lock that another machine's gateway keeps touching with its clock 20 s behind, and takes over one that it does not touch", async () => {
+    const dataDir = join(root, 'other-machine');
+    mkdirSync(dataDir, { recursive: true });
+    const lock = join(dataDir, 'pglite.lock');
+    // Another machine's boot and pid namespace; its gateway touches the lock every 3 s, by its own clock.
+    writeFileSync(lock, '1 12345 0b0e0b0e-0000-4000-8000-000000000000/4026531836');
+    const touch = () => utimesSync(lock, new Date(Date.now() - 20_000), new Date(Date.now() - 20_000));
+    touch();
+    const holder = setInterval(touch, 3_000);
+    try {
+      const refused = await runGatewayToExit({ GW_DATA_DIR: dataDir });
+      expect(refused.code).toBe(1);
+      expect(refused.output).toContain('is in use by process 1 of another container or machine (its lock is kept fresh)');
+    } finally {
+      clearInterval(holder);
+    }
+    // Its gateway gone (the lock untouched since), the next start takes it over after watching it.
+    const gw = await spawnGateway({ GW_DATA_DIR: dataDir });
+    running.push(gw);
+    expect(gw.output()).toContain('is held by a gateway of another container or machine');
     gw.child.kill('SIGKILL');
     await gw.exited;
   }, 60_000);

@@ -154,6 +154,8 @@ const heldLocks = new Set<string>();
 /** How often a holder touches its lock, and how long untouched makes one from another pid namespace stale. */
 const LOCK_REFRESH_MS = 3_000;
 const LOCK_STALE_MS = 15_000;
+/** How long a lock of another machine is watched for a touch at least: its touch time is told by its own clock. */
+const LOCK_WATCH_MS = 2 * LOCK_REFRESH_MS + 1_000;
 
 /**
  * PGlite is one process's database: a second process opening the same files
@@ -206,7 +208,7 @@ async function lockDataDir(dataDir: string): Promise<() => void> {
       const inUse = `the embedded database in ${dataDir} is in use by process ${owner}`;
       const advice = 'stop it, use another GW_DATA_DIR, or set DATABASE_URL to share a PostgreSQL';
       if (theirs !== undefined && theirs !== namespace) {
-        if (await touchedWithin(lockFile)) throw new Error(`${inUse} of another container or machine (its lock is kept fresh); ${advice}`);
+        if (await touchedWithin(lockFile, sameBoot(theirs, namespace))) throw new Error(`${inUse} of another container or machine (its lock is kept fresh); ${advice}`);
       } else if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && ownerRuns(owner, started)) {
         throw new Error(`${inUse}; ${advice}`);
       }
@@ -227,8 +229,18 @@ function pidNamespace(): string | null {
   }
 }
 
-/** Whether a lock's holder touches it still: untouched for LOCK_STALE_MS (waited out from its last touch), it is stale. */
-async function touchedWithin(lockFile: string): Promise<boolean> {
+/** Whether a lock names this boot of this machine (another container on it), whose clock its touch times are told by. */
+function sameBoot(theirs: string, ours: string | null): boolean {
+  return ours !== null && theirs.split('/', 1)[0] === ours.split('/', 1)[0];
+}
+
+/**
+ * Whether a lock's holder touches it still: untouched for LOCK_STALE_MS (waited out from its last touch), it is stale.
+ * A lock of another machine is watched for a touch whatever its time says (at least LOCK_WATCH_MS, at most
+ * LOCK_STALE_MS): a holder whose clock is behind ours touches it with times that look stale here, one ahead with
+ * times that would have a start wait for as long as it is ahead.
+ */
+async function touchedWithin(lockFile: string, clockShared: boolean): Promise<boolean> {
   const mtime = () => {
     try {
       return statSync(lockFile).mtimeMs;
@@ -238,7 +250,8 @@ async function touchedWithin(lockFile: string): Promise<boolean> {
   };
   const first = mtime();
   if (first === null) return false;
-  const wait = first + LOCK_STALE_MS - Date.now();
+  const untilStale = first + LOCK_STALE_MS - Date.now();
+  const wait = clockShared ? untilStale : Math.min(Math.max(untilStale, LOCK_WATCH_MS), LOCK_STALE_MS);
   if (wait <= 0) return false;
   console.error(`gw: ${lockFile} is held by a gateway of another container or machine: waiting ${Math.ceil(wait / 1000)} s to see whether it still runs`);
   await new Promise((r) => setTimeout(r, wait));
