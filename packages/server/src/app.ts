@@ -554,7 +554,7 @@ function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { r
     const err = lastConnectionError(redis);
     log.warn(
       err === undefined ? {} : { err: errorSummary(err) },
-      'redis unreachable: the rate limiter fails open and budgets are held without it until it is back; revocations reach other instances within GW_KEY_CACHE_TTL_MS',
+      'redis unreachable: the rate limiter fails open and budgets are held without it until it is back; key and workspace changes (revocations included) reach this instance within about 250 ms, as it reads them from the store again',
     );
   });
   redis.on('ready', () => {

@@ -428,6 +428,8 @@ describe('a Redis that refuses the gateway', () => {
       await eventually(async () => expect(running.output()).toMatch(/"message":"WRONGPASS[^"]*"[^\n]*"msg":"redis unreachable/), 10_000);
       expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ redis: 'unreachable' });
       expect(gw.output()).not.toContain('Wrong-Redis-Pass-2');
+      // What it says of revocations is what the instance does while deaf (README: re-read within 250 ms), not the cache's 30 s.
+      expect(gw.output()).toMatch(/"msg":"redis unreachable: [^"]*changes \(revocations included\) reach this instance within about 250 ms/);
     } finally {
       client.disconnect();
       if (gw && gw.child.exitCode === null) {
