@@ -208,7 +208,8 @@ async function lockDataDir(dataDir: string): Promise<() => void> {
       const inUse = `the embedded database in ${dataDir} is in use by process ${owner}`;
       const advice = 'stop it, use another GW_DATA_DIR, or set DATABASE_URL to share a PostgreSQL';
       if (theirs !== undefined && theirs !== namespace) {
-        if (await touchedWithin(lockFile, sameBoot(theirs, namespace))) throw new Error(`${inUse} of another container or machine (its lock is kept fresh); ${advice}`);
+        if (await touchedWithin(lockFile, sameBoot(theirs, namespace)))
+          throw new Error(`${inUse} of another container or machine (its lock is kept fresh); ${advice}`);
       } else if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && ownerRuns(owner, started)) {
         throw new Error(`${inUse}; ${advice}`);
       }
