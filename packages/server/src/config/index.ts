@@ -57,6 +57,8 @@ export interface GatewayConfig {
   readonly idempotencyWaitMs: number;
   /** How long an idempotency claim outlives a crashed instance. */
   readonly idempotencyClaimTtlMs: number;
+  /** The most answer data, in MiB, kept for repeats of one API key's keyed requests over 24 hours (per instance). */
+  readonly idempotencyKeptMb: number;
   /** `GW_*` variables set that none of the above reads nor the config file names: most likely misspelt (warned of at start). */
   readonly unknownVariables: readonly UnknownVariable[];
 }
@@ -216,6 +218,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     remeasureMs: int(env, 'GW_ROUTING_REMEASURE_MS', 30_000, 10, 3_600_000),
     idempotencyWaitMs: int(env, 'GW_IDEMPOTENCY_WAIT_MS', 10_000, 0, 600_000),
     idempotencyClaimTtlMs: int(env, 'GW_IDEMPOTENCY_CLAIM_TTL_MS', 60_000, 100, 3_600_000),
+    idempotencyKeptMb: int(env, 'GW_IDEMPOTENCY_KEPT_MB', 256, 1, 1_048_576),
     unknownVariables: unknownGwVariables(env, referenced),
   });
 }

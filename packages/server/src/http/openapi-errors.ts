@@ -37,7 +37,7 @@ const WHEN: Record<CanonicalCode, string> = {
   request_timeout: 'the body was not received within GW_REQUEST_TIMEOUT_MS; the connection is closed',
   payload_too_large: 'the body is larger than the gateway accepts',
   unsupported_media_type: 'the body is not in the media type the route takes, is JSON in a charset other than UTF-8, or is sent compressed',
-  unprocessable: 'the X-Idempotency-Key was used with another request',
+  unprocessable: 'the X-Idempotency-Key was used with another request, or its answer was billed but not kept (GW_IDEMPOTENCY_KEPT_MB)',
   headers_too_large: 'the request headers are larger than 16 KB',
   rate_limited: "the key's requests per minute (in B's embeddings, the workspace's beta allowance) are used up; Retry-After says when to retry",
   internal: 'a fault in the gateway itself, logged with the request id',

@@ -4,6 +4,7 @@ import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { warnOnFailure } from '../../lib/error-summary.js';
 import { type Claim, checkIdempotencyKey, fingerprint, idempotencyScope, type StoredAnswer } from '../../routing/idempotency.js';
+import { KeptAnswerAllowance, notKeptAnswer } from '../../routing/kept-answers.js';
 import { endedByShutdown } from '../../streaming/sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { REPLAYED_HEADERS, replayable, sendReplay } from '../idempotent-replay.js';
@@ -24,6 +25,7 @@ const ARCHIVE_TIMEOUT_MS = 30_000;
  */
 export function registerIdempotency(app: FastifyInstance, services: Services): void {
   const claims = new WeakMap<FastifyRequest, Claim>();
+  const allowance = new KeptAnswerAllowance(services.config.idempotencyKeptMb * 2 ** 20);
   // Callback-style: a request without a key (the usual case) passes without a promise.
   app.addHook('preHandler', (request, reply, done) => {
     const raw = request.headers[H.idempotencyKey];
@@ -72,7 +74,7 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     claims.delete(request);
     // A keyed request runs on when its client leaves: with its answer ready, it is recorded now.
     recordOutlivedClient(services, request, reply);
-    void settle(services, request, reply, payload, claim)
+    void settle(services, allowance, request, reply, payload, claim)
       .catch(warnOnFailure(request.log, 'idempotency: storing the answer failed'))
       .then(() => {
         services.lifecycle.claimsHeld--;
@@ -94,7 +96,14 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
   });
 }
 
-async function settle(services: Services, request: FastifyRequest, reply: FastifyReply, payload: unknown, claim: Claim): Promise<void> {
+async function settle(
+  services: Services,
+  allowance: KeptAnswerAllowance,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  payload: unknown,
+  claim: Claim,
+): Promise<void> {
   const status = reply.statusCode;
   // Refused before any upstream call (400, 402, 404, 503 no healthy provider…) or failed in the gateway or upstream (5xx): safe to retry.
   if (request.gw.upstreamCalls === 0 || status >= 500) return claim.release();
@@ -108,17 +117,28 @@ async function settle(services: Services, request: FastifyRequest, reply: Fastif
     const begun = claim.complete({ status, headers, stream });
     // Archived even if storing the begun answer fails (Redis away): the archive, with every event, is what replays
     // for 24 hours, where the begun answer replays only while the resume buffer keeps the stream.
-    void archiveStream(services, claim, { status, headers, stream: { id } }).catch(
+    void archiveStream(services, allowance, request.gw.key?.id ?? '', claim, { status, headers, stream: { id } }).catch(
       warnOnFailure(request.log, 'idempotency: archiving the stream failed; it replays from the resume buffer while that lasts'),
     );
     await begun;
     return;
   }
-  await claim.complete({ status, headers, body: Buffer.isBuffer(payload) ? payload.toString('utf8') : String(payload ?? '') });
+  const body = Buffer.isBuffer(payload) ? payload.toString('utf8') : String(payload ?? '');
+  const bytes = Buffer.byteLength(body);
+  if (!allowance.take(request.gw.key?.id ?? '', bytes)) {
+    return claim.complete(notKeptAnswer(status, bytes, allowance.limitBytes, request.gw.variant));
+  }
+  await claim.complete({ status, headers, body });
 }
 
 /** Once the stream ends, its events are stored with the answer, so it replays for 24 hours, not only while the resume buffer keeps it. */
-async function archiveStream(services: Services, claim: Claim, answer: StoredAnswer & { stream: { id: string } }): Promise<void> {
+async function archiveStream(
+  services: Services,
+  allowance: KeptAnswerAllowance,
+  keyId: string,
+  claim: Claim,
+  answer: StoredAnswer & { stream: { id: string } },
+): Promise<void> {
   const id = answer.stream.id;
   const session = services.sessions.get(id);
   let events: StreamEvent[] = [];
@@ -137,6 +157,10 @@ async function archiveStream(services: Services, claim: Claim, answer: StoredAns
   if (last?.kind !== 'done' && last?.kind !== 'error') return;
   // An event the buffer made up for a gap is no part of the stream: replays keep following the buffer instead.
   if (events.some((e) => e.seq === SYNTHETIC_SEQ)) return;
+  // Past the key's allowance the events are not archived: a repeat replays them from the resume buffer while it has them.
+  let chars = 0;
+  for (const e of events) chars += e.data.length;
+  if (!allowance.take(keyId, chars)) return;
   await claim.complete({ ...answer, stream: { id, events } });
 }
 
