@@ -311,10 +311,11 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
     await call('chat within limit', 'post', chat, chatUrl, json(slow.key, chatBody()), 200);
     await call('chat over limit', 'post', chat, chatUrl, json(slow.key, chatBody()), 429);
 
-    // Upstream failures, of a model with one provider.
+    // Upstream failures, of a model with one provider. The timeout counts against it for a cap it generates within its
+    // 500 ms at 20 tokens/s (a longer answer's would not: docs/routing.md).
     const [lone, upstream] = ['openai/gpt-4o-mini', gw.sim.providers.azure] as const;
     upstream?.setFault({ kind: 'hang', times: 1 });
-    await call('chat upstream timeout', 'post', chat, chatUrl, json(key, chatBody(lone)), 504);
+    await call('chat upstream timeout', 'post', chat, chatUrl, json(key, chatBody(lone, { max_tokens: 8 })), 504);
     upstream?.setFault({ kind: 'status', status: 500 });
     await call('chat upstream 5xx', 'post', chat, chatUrl, json(key, chatBody(lone)), 502);
     // Its circuit is open now (GW_CIRCUIT_FAILURES 2), for 300 ms: no provider is available to begin with.

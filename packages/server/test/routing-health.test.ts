@@ -54,9 +54,10 @@ async function ask(gw: TestGateway, model = MODEL) {
   return { provider: response.headers.get('x-gateway-provider'), hops: response.headers.get('x-gateway-routing-hops') };
 }
 
-async function failing(gw: TestGateway, variant: 'a' | 'b', model: string, headers: Record<string, string> = {}) {
+async function failing(gw: TestGateway, variant: 'a' | 'b', model: string, headers: Record<string, string> = {}, maxTokens?: number) {
   const client = (clients.get(gw) as { a: OpenAI; b: OpenAI })[variant];
-  const res = client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }] }, { headers });
+  const cap = maxTokens === undefined ? {} : { max_tokens: maxTokens };
+  const res = client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], ...cap }, { headers });
   return (await res.catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
 }
 
@@ -100,8 +101,9 @@ describe('circuits per offer', () => {
     sim.providers.ovh?.setFault({ kind: 'status', status: 500 });
     sim.providers.nebius?.setFault({ kind: 'hang' });
     for (let i = 0; i < 3; i++) {
-      // nebius first (it times out), then ovh (500): both circuits open at the end of the third walk.
-      const err = await failing(solo, 'b', QWEN, { 'X-Gateway-Provider-Prefer': 'nebius' });
+      // nebius first (it times out), then ovh (500): both circuits open at the end of the third walk. A cap nebius
+      // generates well within its 300 ms at 20 tokens/s: a longer one's timeout would not count (docs/routing.md).
+      const err = await failing(solo, 'b', QWEN, { 'X-Gateway-Provider-Prefer': 'nebius' }, 5);
       expect([err.status, err.code]).toEqual([502, 'upstream_unavailable']);
     }
     sim.providers.ovh?.resetStats();

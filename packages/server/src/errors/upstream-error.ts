@@ -13,6 +13,8 @@ export interface UpstreamErrorInit {
   param?: string;
   /** Refused by this provider alone, so worth the next offer whatever its status (see {@link UpstreamError.elsewhere}). */
   elsewhere?: boolean;
+  /** A timeout waiting for the answer's headers: the read timeout (`timeoutMs`) it waited (see {@link UpstreamError.headersWaitMs}). */
+  headersWaitMs?: number;
   cause?: unknown;
 }
 
@@ -24,6 +26,12 @@ export class UpstreamError extends Error {
   readonly detail: string;
   readonly param: string | null;
   readonly elsewhere: boolean;
+  /**
+   * Set on a timeout that came before the answer's headers: how long it waited (the provider's `timeoutMs`). A
+   * non-streamed answer's headers come only after its whole generation, so upstream-call.ts weighs it against the
+   * completion asked for. Undefined for every other failure (a connect or body timeout among them).
+   */
+  readonly headersWaitMs: number | undefined;
 
   constructor(init: UpstreamErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -35,6 +43,7 @@ export class UpstreamError extends Error {
     this.detail = init.detail ?? init.message;
     this.param = init.param ?? null;
     this.elsewhere = init.elsewhere ?? false;
+    this.headersWaitMs = init.headersWaitMs;
   }
 
   /**

@@ -16,9 +16,16 @@ import type { Services } from './services.js';
  * Calls one offer's adapter, timing it as upstream time, and teaches the
  * router what the attempt showed: its latency (for a stream the call ends
  * once its answer begins, not at the role chunk before it, so that is time
- * to first token) and whether the offer answered, failed or timed out.
+ * to first token) and whether the offer answered, failed or timed out. `completionTokens`: for a non-streamed chat
+ * call, the most it may generate (its per-choice cap times `n`), against which a timeout of its headers is weighed.
  */
-export async function callUpstream<T>(services: Services, request: FastifyRequest, offer: Offer, fn: (adapter: ProviderAdapter) => Promise<T>): Promise<T> {
+export async function callUpstream<T>(
+  services: Services,
+  request: FastifyRequest,
+  offer: Offer,
+  fn: (adapter: ProviderAdapter) => Promise<T>,
+  completionTokens?: number,
+): Promise<T> {
   const adapter = services.adapters.get(offer.provider);
   if (!adapter) throw new UpstreamError({ kind: 'connect', provider: offer.provider, message: `no adapter for ${offer.provider}` });
   const stats = services.offerStats;
@@ -37,7 +44,7 @@ export async function callUpstream<T>(services: Services, request: FastifyReques
     return value;
   } catch (err) {
     outcome = err instanceof UpstreamError ? err.kind : 'error';
-    learnFromFailure(stats, offer, err, performance.now() - started, mode);
+    learnFromFailure(stats, offer, err, performance.now() - started, mode, completionTokens);
     // What the provider did, for the operator (the client sees the gateway's own code); secrets taken out as for the client.
     if (providerFault(err)) {
       request.log.warn(
@@ -99,11 +106,30 @@ function streams(request: FastifyRequest): boolean {
 
 /**
  * Only the provider's own faults (those that fail over) count against it; a refused request or a client that left says
- * nothing, nor does a refusal of this offer alone (an embedding size the model does not give), which fails over too.
+ * nothing, nor does a refusal of this offer alone (an embedding size the model does not give), which fails over too,
+ * nor a timeout a healthy provider could have reached generating the completion asked for ({@link outlastsReadTimeout}).
  */
-function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: number, mode: LatencyMode): void {
-  if (!providerFault(err)) stats.abandoned(offer);
+function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: number, mode: LatencyMode, completionTokens: number | undefined): void {
+  if (!providerFault(err) || outlastsReadTimeout(err, completionTokens)) stats.abandoned(offer);
   else stats.record(offer, err.kind === 'timeout' ? 'timeout' : 'error', ms, mode, providerWaitMs(err));
+}
+
+/**
+ * The slowest generation a healthy provider is taken to keep up, in tokens per second: large models under load run
+ * at 20-40, so a completion cap above 20 × the read timeout may take longer than it whatever the provider's health.
+ */
+const FLOOR_TOKENS_PER_S = 20;
+
+/**
+ * A non-streamed answer's headers come only after its whole generation, whose length the client chooses (max_tokens,
+ * or the context window): a headers timeout of a call asking for more than the provider generates within its
+ * `timeoutMs` at {@link FLOOR_TOKENS_PER_S} says nothing about the provider, and one key's long asks would otherwise
+ * open the circuit for every key. A small one that timed out, a stream's (its first chunk does not wait for the
+ * length), a connect or body timeout and every other call's (no `completionTokens`) still count.
+ */
+function outlastsReadTimeout(err: UpstreamError, completionTokens: number | undefined): boolean {
+  const waited = err.headersWaitMs;
+  return completionTokens !== undefined && waited !== undefined && completionTokens > (waited / 1000) * FLOOR_TOKENS_PER_S;
 }
 
 function providerFault(err: unknown): err is UpstreamError {

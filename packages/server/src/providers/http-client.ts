@@ -192,7 +192,15 @@ export class UpstreamHttp {
     if (e.code === 'UND_ERR_CONNECT_TIMEOUT') {
       return new UpstreamError({ ...base, kind: 'timeout', message: `no connection to ${this.providerId} within ${this.connectTimeoutMs} ms` });
     }
-    if (err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError) {
+    if (err instanceof undiciErrors.HeadersTimeoutError) {
+      return new UpstreamError({
+        ...base,
+        kind: 'timeout',
+        message: `no answer from ${this.providerId} within ${this.timeoutMs} ms`,
+        headersWaitMs: this.timeoutMs,
+      });
+    }
+    if (err instanceof undiciErrors.BodyTimeoutError) {
       return new UpstreamError({ ...base, kind: 'timeout', message: `no answer from ${this.providerId} within ${this.timeoutMs} ms` });
     }
     // The provider was reached and hung up (a reset, a close mid-answer): "cannot reach" would send an operator to the network.

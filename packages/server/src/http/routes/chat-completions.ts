@@ -129,8 +129,12 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         result = await executePlan(
           plan,
           (offer: Offer) =>
-            callUpstream(services, request, offer, (adapter) =>
-              adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
+            callUpstream(
+              services,
+              request,
+              offer,
+              (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
+              perChoice * choices,
             ),
           { health: options.stats, offers: servable.offers, pin: options.pin },
         );
