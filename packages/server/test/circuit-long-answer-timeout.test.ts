@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
 
-// mistral/large has one offer, mistral's. A short read timeout: 1 s, so a call may generate 20 tokens within it at the
-// floor rate of 20 tokens per second (upstream-call.ts).
+// mistral/large and mistral/medium have one offer each, mistral's (a circuit each). A short read timeout: 1 s, so a call
+// may generate 20 tokens within it at the floor rate of 20 tokens per second (upstream-call.ts).
 const MODEL = 'mistral/large';
+const HUNG_MODEL = 'mistral/medium';
 const TIMEOUT_MS = 1_000;
 
 let gw: TestGateway;
@@ -26,11 +27,15 @@ const mistral = () => {
   return p;
 };
 
-async function chat(key: string, extra: Record<string, unknown>): Promise<{ status: number; body: { error?: { code?: string; message?: string } } }> {
+async function chat(
+  key: string,
+  extra: Record<string, unknown>,
+  model = MODEL,
+): Promise<{ status: number; body: { error?: { code?: string; message?: string } } }> {
   const res = await fetch(`${gw.baseA}/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'write a long essay' }], ...extra }),
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'write a long essay' }], ...extra }),
   });
   return { status: res.status, body: (await res.json()) as { error?: { code?: string; message?: string } } };
 }
@@ -42,7 +47,11 @@ describe("a non-streamed chat call's headers timeout and the offer's circuit", (
     mistral().configure({ chunkGapMs: 1, answerTokens: 4_000 });
     try {
       const long = [{ max_tokens: 4_000 }, { max_tokens: 4_000 }, { max_completion_tokens: 4_000 }, { max_tokens: 3_000 }, {}];
-      const answers = await Promise.all(long.map((extra) => chat(keyA, extra)));
+      const asked = Promise.all(long.map((extra) => chat(keyA, extra)));
+      // Meanwhile the provider answers another key's small ask: it is healthy, only slow to write long answers.
+      await new Promise((r) => setTimeout(r, 200));
+      expect((await chat(keyB, { max_tokens: 16 })).status).toBe(200);
+      const answers = await asked;
       expect(answers.map((a) => [a.status, a.body.error?.code])).toEqual(long.map(() => [504, 'upstream_timeout']));
     } finally {
       mistral().configure({ chunkGapMs: 0, answerTokens: null });
@@ -62,6 +71,20 @@ describe("a non-streamed chat call's headers timeout and the offer's circuit", (
       mistral().clearFaults();
     }
     const after = await chat(keyB, { max_tokens: 16 });
+    expect(after.status).toBe(503);
+    expect(after.body.error?.message).toContain('mistral failed recently and is paused');
+  });
+
+  it('long answers that time out while the provider answers nothing else (it hangs) open the circuit as any timeout', async () => {
+    mistral().setFault({ kind: 'latency', ms: 4_000 });
+    try {
+      const long = [{}, {}, { max_tokens: 4_000 }, { max_completion_tokens: 4_000 }, {}];
+      const answers = await Promise.all(long.map((extra) => chat(keyA, extra, HUNG_MODEL)));
+      expect(answers.map((a) => [a.status, a.body.error?.code])).toEqual(long.map(() => [504, 'upstream_timeout']));
+    } finally {
+      mistral().clearFaults();
+    }
+    const after = await chat(keyB, { max_tokens: 16 }, HUNG_MODEL);
     expect(after.status).toBe(503);
     expect(after.body.error?.message).toContain('mistral failed recently and is paused');
   });

@@ -107,10 +107,11 @@ function streams(request: FastifyRequest): boolean {
 /**
  * Only the provider's own faults (those that fail over) count against it; a refused request or a client that left says
  * nothing, nor does a refusal of this offer alone (an embedding size the model does not give), which fails over too,
- * nor a timeout a healthy provider could have reached generating the completion asked for ({@link outlastsReadTimeout}).
+ * nor a timeout a healthy provider could have reached generating the completion asked for ({@link outlastsReadTimeout})
+ * while it answered other attempts meanwhile: with none answered (a provider that hangs), it counts as any timeout.
  */
 function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: number, mode: LatencyMode, completionTokens: number | undefined): void {
-  if (!providerFault(err) || outlastsReadTimeout(err, completionTokens)) stats.abandoned(offer);
+  if (!providerFault(err) || (outlastsReadTimeout(err, completionTokens) && stats.answeredWithin(offer, ms))) stats.abandoned(offer);
   else stats.record(offer, err.kind === 'timeout' ? 'timeout' : 'error', ms, mode, providerWaitMs(err));
 }
 

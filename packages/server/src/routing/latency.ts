@@ -19,6 +19,8 @@ interface Rate {
   ewma: number;
   samples: number;
   at: number;
+  /** When the offer last answered (0: not since this book began). */
+  okAt: number;
 }
 
 /**
@@ -68,7 +70,13 @@ export class MeasureBook {
     const r = this.rates.get(key);
     const x = ok ? 1 : 0;
     const weight = r ? stalenessWeight(SUCCESS_ALPHA, now - r.at, this.remeasureMs) : 1;
-    this.rates.set(key, r ? { ewma: r.ewma + weight * (x - r.ewma), samples: r.samples + 1, at: now } : { ewma: x, samples: 1, at: now });
+    const okAt = ok ? now : (r?.okAt ?? 0);
+    this.rates.set(key, r ? { ewma: r.ewma + weight * (x - r.ewma), samples: r.samples + 1, at: now, okAt } : { ewma: x, samples: 1, at: now, okAt });
+  }
+
+  /** When the offer last answered, here or (with Redis) on another instance; 0: not since this book began. */
+  lastOkAt(key: string): number {
+    return this.rates.get(key)?.okAt ?? 0;
   }
 
   /** Not measured (nor put first for measuring) in this mode for `remeasureMs`; never measured counts as due. */

@@ -81,6 +81,11 @@ export class OfferStats implements OfferStatsView {
     return this.measures.successRate(offerKey(offer));
   }
 
+  /** Whether the offer answered an attempt (any request's, on any instance) in the last `ms`. */
+  answeredWithin(offer: Offer, ms: number): boolean {
+    return this.measures.lastOkAt(offerKey(offer)) > this.now() - ms;
+  }
+
   dueForRemeasure(offer: Offer, mode: LatencyMode): boolean {
     return this.measures.dueForRemeasure(offerKey(offer), mode, this.now());
   }
