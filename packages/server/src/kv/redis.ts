@@ -250,15 +250,17 @@ export class RedisBus implements Bus {
     }
     const turn = this.pingTurn;
     this.pingSentAt = now;
-    this.sub.ping().then(
-      () => {
-        if (turn !== this.pingTurn) return;
-        // Answered: every message published before the ping has been heard. Deaf since a close, the resubscribe says.
-        if (this.deafFrom !== null && this.deafFrom >= now) this.deafFrom = null;
-        this.pingSentAt = null;
-      },
-      () => {},
-    );
+    const answered = (): void => {
+      if (turn !== this.pingTurn) return;
+      // Answered: every message published before the ping has been heard. Deaf since a close, the resubscribe says.
+      if (this.deafFrom !== null && this.deafFrom >= now) this.deafFrom = null;
+      this.pingSentAt = null;
+    };
+    // An error reply answers too (an ACL without PING: least-privilege users listing @read @write @pubsub lack it):
+    // taken for silence, it made the instance deaf a second after each ping and its subscriber reconnect every 5 s.
+    this.sub.ping().then(answered, (err: unknown) => {
+      if (err instanceof Error && err.name === 'ReplyError') answered();
+    });
   }
 
   onResubscribe(handler: () => void): void {
