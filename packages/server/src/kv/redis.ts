@@ -204,6 +204,7 @@ export class RedisBus implements Bus {
   private pingSentAt: number | null = null;
   private pingTurn = 0;
   private readonly heartbeat: NodeJS.Timeout;
+  private retryTimer: NodeJS.Timeout | null = null;
 
   private constructor(
     private readonly pub: Redis,
@@ -222,9 +223,7 @@ export class RedisBus implements Bus {
             this.deafFrom = null;
             runAll(this.resubscribeHandlers);
           },
-          // Refused (an ACL without SUBSCRIBE, an error reply): tried again on a new connection, not left deaf until
-          // the next time this one drops.
-          () => void setTimeout(() => sub.status === 'ready' && sub.disconnect(true), RESUBSCRIBE_RETRY_MS).unref(),
+          (err: unknown) => this.retryRefused(err),
         );
     });
     // Noticed at once (Redis closing a slow subscriber, a restart): until the subscriptions are renewed, a reconnect
@@ -259,8 +258,21 @@ export class RedisBus implements Bus {
     // An error reply answers too (an ACL without PING: least-privilege users listing @read @write @pubsub lack it):
     // taken for silence, it made the instance deaf a second after each ping and its subscriber reconnect every 5 s.
     this.sub.ping().then(answered, (err: unknown) => {
-      if (err instanceof Error && err.name === 'ReplyError') answered();
+      if (isReplyError(err)) answered();
     });
+  }
+
+  /**
+   * A subscribe refused (an ACL without SUBSCRIBE) is tried again on a new connection, not left deaf until the next
+   * time this one drops: refused at start, the instance never subscribed, even once the ACL allowed it.
+   */
+  private retryRefused(err: unknown): void {
+    if (!isReplyError(err) || this.retryTimer !== null) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      if (this.sub.status === 'ready') this.sub.disconnect(true);
+    }, RESUBSCRIBE_RETRY_MS);
+    this.retryTimer.unref();
   }
 
   onResubscribe(handler: () => void): void {
@@ -300,16 +312,22 @@ export class RedisBus implements Bus {
         () => {
           this.deafFrom = null;
         },
-        () => {},
+        (err: unknown) => this.retryRefused(err),
       );
     }
   }
 
   async close(): Promise<void> {
     clearInterval(this.heartbeat);
+    if (this.retryTimer !== null) clearTimeout(this.retryTimer);
     this.pub.disconnect();
     this.sub.disconnect();
   }
+}
+
+/** Redis answered with an error (NOPERM, a refusal), as opposed to a connection that closed or a command never sent. */
+function isReplyError(err: unknown): boolean {
+  return err instanceof Error && err.name === 'ReplyError';
 }
 
 function runAll(handlers: readonly (() => void)[]): void {

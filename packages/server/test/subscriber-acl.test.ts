@@ -42,3 +42,19 @@ describe('a Redis user without PING (an ACL listing @read @write @pubsub)', () =
     }
   }, 30_000);
 });
+
+describe('a Redis user without SUBSCRIBE when an instance starts', () => {
+  it('subscribes once SUBSCRIBE is allowed, where it stayed without a subscription until its connection dropped', async () => {
+    await admin.call('ACL', 'SETUSER', 'default', '-subscribe');
+    let late: TestGateway | undefined;
+    try {
+      late = await startGateway({ sim, redisUrl: redis.url });
+      expect(await subscriberIds()).toHaveLength(1);
+      await admin.call('ACL', 'SETUSER', 'default', '+subscribe');
+      await eventually(async () => expect(await subscriberIds()).toHaveLength(2), 5_000);
+    } finally {
+      await admin.call('ACL', 'SETUSER', 'default', '+subscribe');
+      await late?.close();
+    }
+  }, 30_000);
+});
