@@ -58,6 +58,7 @@ import type { ProviderAdapter } from './providers/types.js';
 import { type IdempotencyBackend, IdempotencyService } from './routing/idempotency.js';
 import { RedisIdempotencyBackend } from './routing/idempotency-redis.js';
 import { SqlIdempotencyBackend } from './routing/idempotency-sql.js';
+import { KeptAnswerAllowance } from './routing/kept-answers.js';
 import { OfferStats } from './routing/offer-stats.js';
 import { OfferStatsSharing } from './routing/offer-stats-sharing.js';
 import { ModelRegistry, type RebuildReport } from './routing/registry.js';
@@ -332,6 +333,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     metrics,
     offerStats,
     idempotency,
+    keptAnswers: new KeptAnswerAllowance(config.idempotencyKeptMb * 2 ** 20),
     storePresence,
     lifecycle: { draining: false, inFlight: 0, claimsHeld: 0, apiRequests: 0 },
     upstreamCalls: new UpstreamCalls(),

@@ -16,11 +16,11 @@ afterAll(async () => {
 });
 
 /** 100 one-token inputs: about 7 MB of JSON for 100 tokens (3,584 dimensions; B's beta model, 1,024: 2 MB). */
-async function embed(base: string, key: string, idempotencyKey: string, model = 'baai/bge-multilingual-gemma2') {
+async function embed(base: string, key: string, idempotencyKey: string, model = 'baai/bge-multilingual-gemma2', inputs = 100) {
   const res = await fetch(`${base}/embeddings`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-idempotency-key': idempotencyKey },
-    body: JSON.stringify({ model, input: Array.from({ length: 100 }, () => 'a') }),
+    body: JSON.stringify({ model, input: Array.from({ length: inputs }, () => 'a') }),
   });
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
@@ -49,5 +49,16 @@ describe('GW_IDEMPOTENCY_KEPT_MB', () => {
     const small = await post(gw.baseA, other.key, chat, { 'x-idempotency-key': 'small-1' });
     const again = await post(gw.baseA, other.key, chat, { 'x-idempotency-key': 'small-1' });
     expect([again.status, again.headers.get('idempotent-replayed'), again.text]).toEqual([200, 'true', small.text]);
+  }, 60_000);
+
+  it('is one allowance for both variants: answers kept on /v1 count against what /alt/v1 may keep', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 10_000 });
+    const onA = await embed(gw.baseA, key, 'half-a', 'baai/bge-multilingual-gemma2', 20);
+    expect(onA.text.length).toBeGreaterThan(0.5 * 2 ** 20);
+    expect((await embed(gw.baseA, key, 'half-a', 'baai/bge-multilingual-gemma2', 20)).status).toBe(200);
+    const onB = await embed(gw.baseB, key, 'half-b', 'baai/bge-m3', 30);
+    expect(onB.text.length).toBeGreaterThan(2 ** 20 - onA.text.length);
+    const repeatB = await embed(gw.baseB, key, 'half-b', 'baai/bge-m3', 30);
+    expect([repeatB.status, repeatB.headers.get('idempotent-replayed')]).toEqual([422, 'true']);
   }, 60_000);
 });

@@ -7,6 +7,7 @@ import type { BudgetLedger } from '../limits/budget-types.js';
 import type { RateLimiter } from '../limits/types.js';
 import type { ProviderAdapter } from '../providers/types.js';
 import type { IdempotencyService } from '../routing/idempotency.js';
+import type { KeptAnswerAllowance } from '../routing/kept-answers.js';
 import type { OfferStats } from '../routing/offer-stats.js';
 import type { ModelRegistry, RebuildReport } from '../routing/registry.js';
 import type { StorePresence } from '../store/presence.js';
@@ -41,6 +42,8 @@ export interface Services {
   offerStats: OfferStats;
   /** X-Idempotency-Key claims and stored answers (Redis when configured, else the store). */
   idempotency: IdempotencyService;
+  /** GW_IDEMPOTENCY_KEPT_MB, per API key: one for both variants (and Cohere's v2 path), not one each. */
+  keptAnswers: KeptAnswerAllowance;
   /** Instances sharing PostgreSQL without Redis: this one's name and word that it is alive there (null otherwise). */
   storePresence: StorePresence | null;
   /**

@@ -4,7 +4,7 @@ import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { warnOnFailure } from '../../lib/error-summary.js';
 import { type Claim, checkIdempotencyKey, fingerprint, idempotencyScope, type StoredAnswer } from '../../routing/idempotency.js';
-import { KeptAnswerAllowance, notKeptAnswer } from '../../routing/kept-answers.js';
+import { type KeptAnswerAllowance, notKeptAnswer } from '../../routing/kept-answers.js';
 import { endedByShutdown } from '../../streaming/sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { REPLAYED_HEADERS, replayable, sendReplay } from '../idempotent-replay.js';
@@ -25,7 +25,7 @@ const ARCHIVE_TIMEOUT_MS = 30_000;
  */
 export function registerIdempotency(app: FastifyInstance, services: Services): void {
   const claims = new WeakMap<FastifyRequest, Claim>();
-  const allowance = new KeptAnswerAllowance(services.config.idempotencyKeptMb * 2 ** 20);
+  const allowance = services.keptAnswers;
   // Callback-style: a request without a key (the usual case) passes without a promise.
   app.addHook('preHandler', (request, reply, done) => {
     const raw = request.headers[H.idempotencyKey];
