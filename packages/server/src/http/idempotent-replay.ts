@@ -3,6 +3,7 @@ import { H } from '@gw/schema';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { StoredAnswer } from '../routing/idempotency.js';
+import { notKeptMessage } from '../routing/kept-answers.js';
 import { parseEventId } from '../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../streaming/sse-frames.js';
 import { RECORD_PATIENCE_MS, type StreamEvent } from '../streaming/types.js';
@@ -28,7 +29,7 @@ export const REPLAYED_HEADERS = [
  */
 export async function sendReplay(services: Services, request: FastifyRequest, reply: FastifyReply, answer: StoredAnswer): Promise<void> {
   request.gw.usage = null;
-  const events = answer.stream ? await replayEvents(services, reply, answer.stream, resumeAfter(request, answer.stream.id)) : null;
+  const events = answer.stream ? await replayEvents(services, reply, answer.status, answer.stream, resumeAfter(request, answer.stream.id)) : null;
   for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
   reply.header(H.idempotentReplayed, 'true');
   reply.code(answer.status);
@@ -54,7 +55,7 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
  */
 export async function replayable(services: Services, answer: StoredAnswer): Promise<boolean | 'abandoned'> {
   const stream = answer.stream;
-  if (!stream || stream.events || services.sessions.get(stream.id) !== undefined) return true;
+  if (!stream || stream.events || stream.notKept !== undefined || services.sessions.get(stream.id) !== undefined) return true;
   if ((await services.streams.meta(stream.id)) !== null) return true;
   // The relaying instance writes the record with the stream's first event, before the answer a repeat found.
   if (services.config.redisUrl) return Date.now() - begunAt(stream) >= RECORD_PATIENCE_MS;
@@ -86,6 +87,7 @@ function begunAt(stream: NonNullable<StoredAnswer['stream']>): number {
 async function replayEvents(
   services: Services,
   reply: FastifyReply,
+  status: number,
   stream: NonNullable<StoredAnswer['stream']>,
   afterSeq: number,
 ): Promise<AsyncIterable<StreamEvent>> {
@@ -93,6 +95,9 @@ async function replayEvents(
   const local = services.sessions.get(stream.id);
   if (local) return local.follow(afterSeq);
   if (!(await services.streams.meta(stream.id))) {
+    if (stream.notKept !== undefined) {
+      throw new GatewayError('unprocessable', notKeptMessage(status, stream.notKept, services.keptAnswers.limitBytes), { param: 'X-Idempotency-Key' });
+    }
     throw new GatewayError('stream_not_found', 'The stream first answered to this X-Idempotency-Key is no longer available.', { param: 'X-Idempotency-Key' });
   }
   const abort = new AbortController();

@@ -300,7 +300,7 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
 
   /** A final answer (not a stream's begun one) written: nothing left to keep for it. */
   private written(owner: string, held: Held, answer: StoredAnswer): void {
-    const final = !answer.stream || answer.stream.events !== undefined;
+    const final = !answer.stream || answer.stream.events !== undefined || answer.stream.notKept !== undefined;
     if (final && this.held.get(owner) === held && held.answer === answer) this.letGo(owner);
   }
 

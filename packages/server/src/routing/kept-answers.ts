@@ -43,10 +43,15 @@ export class KeptAnswerAllowance {
  * request's variant, which its path, part of the fingerprint, fixes.
  */
 export function notKeptAnswer(status: number, bytes: number, limitBytes: number, variant: Variant): StoredAnswer {
-  const message =
+  const { status: refused, body } = errorJson('unprocessable', variant, notKeptMessage(status, bytes, limitBytes), 'X-Idempotency-Key');
+  return { status: refused, headers: { 'content-type': 'application/json; charset=utf-8' }, body };
+}
+
+/** What a repeat is told of an answer not kept: a JSON one's stored 422, or a stream's once its events are gone. */
+export function notKeptMessage(status: number, bytes: number, limitBytes: number): string {
+  return (
     `The request first sent with this X-Idempotency-Key was answered (${status}) and billed, but its answer (${bytes} bytes) was not ` +
     `kept for a repeat: it is more than is left of the ${limitBytes / 2 ** 20} MiB of answers this API key may have kept ` +
-    'for 24 hours (GW_IDEMPOTENCY_KEPT_MB); send the request again with a new key to run it anew.';
-  const { status: refused, body } = errorJson('unprocessable', variant, message, 'X-Idempotency-Key');
-  return { status: refused, headers: { 'content-type': 'application/json; charset=utf-8' }, body };
+    'for 24 hours (GW_IDEMPOTENCY_KEPT_MB); send the request again with a new key to run it anew.'
+  );
 }

@@ -117,7 +117,7 @@ async function settle(
     const begun = claim.complete({ status, headers, stream });
     // Archived even if storing the begun answer fails (Redis away): the archive, with every event, is what replays
     // for 24 hours, where the begun answer replays only while the resume buffer keeps the stream.
-    void archiveStream(services, allowance, request.gw.key?.id ?? '', claim, { status, headers, stream: { id } }).catch(
+    void archiveStream(services, allowance, request.gw.key?.id ?? '', claim, { status, headers, stream }).catch(
       warnOnFailure(request.log, 'idempotency: archiving the stream failed; it replays from the resume buffer while that lasts'),
     );
     await begun;
@@ -137,7 +137,7 @@ async function archiveStream(
   allowance: KeptAnswerAllowance,
   keyId: string,
   claim: Claim,
-  answer: StoredAnswer & { stream: { id: string } },
+  answer: StoredAnswer & { stream: NonNullable<StoredAnswer['stream']> },
 ): Promise<void> {
   const id = answer.stream.id;
   const session = services.sessions.get(id);
@@ -157,11 +157,13 @@ async function archiveStream(
   if (last?.kind !== 'done' && last?.kind !== 'error') return;
   // An event the buffer made up for a gap is no part of the stream: replays keep following the buffer instead.
   if (events.some((e) => e.seq === SYNTHETIC_SEQ)) return;
-  // Past the key's allowance the events are not archived: a repeat replays them from the resume buffer while it has them.
-  let chars = 0;
-  for (const e of events) chars += e.data.length;
-  if (!allowance.take(keyId, chars)) return;
-  await claim.complete({ ...answer, stream: { id, events } });
+  let bytes = 0;
+  for (const e of events) bytes += Buffer.byteLength(e.data);
+  // Past the key's allowance the events are not archived: a repeat replays them from the resume buffer while it has
+  // them, then is told they were not kept. Left as begun, the answer had a repeat without that buffer (instances
+  // sharing PostgreSQL only) wait for events that never come, and answer 409 "still in progress" for 24 hours.
+  if (!allowance.take(keyId, bytes)) return claim.complete({ ...answer, stream: { ...answer.stream, notKept: bytes } });
+  await claim.complete({ status: answer.status, headers: answer.headers, stream: { id, events } });
 }
 
 function storedHeaders(reply: FastifyReply): Record<string, string> {
