@@ -35,7 +35,7 @@ import { UsageSpill } from './jobs/usage-spill.js';
 import { USAGE_FLUSH_MS, UsageWriter } from './jobs/usage-writer.js';
 import { InstancePresence } from './kv/instance-presence.js';
 import { MemoryBus } from './kv/memory.js';
-import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, lastConnectionError, RedisBus, refusedDatabase } from './kv/redis.js';
+import { BATCHING_OPTIONS, connectRedis, FAST_FAIL_OPTIONS, lastConnectionError, RedisBus, refusedByAcl, refusedDatabase } from './kv/redis.js';
 import type { Bus } from './kv/types.js';
 import { sha256Hex } from './lib/crypto.js';
 import { freeBytes, lowDiskHint } from './lib/disk-room.js';
@@ -535,11 +535,7 @@ function watchRedis(redis: Redis, log: FastifyBaseLogger, metrics: Metrics): { r
     reachable: redis.status === 'ready',
     // A stalled Redis keeps its connection open: `reachable` learns of it only when the connection drops, seconds
     // later on an idle gateway. Readiness asks it (within the connection's command timeout, 500 ms).
-    answers: () =>
-      redis.ping().then(
-        () => true,
-        () => false,
-      ),
+    answers: () => redis.ping().then(() => true, refusedByAcl),
     stop: () => {
       stopped = true;
     },

@@ -37,6 +37,8 @@ describe('a Redis user without PING (an ACL listing @read @write @pubsub)', () =
       // An unanswered ping drops the connection after 5 s.
       await new Promise((r) => setTimeout(r, 7_000));
       expect(await subscriberIds()).toEqual([before]);
+      // Nor is Redis reported unreachable by the readiness check, which pings it too.
+      expect(await (await fetch(`${gw.url}/readyz`)).json()).toMatchObject({ status: 'ready', redis: 'ok' });
     } finally {
       await admin.call('ACL', 'SETUSER', 'default', '+ping');
     }

@@ -326,8 +326,16 @@ export class RedisBus implements Bus {
 }
 
 /** Redis answered with an error (NOPERM, a refusal), as opposed to a connection that closed or a command never sent. */
-function isReplyError(err: unknown): boolean {
+export function isReplyError(err: unknown): boolean {
   return err instanceof Error && err.name === 'ReplyError';
+}
+
+/**
+ * A command the Redis user's ACL does not allow (a PING by a user listing @read @write @pubsub): Redis is there and
+ * answering all the same, unlike an error reply that says it cannot serve (LOADING, MASTERDOWN).
+ */
+export function refusedByAcl(err: unknown): boolean {
+  return isReplyError(err) && (err as Error).message.startsWith('NOPERM');
 }
 
 function runAll(handlers: readonly (() => void)[]): void {
