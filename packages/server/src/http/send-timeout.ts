@@ -9,8 +9,12 @@ import { kStreamWhole } from '../streaming/live-frames.js';
  * takes its answer, also while a stream behind on its client writes more as its socket drains.
  */
 function taken(socket: Socket): number {
-  const s = socket as Socket & { _bytesDispatched?: number; _handle?: { writeQueueSize?: number } | null };
-  return (s._bytesDispatched ?? 0) - (s._handle?.writeQueueSize ?? 0);
+  return ((socket as Socket & { _bytesDispatched?: number })._bytesDispatched ?? 0) - inLibuv(socket);
+}
+
+/** What is left of the write libuv is doing on the connection (its handle's writeQueueSize). */
+function inLibuv(socket: Socket): number {
+  return (socket as Socket & { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize ?? 0;
 }
 
 /**
@@ -28,7 +32,7 @@ function whole(res: ServerResponse): boolean {
 
 /** Bytes of the answer wait for the client: in Node's buffer, or in libuv's queue behind a full kernel buffer. */
 function waiting(socket: Socket): boolean {
-  return socket.writableLength > 0 || ((socket as Socket & { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize ?? 0) > 0;
+  return socket.writableLength > 0 || inLibuv(socket) > 0;
 }
 
 /** An answer in flight, linked into the watch's list (no map keyed by the response: see {@link UnsentAnswers}). */

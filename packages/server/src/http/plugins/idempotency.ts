@@ -4,7 +4,7 @@ import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { warnOnFailure } from '../../lib/error-summary.js';
 import { type Claim, checkIdempotencyKey, fingerprint, idempotencyScope, type StoredAnswer } from '../../routing/idempotency.js';
-import { type KeptAnswerAllowance, notKeptAnswer } from '../../routing/kept-answers.js';
+import { notKeptAnswer } from '../../routing/kept-answers.js';
 import { endedByShutdown } from '../../streaming/sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { REPLAYED_HEADERS, replayable, sendReplay } from '../idempotent-replay.js';
@@ -25,7 +25,6 @@ const ARCHIVE_TIMEOUT_MS = 30_000;
  */
 export function registerIdempotency(app: FastifyInstance, services: Services): void {
   const claims = new WeakMap<FastifyRequest, Claim>();
-  const allowance = services.keptAnswers;
   // Callback-style: a request without a key (the usual case) passes without a promise.
   app.addHook('preHandler', (request, reply, done) => {
     const raw = request.headers[H.idempotencyKey];
@@ -74,7 +73,7 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
     claims.delete(request);
     // A keyed request runs on when its client leaves: with its answer ready, it is recorded now.
     recordOutlivedClient(services, request, reply);
-    void settle(services, allowance, request, reply, payload, claim)
+    void settle(services, request, reply, payload, claim)
       .catch(warnOnFailure(request.log, 'idempotency: storing the answer failed'))
       .then(() => {
         services.lifecycle.claimsHeld--;
@@ -96,14 +95,7 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
   });
 }
 
-async function settle(
-  services: Services,
-  allowance: KeptAnswerAllowance,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  payload: unknown,
-  claim: Claim,
-): Promise<void> {
+async function settle(services: Services, request: FastifyRequest, reply: FastifyReply, payload: unknown, claim: Claim): Promise<void> {
   const status = reply.statusCode;
   // Refused before any upstream call (400, 402, 404, 503 no healthy provider…) or failed in the gateway or upstream (5xx): safe to retry.
   if (request.gw.upstreamCalls === 0 || status >= 500) return claim.release();
@@ -117,7 +109,7 @@ async function settle(
     const begun = claim.complete({ status, headers, stream });
     // Archived even if storing the begun answer fails (Redis away): the archive, with every event, is what replays
     // for 24 hours, where the begun answer replays only while the resume buffer keeps the stream.
-    void archiveStream(services, allowance, request.gw.key?.id ?? '', claim, { status, headers, stream }).catch(
+    void archiveStream(services, request.gw.key?.id ?? '', claim, { status, headers, stream }).catch(
       warnOnFailure(request.log, 'idempotency: archiving the stream failed; it replays from the resume buffer while that lasts'),
     );
     await begun;
@@ -125,6 +117,7 @@ async function settle(
   }
   const body = Buffer.isBuffer(payload) ? payload.toString('utf8') : String(payload ?? '');
   const bytes = Buffer.byteLength(body);
+  const allowance = services.keptAnswers;
   if (!allowance.take(request.gw.key?.id ?? '', bytes)) {
     return claim.complete(notKeptAnswer(status, bytes, allowance.limitBytes, request.gw.variant));
   }
@@ -134,7 +127,6 @@ async function settle(
 /** Once the stream ends, its events are stored with the answer, so it replays for 24 hours, not only while the resume buffer keeps it. */
 async function archiveStream(
   services: Services,
-  allowance: KeptAnswerAllowance,
   keyId: string,
   claim: Claim,
   answer: StoredAnswer & { stream: NonNullable<StoredAnswer['stream']> },
@@ -162,7 +154,7 @@ async function archiveStream(
   // Past the key's allowance the events are not archived: a repeat replays them from the resume buffer while it has
   // them, then is told they were not kept. Left as begun, the answer had a repeat without that buffer (instances
   // sharing PostgreSQL only) wait for events that never come, and answer 409 "still in progress" for 24 hours.
-  if (!allowance.take(keyId, bytes)) return claim.complete({ ...answer, stream: { ...answer.stream, notKept: bytes } });
+  if (!services.keptAnswers.take(keyId, bytes)) return claim.complete({ ...answer, stream: { ...answer.stream, notKept: bytes } });
   await claim.complete({ status: answer.status, headers: answer.headers, stream: { id, events } });
 }
 
