@@ -423,6 +423,19 @@ describe('OpenAPI document caching', () => {
     const head = await fetch(`${gw.url}/openapi.json`, { method: 'HEAD' });
     expect([head.status, head.headers.get('etag'), head.headers.get('content-length'), await head.text()]).toEqual([200, etag, String(bytes.length), '']);
   });
+
+  it('answers a HEAD with a matching If-None-Match as a GET: 304 with the 200’s ETag and Cache-Control, and no Content-Length of 0', async () => {
+    const whole = await fetch(`${gw.url}/openapi.json`);
+    const etag = whole.headers.get('etag') as string;
+    await whole.arrayBuffer();
+    for (const url of ['/openapi.json', '/dashboard/openapi.json']) {
+      for (const method of ['GET', 'HEAD']) {
+        const again = await fetch(`${gw.url}${url}`, { method, headers: { 'if-none-match': etag } });
+        const seen = [again.headers.get('etag'), again.headers.get('cache-control'), again.headers.get('content-length'), again.headers.get('vary')];
+        expect([url, method, again.status, ...seen, await again.text()]).toEqual([url, method, 304, etag, 'no-cache', null, null, '']);
+      }
+    }
+  });
 });
 
 describe('OpenAPI chat request', () => {

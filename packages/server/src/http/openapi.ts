@@ -45,10 +45,14 @@ export function openApiRoutes(app: FastifyInstance): void {
     built ??= build();
     reply.header('etag', built.etag).header('cache-control', 'no-cache');
     if (matches(request.headers['if-none-match'], built.etag)) return reply.code(304).send();
-    return reply.type('application/json; charset=utf-8').send(built.body);
+    reply.type('application/json; charset=utf-8');
+    // HEAD is this route's own: Fastify's derived one put `content-length: 0` on a 304 (RFC 9110 8.6: only the
+    // length a 200 would have, if any), read by a cache as the document's length.
+    if (request.method === 'HEAD') return reply.header('content-length', built.body.length).send();
+    return reply.send(built.body);
   };
-  app.get('/openapi.json', { schema: { hide: true } }, handler);
-  app.get('/dashboard/openapi.json', { schema: { hide: true } }, handler);
+  for (const url of ['/openapi.json', '/dashboard/openapi.json'])
+    app.route({ method: ['GET', 'HEAD'], url, exposeHeadRoute: false, schema: { hide: true }, handler });
 }
 
 /** If-None-Match as RFC 9110 reads it: `*`, or a list of tags compared weakly (a W/ prefix is no difference). */
