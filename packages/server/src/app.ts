@@ -18,7 +18,7 @@ import { clientErrorHandler, frameworkErrors, refuseConnect, variantOfUrl } from
 import { lazyChildLogger, resForLog } from './http/lazy-request-logger.js';
 import { Metrics } from './http/metrics.js';
 import { scheduleUploadSweep } from './http/multipart-spool.js';
-import { noRouteError } from './http/no-route.js';
+import { allowedMethods, noRouteError } from './http/no-route.js';
 import { openApiRoutes, registerOpenApi } from './http/openapi.js';
 import { limitPipelining } from './http/pipeline-limit.js';
 import { registerRequestContext } from './http/plugins/request-context.js';
@@ -291,7 +291,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   await auth.start();
   limitPipelining(app.server, rawAnswers);
   checkBeforeContinue(app.server, auth, limiter, config, rawAnswers);
-  app.server.on('connect', (req: IncomingMessage, socket: Socket) => refuseConnect(req, socket, rawAnswers));
+  app.server.on('connect', (req: IncomingMessage, socket: Socket) => refuseConnect(req, socket, rawAnswers, (path) => allowedMethods(app, path)));
   const redisHealth = redis ? watchRedis(redis, app.log, metrics) : null;
   // One directory per database, so that two gateways sharing GW_DATA_DIR with different databases never store each other's records.
   const spill = await openUsageSpill(join(config.dataDir, 'usage-spill', config.databaseUrl ? databaseTag(config.databaseUrl) : 'embedded'), app.log);

@@ -271,6 +271,13 @@ describe('what Node or Fastify refuses before a route runs, in the envelope', ()
     const tunnel = await raw('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
     expect(tunnel.head).toMatch(/^HTTP\/1\.1 405 /);
     expect(envelopeOf(tunnel.body)).toMatchObject({ code: 'validation_error' });
+    // A 405 names what its target allows (RFC 9110 15.5.6): nothing for a tunnel's host, a path's methods for a path.
+    expect(tunnel.head).toMatch(/\r\nallow: \r\n/i);
+    const onPath = await raw('CONNECT /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n');
+    expect(onPath.head).toMatch(/^HTTP\/1\.1 405 /);
+    expect(onPath.head).toMatch(/\r\nallow: POST\r\n/i);
+    const onAdmin = await raw('CONNECT /admin/v1/keys?limit=1 HTTP/1.1\r\nHost: x\r\n\r\n');
+    expect(onAdmin.head).toMatch(/\r\nallow: GET, HEAD, POST\r\n/i);
     // HTTP/2 with prior knowledge (a balancer set to speak h2c to its backends): said so, not Node's "Pause on PRI/Upgrade".
     const h2 = await raw('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
     expect(h2.head).toMatch(/^HTTP\/1\.1 400 /);

@@ -157,27 +157,30 @@ function afterAnswers(socket: RefusingSocket, then: () => void): void {
 }
 
 /** CONNECT (a tunnel): not something this gateway does; answered in the envelope, then the connection closed (Node would close it unanswered). */
-export function refuseConnect(req: IncomingMessage, socket: Socket, raw: RawAnswers, startedAt = performance.now()): void {
+export function refuseConnect(req: IncomingMessage, socket: Socket, raw: RawAnswers, allowOf: (path: string) => string[], startedAt = performance.now()): void {
   // Pipelined behind requests still being answered: the 405 and the close wait for their answers (Node assigns the
   // socket to the next queued one before the last one's 'close'), as every other refusal on a connection does.
   // Written at once, it came first, the client took it for its earlier request's answer, and that one was cut.
   const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
   if (answering && !socket.destroyed) {
-    answering.once('close', () => refuseConnect(req, socket, raw, startedAt));
+    answering.once('close', () => refuseConnect(req, socket, raw, allowOf, startedAt));
     return;
   }
   const requestId = newRequestId();
   const { body } = errorEnvelope(new GatewayError('validation', 'CONNECT is not supported: this is an HTTP API, not a proxy.'), 'a');
-  if (writeRawAnswer(socket, 405, body, startedAt, requestId))
+  // RFC 9110 15.5.6: a 405 says what the target allows. A host:port (a tunnel) allows nothing here, a path its routes' methods.
+  const target = req.url ?? '';
+  const allow = target.startsWith('/') ? allowOf(target.split('?')[0] ?? target) : [];
+  if (writeRawAnswer(socket, 405, body, startedAt, requestId, `allow: ${allow.join(', ')}\r\n`))
     raw.answered({ requestId, status: 405, variant: 'a', startedAt, method: req.method, url: req.url });
   socket.destroy();
 }
 
 /** An error answer written straight to a socket that has no request object (yet): the headers every answer carries, then close. False if it could not be. */
-function writeRawAnswer(socket: Socket, status: number, body: string, startedAt: number, requestId: string): boolean {
+function writeRawAnswer(socket: Socket, status: number, body: string, startedAt: number, requestId: string, moreHead = ''): boolean {
   if (!socket.writable) return false;
   socket.write(
-    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
+    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}\r\ncontent-type: application/json; charset=utf-8\r\n${moreHead}` +
       `content-length: ${Buffer.byteLength(body)}\r\n${H.requestId}: ${requestId}\r\n` +
       `${H.serverTiming}: ${serverTiming(performance.now() - startedAt, 0)}\r\nconnection: close\r\n\r\n${body}`,
   );

@@ -22,7 +22,7 @@ export function noRouteError(app: FastifyInstance, request: FastifyRequest, repl
   // PATCH /keys/:id): the route meant, rather than a 405 that names the item's methods (`takes` ignores those).
   const spelling = spellingHint(app, request.method, path);
   if (spelling !== '') return new GatewayError('not_found', `No ${what} ${request.method} ${shown(path)}.${spelling}`);
-  const allowed = METHODS.filter((method) => method !== request.method && takes(app, method, path));
+  const allowed = allowedMethods(app, path, request.method);
   if (allowed.length === 0) {
     const hint =
       spellingHint(app, request.method, path, true) ||
@@ -33,6 +33,11 @@ export function noRouteError(app: FastifyInstance, request: FastifyRequest, repl
   }
   reply.header('allow', allowed.join(', '));
   return new GatewayError('method_not_allowed', `${request.method} is not allowed on ${shown(path)}; use ${allowed.join(' or ')}.`);
+}
+
+/** The methods `path` has routes for, but `except`: what a 405's `Allow` lists. */
+export function allowedMethods(app: FastifyInstance, path: string, except?: string): string[] {
+  return METHODS.filter((method) => method !== except && takes(app, method, path));
 }
 
 /**
