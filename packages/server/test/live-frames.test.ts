@@ -22,6 +22,7 @@ async function handFed() {
     promptTokens: 0,
     choices: 1,
     billedCap: () => 1000,
+    promptAtMost: (reported: number) => reported,
     onEnd: () => {},
   });
   return { session, sink, aborted };

@@ -29,6 +29,7 @@ async function handFed(memory: StreamMemory, store: MemoryStreamStore, n: number
       promptTokens: 0,
       choices: 1,
       billedCap: () => 1_000_000,
+      promptAtMost: (reported: number) => reported,
       onEnd: (o) => ends.push(o),
     },
     memory,

@@ -40,6 +40,7 @@ async function start(up: ReturnType<typeof upstream>, graceMs: number) {
     promptTokens: 7,
     choices: 1,
     billedCap: () => 1000,
+    promptAtMost: (reported: number) => reported,
     onEnd: (o) => {
       outcome = o;
     },

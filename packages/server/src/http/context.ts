@@ -39,6 +39,8 @@ export interface RequestState {
   outlivesClient: boolean;
   /** The status of an answer written straight to the connection, past Fastify (a 408 for a body not received in time). */
   answeredRaw: number | null;
+  /** Bytes of the JSON body as received (0 for none or another kind): what bounds a provider's reported usage (usage-bounds.ts). */
+  bodyBytes: number;
 }
 
 /** The request a response answers, for what handles its connection's errors outside Fastify (framework-errors.ts). */

@@ -11,6 +11,7 @@ import type { Offer } from '../routing/registry.js';
 import type { StreamRouting } from '../streaming/types.js';
 import type { UsageDraft } from './context.js';
 import type { Services } from './services.js';
+import { countAtMost } from './usage-bounds.js';
 
 /**
  * Calls one offer's adapter, timing it as upstream time, and teaches the
@@ -62,13 +63,15 @@ export async function callUpstream<T>(
 
 /**
  * {@link callUpstream} for a call its provider may bill in parts (UpstreamCall.paid): each part goes on the request's
- * usage as it is told; if the call succeeds, its result counts the whole, which the route bills, and the parts are
+ * usage as it is told, its prompt tokens at most `promptTokensAtMost` (what the whole request could cost,
+ * usage-bounds.ts); if the call succeeds, its result counts the whole, which the route bills, and the parts are
  * taken back off.
  */
 export async function callUpstreamPaidInParts<T>(
   services: Services,
   request: FastifyRequest,
   offer: Offer,
+  promptTokensAtMost: number,
   fn: (adapter: ProviderAdapter, paid: (part: PaidPart) => void) => Promise<T>,
 ): Promise<T> {
   // The request's usage before the attempt's first paid part, restored if the attempt succeeds.
@@ -77,7 +80,8 @@ export async function callUpstreamPaidInParts<T>(
     const usage = request.gw.usage;
     if (!usage) return;
     beforeParts ??= { ...usage };
-    billPart(usage, offer, part);
+    const prompt = countAtMost(request.log, offer.provider, 'prompt tokens of a part', part.promptTokens, promptTokensAtMost);
+    billPart(usage, offer, prompt === part.promptTokens ? part : { ...part, promptTokens: prompt });
   };
   return callUpstream(services, request, offer, async (adapter) => {
     const value = await fn(adapter, paid);

@@ -11,10 +11,14 @@ export function estimatedUsage(promptTokens: number, generatedChars: number, com
   return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
 }
 
-/** `usage` as the client is told it: its completion count no higher than `completionCap`, what it is billed. */
-export function usageAtMost<U extends TokenUsage>(usage: U, completionCap: number): U {
-  if (usage.completion_tokens <= completionCap) return usage;
-  return { ...usage, completion_tokens: completionCap, total_tokens: usage.prompt_tokens + completionCap };
+/**
+ * `usage` as the client is told it, what it is billed: its prompt count `prompt` (the provider's, at most what the
+ * request could cost) and its completion count no higher than `completionCap`.
+ */
+export function usageAtMost<U extends TokenUsage>(usage: U, prompt: number, completionCap: number): U {
+  if (usage.completion_tokens <= completionCap && usage.prompt_tokens === prompt) return usage;
+  const completion = Math.min(usage.completion_tokens, completionCap);
+  return { ...usage, prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
 }
 
 /**

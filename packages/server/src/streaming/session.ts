@@ -42,6 +42,8 @@ export interface SessionInit {
    * context window leaves): neither an estimate nor the usage chunk the client gets says more than is billed.
    */
   billedCap: (promptTokens: number) => number;
+  /** The provider's prompt count as billed: at most what the request could cost (http/usage-bounds.ts). */
+  promptAtMost: (reported: number) => number;
   onEnd: (outcome: StreamOutcome) => void;
 }
 
@@ -278,7 +280,8 @@ export class StreamSession implements ReclaimableSession, ChunkSink {
       // Some hosts put usage on every chunk: only the last count is sent, once, at the end. The provider's count is
       // what the bill is worked out from (and a count past the cap logged); the client is told what it is billed.
       this.usage = c.usage;
-      const told = usageAtMost(c.usage, this.init.billedCap(c.usage.prompt_tokens));
+      const prompt = this.init.promptAtMost(c.usage.prompt_tokens);
+      const told = usageAtMost(c.usage, prompt, this.init.billedCap(prompt));
       this.usageData = chunkJson(told === c.usage ? c : { ...c, usage: told }, this.init.model);
       this.usageOfWhole = this.answered();
       return;

@@ -55,6 +55,7 @@ export function refuseNonUtf8Json(app: FastifyInstance, options: { emptyIsNoBody
       done(refusal(request, nestedTooDeeply()));
       return;
     }
+    request.gw.bodyBytes = (bytes as Buffer).length;
     const body = (bytes as Buffer).toString('utf8');
     void parseJson(request, body, (err, value) => done(err ? refusal(request, isInvalidJson(err) ? invalidJson(body) : err) : null, value));
   });

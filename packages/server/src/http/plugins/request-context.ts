@@ -41,6 +41,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       countedModel: null,
       outlivesClient: false,
       answeredRaw: null,
+      bodyBytes: 0,
     };
     (reply.raw as ResponseOfRequest)[kGatewayRequest] = request;
     reply.header(H.requestId, request.id);

@@ -17,6 +17,7 @@ import { billedCompletionTokens } from '../plugins/usage-recording.js';
 import { promptMedia, withoutInlineMedia } from '../prompt-media.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, setRoutingHeaders } from '../upstream-call.js';
+import { billedPromptTokens } from '../usage-bounds.js';
 import { resumeStream, startStream } from './chat-stream.js';
 import type { RouteDocs } from './docs.js';
 
@@ -145,7 +146,9 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const completion: ChatCompletion = { ...result.value, model: model.id };
       // A provider that reported no usage: answered and billed at the gateway's estimate, as a stream is.
       completion.usage ??= estimatedUsage(promptTokens, answeredChars(completion), billedCap(promptTokens));
-      bill(request, result.offer, completion, billedCap(completion.usage.prompt_tokens ?? promptTokens));
+      // The provider's prompt count, at most what the request's bytes could tokenize into (usage-bounds.ts).
+      const prompt = billedPromptTokens(request.log, result.offer.provider, completion.usage.prompt_tokens, request.gw.bodyBytes, body);
+      bill(request, result.offer, completion, prompt, billedCap(prompt));
       setRoutingHeaders(reply, request, result.offer, options.strategy, result.hops);
       if (functions) completion.choices = completion.choices.map(toFunctionsChoice);
       return completion;
@@ -285,15 +288,15 @@ function answeredChars(completion: ChatCompletion): number {
 /**
  * The draft's tokens and cost: the provider's counts, but never more completion tokens than the request allows
  * (`max_tokens` times `n`, which its budget hold covered, or without one what the context window leaves after the
- * provider's prompt count): a host that reports more is billed at the cap, and said so.
+ * provider's prompt count): a host that reports more is billed at the cap, and said so. `prompt`: the provider's
+ * prompt count already bounded.
  */
-function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion, completionCap: number): void {
+function bill(request: FastifyRequest, offer: Offer, completion: ChatCompletion, prompt: number, completionCap: number): void {
   const usage = request.gw.usage;
   if (!usage) return;
-  const prompt = completion.usage?.prompt_tokens ?? 0;
   const done = billedCompletionTokens(request, offer.provider, completion.usage?.completion_tokens ?? 0, completionCap);
   // The client is told what it is billed, not a count the request could not reach.
-  if (completion.usage) completion.usage = usageAtMost(completion.usage, done);
+  if (completion.usage) completion.usage = usageAtMost(completion.usage, prompt, done);
   usage.provider = offer.provider;
   usage.promptTokens = prompt;
   usage.completionTokens = done;

@@ -24,6 +24,7 @@ import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '
 import { kPacedByClient } from '../send-timeout.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } from '../upstream-call.js';
+import { billedPromptTokens, promptTokensAtMost } from '../usage-bounds.js';
 
 interface Started {
   upstream: ChatStream;
@@ -120,6 +121,7 @@ export async function startStream(
     request.log.warn({ err: errorSummary(err) }, 'stream resume record not written; resume unavailable for this stream');
   });
   const { upstream, source, calledAt } = result.value;
+  const bodyBytes = request.gw.bodyBytes;
   const session = services.sessions.start({
     streamId: request.id,
     owner,
@@ -131,6 +133,7 @@ export async function startStream(
     promptTokens: args.promptTokens,
     choices: args.choices,
     billedCap: args.billedCap,
+    promptAtMost: (reported) => promptTokensAtMost(reported, bodyBytes, args.body),
     onEnd: (outcome: StreamOutcome) => {
       // A provider that failed after its answer began: no failover is possible then, but the operator is told, as of any failed attempt.
       const byGateway = outcome.error instanceof StreamEndedByGateway ? outcome.error : null;
@@ -144,7 +147,10 @@ export async function startStream(
       }
       const neverSent = !reply.raw.headersSent && leftBeforeAnswer(reply.raw);
       const estimate = estimatedUsage(args.promptTokens, outcome.relayedChars, args.billedCap(args.promptTokens));
-      const prompt = outcome.usage?.prompt_tokens ?? estimate.prompt_tokens;
+      // The provider's prompt count, at most what the request's bytes could tokenize into (usage-bounds.ts).
+      const prompt = outcome.usage
+        ? billedPromptTokens(request.log, result.offer.provider, outcome.usage.prompt_tokens, bodyBytes, args.body)
+        : estimate.prompt_tokens;
       const reported = outcome.usage?.completion_tokens ?? estimate.completion_tokens;
       const completion = billedCompletionTokens(request, result.offer.provider, reported, args.billedCap(prompt));
       const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;

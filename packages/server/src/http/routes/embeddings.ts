@@ -17,6 +17,7 @@ import { resolveModel, routeOptions } from '../model-access.js';
 import { withoutKeyLimitCount } from '../plugins/rate-limit.js';
 import type { Services } from '../services.js';
 import { callUpstreamPaidInParts, keyedRequestSignal, setRoutingHeaders } from '../upstream-call.js';
+import { countAtMost, embeddingTokensBound } from '../usage-bounds.js';
 import type { RouteDocs } from './docs.js';
 
 export const EmbeddingsBody = Type.Object(
@@ -97,6 +98,8 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
           ...(body.input_type ? { inputType: body.input_type } : {}),
         };
         const call = { signal, requestId: request.id };
+        // The most tokens any provider can count the texts (usage-bounds.ts): no part, nor the answer, is billed more.
+        const tokensBound = embeddingTokensBound(request.gw.bodyBytes, input.length);
         // What failed attempts were paid for is billed on top of the answer: the hold grows by it before a failover.
         let partsHeld = 0;
         const holdParts = async () => {
@@ -107,13 +110,16 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
         const done = await executePlan(
           plan,
           (offer) =>
-            callUpstreamPaidInParts(services, request, offer, (adapter, paid) =>
+            callUpstreamPaidInParts(services, request, offer, tokensBound, (adapter, paid) =>
               embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel, paid }),
             ),
           { health: options.stats, mayFailOver: holdParts, offers: servable.offers, pin: options.pin },
         );
-        // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used.
-        const result = done.value.promptTokens > 0 ? done.value : { ...done.value, promptTokens };
+        // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used;
+        // one that reported more than the texts' bytes could tokenize into, at that bound.
+        const reported = done.value.promptTokens;
+        const counted = countAtMost(request.log, done.offer.provider, 'embedding tokens', reported, tokensBound);
+        const result = reported > 0 && counted === reported ? done.value : { ...done.value, promptTokens: reported > 0 ? counted : promptTokens };
         bill(usage, done.offer, result);
         setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
         // The answer's usage is what the request is billed, batches of a failed attempt included, as a client adds it up.

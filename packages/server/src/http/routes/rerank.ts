@@ -15,6 +15,7 @@ import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
 import { rerankBill, type UnitBill } from '../unit-billing.js';
 import { callUpstream, disarmedAfter, keyedRequestSignal, setRoutingHeaders } from '../upstream-call.js';
+import { rerankAtMost } from '../usage-bounds.js';
 import type { RouteDocs } from './docs.js';
 
 /** The largest count taken (top_n, max_tokens_per_doc): Cohere's SDKs type them as 32-bit integers. */
@@ -98,6 +99,8 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
           { health: options.stats, offers: servable.offers, pin: options.pin },
         );
       });
+      // Counts above what the query and documents could cost (usage-bounds.ts) are billed, and told, at that bound.
+      done.value = rerankAtMost(request.log, done.offer.provider, request.gw.bodyBytes, upstream, done.value);
       const billed = bill(services, request, done.offer, done.value, upstream);
       setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
       const ranked = [...done.value.results].sort((x, y) => y.relevanceScore - x.relevanceScore).slice(0, body.top_n ?? texts.length);

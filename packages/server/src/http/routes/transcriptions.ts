@@ -20,6 +20,7 @@ import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, untoldSeconds, worstCaseSeconds } from '../transcript-render.js';
 import { audioBill, estimatedAudioTokens, type UnitBill, worstAudioTokens } from '../unit-billing.js';
 import { callUpstream, disarmedAfter, keyedRequestSignal, leftBeforeAnswer, setRoutingHeaders } from '../upstream-call.js';
+import { transcriptionAtMost } from '../usage-bounds.js';
 import type { RouteDocs } from './docs.js';
 
 declare module 'fastify' {
@@ -154,6 +155,8 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   });
   // A provider that told no length (0 seconds) bills the gateway's reading of it, as a chat answer without usage.
   if (done.value.billedSeconds <= 0) done.value = { ...done.value, billedSeconds: untoldSeconds(head, file.size, done.value.text) };
+  // Counts above what the upload could cost (usage-bounds.ts) are billed, and told, at that bound.
+  done.value = transcriptionAtMost(request.log, done.offer.provider, seconds, body, done.value);
   const billed = bill(request, done.offer, done.value);
   setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
   const billedTokens = done.offer.pricing.per_unit === undefined ? { input: billed.promptTokens, output: billed.completionTokens } : undefined;
