@@ -65,7 +65,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         // (enabledModels) runs on and is billed: its key may still resume it, as it replays a keyed answer. Any other
         // request naming the model is refused as before.
         if (resume && (services.registry.get(body.model) === undefined || (isGatewayError(refusal) && refusal.code === 'model_not_found')))
-          return resumeStream(services, request, reply, lastEventId, body, { refusal });
+          return resumeStream(services, request, reply, lastEventId, body, resolvedId(services, body.model), { refusal });
         throw refusal;
       }
       checkRequestCoherence(body);
@@ -86,7 +86,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       request.gw.outlivesClient = request.headers[H.idempotencyKey] !== undefined;
       if (resume) {
         await applyRateLimit(request, reply);
-        return resumeStream(services, request, reply, lastEventId, body);
+        return resumeStream(services, request, reply, lastEventId, body, model.id);
       }
       const options = routeOptions(services, request);
       const promptTokens = estimatePromptTokens(body);
@@ -154,6 +154,14 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       return completion;
     },
   );
+}
+
+/**
+ * The model `id` names as the registry reads it, for a model it may no longer serve: the configured one (`:eu` or
+ * not), else the id without `:eu` (no model here has it).
+ */
+function resolvedId(services: Services, id: string): string {
+  return services.registry.configuredId(id) ?? (id.endsWith(':eu') ? id.slice(0, -3) : id);
 }
 
 /** What dropNullFields tells of the messages: one is of the functions API (an assistant's `function_call`, a `function` message). */

@@ -200,9 +200,10 @@ function warnUpstreamFailed(request: FastifyRequest, offer: Offer, err: Error, w
 
 /**
  * Picks up a stream after `Last-Event-ID`: the buffered rest, then the live rest; no upstream call, no charge.
- * `modelGone`: the request names a model the registry no longer holds, or its key's workspace no longer enables; only
- * its key's stream of that model, begun before, is resumed, and anything else is answered `refusal` (the model's own
- * error) as before.
+ * `modelId`: the model the request names, as the registry reads the id (`:eu` or not); only a stream of that model is
+ * resumed. `modelGone`: the request names a model the registry no longer holds, or its key's workspace no longer
+ * enables; only its key's stream of that model, begun before, is resumed, and anything else is answered `refusal` (the
+ * model's own error) as before.
  */
 export async function resumeStream(
   services: Services,
@@ -210,6 +211,7 @@ export async function resumeStream(
   reply: FastifyReply,
   lastEventId: string,
   body: ChatBody,
+  modelId: string,
   modelGone?: { refusal: unknown },
 ) {
   const parsed = parseEventId(lastEventId);
@@ -228,7 +230,7 @@ export async function resumeStream(
   const local = services.sessions.get(parsed.streamId);
   const meta = local?.owner ?? (await sharedMeta(services, parsed.streamId));
   if (modelGone) {
-    if (!meta || !key || meta.keyId !== key.id || !namesModel(body.model, meta.model)) throw modelGone.refusal;
+    if (!meta || !key || meta.keyId !== key.id || meta.model !== modelId) throw modelGone.refusal;
     // Left uncounted as a model_not_found; a resume counts as any (docs/streaming.md).
     countUncounted(services, request);
     await applyRateLimit(request, reply);
@@ -239,6 +241,14 @@ export async function resumeStream(
       'stream_not_found',
       `No resumable stream for Last-Event-ID '${lastEventId.slice(0, 80)}': it is unknown, expired, or not this key's.`,
       { param: 'Last-Event-ID' },
+    );
+  }
+  // A resume re-sends the request that started the stream: another model's name would get one model's answer as another's.
+  if (meta.model !== modelId) {
+    throw new GatewayError(
+      'validation',
+      `Last-Event-ID '${lastEventId.slice(0, 80)}' is of a stream of '${meta.model}', not of '${body.model.slice(0, 200)}': a resume names the model its stream was started with.`,
+      { param: 'model' },
     );
   }
   request.gw.usage = null;
@@ -261,11 +271,6 @@ export async function resumeStream(
     Readable.from(sseFrames(events, parsed.streamId, includeUsage(body), heartbeatMs, request.gw.variant), { objectMode: false }),
     end,
   );
-}
-
-/** Whether a request's model id names `model`, as the registry reads it (`:eu` resolves to the bare id). */
-function namesModel(id: string, model: string): boolean {
-  return id === model || (id.endsWith(':eu') && id.slice(0, -3) === model);
 }
 
 /** The events as they come, `end.seen` set once the stream's own last event passed (not an error event of the gateway's). */
