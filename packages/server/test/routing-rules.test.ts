@@ -114,9 +114,21 @@ describe('circuits', () => {
   it('a probe whose client left frees the slot without a verdict', () => {
     const book = new CircuitBook({ failures: 1, openMs: 100 });
     book.failure('k', 0);
-    book.started('k', 100);
+    const probe = book.started('k', 100);
     expect(book.available('k', 100)).toBe(false);
-    book.abandoned('k');
+    book.abandoned('k', probe);
+    expect(book.available('k', 100)).toBe(true);
+  });
+
+  it('an attempt that is not the probe (begun before the circuit opened) leaves the probe its slot when its client leaves', () => {
+    const book = new CircuitBook({ failures: 1, openMs: 100 });
+    const before = book.started('k', 0);
+    book.failure('k', 0);
+    const probe = book.started('k', 100);
+    expect([before, probe > 0]).toEqual([0, true]);
+    book.abandoned('k', before);
+    expect(book.available('k', 100)).toBe(false);
+    book.abandoned('k', probe);
     expect(book.available('k', 100)).toBe(true);
   });
 });

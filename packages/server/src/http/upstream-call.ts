@@ -36,7 +36,7 @@ export async function callUpstream<T>(
   // tried (a success is named by its route, at its bill).
   const usage = request.gw.usage;
   if (usage !== null) usage.provider = offer.provider;
-  stats.started(offer);
+  const probe = stats.started(offer);
   const started = performance.now();
   let outcome = 'ok';
   try {
@@ -45,7 +45,7 @@ export async function callUpstream<T>(
     return value;
   } catch (err) {
     outcome = err instanceof UpstreamError ? err.kind : 'error';
-    learnFromFailure(stats, offer, err, performance.now() - started, mode, completionTokens);
+    learnFromFailure(stats, offer, probe, err, performance.now() - started, mode, completionTokens);
     // What the provider did, for the operator (the client sees the gateway's own code); secrets taken out as for the client.
     if (providerFault(err)) {
       request.log.warn(
@@ -114,8 +114,16 @@ function streams(request: FastifyRequest): boolean {
  * nor a timeout a healthy provider could have reached generating the completion asked for ({@link outlastsReadTimeout})
  * while it answered other attempts meanwhile: with none answered (a provider that hangs), it counts as any timeout.
  */
-function learnFromFailure(stats: OfferStats, offer: Offer, err: unknown, ms: number, mode: LatencyMode, completionTokens: number | undefined): void {
-  if (!providerFault(err) || (outlastsReadTimeout(err, completionTokens) && stats.answeredWithin(offer, ms))) stats.abandoned(offer);
+function learnFromFailure(
+  stats: OfferStats,
+  offer: Offer,
+  probe: number,
+  err: unknown,
+  ms: number,
+  mode: LatencyMode,
+  completionTokens: number | undefined,
+): void {
+  if (!providerFault(err) || (outlastsReadTimeout(err, completionTokens) && stats.answeredWithin(offer, ms))) stats.abandoned(offer, probe);
   else stats.record(offer, err.kind === 'timeout' ? 'timeout' : 'error', ms, mode, providerWaitMs(err));
 }
 

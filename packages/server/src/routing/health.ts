@@ -16,13 +16,16 @@ export interface CircuitSettings {
 
 export type CircuitState = 'closed' | 'open' | 'half_open';
 
+/** The last probe's number: an attempt that ends without a verdict frees the half-open slot only if it holds it. */
+let probes = 0;
+
 interface Circuit {
   failures: number;
   lastFailureAt: number;
   /** 0: closed. Otherwise open until then, and half-open after. */
   openUntil: number;
-  /** A probe of this instance is in flight (half-open lets one through at a time). */
-  probing: boolean;
+  /** The probe of this instance in flight (half-open lets one through at a time), by its number; 0: none. */
+  probe: number;
   /** Until then the provider asked not to be called (its Retry-After); 0: it did not. */
   waitUntil: number;
 }
@@ -51,7 +54,7 @@ export class CircuitBook {
   available(key: string, now: number): boolean {
     const state = this.state(key, now);
     if (state === 'closed') return true;
-    return state === 'half_open' && !(this.circuits.get(key)?.probing ?? false);
+    return state === 'half_open' && (this.circuits.get(key)?.probe ?? 0) === 0;
   }
 
   /** Milliseconds until an open circuit lets a probe through (0 when it already would). */
@@ -60,16 +63,24 @@ export class CircuitBook {
     return c && c.openUntil > now ? c.openUntil - now : 0;
   }
 
-  /** An attempt on this offer begins; on a half-open circuit it is the probe. */
-  started(key: string, now: number): void {
+  /**
+   * An attempt on this offer begins; on a half-open circuit with no probe in flight it is the probe. Returns the
+   * probe's number, for {@link abandoned}; 0 when the attempt is no probe.
+   */
+  started(key: string, now: number): number {
     const c = this.circuits.get(key);
-    if (c && this.state(key, now) === 'half_open') c.probing = true;
+    if (c?.probe !== 0 || this.state(key, now) !== 'half_open') return 0;
+    c.probe = ++probes;
+    return c.probe;
   }
 
-  /** An attempt ended without a verdict (the client left): a probe slot is freed, nothing is learned. */
-  abandoned(key: string): void {
+  /**
+   * An attempt ended without a verdict (the client left): nothing is learned, and the probe's slot is freed if it held
+   * it. Another attempt's end (one begun before the circuit opened) leaves the probe in flight its slot.
+   */
+  abandoned(key: string, probe: number): void {
     const c = this.circuits.get(key);
-    if (c) c.probing = false;
+    if (c && probe !== 0 && c.probe === probe) c.probe = 0;
   }
 
   /**
@@ -79,16 +90,16 @@ export class CircuitBook {
   success(key: string, now: number): void {
     const c = this.circuits.get(key);
     if (c === undefined) return;
-    if (now < c.waitUntil) c.probing = false;
+    if (now < c.waitUntil) c.probe = 0;
     else this.circuits.delete(key);
   }
 
   /** `waitMs`: the provider asked not to be called for that long (its Retry-After); the circuit opens at once until then. */
   failure(key: string, now: number, waitMs = 0): void {
-    const c = this.circuits.get(key) ?? { failures: 0, lastFailureAt: 0, openUntil: 0, probing: false, waitUntil: 0 };
+    const c = this.circuits.get(key) ?? { failures: 0, lastFailureAt: 0, openUntil: 0, probe: 0, waitUntil: 0 };
     this.circuits.set(key, c);
     const state = this.state(key, now);
-    c.probing = false;
+    c.probe = 0;
     if (waitMs > 0) {
       c.waitUntil = Math.max(c.waitUntil, now + Math.min(waitMs, MAX_PROVIDER_WAIT_MS));
       c.openUntil = Math.max(c.openUntil, c.waitUntil);

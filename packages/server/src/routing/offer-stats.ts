@@ -102,14 +102,17 @@ export class OfferStats implements OfferStatsView {
     this.measures.markExplored(offerKey(offer), mode, scope, this.now());
   }
 
-  /** An attempt begins (on a half-open circuit it is the probe). */
-  started(offer: Offer): void {
-    this.circuits.started(offerKey(offer), this.now());
+  /** An attempt begins (on a half-open circuit it may be the probe): the probe's number, 0 when it is none. */
+  started(offer: Offer): number {
+    return this.circuits.started(offerKey(offer), this.now());
   }
 
-  /** An attempt ended without telling anything about the offer (the client left, or the request was refused as invalid). */
-  abandoned(offer: Offer): void {
-    this.circuits.abandoned(offerKey(offer));
+  /**
+   * An attempt ended without telling anything about the offer (the client left, or the request was refused as
+   * invalid); `probe`: what {@link started} returned for it.
+   */
+  abandoned(offer: Offer, probe: number): void {
+    this.circuits.abandoned(offerKey(offer), probe);
   }
 
   /** Records this instance's attempt and tells the listeners. */
