@@ -12,6 +12,8 @@ const CHANNEL = 'gw:keys';
 const ACK_CHANNEL = 'gw:keys:ack';
 /** How long an admin change waits for every instance to confirm it (past it, the call answers anyway). */
 export const CONFIRM_TIMEOUT_MS = 1_000;
+/** How long an admin change waits for Redis to answer its publish (a slow Redis: not the request path's 500 ms). */
+export const PUBLISH_WAIT_MS = 5_000;
 const MAX_CACHED = 100_000;
 /** How long a key the store does not know is answered 401 without asking it again, and how many such keys are kept. */
 const UNKNOWN_TTL_MS = 10_000;
@@ -48,10 +50,15 @@ interface Cached {
  */
 type KeyEvent = { op: 'revoke' | 'changed' | 'workspace'; id: string; nonce?: string };
 
-/** What {@link ApiKeyAuthenticator.announce} knows of the other instances: how many heard it, how many did not confirm in time. */
+/**
+ * What {@link ApiKeyAuthenticator.announce} knows of the other instances: how many heard it, how many did not confirm
+ * in time; `publish`: whether Redis answered the publish, refused it or lost its connection (`failed`: sent again once
+ * it is back), or had not answered within {@link PUBLISH_WAIT_MS} (`late`: it goes on, nobody is waited for).
+ */
 export interface Announced {
   receivers: number;
   unconfirmed: number;
+  publish: 'answered' | 'failed' | 'late';
 }
 
 /**
@@ -171,24 +178,30 @@ export class ApiKeyAuthenticator {
 
   /**
    * Drops a key from this instance's cache, tells every other instance, and waits until each that heard it has
-   * applied it (at most {@link CONFIRM_TIMEOUT_MS}): the publish answers once Redis has taken it, and a client's
-   * next request could reach another instance before its subscriber connection was read.
+   * applied it (at most {@link CONFIRM_TIMEOUT_MS} after Redis took it): the publish answers once Redis has taken it,
+   * and a client's next request could reach another instance before its subscriber connection was read. A slow Redis
+   * is waited for up to {@link PUBLISH_WAIT_MS}, not the request path's command timeout; past it, the publish goes on.
    */
   async announce(op: KeyEvent['op'], id: string): Promise<Announced> {
     this.apply({ op, id });
     const nonce = randomToken(12);
     this.confirmations.expect(nonce);
-    let receivers: number;
-    try {
-      receivers = await this.bus.publish(CHANNEL, JSON.stringify({ op, id, nonce } satisfies KeyEvent));
-    } catch {
-      this.confirmations.forget(nonce);
+    const published = this.bus.publishAwaited(CHANNEL, JSON.stringify({ op, id, nonce } satisfies KeyEvent)).catch(() => {
       // Sent again when the bus is back: until then other instances go on with the key as they know it,
       // and waiting for their cache TTL let a revoked key work on them well after Redis was back.
       this.keepUnsent({ op, id });
-      return { receivers: 0, unconfirmed: 0 };
+      return 'failed' as const;
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => {
+      timer = setTimeout(() => resolve('late'), PUBLISH_WAIT_MS);
+    });
+    const receivers = await Promise.race([published, late]).finally(() => clearTimeout(timer));
+    if (typeof receivers !== 'number') {
+      this.confirmations.forget(nonce);
+      return { receivers: 0, unconfirmed: 0, publish: receivers };
     }
-    return { receivers, unconfirmed: await this.confirmations.wait(nonce, receivers) };
+    return { receivers, unconfirmed: await this.confirmations.wait(nonce, receivers), publish: 'answered' };
   }
 
   private keepUnsent(event: KeyEvent): void {
@@ -201,7 +214,7 @@ export class ApiKeyAuthenticator {
     this.unsent = [];
     for (const [i, event] of events.entries()) {
       try {
-        await this.bus.publish(CHANNEL, JSON.stringify(event));
+        await this.bus.publishAwaited(CHANNEL, JSON.stringify(event));
       } catch {
         for (const left of events.slice(i)) this.keepUnsent(left);
         return;

@@ -201,11 +201,23 @@ export function documentErrors(doc: Document): Document {
         for (const [status, answer] of Object.entries(op.responses)) {
           if (answer && status.startsWith('2')) answer.headers = { ...(answer.headers ?? {}), 'X-Request-Id': requestIdHeader() };
         }
+        const ok = op.responses['200'];
+        if (ok && CHANGES.has(`${method} ${path}`)) ok.headers = { ...ok.headers, 'X-Gateway-Propagation': PROPAGATION };
       }
     }
   }
   return doc;
 }
+
+/** The admin changes told to every instance (docs/decisions.md, API keys). */
+const CHANGES = new Set(['patch /admin/v1/keys/{id}', 'post /admin/v1/keys/{id}/revoke', 'patch /admin/v1/workspaces/{id}']);
+const PROPAGATION = {
+  description:
+    '`confirmed`: every instance applied the change before this answer. `unconfirmed`: some instance was not seen to ' +
+    '(Redis slow, unreachable, or an instance stalled); it applies the change as the message reaches it, or from the store (docs/decisions.md).',
+  required: true,
+  schema: { type: 'string', enum: ['confirmed', 'unconfirmed'] },
+};
 
 /** What the 4XX/5XX ranges stand for once each status is listed. */
 const FALLBACK_NOTE =

@@ -11,6 +11,10 @@ export class MemoryBus implements Bus {
     return this.emitter.listenerCount(channel);
   }
 
+  publishAwaited(channel: string, message: string): Promise<number> {
+    return this.publish(channel, message);
+  }
+
   async subscribe(channel: string, handler: (message: string) => void): Promise<void> {
     this.emitter.on(channel, handler);
   }

@@ -38,6 +38,8 @@ export const BATCHING_OPTIONS: RedisOptions = { ...FAST_FAIL_OPTIONS, enableAuto
 const CONNECT_WAIT_MS = 2_000;
 
 const lastErrors = new WeakMap<Redis, unknown>();
+/** Each client's sendCommand without its command timeout (and unbatched), for {@link RedisBus.publishAwaited}. */
+const untimedSends = new WeakMap<Redis, Redis['sendCommand']>();
 
 /** The last connection error of a client made by {@link connectRedis} since it was last ready, if any. */
 export function lastConnectionError(client: Redis): unknown {
@@ -123,6 +125,7 @@ const DEAD_AFTER_TIMEOUTS = 3;
 
 function applyLagTolerantTimeout(client: Redis, ms: number): void {
   const send = client.sendCommand.bind(client);
+  untimedSends.set(client, send);
   // Commands in the order they were sent, so in the order they fall due: one timer for the oldest
   // unsettled one, instead of a timer and a promise reaction for every command. A slot is emptied
   // as the head passes it: a settled command kept here until the next compaction outlived young
@@ -297,6 +300,18 @@ export class RedisBus implements Bus {
 
   async publish(channel: string, message: string): Promise<number> {
     return await this.pub.publish(channel, message);
+  }
+
+  /**
+   * Not failed at the command timeout: a reply 800 ms late made an admin change answer at 500 ms as if nobody had
+   * heard it, while Redis delivered it moments later. A command written stays written: it fails only with its
+   * connection (then unsent, or unanswered, as with Redis away).
+   */
+  async publishAwaited(channel: string, message: string): Promise<number> {
+    const send = untimedSends.get(this.pub);
+    if (!send) return await this.publish(channel, message);
+    const { Command } = await import('ioredis');
+    return (await send(new Command('publish', [channel, message]))) as number;
   }
 
   async subscribe(channel: string, handler: (message: string) => void): Promise<void> {

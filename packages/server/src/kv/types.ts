@@ -2,6 +2,11 @@
 export interface Bus {
   /** Resolves with how many subscriber connections (of every instance) received the message. */
   publish(channel: string, message: string): Promise<number>;
+  /**
+   * {@link publish} for a caller that bounds the wait itself (an admin change): a slow reply is waited for rather
+   * than failed after the request path's command timeout. Rejects when the message was not sent, or its connection lost.
+   */
+  publishAwaited(channel: string, message: string): Promise<number>;
   subscribe(channel: string, handler: (message: string) => void): Promise<void>;
   /** Called each time the subscriptions are renewed after a lost connection: what was published meanwhile was missed. */
   onResubscribe(handler: () => void): void;

@@ -15,9 +15,9 @@ import {
   WorkspaceListQuery,
   WorkspaceParams,
 } from '@gw/schema';
-import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
 import { checkAdminToken, refuseDoubleAuthorization } from '../../auth/admin-token.js';
-import { CONFIRM_TIMEOUT_MS, generateApiKey } from '../../auth/api-keys.js';
+import { CONFIRM_TIMEOUT_MS, DEAF_TRUST_MS, generateApiKey, PUBLISH_WAIT_MS } from '../../auth/api-keys.js';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
 import { errorSummary, warnOnFailure } from '../../lib/error-summary.js';
 import { newId } from '../../lib/ids.js';
@@ -32,17 +32,37 @@ import type { Services } from '../services.js';
 
 export const DEFAULT_RPM = 60;
 
+/** On an admin change's answer: `unconfirmed` when some instance was not seen to apply it before the answer. */
+export const PROPAGATION_HEADER = 'X-Gateway-Propagation';
+
 /**
  * Tells every instance of a change and waits until each has applied it. An instance that did not confirm in time
- * (stalled, far from Redis, or a subscriber that is no gateway) applies it when the message reaches it: said here.
+ * (stalled, far from Redis, or a subscriber that is no gateway) applies it when the message reaches it: said here,
+ * and on the answer when there is one ({@link PROPAGATION_HEADER}).
  */
-async function announce(services: Services, log: FastifyBaseLogger, op: 'revoke' | 'changed' | 'workspace', id: string): Promise<void> {
-  const { receivers, unconfirmed } = await services.auth.announce(op, id);
-  if (unconfirmed > 0) {
-    const what = op === 'workspace' ? 'workspace' : 'key';
+async function announce(services: Services, log: FastifyBaseLogger, op: 'revoke' | 'changed' | 'workspace', id: string, reply?: FastifyReply): Promise<void> {
+  const { receivers, unconfirmed, publish } = await services.auth.announce(op, id);
+  if (unconfirmed === 0 && publish === 'answered') {
+    reply?.header(PROPAGATION_HEADER, 'confirmed');
+    return;
+  }
+  reply?.header(PROPAGATION_HEADER, 'unconfirmed');
+  const what = op === 'workspace' ? 'workspace' : 'key';
+  const named = { [op === 'workspace' ? 'workspaceId' : 'keyId']: id };
+  if (publish === 'answered') {
     log.warn(
-      { [op === 'workspace' ? 'workspaceId' : 'keyId']: id, receivers, unconfirmed },
+      { ...named, receivers, unconfirmed },
       `${unconfirmed} of ${receivers} subscribers of gw:keys did not confirm the ${what} change within ${CONFIRM_TIMEOUT_MS} ms; answered anyway, they apply it as the message reaches them`,
+    );
+  } else {
+    // Nobody could confirm: other instances apply it as the message reaches them, or from the store (docs/decisions.md).
+    const why =
+      publish === 'late'
+        ? `Redis did not answer its publish on gw:keys within ${PUBLISH_WAIT_MS} ms (the publish goes on)`
+        : 'its publish on gw:keys failed (Redis unreachable; it is sent again once Redis is back)';
+    log.warn(
+      named,
+      `the ${what} change is made but no other instance confirmed it: ${why}; answered anyway, each applies it as the message reaches it, or reads it from the store: within ${DEAF_TRUST_MS} ms of a use once it hears nothing from Redis, at its key cache TTL at the latest`,
     );
   }
 }
@@ -348,7 +368,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
         response: { 200: Workspace },
       }),
     },
-    async (request) => {
+    async (request, reply) => {
       const { id } = request.params as { id: string };
       const body = request.body as PatchWorkspaceBody;
       checkBudget(body.budget);
@@ -365,7 +385,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       );
       if (!ws) throw new GatewayError('not_found', `No workspace '${id}'.`, { param: 'id' });
       if (body.budget !== undefined) await budgetSet(services, { workspace: ws });
-      await announce(services, request.log, 'workspace', id);
+      await announce(services, request.log, 'workspace', id, reply);
       return workspaceView(ws);
     },
   );
@@ -401,7 +421,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
   app.patch(
     '/keys/:id',
     { schema: op('updateKey', 'Change a key’s rate limit or budget', { params: KeyParams, body: PatchKeyBody, response: { 200: KeyView } }) },
-    async (request) => {
+    async (request, reply) => {
       const { id } = request.params as { id: string };
       const body = request.body as PatchKeyBody;
       checkBudget(body.budget);
@@ -417,7 +437,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
       );
       if (!rec) throw await unchangedKeyError(store.keys, id);
       if (body.budget !== undefined) await budgetSet(services, { key: rec });
-      await announce(services, request.log, 'changed', id);
+      await announce(services, request.log, 'changed', id, reply);
       return keyView(rec);
     },
   );
@@ -425,11 +445,11 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
   app.post(
     '/keys/:id/revoke',
     { schema: op('revokeKey', 'Revoke an API key, at once on every instance', { params: KeyParams, response: { 200: KeyView } }) },
-    async (request) => {
+    async (request, reply) => {
       const { id } = request.params as { id: string };
       const rec = await changeThenAnnounce(services.store.keys.revoke(id), services, request.log, 'revoke', id);
       if (!rec) throw new GatewayError('not_found', `No API key '${id}'.`, { param: 'id' });
-      await announce(services, request.log, 'revoke', id);
+      await announce(services, request.log, 'revoke', id, reply);
       return keyView(rec);
     },
   );

@@ -1,0 +1,121 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN_TOKEN, eventually, startGateway, type TestGateway } from './helpers/gateway.js';
+import { type GatewayProcess, spawnGateway } from './helpers/process.js';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
+
+let redis: RedisServer;
+let pg: PostgresServer;
+let proxy: TcpProxy;
+let sim: Simulator;
+let one: GatewayProcess;
+let two: TestGateway;
+let dir: string;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  proxy = await startTcpProxy(Number(new URL(redis.url).port));
+  const databaseUrl = await pg.createDatabase();
+  const redisUrl = `redis://127.0.0.1:${proxy.port}`;
+  dir = mkdtempSync(join(tmpdir(), 'gw-slow-redis-'));
+  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+  one = await spawnGateway({
+    GW_CONFIG: join(dir, 'gw.json'),
+    GW_DATA_DIR: join(dir, 'data'),
+    DATABASE_URL: databaseUrl,
+    REDIS_URL: redisUrl,
+    GW_ADMIN_TOKEN: ADMIN_TOKEN,
+  });
+  two = await startGateway({ sim, databaseUrl, redisUrl });
+}, 60_000);
+
+afterAll(async () => {
+  if (one && one.child.exitCode === null) {
+    one.child.kill('SIGTERM');
+    await one.exited;
+  }
+  await two?.close();
+  await proxy?.close();
+  await Promise.all([sim?.close(), redis?.stop(), pg?.stop()]);
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+const admin = (method: string, path: string) => fetch(`${one.url}/admin/v1${path}`, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+const bearer = (key: string) => `Bearer ${key}`;
+/** Whether instance two, at this moment, still takes the key (its cache, no request through Redis). */
+const twoTakes = async (key: string) => {
+  try {
+    await two.gateway.services.auth.authenticate(bearer(key));
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+const warnings = (id: string) =>
+  one
+    .output()
+    .split('\n')
+    .filter((line) => line.includes('"level":40') && line.includes(id));
+
+/** A key both instances know. */
+async function knownKey(): Promise<{ id: string; key: string }> {
+  const { id, key } = await two.createKey({ rateLimitRpm: 1000 });
+  expect((await fetch(`${one.url}/v1/models`, { headers: { authorization: bearer(key) } })).status).toBe(200);
+  expect(await twoTakes(key)).toBe(true);
+  return { id, key };
+}
+
+describe('a revocation while Redis is slow or silent', () => {
+  it('with every command 800 ms late, answers once the other instance has applied it, not at the publish timeout (500 ms)', async () => {
+    const { id, key } = await knownKey();
+    proxy.slow(800);
+    try {
+      const res = await admin('POST', `/keys/${id}/revoke`);
+      // Asked at once: instance two had applied it before the answer.
+      expect(await twoTakes(key)).toBe(false);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-gateway-propagation')).toBe('confirmed');
+      expect(warnings(id)).toEqual([]);
+    } finally {
+      proxy.slow(0);
+    }
+  }, 30_000);
+
+  it('with Redis silent, answers after 5 s saying it is unconfirmed, logs why, and the change arrives once Redis answers', async () => {
+    const { id, key } = await knownKey();
+    proxy.hold();
+    try {
+      const started = performance.now();
+      const res = await admin('POST', `/keys/${id}/revoke`);
+      expect(performance.now() - started).toBeGreaterThanOrEqual(4_900);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-gateway-propagation')).toBe('unconfirmed');
+      const [warning, ...more] = warnings(id);
+      expect(more).toEqual([]);
+      expect(warning).toContain('no other instance confirmed it: Redis did not answer its publish on gw:keys within 5000 ms');
+      expect(warning).not.toContain(key);
+    } finally {
+      proxy.release();
+    }
+    await eventually(async () => expect(await twoTakes(key)).toBe(false));
+  }, 30_000);
+
+  it('with Redis refusing connections, answers at once saying it is unconfirmed, and logs that the publish failed', async () => {
+    const { id, key } = await knownKey();
+    proxy.cut();
+    try {
+      const res = await admin('POST', `/keys/${id}/revoke`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-gateway-propagation')).toBe('unconfirmed');
+      expect(warnings(id).join()).toContain('its publish on gw:keys failed (Redis unreachable; it is sent again once Redis is back)');
+    } finally {
+      proxy.mend();
+    }
+    await eventually(async () => expect(await twoTakes(key)).toBe(false), 6_000);
+  }, 30_000);
+});
