@@ -4,6 +4,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
+import { BudgetsUnavailableError } from '../limits/budget-types.js';
 import { bodyMediaOf } from './body-media.js';
 import { leftBeforeAnswer } from './upstream-call.js';
 
@@ -243,6 +244,10 @@ let storeWarnedAt = Number.NEGATIVE_INFINITY;
  * refusal says why, once a minute while it lasts, rather than once per request.
  */
 function logStoreUnreachable(request: FastifyRequest, cause: unknown): void {
+  if (cause instanceof BudgetsUnavailableError) {
+    logBudgetsUnavailable(request, cause);
+    return;
+  }
   const now = Date.now();
   if (now - storeWarnedAt < STORE_WARN_EVERY_MS) {
     request.log.debug({ err: errorSummary(cause) }, 'store unreachable: answered 503');
@@ -252,6 +257,27 @@ function logStoreUnreachable(request: FastifyRequest, cause: unknown): void {
   request.log.warn(
     { err: errorSummary(cause) },
     'store unreachable: requests that need it (a key or workspace not cached, an admin call) are answered 503 (said once a minute while it lasts)',
+  );
+}
+
+let budgetsWarnedAt = Number.NEGATIVE_INFINITY;
+
+/**
+ * A budgeted request refused because neither Redis nor the database's leases could hold it (a Redis stall while a
+ * lease call failed, or the second after one failed): said as that, with both reasons, once a minute; the store may
+ * well answer (keys are read from it meanwhile), and a store outage of its own is still said on its own line.
+ */
+function logBudgetsUnavailable(request: FastifyRequest, err: BudgetsUnavailableError): void {
+  const now = Date.now();
+  const fields = { redis: err.redis === null ? null : errorSummary(err.redis), database: err.database === null ? null : errorSummary(err.database) };
+  if (now - budgetsWarnedAt < STORE_WARN_EVERY_MS) {
+    request.log.debug(fields, 'budgets cannot be held: answered 503');
+    return;
+  }
+  budgetsWarnedAt = now;
+  request.log.warn(
+    fields,
+    "budgets cannot be held: Redis did not answer and the database's budget lease failed; requests of keys with a budget are answered 503 until either is back (said once a minute while it lasts)",
   );
 }
 

@@ -12,6 +12,19 @@ export const toNano = (eur: number): number => Math.ceil(toPico(eur) / PICO_PER_
 export const limitNano = (eur: number): number => Math.floor(toPico(eur) / PICO_PER_NANO);
 export const fromNano = (nano: number): number => nano / NANO;
 
+/**
+ * Neither Redis nor the database can hold a budget right now: the request is refused, to be retried. Says what
+ * failed in each (`redis`, `database`): a refusal while only Redis stalled was logged as the store being unreachable.
+ */
+export class BudgetsUnavailableError extends Error {
+  constructor(
+    readonly redis: unknown,
+    readonly database: unknown,
+  ) {
+    super('neither Redis nor the database could hold the budget', { cause: database });
+  }
+}
+
 /** One budget a request is held to: its key's or its workspace's. */
 export interface BudgetScope {
   /** `key:<id>` or `ws:<id>`. */

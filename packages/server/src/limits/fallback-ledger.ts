@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
-import { lastCostsStoredAfterMs, RECONCILING, RESERVATION_TTL_MS, renewalDue, renewalTimer, toNano } from './budget-types.js';
+import { BudgetsUnavailableError, lastCostsStoredAfterMs, RECONCILING, RESERVATION_TTL_MS, renewalDue, renewalTimer, toNano } from './budget-types.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { MemoryLedger } from './memory-ledger.js';
 
@@ -69,13 +69,6 @@ const HEAL_AFTER_MS = [2_000, 10_000];
 /** At most this many holds and costs wait to be brought to the shared ledger; past it the oldest go (holds expire by themselves). */
 const MAX_WAITING = 100_000;
 
-/** Neither Redis nor the database can hold a budget right now: the request is refused, to be retried. */
-export class BudgetsUnavailableError extends Error {
-  constructor(cause: unknown) {
-    super('neither Redis nor the database could hold the budget', { cause });
-  }
-}
-
 /**
  * The shared ledger (Redis) while it answers. While it does not, leases in
  * the database (`database`, with PostgreSQL), which every instance shares
@@ -127,6 +120,9 @@ export class FallbackLedger implements BudgetLedger {
    * its lease just after Redis died admitted the room of every instance's last flush interval of costs a second time.
    */
   private settledInShared: { scopes: string[]; cost: SettledCost }[] = [];
+  /** Why the shared ledger last failed, and the database's leases: what a refusal for both says ({@link BudgetsUnavailableError}). */
+  private sharedFailure: unknown = null;
+  private databaseFailure: unknown = null;
   /** Whether the shared ledger answered last (see {@link noteSharedLost}). */
   private onShared = true;
   /**
@@ -202,7 +198,8 @@ export class FallbackLedger implements BudgetLedger {
         }
         // Still marked (an instance that owed costs died, its mark not yet lapsed): the leases, which know every
         // instance's spending, admit meanwhile (below), as during the outage.
-      } catch {
+      } catch (err) {
+        this.sharedFailure = err;
         this.noteSharedLost();
         if (this.database) this.markBeforeLeases();
         this.breaker.failure();
@@ -211,7 +208,8 @@ export class FallbackLedger implements BudgetLedger {
       }
     }
     if (this.database) {
-      if (!this.databaseBreaker.allow()) throw new BudgetsUnavailableError(null);
+      // Not tried for a second after a lease call failed: that failure is the one to tell.
+      if (!this.databaseBreaker.allow()) throw new BudgetsUnavailableError(this.sharedFailure, this.databaseFailure);
       try {
         const wait = this.leasesFrom - Date.now();
         if (wait > 0) await sleep(wait);
@@ -226,7 +224,8 @@ export class FallbackLedger implements BudgetLedger {
         return res;
       } catch (err) {
         this.databaseBreaker.failure();
-        throw new BudgetsUnavailableError(err);
+        this.databaseFailure = err;
+        throw new BudgetsUnavailableError(this.sharedFailure, err);
       }
     }
     const res = await this.local.reserve(tag, scopes, eur, requestId);

@@ -1,0 +1,76 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Simulator, startSimulator } from '@gw/simulator';
+import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
+import { chatOnce, type GatewayProcess, spawnGateway } from './helpers/process.js';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
+
+let redis: RedisServer;
+let pg: PostgresServer;
+let proxy: TcpProxy;
+let sim: Simulator;
+let one: GatewayProcess;
+let two: TestGateway;
+let dir: string;
+let database: string;
+
+beforeAll(async () => {
+  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
+  proxy = await startTcpProxy(Number(new URL(redis.url).port));
+  const databaseUrl = await pg.createDatabase();
+  database = new URL(databaseUrl).pathname.slice(1);
+  const redisUrl = `redis://127.0.0.1:${proxy.port}`;
+  dir = mkdtempSync(join(tmpdir(), 'gw-budget-stall-'));
+  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
+  one = await spawnGateway({
+    GW_CONFIG: join(dir, 'gw.json'),
+    GW_DATA_DIR: join(dir, 'data'),
+    DATABASE_URL: databaseUrl,
+    REDIS_URL: redisUrl,
+    GW_ADMIN_TOKEN: ADMIN_TOKEN,
+  });
+  two = await startGateway({ sim, databaseUrl, redisUrl });
+}, 60_000);
+
+afterAll(async () => {
+  if (one && one.child.exitCode === null) {
+    one.child.kill('SIGTERM');
+    await one.exited;
+  }
+  await two?.close();
+  await proxy?.close();
+  await Promise.all([sim?.close(), redis?.stop(), pg?.stop()]);
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+const LEASE_GROW = 'gw_budget_lease_grow(text, text, bigint, bigint, integer, bigint)';
+
+describe('a budgeted request refused 503 while Redis stalls', () => {
+  it('is logged as Redis not answering and the lease failing, not as the store being unreachable', async () => {
+    const { key } = await two.createKey({ rateLimitRpm: 1000, budget: 100 });
+    expect((await chatOnce(one.url, key)).status).toBe(200);
+    // A lease call that fails while the database answers everything else (keys, usage).
+    await pg.psql(`ALTER FUNCTION ${LEASE_GROW} RENAME TO gw_budget_lease_grow_away`, database);
+    proxy.hold();
+    try {
+      const refused = await chatOnce(one.url, key);
+      const body = (await refused.json()) as { error: { code: string } };
+      expect([refused.status, body.error.code]).toEqual([503, 'service_unavailable']);
+    } finally {
+      proxy.release();
+      await pg.psql(`ALTER FUNCTION gw_budget_lease_grow_away(text, text, bigint, bigint, integer, bigint) RENAME TO gw_budget_lease_grow`, database);
+    }
+    const warnings = one
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('"level":40') && line.includes('503'));
+    expect(warnings).toHaveLength(1);
+    const [warning] = warnings as [string];
+    expect(warning).not.toContain('store unreachable');
+    expect(warning).toContain('budgets cannot be held: Redis did not answer');
+    expect(warning).toContain('gw_budget_lease_grow');
+  }, 30_000);
+});
