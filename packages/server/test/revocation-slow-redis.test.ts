@@ -86,6 +86,37 @@ describe('a revocation while Redis is slow or silent', () => {
     }
   }, 30_000);
 
+  it('with every command 800 ms late, a budget or workspace change answers once the other instance has applied it too', async () => {
+    const ws = await two.admin<{ id: string }>('POST', '/workspaces', { name: 'slow', enabledModels: null });
+    const { id, key } = await two.createKey({ rateLimitRpm: 1000, workspaceId: ws.body.id });
+    expect((await fetch(`${one.url}/v1/models`, { headers: { authorization: bearer(key) } })).status).toBe(200);
+    const before = two.gateway.services.auth.authenticate(bearer(key));
+    expect(await before).toMatchObject({ budget: null });
+    proxy.slow(800);
+    try {
+      const patched = await fetch(`${one.url}/admin/v1/keys/${id}`, {
+        method: 'PATCH',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ budget: 5 }),
+      });
+      expect([patched.status, patched.headers.get('x-gateway-propagation')]).toEqual([200, 'confirmed']);
+      // Asked at once: instance two reads the key anew, with its budget.
+      expect(await two.gateway.services.auth.authenticate(bearer(key))).toMatchObject({ budget: 5 });
+      const changed = await fetch(`${one.url}/admin/v1/workspaces/${ws.body.id}`, {
+        method: 'PATCH',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ enabledModels: ['mistral/small'] }),
+      });
+      expect([changed.status, changed.headers.get('x-gateway-propagation')]).toEqual([200, 'confirmed']);
+      expect(warnings(id)).toEqual([]);
+      expect(warnings(ws.body.id)).toEqual([]);
+    } finally {
+      proxy.slow(0);
+    }
+    const models = await fetch(`${two.url}/alt/v1/models`, { headers: { authorization: bearer(key) } });
+    expect(((await models.json()) as { data: { id: string }[] }).data.map((m) => m.id)).toEqual(['mistral/small']);
+  }, 30_000);
+
   it('with Redis silent, answers after 5 s saying it is unconfirmed, logs why, and the change arrives once Redis answers', async () => {
     const { id, key } = await knownKey();
     proxy.hold();

@@ -241,7 +241,9 @@ export class ApiKeyAuthenticator {
       return;
     }
     // Applied: the instance that made the change may answer its admin call. A lost confirmation only makes it wait.
-    if (typeof event.nonce === 'string') this.bus.publish(ACK_CHANNEL, event.nonce).catch(() => {});
+    // Not failed at the command timeout: with Redis 800 ms late, three in a row dropped the publishing connection,
+    // and the next admin change found it reconnecting (published nowhere, unconfirmed).
+    if (typeof event.nonce === 'string') this.bus.publishAwaited(ACK_CHANNEL, event.nonce).catch(() => {});
   }
 
   private apply(event: KeyEvent): void {
