@@ -5,6 +5,7 @@ import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
 import { BudgetsUnavailableError } from '../limits/budget-types.js';
+import { ResumeBufferUnavailableError } from '../streaming/types.js';
 import { bodyMediaOf } from './body-media.js';
 import { leftBeforeAnswer } from './upstream-call.js';
 
@@ -235,50 +236,42 @@ export function errorEnvelope(g: GatewayError, variant: Variant): { status: numb
   return errorJson(g.code, variant, redactSecrets(g.message), g.param === null ? null : redactSecrets(g.param));
 }
 
-/** How often a refusal for an unreachable store is logged at warn, with its cause; the others at debug. */
+/** How often a refusal for an unreachable store (or Redis) is logged at warn, with its cause; the others at debug. */
 const STORE_WARN_EVERY_MS = 60_000;
-let storeWarnedAt = Number.NEGATIVE_INFINITY;
+/** When each kind of refusal was last logged at warn: a Redis stall's refusals do not hide a database outage's. */
+const warnedAt = { store: Number.NEGATIVE_INFINITY, budgets: Number.NEGATIVE_INFINITY, resumeBuffer: Number.NEGATIVE_INFINITY };
 
 /**
  * A database outage refuses every key not yet cached (503), which the access log shows only as 503s: the first such
- * refusal says why, once a minute while it lasts, rather than once per request.
+ * refusal says why, once a minute while it lasts, rather than once per request. A refusal for Redis (a budget that
+ * neither Redis nor the database's leases could hold, a resume whose buffer could not be read) names Redis: while
+ * Redis stalled, they were said as the store being unreachable, which sent an operator to a database that answered.
  */
 function logStoreUnreachable(request: FastifyRequest, cause: unknown): void {
+  let kind: keyof typeof warnedAt;
+  let fields: object;
+  let message: string;
   if (cause instanceof BudgetsUnavailableError) {
-    logBudgetsUnavailable(request, cause);
-    return;
+    kind = 'budgets';
+    fields = { redis: cause.redis === null ? null : errorSummary(cause.redis), database: cause.database === null ? null : errorSummary(cause.database) };
+    message =
+      "budgets cannot be held: Redis did not answer and the database's budget lease failed; requests of keys with a budget are answered 503 until either is back";
+  } else if (cause instanceof ResumeBufferUnavailableError) {
+    kind = 'resumeBuffer';
+    fields = { err: errorSummary(cause.cause) };
+    message = 'stream resume buffer (Redis) unreachable: resumes of streams this instance does not relay are answered 503';
+  } else {
+    kind = 'store';
+    fields = { err: errorSummary(cause) };
+    message = 'store unreachable: requests that need it (a key or workspace not cached, an admin call) are answered 503';
   }
   const now = Date.now();
-  if (now - storeWarnedAt < STORE_WARN_EVERY_MS) {
-    request.log.debug({ err: errorSummary(cause) }, 'store unreachable: answered 503');
+  if (now - warnedAt[kind] < STORE_WARN_EVERY_MS) {
+    request.log.debug(fields, `${message.slice(0, message.indexOf(':'))}: answered 503`);
     return;
   }
-  storeWarnedAt = now;
-  request.log.warn(
-    { err: errorSummary(cause) },
-    'store unreachable: requests that need it (a key or workspace not cached, an admin call) are answered 503 (said once a minute while it lasts)',
-  );
-}
-
-let budgetsWarnedAt = Number.NEGATIVE_INFINITY;
-
-/**
- * A budgeted request refused because neither Redis nor the database's leases could hold it (a Redis stall while a
- * lease call failed, or the second after one failed): said as that, with both reasons, once a minute; the store may
- * well answer (keys are read from it meanwhile), and a store outage of its own is still said on its own line.
- */
-function logBudgetsUnavailable(request: FastifyRequest, err: BudgetsUnavailableError): void {
-  const now = Date.now();
-  const fields = { redis: err.redis === null ? null : errorSummary(err.redis), database: err.database === null ? null : errorSummary(err.database) };
-  if (now - budgetsWarnedAt < STORE_WARN_EVERY_MS) {
-    request.log.debug(fields, 'budgets cannot be held: answered 503');
-    return;
-  }
-  budgetsWarnedAt = now;
-  request.log.warn(
-    fields,
-    "budgets cannot be held: Redis did not answer and the database's budget lease failed; requests of keys with a budget are answered 503 until either is back (said once a minute while it lasts)",
-  );
+  warnedAt[kind] = now;
+  request.log.warn(fields, `${message} (said once a minute while it lasts)`);
 }
 
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */

@@ -64,3 +64,10 @@ export const DELIVERED_LINGER_S = 10;
 export const MAX_STREAM_EVENTS = 200_000;
 /** At most this much event data is buffered per stream; past it the stream ends with an error. */
 export const MAX_STREAM_BYTES = 32 * 1024 * 1024;
+
+/** The shared resume buffer (Redis) could not be read: the cause of a resume's 503, logged as that, not as the store. */
+export class ResumeBufferUnavailableError extends Error {
+  constructor(cause: unknown) {
+    super('the stream resume buffer could not be read', { cause });
+  }
+}

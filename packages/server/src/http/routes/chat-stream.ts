@@ -17,7 +17,7 @@ import { LiveFrames } from '../../streaming/live-frames.js';
 import { StreamEndedByGateway, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
-import { RECORD_PATIENCE_MS, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
+import { RECORD_PATIENCE_MS, ResumeBufferUnavailableError, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { applyRateLimit, countUncounted } from '../plugins/rate-limit.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '../plugins/usage-recording.js';
@@ -293,7 +293,10 @@ async function sharedMeta(services: Services, streamId: string): Promise<StreamM
     try {
       meta = await services.streams.meta(streamId);
     } catch (err) {
-      throw new GatewayError('store_unavailable', 'The stream resume buffer cannot be read right now; retry shortly.', { retryAfterS: 1, cause: err });
+      throw new GatewayError('store_unavailable', 'The stream resume buffer cannot be read right now; retry shortly.', {
+        retryAfterS: 1,
+        cause: new ResumeBufferUnavailableError(err),
+      });
     }
     if (meta || performance.now() >= until) return meta;
     await new Promise((resolve) => setTimeout(resolve, 250));

@@ -74,3 +74,38 @@ describe('a budgeted request refused 503 while Redis stalls', () => {
     expect(warning).toContain('gw_budget_lease_grow');
   }, 30_000);
 });
+
+describe('a resume refused 503 while Redis stalls', () => {
+  it('is logged as the resume buffer (Redis) not answering, not as the store being unreachable', async () => {
+    const { key } = await two.createKey({ rateLimitRpm: 1000 });
+    const body = { model: 'mistral/small', stream: true, messages: [{ role: 'user', content: 'resume me' }] };
+    const post = (url: string, headers: Record<string, string> = {}) =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(body),
+      });
+    const streamed = await post(two.url);
+    const text = await streamed.text();
+    const id = /^id: (\S+)$/m.exec(text)?.[1];
+    expect(id).toMatch(/^req_\w+:\d+$/);
+    const streamId = (id as string).split(':')[0] as string;
+    proxy.hold();
+    try {
+      const refused = await post(one.url, { 'last-event-id': `${streamId}:0` });
+      const answer = (await refused.json()) as { error: { message: string } };
+      expect([refused.status, answer.error.message]).toEqual([503, 'The stream resume buffer cannot be read right now; retry shortly.']);
+    } finally {
+      proxy.release();
+    }
+    const warnings = one
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('"level":40') && line.includes('503') && !line.includes('budgets cannot be held'));
+    expect(warnings).toHaveLength(1);
+    const [warning] = warnings as [string];
+    expect(warning).not.toContain('store unreachable');
+    expect(warning).toContain('stream resume buffer (Redis) unreachable');
+    expect(warning).toContain('Command timed out');
+  }, 30_000);
+});
