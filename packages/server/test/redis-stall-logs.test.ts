@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ADMIN_TOKEN, startGateway, type TestGateway } from './helpers/gateway.js';
+import { ADMIN_TOKEN, eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { chatOnce, type GatewayProcess, spawnGateway } from './helpers/process.js';
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 
@@ -63,11 +63,14 @@ describe('a budgeted request refused 503 while Redis stalls', () => {
       proxy.release();
       await pg.psql(`ALTER FUNCTION gw_budget_lease_grow_away(text, text, bigint, bigint, integer, bigint) RENAME TO gw_budget_lease_grow`, database);
     }
-    const warnings = one
-      .output()
-      .split('\n')
-      .filter((line) => line.includes('"level":40') && line.includes('503'));
-    expect(warnings).toHaveLength(1);
+    const found = () =>
+      one
+        .output()
+        .split('\n')
+        .filter((line) => line.includes('"level":40') && line.includes('503'));
+    // The child's log reaches this process through a pipe, after its answer may have.
+    await eventually(() => expect(found()).toHaveLength(1));
+    const warnings = found();
     const [warning] = warnings as [string];
     expect(warning).not.toContain('store unreachable');
     expect(warning).toContain('budgets cannot be held: Redis did not answer');
@@ -98,11 +101,13 @@ describe('a resume refused 503 while Redis stalls', () => {
     } finally {
       proxy.release();
     }
-    const warnings = one
-      .output()
-      .split('\n')
-      .filter((line) => line.includes('"level":40') && line.includes('503') && !line.includes('budgets cannot be held'));
-    expect(warnings).toHaveLength(1);
+    const found = () =>
+      one
+        .output()
+        .split('\n')
+        .filter((line) => line.includes('"level":40') && line.includes('503') && !line.includes('budgets cannot be held'));
+    await eventually(() => expect(found()).toHaveLength(1));
+    const warnings = found();
     const [warning] = warnings as [string];
     expect(warning).not.toContain('store unreachable');
     expect(warning).toContain('stream resume buffer (Redis) unreachable');
