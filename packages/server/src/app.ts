@@ -46,6 +46,7 @@ import { hostForLog, redactSecrets, registerSecret, urlForLog } from './lib/reda
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
 import { LeaseLedger } from './limits/lease-ledger.js';
+import { LEASE_SWEEP_EVERY_MS, scheduleLeaseSweep } from './limits/lease-sweep.js';
 import { MemoryLedger } from './limits/memory-ledger.js';
 import { MemoryWindowLimiter } from './limits/memory-window.js';
 import { RedisBetaQuota } from './limits/redis-beta-quota.js';
@@ -84,6 +85,8 @@ export interface GatewayOptions {
   logger?: boolean;
   /** When idle memory is handed back (tests shorten it); default IDLE_MEMORY_RELEASE. */
   idleMemoryRelease?: Partial<typeof IDLE_MEMORY_RELEASE>;
+  /** How often budget leases that have run out are deleted (tests shorten it); default LEASE_SWEEP_EVERY_MS. */
+  leaseSweepMs?: number;
 }
 
 export interface Gateway {
@@ -364,6 +367,14 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const stopUploadSweep = scheduleUploadSweep(uploadRoot, staleUploadMs(config, catalogue), HOUR_MS, (n) =>
     app.log.info(`removed ${n} upload folders left in ${uploadRoot} by a request that can no longer be running (an instance killed mid-upload)`),
   );
+  const stopLeaseSweep = leases
+    ? scheduleLeaseSweep(
+        store.budgetLeases,
+        options.leaseSweepMs ?? LEASE_SWEEP_EVERY_MS,
+        (n) => app.log.debug(`deleted ${n} budget leases that had run out`),
+        (err) => app.log.debug({ err }, 'budget lease sweep failed; tried again at the next'),
+      )
+    : () => {};
   const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, warnOnFailure(app.log, 'registry rebuild failed'), firstRebuild);
   await mountRoutes(app, services);
   return {
@@ -374,6 +385,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       redisHealth?.stop();
       stopRebuild();
       stopUploadSweep();
+      stopLeaseSweep();
       memoryRelease.stop();
       leases?.stop();
       ledger.stop();

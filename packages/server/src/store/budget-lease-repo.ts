@@ -46,4 +46,15 @@ export class DrizzleBudgetLeaseRepo implements BudgetLeaseRepo {
     const [row] = rowsOf<{ nano: string | number; ms: string | number }>(result);
     return { nano: Number(row?.nano ?? 0), ms: Math.max(0, Number(row?.ms ?? 0)) };
   }
+
+  async sweepExpired(limit: number): Promise<number> {
+    // SKIP LOCKED: sweeps of several instances at once, and a grow deleting its scope's expired rows, never wait on
+    // one another. The outer check is the row as locked: one renewed meanwhile (a shrink) is kept.
+    const result = await this.db.execute(
+      sql`DELETE FROM budget_leases WHERE (scope_id, lease_id) IN (
+          SELECT scope_id, lease_id FROM budget_leases WHERE expires_at <= now() LIMIT ${limit}::integer FOR UPDATE SKIP LOCKED)
+        AND expires_at <= now() RETURNING 1 AS gone`,
+    );
+    return rowsOf(result).length;
+  }
 }

@@ -180,6 +180,13 @@ export interface BudgetLeaseRepo {
   add(scopeId: string, leaseId: string, nano: number, ttlMs: number): Promise<void>;
   /** The room every live lease of the scope holds, and how long the longest of them lives (ms). */
   live(scopeId: string): Promise<{ nano: number; ms: number }>;
+  /**
+   * Deletes up to `limit` leases that have run out, skipping any another
+   * call holds (a grow, or another instance's sweep); returns how many
+   * went. A lease that has run out counts for nothing anywhere, so this
+   * only keeps the table small.
+   */
+  sweepExpired(limit: number): Promise<number>;
 }
 
 export interface IdempotencyRepo {
