@@ -60,3 +60,29 @@ describe('budget leases that have run out', () => {
   }, 30_000);
 });
 
+describe('a budget removed and set again while instances lease room of it', () => {
+  it('what was spent without a budget is not admitted again from the room leased before: no request fits in a budget set just above it', async () => {
+    // Room for 260 worst cases: each instance's first request leases room for 64 of them, far from the end, so none
+    // goes back at its settle.
+    const budget = worst * 260;
+    const { id, key } = await g1.createKey({ budget, rateLimitRpm: 1000 });
+    for (const gw of [g1, g2]) expect((await chat(gw, key)).status).toBe(200);
+    expect((await g1.admin('PATCH', `/keys/${id}`, { budget: null })).status).toBe(200);
+    // Without a budget, one request spends more than the old budget: a long prompt. The other instance sees none of it.
+    const long = [{ role: 'user', content: 'How much is left? '.repeat(8_000) }];
+    expect((await chat(g1, key, 'A', { messages: long })).status).toBe(200);
+    const spent = await spentOf(id);
+    expect(spent).toBeGreaterThan(budget);
+    // Set again, above the old budget, with room for half a request's worst case.
+    const again = spent + worst / 2;
+    expect((await g1.admin('PATCH', `/keys/${id}`, { budget: again })).status).toBe(200);
+    // Without Redis the other instance reads the key again at its first use past 250 ms, served as before (README).
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await fetch(`${g2.baseA}/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 100));
+    const statuses = [];
+    for (const gw of [g1, g2, g1, g2]) statuses.push((await chat(gw, key)).status);
+    expect(statuses).toEqual([402, 402, 402, 402]);
+    expect(await spentOf(id)).toBeLessThanOrEqual(again);
+  }, 30_000);
+});

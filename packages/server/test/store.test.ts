@@ -124,6 +124,7 @@ for (const driver of drivers) {
         name: 'Team A',
         enabledModels: ['mistral/small'],
         budget: 12.5,
+        budgetSeq: 0,
         spent: 0,
         createdAt: expect.any(Date),
       });
@@ -148,6 +149,7 @@ for (const driver of drivers) {
         hash,
         rateLimitRpm: 60,
         budget: null,
+        budgetSeq: 0,
         spent: 0,
         revoked: false,
         createdAt: expect.any(Date),
@@ -174,11 +176,12 @@ for (const driver of drivers) {
       await store.keys.create({ id, name: 'k', workspaceId: null, hash: uid('h'), rateLimitRpm: 60, budget: null });
 
       const a = await store.keys.update(id, { rateLimitRpm: 120 });
-      expect(a).toMatchObject({ id, rateLimitRpm: 120, budget: null });
+      expect(a).toMatchObject({ id, rateLimitRpm: 120, budget: null, budgetSeq: 0 });
+      // Every change of the budget counts, its removal included (leases taken under an earlier one give room back).
       const b = await store.keys.update(id, { budget: 3.25 });
-      expect(b).toMatchObject({ rateLimitRpm: 120, budget: 3.25 });
+      expect(b).toMatchObject({ rateLimitRpm: 120, budget: 3.25, budgetSeq: 1 });
       const c = await store.keys.update(id, { budget: null });
-      expect(c).toMatchObject({ rateLimitRpm: 120, budget: null });
+      expect(c).toMatchObject({ rateLimitRpm: 120, budget: null, budgetSeq: 2 });
       expect(await store.keys.update(id, {})).toEqual(c);
       expect(await store.keys.update('no-such-key', { rateLimitRpm: 1 })).toBeNull();
 

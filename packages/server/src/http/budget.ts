@@ -199,12 +199,24 @@ function budgetScopes(services: Services, key: ApiKeyRecord, ws: Workspace | nul
 
 function keyScope(services: Services, key: ApiKeyRecord): BudgetScope {
   const id = `key:${key.id}`;
-  return { id, limit: key.budget, loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0, loadLeased: leasedIn(services, id) };
+  return {
+    id,
+    limit: key.budget,
+    seq: key.budgetSeq,
+    loadSpent: async () => (await services.store.keys.getById(key.id))?.spent ?? 0,
+    loadLeased: leasedIn(services, id),
+  };
 }
 
 function workspaceScope(services: Services, ws: Workspace): BudgetScope {
   const id = `ws:${ws.id}`;
-  return { id, limit: ws.budget, loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0, loadLeased: leasedIn(services, id) };
+  return {
+    id,
+    limit: ws.budget,
+    seq: ws.budgetSeq,
+    loadSpent: async () => (await services.store.workspaces.get(ws.id))?.spent ?? 0,
+    loadLeased: leasedIn(services, id),
+  };
 }
 
 /**

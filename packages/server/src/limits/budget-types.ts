@@ -31,6 +31,8 @@ export interface BudgetScope {
   id: string;
   /** EUR; null: unlimited (still tracked). */
   limit: number | null;
+  /** Changes whenever the budget is set or removed: room leased under an earlier budget is given back. */
+  seq?: number;
   /** Reads the durable spent total (EUR) when the ledger first meets this scope. */
   loadSpent: () => Promise<number>;
   /** The room instances hold in the database's leases (nano-EUR) and how long the longest of them lives (ms). */

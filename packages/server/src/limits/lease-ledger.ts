@@ -41,6 +41,8 @@ interface ScopeLease {
   settledSum: number;
   /** The scope's budget (nano-EUR) as last met here: a lower one gives back the room leased under the higher one. */
   limit: number;
+  /** Its {@link BudgetScope.seq} as last met here: a budget changed since gives back the room leased under the old one. */
+  seq: number | undefined;
   /** Local time until which the lease is known to live in the database. */
   validUntil: number;
   lastUse: number;
@@ -105,9 +107,11 @@ export class LeaseLedger implements BudgetLedger {
     for (const scope of limited) {
       const state = this.state(scope.id);
       const limit = limitNano(scope.limit as number);
-      // Lowered (PATCH) while this instance leases: the room it leased under the old budget is not counted on.
-      if (limit < state.limit) this.giveBackUnused(scope.id, state, true);
+      // Lowered (PATCH) while this instance leases, or removed and set again (what was spent meanwhile reached only
+      // `spent`, not the leases): the room it leased under the old budget is not counted on.
+      if (limit < state.limit || (scope.seq !== state.seq && state.seq !== undefined)) this.giveBackUnused(scope.id, state, true);
       state.limit = limit;
+      state.seq = scope.seq;
       let admitted: boolean;
       try {
         admitted = await this.take(scope.id, state, nano);
@@ -257,6 +261,7 @@ export class LeaseLedger implements BudgetLedger {
         settled: [],
         settledSum: 0,
         limit: Number.POSITIVE_INFINITY,
+        seq: undefined,
         validUntil: 0,
         lastUse: 0,
         growing: null,

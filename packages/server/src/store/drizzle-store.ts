@@ -119,7 +119,11 @@ class DrizzleWorkspaceRepo implements WorkspaceRepo {
   async update(id: string, patch: WorkspacePatch): Promise<Workspace | null> {
     const set = given(patch);
     if (set === null) return this.get(id);
-    const [row] = await this.db.update(workspaces).set(set).where(eq(workspaces.id, id)).returning();
+    const [row] = await this.db
+      .update(workspaces)
+      .set(patch.budget === undefined ? set : { ...set, budgetSeq: sql`${workspaces.budgetSeq} + 1` })
+      .where(eq(workspaces.id, id))
+      .returning();
     return row ?? null;
   }
 
@@ -183,7 +187,7 @@ class DrizzleKeyRepo implements KeyRepo {
     // A revoked key is left as it is, even when its revocation lands between an admin's check and this update.
     const [row] = await this.db
       .update(apiKeys)
-      .set(set)
+      .set(patch.budget === undefined ? set : { ...set, budgetSeq: sql`${apiKeys.budgetSeq} + 1` })
       .where(and(eq(apiKeys.id, id), eq(apiKeys.revoked, false)))
       .returning();
     return row ?? null;

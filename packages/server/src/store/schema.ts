@@ -28,6 +28,8 @@ export const workspaces = pgTable('workspaces', {
   /** null: every model is enabled. */
   enabledModels: jsonb('enabled_models').$type<string[]>(),
   budget: money('budget'),
+  /** Counts the changes of `budget`: room leased under an earlier one is not admitted from (limits/lease-ledger.ts). */
+  budgetSeq: integer('budget_seq').notNull().default(0),
   spent: money('spent').notNull().default(0),
   createdAt: createdAt(),
 });
@@ -42,6 +44,8 @@ export const apiKeys = pgTable(
     hash: text('hash').notNull(),
     rateLimitRpm: integer('rate_limit_rpm').notNull(),
     budget: money('budget'),
+    /** As the workspace's. */
+    budgetSeq: integer('budget_seq').notNull().default(0),
     spent: money('spent').notNull().default(0),
     revoked: boolean('revoked').notNull().default(false),
     createdAt: createdAt(),

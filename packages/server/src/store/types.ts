@@ -10,6 +10,8 @@ export interface Workspace {
   enabledModels: string[] | null;
   /** EUR; null: no budget. */
   budget: number | null;
+  /** How many times `budget` was changed (set, removed, set again). */
+  budgetSeq: number;
   spent: number;
   createdAt: Date;
 }
@@ -23,6 +25,8 @@ export interface ApiKeyRecord {
   rateLimitRpm: number;
   /** EUR; null: no budget. */
   budget: number | null;
+  /** How many times `budget` was changed (set, removed, set again). */
+  budgetSeq: number;
   spent: number;
   revoked: boolean;
   createdAt: Date;
