@@ -12,6 +12,7 @@ import { WorkspaceCache } from './auth/workspace-cache.js';
 import { ConfigError, type GatewayConfig } from './config/index.js';
 import { entryWarnings } from './config/provider-entry.js';
 import { GatewayError } from './errors/gateway-error.js';
+import { DRAIN_READ_GRACE_MS } from './http/drain-close.js';
 import { sendError } from './http/errors.js';
 import { checkBeforeContinue } from './http/expect-continue.js';
 import { clientErrorHandler, frameworkErrors, refuseConnect, variantOfUrl } from './http/framework-errors.js';
@@ -103,13 +104,6 @@ export interface Gateway {
  * on a cold heap (its time to first token was 20-30% longer after 4 s).
  */
 const IDLE_MEMORY_RELEASE = { checkEveryMs: 1_000, idleForMs: 30_000, minGrowthBytes: 32 * 2 ** 20 };
-/**
- * How long a draining instance keeps reading its kept-alive connections
- * before it closes the idle ones: a request a client had already sent on
- * one is answered 503 with connection: close, where closing it at once
- * reset that request (the client cannot tell whether a POST was run).
- */
-const DRAIN_READ_GRACE_MS = 200;
 
 /** How many connections the server still has (it counts them after close() too). */
 function openConnections(server: Server): Promise<number> {

@@ -18,6 +18,7 @@ import { StreamEndedByGateway, type StreamOutcome } from '../../streaming/sessio
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import { RECORD_PATIENCE_MS, ResumeBufferUnavailableError, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
+import { closeAfterStream } from '../drain-close.js';
 import { applyRateLimit, countUncounted } from '../plugins/rate-limit.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
 import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '../plugins/usage-recording.js';
@@ -311,6 +312,8 @@ function sendFrames(services: Services, request: FastifyRequest, reply: FastifyR
   // nothing, resumed past the end) is resumed again, maybe while the stream still runs, and keeps the buffer as it is.
   reply.raw.once('finish', () => {
     if (frames instanceof LiveFrames ? frames.sentEnd : end?.seen === true) services.streams.delivered(streamId);
+    // Its head went out with keep-alive before the drain began (an answer begun after says connection: close).
+    if (services.lifecycle.draining) closeAfterStream(request.raw.socket);
   });
   if (frames instanceof LiveFrames && writesItself(request)) {
     // What the onSend hooks would do: an idempotency claim (settled there) takes the path below instead.
