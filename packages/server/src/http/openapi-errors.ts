@@ -47,7 +47,7 @@ const WHEN: Record<CanonicalCode, string> = {
   store_unavailable: 'the store is unreachable and the key (or its workspace, or its budget) cannot be checked; Retry-After: 1',
   idempotency_unavailable: 'X-Idempotency-Key was sent and its storage cannot be reached; Retry-After: 1',
   shutting_down: 'the instance is draining after SIGTERM; Retry-After: 1 (another instance answers the retry)',
-  upstream_timeout: 'the provider did not connect or answer in time',
+  upstream_timeout: 'the provider did not connect or answer in time (Retry-After: when the first offer is back, where every one is then out)',
   stream_buffer_exceeded: 'only as the last event of a stream already answered 200',
 };
 
@@ -110,6 +110,7 @@ const WAITS = new Map<CanonicalCode, boolean>([
   ['shutting_down', true],
   ['budget_exceeded', false],
   ['upstream_failed', false],
+  ['upstream_timeout', false],
 ]);
 
 /** Statuses at which the limiter has always run (the request named a model the key may use, or a route still to come's 501): its headers are sent. */

@@ -115,7 +115,10 @@ function finalError(attempts: Attempt[], last: UpstreamError | null, backInMs?: 
   if (last?.elsewhere && last.kind === 'http' && last.status !== undefined && last.status < 500) return refusedByProvider(last);
   const tried = attempts.map((a) => a.provider).join(', ');
   if (last?.kind === 'timeout') {
-    return new GatewayError('upstream_timeout', `The upstream provider did not answer in time (tried: ${tried}).`, { cause: last });
+    // A timeout that left every offer out (its circuit opened) says when the first is back, as the 502 does: the SDK's
+    // own backoff spent the retry SPEC asks for after a 504 on the 503 of the open circuit.
+    const wait = backInMs === undefined ? {} : { retryAfterMs: backInMs };
+    return new GatewayError('upstream_timeout', `The upstream provider did not answer in time (tried: ${tried}).`, { cause: last, ...wait });
   }
   // The provider's own wait, when it gave one (a 503 while it is overloaded too); a 429 always tells the client to wait.
   const retryAfterS = last?.retryAfterS ?? (last?.status === 429 ? 1 : undefined);
