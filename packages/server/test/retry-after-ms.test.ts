@@ -62,6 +62,33 @@ describe('retry-after-ms beside Retry-After', () => {
     expect(retried.sentAt - refused.answeredAt).toBeLessThan(900);
   });
 
+  it('a 503 while the circuit’s probe is in flight says a wait of a second, not retry-after-ms 0 (the SDK retried at once)', async () => {
+    const { key } = await gw.createKey({ rateLimitRpm: 1000 });
+    sim.providers.mistral?.setFault({ kind: 'status', status: 500, retryAfter: null, times: 1 });
+    expect((await chat(gw.baseA, key, 'mistral/medium')).status).toBe(502);
+    await new Promise((r) => setTimeout(r, OPEN_MS + 50));
+    // The probe: half-open lets it through, and it answers after 600 ms.
+    sim.providers.mistral?.setFault({ kind: 'latency', ms: 600, times: 1 });
+    const probe = chat(gw.baseA, key, 'mistral/medium');
+    await new Promise((r) => setTimeout(r, 100));
+    for (const base of [gw.baseA, gw.baseB]) {
+      const refused = await chat(base, key, 'mistral/medium');
+      expect(refused.status).toBe(base === gw.baseA ? 503 : 502);
+      expect(waits(refused)).toEqual({ s: 1, ms: 1000 });
+    }
+    const seen: number[] = [];
+    const fetchSeen: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      seen.push(res.status);
+      return res;
+    };
+    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 1, fetch: fetchSeen });
+    const done = await client.chat.completions.create({ model: 'mistral/medium', messages: [{ role: 'user', content: 'after the probe' }] });
+    expect(done.choices[0]?.message.content).toBeTruthy();
+    expect(seen).toEqual([503, 200]);
+    expect((await probe).status).toBe(200);
+  });
+
   it('a 429 of the rate limit says the exact wait in both variants', async () => {
     const { key } = await gw.createKey({ rateLimitRpm: 1 });
     expect((await chat(gw.baseA, key)).status).toBe(200);

@@ -57,9 +57,15 @@ export function planOffers(model: RegistryModel, options: RouteOptions, size: Re
   return offers.slice(0, options.maxHops + 1);
 }
 
+/**
+ * The wait of a 503 whose offers are each half-open with a probe in flight: it ends when its request does, which is not
+ * known. Said as 0 (retry-after-ms beside Retry-After: 1), the OpenAI and AI SDKs retried at once into the same 503.
+ */
+const PROBE_WAIT_MS = 1000;
+
 /** Every offer's circuit is open: 503, retry once the first of them lets a probe through. */
 function noHealthyOffer(model: RegistryModel, offers: Offer[], view: OfferStatsView | undefined): GatewayError {
-  const waitMs = Math.min(...offers.map((o) => view?.remainingMs(o) ?? 0));
+  const waitMs = Math.min(...offers.map((o) => view?.remainingMs(o) ?? 0)) || PROBE_WAIT_MS;
   const providers = [...new Set(offers.map((o) => o.provider))];
   const paused = `${providers.join(', ')} ${providers.length === 1 ? 'failed recently and is' : 'failed recently and are'} paused`;
   return new GatewayError('no_healthy_provider', `No provider of '${model.id}' is healthy right now (${paused}).`, {
