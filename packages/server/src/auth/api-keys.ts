@@ -95,6 +95,7 @@ export class ApiKeyAuthenticator {
     private readonly bus: Bus,
     private readonly ttlMs: number,
     private readonly lookupTimeoutMs = 2_000,
+    private readonly maxCached = MAX_CACHED,
   ) {}
 
   /** Called on every instance when a workspace changed (the admin API's PATCH), so that its cached copy is dropped. */
@@ -269,13 +270,27 @@ export class ApiKeyAuthenticator {
     this.unknown.set(hash, Date.now() + UNKNOWN_TTL_MS);
   }
 
+  /**
+   * A key read again goes to the back of the cache (the key longest without a read leaves first), and one that
+   * leaves takes its id with it: left behind, the ids of every key this instance had ever served stayed in memory.
+   */
   private remember(record: ApiKeyRecord): void {
-    if (this.byHash.size >= MAX_CACHED) {
-      const oldest = this.byHash.keys().next().value;
-      if (oldest !== undefined) this.byHash.delete(oldest);
+    if (!this.byHash.delete(record.hash) && this.byHash.size >= this.maxCached) {
+      const oldest = this.byHash.values().next().value;
+      if (oldest !== undefined) this.forget(oldest.record);
     }
     this.byHash.set(record.hash, { record, fetchedAt: Date.now(), refreshing: false });
     this.hashById.set(record.id, record.hash);
+  }
+
+  private forget(record: ApiKeyRecord): void {
+    this.byHash.delete(record.hash);
+    if (this.hashById.get(record.id) === record.hash) this.hashById.delete(record.id);
+  }
+
+  /** How many keys are cached and how many ids are mapped to them (for tests). */
+  cacheSize(): { keys: number; ids: number } {
+    return { keys: this.byHash.size, ids: this.hashById.size };
   }
 
   private refreshInBackground(hash: string, cached: Cached): void {
@@ -284,7 +299,7 @@ export class ApiKeyAuthenticator {
     this.readFresh(hash).then(
       (record) => {
         if (record) this.remember(record);
-        else this.byHash.delete(hash);
+        else this.forget(cached.record);
       },
       () => {
         // Store unreachable: keep serving the known key.
