@@ -208,6 +208,11 @@ class DrizzleKeyRepo implements KeyRepo {
     return row?.n ?? 0;
   }
 
+  async any(): Promise<boolean> {
+    const rows = await this.db.select({ id: apiKeys.id }).from(apiKeys).limit(1);
+    return rows.length > 0;
+  }
+
   async list(page: PageQuery & { workspaceId?: string }): Promise<ApiKeyRecord[]> {
     const where = and(
       page.workspaceId === undefined ? undefined : eq(apiKeys.workspaceId, page.workspaceId),

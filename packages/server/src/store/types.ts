@@ -121,6 +121,8 @@ export interface KeyRepo {
   /** Deletes the key (one never handed out: its create answered an error); false when no key has the id. */
   delete(id: string): Promise<boolean>;
   count(): Promise<number>;
+  /** Whether the store holds any key: one row read, where counting them read every key. */
+  any(): Promise<boolean>;
   /** A page of keys, of one workspace's when `workspaceId` is given. */
   list(page: PageQuery & { workspaceId?: string }): Promise<ApiKeyRecord[]>;
 }
