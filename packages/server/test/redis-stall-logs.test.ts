@@ -67,7 +67,7 @@ describe('a budgeted request refused 503 while Redis stalls', () => {
       one
         .output()
         .split('\n')
-        .filter((line) => line.includes('"level":40') && line.includes('503'));
+        .filter((line) => line.includes('"level":40') && line.includes('answered 503'));
     // The child's log reaches this process through a pipe, after its answer may have.
     await eventually(() => expect(found()).toHaveLength(1));
     const warnings = found();
@@ -105,7 +105,7 @@ describe('a resume refused 503 while Redis stalls', () => {
       one
         .output()
         .split('\n')
-        .filter((line) => line.includes('"level":40') && line.includes('503') && !line.includes('budgets cannot be held'));
+        .filter((line) => line.includes('"level":40') && line.includes('answered 503') && !line.includes('budgets cannot be held'));
     await eventually(() => expect(found()).toHaveLength(1));
     const warnings = found();
     const [warning] = warnings as [string];
