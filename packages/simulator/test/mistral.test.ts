@@ -22,6 +22,22 @@ describe('mistral chat', () => {
     ]);
   });
 
+  it("refuses a tool's function without parameters, and keys its tools and calls lack, with 422", async () => {
+    const messages = [
+      { role: 'user', content: 'weather?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'abcDEF123', type: 'function', function: { name: 'w', arguments: '{}', parsed_arguments: {} } }] },
+      { role: 'tool', tool_call_id: 'abcDEF123', content: '12' },
+    ];
+    const r = await json(m(), chat, { model, messages, tools: [{ type: 'function', function: { name: 'w' } }] });
+    expect([r.status, r.body.message.detail.map((d: { type: string; loc: unknown[] }) => [d.type, d.loc.join('.')])]).toEqual([
+      422,
+      [
+        ['extra_forbidden', 'body.messages.1.assistant.tool_calls.0.function.parsed_arguments'],
+        ['missing', 'body.tools.0.function.parameters'],
+      ],
+    ]);
+  });
+
   it('refuses a temperature above 1.5 or a top_p above 1 with 422 less_than_equal, and takes 1.5', async () => {
     const hot = await json(m(), chat, { model, messages: userMessages('hi'), temperature: 1.8 });
     expect([hot.status, hot.body]).toEqual([

@@ -40,6 +40,11 @@ const MESSAGE_KEYS: Record<string, Set<string>> = {
   assistant: new Set(['role', 'content', 'tool_calls', 'prefix']),
   tool: new Set(['role', 'content', 'tool_call_id', 'name']),
 };
+/** Mistral's `Tool`, `Function`, `ToolCall` and `FunctionCall`: as strict as the body (an OpenAI SDK's `parsed_arguments` → 422). */
+const TOOL_KEYS = new Set(['type', 'function']);
+const FUNCTION_KEYS = new Set(['name', 'description', 'strict', 'parameters']);
+const TOOL_CALL_KEYS = new Set(['id', 'type', 'function', 'index']);
+const FUNCTION_CALL_KEYS = new Set(['name', 'arguments']);
 
 function extras(obj: Record<string, unknown>, allowed: Set<string>, loc: (string | number)[]): Issue[] {
   return Object.keys(obj)
@@ -106,10 +111,37 @@ export function validateChat(body: Record<string, unknown>): Issue[] {
         });
       } else {
         issues.push(...extras(m, allowed, ['body', 'messages', i, role as string]));
+        if (role === 'assistant' && Array.isArray(m['tool_calls']))
+          issues.push(...toolCallIssues(m['tool_calls'], ['body', 'messages', i, role, 'tool_calls']));
         if (Array.isArray(m['content'])) issues.push(...chunkIssues(m['content'], ['body', 'messages', i, role as string, 'content']));
       }
     });
   }
+  if (Array.isArray(body['tools'])) issues.push(...toolIssues(body['tools']));
+  return issues;
+}
+
+/** A tool's function must give its `parameters` (OpenAI's may leave them out for a function without any). */
+function toolIssues(tools: unknown[]): Issue[] {
+  const issues: Issue[] = [];
+  tools.forEach((tool, i) => {
+    if (!isRecord(tool)) return;
+    issues.push(...extras(tool, TOOL_KEYS, ['body', 'tools', i]));
+    const fn = tool['function'];
+    if (isRecord(fn))
+      issues.push(...missing(fn, ['name', 'parameters'], ['body', 'tools', i, 'function']), ...extras(fn, FUNCTION_KEYS, ['body', 'tools', i, 'function']));
+  });
+  return issues;
+}
+
+function toolCallIssues(calls: unknown[], loc: (string | number)[]): Issue[] {
+  const issues: Issue[] = [];
+  calls.forEach((call, j) => {
+    if (!isRecord(call)) return;
+    issues.push(...extras(call, TOOL_CALL_KEYS, [...loc, j]));
+    const fn = call['function'];
+    if (isRecord(fn)) issues.push(...extras(fn, FUNCTION_CALL_KEYS, [...loc, j, 'function']));
+  });
   return issues;
 }
 

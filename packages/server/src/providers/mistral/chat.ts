@@ -44,6 +44,7 @@ const MESSAGE_KEYS: Record<string, readonly string[]> = {
 export function toMistralChatBody(body: ChatBody, upstreamModel: string, stream: boolean): Record<string, unknown> {
   const out: Record<string, unknown> = { model: upstreamModel, messages: toMistralMessages(body.messages), stream };
   for (const key of CHAT_KEYS) if (body[key] !== undefined) out[key] = body[key];
+  if (Array.isArray(out['tools'])) out['tools'] = toMistralTools(out['tools']);
   if (out['random_seed'] === undefined && body['seed'] !== undefined) out['random_seed'] = body['seed'];
   // OpenAI's current cap wins over its deprecated one, as on the vLLM hosts that serve the same models: with both
   // given, the answer is cut alike wherever it is routed.
@@ -127,9 +128,45 @@ function differs(part: unknown): boolean {
   return p?.type === 'input_audio' && typeof p.input_audio === 'object' && p.input_audio !== null;
 }
 
+/**
+ * A call of the history with Mistral's keys alone: its schema forbids others (422), and OpenAI's SDK adds some to the
+ * message it answers, which clients send back as it is (`parse()` puts `parsed_arguments` in each call's function).
+ */
 function toMistralToolCall(call: unknown): unknown {
   const c = (call ?? {}) as { id?: unknown; type?: unknown; function?: unknown };
-  return { ...(typeof c.id === 'string' ? { id: mistralToolId(c.id) } : {}), type: c.type ?? 'function', function: c.function };
+  const f = c.function as { name?: unknown; arguments?: unknown } | null | undefined;
+  const fn = f && typeof f === 'object' ? { name: f.name, arguments: f.arguments } : f;
+  return { ...(typeof c.id === 'string' ? { id: mistralToolId(c.id) } : {}), type: c.type ?? 'function', function: fn };
+}
+
+/** Mistral's `Function` keys; its `parameters` are required where OpenAI's may be left out. */
+const FUNCTION_KEYS = ['name', 'description', 'strict', 'parameters'] as const;
+
+/**
+ * Tools as Mistral's schema takes them: a function given without `parameters` (OpenAI's way of saying it takes
+ * none) with an empty object schema, which says the same, and no key Mistral's schema lacks. The same array when
+ * every tool already fits (no copy).
+ */
+function toMistralTools(tools: unknown[]): unknown[] {
+  if (!tools.some(toolDiffers)) return tools;
+  return tools.map((tool) => {
+    if (!toolDiffers(tool)) return tool;
+    const f = (tool as { function: Record<string, unknown> }).function;
+    const fn: Record<string, unknown> = {};
+    for (const key of FUNCTION_KEYS) if (f[key] !== undefined) fn[key] = f[key];
+    fn['parameters'] ??= { type: 'object', properties: {} };
+    return { type: (tool as { type?: unknown }).type ?? 'function', function: fn };
+  });
+}
+
+function toolDiffers(tool: unknown): boolean {
+  const t = tool as { function?: unknown } | null;
+  if (!t || typeof t !== 'object' || !t.function || typeof t.function !== 'object') return false;
+  for (const key in t) if (key !== 'type' && key !== 'function') return true;
+  const f = t.function as Record<string, unknown>;
+  if (f['parameters'] === undefined || f['parameters'] === null) return true;
+  for (const key in f) if (!(FUNCTION_KEYS as readonly string[]).includes(key)) return true;
+  return false;
 }
 
 /** Splits Mistral's content chunks: `thinking` text becomes `reasoning_content`, `text` the content. */
