@@ -208,3 +208,62 @@ describe('control over HTTP, stats and models', () => {
     expect(scw().fault()).not.toBeNull();
   });
 });
+
+describe('faults in a whole (non-streaming) body', () => {
+  it('afterChunks 0 acts right after the headers: reset, truncate (an empty body), hang', async () => {
+    scw().setFault({ kind: 'reset', afterChunks: 0, times: 1 });
+    const reset = await call(scw(), chat, req());
+    expect(reset.status).toBe(200);
+    await expect(reset.text()).rejects.toThrow();
+    scw().setFault({ kind: 'truncate', afterChunks: 0, times: 1 });
+    const truncated = await call(scw(), chat, req());
+    expect(await truncated.text()).toBe('');
+    scw().setFault({ kind: 'hang', afterChunks: 0, times: 1 });
+    const ac = new AbortController();
+    const hung = await call(scw(), chat, req(), { signal: ac.signal });
+    const read = hung.text().then(
+      () => 'answered',
+      () => 'aborted',
+    );
+    setTimeout(() => ac.abort(), 150);
+    expect(await read).toBe('aborted');
+  });
+
+  it('stall sends half the body, pauses, then the rest', async () => {
+    scw().setFault({ kind: 'stall', afterChunks: 1, ms: 200, times: 1 });
+    const started = Date.now();
+    const r = await json(scw(), chat, req());
+    expect(Date.now() - started).toBeGreaterThanOrEqual(190);
+    expect(r.body.choices[0].message.content).toContain('Simulated answer');
+  });
+});
+
+describe('control input that would misbehave', () => {
+  const post = (path: string, body: unknown) => fetch(`${scw().url}${path}`, { method: 'POST', body: JSON.stringify(body) });
+
+  it('a setting of the wrong type is a 400 and changes nothing (a string latency was concatenated: "5000" gave 50 s)', async () => {
+    const before = scw().settings();
+    for (const bad of [{ latencyMs: '5000' }, { ttftMs: -1 }, { reasoningStyle: 'thoughts' }, { asyncContentFilter: 'yes' }, { answerTokens: 2.5 }]) {
+      const r = await post('/__sim/settings', bad);
+      expect(r.status, JSON.stringify(bad)).toBe(400);
+      expect(((await r.json()) as Json).error).toContain(`settings.${Object.keys(bad)[0]}`);
+    }
+    expect(scw().settings()).toEqual(before);
+    expect(() => scw().configure({ chunkGapMs: Number.NaN })).toThrow('settings.chunkGapMs');
+    expect((await post('/__sim/settings', { latencyMs: 0, answerTokens: null })).status).toBe(200);
+  });
+
+  it('times 0, a fractional count and a content filter off Azure are refused, where they failed a request or were spent for nothing', async () => {
+    for (const bad of [
+      { kind: 'status', status: 503, times: 0 },
+      { kind: 'reset', afterChunks: 1.5 },
+      { kind: 'content_filter', on: 'prompt' },
+    ]) {
+      const r = await post('/__sim/faults', bad);
+      expect(r.status, JSON.stringify(bad)).toBe(400);
+    }
+    expect(scw().fault()).toBeNull();
+    expect((await json(scw(), chat, req())).status).toBe(200);
+    must(sim.providers['azure']).setFault({ kind: 'content_filter', on: 'prompt' });
+  });
+});

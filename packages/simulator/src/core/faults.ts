@@ -1,5 +1,5 @@
 /** The current fault of one provider: validation, scoping and consumption. */
-import { ENDPOINTS, type Endpoint, type Fault } from '../types.js';
+import { ENDPOINTS, type Endpoint, type Fault, type WireType } from '../types.js';
 
 const KINDS = new Set(['status', 'hang', 'latency', 'slow_first_byte', 'stall', 'reset', 'truncate', 'error_after_200', 'content_filter']);
 
@@ -14,12 +14,19 @@ export class FaultState {
   private remaining = Number.POSITIVE_INFINITY;
   private skipping = 0;
 
+  /** `type`: the provider's wire, as a content filter is Azure's alone. */
+  constructor(private readonly type?: WireType) {}
+
   get(): Fault | null {
     return this.current === null ? null : { ...this.current };
   }
 
   set(fault: Fault): void {
     validateFault(fault);
+    // Elsewhere it would match chat requests and be spent on them with no effect.
+    if (fault.kind === 'content_filter' && this.type !== undefined && this.type !== 'azure') {
+      throw new Error(`content_filter faults are Azure's: this provider's wire is ${this.type}`);
+    }
     this.current = { ...fault };
     this.remaining = fault.times ?? Number.POSITIVE_INFINITY;
     this.skipping = fault.skip ?? 0;
@@ -60,9 +67,15 @@ export function validateFault(f: unknown): asserts f is Fault {
   if (o['kind'] === 'status' && (typeof o['status'] !== 'number' || o['status'] < 100 || o['status'] > 599)) {
     throw new Error('status fault needs a numeric status 100-599');
   }
-  for (const k of ['ms', 'afterChunks', 'times', 'skip', 'perChunkMs'] as const) {
-    if (o[k] !== undefined && (typeof o[k] !== 'number' || o[k] < 0)) throw new Error(`fault.${k} must be a number >= 0`);
+  for (const k of ['ms', 'perChunkMs'] as const) {
+    const v = o[k];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v) || v < 0)) throw new Error(`fault.${k} must be a number >= 0`);
   }
+  // Counts: `times: 0` would otherwise fail one request, and a fraction match no chunk.
+  for (const k of ['afterChunks', 'skip'] as const) {
+    if (o[k] !== undefined && (!Number.isInteger(o[k]) || (o[k] as number) < 0)) throw new Error(`fault.${k} must be a whole number >= 0`);
+  }
+  if (o['times'] !== undefined && (!Number.isInteger(o['times']) || (o['times'] as number) < 1)) throw new Error('fault.times must be a whole number >= 1');
   if ((o['kind'] === 'latency' || o['kind'] === 'slow_first_byte' || o['kind'] === 'stall') && typeof o['ms'] !== 'number') {
     throw new Error(`${o['kind']} fault needs ms`);
   }

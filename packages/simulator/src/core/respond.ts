@@ -138,7 +138,7 @@ export async function writeSse(
 
 /**
  * A complete (non-streaming) body, with the faults that act inside a response: slow first byte, and
- * hang / reset / truncate after the headers and half of the body.
+ * hang / reset / truncate / stall after the headers and half of the body (after the headers alone with `afterChunks: 0`).
  */
 export async function writeBody(
   res: ServerResponse,
@@ -148,21 +148,33 @@ export async function writeBody(
   opts: { fault: Fault | null; signal: AbortSignal },
 ): Promise<void> {
   const f = opts.fault;
-  const midway = f !== null && (f.kind === 'hang' || f.kind === 'reset' || f.kind === 'truncate') && (f.afterChunks ?? 1) > 0;
+  const cut = f === null ? null : cutAt(f, body.length);
   const all = { ...headers };
-  if (!(midway && f?.kind === 'truncate')) all['content-length'] = String(Buffer.byteLength(body));
+  if (!(cut !== null && f?.kind === 'truncate')) all['content-length'] = String(Buffer.byteLength(body));
   if (f?.kind === 'slow_first_byte') {
     res.writeHead(status, all);
     res.flushHeaders();
     if (!(await sleep(f.ms, opts.signal))) return;
-  } else if (!midway) {
+    return void res.end(body);
+  }
+  if (cut === null || f === null) {
     res.writeHead(status, all);
     res.end(body);
     return;
-  } else res.writeHead(status, all);
-  if (!midway) return void res.end(body);
-  await write(res, body.slice(0, Math.floor(body.length / 2)), opts.signal);
-  if (f?.kind === 'reset') resetConnection(res);
-  else if (f?.kind === 'truncate') res.end();
+  }
+  res.writeHead(status, all);
+  res.flushHeaders();
+  if (cut > 0 && !(await write(res, body.slice(0, cut), opts.signal))) return;
+  if (f.kind === 'reset') resetConnection(res);
+  else if (f.kind === 'truncate') res.end();
+  else if (f.kind === 'stall') {
+    if (await sleep(f.ms, opts.signal)) res.end(body.slice(cut));
+  }
   // hang: leave it open
+}
+
+/** Where a fault cuts a whole body: half of it, or nothing of it with `afterChunks: 0`; null where it does not. */
+function cutAt(f: Fault, length: number): number | null {
+  if (f.kind !== 'hang' && f.kind !== 'reset' && f.kind !== 'truncate' && f.kind !== 'stall') return null;
+  return f.afterChunks === 0 ? 0 : Math.floor(length / 2);
 }

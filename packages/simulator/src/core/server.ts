@@ -31,7 +31,7 @@ export class ProviderServer implements ProviderView {
   readonly region: string;
   readonly type: WireType;
   readonly apiKey: string;
-  readonly faults = new FaultState();
+  readonly faults: FaultState;
   readonly stats: StatsRecorder;
   settings: ProviderSettings;
   private hosted: string[];
@@ -47,6 +47,7 @@ export class ProviderServer implements ProviderView {
     this.region = def.region;
     this.type = def.type;
     this.apiKey = def.apiKey;
+    this.faults = new FaultState(def.type);
     this.settings = { ...def.settings };
     this.hosted = [...def.models];
     this.stats = new StatsRecorder(def.id);
@@ -97,6 +98,7 @@ export class ProviderServer implements ProviderView {
   }
 
   configure(settings: Partial<ProviderSettings>): void {
+    validateSettings(settings);
     this.settings = { ...this.settings, ...settings };
   }
 
@@ -237,6 +239,25 @@ export class ProviderServer implements ProviderView {
     if (res.headersSent) return void res.destroy();
     this.sendError(res, { status: 500, kind: 'server', message: `simulator error: ${message}` });
   }
+}
+
+const STYLES = new Set(['reasoning_content', 'reasoning', 'split', 'think_tags']);
+
+/**
+ * Throws a readable error for a setting of the wrong type: timings are added to each other, so a string such as
+ * "5000" (a form or an environment variable) would make 35 ms of latency "500035" ms.
+ */
+function validateSettings(s: Partial<ProviderSettings>): void {
+  for (const k of ['latencyMs', 'ttftMs', 'chunkGapMs'] as const) {
+    const v = s[k];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v) || v < 0)) throw new Error(`settings.${k} must be a number >= 0`);
+  }
+  if (s.reasoningStyle !== undefined && !STYLES.has(s.reasoningStyle)) throw new Error(`settings.reasoningStyle must be one of ${[...STYLES].join(', ')}`);
+  for (const k of ['asyncContentFilter', 'toolCallFragments'] as const) {
+    if (s[k] !== undefined && typeof s[k] !== 'boolean') throw new Error(`settings.${k} must be true or false`);
+  }
+  const n = s.answerTokens;
+  if (n !== undefined && n !== null && (!Number.isInteger(n) || n < 0)) throw new Error('settings.answerTokens must be null or a whole number');
 }
 
 export function kindOf(status: number): ErrorSpec['kind'] {
