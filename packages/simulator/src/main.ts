@@ -37,7 +37,31 @@ if (values.help) {
   process.exit(0);
 }
 
-const sim = await startSimulator({ host: values.host, basePort: Number(values.port), latencyScale: Number(values['latency-scale']) });
+/** A flag's number, or exit 2 naming the flag (`Number('abc')` would run the providers on NaN). */
+function numberOf(flag: string, text: string, ok: (n: number) => boolean, expected: string): number {
+  const n = /^\s*\d+(\.\d+)?\s*$/.test(text) ? Number(text) : Number.NaN;
+  if (ok(n)) return n;
+  process.stderr.write(`--${flag} ${JSON.stringify(text)}: expected ${expected}\n${USAGE}`);
+  process.exit(2);
+}
+
+const basePort = numberOf(
+  'port',
+  values.port,
+  (n) => Number.isInteger(n) && n <= 65535 - 5,
+  'a port number, 0 to 65530 (the six providers take it and the five after it)',
+);
+const latencyScale = numberOf('latency-scale', values['latency-scale'], Number.isFinite, 'a number >= 0');
+let sim: Awaited<ReturnType<typeof startSimulator>>;
+try {
+  sim = await startSimulator({ host: values.host, basePort, latencyScale });
+} catch (err) {
+  // A port already taken (9100 is also node_exporter's) or a host that is not this machine's: say which, without a stack.
+  const e = err as NodeJS.ErrnoException & { address?: string; port?: number };
+  const where = e.port === undefined ? values.host : `${e.address ?? values.host}:${e.port}`;
+  process.stderr.write(`cannot listen on ${where}: ${e.message}\n`);
+  process.exit(1);
+}
 const config = JSON.stringify(sim.demoConfig(), null, 2);
 if (values.config) {
   writeFileSync(values.config, `${config}\n`);
