@@ -96,9 +96,15 @@ async function main(signals: EarlySignals): Promise<void> {
   const lines = [
     `gw ${services.version} listening on ${base}`,
     `  variant A: ${base}/v1      variant B: ${base}/alt/v1      OpenAPI: ${base}/openapi.json`,
-    simulator
-      ? `  DEMO MODE: no GW_CONFIG given, so requests go to simulated EU providers (${Object.keys(simulator.providers).join(', ')}) with a demo catalogue of ${models}.`
-      : `  providers from ${config.configFile}: ${models}`,
+    ...(simulator
+      ? [
+          `  DEMO MODE: no GW_CONFIG given, so requests go to simulated EU providers (${Object.keys(simulator.providers).join(', ')}) with a demo catalogue of ${models}.`,
+          // Their ports are random: without them a user could not reach the faults and timings the simulator's README documents.
+          `  their faults, timings and stats (packages/simulator/README.md): ${Object.values(simulator.providers)
+            .map((p) => `${p.id} ${p.url}/__sim/`)
+            .join('  ')}`,
+        ]
+      : [`  providers from ${config.configFile}: ${models}`]),
     `  store: ${config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`}; limiter: ${config.redisUrl ? 'Redis (REDIS_URL)' : 'in-process'}; admin API: ${config.adminToken ? 'on' : 'off (set GW_ADMIN_TOKEN)'}`,
   ];
   // A chat model this gateway serves (the demo's mistral/small, or the config's first), so the example answers.
