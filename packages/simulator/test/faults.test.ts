@@ -56,6 +56,20 @@ describe('status faults', () => {
     expect(a.headers.get('x-ratelimit-reset-tokens')).toBe('1s');
   });
 
+  it('azure 429 names the fault’s wait in its message and reset header as in Retry-After (they said 1 second whatever it was)', async () => {
+    const az = must(sim.providers['azure']);
+    const path = '/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21';
+    az.setFault({ kind: 'status', status: 429, retryAfter: 30, times: 1 });
+    const a = await json(az, path, { messages: userMessages('x') });
+    expect(a.headers.get('retry-after')).toBe('30');
+    expect(a.body.error.message).toContain('Please retry after 30 seconds.');
+    az.setFault({ kind: 'status', status: 429, variant: 1, retryAfter: new Date(Date.now() + 20_000).toUTCString(), times: 1 });
+    const b = await json(az, path, { messages: userMessages('x') });
+    expect(b.headers.get('x-ratelimit-reset-tokens')).toMatch(/^(19|20|21)s$/);
+    az.setFault({ kind: 'status', status: 429, times: 1 });
+    expect((await json(az, path, { messages: userMessages('x') })).body.error.message).toContain('Please retry after 1 second.');
+  });
+
   it('can be scoped to a model and leaves others alone', async () => {
     scw().setFault({ kind: 'status', status: 500, model: 'mistral-small-3.2-24b-instruct-2506' });
     expect((await json(scw(), chat, req())).status).toBe(200);

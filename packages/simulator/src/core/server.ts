@@ -205,6 +205,7 @@ export class ProviderServer implements ProviderView {
       ...(f.message === undefined ? {} : { message: f.message }),
       ...(f.variant === undefined ? {} : { variant: f.variant }),
       ...(model ? { model } : {}),
+      retryAfterS: waitSeconds(f.retryAfter),
     };
     const e = this.def.wire.error(spec);
     const headers: Record<string, string> = { ...this.def.wire.headers?.(), ...e.headers, 'content-type': 'application/json' };
@@ -258,6 +259,14 @@ function validateSettings(s: Partial<ProviderSettings>): void {
   }
   const n = s.answerTokens;
   if (n !== undefined && n !== null && (!Number.isInteger(n) || n < 0)) throw new Error('settings.answerTokens must be null or a whole number');
+}
+
+/** A status fault's Retry-After in whole seconds (a date's distance from now); 1 where it names none or is no wait. */
+function waitSeconds(v: number | string | null | undefined): number {
+  let s = Number.NaN;
+  if (typeof v === 'number') s = Math.ceil(v);
+  else if (typeof v === 'string') s = /^\s*\d+\s*$/.test(v) ? Number(v) : Math.ceil((Date.parse(v) - Date.now()) / 1000);
+  return Number.isFinite(s) ? Math.max(0, s) : 1;
 }
 
 export function kindOf(status: number): ErrorSpec['kind'] {

@@ -246,13 +246,15 @@ function renderError(spec: ErrorSpec): RenderedError {
         },
       };
     case 'rate_limit': {
+      // Azure's message names the same wait as its headers; the gateway reads it where they have none.
+      const wait = spec.retryAfterS ?? 1;
       const message =
         spec.message ??
-        `Requests to the ChatCompletions_Create Operation under Azure OpenAI API version ${AZURE_API_VERSION} have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 1 second. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.`;
+        `Requests to the ChatCompletions_Create Operation under Azure OpenAI API version ${AZURE_API_VERSION} have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after ${wait} second${wait === 1 ? '' : 's'}. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.`;
       const headers =
         spec.variant === 1
-          ? { 'x-ratelimit-reset-tokens': '1s', 'x-ratelimit-remaining-tokens': '0' }
-          : { 'retry-after': '1', 'x-ratelimit-remaining-requests': '0' };
+          ? { 'x-ratelimit-reset-tokens': `${wait}s`, 'x-ratelimit-remaining-tokens': '0' }
+          : { 'retry-after': String(wait), 'x-ratelimit-remaining-requests': '0' };
       return { status: s, body: { error: { code: '429', message } }, headers, noRetryAfter: spec.variant === 1 };
     }
     case 'unavailable':

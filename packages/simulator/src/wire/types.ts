@@ -27,6 +27,8 @@ export interface ErrorSpec {
   variant?: number;
   /** The model the request named (for messages). */
   model?: string;
+  /** A status fault's wait in whole seconds, for a provider whose body or headers tell it besides Retry-After (Azure). */
+  retryAfterS?: number;
   /** Keep `status` as is (a fault chose it); otherwise a renderer may use the provider's own status for `kind`. */
   fixed?: boolean;
 }
