@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ModelConfig } from '@gw/schema';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { wav } from './helpers/audio.js';
 import { ADMIN_TOKEN } from './helpers/gateway.js';
 import { type GatewayProcess, spawnGateway } from './helpers/process.js';
 import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
@@ -61,7 +62,7 @@ function completion(res: ServerResponse, stream: boolean): void {
 
 function host(req: IncomingMessage, res: ServerResponse, body: string): void {
   if (req.method === 'GET') {
-    answerModelList(res, ['m']);
+    answerModelList(res, ['m', 'w']);
     return;
   }
   seen.push(req.headers);
@@ -88,6 +89,13 @@ const MODEL: ModelConfig = {
   offers: [{ provider: 'host', upstreamModel: 'm', pricing: { prompt_per_1m: 1, completion_per_1m: 2, currency: 'EUR' } }],
 };
 
+const AUDIO_MODEL: ModelConfig = {
+  id: 'edge/whisper',
+  kind: 'audio',
+  owned_by: 'test',
+  offers: [{ provider: 'host', upstreamModel: 'w', pricing: { prompt_per_1m: 0, completion_per_1m: 0, per_unit: 0.0001, currency: 'EUR' } }],
+};
+
 let upstream: Server;
 let other: Server;
 let otherUrl: string;
@@ -107,7 +115,10 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'gw-provider-boundary-'));
   writeFileSync(
     join(dir, 'gw.json'),
-    JSON.stringify({ providers: [{ id: 'host', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: PROVIDER_KEY }], models: [MODEL] }),
+    JSON.stringify({
+      providers: [{ id: 'host', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: PROVIDER_KEY }],
+      models: [MODEL, AUDIO_MODEL],
+    }),
   );
   // No circuit: each test's failure is its own.
   proc = await spawnGateway({ GW_CONFIG: join(dir, 'gw.json'), GW_DATA_DIR: join(dir, 'data'), GW_ADMIN_TOKEN: ADMIN_TOKEN, GW_CIRCUIT_FAILURES: '1000' });
@@ -222,6 +233,64 @@ describe('headers between a client and a provider', () => {
       expect(JSON.stringify(body)).not.toContain(otherUrl);
     }
     expect(elsewhere).toEqual([]);
+  });
+});
+
+describe("a provider that echoes the gateway's request into a success answer", () => {
+  /** A 200 that says back the `Authorization` the gateway sent, as an echo service or a debugging proxy does. */
+  const echo: Answer = (req, res, body) => {
+    const said = `you sent ${req.headers.authorization}`;
+    if ((JSON.parse(body) as { stream?: boolean }).stream === true) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const chunk = (delta: unknown, finish: string | null) =>
+        `data: ${JSON.stringify({ id: `c-${PROVIDER_KEY}`, object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+      res.end(`${chunk({ role: 'assistant', content: said }, null)}${chunk({}, 'stop')}data: [DONE]\n\n`);
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(
+      JSON.stringify({
+        id: 'c1',
+        object: 'chat.completion',
+        created: 1,
+        model: 'm',
+        system_fingerprint: PROVIDER_KEY,
+        choices: [{ index: 0, message: { role: 'assistant', content: said }, finish_reason: 'stop' }],
+        usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+      }),
+    );
+  };
+
+  it("the provider's key in a completion, streamed or not, is taken out before the client gets it", async () => {
+    for (const base of ['/v1', '/alt/v1']) {
+      for (const stream of [false, true]) {
+        next = echo;
+        const res = await chat(base, { stream });
+        const text = await res.text();
+        expect(res.status).toBe(200);
+        expect(text, `${base} stream ${stream}`).not.toContain(PROVIDER_KEY);
+        expect(text).toContain('you sent Bearer [redacted]');
+      }
+    }
+  });
+
+  it("the provider's key in a transcript, in every format, is taken out before the client gets it", async () => {
+    for (const format of ['json', 'text', 'verbose_json', 'srt']) {
+      next = (req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        const text = `you sent ${req.headers.authorization}`;
+        res.end(JSON.stringify({ task: 'transcribe', language: 'english', duration: 1, text, segments: [{ id: 0, start: 0, end: 1, text }] }));
+      };
+      const form = new FormData();
+      form.append('model', 'edge/whisper');
+      form.append('response_format', format);
+      form.append('file', new Blob([new Uint8Array(wav(1))], { type: 'audio/wav' }), 'a.wav');
+      const res = await fetch(`${proc.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+      const text = await res.text();
+      expect(res.status, text).toBe(200);
+      expect(text, format).not.toContain(PROVIDER_KEY);
+      expect(text).toContain('you sent Bearer [redacted]');
+    }
   });
 });
 

@@ -7,13 +7,16 @@
  */
 const MARK = '[redacted]';
 const known = new Set<string>();
+/** The same values as a list: a success answer is checked with an index loop, which makes no iterator. */
+const knownList: string[] = [];
 /** The longest registered value: how far past a cut {@link redactedHead} reads to find one the cut would split. */
 let longestKnown = 0;
 
 /** A value (a provider's API key) to strip from every message a client sees. Short values are ignored: they would match too much. */
 export function registerSecret(value: string | undefined): void {
-  if (!value || value.length < 8) return;
+  if (!value || value.length < 8 || known.has(value)) return;
   known.add(value);
+  knownList.push(value);
   longestKnown = Math.max(longestKnown, value.length);
 }
 
@@ -76,6 +79,21 @@ export function redactSecrets(text: string): string {
   let out = redactHeads(redactShaped(text));
   for (const shape of MESSAGE_SHAPES) out = out.replace(shape, MARK);
   for (const named of NAMED) out = out.replace(named, `$1${MARK}`);
+  return out;
+}
+
+/**
+ * A success answer's text (a completion, a stream's chunk, a transcript) with every registered secret replaced: a
+ * provider or a proxy in front of one that echoes the request's headers into what it answers (a debugging echo, a
+ * misbehaving middleware) would otherwise hand its key to the client. Whole values only, as they come on the wire;
+ * one `includes` per value and no allocation while none is there.
+ */
+export function withoutKnownSecrets(text: string): string {
+  let out = text;
+  for (let i = 0; i < knownList.length; i++) {
+    const secret = knownList[i] as string;
+    if (out.includes(secret)) out = out.split(secret).join(MARK);
+  }
   return out;
 }
 

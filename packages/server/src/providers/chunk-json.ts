@@ -1,4 +1,5 @@
 import { hiddenSlot } from '../lib/hidden-slot.js';
+import { withoutKnownSecrets } from '../lib/redact.js';
 import type { ChatChunk } from './types.js';
 
 /**
@@ -16,15 +17,15 @@ export function keepWireText(chunk: ChatChunk, text: string): ChatChunk {
 /**
  * The chunk's JSON with its `model` set to the gateway's model id. A chunk
  * that came unchanged is relayed as the provider wrote it, with only the
- * top-level model name spliced in; any other is serialised.
+ * top-level model name spliced in; any other is serialised. A provider key echoed in it is taken out either way.
  */
 export function chunkJson(chunk: ChatChunk, model: string): string {
   const text = wireText.get(chunk);
   if (text !== undefined) {
     const spliced = spliceModel(text, chunk.model, model);
-    if (spliced !== null) return spliced;
+    if (spliced !== null) return withoutKnownSecrets(spliced);
   }
-  return JSON.stringify({ ...chunk, model });
+  return withoutKnownSecrets(JSON.stringify({ ...chunk, model }));
 }
 
 /**

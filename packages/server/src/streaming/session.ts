@@ -1,5 +1,5 @@
 import { UpstreamError } from '../errors/upstream-error.js';
-import { redactSecrets } from '../lib/redact.js';
+import { redactSecrets, withoutKnownSecrets } from '../lib/redact.js';
 import { chunkJson } from '../providers/chunk-json.js';
 import type { ChatChunk, ChatStream, ChunkSink, TokenUsage } from '../providers/types.js';
 import { estimatedUsage, generatedChars, usageAtMost } from '../providers/usage-estimate.js';
@@ -298,7 +298,7 @@ export class StreamSession implements ReclaimableSession, ChunkSink {
     if (this.lastId === null) return null;
     const usage = estimatedUsage(this.init.promptTokens, this.relayedChars, this.init.billedCap(this.init.promptTokens));
     const chunk: ChatChunk = { id: this.lastId, object: 'chat.completion.chunk', created: this.lastCreated, model: this.init.model, choices: [], usage };
-    return JSON.stringify(chunk);
+    return withoutKnownSecrets(JSON.stringify(chunk));
   }
 
   /** Every choice has its `finish_reason`: nothing of the answer is still to come. */

@@ -1,6 +1,7 @@
 import { ChatCompletionRequest, ChatCompletionResponse, H, NULLABLE_CHAT_FIELDS } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
+import { withoutKnownSecrets } from '../../lib/redact.js';
 import { toFunctionsChoice, toToolsApi } from '../../providers/legacy-functions.js';
 import { saysNothing } from '../../providers/openai-shape.js';
 import type { ChatBody, ChatCompletion } from '../../providers/types.js';
@@ -50,6 +51,8 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         response: { 200: ChatCompletionResponse },
       }),
       config: { limitWithBudgetHold: true, usageKind: 'chat' },
+      // A provider key a provider echoed into its answer does not reach the client (lib/redact.ts).
+      serializerCompiler: () => completionJson,
     },
     async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
       const body = request.body as ChatBody & ChatCompletionRequest;
@@ -154,6 +157,11 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       return completion;
     },
   );
+}
+
+/** A completion as sent: serialised, with any registered secret taken out. */
+function completionJson(data: unknown): string {
+  return withoutKnownSecrets(JSON.stringify(data));
 }
 
 /**

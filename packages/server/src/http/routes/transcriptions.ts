@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
 import { warnOnFailure } from '../../lib/error-summary.js';
+import { withoutKnownSecrets } from '../../lib/redact.js';
 import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { planOffers } from '../../routing/plan.js';
@@ -162,7 +163,8 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   const billedTokens = done.offer.pricing.per_unit === undefined ? { input: billed.promptTokens, output: billed.completionTokens } : undefined;
   const rendered = renderTranscription(done.value, format, { granularities, ...spoken, ...(billedTokens ? { billedTokens } : {}) });
   reply.type(rendered.contentType);
-  return typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body);
+  // A provider key a provider echoed into its transcript does not reach the client (lib/redact.ts).
+  return withoutKnownSecrets(typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body));
 }
 
 function notAudio(): GatewayError {
