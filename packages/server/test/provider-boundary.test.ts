@@ -62,7 +62,7 @@ function completion(res: ServerResponse, stream: boolean): void {
 
 function host(req: IncomingMessage, res: ServerResponse, body: string): void {
   if (req.method === 'GET') {
-    answerModelList(res, ['m', 'w']);
+    answerModelList(res, ['m', 'w', 'r']);
     return;
   }
   seen.push(req.headers);
@@ -96,6 +96,13 @@ const AUDIO_MODEL: ModelConfig = {
   offers: [{ provider: 'host', upstreamModel: 'w', pricing: { prompt_per_1m: 0, completion_per_1m: 0, per_unit: 0.0001, currency: 'EUR' } }],
 };
 
+const RERANK_MODEL: ModelConfig = {
+  id: 'edge/rerank',
+  kind: 'rerank',
+  owned_by: 'test',
+  offers: [{ provider: 'host', upstreamModel: 'r', pricing: { prompt_per_1m: 0, completion_per_1m: 0, per_unit: 0.001, currency: 'EUR' } }],
+};
+
 let upstream: Server;
 let other: Server;
 let otherUrl: string;
@@ -117,7 +124,7 @@ beforeAll(async () => {
     join(dir, 'gw.json'),
     JSON.stringify({
       providers: [{ id: 'host', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: PROVIDER_KEY }],
-      models: [MODEL, AUDIO_MODEL],
+      models: [MODEL, AUDIO_MODEL, RERANK_MODEL],
     }),
   );
   // No circuit: each test's failure is its own.
@@ -272,6 +279,22 @@ describe("a provider that echoes the gateway's request into a success answer", (
         expect(text).toContain('you sent Bearer [redacted]');
       }
     }
+  });
+
+  it("the provider's key in a rerank answer's id is taken out before the client gets it", async () => {
+    next = (req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: `you sent ${req.headers.authorization}`, results: [{ index: 0, relevance_score: 0.5 }], usage: { total_tokens: 3 } }));
+    };
+    const res = await fetch(`${proc.url}/v1/rerank`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'edge/rerank', query: 'q', documents: ['a'] }),
+    });
+    const text = await res.text();
+    expect(res.status, text).toBe(200);
+    expect(text).not.toContain(PROVIDER_KEY);
+    expect((JSON.parse(text) as { id: string }).id).toBe('you sent Bearer [redacted]');
   });
 
   it("the provider's key in a transcript, in every format, is taken out before the client gets it", async () => {

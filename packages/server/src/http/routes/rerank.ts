@@ -4,6 +4,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
 import { UpstreamError } from '../../errors/upstream-error.js';
+import { withoutKnownSecrets } from '../../lib/redact.js';
 import type { ProviderAdapter, RerankRequest, RerankResult, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { keepOffers, refusedWhere } from '../../routing/param-routing.js';
@@ -105,7 +106,8 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
       const ranked = [...done.value.results].sort((x, y) => y.relevanceScore - x.relevanceScore).slice(0, body.top_n ?? texts.length);
       return {
-        id: done.value.id ?? randomUUID(),
+        // The provider's own id, as it wrote it: a provider key echoed in it does not reach the client (lib/redact.ts).
+        id: done.value.id == null ? randomUUID() : withoutKnownSecrets(done.value.id),
         results: ranked.map((r) => ({
           index: r.index,
           relevance_score: r.relevanceScore,
