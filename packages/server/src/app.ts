@@ -366,7 +366,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         store.budgetLeases,
         options.leaseSweepMs ?? LEASE_SWEEP_EVERY_MS,
         (n) => app.log.debug(`deleted ${n} budget leases that had run out`),
-        (err) => app.log.debug({ err }, 'budget lease sweep failed; tried again at the next'),
+        (err) => app.log.debug({ err: errorSummary(err) }, 'budget lease sweep failed; tried again at the next'),
       )
     : () => {};
   const stopRebuild = scheduleRegistryRebuild(registry, config.registryIntervalS, warnOnFailure(app.log, 'registry rebuild failed'), firstRebuild);
