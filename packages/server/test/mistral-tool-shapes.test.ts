@@ -57,4 +57,15 @@ describe('tools sent to Mistral', () => {
       expect(Object.keys(sent?.tool_calls?.[0]?.function ?? {}).sort()).toEqual(['arguments', 'name']);
     }
   });
+
+  it('a json_schema format without its schema (OpenAI takes it as any JSON) goes to Mistral as json_object', async () => {
+    resetProviders(ctx.gw.sim);
+    for (const [variant, client] of Object.entries(ctx.clients)) {
+      const messages: ChatCompletionMessageParam[] = [{ role: 'user', content: 'Some JSON please' }];
+      const format = { type: 'json_schema' as const, json_schema: { name: 'anything' } };
+      const whole = await client.chat.completions.create({ model: 'mistral/small', messages, response_format: format, max_tokens: 30 }, pin);
+      expect([variant, typeof whole.choices[0]?.message.content]).toEqual([variant, 'string']);
+      expect(lastMistralBody()['response_format']).toEqual({ type: 'json_object' });
+    }
+  });
 });

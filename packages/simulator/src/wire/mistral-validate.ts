@@ -118,6 +118,10 @@ export function validateChat(body: Record<string, unknown>): Issue[] {
     });
   }
   if (Array.isArray(body['tools'])) issues.push(...toolIssues(body['tools']));
+  const format = body['response_format'];
+  // Mistral's `JsonSchema` requires its schema, where OpenAI's may be left out.
+  if (isRecord(format) && format['type'] === 'json_schema' && isRecord(format['json_schema']))
+    issues.push(...missing(format['json_schema'], ['name', 'schema'], ['body', 'response_format', 'json_schema']));
   return issues;
 }
 

@@ -45,12 +45,22 @@ export function toMistralChatBody(body: ChatBody, upstreamModel: string, stream:
   const out: Record<string, unknown> = { model: upstreamModel, messages: toMistralMessages(body.messages), stream };
   for (const key of CHAT_KEYS) if (body[key] !== undefined) out[key] = body[key];
   if (Array.isArray(out['tools'])) out['tools'] = toMistralTools(out['tools']);
+  if (schemaless(out['response_format'])) out['response_format'] = { type: 'json_object' };
   if (out['random_seed'] === undefined && body['seed'] !== undefined) out['random_seed'] = body['seed'];
   // OpenAI's current cap wins over its deprecated one, as on the vLLM hosts that serve the same models: with both
   // given, the answer is cut alike wherever it is routed.
   if (body['max_completion_tokens'] !== undefined) out['max_tokens'] = body['max_completion_tokens'];
   if (typeof body['reasoning_effort'] === 'string') out['reasoning_effort'] = body['reasoning_effort'] === 'none' ? 'none' : 'high';
   return out;
+}
+
+/**
+ * A `json_schema` format with no schema: OpenAI takes it (its `schema` is optional) as JSON of any shape, where
+ * Mistral's `JsonSchema` requires one (422). Its `json_object` says the same.
+ */
+function schemaless(format: unknown): boolean {
+  const f = format as { type?: unknown; json_schema?: { schema?: unknown } | null } | null | undefined;
+  return f?.type === 'json_schema' && (f.json_schema?.schema === undefined || f.json_schema.schema === null);
 }
 
 /** Mistral refuses tool-call ids other than `[a-zA-Z0-9]{9}`: others are mapped by a hash, the same in the call and its result. */
