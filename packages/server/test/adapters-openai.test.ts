@@ -170,6 +170,7 @@ describe('OpenAI-compatible chat answers in OpenAI’s shape', () => {
     const failed = answer(200, { id: 'x', choices: [{ index: 0, message: { role: 'assistant', content: '' }, finish_reason: 'error' }] });
     expect(() => parseChatCompletion('ovh', failed)).toThrow(/finish_reason "error"/);
     expect(() => parseChatCompletion('ovh', answer(200, { id: 'x', choices: [] }))).toThrow(/without choices/);
+    expect(() => parseChatCompletion('ovh', answer(200, null))).toThrow(/ovh answered a chat completion with an empty body/);
     expect(() => parseChatCompletion('ovh', answer(200, '<html>oops</html>'))).toThrow(/not JSON/);
   });
 

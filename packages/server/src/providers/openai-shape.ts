@@ -7,6 +7,10 @@ export function withChoices(provider: string, body: unknown): Record<string, unk
   if (typeof body === 'string') {
     throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion with a body that is not JSON` });
   }
+  // An empty body is read as null (http-client.ts): said as what it is, not as an answer that lacked its choices.
+  if (body === null || body === undefined) {
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} answered a chat completion with an empty body` });
+  }
   const b = body as Record<string, unknown> | null;
   // A choice that is no object (`choices: [null]`) is no answer either: read as one, it failed the route with a 500.
   const choices = b && typeof b === 'object' ? b['choices'] : undefined;
