@@ -1,50 +1,23 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { type Simulator, startSimulator } from '@gw/simulator';
-import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
+import type { PostgresServer } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ADMIN_TOKEN, eventually, startGateway, type TestGateway } from './helpers/gateway.js';
-import { chatOnce, type GatewayProcess, spawnGateway } from './helpers/process.js';
-import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
+import { eventually, type TestGateway } from './helpers/gateway.js';
+import { chatOnce, type GatewayProcess } from './helpers/process.js';
+import { type RedisBehindProxy, startRedisBehindProxy } from './helpers/redis-behind-proxy.js';
+import type { TcpProxy } from './helpers/tcp-proxy.js';
 
-let redis: RedisServer;
+let env: RedisBehindProxy;
 let pg: PostgresServer;
 let proxy: TcpProxy;
-let sim: Simulator;
 let one: GatewayProcess;
 let two: TestGateway;
-let dir: string;
 let database: string;
 
 beforeAll(async () => {
-  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  proxy = await startTcpProxy(Number(new URL(redis.url).port));
-  const databaseUrl = await pg.createDatabase();
-  database = new URL(databaseUrl).pathname.slice(1);
-  const redisUrl = `redis://127.0.0.1:${proxy.port}`;
-  dir = mkdtempSync(join(tmpdir(), 'gw-budget-stall-'));
-  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-  one = await spawnGateway({
-    GW_CONFIG: join(dir, 'gw.json'),
-    GW_DATA_DIR: join(dir, 'data'),
-    DATABASE_URL: databaseUrl,
-    REDIS_URL: redisUrl,
-    GW_ADMIN_TOKEN: ADMIN_TOKEN,
-  });
-  two = await startGateway({ sim, databaseUrl, redisUrl });
+  env = await startRedisBehindProxy('gw-budget-stall-');
+  ({ pg, proxy, one, two, database } = env);
 }, 60_000);
 
-afterAll(async () => {
-  if (one && one.child.exitCode === null) {
-    one.child.kill('SIGTERM');
-    await one.exited;
-  }
-  await two?.close();
-  await proxy?.close();
-  await Promise.all([sim?.close(), redis?.stop(), pg?.stop()]);
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => env?.close());
 
 const LEASE_GROW = 'gw_budget_lease_grow(text, text, bigint, bigint, integer, bigint)';
 

@@ -1,48 +1,20 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { type Simulator, startSimulator } from '@gw/simulator';
-import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ADMIN_TOKEN, eventually, startGateway, type TestGateway } from './helpers/gateway.js';
-import { type GatewayProcess, spawnGateway } from './helpers/process.js';
-import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
+import { ADMIN_TOKEN, eventually, type TestGateway } from './helpers/gateway.js';
+import type { GatewayProcess } from './helpers/process.js';
+import { type RedisBehindProxy, startRedisBehindProxy } from './helpers/redis-behind-proxy.js';
+import type { TcpProxy } from './helpers/tcp-proxy.js';
 
-let redis: RedisServer;
-let pg: PostgresServer;
+let env: RedisBehindProxy;
 let proxy: TcpProxy;
-let sim: Simulator;
 let one: GatewayProcess;
 let two: TestGateway;
-let dir: string;
 
 beforeAll(async () => {
-  [redis, pg, sim] = await Promise.all([startRedis(), startPostgres(), startSimulator({ latencyScale: 0 })]);
-  proxy = await startTcpProxy(Number(new URL(redis.url).port));
-  const databaseUrl = await pg.createDatabase();
-  const redisUrl = `redis://127.0.0.1:${proxy.port}`;
-  dir = mkdtempSync(join(tmpdir(), 'gw-slow-redis-'));
-  writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-  one = await spawnGateway({
-    GW_CONFIG: join(dir, 'gw.json'),
-    GW_DATA_DIR: join(dir, 'data'),
-    DATABASE_URL: databaseUrl,
-    REDIS_URL: redisUrl,
-    GW_ADMIN_TOKEN: ADMIN_TOKEN,
-  });
-  two = await startGateway({ sim, databaseUrl, redisUrl });
+  env = await startRedisBehindProxy('gw-slow-redis-');
+  ({ proxy, one, two } = env);
 }, 60_000);
 
-afterAll(async () => {
-  if (one && one.child.exitCode === null) {
-    one.child.kill('SIGTERM');
-    await one.exited;
-  }
-  await two?.close();
-  await proxy?.close();
-  await Promise.all([sim?.close(), redis?.stop(), pg?.stop()]);
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => env?.close());
 
 const admin = (method: string, path: string) => fetch(`${one.url}/admin/v1${path}`, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
 const bearer = (key: string) => `Bearer ${key}`;
