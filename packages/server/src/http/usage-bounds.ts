@@ -14,25 +14,25 @@ import type { RerankRequest, RerankResult, Transcription } from '../providers/ty
 import { AUDIO_TOKENS_PER_SECOND, promptMedia } from './prompt-media.js';
 
 /** Special tokens a chat template puts around one message (role markers, turn ends): Llama 3 adds 5, OpenAI about 4. */
-export const MESSAGE_TEMPLATE_TOKENS = 16;
+const MESSAGE_TEMPLATE_TOKENS = 16;
 /** What a chat template adds once a prompt: a default system prompt, tool-use instructions (a few hundred at Llama 3.1, Qwen). */
-export const PROMPT_TEMPLATE_TOKENS = 1024;
+const PROMPT_TEMPLATE_TOKENS = 1024;
 /** Special tokens a model adds around one text it embeds or a pair it ranks (`[CLS]`, `[SEP]`, an instruction prefix). */
-export const TEXT_TEMPLATE_TOKENS = 16;
+const TEXT_TEMPLATE_TOKENS = 16;
 /** Cohere's billing chunk of a rerank: a document past this many tokens with the query counts once more a chunk. */
 const RERANK_CHUNK_TOKENS = 500;
 
 /** The most an image counts at any vision model EU hosts serve: Qwen2.5-VL's largest, 12,845,056 pixels at 28 x 28 a token. */
-export const IMAGE_TOKENS_MAX = 16_384;
+const IMAGE_TOKENS_MAX = 16_384;
 /**
  * Audio or a document the provider fetches itself (by URL, a file by its id): its length is unknown here, and only the
  * model's own context bounds it (the configured `context_window` may be below the model's real one): the largest any
  * model has, 2^20.
  */
-export const FETCHED_MEDIA_TOKENS = 1_048_576;
+const FETCHED_MEDIA_TOKENS = 1_048_576;
 
 /** The most prompt tokens a chat request can be counted: its body's bytes, its messages' template and its media. */
-export function chatPromptBound(bodyBytes: number, body: { messages: unknown[] }): number {
+function chatPromptBound(bodyBytes: number, body: { messages: unknown[] }): number {
   return bodyBytes + PROMPT_TEMPLATE_TOKENS + body.messages.length * MESSAGE_TEMPLATE_TOKENS + mediaBound(body.messages);
 }
 
@@ -146,6 +146,6 @@ export function transcriptionAtMost(
 }
 
 /** A count reported above what the request could cost: billed at `billed`. Never the key or the content. */
-export function warnAbove(log: FastifyBaseLogger, provider: string, what: string, reported: number, billed: number): void {
+function warnAbove(log: FastifyBaseLogger, provider: string, what: string, reported: number, billed: number): void {
   log.warn({ provider, reported, billed }, `${what} reported above what the request could cost: billed at that bound`);
 }

@@ -6,17 +6,15 @@
  * token or an API key.
  */
 const MARK = '[redacted]';
-const known = new Set<string>();
-/** The same values as a list: a success answer is checked with an index loop, which makes no iterator. */
-const knownList: string[] = [];
+/** The registered values, a list: a success answer is checked with an index loop, which makes no iterator. */
+const known: string[] = [];
 /** The longest registered value: how far past a cut {@link redactedHead} reads to find one the cut would split. */
 let longestKnown = 0;
 
 /** A value (a provider's API key) to strip from every message a client sees. Short values are ignored: they would match too much. */
 export function registerSecret(value: string | undefined): void {
-  if (!value || value.length < 8 || known.has(value)) return;
-  known.add(value);
-  knownList.push(value);
+  if (!value || value.length < 8 || known.includes(value)) return;
+  known.push(value);
   longestKnown = Math.max(longestKnown, value.length);
 }
 
@@ -90,8 +88,8 @@ export function redactSecrets(text: string): string {
  */
 export function withoutKnownSecrets(text: string): string {
   let out = text;
-  for (let i = 0; i < knownList.length; i++) {
-    const secret = knownList[i] as string;
+  for (let i = 0; i < known.length; i++) {
+    const secret = known[i] as string;
     if (out.includes(secret)) out = out.split(secret).join(MARK);
   }
   return out;
@@ -120,8 +118,7 @@ function redactHeads(text: string): string {
 
 /** The known secrets and the prefixed shapes: all a request's path is checked for, on every request (its query values are all replaced). */
 function redactShaped(text: string): string {
-  let out = text;
-  for (const secret of known) if (out.includes(secret)) out = out.split(secret).join(MARK);
+  let out = withoutKnownSecrets(text);
   for (const shape of SHAPES) out = out.replace(shape, MARK);
   return out;
 }
