@@ -129,7 +129,7 @@ export async function startGateway({
  * What the scenarios read of a process they load: its address, memory and CPU by thread, and how to stop it.
  * `rssAtStart`: its resident memory once it serves, before any load (the gateway: its bench key created).
  */
-function measured(child, url, stopTimeoutMs) {
+export function measured(child, url, stopTimeoutMs) {
   return {
     url,
     pid: child.pid,

@@ -70,10 +70,12 @@ function onChat(req, res, text) {
   } catch {
     return sendError(res, 400, 'body is not JSON');
   }
-  const profile = UPSTREAM_PROFILES[body.model];
+  // The gateway's id (`bench/…`) too, for proxies that pass the body through unchanged (bench/compiled-floor.mjs).
+  const model = typeof body.model === 'string' && body.model.startsWith('bench/') ? body.model.slice(6) : body.model;
+  const profile = UPSTREAM_PROFILES[model];
   if (!profile) return sendError(res, 404, `unknown model ${String(body.model)}`);
-  if (body.stream === true) return streamAnswer(req, res, body.model, profile, body.stream_options?.include_usage === true);
-  const answer = completions.get(body.model);
+  if (body.stream === true) return streamAnswer(req, res, model, profile, body.stream_options?.include_usage === true);
+  const answer = completions.get(model);
   if (profile.latencyMs === 0) return sendJson(res, 200, answer);
   setTimeout(() => sendJson(res, 200, answer), profile.latencyMs);
 }

@@ -1,12 +1,15 @@
 // The floor under the gateway: the smallest proxy of the same call, with none of the gateway's work
 // (no auth, limiter, budget, routing, usage, metrics or logging).
-// `node bench/upstream/floor-proxy.mjs <node-http | fastify> <upstream url>`; prints `listening on <url>`.
+// `node bench/upstream/floor-proxy.mjs <node-http | fastify | tcp> <upstream url>`; prints `listening on <url>`.
 // Both parse the request, rename the model, call the upstream with undici's pool (dispatch, as the
 // gateway does), parse the answer, put the client's model name back and send it: what any gateway
 // written this way costs at the least, on this machine. A streamed call (node-http only) is relayed
 // byte for byte as the upstream's reads land, headers included at once: no SSE parsing at all.
+// `tcp` parses nothing: each client connection gets its own upstream connection and the bytes are piped
+// both ways (the upstream takes the gateway's model ids too), what relaying costs Node with no HTTP at all.
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
+import { connect, createServer as createTcpServer } from 'node:net';
 import Fastify from 'fastify';
 
 // The gateway's own undici, not whichever version other packages hoisted to the root: undici 7.29
@@ -101,7 +104,16 @@ if (kind === 'fastify') {
   });
   server.keepAliveTimeout = 72_000;
   server.listen(0, '127.0.0.1', () => listening(server.address().port));
+} else if (kind === 'tcp') {
+  const { hostname, port } = new URL(upstreamUrl);
+  const server = createTcpServer({ noDelay: true }, (client) => {
+    const upstream = connect({ host: hostname, port: Number(port), noDelay: true });
+    client.pipe(upstream).pipe(client);
+    client.on('error', () => upstream.destroy());
+    upstream.on('error', () => client.destroy());
+  });
+  server.listen(0, '127.0.0.1', () => listening(server.address().port));
 } else {
-  throw new Error(`unknown floor proxy '${kind}': node-http or fastify`);
+  throw new Error(`unknown floor proxy '${kind}': node-http, fastify or tcp`);
 }
 process.on('SIGTERM', () => process.exit(0));
