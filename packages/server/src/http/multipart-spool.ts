@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { once } from 'node:events';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
@@ -322,7 +323,11 @@ class FormParser {
     this.part = null;
     if (!part) return;
     if (!part.out) {
-      const value = Buffer.concat(part.chunks).toString('utf8');
+      const bytes = Buffer.concat(part.chunks);
+      // Decoded as it is, a field in Latin-1 (curl -F from a Latin-1 terminal) would reach the model with U+FFFD in
+      // place of its accents, where a JSON body of such bytes is refused.
+      if (!isUtf8(bytes)) throw part.name === 'file' ? fileAsTextField() : notUtf8Field(part.name);
+      const value = bytes.toString('utf8');
       // Looked at only before the file, and only a field's first value: a second is the form's error (sent more
       // than once), told once the form is read.
       const check = this.beforeFile !== undefined && this.form.file === null && !this.form.fields.some(([name]) => name === part.name);
@@ -360,6 +365,12 @@ function dispositionParams(disposition: string): Map<string, string> {
     if (!params.has(key)) params.set(key, m[2] ?? m[3] ?? '');
   }
   return params;
+}
+
+function notUtf8Field(name: string): GatewayError {
+  return new GatewayError('validation', `The form field '${name}' is not valid UTF-8: send the form's text fields in UTF-8, with no other encoding.`, {
+    param: name,
+  });
 }
 
 /** `filename*=UTF-8''%C3%BC.wav` (RFC 5987), sent alone by some clients for a non-ASCII name: still a file part. */
