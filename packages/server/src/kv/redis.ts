@@ -38,8 +38,6 @@ export const BATCHING_OPTIONS: RedisOptions = { ...FAST_FAIL_OPTIONS, enableAuto
 const CONNECT_WAIT_MS = 2_000;
 
 const lastErrors = new WeakMap<Redis, unknown>();
-/** Each client's sendCommand without its command timeout (and unbatched), for {@link RedisBus.publishAwaited}. */
-const untimedSends = new WeakMap<Redis, Redis['sendCommand']>();
 
 /** The last connection error of a client made by {@link connectRedis} since it was last ready, if any. */
 export function lastConnectionError(client: Redis): unknown {
@@ -125,7 +123,6 @@ const DEAD_AFTER_TIMEOUTS = 3;
 
 function applyLagTolerantTimeout(client: Redis, ms: number): void {
   const send = client.sendCommand.bind(client);
-  untimedSends.set(client, send);
   // Commands in the order they were sent, so in the order they fall due: one timer for the oldest
   // unsettled one, instead of a timer and a promise reaction for every command. A slot is emptied
   // as the head passes it: a settled command kept here until the next compaction outlived young
@@ -195,6 +192,16 @@ const RESUBSCRIBE_RETRY_MS = 1_000;
  */
 const SUB_PING_MS = 1_000;
 const SUB_DEAD_MS = 5_000;
+/**
+ * Best-effort publishes (offer stats, registry rebuilds, budget reloads) waiting for Redis at most: past it one is
+ * dropped at once, not queued behind a Redis that does not answer.
+ */
+const MAX_PUBLISHES_UNANSWERED = 64;
+/**
+ * How long publishes may wait with no reply at all before the publishing connection is made anew (a connection whose
+ * peer is gone without a word). Longer than an admin change's 5 s wait, which says 'late' rather than 'failed'.
+ */
+const PUB_DEAD_MS = 10_000;
 
 /** Pub/sub over Redis, so that every instance hears a revocation within milliseconds. */
 export class RedisBus implements Bus {
@@ -208,12 +215,27 @@ export class RedisBus implements Bus {
   private pingTurn = 0;
   private readonly heartbeat: NodeJS.Timeout;
   private retryTimer: NodeJS.Timeout | null = null;
+  /** Publishes written and not answered yet (best-effort and awaited), the best-effort ones among them. */
+  private pubWaiting = 0;
+  private bestEffortWaiting = 0;
+  /** Since when publishes have waited with no reply (null: none waits). */
+  private pubSilentFrom: number | null = null;
+  private readonly publishDone = (): void => {
+    this.pubSilentFrom = --this.pubWaiting === 0 ? null : Date.now();
+  };
+  private readonly bestEffortDone = (): void => {
+    this.bestEffortWaiting--;
+  };
 
   private constructor(
     private readonly pub: Redis,
     private readonly sub: Redis,
+    private readonly Command: typeof import('ioredis').Command,
   ) {
-    this.heartbeat = setInterval(() => this.checkSubscriber(), SUB_PING_MS);
+    this.heartbeat = setInterval(() => {
+      this.checkSubscriber();
+      this.checkPublisher();
+    }, SUB_PING_MS);
     this.heartbeat.unref();
     // Both connect (or fail to, with Redis away at start) before this constructor runs: each 'ready' here
     // follows a time without a connection, when messages went unheard and publishes failed.
@@ -265,6 +287,14 @@ export class RedisBus implements Bus {
     });
   }
 
+  /** Drops a publishing connection that has answered nothing for {@link PUB_DEAD_MS} while publishes wait: they fail, and it reconnects. */
+  private checkPublisher(): void {
+    if (this.pubSilentFrom !== null && Date.now() - this.pubSilentFrom >= PUB_DEAD_MS) {
+      this.pubSilentFrom = Date.now();
+      this.pub.disconnect(true);
+    }
+  }
+
   /**
    * A subscribe refused (an ACL without SUBSCRIBE) is tried again on a new connection, not left deaf until the next
    * time this one drops: refused at start, the instance never subscribed, even once the ACL allowed it.
@@ -291,15 +321,24 @@ export class RedisBus implements Bus {
   }
 
   static async connect(url: string): Promise<RedisBus> {
-    const [pub, sub] = await Promise.all([
-      connectRedis(url, { ...FAST_FAIL_OPTIONS, commandTimeout: 500 }),
+    const [pub, sub, { Command }] = await Promise.all([
+      // No command timeout: its commands are publishes, each waited for as long as its caller chooses (below).
+      connectRedis(url, { ...FAST_FAIL_OPTIONS, commandTimeout: undefined }),
       connectRedis(url, { ...FAST_FAIL_OPTIONS, enableOfflineQueue: true, autoResubscribe: false, commandTimeout: undefined }),
+      import('ioredis'),
     ]);
-    return new RedisBus(pub, sub);
+    return new RedisBus(pub, sub, Command);
   }
 
+  /**
+   * Not failed at the command timeout either: these are the only commands on the publishing connection, and with every
+   * reply 800 ms late three offer-stats batches or registry rebuilds timed out in a row and dropped it, so that an admin
+   * change made while it reconnected was published nowhere. Bounded instead by how many wait.
+   */
   async publish(channel: string, message: string): Promise<number> {
-    return await this.pub.publish(channel, message);
+    if (this.bestEffortWaiting >= MAX_PUBLISHES_UNANSWERED) throw new Error(`Redis has not answered ${MAX_PUBLISHES_UNANSWERED} publishes`);
+    this.bestEffortWaiting++;
+    return await this.sendPublish(channel, message).finally(this.bestEffortDone);
   }
 
   /**
@@ -308,10 +347,16 @@ export class RedisBus implements Bus {
    * connection (then unsent, or unanswered, as with Redis away).
    */
   async publishAwaited(channel: string, message: string): Promise<number> {
-    const send = untimedSends.get(this.pub);
-    if (!send) return await this.publish(channel, message);
-    const { Command } = await import('ioredis');
-    return (await send(new Command('publish', [channel, message]))) as number;
+    return await this.sendPublish(channel, message);
+  }
+
+  private sendPublish(channel: string, message: string): Promise<number> {
+    const sent = this.pub.sendCommand(new this.Command('publish', [channel, message])) as Promise<number>;
+    // Unsent (the connection is away): rejected already, nothing waits.
+    if (this.pub.status !== 'ready') return sent;
+    this.pubSilentFrom ??= Date.now();
+    this.pubWaiting++;
+    return sent.finally(this.publishDone);
   }
 
   async subscribe(channel: string, handler: (message: string) => void): Promise<void> {

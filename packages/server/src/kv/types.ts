@@ -1,6 +1,9 @@
 /** Messages between gateway instances (key revocations, key changes). */
 export interface Bus {
-  /** Resolves with how many subscriber connections (of every instance) received the message. */
+  /**
+   * Resolves with how many subscriber connections (of every instance) received the message. Best effort: a slow reply
+   * is waited for (the caller bounds its own wait), and the message is dropped at once while too many wait.
+   */
   publish(channel: string, message: string): Promise<number>;
   /**
    * {@link publish} for a caller that bounds the wait itself (an admin change): a slow reply is waited for rather

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Confirmations } from '../auth/confirmations.js';
 import type { Bus } from '../kv/types.js';
+import { waitAtMost } from '../lib/wait-at-most.js';
 import type { FallbackLedger } from './fallback-ledger.js';
 import type { RedisLedger } from './redis-ledger.js';
 
@@ -9,6 +10,8 @@ const CHANNEL = 'gw:budget:loaded';
 const ACK_CHANNEL = 'gw:budget:loaded:ack';
 /** The longest the loading request waits for the other instances to have held their running requests again. */
 const CONFIRM_TIMEOUT_MS = 250;
+/** The longest the loading request waits for Redis to take the publish (the request path's command timeout); it goes on. */
+const PUBLISH_WAIT_MS = 500;
 
 /**
  * When an instance loads a budget total into Redis (it was missing: a new scope, or Redis lost it while requests ran,
@@ -28,10 +31,17 @@ export async function shareReholds(bus: Bus, shared: RedisLedger, ledger: Fallba
   shared.onTotalLoaded = async (tag, scopeId) => {
     const nonce = randomUUID();
     confirmations.expect(nonce);
-    let receivers: number;
-    try {
-      receivers = await bus.publish(CHANNEL, JSON.stringify([nonce, tag, scopeId]));
-    } catch {
+    let receivers: number | undefined;
+    await waitAtMost(
+      bus.publish(CHANNEL, JSON.stringify([nonce, tag, scopeId])).then(
+        (n) => {
+          receivers = n;
+        },
+        () => {},
+      ),
+      PUBLISH_WAIT_MS,
+    );
+    if (receivers === undefined) {
       confirmations.forget(nonce);
       return;
     }
