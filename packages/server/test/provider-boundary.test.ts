@@ -281,6 +281,35 @@ describe("a provider that echoes the gateway's request into a success answer", (
     }
   });
 
+  it("the provider's key written with \\u escapes, streamed or not, is taken out before the client gets it", async () => {
+    const escaped = (text: string) => [...text].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join('');
+    for (const base of ['/v1', '/alt/v1']) {
+      for (const stream of [false, true]) {
+        next = (req, res, body) => {
+          const said = `you sent ${escaped(String(req.headers.authorization))}`;
+          if ((JSON.parse(body) as { stream?: boolean }).stream === true) {
+            res.writeHead(200, { 'content-type': 'text/event-stream' });
+            const chunk = (delta: string, finish: string | null) =>
+              `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":${delta},"finish_reason":${finish}}]}\n\n`;
+            res.end(`${chunk(`{"role":"assistant","content":"${said}"}`, 'null')}${chunk('{}', '"stop"')}data: [DONE]\n\n`);
+            return;
+          }
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(
+            `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"${said}"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`,
+          );
+        };
+        const res = await chat(base, { stream });
+        const text = await res.text();
+        expect(res.status).toBe(200);
+        // What the client's parser reads: the escapes undone.
+        const read = text.replace(/\\u([0-9a-f]{4})/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
+        expect(read, `${base} stream ${stream}`).not.toContain(PROVIDER_KEY);
+        expect(read).toContain('you sent Bearer [redacted]');
+      }
+    }
+  });
+
   it("the provider's key in a rerank answer's id is taken out before the client gets it", async () => {
     next = (req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });

@@ -17,15 +17,28 @@ export function keepWireText(chunk: ChatChunk, text: string): ChatChunk {
 /**
  * The chunk's JSON with its `model` set to the gateway's model id. A chunk
  * that came unchanged is relayed as the provider wrote it, with only the
- * top-level model name spliced in; any other is serialised. A provider key echoed in it is taken out either way.
+ * top-level model name spliced in; any other is serialised. A provider key echoed in it is taken out either way:
+ * one the provider wrote with `\u` escapes of letters or digits (which its client's parser reads as the key) is found
+ * in the chunk serialised, where it stands plain.
  */
 export function chunkJson(chunk: ChatChunk, model: string): string {
   const text = wireText.get(chunk);
   if (text !== undefined) {
     const spliced = spliceModel(text, chunk.model, model);
-    if (spliced !== null) return withoutKnownSecrets(spliced);
+    if (spliced !== null && !escapesAscii(spliced)) return withoutKnownSecrets(spliced);
   }
   return withoutKnownSecrets(JSON.stringify({ ...chunk, model }));
+}
+
+/**
+ * A `\u` escape of a character keys are made of (letters, digits, `+/=-._`), which no serialiser needs: they escape
+ * quotes, backslashes and control characters, Go's `<>&` too, and some everything past ASCII (Python's json by
+ * default). One `includes` per chunk, and a test only on a chunk with an escape.
+ */
+const ASCII_ESCAPE = /\\u00(?:2[bdefBDEF]|3[0-9dD]|[46][1-9a-fA-F]|[57][0-9aA]|5[fF])/;
+
+function escapesAscii(text: string): boolean {
+  return text.includes('\\u') && ASCII_ESCAPE.test(text);
 }
 
 /**
