@@ -48,7 +48,7 @@ import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
 import { LeaseLedger } from './limits/lease-ledger.js';
 import { LEASE_SWEEP_EVERY_MS, scheduleLeaseSweep } from './limits/lease-sweep.js';
-import { MemoryLedger } from './limits/memory-ledger.js';
+import { BUDGET_IDLE_MS, MemoryLedger } from './limits/memory-ledger.js';
 import { MemoryWindowLimiter } from './limits/memory-window.js';
 import { RedisBetaQuota } from './limits/redis-beta-quota.js';
 import { RedisLedger } from './limits/redis-ledger.js';
@@ -88,6 +88,8 @@ export interface GatewayOptions {
   idleMemoryRelease?: Partial<typeof IDLE_MEMORY_RELEASE>;
   /** How often budget leases that have run out are deleted (tests shorten it); default LEASE_SWEEP_EVERY_MS. */
   leaseSweepMs?: number;
+  /** How long a budget total unused stays in the embedded ledger's memory (tests shorten it); default BUDGET_IDLE_MS. */
+  budgetIdleMs?: number;
 }
 
 export interface Gateway {
@@ -198,7 +200,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   if (redis && fallback) redis.on('close', () => fallback.sharedLost());
   // When it is ready again, the costs settled on the leases meanwhile are brought to it at once.
   if (redis && fallback) redis.on('ready', () => fallback.sharedBack());
-  const ledger = fallback ?? new MemoryLedger(flushUsage);
+  const ledger =
+    fallback ?? new MemoryLedger(flushUsage, undefined, { storedBefore: () => usage.storedBefore, idleMs: options.budgetIdleMs ?? BUDGET_IDLE_MS });
   const betaQuota = redis ? new RedisBetaQuota(redis) : new MemoryBetaQuota();
   // One bound on the event data all streams keep in this instance's memory: the sessions' logs and the in-memory resume copies.
   const streamMemory = new StreamMemory(config.streamMemoryMb * 1024 * 1024);

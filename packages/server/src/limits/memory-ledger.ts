@@ -19,9 +19,24 @@ interface Account {
   heldSum: number;
   /** When expired holds (of requests that never settled) are next swept out. */
   nextSweep: number;
+  /** When it was last reserved on or settled (Date.now()). */
+  usedAt: number;
 }
 
 const SWEEP_EVERY_MS = 1_000;
+
+/**
+ * A total unused this long, whose costs are all in the store, leaves memory (about 550 B each, one per budgeted key or
+ * workspace ever served: a revoked, deleted or forgotten key's stayed for the process's life); its next use reads it
+ * from the store again.
+ */
+export const BUDGET_IDLE_MS = 10 * 60_000;
+
+export interface MemoryLedgerOptions {
+  /** A time (Date.now()) before which every settled cost is in the store's spend (UsageWriter.storedBefore); without it, totals stay. */
+  storedBefore?: () => number;
+  idleMs?: number;
+}
 
 /** The budget ledger in process memory (one instance). */
 export class MemoryLedger implements BudgetLedger {
@@ -29,17 +44,42 @@ export class MemoryLedger implements BudgetLedger {
   private readonly loading = new Map<string, Promise<Account>>();
 
   private readonly renewal: NodeJS.Timeout;
+  private eviction: NodeJS.Timeout | null = null;
 
   /** `flushUsage`: writes this instance's pending usage records, so that the store's totals have their costs. */
   constructor(
     private readonly flushUsage: () => Promise<void> = async () => {},
     private readonly holdTtlMs = RESERVATION_TTL_MS,
+    private readonly options: MemoryLedgerOptions = {},
   ) {
     this.renewal = renewalTimer(holdTtlMs, () => this.renewOld());
   }
 
+  /** Started with the first total: none is there to drop before (and what storedBefore reads may not be made yet). */
+  private startEviction(): void {
+    if (this.eviction !== null || !this.options.storedBefore) return;
+    this.eviction = setInterval(() => this.evictIdle(), Math.max(1, Math.floor((this.options.idleMs ?? BUDGET_IDLE_MS) / 4)));
+    this.eviction.unref();
+  }
+
   stop(): void {
     clearInterval(this.renewal);
+    if (this.eviction) clearInterval(this.eviction);
+  }
+
+  /**
+   * Drops totals without holds, unused for the idle time, whose last cost the store has (its usage record written):
+   * read again from the store, such a total is exact. One with a cost still on its way there stays until the next sweep.
+   */
+  private evictIdle(): void {
+    const now = Date.now();
+    const idleBefore = now - (this.options.idleMs ?? BUDGET_IDLE_MS);
+    const storedBefore = this.options.storedBefore?.() ?? 0;
+    for (const [id, acc] of this.accounts) {
+      if (acc.usedAt >= idleBefore || acc.usedAt >= storedBefore) continue;
+      heldNano(acc, now);
+      if (acc.held.size === 0) this.accounts.delete(id);
+    }
   }
 
   /** Every hold here is of this process's requests, unsettled so still running: each lives on (see renewalDue). */
@@ -74,8 +114,11 @@ export class MemoryLedger implements BudgetLedger {
   }
 
   private async reserveAfterLoading(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
-    const accounts = await Promise.all(scopes.map((s) => this.account(s)));
-    return this.hold(tag, scopes, accounts, eur, requestId);
+    for (;;) {
+      const accounts = await Promise.all(scopes.map((s) => this.account(s)));
+      // One known before the wait may have been dropped as idle meanwhile: a hold on it would count nowhere.
+      if (accounts.every((acc, i) => this.accounts.get((scopes[i] as BudgetScope).id) === acc)) return this.hold(tag, scopes, accounts, eur, requestId);
+    }
   }
 
   /** The check and the hold, in one synchronous step. */
@@ -93,16 +136,20 @@ export class MemoryLedger implements BudgetLedger {
       dropHold(acc, requestId);
       acc.held.set(requestId, { nano, at: now, until: now + this.holdTtlMs });
       acc.heldSum += nano;
+      acc.usedAt = now;
     }
     return { ok: true, reservation: { id: requestId, nano, scopes: scopes.map((s) => s.id), tag } };
   }
 
   async settle(r: Reservation, actualEur: number): Promise<void> {
+    // Its usage record is made in the same run of code, after this: in the store once storedBefore is past this time.
+    const now = Date.now();
     for (const id of r.scopes) {
       const acc = this.accounts.get(id);
       if (!acc) continue;
       dropHold(acc, r.id);
       acc.spent += toNano(actualEur);
+      acc.usedAt = now;
     }
   }
 
@@ -124,9 +171,10 @@ export class MemoryLedger implements BudgetLedger {
     let loading = this.loading.get(scope.id);
     if (!loading) {
       loading = scope.loadSpent().then((spent) => {
-        const acc = this.accounts.get(scope.id) ?? { spent: toNano(spent), held: new Map(), heldSum: 0, nextSweep: 0 };
+        const acc = this.accounts.get(scope.id) ?? { spent: toNano(spent), held: new Map(), heldSum: 0, nextSweep: 0, usedAt: Date.now() };
         this.accounts.set(scope.id, acc);
         this.loading.delete(scope.id);
+        this.startEviction();
         return acc;
       });
       loading.catch(() => this.loading.delete(scope.id));

@@ -29,6 +29,7 @@ export interface StartOptions {
   catalogue?: (c: GatewayFileConfig) => GatewayFileConfig;
   idleMemoryRelease?: GatewayOptions['idleMemoryRelease'];
   leaseSweepMs?: number;
+  budgetIdleMs?: number;
 }
 
 /** A real gateway on a free loopback port, over the simulator's demo catalogue. */
@@ -43,7 +44,14 @@ export async function startGateway(options: StartOptions = {}): Promise<TestGate
     ...options.env,
   });
   const catalogue = options.catalogue ? options.catalogue(structuredClone(sim.demoConfig())) : sim.demoConfig();
-  const gateway = await createGateway({ config, catalogue, logger: false, idleMemoryRelease: options.idleMemoryRelease, leaseSweepMs: options.leaseSweepMs });
+  const gateway = await createGateway({
+    config,
+    catalogue,
+    logger: false,
+    idleMemoryRelease: options.idleMemoryRelease,
+    leaseSweepMs: options.leaseSweepMs,
+    budgetIdleMs: options.budgetIdleMs,
+  });
   await gateway.app.listen({ host: '127.0.0.1', port: 0 });
   const port = (gateway.app.server.address() as { port: number }).port;
   const url = `http://127.0.0.1:${port}`;
