@@ -499,6 +499,8 @@ function buildFastify(config: GatewayConfig, logger: boolean, rawAnswers: RawAns
     http: { requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: 5000, requireHostHeader: false },
     // Above the idle timeout of the balancer in front (README), so that it never sends a request on a connection closing here.
     keepAliveTimeout: config.keepAliveTimeoutMs,
+    // The log's remoteAddress behind a proxy: the client's, from X-Forwarded-For, read only when a line is written.
+    ...(config.trustProxy === null ? {} : { trustProxy: trustedProxies(config.trustProxy) }),
     // Model ids travel in paths (GET /alt/v1/models/{id}): a long one is a 404 model_not_found, not a framework 414.
     routerOptions: { maxParamLength: 1000 },
     frameworkErrors: frameworkErrors(rawAnswers),
@@ -511,6 +513,11 @@ function buildFastify(config: GatewayConfig, logger: boolean, rawAnswers: RawAns
     // Inputs are validated, never coerced or rewritten (a string "0.5" is not a temperature).
     ajv: { customOptions: { coerceTypes: false, useDefaults: false, removeAdditional: false, allErrors: false } },
   });
+}
+
+/** GW_TRUST_PROXY as Fastify takes it: a hop count as the function Fastify makes of one (its types take no number). */
+function trustedProxies(trust: number | readonly string[]): string[] | ((address: string, hop: number) => boolean) {
+  return typeof trust === 'number' ? (_address, hop) => hop < trust : [...trust];
 }
 
 async function mountRoutes(app: FastifyInstance, services: Services): Promise<void> {

@@ -35,6 +35,8 @@ export interface GatewayConfig {
   readonly requestTimeoutMs: number;
   /** How long an idle kept-alive client connection stays open: above the idle timeout of any balancer in front. */
   readonly keepAliveTimeoutMs: number;
+  /** Whom X-Forwarded-For is taken from for the client's address in the log: the proxies' hop count or addresses; null: no one. */
+  readonly trustProxy: number | readonly string[] | null;
   /** How long an answer written whole may wait for its client to take any of it before the connection is closed. */
   readonly sendTimeoutMs: number;
   /** How long a SIGTERM waits for in-flight requests. */
@@ -117,6 +119,36 @@ function host(env: NodeJS.ProcessEnv): string {
   const h = raw.trim();
   if (isIP(h) !== 0 || (h.length <= 253 && HOST_NAME.test(h))) return h;
   throw new ConfigError('environment', 'HOST', `an IP address or host name to listen on (no scheme, port or brackets), not ${JSON.stringify(raw)}`);
+}
+
+/** The names proxy-addr (Fastify's trustProxy) gives address ranges: 127.0.0.0/8 and ::1, link-local, private. */
+const PROXY_RANGE_NAMES = ['loopback', 'linklocal', 'uniquelocal'];
+
+/**
+ * GW_TRUST_PROXY: how many proxies in front append to X-Forwarded-For, or which addresses are theirs. Checked here,
+ * where Fastify's own check threw from deep in its start with a stack trace. `true` (any sender's X-Forwarded-For)
+ * is not offered: its first entry is whatever the client wrote.
+ */
+function trustProxy(env: NodeJS.ProcessEnv): number | readonly string[] | null {
+  const raw = str(env, 'GW_TRUST_PROXY');
+  if (raw === null) return null;
+  const expected = `the number of proxies in front (1 to 32) or a comma-separated list of their addresses, CIDR ranges (10.0.0.0/8) and ${PROXY_RANGE_NAMES.join(', ')}, not ${JSON.stringify(raw)}`;
+  const v = raw.trim();
+  if (/^[0-9]+$/.test(v)) {
+    const hops = Number(v);
+    if (hops < 1 || hops > 32) throw new ConfigError('environment', 'GW_TRUST_PROXY', expected);
+    return hops;
+  }
+  const entries = v.split(',').map((e) => e.trim());
+  for (const entry of entries) {
+    if (PROXY_RANGE_NAMES.includes(entry)) continue;
+    const [address = '', prefix, extra] = entry.split('/');
+    const family = isIP(address);
+    const bits = family === 4 ? 32 : 128;
+    const prefixOk = prefix === undefined || (/^[0-9]{1,3}$/.test(prefix) && Number(prefix) <= bits);
+    if (family === 0 || extra !== undefined || !prefixOk) throw new ConfigError('environment', 'GW_TRUST_PROXY', expected);
+  }
+  return Object.freeze(entries);
 }
 
 /** A variable's value; null when unset, empty or blank (a number, a host or a level then takes its default). */
@@ -209,6 +241,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     requestTimeoutMs: int(env, 'GW_REQUEST_TIMEOUT_MS', 120_000, 1_000, 3_600_000),
     sendTimeoutMs: int(env, 'GW_SEND_TIMEOUT_MS', 60_000, 1_000, 3_600_000),
     keepAliveTimeoutMs: int(env, 'GW_KEEP_ALIVE_TIMEOUT_MS', 72_000, 1_000, 3_600_000),
+    trustProxy: trustProxy(env),
     keyCacheTtlMs: int(env, 'GW_KEY_CACHE_TTL_MS', 30_000, 0, 3_600_000),
     streamGraceS: int(env, 'GW_STREAM_GRACE_S', 300, 0, 86_400),
     streamMemoryMb: int(env, 'GW_STREAM_MEMORY_MB', 256, 1, 1_048_576),
