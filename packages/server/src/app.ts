@@ -442,7 +442,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       redis?.disconnect();
       streamRedis?.disconnect();
       limiter.close();
-      if (betaQuota instanceof MemoryBetaQuota) betaQuota.close();
+      betaQuota.close();
       await closeStore(store);
       if (unwritten) throw unwritten;
       app.log.info('stopped');

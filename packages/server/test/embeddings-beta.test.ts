@@ -104,6 +104,29 @@ describe('the beta window at its edges (in process, fake clock)', () => {
     expect((await quota.admit('edge', 'after', 1)).allowed).toBe(true);
     client.disconnect();
   }, 15_000);
+  it('with Redis: requests let through while Redis was away are written once it is back, and a refusal waits for the one whose leaving frees a place', async () => {
+    const client = await connectRedis(redis.url);
+    const limits = { requests: 3, tokens: 1_000, windowMs: 4_000 };
+    const quota = new RedisBetaQuota(client, limits);
+    client.disconnect();
+    const at: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      at.push(performance.now());
+      expect(await quota.admit('away', `w${i}`, 10)).toMatchObject({ allowed: true, enforced: false });
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    await client.connect();
+    // Written as soon as the connection is ready.
+    for (let i = 0; i < 50 && (await client.zcard('gw:beta:{away}:t')) < 5; i++) await new Promise((r) => setTimeout(r, 50));
+    const refused = await quota.admit('away', 'back', 10);
+    const now = performance.now();
+    expect(refused).toMatchObject({ allowed: false, reason: 'requests', enforced: true });
+    // Five in the window, three allowed: the third's leaving frees a place, not the first's.
+    expect(refused.waitMs).toBeGreaterThan((at[2] as number) + limits.windowMs - now - 250);
+    expect(refused.waitMs).toBeLessThanOrEqual((at[2] as number) + limits.windowMs - now + 250);
+    quota.close();
+    client.disconnect();
+  }, 15_000);
 });
 
 describe('variant B through the gateway: 500 requests and 200,000 tokens per minute per workspace', () => {
@@ -230,6 +253,28 @@ describe('variant B through the gateway: 500 requests and 200,000 tokens per min
     const statuses = await burst(520, (i) => embed(i % 2 === 0 ? one.baseB : two.baseB, key));
     expect(statuses.filter((s) => s === 200)).toHaveLength(500);
     expect(statuses.filter((s) => s === 429)).toHaveLength(20);
+  }, 60_000);
+
+  it('requests let through while Redis was paused count in the shared window once it is back: the workspace is not given its 500 again', async () => {
+    const ws = await one.admin<{ id: string }>('POST', '/workspaces', { name: `beta ${Math.random()}` });
+    const key = (await one.createKey({ workspaceId: ws.body.id, rateLimitRpm: 100_000 })).key;
+    let during: number[];
+    redis.pause();
+    try {
+      during = await burst(300, () => embed(one.baseB, key));
+    } finally {
+      redis.resume();
+    }
+    expect(during.every((s) => s === 200)).toBe(true);
+    // The instance writes them once Redis answers (a retry each second), before any other instance is asked.
+    const client = await connectRedis(redis.url);
+    for (let i = 0; i < 50 && (await client.zcard(`gw:beta:{ws:${ws.body.id}}:t`)) < 300; i++) await new Promise((r) => setTimeout(r, 100));
+    client.disconnect();
+    const after = await burst(300, (i) => embed(i % 2 === 0 ? one.baseB : two.baseB, key));
+    expect(after.filter((s) => s === 200)).toHaveLength(200);
+    const over = await embed(two.baseB, key);
+    expect(over.status).toBe(429);
+    expect(Number(over.headers.get('retry-after'))).toBeLessThanOrEqual(60);
   }, 60_000);
 
   it('fails open while Redis is paused: a full window lets requests through, and holds again once Redis is back', async () => {

@@ -28,6 +28,8 @@ export interface BetaQuota {
   readonly limits: BetaQuotaLimits;
   admit(scope: string, requestId: string, tokens: number): Promise<BetaDecision>;
   settle(scope: string, requestId: string, tokens: number): Promise<void>;
+  /** Stops its timers. */
+  close(): void;
 }
 
 interface Entry {
