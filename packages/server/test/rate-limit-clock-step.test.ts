@@ -101,3 +101,32 @@ describe('the rate limit of a single instance when the wall clock is stepped', (
     await stepWallClock(120_000);
   });
 });
+
+/** Variant B's embeddings of `texts` texts of 20,000 characters (5,000 tokens each, as the beta counts and the provider bills). */
+function embedB(key: string, texts: number): Promise<Response> {
+  return fetch(`${proc.url}/alt/v1/embeddings`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'mistral/embed', input: Array.from({ length: texts }, () => 'x'.repeat(20_000)) }),
+  });
+}
+
+describe('the embeddings beta of a single instance when the wall clock is stepped', () => {
+  it('a step forward of more than a minute does not empty the beta window, nor does a step back hold it full longer', async () => {
+    const key = await createKey(1000);
+    // The whole minute's 200,000 tokens in one request; the next is refused until it ages out.
+    expect((await embedB(key, 40)).status).toBe(200);
+    const refused = await embedB(key, 1);
+    expect(refused.status).toBe(429);
+    const before = Number(refused.headers.get('retry-after'));
+    await stepWallClock(61_000);
+    const ahead = await embedB(key, 1);
+    expect(ahead.status).toBe(429);
+    expect(Number(ahead.headers.get('retry-after'))).toBeLessThanOrEqual(before);
+    await stepWallClock(-181_000);
+    const behind = await embedB(key, 1);
+    expect(behind.status).toBe(429);
+    expect(Number(behind.headers.get('retry-after'))).toBeLessThanOrEqual(before);
+    await stepWallClock(120_000);
+  });
+});

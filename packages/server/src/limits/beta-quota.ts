@@ -1,3 +1,5 @@
+import { monotonicMs } from './memory-window.js';
+
 /** A per-minute allowance of requests and tokens (SPEC: the embeddings beta of variant B). */
 export interface BetaQuotaLimits {
   requests: number;
@@ -38,14 +40,14 @@ interface Entry {
   tokens: number;
 }
 
-/** The window in process memory; one instance only. */
+/** The window in process memory; one instance only. On the monotonic clock, as every in-process window (docs/decisions.md). */
 export class MemoryBetaQuota implements BetaQuota {
   private readonly windows = new Map<string, Entry[]>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
     readonly limits: BetaQuotaLimits = EMBEDDINGS_BETA,
-    private readonly now: () => number = Date.now,
+    private readonly now: () => number = monotonicMs,
   ) {
     this.sweeper = setInterval(() => this.sweep(), limits.windowMs);
     this.sweeper.unref();
