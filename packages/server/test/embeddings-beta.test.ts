@@ -118,6 +118,8 @@ describe('the beta window at its edges (in process, fake clock)', () => {
     await client.connect();
     // Written as soon as the connection is ready.
     for (let i = 0; i < 50 && (await client.zcard('gw:beta:{away}:t')) < 5; i++) await new Promise((r) => setTimeout(r, 50));
+    // The write's own promise settles a few microtasks after its reply, which the read above waited for.
+    await new Promise((r) => setImmediate(r));
     const refused = await quota.admit('away', 'back', 10);
     const now = performance.now();
     expect(refused).toMatchObject({ allowed: false, reason: 'requests', enforced: true });
