@@ -36,6 +36,7 @@ beforeAll(async () => {
     GW_CONFIG: join(dir, 'gw.json'),
     GW_DATA_DIR: join(dir, 'data'),
     GW_ADMIN_TOKEN: ADMIN_TOKEN,
+    GW_CIRCUIT_OPEN_MS: '1000',
     GW_TEST_CLOCK_STEP_FILE: join(dir, 'step'),
     NODE_OPTIONS: `--import=${pathToFileURL(join(dir, 'step-clock.mjs')).href}`,
   });
@@ -129,4 +130,26 @@ describe('the embeddings beta of a single instance when the wall clock is steppe
     expect(Number(behind.headers.get('retry-after'))).toBeLessThanOrEqual(before);
     await stepWallClock(120_000);
   });
+});
+
+describe('an offer’s circuit when the wall clock is stepped', () => {
+  it('a step back of two minutes keeps an open circuit out for its 1 s, not two minutes more', async () => {
+    const key = await createKey(1000);
+    const medium = () =>
+      fetch(`${proc.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mistral/medium', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+    // mistral/medium has one offer: its failures open its circuit, and the model answers 503 while it is open.
+    sim.providers.mistral?.setFault({ kind: 'status', status: 500, endpoints: ['chat'] });
+    let status = 0;
+    for (let i = 0; i < 10 && status !== 503; i++) status = (await medium()).status;
+    expect(status).toBe(503);
+    sim.providers.mistral?.clearFaults();
+    await stepWallClock(-120_000);
+    await new Promise((r) => setTimeout(r, 1_300));
+    expect((await medium()).status).toBe(200);
+    await stepWallClock(120_000);
+  }, 30_000);
 });

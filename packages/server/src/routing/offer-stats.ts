@@ -1,3 +1,4 @@
+import { steadyMs } from '../lib/clock.js';
 import { CircuitBook, type CircuitSettings, type CircuitState } from './health.js';
 import { type LatencyMode, MeasureBook } from './latency.js';
 import type { Offer } from './registry.js';
@@ -55,7 +56,8 @@ export class OfferStats implements OfferStatsView {
 
   constructor(
     settings: OfferStatsSettings,
-    private readonly now: () => number = Date.now,
+    // Steady, not the wall clock: a step back of two minutes held an open circuit's offer out (503) for two more.
+    private readonly now: () => number = steadyMs,
   ) {
     this.circuits = new CircuitBook(settings);
     this.measures = new MeasureBook(settings.remeasureMs);
