@@ -1,27 +1,11 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ADMIN_TOKEN } from './helpers/gateway.js';
 import { chatOnce, type GatewayProcess, spawnGateway } from './helpers/process.js';
-
-/**
- * The wall clock stepped under a running gateway, as NTP or an operator does: loaded before the gateway, this steps
- * Date.now, on SIGUSR2, by the milliseconds the step file holds. Only the wall clock moves; the monotonic clock runs
- * on, as it does when the system's clock is stepped.
- */
-const STEP_CLOCK = `
-import { readFileSync } from 'node:fs';
-const wall = Date.now;
-let offset = 0;
-Date.now = () => wall() + offset;
-process.on('SIGUSR2', () => {
-  offset += Number(readFileSync(process.env.GW_TEST_CLOCK_STEP_FILE, 'utf8'));
-  process.stderr.write('wall clock stepped by ' + offset + '\\n');
-});
-`;
+import { stepWallClock as stepClock, steppableClockEnv } from './helpers/step-clock.js';
 
 let sim: Simulator;
 let proc: GatewayProcess;
@@ -31,14 +15,12 @@ beforeAll(async () => {
   sim = await startSimulator({ latencyScale: 0 });
   dir = mkdtempSync(join(tmpdir(), 'gw-clock-step-'));
   writeFileSync(join(dir, 'gw.json'), JSON.stringify(sim.demoConfig()));
-  writeFileSync(join(dir, 'step-clock.mjs'), STEP_CLOCK);
   proc = await spawnGateway({
     GW_CONFIG: join(dir, 'gw.json'),
     GW_DATA_DIR: join(dir, 'data'),
     GW_ADMIN_TOKEN: ADMIN_TOKEN,
     GW_CIRCUIT_OPEN_MS: '1000',
-    GW_TEST_CLOCK_STEP_FILE: join(dir, 'step'),
-    NODE_OPTIONS: `--import=${pathToFileURL(join(dir, 'step-clock.mjs')).href}`,
+    ...steppableClockEnv(dir),
   });
 }, 60_000);
 afterAll(async () => {
@@ -57,15 +39,8 @@ async function createKey(rateLimitRpm: number): Promise<string> {
 }
 
 /** Steps the gateway's wall clock by `ms` and waits until it has. */
-async function stepWallClock(ms: number): Promise<void> {
-  const before = proc.output().length;
-  writeFileSync(join(dir, 'step'), String(ms));
-  proc.child.kill('SIGUSR2');
-  const deadline = Date.now() + 5000;
-  while (!proc.output().slice(before).includes('wall clock stepped')) {
-    if (Date.now() > deadline) throw new Error(`the clock was not stepped:\n${proc.output()}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+function stepWallClock(ms: number): Promise<void> {
+  return stepClock(proc, dir, ms);
 }
 
 /** Fills a key's window of `limit` requests and returns its first refusal. */

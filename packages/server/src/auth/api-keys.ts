@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { KEY_PREFIX } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { Bus } from '../kv/types.js';
+import { steadyMs } from '../lib/clock.js';
 import { randomToken, sha256Hex } from '../lib/crypto.js';
 import type { ApiKeyRecord, Store } from '../store/types.js';
 import { Confirmations } from './confirmations.js';
@@ -27,8 +28,11 @@ const MAX_UNSENT = 10_000;
  */
 export const DEAF_TRUST_MS = 250;
 
-/** Whether a copy read from the store at `readAt` is still to be trusted, `ttlMs` being the cache's own. */
-export function stillTrusted(readAt: number, ttlMs: number, deafSince: number | null, now = Date.now()): boolean {
+/**
+ * Whether a copy read from the store at `readAt` is still to be trusted, `ttlMs` being the cache's own. Times are
+ * {@link steadyMs}: on the wall clock, a step back of two minutes kept a key revoked elsewhere trusted two more.
+ */
+export function stillTrusted(readAt: number, ttlMs: number, deafSince: number | null, now = steadyMs()): boolean {
   if (deafSince === null) return now - readAt < ttlMs;
   return readAt > deafSince && now - readAt < Math.min(ttlMs, DEAF_TRUST_MS);
 }
@@ -123,7 +127,7 @@ export class ApiKeyAuthenticator {
     }
     const unknownUntil = this.unknown.get(hash);
     if (unknownUntil !== undefined) {
-      if (unknownUntil > Date.now()) throw new GatewayError('unauthorized', 'Invalid API key.');
+      if (unknownUntil > steadyMs()) throw new GatewayError('unauthorized', 'Invalid API key.');
       this.unknown.delete(hash);
     }
     return this.authenticateFromStore(hash);
@@ -267,7 +271,7 @@ export class ApiKeyAuthenticator {
   private rememberUnknown(hash: string): void {
     // Oldest first out: a flood of distinct random keys cannot grow the map past its bound.
     if (this.unknown.size >= MAX_UNKNOWN) this.unknown.delete(this.unknown.keys().next().value as string);
-    this.unknown.set(hash, Date.now() + UNKNOWN_TTL_MS);
+    this.unknown.set(hash, steadyMs() + UNKNOWN_TTL_MS);
   }
 
   /**
@@ -279,7 +283,7 @@ export class ApiKeyAuthenticator {
       const oldest = this.byHash.values().next().value;
       if (oldest !== undefined) this.forget(oldest.record);
     }
-    this.byHash.set(record.hash, { record, fetchedAt: Date.now(), refreshing: false });
+    this.byHash.set(record.hash, { record, fetchedAt: steadyMs(), refreshing: false });
     this.hashById.set(record.id, record.hash);
   }
 

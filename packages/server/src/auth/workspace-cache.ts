@@ -1,5 +1,6 @@
 import { GatewayError } from '../errors/gateway-error.js';
 import type { Bus } from '../kv/types.js';
+import { steadyMs } from '../lib/clock.js';
 import type { Store, Workspace } from '../store/types.js';
 import { stillTrusted } from './api-keys.js';
 
@@ -33,7 +34,7 @@ export class WorkspaceCache {
     try {
       const read = await this.store.workspaces.get(id);
       const ws = read === null ? null : { ...read, enabled: read.enabledModels === null ? null : new Set(read.enabledModels) };
-      if (forgets === this.forgets) this.entries.set(id, { ws, at: Date.now() });
+      if (forgets === this.forgets) this.entries.set(id, { ws, at: steadyMs() });
       return ws;
     } catch (err) {
       if (hit) return hit.ws;

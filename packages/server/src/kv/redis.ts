@@ -1,4 +1,5 @@
 import type { Command, Redis, RedisOptions } from 'ioredis';
+import { steadyMs } from '../lib/clock.js';
 import { waitAtMost } from '../lib/wait-at-most.js';
 import type { Bus } from './types.js';
 
@@ -209,7 +210,7 @@ export class RedisBus implements Bus {
   private readonly resubscribeHandlers: (() => void)[] = [];
   private readonly publishReadyHandlers: (() => void)[] = [];
   /** Null while the subscriptions are live; else since when they are not (the start counts as a loss). */
-  private deafFrom: number | null = Date.now();
+  private deafFrom: number | null = steadyMs();
   /** When the subscriber's unanswered ping was sent (null: none is); its connection's turn, so a ping of a dropped one is ignored. */
   private pingSentAt: number | null = null;
   private pingTurn = 0;
@@ -254,7 +255,7 @@ export class RedisBus implements Bus {
     // Noticed at once (Redis closing a slow subscriber, a restart): until the subscriptions are renewed, a reconnect
     // backoff later, what other instances publish goes unheard.
     sub.on('close', () => {
-      this.deafFrom ??= Date.now();
+      this.deafFrom ??= steadyMs();
       this.pingSentAt = null;
       this.pingTurn++;
     });
@@ -264,7 +265,7 @@ export class RedisBus implements Bus {
   /** Pings the subscriber connection; one whose last ping is not answered is deaf from when it was sent, and dropped later. */
   private checkSubscriber(): void {
     if (this.sub.status !== 'ready' || this.channels.size === 0) return;
-    const now = Date.now();
+    const now = steadyMs();
     const sentAt = this.pingSentAt;
     if (sentAt !== null) {
       // What was published since the ping may be waiting behind it, unheard.

@@ -14,7 +14,7 @@ export interface Bus {
   /** Called each time the subscriptions are renewed after a lost connection: what was published meanwhile was missed. */
   onResubscribe(handler: () => void): void;
   /**
-   * Since when (`Date.now()`) messages published now may not reach this instance: its subscriber connection was lost,
+   * Since when (`steadyMs()`, lib/clock.ts) messages published now may not reach this instance: its subscriber connection was lost,
    * or has not subscribed yet. Null while its subscriptions are live.
    */
   deafSince(): number | null;
