@@ -65,6 +65,7 @@ import { OfferStats } from './routing/offer-stats.js';
 import { OfferStatsSharing } from './routing/offer-stats-sharing.js';
 import { ModelRegistry, type RebuildReport } from './routing/registry.js';
 import { shareRegistryRebuilds } from './routing/registry-sharing.js';
+import { dbClockOf } from './store/db-clock.js';
 import { openStore } from './store/open.js';
 import { StorePresence } from './store/presence.js';
 import type { Store } from './store/types.js';
@@ -311,6 +312,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     onSpill: outageLog.onSpill,
   });
   usage.start();
+  const dbClock = dbClockOf(store);
+  dbClock.start();
   const workspaces = new WorkspaceCache(store, config.keyCacheTtlMs, bus);
   auth.onWorkspaceChanged = (id) => workspaces.forget(id);
   bus.onResubscribe(() => workspaces.forgetAll());
@@ -325,6 +328,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     auth,
     workspaces,
     usage,
+    dbClock,
     limiter,
     ledger,
     betaQuota,
@@ -347,7 +351,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     usagePending: () => usage.pending,
     usageSpilled: () => {
       const oldest = spill?.oldestAt ?? null;
-      return { segments: spill?.waiting ?? 0, oldestAgeS: oldest === null ? 0 : Math.max(0, (Date.now() - oldest) / 1000) };
+      return { segments: spill?.waiting ?? 0, oldestAgeS: oldest === null ? 0 : Math.max(0, (dbClock.nowMs() - oldest) / 1000) };
     },
   });
   const memoryRelease = new IdleMemoryRelease({
@@ -443,6 +447,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       streamRedis?.disconnect();
       limiter.close();
       betaQuota.close();
+      dbClock.stop();
       await closeStore(store);
       if (unwritten) throw unwritten;
       app.log.info('stopped');

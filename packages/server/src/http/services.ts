@@ -10,6 +10,7 @@ import type { IdempotencyService } from '../routing/idempotency.js';
 import type { KeptAnswerAllowance } from '../routing/kept-answers.js';
 import type { OfferStats } from '../routing/offer-stats.js';
 import type { ModelRegistry, RebuildReport } from '../routing/registry.js';
+import type { DbClock } from '../store/db-clock.js';
 import type { StorePresence } from '../store/presence.js';
 import type { Store } from '../store/types.js';
 import type { StreamSessions } from '../streaming/sessions.js';
@@ -31,6 +32,8 @@ export interface Services {
   auth: ApiKeyAuthenticator;
   workspaces: WorkspaceCache;
   usage: UsageWriter;
+  /** The database's clock, which usage records are stamped with (store/db-clock.ts). */
+  dbClock: DbClock;
   limiter: RateLimiter;
   ledger: BudgetLedger;
   /** Variant B's embeddings beta allowance per workspace (Redis-shared when Redis is configured). */

@@ -400,6 +400,8 @@ export interface DriverHooks {
   copyRows?: CopyRows;
   migrate(): Promise<void>;
   ping(): Promise<void>;
+  /** The database's clock (ms since the epoch), where it may not be this host's. */
+  clockMs?(): Promise<number>;
   logTo?(log: StoreLog): void;
   close(): Promise<void>;
 }
@@ -414,6 +416,7 @@ export class DrizzleStore implements Store {
   readonly idempotency: IdempotencyRepo;
   readonly budgetLeases: BudgetLeaseRepo;
   readonly instances: InstanceRepo;
+  readonly clockMs?: () => Promise<number>;
   readonly #hooks: DriverHooks;
   #closed: Promise<void> | undefined;
 
@@ -428,6 +431,8 @@ export class DrizzleStore implements Store {
     this.idempotency = new DrizzleIdempotencyRepo(db);
     this.budgetLeases = new DrizzleBudgetLeaseRepo(db);
     this.instances = new DrizzleInstanceRepo(db);
+    const clockMs = hooks.clockMs;
+    if (clockMs) this.clockMs = () => clockMs();
   }
 
   migrate(): Promise<void> {

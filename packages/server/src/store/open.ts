@@ -107,6 +107,14 @@ async function openPostgres(databaseUrl: string, opts: OpenStoreOptions): Promis
       const query: QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: pingTimeoutMs };
       await pool.query(query);
     },
+    async clockMs() {
+      const query: QueryConfig & { query_timeout: number } = {
+        text: 'SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms',
+        query_timeout: pingTimeoutMs,
+      };
+      const { rows } = await pool.query<{ ms: number }>(query);
+      return Number(rows[0]?.ms);
+    },
     async close() {
       await pool.end();
     },

@@ -249,6 +249,8 @@ export interface Store {
   migrate(): Promise<void>;
   /** Resolves when the database answers a trivial query. */
   ping(): Promise<void>;
+  /** The database's clock, in ms since the epoch; absent where it is this host's (the embedded database). */
+  clockMs?(): Promise<number>;
   /** Where the store says what happens to it beyond a query's error (the embedded database thread dying and coming back). */
   logTo?(log: StoreLog): void;
   close(): Promise<void>;

@@ -5,14 +5,24 @@ import type { GatewayProcess } from './process.js';
 
 /**
  * The wall clock stepped under a running gateway, as NTP or an operator does: loaded before the gateway, this steps
- * Date.now, on SIGUSR2, by the milliseconds the step file holds. Only the wall clock moves; the monotonic clock runs
- * on, as it does when the system's clock is stepped.
+ * Date.now and `new Date()`, on SIGUSR2, by the milliseconds the step file holds. Only the wall clock moves; the
+ * monotonic clock runs on, as it does when the system's clock is stepped.
  */
 const STEP_CLOCK = `
 import { readFileSync } from 'node:fs';
-const wall = Date.now;
+const RealDate = globalThis.Date;
+const wall = RealDate.now;
 let offset = 0;
-Date.now = () => wall() + offset;
+class SteppedDate extends RealDate {
+  constructor(...args) {
+    if (args.length === 0) super(wall() + offset);
+    else super(...args);
+  }
+  static now() {
+    return wall() + offset;
+  }
+}
+globalThis.Date = SteppedDate;
 process.on('SIGUSR2', () => {
   offset += Number(readFileSync(process.env.GW_TEST_CLOCK_STEP_FILE, 'utf8'));
   process.stderr.write('wall clock stepped by ' + offset + '\\n');

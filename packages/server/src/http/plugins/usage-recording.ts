@@ -77,7 +77,7 @@ function record(services: Services, request: FastifyRequest, status: number): vo
     status,
     errorCode: request.gw.errorCode,
     streamed: usage.streamed,
-    createdAt: new Date(),
+    createdAt: new Date(services.dbClock.nowMs()),
   });
 }
 

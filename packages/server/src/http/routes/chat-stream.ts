@@ -174,7 +174,7 @@ export async function startStream(
         status: neverSent ? CLIENT_CLOSED_STATUS : 200,
         errorCode: neverSent ? 'client_closed' : byGateway ? byGateway.code : outcome.error ? 'upstream_failed' : null,
         streamed: true,
-        createdAt: new Date(),
+        createdAt: new Date(services.dbClock.nowMs()),
       });
       // A stream stopped because its client left and did not come back is no failure of the provider's.
       const upstreamOutcome = byGateway ? 'stream_cut' : outcome.abandoned ? 'stream_abandoned' : outcome.error ? 'stream_error' : 'stream_ok';

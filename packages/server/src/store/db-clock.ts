@@ -1,0 +1,57 @@
+import type { Store } from './types.js';
+
+/** How often the database's clock is read again (a step of it, or a drift between the two, lasts at most this long). */
+const READ_EVERY_MS = 60_000;
+/** A reading whose round trip took longer than this tells the time too loosely: the last one is kept. */
+const MAX_ROUND_TRIP_MS = 1_000;
+
+/**
+ * The time usage records are stamped with: the clock of the database they are stored in, as every instance sharing it
+ * reads it, so that the records of instances whose own clocks disagree (NTP drift, a VM resumed from a pause) are in
+ * one order and none is stored minutes or hours off. Between readings it runs on this process's monotonic clock from
+ * the last one; until the first, and while the database does not answer, on the wall clock as it was at the last
+ * reading (at first, the process's start). The embedded database shares this host's clock: it is read from there.
+ */
+export class DbClock {
+  /** The database's time when this process's monotonic clock read 0. */
+  private originMs = performance.timeOrigin;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly read: () => Promise<number>) {}
+
+  /** Milliseconds since the epoch by the database's clock. */
+  nowMs(): number {
+    return this.originMs + performance.now();
+  }
+
+  /** Reads the database's clock now, then every minute. */
+  start(): void {
+    void this.readOnce();
+    this.timer ??= setInterval(() => void this.readOnce(), READ_EVERY_MS);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** Public for tests. */
+  async readOnce(): Promise<void> {
+    const sent = performance.now();
+    let dbMs: number;
+    try {
+      dbMs = await this.read();
+    } catch {
+      return;
+    }
+    const answered = performance.now();
+    if (!Number.isFinite(dbMs) || answered - sent > MAX_ROUND_TRIP_MS) return;
+    this.originMs = dbMs - (sent + answered) / 2;
+  }
+}
+
+/** The clock of `store`'s database: PostgreSQL's read with a query, the embedded one's this host's. */
+export function dbClockOf(store: Store): DbClock {
+  return new DbClock(store.clockMs ? store.clockMs.bind(store) : async () => Date.now());
+}
