@@ -4,6 +4,8 @@ import type { Store } from './types.js';
 const READ_EVERY_MS = 60_000;
 /** A reading whose round trip took longer than this tells the time too loosely: the last one is kept. */
 const MAX_ROUND_TRIP_MS = 1_000;
+/** How soon a reading that failed or was too slow is made again. */
+const RETRY_MS = 1_000;
 
 /**
  * The time usage records are stamped with: the clock of the database they are stored in, as every instance sharing it
@@ -16,6 +18,7 @@ export class DbClock {
   /** The database's time when this process's monotonic clock read 0. */
   private originMs = performance.timeOrigin;
   private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
 
   constructor(private readonly read: () => Promise<number>) {}
 
@@ -24,30 +27,38 @@ export class DbClock {
     return this.originMs + performance.now();
   }
 
-  /** Reads the database's clock now, then every minute. */
+  /**
+   * Reads the database's clock now, then every minute; a reading that failed or was too slow (the first, made while
+   * the pool connects, often is) is made again a second later.
+   */
   start(): void {
-    void this.readOnce();
-    this.timer ??= setInterval(() => void this.readOnce(), READ_EVERY_MS);
-    this.timer.unref();
+    if (this.stopped) return;
+    void this.readOnce().then((read) => {
+      if (this.stopped) return;
+      this.timer = setTimeout(() => this.start(), read ? READ_EVERY_MS : RETRY_MS);
+      this.timer.unref();
+    });
   }
 
   stop(): void {
-    if (this.timer !== null) clearInterval(this.timer);
+    this.stopped = true;
+    if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
   }
 
-  /** Public for tests. */
-  async readOnce(): Promise<void> {
+  /** True when it was read (public for tests). */
+  async readOnce(): Promise<boolean> {
     const sent = performance.now();
     let dbMs: number;
     try {
       dbMs = await this.read();
     } catch {
-      return;
+      return false;
     }
     const answered = performance.now();
-    if (!Number.isFinite(dbMs) || answered - sent > MAX_ROUND_TRIP_MS) return;
+    if (!Number.isFinite(dbMs) || answered - sent > MAX_ROUND_TRIP_MS) return false;
     this.originMs = dbMs - (sent + answered) / 2;
+    return true;
   }
 }
 
