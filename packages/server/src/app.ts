@@ -313,7 +313,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   });
   usage.start();
   const dbClock = dbClockOf(store);
-  dbClock.start();
+  await dbClock.start();
   const workspaces = new WorkspaceCache(store, config.keyCacheTtlMs, bus);
   auth.onWorkspaceChanged = (id) => workspaces.forget(id);
   bus.onResubscribe(() => workspaces.forgetAll());

@@ -10,15 +10,16 @@ const RETRY_MS = 1_000;
 /**
  * The time usage records are stamped with: the clock of the database they are stored in, as every instance sharing it
  * reads it, so that the records of instances whose own clocks disagree (NTP drift, a VM resumed from a pause) are in
- * one order and none is stored minutes or hours off. Between readings it runs on this process's monotonic clock from
- * the last one; until the first, and while the database does not answer, on the wall clock as it was at the last
- * reading (at first, the process's start). The embedded database shares this host's clock: it is read from there.
+ * one order and none is stored minutes or hours off. Between readings (and while the database does not answer) it
+ * runs on this process's monotonic clock from the last one. The embedded database shares this host's clock: it is
+ * read from there.
  */
 export class DbClock {
   /** The database's time when this process's monotonic clock read 0. */
   private originMs = performance.timeOrigin;
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
+  private readAlready = false;
 
   constructor(private readonly read: () => Promise<number>) {}
 
@@ -28,16 +29,18 @@ export class DbClock {
   }
 
   /**
-   * Reads the database's clock now, then every minute; a reading that failed or was too slow (the first, made while
-   * the pool connects, often is) is made again a second later.
+   * Reads the database's clock (the start waits for this first reading, so that no record is stamped before it), then
+   * every minute; a reading that failed or was too slow (the first, made while the pool connects, may be) is made
+   * again a second later.
    */
-  start(): void {
+  async start(): Promise<void> {
+    this.schedule(await this.readOnce());
+  }
+
+  private schedule(read: boolean): void {
     if (this.stopped) return;
-    void this.readOnce().then((read) => {
-      if (this.stopped) return;
-      this.timer = setTimeout(() => this.start(), read ? READ_EVERY_MS : RETRY_MS);
-      this.timer.unref();
-    });
+    this.timer = setTimeout(() => void this.readOnce().then((again) => this.schedule(again)), read ? READ_EVERY_MS : RETRY_MS);
+    this.timer.unref();
   }
 
   stop(): void {
@@ -56,9 +59,13 @@ export class DbClock {
       return false;
     }
     const answered = performance.now();
-    if (!Number.isFinite(dbMs) || answered - sent > MAX_ROUND_TRIP_MS) return false;
+    if (!Number.isFinite(dbMs)) return false;
+    const loose = answered - sent > MAX_ROUND_TRIP_MS;
+    // A slow first reading is still nearer than this host's clock, which may be hours off: taken, and made again soon.
+    if (loose && this.readAlready) return false;
     this.originMs = dbMs - (sent + answered) / 2;
-    return true;
+    this.readAlready = true;
+    return !loose;
   }
 }
 
