@@ -178,16 +178,38 @@ describe('the usage writer', () => {
     expect((await store.keys.getById(key.id))?.spent).toBe(1.75);
     // The same segment replayed again (a crash after its rows went in, before it was removed) adds nothing.
     const again = new UsageSpill(spillDir);
-    await again.append([{ ...record('req_spill_1', 0.5), keyId: key.id }]);
+    await again.append([{ ...record('req_spill_1', 0.5), keyId: key.id }], Date.now());
     await new UsageWriter(store, { ...options, spill: again }).flush();
     expect((await store.usage.list({ keyId: key.id })).length).toBe(3);
     expect((await store.keys.getById(key.id))?.spent).toBe(1.75);
   });
 
+  it("keeps storedBefore behind records on disk by this process's clock, when the database's clock they are stamped with is an hour ahead", async () => {
+    const flaky: Store = {
+      ...store,
+      usage: {
+        ...store.usage,
+        insertMany: async () => {
+          throw new Error('connection refused');
+        },
+      },
+    } as Store;
+    const writer = new UsageWriter(flaky, { flushIntervalMs: 60_000, maxBatch: 500, onError: () => {}, spill: new UsageSpill(join(dir, 'spill-skew')) });
+    await writer.flush();
+    const before = Date.now();
+    await new Promise((r) => setTimeout(r, 2));
+    // Stamped by a database clock an hour ahead of this process's: the budget ledgers time its cost by this process's.
+    writer.record({ ...record('req_skew_1', 0.25), createdAt: new Date(Date.now() + 3_600_000) });
+    await writer.flush();
+    expect(writer.pending).toBe(0);
+    // On disk, not in the database's spend: a cost settled after `before` must not count as stored.
+    expect(writer.storedBefore).toBeLessThanOrEqual(before);
+  });
+
   it('a spill directory that cannot be made (under /proc) fails the append, which hung for good and kept a libuv thread busy', async () => {
     const spill = new UsageSpill('/proc/gw-usage-spill/embedded');
     const outcome = await Promise.race([
-      spill.append([record('req_nowhere', 0.1)]).then(
+      spill.append([record('req_nowhere', 0.1)], Date.now()).then(
         () => 'written',
         (err: NodeJS.ErrnoException) => err.code,
       ),

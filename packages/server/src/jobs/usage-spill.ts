@@ -11,8 +11,13 @@ const SEGMENT_NAME = /^usage-(\d+)-(\d+)-(\d+)\.ndjson$/;
 
 interface Segment {
   name: string;
-  /** The creation time (ms) of its oldest record. */
+  /** The creation time (ms) of its oldest record: the database's clock, which records are stamped with (store/db-clock.ts). */
   oldestAt: number;
+  /**
+   * This process's wall clock (Date.now()) at or after which its records were made: what the budget ledgers compare
+   * their costs' times with (UsageWriter.storedBefore), which a skew between the two clocks must not move.
+   */
+  madeAfter: number;
   /** The process that writes it. */
   pid: number;
 }
@@ -66,7 +71,10 @@ export class UsageSpill {
     });
     return names.flatMap((name) => {
       const m = SEGMENT_NAME.exec(name);
-      return m ? [{ name, oldestAt: Number(m[1]), pid: Number(m[2]) }] : [];
+      if (!m) return [];
+      // Made by an earlier run or another process: before any cost this process holds, whatever the clocks say.
+      const oldestAt = Number(m[1]);
+      return [{ name, oldestAt, madeAfter: Math.min(oldestAt, performance.timeOrigin), pid: Number(m[2]) }];
     });
   }
 
@@ -82,8 +90,18 @@ export class UsageSpill {
     return oldest;
   }
 
-  /** Appends `records` (a failed batch) as one write; rejects if the disk does not take them (they stay the caller's). */
-  async append(records: readonly UsageRecord[]): Promise<void> {
+  /** This process's wall-clock time at or after which every record on disk was made; null when there is none. */
+  get oldestMadeAfter(): number | null {
+    let oldest: number | null = null;
+    for (const s of this.segments) oldest = oldest === null ? s.madeAfter : Math.min(oldest, s.madeAfter);
+    return oldest;
+  }
+
+  /**
+   * Appends `records` (a failed batch) as one write; rejects if the disk does not take them (they stay the caller's).
+   * `madeAfter`: this process's wall-clock time at or after which they were all made.
+   */
+  async append(records: readonly UsageRecord[], madeAfter: number): Promise<void> {
     if (records.length === 0) return;
     if (!this.loaded) await this.load();
     const text = records
@@ -104,11 +122,12 @@ export class UsageSpill {
       }
       this.current.bytes += Buffer.byteLength(text);
       this.current.segment.oldestAt = Math.min(this.current.segment.oldestAt, oldestAt);
+      this.current.segment.madeAfter = Math.min(this.current.segment.madeAfter, madeAfter);
       return;
     }
     // Listed only once its first batch is on disk: a disk that refused it (full) left no segment to count in
     // /metrics, to hold back `oldestAt`, nor to be "stored" with no records; what it took of the batch goes.
-    const segment = { name: `usage-${oldestAt}-${process.pid}-${this.seq++}.ndjson`, oldestAt, pid: process.pid };
+    const segment = { name: `usage-${oldestAt}-${process.pid}-${this.seq++}.ndjson`, oldestAt, madeAfter, pid: process.pid };
     const file = join(this.dir, segment.name);
     try {
       await makeDir(this.dir);

@@ -81,7 +81,7 @@ export class UsageWriter {
   /** A time (Date.now()) before which every record made is stored: the budget leases take costs off once they are in `spent`. */
   get storedBefore(): number {
     const inMemory = this.buffer.length === 0 && !this.flushing ? Date.now() : this.allStoredBefore;
-    const onDisk = this.options.spill?.oldestAt ?? null;
+    const onDisk = this.options.spill?.oldestMadeAfter ?? null;
     return onDisk === null ? inMemory : Math.min(inMemory, onDisk);
   }
 
@@ -154,7 +154,8 @@ export class UsageWriter {
     const spill = this.options.spill;
     if (!spill || count === 0) return 0;
     try {
-      await spill.append(this.buffer.slice(0, count));
+      // Every record made before the last whole flush began is stored or on disk: the buffer's were made since.
+      await spill.append(this.buffer.slice(0, count), this.allStoredBefore);
     } catch (err) {
       this.options.onError(err);
       return 0;
