@@ -68,6 +68,15 @@ describe('strategies through the official openai SDK', () => {
     expect(await ask(b, 'cheapest', { max_tokens: 4000 })).toMatchObject({ provider: 'ovh', strategy: 'cheapest' });
   });
 
+  it('cheapest without max_tokens prices the completion at what the window leaves after the prompt', async () => {
+    // About 120,000 of the 131,072-token window are prompt, leaving about 11,000 to complete: nebius (0.60 prompt, 1.20
+    // completion) costs least. Priced at a completion of the whole window, ovh (0.67/0.67) looked cheaper.
+    const longPrompt = 'word '.repeat(72_000);
+    expect(await ask(b, 'cheapest', { messages: [{ role: 'user', content: longPrompt }] })).toMatchObject({ provider: 'nebius', strategy: 'cheapest' });
+    // A short prompt leaves the window to the completion, whose price decides (ovh 0.67 < scaleway 0.95 < nebius 1.20).
+    expect(await ask(b, 'cheapest')).toMatchObject({ provider: 'ovh', strategy: 'cheapest' });
+  });
+
   it('fastest measures each offer, then takes the lowest moving latency, and moves when latencies change', async () => {
     latencies({ scaleway: 120, ovh: 60, nebius: 5 });
     const warmup = [];

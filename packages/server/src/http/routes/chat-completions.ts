@@ -102,7 +102,9 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const billedCap = (prompt: number) => (cap?.tokens ?? Math.max(1, model.context_window - prompt)) * choices;
       // Offers whose provider refuses an answer-changing field the request uses are left out (never attempted).
       const servable = modelWithOffersTakingFields(services, request, model, body, options.pin, (seen & AFTER_TOOL) !== 0);
-      const plan = planOffers(servable, options, size);
+      // `cheapest` weighs what the completion can be, the rest of the window (docs/routing.md), not the hold's whole
+      // window: priced at the whole window, a long prompt's cost was all but ignored beside a completion it leaves no room for.
+      const plan = planOffers(servable, options, cap === undefined ? { promptTokens, maxTokens: perChoice * choices } : size);
       try {
         await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
       } catch (err) {
