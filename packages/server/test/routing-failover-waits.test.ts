@@ -61,6 +61,74 @@ describe('failover to an offer that left the plans after the request planned it'
   });
 });
 
+describe('an offer skipped on the way spends no hop', () => {
+  it.each(['a', 'b'] as const)('variant %s: with X-Gateway-Max-Hops: 1, the offer after a skipped one is tried in its place', async (variant) => {
+    const scaleway = sim.providers.scaleway;
+    const ovh = sim.providers.ovh;
+    if (!scaleway || !ovh) throw new Error('demo providers missing');
+    scaleway.configure({ latencyMs: 600 });
+    scaleway.setFault({ kind: 'status', status: 500, times: 1 });
+    try {
+      // One failover allowed: Scaleway, then OVHcloud; Nebius is third.
+      const slow = clients[variant].chat.completions
+        .create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 }, { headers: { 'X-Gateway-Max-Hops': '1' } })
+        .withResponse();
+      await eventually(() => expect(scaleway.stats().inFlight).toBe(1));
+      ovh.setFault({ kind: 'status', status: 429, retryAfter: 2, times: 1 });
+      const pinned = await clients[variant].chat.completions
+        .create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 }, { headers: { 'X-Gateway-Provider': 'ovh' } })
+        .catch((e: unknown) => e);
+      expect(pinned).toBeInstanceOf(OpenAI.APIError);
+
+      // OVHcloud left the plans and was skipped, no hop spent: the one failover went to Nebius, which answered
+      // (it was a 502 naming Scaleway alone, with a healthy Nebius never asked).
+      const { response } = await slow;
+      expect(response.headers.get('x-gateway-provider')).toBe('nebius');
+      if (variant === 'b') expect(response.headers.get('x-gateway-routing-hops')).toBe('1');
+      expect(chats('scaleway')).toBe(1);
+      expect(chats('ovh')).toBe(1);
+      expect(chats('nebius')).toBe(1);
+    } finally {
+      scaleway.configure({ latencyMs: 0 });
+      ovh.clearFaults();
+      await sleep(2_050);
+    }
+  });
+
+  it('the offer in the place of a skipped one is not tried when the budget hold does not cover it', async () => {
+    const scaleway = sim.providers.scaleway;
+    const ovh = sim.providers.ovh;
+    if (!scaleway || !ovh) throw new Error('demo providers missing');
+    scaleway.configure({ latencyMs: 600 });
+    scaleway.setFault({ kind: 'status', status: 500, times: 1 });
+    const { key } = await gw.createKey({ rateLimitRpm: 10_000, budget: 100 });
+    const budgeted = new OpenAI({ apiKey: key, baseURL: gw.baseB, maxRetries: 0 });
+    try {
+      // Without max_tokens the hold is the window at the completion price: 0.95 (Scaleway) and 0.67 (OVHcloud) held,
+      // Nebius's 1.20 not. So the request ends with Scaleway's failure, and Nebius is not asked.
+      const slow = budgeted.chat.completions
+        .create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }] }, { headers: { 'X-Gateway-Max-Hops': '1' } })
+        .then(
+          () => null,
+          (e: unknown) => e,
+        );
+      await eventually(() => expect(scaleway.stats().inFlight).toBe(1));
+      ovh.setFault({ kind: 'status', status: 429, retryAfter: 2, times: 1 });
+      await clients.b.chat.completions
+        .create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 }, { headers: { 'X-Gateway-Provider': 'ovh' } })
+        .catch(() => null);
+      const err = await slow;
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+      expect(chats('nebius')).toBe(0);
+    } finally {
+      scaleway.configure({ latencyMs: 0 });
+      ovh.clearFaults();
+      await sleep(2_050);
+    }
+  });
+});
+
 describe('a failover that skipped every offer it had left says when the first is back', () => {
   async function gatewayWith(env: Record<string, string> = {}) {
     const gateway = await startGateway({ sim, env });

@@ -3,7 +3,7 @@ import { GatewayError } from '../src/errors/gateway-error.js';
 import { CIRCUIT_WINDOW_MS, CircuitBook, MAX_PROVIDER_WAIT_MS } from '../src/routing/health.js';
 import { EXPLORE_EVERY, LATENCY_ALPHA } from '../src/routing/latency.js';
 import { OfferStats } from '../src/routing/offer-stats.js';
-import { planOffers, type RouteOptions } from '../src/routing/plan.js';
+import { heldOffers, planOffers, type RouteOptions } from '../src/routing/plan.js';
 import type { Offer, RegistryModel } from '../src/routing/registry.js';
 
 const offer = (provider: string, prompt: number, completion: number): Offer => ({
@@ -221,12 +221,15 @@ describe('plans', () => {
     expect(stats.successRate(A)).toBeCloseTo((0.8 + (1 - 0.8 ** 3) * 0.2) * 0.8, 6);
   });
 
-  it('a pin keeps one offer and never fails over; prefer goes first; max hops cut the plan', () => {
+  it('a pin keeps one offer and never fails over; prefer goes first; max hops bound the offers held', () => {
     expect(providers(planOffers(model, opts({ pin: 'b' }), size))).toEqual(['b']);
     expect(() => planOffers(model, opts({ pin: 'z' }), size)).toThrowError(expect.objectContaining({ code: 'provider_unsupported' }));
     expect(providers(planOffers(model, opts({ prefer: 'c' }), size))).toEqual(['c', 'a', 'b']);
-    expect(providers(planOffers(model, opts({ maxHops: 0 }), size))).toEqual(['a']);
-    expect(providers(planOffers(model, opts({ maxHops: 1, strategy: 'cheapest' }), { promptTokens: 10_000, maxTokens: 1 }))).toEqual(['c', 'b']);
+    // The walk attempts the first plus maxHops; the offers after them stand in for one skipped.
+    expect(providers(heldOffers(planOffers(model, opts({ maxHops: 0 }), size), 0))).toEqual(['a']);
+    const cheapest = planOffers(model, opts({ maxHops: 1, strategy: 'cheapest' }), { promptTokens: 10_000, maxTokens: 1 });
+    expect(providers(cheapest)).toEqual(['c', 'b', 'a']);
+    expect(providers(heldOffers(cheapest, 1))).toEqual(['c', 'b']);
   });
 
   it('no healthy offer to begin with: 503 no_healthy_provider with Retry-After until the first probe', () => {

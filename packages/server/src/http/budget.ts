@@ -92,6 +92,14 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
  * settled on the admission hold. False when the budget cannot hold it (the request then ends with its failure) or the
  * request was recorded meanwhile (its client left).
  */
+/**
+ * What the request's budget hold bounds a failover by (routing/execute.ts, `cost`): the offer's held cost while a
+ * budget holds the request, none without one (no budget: every offer may be tried).
+ */
+export function heldFor<T>(request: FastifyRequest, cost: (offer: T) => number): ((offer: T) => number) | undefined {
+  return request.gw.reservation === null ? undefined : cost;
+}
+
 export async function growBudgetHold(services: Services, request: FastifyRequest, moreEur: number): Promise<boolean> {
   const held = request.gw.reservation;
   const key = request.gw.key;

@@ -33,6 +33,13 @@ export interface PlanWalk {
   offers?: readonly Offer[];
   /** X-Gateway-Provider: a retry can only be served by this provider's offers, so only their return counts. */
   pin?: string | null;
+  /** X-Gateway-Max-Hops: attempts after the first (default: every offer of the plan). A skipped offer spends none. */
+  maxHops?: number;
+  /**
+   * What the budget holds for an offer, the dearest of the first `maxHops + 1` being held: an offer after them, reached
+   * because one before was skipped, is tried only if the hold covers it.
+   */
+  cost?: (offer: Offer) => number;
 }
 
 /**
@@ -42,19 +49,23 @@ export interface PlanWalk {
  * client's error and is not retried elsewhere.
  */
 export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Promise<T>, walk: PlanWalk = {}): Promise<PlanResult<T>> {
-  const { health, mayFailOver, offers = plan, pin = null } = walk;
+  const { health, mayFailOver, offers = plan, pin = null, cost } = walk;
   if (plan.length === 0) throw new GatewayError('no_healthy_provider', 'No EU provider is available for this model right now.', { retryAfterS: 5 });
+  const limit = walk.maxHops === undefined ? plan.length : walk.maxHops + 1;
   const attempts: Attempt[] = [];
   let lastError: UpstreamError | null = null;
   let skipped = false;
-  for (const offer of plan) {
+  for (let i = 0; i < plan.length && attempts.length < limit; i++) {
+    const offer = plan[i] as Offer;
     if (lastError !== null) {
       // The plan predates the first attempt: an offer that left the plans since (its circuit opened, its provider asked
-      // to wait, another request probes it) is skipped, no hop spent on it.
+      // to wait, another request probes it) is skipped, no hop spent on it: the next offer takes its place.
       if (health !== undefined && !health.available(offer)) {
         skipped = true;
         continue;
       }
+      // In the place of a skipped one, an offer the budget's hold (the dearest of the first `limit`) does not cover is not tried.
+      if (i >= limit && cost !== undefined && cost(offer) > heldCost(plan, limit, cost)) continue;
       // The request ends with the last failure when the next offer may not be tried (a budget that cannot hold it).
       if (mayFailOver && !(await mayFailOver())) break;
     }
@@ -80,6 +91,13 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
   // A last provider's own wait is passed on as it said it, unless an offer it did not ask for was skipped.
   const backIn = health !== undefined && (skipped || lastError?.retryAfterS === undefined) ? soonestBack(offers, health, pin) : undefined;
   throw finalError(attempts, lastError, backIn);
+}
+
+/** The dearest of the first `limit` offers of the plan, as the budget holds it. */
+function heldCost(plan: Offer[], limit: number, cost: (offer: Offer) => number): number {
+  let most = 0;
+  for (let i = 0; i < limit; i++) most = Math.max(most, cost(plan[i] as Offer));
+  return most;
 }
 
 /**

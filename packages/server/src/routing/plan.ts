@@ -23,8 +23,10 @@ export interface RouteOptions {
 /**
  * Orders a model's offers into the plan the request walks: offers whose
  * circuit is open are left out; a pin keeps its one offer; otherwise the
- * strategy orders the rest, a preferred provider goes first, and the plan
- * is cut to the first offer plus `maxHops` failovers.
+ * strategy orders the rest and a preferred provider goes first. The walk
+ * makes at most the first attempt plus `maxHops` failovers
+ * ({@link heldOffers}); the offers after those stand in for one that leaves
+ * the plans while the request runs, which spends no hop.
  */
 export function planOffers(model: RegistryModel, options: RouteOptions, size: RequestSize): Offer[] {
   const view = options.stats;
@@ -54,7 +56,15 @@ export function planOffers(model: RegistryModel, options: RouteOptions, size: Re
     const preferred = offers.filter((o) => o.provider === options.prefer);
     offers = [...preferred, ...offers.filter((o) => o.provider !== options.prefer)];
   }
-  return offers.slice(0, options.maxHops + 1);
+  return offers;
+}
+
+/**
+ * The offers a plan's walk attempts unless one of them leaves the plans meanwhile: the first plus `maxHops`. The
+ * budget holds the dearest of these; an offer after them is tried in place of one skipped only if the hold covers it.
+ */
+export function heldOffers(plan: Offer[], maxHops: number): Offer[] {
+  return plan.length > maxHops + 1 ? plan.slice(0, maxHops + 1) : plan;
 }
 
 /**

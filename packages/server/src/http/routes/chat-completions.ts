@@ -8,9 +8,9 @@ import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { estimatedUsage, generatedChars, usageAtMost } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import { offersTakingFields } from '../../routing/param-routing.js';
-import { expectedCost, planOffers } from '../../routing/plan.js';
+import { expectedCost, heldOffers, planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
-import { reserveBudgetWithRateLimit } from '../budget.js';
+import { heldFor, reserveBudgetWithRateLimit } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { applyRateLimit } from '../plugins/rate-limit.js';
@@ -105,8 +105,9 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       // `cheapest` weighs what the completion can be, the rest of the window (docs/routing.md), not the hold's whole
       // window: priced at the whole window, a long prompt's cost was all but ignored beside a completion it leaves no room for.
       const plan = planOffers(servable, options, cap === undefined ? { promptTokens, maxTokens: perChoice * choices } : size);
+      const holdCost = (o: Offer) => expectedCost(o, size);
       try {
-        await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...plan.map((o) => expectedCost(o, size))));
+        await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...heldOffers(plan, options.maxHops).map(holdCost)));
       } catch (err) {
         // Without a cap the hold prices a completion that fills the context window: say how to ask for less.
         if (cap === undefined && isGatewayError(err) && err.code === 'budget_exceeded') {
@@ -118,6 +119,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         const stream = {
           body,
           plan,
+          holdCost,
           offers: servable.offers,
           options,
           promptTokens,
@@ -142,7 +144,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
               (adapter) => adapter.chat(body, { upstreamModel: offer.upstreamModel, signal, requestId: request.id, maxTokens: perChoice }),
               perChoice * choices,
             ),
-          { health: options.stats, offers: servable.offers, pin: options.pin },
+          { health: options.stats, offers: servable.offers, pin: options.pin, maxHops: options.maxHops, cost: heldFor(request, holdCost) },
         );
       } finally {
         // Only a signal that outlives its client stays among the waiting calls until disarmed; the others leave at 'close'.

@@ -18,6 +18,7 @@ import { StreamEndedByGateway, type StreamOutcome } from '../../streaming/sessio
 import { parseEventId } from '../../streaming/sse-format.js';
 import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import { RECORD_PATIENCE_MS, ResumeBufferUnavailableError, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
+import { heldFor } from '../budget.js';
 import { closeAfterStream } from '../drain-close.js';
 import { applyRateLimit, countUncounted } from '../plugins/rate-limit.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
@@ -53,6 +54,8 @@ export async function startStream(
   args: {
     body: ChatBody;
     plan: Offer[];
+    /** What the budget holds for an offer of the plan. */
+    holdCost: (offer: Offer) => number;
     /** The offers the plan was made from. */
     offers: readonly Offer[];
     options: RouteOptions;
@@ -89,7 +92,7 @@ export async function startStream(
           throw err;
         }
       }),
-    { health: options.stats, offers: args.offers, pin: options.pin },
+    { health: options.stats, offers: args.offers, pin: options.pin, maxHops: options.maxHops, cost: heldFor(request, args.holdCost) },
   ).catch((err: unknown) => {
     gone.disarm();
     // A stream that would have outlived its client never began: it is recorded as the client's leaving, as any other.

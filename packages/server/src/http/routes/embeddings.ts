@@ -9,9 +9,9 @@ import type { EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall
 import { estimateTokens } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import { offersGivingDimensions } from '../../routing/param-routing.js';
-import { planOffers } from '../../routing/plan.js';
+import { heldOffers, planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
-import { growBudgetHold, reserveBudget } from '../budget.js';
+import { growBudgetHold, heldFor, reserveBudget } from '../budget.js';
 import { newUsageDraft, type UsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { withoutKeyLimitCount } from '../plugins/rate-limit.js';
@@ -84,11 +84,12 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
       // Offers that cannot give the size asked are left out before planning, so that none is tried first and refuses it.
       const servable = body.dimensions == null ? model : offersGivingDimensions(model, body.dimensions, services.adapters, options.pin);
       const plan = planOffers(servable, options, { promptTokens, maxTokens: 0 });
+      const holdCost = (o: Offer) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000;
       // Set before anything is awaited, so that a client leaving meanwhile leaves a keyed request running, recorded at its end.
       const signal = keyedRequestSignal(services, request, reply);
       let settleBeta: ((tokens: number) => Promise<void>) | null = null;
       try {
-        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => (promptTokens * o.pricing.prompt_per_1m) / 1_000_000)));
+        await reserveBudget(services, request, Math.max(0, ...heldOffers(plan, options.maxHops).map(holdCost)));
         // Admitted to the beta's window only once the budget lets the request go upstream: a key's 402s take none of the
         // workspace's allowance. A hold taken for a request the window refuses is released when its 429 is answered.
         settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, reply, input, model.context_window) : null;
@@ -113,7 +114,14 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
             callUpstreamPaidInParts(services, request, offer, tokensBound, (adapter, paid) =>
               embed(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel, paid }),
             ),
-          { health: options.stats, mayFailOver: holdParts, offers: servable.offers, pin: options.pin },
+          {
+            health: options.stats,
+            mayFailOver: holdParts,
+            offers: servable.offers,
+            pin: options.pin,
+            maxHops: options.maxHops,
+            cost: heldFor(request, holdCost),
+          },
         );
         // A provider that reported no count (or 0, which no input costs): answered and billed at the estimate the hold used;
         // one that reported more than the texts' bytes could tokenize into, at that bound.

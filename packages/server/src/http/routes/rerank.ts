@@ -8,9 +8,9 @@ import { withoutKnownSecrets } from '../../lib/redact.js';
 import type { ProviderAdapter, RerankRequest, RerankResult, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { keepOffers, refusedWhere } from '../../routing/param-routing.js';
-import { planOffers } from '../../routing/plan.js';
+import { heldOffers, planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
-import { reserveBudget } from '../budget.js';
+import { heldFor, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import type { Services } from '../services.js';
@@ -92,12 +92,13 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const signal = keyedRequestSignal(services, request, reply);
       const done = await disarmedAfter(signal, async () => {
         // Each offer's most, as its provider bills (Cohere cuts documents before it counts them): the dearest is held.
-        await reserveBudget(services, request, Math.max(0, ...plan.map((o) => worstBill(services, o, upstream).cost)));
+        const holdCost = (o: Offer) => worstBill(services, o, upstream).cost;
+        await reserveBudget(services, request, Math.max(0, ...heldOffers(plan, options.maxHops).map(holdCost)));
         const call = { signal, requestId: request.id };
         return executePlan(
           plan,
           (offer) => callUpstream(services, request, offer, (adapter) => rerank(adapter, upstream, { ...call, upstreamModel: offer.upstreamModel })),
-          { health: options.stats, offers: servable.offers, pin: options.pin },
+          { health: options.stats, offers: servable.offers, pin: options.pin, maxHops: options.maxHops, cost: heldFor(request, holdCost) },
         );
       });
       // Counts above what the query and documents could cost (usage-bounds.ts) are billed, and told, at that bound.

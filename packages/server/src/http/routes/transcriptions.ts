@@ -8,11 +8,11 @@ import { warnOnFailure } from '../../lib/error-summary.js';
 import { withoutKnownSecrets } from '../../lib/redact.js';
 import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
-import { planOffers } from '../../routing/plan.js';
+import { heldOffers, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { AUDIO_EXTENSIONS, audioContainer, readHead, upstreamFilename } from '../audio-container.js';
 import { FORM_BODY, readsBodiesAs } from '../body-media.js';
-import { refuseUploadsOverBudget, reserveBudget } from '../budget.js';
+import { heldFor, refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
 import { boundaryOf, declaredTooLarge, fileAsTextField, type ParsedForm, readMultipart, tooLarge, UploadSpool } from '../multipart-spool.js';
@@ -140,7 +140,8 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   // Set before the hold, so that a client leaving during it leaves a keyed request running, recorded at its end.
   const signal = keyedRequestSignal(services, request, reply);
   const done = await disarmedAfter(signal, async () => {
-    await reserveBudget(services, request, Math.max(0, ...plan.map((o) => audioBill(o.pricing, seconds, worstTokens).cost)));
+    const holdCost = (o: Offer) => audioBill(o.pricing, seconds, worstTokens).cost;
+    await reserveBudget(services, request, Math.max(0, ...heldOffers(plan, options.maxHops).map(holdCost)));
     const upstream = transcriptionRequest(
       body,
       spoken,
@@ -151,7 +152,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
     return executePlan(
       plan,
       (offer) => callUpstream(services, request, offer, (a) => transcribe(a, upstream, { ...call, upstreamModel: offer.upstreamModel })),
-      { health: options.stats, offers: model.offers, pin: options.pin },
+      { health: options.stats, offers: model.offers, pin: options.pin, maxHops: options.maxHops, cost: heldFor(request, holdCost) },
     );
   });
   // A provider that told no length (0 seconds) bills the gateway's reading of it, as a chat answer without usage.
