@@ -28,6 +28,7 @@ export const CANONICAL_ERRORS = {
   store_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   idempotency_unavailable: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   shutting_down: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
+  out_of_resources: { a: [503, 'service_unavailable'], b: [503, 'service_unavailable'] },
   upstream_timeout: { a: [504, 'upstream_timeout'], b: [504, 'upstream_timeout'] },
   stream_buffer_exceeded: { a: [503, 'stream_buffer_exceeded'], b: [503, 'stream_buffer_exceeded'] },
 } as const satisfies Record<string, { a: readonly [number, string]; b: readonly [number, string] }>;
@@ -67,6 +68,7 @@ const B_TYPES: Record<CanonicalCode, string> = {
   store_unavailable: 'server_error',
   idempotency_unavailable: 'server_error',
   shutting_down: 'server_error',
+  out_of_resources: 'server_error',
   upstream_timeout: 'upstream_error',
   stream_buffer_exceeded: 'server_error',
 };

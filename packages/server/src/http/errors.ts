@@ -5,6 +5,7 @@ import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
 import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
 import { BudgetsUnavailableError } from '../limits/budget-types.js';
+import { SEND_AGAIN } from '../providers/http-client.js';
 import { ResumeBufferUnavailableError } from '../streaming/types.js';
 import { bodyMediaOf } from './body-media.js';
 import { leftBeforeAnswer } from './upstream-call.js';
@@ -274,6 +275,24 @@ function logStoreUnreachable(request: FastifyRequest, cause: unknown): void {
   request.log.warn(fields, `${message} (said once a minute while it lasts)`);
 }
 
+/** When a request refused for want of the instance's own resources was last logged at warn. */
+let resourcesWarnedAt = Number.NEGATIVE_INFINITY;
+
+/**
+ * Refusals for want of file descriptors or ports come in bursts, one per request: the first says why at warn, then
+ * once every 10 s while they last, the others at debug.
+ */
+function logOutOfResources(request: FastifyRequest, g: GatewayError): void {
+  const now = Date.now();
+  if (now - resourcesWarnedAt < 10_000) {
+    request.log.debug('out of resources: answered 503');
+    return;
+  }
+  resourcesWarnedAt = now;
+  const why = g.message.endsWith(SEND_AGAIN) ? g.message.slice(0, -SEND_AGAIN.length) : g.message;
+  request.log.warn(`${why}: requests that need a new connection are answered 503 until some are free (said every 10 s while it lasts)`);
+}
+
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */
 export function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply, variant: Variant): FastifyReply {
   // A client that left while a piped answer (a replayed stream) was being written, or before its first byte (a stream
@@ -286,6 +305,7 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
   const { status, body } = errorEnvelope(g, variant);
   if (status >= 500 && g.code === 'internal') request.log.error({ err: errorSummary(g.cause ?? err) }, 'unhandled error');
   if (g.code === 'store_unavailable') logStoreUnreachable(request, g.cause ?? err);
+  else if (g.code === 'out_of_resources') logOutOfResources(request, g);
   if (request.gw) {
     request.gw.errorCode = g.code;
     // Refused before its variant's own hooks ran (a 404 under /alt/v1, a missing Host): its metrics line says the variant too.

@@ -47,6 +47,7 @@ const WHEN: Record<CanonicalCode, string> = {
   store_unavailable: 'the store is unreachable and the key (or its workspace, or its budget) cannot be checked; Retry-After: 1',
   idempotency_unavailable: 'X-Idempotency-Key was sent and its storage cannot be reached; Retry-After: 1',
   shutting_down: 'the instance is draining after SIGTERM; Retry-After: 1 (another instance answers the retry)',
+  out_of_resources: 'the instance could not open a connection to the provider, out of file descriptors or local ports; Retry-After: 1',
   upstream_timeout: 'the provider did not connect or answer in time (Retry-After: when the first offer is back, where every one is then out)',
   stream_buffer_exceeded: 'only as the last event of a stream already answered 200',
 };
@@ -70,6 +71,7 @@ const ROUTED: CanonicalCode[] = [
   'upstream_failed',
   'no_healthy_provider',
   'idempotency_unavailable',
+  'out_of_resources',
   'upstream_timeout',
 ];
 /** The admin API: its token, its store, a bad body or path, an unknown id. */
@@ -108,6 +110,7 @@ const WAITS = new Map<CanonicalCode, boolean>([
   ['store_unavailable', true],
   ['idempotency_unavailable', true],
   ['shutting_down', true],
+  ['out_of_resources', true],
   ['budget_exceeded', false],
   ['upstream_failed', false],
   ['upstream_timeout', false],

@@ -9,9 +9,14 @@ export interface GatewayProcess {
   exited: Promise<number | null>;
 }
 
-/** Runs the built gateway as its own process and waits until it says where it listens. */
-export async function spawnGateway(env: Record<string, string>, timeoutMs = 20_000): Promise<GatewayProcess> {
-  const child = spawn(process.execPath, [MAIN], {
+/**
+ * Runs the built gateway as its own process and waits until it says where it listens; with `fdLimit`, under that
+ * limit of open files (`ulimit -n`, set by a shell that then becomes the gateway).
+ */
+export async function spawnGateway(env: Record<string, string>, timeoutMs = 20_000, fdLimit?: number): Promise<GatewayProcess> {
+  const [command, args] =
+    fdLimit === undefined ? [process.execPath, [MAIN]] : ['/bin/sh', ['-c', `ulimit -n ${fdLimit} && exec "$0" "$1"`, process.execPath, MAIN]];
+  const child = spawn(command, args, {
     env: { PATH: process.env.PATH ?? '', PORT: '0', GW_LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

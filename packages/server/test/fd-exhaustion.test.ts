@@ -1,0 +1,111 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { type GatewayProcess, spawnGateway } from './helpers/process.js';
+import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
+
+/** One POST of `body` to `path` on the agent's kept-alive connection: status, headers and body. */
+function post(agent: Agent, url: string, path: string, key: string, body: unknown) {
+  return new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+    const req = request(`${url}${path}`, { method: 'POST', agent, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }, (res) => {
+      let text = '';
+      res.on('data', (d) => {
+        text += d;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+const chat = { model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }] };
+
+describe('a gateway out of file descriptors', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gw-fd-'));
+  let gw: GatewayProcess | undefined;
+  const idle: Socket[] = [];
+  afterAll(() => {
+    for (const s of idle) s.destroy();
+    gw?.child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("answers 503 out_of_resources (Retry-After: 1) and opens no healthy provider's circuit; served again once descriptors are free", async () => {
+    let served = 0;
+    // Each answer closes its connection: every call needs a new one, and so a descriptor.
+    const { server, baseUrl } = await startRawUpstream((req, res, _body) => {
+      if (req.url?.endsWith('/models')) return answerModelList(res, ['mistral-small']);
+      served++;
+      res.writeHead(200, { 'content-type': 'application/json', connection: 'close' });
+      res.end(
+        JSON.stringify({
+          id: 'c1',
+          object: 'chat.completion',
+          created: 1,
+          model: 'mistral-small',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'hello' }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+        }),
+      );
+    });
+    try {
+      writeFileSync(
+        join(dir, 'gw.yaml'),
+        `providers:\n  - id: alpha\n    type: openai\n    baseUrl: ${baseUrl}\n    apiKey: k\n    region: fr-par\nmodels:\n  - id: mistral/small\n    kind: chat\n    owned_by: mistral\n    offers:\n      - provider: alpha\n        upstreamModel: mistral-small\n        pricing: { prompt_per_1m: 0.2, completion_per_1m: 0.6, currency: EUR }\n`,
+      );
+      gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.yaml'), GW_DATA_DIR: join(dir, 'data'), GW_CIRCUIT_FAILURES: '2' }, 30_000, 300);
+      const key = /gw_live_[A-Za-z0-9_-]+/.exec(gw.output())?.[0] ?? '';
+      const { url } = gw;
+      // A connection of the client's, open before the descriptors run out.
+      const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+      expect((await post(agent, url, '/v1/chat/completions', key, chat)).status).toBe(200);
+      expect(served).toBe(1);
+
+      // Idle connections until the gateway has no descriptor left: it then closes those it can no longer take.
+      const port = Number(new URL(url).port);
+      let refused = 0;
+      for (let round = 0; round < 40 && refused === 0; round++) {
+        for (let i = 0; i < 25; i++) {
+          const s = connect(port, '127.0.0.1');
+          s.on('error', () => {});
+          s.on('close', () => refused++);
+          idle.push(s);
+        }
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      expect(refused).toBeGreaterThan(0);
+
+      for (const [path, type] of [
+        ['/v1/chat/completions', 'service_unavailable'],
+        ['/v1/chat/completions', 'service_unavailable'],
+        ['/alt/v1/chat/completions', 'server_error'],
+      ] as const) {
+        const res = await post(agent, url, path, key, chat);
+        expect(res.status, res.body).toBe(503);
+        const { error } = JSON.parse(res.body) as { error: { code: string; type: string; message: string } };
+        expect(error.code).toBe('service_unavailable');
+        expect(error.type).toBe(type);
+        expect(error.message).toContain('EMFILE');
+        expect(res.headers['retry-after']).toBe('1');
+      }
+      expect(served).toBe(1);
+
+      // The descriptors are back: the provider, which never failed, is asked at once (its circuit never opened).
+      for (const s of idle.splice(0)) s.destroy();
+      await new Promise((r) => setTimeout(r, 500));
+      const again = await post(agent, url, '/v1/chat/completions', key, chat);
+      expect(again.status, again.body).toBe(200);
+      expect(served).toBe(2);
+      agent.destroy();
+      // Said once at warn, not once per request.
+      expect(gw.output().match(/could not open a connection to alpha: it is out of file descriptors/g)).toHaveLength(1);
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  }, 60_000);
+});
