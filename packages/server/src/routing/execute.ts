@@ -44,9 +44,11 @@ export interface PlanWalk {
 
 /**
  * Walks the plan: each offer in turn until one answers. Only provider
- * faults (connect, timeout, 5xx, 429) and a body over one host's size
- * limit (413) move on; a request the provider refuses as invalid is the
- * client's error and is not retried elsewhere.
+ * faults (connect, timeout, 5xx, 429), a body over one host's size
+ * limit (413) and this instance's own want of a connection (503
+ * `out_of_resources`: another provider may have one kept alive) move on;
+ * a request the provider refuses as invalid is the client's error and is
+ * not retried elsewhere.
  */
 export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Promise<T>, walk: PlanWalk = {}): Promise<PlanResult<T>> {
   const { health, mayFailOver, offers = plan, pin = null, cost } = walk;
@@ -54,10 +56,12 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
   const limit = walk.maxHops === undefined ? plan.length : walk.maxHops + 1;
   const attempts: Attempt[] = [];
   let lastError: UpstreamError | null = null;
+  // The instance's own shortage (no descriptor for a new connection): the next offer may have one kept alive.
+  let shortage: GatewayError | null = null;
   let skipped = false;
   for (let i = 0; i < plan.length && attempts.length < limit; i++) {
     const offer = plan[i] as Offer;
-    if (lastError !== null) {
+    if (lastError !== null || shortage !== null) {
       // The plan predates the first attempt: an offer that left the plans since (its circuit opened, its provider asked
       // to wait, another request probes it) is skipped, no hop spent on it: the next offer takes its place.
       if (health !== undefined && !health.available(offer)) {
@@ -76,7 +80,13 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
       attempts.push(attempt);
       return { value, offer, hops: attempts.length - 1, attempts };
     } catch (caught) {
+      if (caught instanceof GatewayError && caught.code === 'out_of_resources') {
+        attempts.push({ provider: offer.provider, ok: false, error: caught.message, ms: performance.now() - started });
+        shortage = caught;
+        continue;
+      }
       if (!(caught instanceof UpstreamError)) throw caught;
+      shortage = null;
       const err = tooLargeHereOnly(caught);
       const attempt = { provider: offer.provider, ok: false, error: err.message, ms: performance.now() - started };
       attempts.push(attempt);
@@ -86,6 +96,8 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
       lastError = err;
     }
   }
+  // The last attempt found no descriptor: that, not an earlier provider's failure, is what a retry waits for.
+  if (shortage !== null) throw shortage;
   // Every offer the request could use may be out now (skipped ones, tried ones whose circuit opened, those out when it
   // planned): a retry before the first is back finds none, and the OpenAI SDK's own backoff would spend it on a 503.
   // A last provider's own wait is passed on as it said it, unless an offer it did not ask for was skipped.
