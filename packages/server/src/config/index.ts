@@ -45,6 +45,8 @@ export interface GatewayConfig {
   readonly keyCacheTtlMs: number;
   /** How long a stream whose client left is still read from upstream (and resumable). */
   readonly streamGraceS: number;
+  /** The most JSON request bodies, in MiB, held at once (0: a sixteenth of V8's heap limit; http/body-memory.ts). */
+  readonly bodyMemoryMb: number;
   /** The most event data, in MiB, all streams together keep in this instance's memory (docs/streaming.md, Memory). */
   readonly streamMemoryMb: number;
   /** The longest silence on a stream before an SSE comment is sent. */
@@ -232,6 +234,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     // At most what a Node timer can wait (2^31 - 1 ms, about 24.8 days): a longer one would fire at once, every millisecond.
     registryIntervalS: int(env, 'GW_REGISTRY_INTERVAL_S', 21_600, 1, 2_147_483),
     bodyLimitBytes: int(env, 'GW_BODY_LIMIT_BYTES', 4 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    bodyMemoryMb: int(env, 'GW_BODY_MEMORY_MB', 0, 0, 1_048_576),
     uploadLimitBytes: int(env, 'GW_UPLOAD_LIMIT_BYTES', 25 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     uploadDir: writableDir(env, 'GW_UPLOAD_DIR', 'the OS temp dir'),
     logLevel: logLevel(env),

@@ -33,6 +33,9 @@ export class GatewayError extends Error {
   }
 }
 
+/** How a message of `out_of_resources` ends, for the client (the log says the rest). */
+export const SEND_AGAIN = '; send the request again.';
+
 /** A wait in ms as Retry-After's whole seconds: rounded up, at least 1. */
 export function waitSeconds(ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000));

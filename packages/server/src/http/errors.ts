@@ -1,11 +1,10 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { errorJson, H, PATTERN_MEANINGS, type Variant } from '@gw/schema';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { GatewayError, isGatewayError } from '../errors/gateway-error.js';
+import { GatewayError, isGatewayError, SEND_AGAIN } from '../errors/gateway-error.js';
 import { errorSummary } from '../lib/error-summary.js';
 import { redactSecrets } from '../lib/redact.js';
 import { BudgetsUnavailableError } from '../limits/budget-types.js';
-import { SEND_AGAIN } from '../providers/http-client.js';
 import { ResumeBufferUnavailableError } from '../streaming/types.js';
 import { bodyMediaOf } from './body-media.js';
 import { leftBeforeAnswer } from './upstream-call.js';
@@ -279,7 +278,7 @@ function logStoreUnreachable(request: FastifyRequest, cause: unknown): void {
 let resourcesWarnedAt = Number.NEGATIVE_INFINITY;
 
 /**
- * Refusals for want of file descriptors or ports come in bursts, one per request: the first says why at warn, then
+ * Refusals for want of file descriptors, ports or body memory come in bursts, one per request: the first says why at warn, then
  * once every 10 s while they last, the others at debug.
  */
 function logOutOfResources(request: FastifyRequest, g: GatewayError): void {
@@ -290,7 +289,7 @@ function logOutOfResources(request: FastifyRequest, g: GatewayError): void {
   }
   resourcesWarnedAt = now;
   const why = g.message.endsWith(SEND_AGAIN) ? g.message.slice(0, -SEND_AGAIN.length) : g.message;
-  request.log.warn(`${why}: requests that need a new connection are answered 503 until some are free (said every 10 s while it lasts)`);
+  request.log.warn(`${why}: answered 503 while it lasts (said every 10 s)`);
 }
 
 /** Answers an error in the variant's envelope and remembers its code for the usage record. */

@@ -47,7 +47,7 @@ const WHEN: Record<CanonicalCode, string> = {
   store_unavailable: 'the store is unreachable and the key (or its workspace, or its budget) cannot be checked; Retry-After: 1',
   idempotency_unavailable: 'X-Idempotency-Key was sent and its storage cannot be reached; Retry-After: 1',
   shutting_down: 'the instance is draining after SIGTERM; Retry-After: 1 (another instance answers the retry)',
-  out_of_resources: 'the instance could not open a connection to the provider, out of file descriptors or local ports; Retry-After: 1',
+  out_of_resources: 'the instance holds as many request bodies as GW_BODY_MEMORY_MB lets it, or could not open a connection to the provider, out of file descriptors or local ports; Retry-After: 1',
   upstream_timeout: 'the provider did not connect or answer in time (Retry-After: when the first offer is back, where every one is then out)',
   stream_buffer_exceeded: 'only as the last event of a stream already answered 200',
 };
@@ -85,7 +85,7 @@ function errorsOf(method: string, path: string): CanonicalCode[] {
       ...ADMIN,
       ...(path.includes('{id}') ? (['not_found'] as const) : []),
       ...(method === 'patch' && path === '/admin/v1/keys/{id}' ? (['key_revoked'] as const) : []),
-      ...(withBody ? (['payload_too_large', 'unsupported_media_type', 'request_timeout'] as const) : []),
+      ...(withBody ? (['payload_too_large', 'unsupported_media_type', 'request_timeout', 'out_of_resources'] as const) : []),
     ];
   }
   // A route still to come answers 501 once the key is checked and counted, before anything else is read (a key over

@@ -45,7 +45,7 @@ export async function publicApi(app: FastifyInstance, opts: { services: Services
     done();
   });
   registerApiKeyAuth(app, services);
-  refuseNonUtf8Json(app);
+  refuseNonUtf8Json(app, services.bodyMemory);
   registerRateLimit(app, services);
   registerUsageRecording(app, services);
   registerIdempotency(app, services);

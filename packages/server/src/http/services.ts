@@ -15,6 +15,7 @@ import type { StorePresence } from '../store/presence.js';
 import type { Store } from '../store/types.js';
 import type { StreamSessions } from '../streaming/sessions.js';
 import type { StreamStore } from '../streaming/types.js';
+import type { BodyMemory } from './body-memory.js';
 import type { Metrics } from './metrics.js';
 import type { UpstreamCalls } from './upstream-call.js';
 
@@ -55,6 +56,8 @@ export interface Services {
    * to the public API (either variant) so far. A shutdown waits for the first two.
    */
   lifecycle: { draining: boolean; inFlight: number; claimsHeld: number; apiRequests: number };
+  /** The JSON request bodies held (GW_BODY_MEMORY_MB). */
+  bodyMemory: BodyMemory;
   /** The calls waiting on a provider for an answer not yet begun: a shutdown about to run out of time answers them. */
   upstreamCalls: UpstreamCalls;
   /** Whether Redis answers (null: no Redis configured): /readyz and `gw_redis_up` tell operators when limits go unenforced. */

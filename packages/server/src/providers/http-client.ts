@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { brotliDecompress, gunzip, inflate, inflateRaw, type ZlibOptions } from 'node:zlib';
 import type { Dispatcher, errors as UndiciErrors, Pool as UndiciPool } from 'undici';
-import { GatewayError } from '../errors/gateway-error.js';
+import { GatewayError, SEND_AGAIN } from '../errors/gateway-error.js';
 import { UpstreamError } from '../errors/upstream-error.js';
 import { redactedHead } from '../lib/redact.js';
 
@@ -233,9 +233,6 @@ const LOCAL_SHORTAGES: Readonly<Record<string, string>> = {
   ENOBUFS: 'kernel buffers',
   ENOMEM: 'memory',
 };
-
-/** How an {@link outOfResources} message ends, for the client. */
-export const SEND_AGAIN = '; send the request again.';
 
 /**
  * A call that failed for want of this instance's own resources: 503 `out_of_resources`, never the provider's fault.

@@ -1,8 +1,9 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { GatewayError } from '../../errors/gateway-error.js';
+import { GatewayError, SEND_AGAIN } from '../../errors/gateway-error.js';
 import { nestsDeeperThan } from '../../lib/json-depth.js';
 import { JSON_BODY, readsBodiesAs, unsupportedCharset } from '../body-media.js';
+import type { BodyMemory } from '../body-memory.js';
 import { encodedBodyError, nestedTooDeeply } from '../errors.js';
 
 /**
@@ -17,9 +18,10 @@ const MAX_JSON_DEPTH = 10_000;
  * A JSON body declared in a charset other than UTF-8 is refused (415) rather than read as UTF-8 (unsupportedCharset).
  * Checked in the scope's JSON parser, which every JSON request goes through anyway: a hook of its own cost
  * a request about 2 % more CPU at saturation (bench/ab.mjs).
- * `emptyIsNoBody`: a labelled body with nothing in it is read as no body (the admin API's revoke and rebuild).
+ * `emptyIsNoBody`: a labelled body with nothing in it is read as no body (the admin API's revoke and rebuild). A body is
+ * held against `bodyMemory` until its response closes (request-context.ts lets it go).
  */
-export function refuseNonUtf8Json(app: FastifyInstance, options: { emptyIsNoBody?: boolean } = {}): void {
+export function refuseNonUtf8Json(app: FastifyInstance, bodyMemory: BodyMemory, options: { emptyIsNoBody?: boolean } = {}): void {
   const emptyIsNoBody = options.emptyIsNoBody === true;
   // Fastify's own JSON parser, with its defaults (a prototype-poisoning key is an error).
   const parseJson = app.getDefaultJsonParser('error', 'error');
@@ -55,10 +57,24 @@ export function refuseNonUtf8Json(app: FastifyInstance, options: { emptyIsNoBody
       done(refusal(request, nestedTooDeeply()));
       return;
     }
+    if (!bodyMemory.take((bytes as Buffer).length)) {
+      done(refusal(request, bodiesOverBound(bodyMemory)));
+      return;
+    }
     request.gw.bodyBytes = (bytes as Buffer).length;
     const body = (bytes as Buffer).toString('utf8');
     void parseJson(request, body, (err, value) => done(err ? refusal(request, isInvalidJson(err) ? invalidJson(body) : err) : null, value));
   });
+}
+
+/** A body past the instance's bound of bodies held at once: a retry finds room once some requests end. */
+function bodiesOverBound(bodyMemory: BodyMemory): GatewayError {
+  const mb = (n: number) => (n / 1024 / 1024).toFixed(1);
+  return new GatewayError(
+    'out_of_resources',
+    `This gateway instance holds ${mb(bodyMemory.held)} MiB of request bodies, its bound of ${mb(bodyMemory.limit)} MiB (GW_BODY_MEMORY_MB)${SEND_AGAIN}`,
+    { retryAfterS: 1 },
+  );
 }
 
 /**

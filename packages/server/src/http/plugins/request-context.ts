@@ -49,6 +49,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     const watched = unsentAnswers.watch(reply.raw, request.log);
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
+      services.bodyMemory.release(request.gw.bodyBytes);
       unsentAnswers.forget(watched);
       const ms = performance.now() - request.gw.startedAt;
       const raw = request.gw.answeredRaw;

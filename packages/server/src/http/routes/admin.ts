@@ -248,7 +248,7 @@ export async function adminRoutes(app: FastifyInstance, services: Services & { a
   const store = { workspaces: bounded(services.store.workspaces, services), keys: bounded(services.store.keys, services) };
   // Routes without a body (revoke, rebuild) are often called with `Content-Type: application/json` and nothing after it.
   // A body in another charset than UTF-8 is refused as on the public API, rather than stored with its letters replaced.
-  refuseNonUtf8Json(app, { emptyIsNoBody: true });
+  refuseNonUtf8Json(app, services.bodyMemory, { emptyIsNoBody: true });
   // A route whose body fields are all optional (POST /keys) takes none at all, labelled or not, as `{}`; one with required fields then names them.
   app.addHook('preValidation', (request, _reply, done) => {
     if (request.body === undefined && request.routeOptions.schema?.body !== undefined) request.body = {};
