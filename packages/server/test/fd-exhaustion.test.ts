@@ -19,7 +19,7 @@ function post(agent: Agent, url: string, path: string, key: string, body: unknow
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
     });
     req.on('error', reject);
-    req.end(JSON.stringify(body));
+    req.end(typeof body === 'string' ? body : JSON.stringify(body));
   });
 }
 
@@ -61,7 +61,7 @@ describe('a gateway out of file descriptors', () => {
     let servedByBeta = 0;
     // Each answer of alpha closes its connection: every call needs a new one, and so a descriptor.
     const alpha = await startRawUpstream((req, res) => {
-      if (req.url?.endsWith('/models')) return answerModelList(res, ['mistral-small', 'nemo']);
+      if (req.url?.endsWith('/models')) return answerModelList(res, ['mistral-small', 'nemo', 'whisper']);
       served++;
       answerChat(res, true);
     });
@@ -79,7 +79,8 @@ describe('a gateway out of file descriptors', () => {
       writeFileSync(
         join(dir, 'gw.yaml'),
         `providers:\n${provider('alpha', alpha.baseUrl)}${provider('beta', beta.baseUrl)}models:\n` +
-          `${model('mistral/small')}${offer('alpha', 'mistral-small')}${model('mistral/nemo')}${offer('alpha', 'nemo')}${offer('beta', 'nemo')}`,
+          `${model('mistral/small')}${offer('alpha', 'mistral-small')}${model('mistral/nemo')}${offer('alpha', 'nemo')}${offer('beta', 'nemo')}` +
+          `  - id: openai/whisper\n    kind: audio\n    owned_by: openai\n    offers:\n${offer('alpha', 'whisper')}`,
       );
       gw = await spawnGateway({ GW_CONFIG: join(dir, 'gw.yaml'), GW_DATA_DIR: join(dir, 'data'), GW_CIRCUIT_FAILURES: '2' }, 30_000, 300);
       const key = /gw_live_[A-Za-z0-9_-]+/.exec(gw.output())?.[0] ?? '';
@@ -120,6 +121,12 @@ describe('a gateway out of file descriptors', () => {
         expect(res.headers['retry-after']).toBe('1');
       }
       expect(served).toBe(1);
+      // An upload finds no descriptor for its spool file: the same 503, not an internal error.
+      const form = `--b\r\ncontent-disposition: form-data; name="model"\r\n\r\nopenai/whisper\r\n--b\r\ncontent-disposition: form-data; name="file"; filename="a.wav"\r\ncontent-type: audio/wav\r\n\r\nRIFF....WAVE\r\n--b--\r\n`;
+      const upload = await post(agent, url, '/v1/audio/transcriptions', key, form, { 'content-type': 'multipart/form-data; boundary=b' });
+      expect(upload.status, upload.body).toBe(503);
+      expect(upload.body).toContain('could not keep the upload in GW_UPLOAD_DIR: it is out of file descriptors');
+      expect(upload.headers['retry-after']).toBe('1');
       // Alpha cannot be reached without a new connection; beta's kept-alive one serves the request.
       const failedOver = await post(agent, url, '/v1/chat/completions', key, shared);
       expect(failedOver.status, failedOver.body).toBe(200);

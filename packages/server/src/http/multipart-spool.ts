@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { GatewayError } from '../errors/gateway-error.js';
+import { outOfResources } from '../errors/out-of-resources.js';
 import { isProcessAlive, processStartTime } from '../lib/process-alive.js';
 import type { SpooledUpload } from '../providers/types.js';
 
@@ -188,7 +189,8 @@ export async function readMultipart(
     return parser.result();
   } catch (err) {
     parser.abort();
-    throw err;
+    // A full disk or no descriptor left for the spool file: the instance's want, not the gateway's fault (a 500).
+    throw outOfResources('keep the upload in GW_UPLOAD_DIR', err) ?? err;
   }
 }
 

@@ -47,7 +47,8 @@ const WHEN: Record<CanonicalCode, string> = {
   store_unavailable: 'the store is unreachable and the key (or its workspace, or its budget) cannot be checked; Retry-After: 1',
   idempotency_unavailable: 'X-Idempotency-Key was sent and its storage cannot be reached; Retry-After: 1',
   shutting_down: 'the instance is draining after SIGTERM; Retry-After: 1 (another instance answers the retry)',
-  out_of_resources: 'the instance holds as many request bodies as GW_BODY_MEMORY_MB lets it, or could not open a connection to the provider, out of file descriptors or local ports; Retry-After: 1',
+  out_of_resources:
+    'the instance holds as many request bodies as GW_BODY_MEMORY_MB lets it, has no disk left to spool an upload, or could not open a connection to the provider, out of file descriptors or local ports; Retry-After: 1',
   upstream_timeout: 'the provider did not connect or answer in time (Retry-After: when the first offer is back, where every one is then out)',
   stream_buffer_exceeded: 'only as the last event of a stream already answered 200',
 };

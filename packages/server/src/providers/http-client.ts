@@ -3,7 +3,8 @@ import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { brotliDecompress, gunzip, inflate, inflateRaw, type ZlibOptions } from 'node:zlib';
 import type { Dispatcher, errors as UndiciErrors, Pool as UndiciPool } from 'undici';
-import { GatewayError, SEND_AGAIN } from '../errors/gateway-error.js';
+import { GatewayError } from '../errors/gateway-error.js';
+import { outOfResources } from '../errors/out-of-resources.js';
 import { UpstreamError } from '../errors/upstream-error.js';
 import { redactedHead } from '../lib/redact.js';
 
@@ -173,10 +174,12 @@ export class UpstreamHttp {
 
   /**
    * A failed call's error: the gateway's own answer passes as it is (a shutdown cut the call), as does this process
-   * running out of what a connection takes ({@link outOfResources}); anything else is the provider's.
+   * running out of what a connection takes ({@link outOfResources}: as a connect error it opened the circuits of
+   * healthy providers, every provider of a model "down" for 30 s after the descriptors were back); anything else is
+   * the provider's.
    */
   private callError(err: unknown): Error {
-    return err instanceof GatewayError ? err : (outOfResources(this.providerId, err) ?? this.toUpstreamError(err));
+    return err instanceof GatewayError ? err : (outOfResources(`open a connection to ${this.providerId}`, err) ?? this.toUpstreamError(err));
   }
 
   toUpstreamError(err: unknown): UpstreamError {
@@ -220,33 +223,6 @@ export class UpstreamHttp {
   async close(): Promise<void> {
     await this.pool.destroy();
   }
-}
-
-/**
- * What this process, not the provider, ran out of when a connection could not be opened, by the error's code: file
- * descriptors (the process's limit, `ulimit -n`, or the system's), local ports, kernel buffers or memory.
- */
-const LOCAL_SHORTAGES: Readonly<Record<string, string>> = {
-  EMFILE: "file descriptors (the process's limit, ulimit -n)",
-  ENFILE: "file descriptors (the system's limit)",
-  EADDRNOTAVAIL: 'local ports',
-  ENOBUFS: 'kernel buffers',
-  ENOMEM: 'memory',
-};
-
-/**
- * A call that failed for want of this instance's own resources: 503 `out_of_resources`, never the provider's fault.
- * As a connect error it opened the circuits of healthy providers: a burst of connections that took the last file
- * descriptors had every provider of a model "down" and refused for 30 s after the descriptors were back.
- */
-export function outOfResources(providerId: string, err: unknown): GatewayError | null {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string' || !Object.hasOwn(LOCAL_SHORTAGES, code)) return null;
-  return new GatewayError(
-    'out_of_resources',
-    `This gateway instance could not open a connection to ${providerId}: it is out of ${LOCAL_SHORTAGES[code]} (${code})${SEND_AGAIN}`,
-    { retryAfterS: 1, cause: err },
-  );
 }
 
 /** The longest wait passed on from a provider: a value beyond it (a date years ahead) is a provider's error, not advice. */
