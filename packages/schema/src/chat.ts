@@ -315,7 +315,72 @@ export const ChatCompletionRequest = Type.Object(
 );
 export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>;
 
-const Usage = Type.Object({ prompt_tokens: Type.Integer(), completion_tokens: Type.Integer(), total_tokens: Type.Integer() }, { additionalProperties: true });
+// The details a host reports (vLLM's and Azure's `cached_tokens`, `reasoning_tokens`), null where it has none.
+const UsageDetails = (field: string) => Type.Optional(Nullable(Type.Object({ [field]: Type.Optional(Type.Integer()) }, { additionalProperties: true })));
+const Usage = Type.Object(
+  {
+    prompt_tokens: Type.Integer(),
+    completion_tokens: Type.Integer(),
+    total_tokens: Type.Integer(),
+    prompt_tokens_details: UsageDetails('cached_tokens'),
+    completion_tokens_details: UsageDetails('reasoning_tokens'),
+  },
+  { additionalProperties: true },
+);
+
+/** A token's log probability, as OpenAI's `choices[].logprobs.content[]` gives it (`logprobs: true`). */
+const TokenLogprob = Type.Object(
+  {
+    token: Type.String(),
+    logprob: Type.Number(),
+    bytes: Type.Optional(Nullable(Type.Array(Type.Integer()))),
+    top_logprobs: Type.Optional(
+      Type.Array(
+        Type.Object(
+          { token: Type.String(), logprob: Type.Number(), bytes: Type.Optional(Nullable(Type.Array(Type.Integer()))) },
+          { additionalProperties: true },
+        ),
+      ),
+    ),
+  },
+  { additionalProperties: true },
+);
+// A choice's `logprobs`: null unless the request asked for them.
+const ChoiceLogprobs = Type.Optional(
+  Nullable(
+    Type.Object({ content: Nullable(Type.Array(TokenLogprob)), refusal: Type.Optional(Nullable(Type.Array(TokenLogprob))) }, { additionalProperties: true }),
+  ),
+);
+
+/** The reasoning of a reasoning model, under this one name whichever the host uses (`reasoning`, `<think>`, Mistral's thinking parts). */
+const Reasoning = Type.Optional(Nullable(Type.String({ description: "A reasoning model's reasoning, apart from its answer." })));
+
+/** A tool call of an answer: its `type` always given (Mistral leaves it out), its arguments always a JSON string. */
+const ToolCall = Type.Object(
+  {
+    id: Type.String(),
+    type: Type.Literal('function'),
+    function: Type.Object({ name: Type.String(), arguments: Type.String() }, { additionalProperties: true }),
+  },
+  { additionalProperties: true },
+);
+
+/** A part of a tool call in a stream: its `index` always, its id, type and name with its first part, its arguments in pieces. */
+const ToolCallDelta = Type.Object(
+  {
+    index: Type.Integer(),
+    id: Type.Optional(Type.String()),
+    type: Type.Optional(Type.Literal('function')),
+    function: Type.Optional(Type.Object({ name: Type.Optional(Type.String()), arguments: Type.Optional(Type.String()) }, { additionalProperties: true })),
+  },
+  { additionalProperties: true },
+);
+
+// OpenAI's deprecated functions API, answered as asked (a request with `functions`): the call as `function_call`.
+const FunctionCall = Type.Object({ name: Type.String(), arguments: Type.String() }, { additionalProperties: true });
+const FunctionCallDelta = Type.Object({ name: Type.Optional(Type.String()), arguments: Type.Optional(Type.String()) }, { additionalProperties: true });
+
+const SystemFingerprint = Type.Optional(Nullable(Type.String()));
 
 export const ChatCompletionResponse = Type.Object(
   {
@@ -328,12 +393,24 @@ export const ChatCompletionResponse = Type.Object(
         {
           index: Type.Integer(),
           finish_reason: Type.Union([Type.String(), Type.Null()]),
-          message: Type.Object({ role: Type.String(), content: Type.Union([Type.String(), Type.Null()]) }, { additionalProperties: true }),
+          message: Type.Object(
+            {
+              role: Type.String(),
+              content: Type.Union([Type.String(), Type.Null()]),
+              refusal: Type.Optional(Nullable(Type.String())),
+              reasoning_content: Reasoning,
+              tool_calls: Type.Optional(Type.Array(ToolCall)),
+              function_call: Type.Optional(FunctionCall),
+            },
+            { additionalProperties: true },
+          ),
+          logprobs: ChoiceLogprobs,
         },
         { additionalProperties: true },
       ),
     ),
     usage: Type.Optional(Usage),
+    system_fingerprint: SystemFingerprint,
   },
   { additionalProperties: true },
 );
@@ -358,16 +435,20 @@ export const ChatCompletionChunk = Type.Object(
             {
               role: Type.Optional(Type.String()),
               content: Type.Optional(Type.Union([Type.String(), Type.Null()])),
-              reasoning_content: Type.Optional(Type.Union([Type.String(), Type.Null()])),
-              tool_calls: Type.Optional(Type.Array(Type.Object({ index: Type.Integer() }, { additionalProperties: true }))),
+              refusal: Type.Optional(Nullable(Type.String())),
+              reasoning_content: Reasoning,
+              tool_calls: Type.Optional(Type.Array(ToolCallDelta)),
+              function_call: Type.Optional(FunctionCallDelta),
             },
             { additionalProperties: true },
           ),
+          logprobs: ChoiceLogprobs,
         },
         { additionalProperties: true },
       ),
     ),
     usage: Type.Optional(Type.Union([Usage, Type.Null()])),
+    system_fingerprint: SystemFingerprint,
   },
   { additionalProperties: true, title: 'ChatCompletionChunk' },
 );

@@ -54,6 +54,41 @@ function validator(schema: Schema): ValidateFunction {
   return v;
 }
 
+/**
+ * The schema with every object that names its properties closed to others (`unevaluatedProperties: false`), so that
+ * a field an answer carries and the description leaves out fails it: `additionalProperties: true` keeps a body valid,
+ * but a generated client has no type for such a field (openapi-typescript gives it `unknown`).
+ */
+function closed(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(closed);
+  if (!schema || typeof schema !== 'object') return schema;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(schema))
+    out[k] = k === 'properties' ? Object.fromEntries(Object.entries(v as object).map(([n, p]) => [n, closed(p)])) : closed(v);
+  if (out['properties'] && (out['additionalProperties'] === undefined || out['additionalProperties'] === true)) {
+    delete out['additionalProperties'];
+    out['unevaluatedProperties'] = false;
+  }
+  return out;
+}
+const closedCompiled = new Map<unknown, ValidateFunction>();
+
+/** The fields of `body` no property of its schema names (`/choices/0/message/tool_calls`); of a union, those of the branch it matches. */
+function undocumentedFields(schema: Schema, body: unknown): string[] {
+  const branches = ((schema['anyOf'] as Schema[] | undefined) ?? [schema]).filter((branch) => validator(branch)(body));
+  let fields: string[] = [];
+  for (const branch of branches) {
+    let v = closedCompiled.get(branch);
+    if (!v) {
+      v = ajv.compile(closed(branch) as Schema);
+      closedCompiled.set(branch, v);
+    }
+    if (v(body)) return [];
+    fields = (v.errors ?? []).filter((e) => e.keyword === 'unevaluatedProperties').map((e) => `${e.instancePath}/${e.params['unevaluatedProperty']}`);
+  }
+  return [...new Set(fields)];
+}
+
 /** The documented answer for a status: the exact code first, then its range (4XX), then default. */
 function documented(op: Operation, status: number): [string, Answer] | undefined {
   for (const key of [String(status), `${String(status)[0]}XX`, 'default']) {
@@ -125,6 +160,7 @@ async function conform(label: string, res: Response, method: string, path: strin
   if (media.schema) {
     const v = validator(media.schema);
     if (!v(body)) problems.push(`${where}: body ${JSON.stringify(body).slice(0, 300)} does not match: ${ajv.errorsText(v.errors)}`);
+    else for (const field of undocumentedFields(media.schema, body)) problems.push(`${where}: field ${field} sent, not documented`);
   }
   return body;
 }
@@ -134,6 +170,7 @@ async function checkStream(where: string, res: Response, media: Media): Promise<
   const events = await readSse(res);
   if (events.at(-1)?.data !== '[DONE]' && !events.at(-1)?.data.includes('"error"')) problems.push(`${where}: stream ended without [DONE]`);
   const chunk = media['x-event-schema'];
+  const undocumented = new Set<string>();
   for (const e of events) {
     if (e.data === '[DONE]') continue;
     if (!chunk) {
@@ -141,8 +178,11 @@ async function checkStream(where: string, res: Response, media: Media): Promise<
       break;
     }
     const v = validator(chunk);
-    if (!v(JSON.parse(e.data))) problems.push(`${where}: event ${e.data.slice(0, 300)} does not match: ${ajv.errorsText(v.errors)}`);
+    const event = JSON.parse(e.data) as unknown;
+    if (!v(event)) problems.push(`${where}: event ${e.data.slice(0, 300)} does not match: ${ajv.errorsText(v.errors)}`);
+    else for (const field of undocumentedFields(chunk, event)) undocumented.add(field);
   }
+  for (const field of undocumented) problems.push(`${where}: event field ${field} sent, not documented`);
   return events;
 }
 
@@ -255,6 +295,35 @@ describe('OpenAPI conformance: every answer is the one the description gives', (
       const body = chatBody(model, { stream: true, stream_options: { include_usage: true } });
       await call(`chat stream ${provider}`, 'post', chat, chatUrl, json(key, body, { 'X-Gateway-Provider': provider }), 200);
       await call(`chat ${provider}`, 'post', chat, chatUrl, json(key, chatBody(model), { 'X-Gateway-Provider': provider }), 200);
+    }
+    // The fields an answer has only when asked for, from each provider as its adapter relays them: tool calls, log
+    // probabilities, more than one choice, reasoning (each host's own way), OpenAI's deprecated functions API.
+    const weather = { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } };
+    const asked: [string, Record<string, unknown>][] = [
+      ['tools', { tools: [{ type: 'function', function: weather }], tool_choice: 'required' }],
+      ['logprobs', { logprobs: true, top_logprobs: 2 }],
+      ['n', { n: 2 }],
+      ['functions', { functions: [weather], function_call: { name: 'get_weather' } }],
+    ];
+    for (const [model, provider, extra] of [
+      ['mistral/small', 'mistral', {}],
+      ['mistral/medium', 'mistral', { reasoning_effort: 'high' }],
+      ['mistral/small', 'scaleway', {}],
+      ['meta/llama-3.3-70b', 'ovh', {}],
+      ['deepseek/r1-distill-70b', 'ovh', {}],
+      ['deepseek/r1-distill-70b', 'nebius', {}],
+      ['openai/gpt-4o-mini', 'azure', {}],
+    ] as const) {
+      for (const [label, fields] of asked) {
+        for (const stream of [{}, { stream: true, stream_options: { include_usage: true } }]) {
+          const body = chatBody(model, { ...extra, ...fields, ...stream });
+          // Mistral takes no logprobs, Scaleway neither top_logprobs nor n: refused before any is sent.
+          const refused =
+            (label === 'logprobs' && provider !== 'ovh' && provider !== 'nebius' && provider !== 'azure') || (label === 'n' && provider === 'scaleway');
+          const at = `${label} ${model} ${provider}${'stream' in stream ? ' stream' : ''}`;
+          await call(`chat ${at}`, 'post', chat, chatUrl, json(key, body, { 'X-Gateway-Provider': provider }), refused ? 400 : 200);
+        }
+      }
     }
     await call('chat bad body', 'post', chat, chatUrl, json(key, { model: 'mistral/small' }), 400);
     await call('chat bad json', 'post', chat, chatUrl, json(key, '{"model":'), 400);

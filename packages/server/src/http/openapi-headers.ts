@@ -125,8 +125,11 @@ function transcriptJson(): Record<string, unknown> {
     additionalProperties: true,
   });
   const segment = timed('text') as { required: string[]; properties: Record<string, unknown> };
+  // Whisper's segment fields, each always given (0 or [] where the provider tells none), as OpenAI's clients type them.
+  const whisper = { seek: { type: 'integer' }, tokens: { type: 'array', items: { type: 'integer' } }, temperature: num, avg_logprob: num };
+  Object.assign(segment.properties, { id: { type: 'integer' }, ...whisper, compression_ratio: num, no_speech_prob: num });
   segment.required.unshift('id');
-  segment.properties['id'] = { type: 'integer' };
+  segment.required.push(...Object.keys(whisper), 'compression_ratio', 'no_speech_prob');
   return {
     type: 'object',
     required: ['text', 'usage'],
