@@ -5,7 +5,7 @@ import { GatewayError } from '../errors/gateway-error.js';
 import type { StoredAnswer } from '../routing/idempotency.js';
 import { notKeptMessage } from '../routing/kept-answers.js';
 import { parseEventId } from '../streaming/sse-format.js';
-import { includeUsage, sseFrames } from '../streaming/sse-frames.js';
+import { headWhenPiped, includeUsage, sseFrames } from '../streaming/sse-frames.js';
 import { RECORD_PATIENCE_MS, type StreamEvent } from '../streaming/types.js';
 import type { Services } from './services.js';
 
@@ -35,6 +35,7 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
   reply.code(answer.status);
   if (events && answer.stream) {
     const frames = sseFrames(events, answer.stream.id, includeUsage(request.body), services.config.streamHeartbeatMs, request.gw.variant);
+    headWhenPiped(reply.raw);
     reply.send(Readable.from(frames, { objectMode: false }));
     return;
   }

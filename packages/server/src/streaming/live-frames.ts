@@ -112,14 +112,18 @@ export class LiveFrames extends Readable {
     });
     this.direct = socketWriter(res, this.drained, { status, headers }) ?? responseWriter(res, this.drained, status, headers);
     this.drained();
+    if (!this.stopped) this.direct.head();
   }
 
   override _read(): void {
-    if (this.response) {
-      this.direct = socketWriter(this.response, this.drained);
+    const first = this.response;
+    if (first) {
+      this.direct = socketWriter(first, this.drained);
       this.response = null;
     }
     this.drained();
+    // Only the first read: later ones come after frames, or after the head.
+    if (first && !this.stopped) this.direct?.head();
   }
 
   /** The client can take more (its socket drained, or the first read): write what waits. */
@@ -204,6 +208,11 @@ interface SocketWriter {
   write(text: string): boolean;
   /** Gathers what is written from now until the next turn of the event loop into one write. */
   holdForEnd(): void;
+  /**
+   * Sends the head now if no frame took it: a resume of a stream that is silent (a model thinking) has no event to
+   * send, and its head waited for the first heartbeat, so its client had no status for up to GW_STREAM_HEARTBEAT_MS.
+   */
+  head(): void;
   close(): void;
 }
 
@@ -241,6 +250,11 @@ function socketWriter(res: ServerResponse, onDrain: () => void, head?: { status:
       }
       return socket.write(chunked ? `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n` : text);
     },
+    head(): void {
+      if (!headWithFirst || socket.destroyed) return;
+      headWithFirst = false;
+      res.flushHeaders();
+    },
     holdForEnd(): void {
       if (socket.destroyed) return;
       socket.cork();
@@ -257,8 +271,15 @@ function socketWriter(res: ServerResponse, onDrain: () => void, head?: { status:
 function responseWriter(res: ServerResponse, onDrain: () => void, status: number, headers: OutgoingHttpHeaders): SocketWriter {
   if (!res.headersSent) res.writeHead(status, headers);
   res.on('drain', onDrain);
+  let wrote = false;
   return {
-    write: (text) => !res.destroyed && res.write(text),
+    write(text: string): boolean {
+      wrote = true;
+      return !res.destroyed && res.write(text);
+    },
+    head(): void {
+      if (!wrote && !res.destroyed) res.flushHeaders();
+    },
     holdForEnd(): void {},
     close(): void {
       res.off('drain', onDrain);

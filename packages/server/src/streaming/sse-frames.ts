@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import type { Variant } from '@gw/schema';
 import { clientEventData, eventId, SSE_HEARTBEAT, sseData, sseEvent } from './sse-format.js';
 import { type StreamEvent, SYNTHETIC_SEQ } from './types.js';
@@ -6,6 +7,19 @@ import { type StreamEvent, SYNTHETIC_SEQ } from './types.js';
 export function includeUsage(body: unknown): boolean {
   const opts = (body as { stream_options?: { include_usage?: unknown } | null } | null)?.stream_options;
   return opts?.include_usage === true;
+}
+
+/**
+ * Sends a stream's head now if no frame took it: a resume of a stream that is silent (a model thinking) has no event
+ * to send, and its head waited for the first heartbeat, so its client had no status for up to GW_STREAM_HEARTBEAT_MS.
+ */
+export function headNow(res: ServerResponse): void {
+  if (!res.headersSent && !res.destroyed) res.flushHeaders();
+}
+
+/** {@link headNow} once frames are piped to `res` (by then Fastify has set the headers). */
+export function headWhenPiped(res: ServerResponse): void {
+  res.once('pipe', () => headNow(res));
 }
 
 /**

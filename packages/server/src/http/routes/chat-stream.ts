@@ -16,7 +16,7 @@ import type { Offer } from '../../routing/registry.js';
 import { LiveFrames } from '../../streaming/live-frames.js';
 import { StreamEndedByGateway, type StreamOutcome } from '../../streaming/session.js';
 import { parseEventId } from '../../streaming/sse-format.js';
-import { includeUsage, sseFrames } from '../../streaming/sse-frames.js';
+import { headWhenPiped, includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import { RECORD_PATIENCE_MS, ResumeBufferUnavailableError, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { heldFor } from '../budget.js';
 import { closeAfterStream } from '../drain-close.js';
@@ -267,6 +267,7 @@ export async function resumeStream(
   reply.raw.once('close', () => abort.abort());
   const end = { seen: false };
   const events = noteEnd(services.streams.follow(parsed.streamId, parsed.seq, abort.signal), end);
+  headWhenPiped(reply.raw);
   return sendFrames(
     services,
     request,
