@@ -36,7 +36,7 @@ export async function* iterateRelay(stream: Pick<ChatStream, 'relay' | 'abort'>)
 /**
  * Whether a chunk carries anything of the answer for the client: content, reasoning, a tool or function call, a
  * refusal, logprobs, a finish_reason or usage. Providers open a stream with a role-only delta (`role: 'assistant'`,
- * `content: ''`, OpenAI's `refusal: null`), and some with an empty-choices chunk (Azure's prompt filter results):
+ * `content: ''`, OpenAI's `refusal: null`, some hosts' `tool_calls: []`), and some with an empty-choices chunk (Azure's prompt filter results):
  * those say nothing yet, and the provider may still fail before it answers. Read only until a stream's first such chunk.
  */
 export function answers(c: ChatChunk): boolean {
@@ -49,7 +49,10 @@ export function answers(c: ChatChunk): boolean {
     if (!delta) continue;
     for (const key in delta) {
       const v = delta[key];
-      if (key !== 'role' && v !== null && v !== undefined && v !== '') return true;
+      if (key === 'role' || v === null || v === undefined || v === '') continue;
+      // An empty list (`tool_calls: []`, `annotations: []`, beside some hosts' role and empty content) says nothing either.
+      if (Array.isArray(v) && v.length === 0) continue;
+      return true;
     }
   }
   return false;
