@@ -19,27 +19,32 @@ const usage = `data: ${JSON.stringify({ id: 's1', object: 'chat.completion.chunk
 const stalled: ServerResponse[] = [];
 
 function serve(req: IncomingMessage, res: ServerResponse, body: string) {
-  if (req.method === 'GET') return answerModelList(res, ['lists', 'ok']);
+  if (req.method === 'GET') return answerModelList(res, ['lists', 'logprobs', 'ok']);
   res.writeHead(200, { 'content-type': 'text/event-stream' });
-  if ((JSON.parse(body) as { model: string }).model === 'lists') {
-    res.write(chunk({ role: 'assistant', content: '', tool_calls: [], annotations: [] }));
+  const upstreamModel = (JSON.parse(body) as { model: string }).model;
+  if (upstreamModel === 'lists' || upstreamModel === 'logprobs') {
+    res.write(
+      upstreamModel === 'lists'
+        ? chunk({ role: 'assistant', content: '', tool_calls: [], annotations: [] })
+        : `data: ${JSON.stringify({ id: 's1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { role: 'assistant', content: '', refusal: null }, logprobs: { content: [], refusal: null }, finish_reason: null }] })}\n\n`,
+    );
     stalled.push(res);
     return;
   }
   res.end(`${chunk({ role: 'assistant', content: '' })}${chunk({ content: 'good answer' })}${chunk({}, 'stop')}${usage}data: [DONE]\n\n`);
 }
 
-const model: ModelConfig = {
-  id: 'pair/lists-first',
+const model = (id: string, first: string): ModelConfig => ({
+  id,
   kind: 'chat',
   owned_by: 'test',
   context_window: 8000,
   capabilities: ['streaming'],
   offers: [
-    { provider: 'lister', upstreamModel: 'lists', pricing: PRICE },
+    { provider: 'lister', upstreamModel: first, pricing: PRICE },
     { provider: 'steady', upstreamModel: 'ok', pricing: PRICE },
   ],
-};
+});
 
 let upstream: Server;
 let gw: TestGateway;
@@ -53,7 +58,7 @@ beforeAll(async () => {
         { id: 'lister', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: '', timeoutMs: TIMEOUT_MS },
         { id: 'steady', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: '', timeoutMs: TIMEOUT_MS },
       ],
-      models: [model],
+      models: [model('pair/lists-first', 'lists'), model('pair/logprobs-first', 'logprobs')],
     }),
   });
 });
@@ -64,19 +69,23 @@ afterAll(async () => {
 });
 
 describe('a stream that opens with empty lists beside its role, then stalls', () => {
-  it('has not begun its answer: the next offer answers the whole stream, with no error event', async () => {
+  it.each([
+    ['tool_calls: [] and annotations: [] in its delta', 'pair/lists-first'],
+    ['logprobs: {content: [], refusal: null} on its choice', 'pair/logprobs-first'],
+  ])('with %s, has not begun its answer: the next offer answers the whole stream, with no error event', async (_, id) => {
     const { key } = await gw.createKey();
     for (const base of [gw.baseA, gw.baseB]) {
       const res = await fetch(`${base}/chat/completions`, {
         method: 'POST',
         headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: model.id, stream: true, messages: [{ role: 'user', content: 'think first' }] }),
+        body: JSON.stringify({ model: id, stream: true, messages: [{ role: 'user', content: 'think first' }] }),
       });
       expect(res.status).toBe(200);
       expect(res.headers.get('x-gateway-provider')).toBe('steady');
       const text = await res.text();
       expect(text).not.toContain('"error"');
       expect(text).not.toContain('tool_calls');
+      expect(text).not.toContain('"content":[]');
       expect(text).toContain('"content":"good answer"');
       expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
     }

@@ -36,7 +36,8 @@ export async function* iterateRelay(stream: Pick<ChatStream, 'relay' | 'abort'>)
 /**
  * Whether a chunk carries anything of the answer for the client: content, reasoning, a tool or function call, a
  * refusal, logprobs, a finish_reason or usage. Providers open a stream with a role-only delta (`role: 'assistant'`,
- * `content: ''`, OpenAI's `refusal: null`, some hosts' `tool_calls: []`), and some with an empty-choices chunk (Azure's prompt filter results):
+ * `content: ''`, OpenAI's `refusal: null`, some hosts' `tool_calls: []`; with logprobs asked, an empty `logprobs`), and
+ * some with an empty-choices chunk (Azure's prompt filter results):
  * those say nothing yet, and the provider may still fail before it answers. Read only until a stream's first such chunk.
  */
 export function answers(c: ChatChunk): boolean {
@@ -44,16 +45,25 @@ export function answers(c: ChatChunk): boolean {
   for (const choice of c.choices) {
     const part = choice as { delta?: Record<string, unknown> | null; finish_reason?: unknown; logprobs?: unknown } | null;
     if (!part) continue;
-    if (part.finish_reason != null || part.logprobs != null) return true;
-    const delta = part.delta;
-    if (!delta) continue;
-    for (const key in delta) {
-      const v = delta[key];
-      if (key === 'role' || v === null || v === undefined || v === '') continue;
-      // An empty list (`tool_calls: []`, `annotations: []`, beside some hosts' role and empty content) says nothing either.
-      if (Array.isArray(v) && v.length === 0) continue;
-      return true;
-    }
+    if (part.finish_reason != null || carries(part.logprobs as Record<string, unknown> | null | undefined)) return true;
+    if (carries(part.delta, 'role')) return true;
+  }
+  return false;
+}
+
+/**
+ * Whether an object holds something besides `skip`: a value that is not null, empty text or an empty list. The
+ * opening chunk's empty lists (`tool_calls: []`, `annotations: []` beside the role, as some hosts send it;
+ * `logprobs: {content: [], refusal: null}` when logprobs were asked) say nothing yet.
+ */
+function carries(o: Record<string, unknown> | null | undefined, skip?: string): boolean {
+  if (o == null) return false;
+  if (typeof o !== 'object') return true;
+  for (const key in o) {
+    const v = o[key];
+    if (key === skip || v === null || v === undefined || v === '') continue;
+    if (Array.isArray(v) && v.length === 0) continue;
+    return true;
   }
   return false;
 }
