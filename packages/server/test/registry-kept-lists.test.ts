@@ -61,6 +61,37 @@ describe('a provider’s last known model list', () => {
     }
   }, 60_000);
 
+  it('is the one read last by any instance: a list read again as this instance last kept it replaces another instance’s since', async () => {
+    const scaleway = sim.providers.scaleway;
+    const before = scaleway?.models() ?? [];
+    const llama = 'llama-3.3-70b-instruct';
+    await one.admin('POST', '/registry/rebuild');
+    const two = await startGateway({ sim, databaseUrl: db });
+    let three: TestGateway | undefined;
+    try {
+      const key = (await one.createKey({ rateLimitRpm: 1000 })).key;
+      const providersOf = async (gw: TestGateway) =>
+        ((await (await fetch(`${gw.baseB}/models/meta%2Fllama-3.3-70b`, { headers: { authorization: `Bearer ${key}` } })).json()) as { providers: string[] })
+          .providers;
+      // Scaleway drops Llama and the second instance reads (and keeps) that list; then Scaleway lists it again, read by the first.
+      scaleway?.setModels(before.filter((m) => m !== llama));
+      await two.admin('POST', '/registry/rebuild');
+      scaleway?.setModels(before);
+      await one.admin('POST', '/registry/rebuild');
+      expect(await providersOf(one)).toEqual(['scaleway', 'ovh', 'nebius']);
+      // The second instance is scaled in; Scaleway's list stops answering and an instance starts (or the first restarts).
+      await two.close();
+      scaleway?.setFault({ kind: 'status', status: 500, endpoints: ['models'] });
+      three = await startGateway({ sim, databaseUrl: db });
+      // It serves by the list Scaleway gave last, as the running instance does, not by the one it had dropped Llama from.
+      expect(await providersOf(three)).toEqual(['scaleway', 'ovh', 'nebius']);
+    } finally {
+      scaleway?.clearFaults();
+      scaleway?.setModels(before);
+      await Promise.all([two.close(), three?.close()]);
+    }
+  }, 60_000);
+
   it('of a provider given another base URL is not taken up: its models wait for its own list', async () => {
     const mistral = sim.providers.mistral;
     mistral?.setFault({ kind: 'status', status: 500, endpoints: ['models'] });

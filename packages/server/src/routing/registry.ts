@@ -98,8 +98,6 @@ export class ModelRegistry {
   private readonly rebuiltListeners: ((report: RebuildReport) => void)[] = [];
   /** When each provider's list in `lists` was read (ms), by this instance or by the one that kept it in the store. */
   private readonly listAt = new Map<string, number>();
-  /** The list last kept in the store per provider, as JSON of its models: one unchanged is not written again. */
-  private readonly keptModels = new Map<string, string>();
   /** The configured models by id: a lookup of one not in the registry is one read, not a walk of the catalogue. */
   private readonly configured: ReadonlyMap<string, ModelConfig>;
 
@@ -231,16 +229,24 @@ export class ModelRegistry {
     return { models: next.size, providers, unlisted };
   }
 
-  /** Keeps a list read in the store when it changed; a store that fails or is slow only leaves it unkept for now. */
+  /**
+   * Keeps a list read in the store unless the store holds it already; a store that fails or is slow only leaves it
+   * unkept for now. The store is read, not this instance's last write trusted: another instance may have kept another
+   * list since (one read while the provider had dropped a model it lists again now), which an instance started while
+   * the list is down would take up.
+   */
   private async keepList(provider: string, baseUrl: string, ids: string[] | null): Promise<void> {
     const keeper = this.keeper;
+    if (keeper === null) return;
     const models = JSON.stringify(ids);
-    if (keeper === null || this.keptModels.get(provider) === models) return;
-    const kept: KeptList = { baseUrl, at: Date.now(), models: ids };
-    const saved = keeper.save(provider, JSON.stringify(kept)).then(
-      () => void this.keptModels.set(provider, models),
-      () => {},
-    );
+    const saved = keeper
+      .load(provider)
+      .then((value) => {
+        const kept = value === null ? null : readKept(value);
+        if (kept !== null && kept.baseUrl === baseUrl && JSON.stringify(kept.models) === models) return;
+        return keeper.save(provider, JSON.stringify({ baseUrl, at: Date.now(), models: ids } satisfies KeptList));
+      })
+      .catch(() => {});
     await waitAtMost(saved, CREATED_TIMEOUT_MS);
   }
 
@@ -254,7 +260,6 @@ export class ModelRegistry {
         if (kept === null || kept.baseUrl !== baseUrl || kept.at <= (this.listAt.get(provider) ?? 0)) return;
         this.lists.set(provider, kept.models === null ? null : new Set(kept.models));
         this.listAt.set(provider, kept.at);
-        this.keptModels.set(provider, JSON.stringify(kept.models));
       },
       () => {},
     );
