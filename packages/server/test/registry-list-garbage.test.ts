@@ -98,3 +98,22 @@ describe('a Mistral, Cohere or Azure model list with entries but no model names'
     expect(await providersOf('mistral/large')).toEqual(['mistral']);
   });
 });
+
+describe('/readyz', () => {
+  it('names a provider whose model list the last rebuild could not read, until one reads it again', async () => {
+    const modelLists = async () => ((await (await fetch(`${gw.url}/readyz`)).json()) as { modelLists: Record<string, string> }).modelLists;
+    expect(await modelLists()).toEqual({});
+    const good = { ...lists };
+    lists.mistral = { object: 'list' };
+    try {
+      await gw.admin('POST', '/registry/rebuild');
+      // Still ready, serving by its last known list: an operator's probe is told which list is old.
+      expect(await modelLists()).toEqual({ mistral: 'stale' });
+      expect(await providersOf('mistral/large')).toEqual(['mistral']);
+    } finally {
+      Object.assign(lists, good);
+    }
+    await gw.admin('POST', '/registry/rebuild');
+    expect(await modelLists()).toEqual({});
+  });
+});

@@ -96,6 +96,8 @@ export class ModelRegistry {
   /** The rebuild that follows the one in flight, shared by every call made meanwhile. */
   private queued: Promise<RebuildReport> | null = null;
   private readonly rebuiltListeners: ((report: RebuildReport) => void)[] = [];
+  /** The providers whose list the last rebuild could not read, and what that left (/readyz shows them). */
+  private unreadLists: Record<string, Exclude<ProviderListStatus, 'ok'>> = {};
   /** When each provider's list in `lists` was read (ms), by this instance or by the one that kept it in the store. */
   private readonly listAt = new Map<string, number>();
   /** The configured models by id: a lookup of one not in the registry is one read, not a walk of the catalogue. */
@@ -145,6 +147,11 @@ export class ModelRegistry {
     const model = this.configured.get(this.aliased(id));
     if (!model || model.deprecated || this.models.has(model.id)) return undefined;
     return { id: model.id, kind: model.kind, beta: model.beta ?? false, providers: [...new Set(model.offers.map((o) => o.provider))] };
+  }
+
+  /** The providers whose model list the last rebuild could not read: `stale` (its last known list kept) or `error` (none yet). */
+  failingLists(): Readonly<Record<string, Exclude<ProviderListStatus, 'ok'>>> {
+    return this.unreadLists;
   }
 
   list(): RegistryModel[] {
@@ -226,6 +233,9 @@ export class ModelRegistry {
     await this.adoptKeptCreated(next);
     this.models = next;
     this.unread = unread;
+    const failing: Record<string, Exclude<ProviderListStatus, 'ok'>> = {};
+    for (const [id, status] of Object.entries(providers)) if (status !== 'ok') failing[id] = status;
+    this.unreadLists = failing;
     return { models: next.size, providers, unlisted };
   }
 

@@ -29,6 +29,8 @@ export function opsRoutes(app: FastifyInstance, services: Services): void {
       store: store ? 'ok' : 'unreachable',
       redis: redis === null ? 'none' : redis ? 'ok' : 'unreachable',
       models: services.registry.list().length,
+      // A provider whose model list the last rebuild could not read: served by its last known list, or not at all.
+      modelLists: services.registry.failingLists(),
     };
   });
   app.get('/metrics', hide, async (_request, reply) => {
