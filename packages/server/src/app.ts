@@ -272,6 +272,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   for (const o of tokenPricedOffers(catalogue)) app.log.warn({ model: o.model, provider: o.provider }, o.message);
   // A provider entry most likely wrong (a base URL without /v1, with Cohere's /v2 in it) is told now, not as its outage.
   for (const w of entryWarnings(catalogue)) app.log.warn({ provider: w.provider }, w.message);
+  // Shared before the first rebuild: a start that reads a list other than the one the store keeps tells the others.
+  const rebuildRegistry = await shareRegistryRebuilds(
+    bus,
+    registry,
+    warnOnFailure(app.log, 'registry rebuild shared between the instances (over Redis) failed'),
+  );
   const firstRebuild = await registry.rebuild();
   // A configured model no provider lists answers as an unknown one: the operator is told which, once each time it changes.
   let unlisted = '';
@@ -284,11 +290,6 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   };
   tellUnlisted(firstRebuild);
   registry.onRebuilt(tellUnlisted);
-  const rebuildRegistry = await shareRegistryRebuilds(
-    bus,
-    registry,
-    warnOnFailure(app.log, 'registry rebuild shared between the instances (over Redis) failed'),
-  );
   const auth = new ApiKeyAuthenticator(store, bus, config.keyCacheTtlMs);
   await auth.start();
   limitPipelining(app.server, rawAnswers);

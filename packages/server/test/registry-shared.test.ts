@@ -84,3 +84,25 @@ describe('a model’s created time', () => {
     }
   }, 60_000);
 });
+
+describe('a scheduled rebuild with instances sharing Redis', () => {
+  it('that reads a changed list has the others read theirs again: instances on other schedules do not route by different lists', async () => {
+    // A third instance whose schedule comes round first (instances started at different times): every 2 s here.
+    const early = await startGateway({ sim, redisUrl: redis.url, databaseUrl: db, env: { GW_REGISTRY_INTERVAL_S: '2' } });
+    const ovh = sim.providers.ovh;
+    const before = ovh?.models() ?? [];
+    try {
+      expect(await providersOf(two, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh', 'nebius']);
+      ovh?.setModels(before.filter((m) => m !== 'Meta-Llama-3_3-70B-Instruct'));
+      await eventually(async () => expect(await providersOf(early, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'nebius']), 10_000);
+      // The instances whose own rebuild is hours away follow within moments, not at it.
+      await eventually(async () => expect(await providersOf(two, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'nebius']), 5_000);
+      await eventually(async () => expect(await providersOf(one, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'nebius']), 5_000);
+      ovh?.setModels(before);
+      await eventually(async () => expect(await providersOf(two, 'meta/llama-3.3-70b')).toEqual(['scaleway', 'ovh', 'nebius']), 10_000);
+    } finally {
+      ovh?.setModels(before);
+      await early.close();
+    }
+  }, 60_000);
+});

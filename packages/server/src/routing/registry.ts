@@ -96,6 +96,7 @@ export class ModelRegistry {
   /** The rebuild that follows the one in flight, shared by every call made meanwhile. */
   private queued: Promise<RebuildReport> | null = null;
   private readonly rebuiltListeners: ((report: RebuildReport) => void)[] = [];
+  private readonly changedListeners: (() => void)[] = [];
   /** The providers whose list the last rebuild could not read, and what that left (/readyz shows them). */
   private unreadLists: Record<string, Exclude<ProviderListStatus, 'ok'>> = {};
   /** When each provider's list in `lists` was read (ms), by this instance or by the one that kept it in the store. */
@@ -196,9 +197,15 @@ export class ModelRegistry {
     this.rebuiltListeners.push(listener);
   }
 
+  /** Called after a rebuild that read a list other than the one the store kept: the first instance to see a change upstream. */
+  onListsChanged(listener: () => void): void {
+    this.changedListeners.push(listener);
+  }
+
   private async doRebuild(): Promise<RebuildReport> {
     // Keyed in the config's order, whichever provider answers first.
     const providers: Record<string, ProviderListStatus> = Object.fromEntries(this.catalogue.providers.map((p) => [p.id, 'error']));
+    let changed = false;
     await Promise.all(
       this.catalogue.providers.map(async (p) => {
         const adapter = this.adapters.get(p.id);
@@ -209,7 +216,7 @@ export class ModelRegistry {
           this.lists.set(p.id, ids === null ? null : new Set(ids));
           this.listAt.set(p.id, Date.now());
           providers[p.id] = 'ok';
-          await this.keepList(p.id, p.baseUrl, ids);
+          if (await this.keepList(p.id, p.baseUrl, ids)) changed = true;
         } catch (err) {
           await this.adoptKeptList(p.id, p.baseUrl);
           providers[p.id] = this.lists.has(p.id) ? 'stale' : 'error';
@@ -236,6 +243,7 @@ export class ModelRegistry {
     const failing: Record<string, Exclude<ProviderListStatus, 'ok'>> = {};
     for (const [id, status] of Object.entries(providers)) if (status !== 'ok') failing[id] = status;
     this.unreadLists = failing;
+    if (changed) for (const listener of this.changedListeners) listener();
     return { models: next.size, providers, unlisted };
   }
 
@@ -243,21 +251,24 @@ export class ModelRegistry {
    * Keeps a list read in the store unless the store holds it already; a store that fails or is slow only leaves it
    * unkept for now. The store is read, not this instance's last write trusted: another instance may have kept another
    * list since (one read while the provider had dropped a model it lists again now), which an instance started while
-   * the list is down would take up.
+   * the list is down would take up. True when it wrote one that differs from a list the store held.
    */
-  private async keepList(provider: string, baseUrl: string, ids: string[] | null): Promise<void> {
+  private async keepList(provider: string, baseUrl: string, ids: string[] | null): Promise<boolean> {
     const keeper = this.keeper;
-    if (keeper === null) return;
+    if (keeper === null) return false;
     const models = JSON.stringify(ids);
+    let changed = false;
     const saved = keeper
       .load(provider)
-      .then((value) => {
+      .then(async (value) => {
         const kept = value === null ? null : readKept(value);
         if (kept !== null && kept.baseUrl === baseUrl && JSON.stringify(kept.models) === models) return;
-        return keeper.save(provider, JSON.stringify({ baseUrl, at: Date.now(), models: ids } satisfies KeptList));
+        await keeper.save(provider, JSON.stringify({ baseUrl, at: Date.now(), models: ids } satisfies KeptList));
+        changed = kept !== null;
       })
       .catch(() => {});
     await waitAtMost(saved, CREATED_TIMEOUT_MS);
+    return changed;
   }
 
   /** Takes up the list the store keeps for a provider whose list could not be read, if it is newer than this instance's. */
