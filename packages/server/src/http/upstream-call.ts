@@ -46,6 +46,8 @@ export async function callUpstream<T>(
   } catch (err) {
     outcome = err instanceof UpstreamError ? err.kind : 'error';
     learnFromFailure(stats, offer, probe, err, performance.now() - started, mode, completionTokens);
+    // The provider has no such model (any more): its list most likely says so too.
+    if (err instanceof UpstreamError && err.kind === 'http' && err.status === 404) services.registry.recheck();
     // What the provider did, for the operator (the client sees the gateway's own code); secrets taken out as for the client.
     if (providerFault(err)) {
       request.log.warn(

@@ -74,6 +74,8 @@ interface KeptList {
   at: number;
   models: string[] | null;
 }
+/** The least time between two rebuilds asked for by a provider saying it has no model an offer names (`recheck`). */
+export const LIST_RECHECK_GAP_MS = 60_000;
 /** The first retry after a provider's list could not be read, doubling each time up to the cap (jobs/registry-refresh.ts). */
 export const LIST_RETRY_FIRST_S = 5;
 const DEFAULT_CONTEXT_WINDOW = 32_768;
@@ -97,6 +99,7 @@ export class ModelRegistry {
   private queued: Promise<RebuildReport> | null = null;
   private readonly rebuiltListeners: ((report: RebuildReport) => void)[] = [];
   private readonly changedListeners: (() => void)[] = [];
+  private recheckedAt = Number.NEGATIVE_INFINITY;
   /** The providers whose list the last rebuild could not read, and what that left (/readyz shows them). */
   private unreadLists: Record<string, Exclude<ProviderListStatus, 'ok'>> = {};
   /** When each provider's list in `lists` was read (ms), by this instance or by the one that kept it in the store. */
@@ -177,6 +180,19 @@ export class ModelRegistry {
         return this.startRebuild();
       });
     return this.queued;
+  }
+
+  /**
+   * A provider answered 404 for an offer's model (retired or renamed there): the lists are read again now, at most
+   * once a minute, so that a model gone upstream leaves the registry (model_not_found, or the next offer) within
+   * moments rather than at the next scheduled rebuild, hours of 502s and 503s later.
+   */
+  recheck(): void {
+    const now = performance.now();
+    if (now - this.recheckedAt < LIST_RECHECK_GAP_MS) return;
+    this.recheckedAt = now;
+    // A list that cannot be read is told through onListFailure, as at any rebuild.
+    this.rebuild().catch(() => {});
   }
 
   private startRebuild(): Promise<RebuildReport> {
