@@ -1,6 +1,6 @@
 // What any proxy adds on this machine before its own work: the latency targets' scenarios through compiled
-// proxies (nginx, HAProxy in HTTP and in TCP mode, from Debian), Node's plain TCP relay and the node:http
-// floor, each pinned to the gateway's core, against direct in the same run, as `npm run bench` measures the
+// proxies (nginx, HAProxy in HTTP and in TCP mode, from Debian), Node's plain TCP relay, the node:http
+// floor and the gateway itself (embedded), each pinned to the gateway's core, against direct in the same run, as `npm run bench` measures the
 // gateway. `node bench/compiled-floor.mjs [rounds] [round seconds] [kinds,…]`; writes
 // bench/results/compiled-floor.json and prints the table. Not part of `npm run bench` (its 5 minutes).
 // Needs `apt-get install -y nginx-light haproxy`; a proxy not installed is left out, and said so.
@@ -12,12 +12,12 @@ import { startCpuMonitor } from './lib/cpu-monitor.mjs';
 import { machineFacts } from './lib/machine.mjs';
 import { killChildrenOnExit, pinSelf, removeIfInterrupted } from './lib/processes.mjs';
 import { compareHttp, compareStreams } from './lib/scenarios.mjs';
-import { startFloorProxy, startUpstream } from './lib/services.mjs';
+import { startFloorProxy, startGateway, startUpstream } from './lib/services.mjs';
 
 const ROOT = new URL('../', import.meta.url).pathname;
 const GATEWAY_CORE = 0;
 const LOAD_CORE = 1;
-const ALL_KINDS = ['haproxy-tcp', 'nginx', 'haproxy-http', 'tcp', 'node-http'];
+const ALL_KINDS = ['haproxy-tcp', 'nginx', 'haproxy-http', 'tcp', 'node-http', 'gateway'];
 const NODE_FLOORS = new Set(['tcp', 'node-http']);
 
 const [rounds = 3, roundS = 3] = process.argv.slice(2, 4).map(Number);
@@ -28,6 +28,7 @@ const added = (r, pick) => pick(r.gateway) - pick(r.direct);
 
 function startProxy(ctx, kind) {
   const options = { core: GATEWAY_CORE, dir: ctx.dir, kind, upstreamUrl: ctx.upstream.url };
+  if (kind === 'gateway') return startGateway({ ...options, name: 'gateway' });
   return NODE_FLOORS.has(kind) ? startFloorProxy(options) : startCompiledProxy(options);
 }
 
@@ -35,7 +36,8 @@ async function measureKind(ctx, kind) {
   log(`${kind}`);
   const proxy = await startProxy(ctx, kind);
   try {
-    const base = { upstream: ctx.upstream, gateway: proxy, monitor: ctx.monitor, rounds, roundS, warmupS: 2 };
+    // A fresh gateway compiles its request path for its first 5-10 s under load (bench/lib/scenarios.mjs).
+    const base = { upstream: ctx.upstream, gateway: proxy, monitor: ctx.monitor, rounds, roundS, warmupS: 2, warmupMaxS: kind === 'gateway' ? 10 : 2 };
     const http50 = await compareHttp({ ...base, upstreamModel: 'fixed-50ms', connections: 50 });
     const stream = await compareStreams({ ...base, upstreamModel: 'stream-50ms-20x10ms', concurrency: 50 });
     return { http50, stream };
@@ -73,7 +75,7 @@ async function main() {
   try {
     ctx.upstream = await startUpstream({ core: LOAD_CORE, dir: ctx.dir });
     for (const kind of kinds) {
-      if (!NODE_FLOORS.has(kind) && !compiledProxyInstalled(kind)) {
+      if (kind in COMPILED_PROXIES && !compiledProxyInstalled(kind)) {
         log(`${kind}: not installed (apt-get install -y ${COMPILED_PROXIES[kind].package}), left out`);
         continue;
       }
