@@ -109,7 +109,7 @@ async function settle(services: Services, request: FastifyRequest, reply: Fastif
     const begun = claim.complete({ status, headers, stream });
     // Archived even if storing the begun answer fails (Redis away): the archive, with every event, is what replays
     // for 24 hours, where the begun answer replays only while the resume buffer keeps the stream.
-    void archiveStream(services, request.gw.key?.id ?? '', claim, { status, headers, stream }).catch(
+    void archiveStream(services, request.gw.key?.id ?? '', claim, { status, headers, stream }, begun).catch(
       warnOnFailure(request.log, 'idempotency: archiving the stream failed; it replays from the resume buffer while that lasts'),
     );
     await begun;
@@ -130,6 +130,7 @@ async function archiveStream(
   keyId: string,
   claim: Claim,
   answer: StoredAnswer & { stream: NonNullable<StoredAnswer['stream']> },
+  begun: Promise<void>,
 ): Promise<void> {
   const id = answer.stream.id;
   const session = services.sessions.get(id);
@@ -142,6 +143,9 @@ async function archiveStream(
   } else {
     for await (const e of services.streams.follow(id, 0, AbortSignal.timeout(ARCHIVE_TIMEOUT_MS))) events.push(e);
   }
+  // Written after the begun answer, never before: on a pool of database connections the two writes of a stream
+  // that ended within moments could land in the other order, the begun answer left for 24 hours without its events.
+  await begun.catch(() => {});
   const last = events.at(-1);
   // Ended by its instance's shutdown, not by the provider or the client: the key is given up, so that a retry with it
   // runs on another instance rather than replay the cut stream for 24 hours.
