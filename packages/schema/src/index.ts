@@ -1,4 +1,5 @@
 export * from './admin.js';
+export * from './audio-duration.js';
 export * from './chat.js';
 export * from './config.js';
 export * from './error-schema.js';

@@ -2,7 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mp3, wav } from './helpers/audio.js';
+import { flac, m4a, mp3, oggOpus, wav, webm } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { startRawUpstream } from './helpers/raw-upstream.js';
 
@@ -202,26 +202,37 @@ describe('usage counts that are not whole numbers', () => {
     await expectSpent(id, 0.001);
   });
 
-  it('as a transcription with no length at all, are the upload’s: a WAV’s own seconds, else the text’s at 15 characters a second', async () => {
-    const { id, key } = await gw.createKey();
-    const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
-    const answer = await client.audio.transcriptions.create({
-      model: 'counts/audio-text',
-      file: await toFile(wav(4), 'a.wav'),
-      response_format: 'verbose_json',
-    });
-    expect(answer.text).toBe('Good morning, and welcome to the meeting.');
-    expect(answer.usage).toMatchObject({ type: 'duration', seconds: 4 });
-    await expectSpent(id, 0.004);
-    const other = await gw.createKey();
-    const otherClient = new OpenAI({ apiKey: other.key, baseURL: gw.baseA, maxRetries: 0 });
-    const mp3Answer = await otherClient.audio.transcriptions.create({
-      model: 'counts/audio-text',
-      file: await toFile(mp3(60), 'a.mp3'),
-      response_format: 'json',
-    });
-    expect(mp3Answer.text).toBe('Good morning, and welcome to the meeting.');
-    // 41 characters: 3 seconds.
-    await expectSpent(other.id, 0.003);
+  it('as a transcription with no length at all, are the upload’s: a WAV’s data chunk, a compressed file’s container, else the text’s at 15 characters a second', async () => {
+    // A WAV with 2 s worth of metadata after its audio (a LIST chunk, as some editors write last): 4 s, not 6.
+    const list = Buffer.alloc(8 + 64_000);
+    list.write('LIST', 0, 'ascii');
+    list.writeUInt32LE(64_000, 4);
+    // FLAC whose STREAMINFO leaves the sample count at 0 (a stream's encoder may): its container tells nothing.
+    const untimed = flac(20);
+    untimed[21] = (untimed[21] as number) & 0xf0;
+    untimed.writeUInt32BE(0, 22);
+    const cases: [string, Buffer, string, number][] = [
+      ['a.wav', Buffer.concat([wav(4), list]), 'verbose_json', 0.004],
+      // 20 s as a provider decodes them, whatever their few words (the text alone said 3 s); MP3's frames make 20.01 s.
+      ['a.mp3', mp3(20), 'json', 0.021],
+      ['voice.ogg', oggOpus(20), 'json', 0.02],
+      ['memo.m4a', m4a(20), 'json', 0.02],
+      ['blob.webm', webm(20), 'json', 0.02],
+      // 41 characters: 3 seconds.
+      ['a.flac', untimed, 'json', 0.003],
+    ];
+    await Promise.all(
+      cases.map(async ([name, file, format, spent]) => {
+        const { id, key } = await gw.createKey();
+        const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
+        const answer = await client.audio.transcriptions.create({
+          model: 'counts/audio-text',
+          file: await toFile(file, name),
+          response_format: format as 'json',
+        });
+        expect(answer.text, name).toBe('Good morning, and welcome to the meeting.');
+        await expectSpent(id, spent);
+      }),
+    );
   });
 });

@@ -1,5 +1,6 @@
-import { open } from 'node:fs/promises';
+import { open, readFile } from 'node:fs/promises';
 import { extname } from 'node:path';
+import { flacSeconds, mp3Seconds, mp4Seconds, oggSeconds, webmSeconds } from '@gw/schema';
 
 /** The extensions OpenAI's API takes for a transcription's file, named in the refusal of one that is no audio. */
 export const AUDIO_EXTENSIONS = ['flac', 'm4a', 'mp3', 'mp4', 'mpeg', 'mpga', 'oga', 'ogg', 'wav', 'webm'] as const;
@@ -47,6 +48,29 @@ function mpegFrame(head: Buffer): boolean {
   const bitrate = b2 >> 4;
   const sampleRate = (b2 >> 2) & 3;
   return version !== 1 && layer !== 0 && bitrate !== 15 && sampleRate !== 3;
+}
+
+/** How each compressed container tells its length, read as a provider's decoder reads it. */
+const CONTAINER_SECONDS: Record<Exclude<AudioContainer, 'wav'>, (data: Buffer) => number | null> = {
+  mp3: mp3Seconds,
+  flac: flacSeconds,
+  ogg: oggSeconds,
+  mp4: mp4Seconds,
+  webm: webmSeconds,
+};
+
+/**
+ * A compressed upload's seconds as its container tells them (an MP4's `mvhd` may be last, an Ogg's length is its last
+ * page's, an MP3's its frames), read whole. Null for a WAV (timed by its header), a container that does not say, or a
+ * spool already removed (its client left): the caller then falls back to its own estimate.
+ */
+export async function containerSeconds(path: string, container: AudioContainer): Promise<number | null> {
+  if (container === 'wav') return null;
+  try {
+    return CONTAINER_SECONDS[container](await readFile(path));
+  } catch {
+    return null;
+  }
 }
 
 /** The first bytes of a spooled upload. */

@@ -127,22 +127,28 @@ const SPOKEN_CHARS_PER_SECOND = 15;
 
 /**
  * The seconds a transcript is billed when its provider told no length (no `duration`, segments or usage: a host
- * answering `json` whatever was asked): a WAV upload's own, its audio bytes at its header's byte rate; otherwise
- * the transcript's text at about 15 characters a second, at most what the upload can hold, at least 1 second.
+ * answering `json` whatever was asked): a WAV upload's own, its `data` chunk (at most the bytes the file has) at its
+ * header's byte rate; a compressed one's as its container tells them (`own`); otherwise the transcript's text at
+ * about 15 characters a second. At most what the upload can hold, at least 1 second.
  */
-export function untoldSeconds(head: Buffer, size: number, text: string): number {
+export function untoldSeconds(head: Buffer, size: number, text: string, own: number | null): number {
   const rate = wavByteRate(head);
-  const data = rate === null ? null : wavDataStart(head);
-  if (rate !== null && data !== null) return Math.max(1, Math.ceil((size - data) / rate));
-  return Math.min(worstCaseSeconds(head, size), Math.max(1, Math.ceil(text.length / SPOKEN_CHARS_PER_SECOND)));
+  const data = rate === null ? null : wavData(head);
+  if (rate !== null && data !== null) {
+    // A size of 0 is a writer that streamed and never went back to set it: the audio runs to the end, as decoders read it.
+    const bytes = data.size > 0 ? Math.min(data.size, size - data.start) : size - data.start;
+    return Math.max(1, Math.ceil(bytes / rate));
+  }
+  const told = own !== null && own > 0 ? own : text.length / SPOKEN_CHARS_PER_SECOND;
+  return Math.min(worstCaseSeconds(head, size), Math.max(1, Math.ceil(told)));
 }
 
-/** Where a RIFF/WAVE file's audio begins (past its `data` chunk's header), or null when `head` does not reach it. */
-function wavDataStart(head: Buffer): number | null {
+/** Where a RIFF/WAVE file's audio begins (past its `data` chunk's header) and the size that header gives, or null when `head` does not reach it. */
+function wavData(head: Buffer): { start: number; size: number } | null {
   let at = 12;
   while (at + 8 <= head.length) {
-    if (head.toString('ascii', at, at + 4) === 'data') return at + 8;
     const size = head.readUInt32LE(at + 4);
+    if (head.toString('ascii', at, at + 4) === 'data') return { start: at + 8, size };
     at += 8 + size + (size % 2);
   }
   return null;

@@ -3,7 +3,7 @@
  * 16 kHz 16-bit mono PCM), fixed text.
  */
 
-import { flacSeconds, mp3Seconds, mp4Seconds, oggSeconds, webmSeconds } from './audio-duration.js';
+import { flacSeconds, mp3Seconds, mp4Seconds, oggSeconds, webmSeconds } from '@gw/schema';
 
 /**
  * Whether the bytes open an audio container a provider's decoder (ffmpeg) reads: RIFF/WAVE, an ID3 tag or an

@@ -10,7 +10,7 @@ import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall
 import { executePlan } from '../../routing/execute.js';
 import { heldOffers, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
-import { AUDIO_EXTENSIONS, audioContainer, readHead, upstreamFilename } from '../audio-container.js';
+import { AUDIO_EXTENSIONS, audioContainer, containerSeconds, readHead, upstreamFilename } from '../audio-container.js';
 import { FORM_BODY, readsBodiesAs } from '../body-media.js';
 import { heldFor, refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
@@ -156,7 +156,10 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
     );
   });
   // A provider that told no length (0 seconds) bills the gateway's reading of it, as a chat answer without usage.
-  if (done.value.billedSeconds <= 0) done.value = { ...done.value, billedSeconds: untoldSeconds(head, file.size, done.value.text) };
+  if (done.value.billedSeconds <= 0) {
+    const own = await containerSeconds(file.path, container);
+    done.value = { ...done.value, billedSeconds: untoldSeconds(head, file.size, done.value.text, own) };
+  }
   // Counts above what the upload could cost (usage-bounds.ts) are billed, and told, at that bound.
   done.value = transcriptionAtMost(request.log, done.offer.provider, seconds, body, done.value);
   const billed = bill(request, done.offer, done.value);

@@ -1,6 +1,7 @@
 /**
  * Seconds of audio as a provider's decoder (ffmpeg) tells them from the container, so that a compressed upload is
- * timed (and billed) as a real provider times it, not as raw PCM. Null when the container does not say.
+ * timed (and billed) as a real provider times it, not as raw PCM: by the simulated providers, and by the gateway
+ * when a provider tells no length. Null when the container does not say.
  */
 
 /** MP3: a Xing/Info or VBRI header's frame count, else the frames walked, the bytes past them at their bit rate. */
