@@ -202,7 +202,7 @@ describe('usage counts that are not whole numbers', () => {
     await expectSpent(id, 0.001);
   });
 
-  it('as a transcription with no length at all, are the upload’s: a WAV’s data chunk, a compressed file’s container, else the text’s at 15 characters a second', async () => {
+  it('as a transcription with no length at all, are the upload’s, billed and told: a WAV’s data chunk, a compressed file’s container, else the text’s at 15 characters a second', async () => {
     // A WAV with 2 s worth of metadata after its audio (a LIST chunk, as some editors write last): 4 s, not 6.
     const list = Buffer.alloc(8 + 64_000);
     list.write('LIST', 0, 'ascii');
@@ -211,18 +211,19 @@ describe('usage counts that are not whole numbers', () => {
     const untimed = flac(20);
     untimed[21] = (untimed[21] as number) & 0xf0;
     untimed.writeUInt32BE(0, 22);
-    const cases: [string, Buffer, string, number][] = [
-      ['a.wav', Buffer.concat([wav(4), list]), 'verbose_json', 0.004],
+    // The length billed is the one told: verbose_json's duration and its one segment's end, not 0.
+    const cases: [string, Buffer, string, number, number?][] = [
+      ['a.wav', Buffer.concat([wav(4), list]), 'verbose_json', 0.004, 4],
       // 20 s as a provider decodes them, whatever their few words (the text alone said 3 s); MP3's frames make 20.01 s.
       ['a.mp3', mp3(20), 'json', 0.021],
       ['voice.ogg', oggOpus(20), 'json', 0.02],
-      ['memo.m4a', m4a(20), 'json', 0.02],
+      ['memo.m4a', m4a(20), 'verbose_json', 0.02, 20],
       ['blob.webm', webm(20), 'json', 0.02],
       // 41 characters: 3 seconds.
       ['a.flac', untimed, 'json', 0.003],
     ];
     await Promise.all(
-      cases.map(async ([name, file, format, spent]) => {
+      cases.map(async ([name, file, format, spent, duration]) => {
         const { id, key } = await gw.createKey();
         const client = new OpenAI({ apiKey: key, baseURL: gw.baseA, maxRetries: 0 });
         const answer = await client.audio.transcriptions.create({
@@ -231,6 +232,10 @@ describe('usage counts that are not whole numbers', () => {
           response_format: format as 'json',
         });
         expect(answer.text, name).toBe('Good morning, and welcome to the meeting.');
+        if (duration !== undefined) {
+          const verbose = answer as unknown as { duration: number; segments: { end: number }[] };
+          expect([verbose.duration, verbose.segments.at(-1)?.end], name).toEqual([duration, duration]);
+        }
         await expectSpent(id, spent);
       }),
     );

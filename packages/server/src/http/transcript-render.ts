@@ -126,21 +126,19 @@ export function worstCaseSeconds(head: Buffer, size: number): number {
 const SPOKEN_CHARS_PER_SECOND = 15;
 
 /**
- * The seconds a transcript is billed when its provider told no length (no `duration`, segments or usage: a host
- * answering `json` whatever was asked): a WAV upload's own, its `data` chunk (at most the bytes the file has) at its
- * header's byte rate; a compressed one's as its container tells them (`own`); otherwise the transcript's text at
- * about 15 characters a second. At most what the upload can hold, at least 1 second.
+ * The audio's length when its provider told none (no `duration`, segments or usage: a host answering `json` whatever
+ * was asked), billed rounded up and told as the transcript's `duration`: a WAV upload's own, its `data` chunk (at
+ * most the bytes the file has) at its header's byte rate; a compressed one's as its container tells it (`own`);
+ * otherwise the transcript's text at about 15 characters a second. At most what the upload can hold.
  */
 export function untoldSeconds(head: Buffer, size: number, text: string, own: number | null): number {
   const rate = wavByteRate(head);
   const data = rate === null ? null : wavData(head);
   if (rate !== null && data !== null) {
     // A size of 0 is a writer that streamed and never went back to set it: the audio runs to the end, as decoders read it.
-    const bytes = data.size > 0 ? Math.min(data.size, size - data.start) : size - data.start;
-    return Math.max(1, Math.ceil(bytes / rate));
+    return (data.size > 0 ? Math.min(data.size, size - data.start) : size - data.start) / rate;
   }
-  const told = own !== null && own > 0 ? own : text.length / SPOKEN_CHARS_PER_SECOND;
-  return Math.min(worstCaseSeconds(head, size), Math.max(1, Math.ceil(told)));
+  return Math.min(worstCaseSeconds(head, size), own !== null && own > 0 ? own : text.length / SPOKEN_CHARS_PER_SECOND);
 }
 
 /** Where a RIFF/WAVE file's audio begins (past its `data` chunk's header) and the size that header gives, or null when `head` does not reach it. */

@@ -155,10 +155,12 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
       { health: options.stats, offers: model.offers, pin: options.pin, maxHops: options.maxHops, cost: heldFor(request, holdCost) },
     );
   });
-  // A provider that told no length (0 seconds) bills the gateway's reading of it, as a chat answer without usage.
+  // A provider that told no length (0 seconds) bills the gateway's reading of it, as a chat answer without usage, and
+  // tells it as the duration (a transcript of 37 s was told 0, its one SRT or VTT cue 00:00:00 --> 00:00:00).
   if (done.value.billedSeconds <= 0) {
-    const own = await containerSeconds(file.path, container);
-    done.value = { ...done.value, billedSeconds: untoldSeconds(head, file.size, done.value.text, own) };
+    const read = untoldSeconds(head, file.size, done.value.text, await containerSeconds(file.path, container));
+    const duration = done.value.duration > 0 ? done.value.duration : Math.round(read * 100) / 100;
+    done.value = { ...done.value, duration, billedSeconds: Math.max(1, Math.ceil(read)) };
   }
   // Counts above what the upload could cost (usage-bounds.ts) are billed, and told, at that bound.
   done.value = transcriptionAtMost(request.log, done.offer.provider, seconds, body, done.value);
