@@ -719,16 +719,21 @@ describe('the form, validated', () => {
     await eventually(() => expect(spools().length).toBe(before));
   });
 
-  it('holds a WAV whose fmt chunk follows another (Core Audio writes a JUNK chunk first) at its own byte rate, not at the lowest speech rate', async () => {
-    // €0.005 left: 4 s of Whisper (€0.0002) fits; the 225 s the file's 112 KB hold at 500 bytes a second (€0.01125) does not.
-    const own = await gw.createKey({ rateLimitRpm: 1000, budget: 0.005 });
-    const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseA, maxRetries: 0 });
-    const file = await toFile(withChunkBeforeFmt(wav(3.5), 'JUNK', 28), 'memo.wav', { type: 'audio/wav' });
-    const { data, response } = await client.audio.transcriptions.create({ model: 'openai/whisper-large-v3', file }).withResponse();
-    expect(data.text).toBe('Simulated transcript of 3.5 seconds of audio.');
-    await gw.gateway.services.usage.flush();
-    const [record] = await gw.gateway.services.store.usage.list({ requestId: response.headers.get('x-request-id') as string });
-    expect(record).toMatchObject({ units: 4, status: 200 });
+  it('holds a WAV whose fmt chunk follows another (Core Audio writes a JUNK chunk first, a field recorder kilobytes of iXML) at its own byte rate, not at the lowest speech rate', async () => {
+    // €0.005 left: 4 s of Whisper (€0.0002) fits; the 225 s or more the file's 112 KB hold at 500 bytes a second (€0.01125) does not.
+    for (const [id, size] of [
+      ['JUNK', 28],
+      ['iXML', 8192],
+    ] as const) {
+      const own = await gw.createKey({ rateLimitRpm: 1000, budget: 0.005 });
+      const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseA, maxRetries: 0 });
+      const file = await toFile(withChunkBeforeFmt(wav(3.5), id, size), 'memo.wav', { type: 'audio/wav' });
+      const { data, response } = await client.audio.transcriptions.create({ model: 'openai/whisper-large-v3', file }).withResponse();
+      expect(data.text, id).toBe('Simulated transcript of 3.5 seconds of audio.');
+      await gw.gateway.services.usage.flush();
+      const [record] = await gw.gateway.services.store.usage.list({ requestId: response.headers.get('x-request-id') as string });
+      expect(record, id).toMatchObject({ units: 4, status: 200 });
+    }
     await eventually(() => expect(spools()).toEqual([]));
   });
 

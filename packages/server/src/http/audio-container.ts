@@ -1,4 +1,4 @@
-import { open, readFile } from 'node:fs/promises';
+import { type FileHandle, open, readFile } from 'node:fs/promises';
 import { extname } from 'node:path';
 import { flacSeconds, mp3Seconds, mp4Seconds, oggSeconds, webmSeconds } from '@gw/schema';
 
@@ -73,16 +73,50 @@ export async function containerSeconds(path: string, container: AudioContainer):
   }
 }
 
-/** The first bytes of a spooled upload. */
+/**
+ * The first bytes of a spooled upload: {@link HEAD_BYTES}, or a WAV's whole header when its chunks before the audio
+ * run past them (a field recorder's iXML or a bext's coding history of kilobytes before `fmt `), up to
+ * {@link MAX_WAV_HEADER}, so that its byte rate and audio are read as for any WAV.
+ */
 export async function readHead(path: string, size: number): Promise<Buffer> {
   const handle = await open(path, 'r');
   try {
     const head = Buffer.alloc(Math.min(size, HEAD_BYTES));
     await handle.read(head, 0, head.length, 0);
-    return head;
+    const end = await wavAudioStart(handle, head, size);
+    if (end === null || end <= head.length || end > MAX_WAV_HEADER) return head;
+    const whole = Buffer.alloc(end);
+    await handle.read(whole, 0, end, 0);
+    return whole;
   } finally {
     await handle.close();
   }
+}
+
+/** The longest WAV header read whole; one longer is held at the lowest speech byte rate, as a file of no known rate. */
+const MAX_WAV_HEADER = 1024 * 1024;
+/** Chunks walked looking for `data`: writers put a handful before it. */
+const MAX_WAV_CHUNKS = 64;
+
+/** Where a RIFF/WAVE file's audio begins (past its `data` chunk's header), its chunks' headers read from the file past `head`. */
+async function wavAudioStart(handle: FileHandle, head: Buffer, size: number): Promise<number | null> {
+  if (head.length < 12 || head.toString('latin1', 0, 4) !== 'RIFF' || head.toString('latin1', 8, 12) !== 'WAVE') return null;
+  // Read from the file only past `head`: a common WAV's header is all within it.
+  let read: Buffer | null = null;
+  let at = 12;
+  for (let i = 0; i < MAX_WAV_CHUNKS && at + 8 <= size && at <= MAX_WAV_HEADER; i++) {
+    let from = at;
+    let bytes = head;
+    if (at + 8 > head.length) {
+      read ??= Buffer.alloc(8);
+      await handle.read(read, 0, 8, at);
+      [bytes, from] = [read, 0];
+    }
+    if (bytes.toString('latin1', from, from + 4) === 'data') return at + 8;
+    const n = bytes.readUInt32LE(from + 4);
+    at += 8 + n + (n % 2);
+  }
+  return null;
 }
 
 /**
