@@ -7,11 +7,13 @@
 /** MP3: a Xing/Info or VBRI header's frame count, else the frames walked, the bytes past them at their bit rate. */
 export function mp3Seconds(data: Buffer): number | null {
   let at = 0;
-  // ID3v2: a syncsafe size after a 10-byte header, 10 more with a footer.
-  if (data.toString('latin1', 0, 3) === 'ID3' && data.length >= 10) {
-    at = 10 + (((data[6] as number) << 21) | ((data[7] as number) << 14) | ((data[8] as number) << 7) | (data[9] as number));
-    if (((data[5] as number) & 0x10) !== 0) at += 10;
+  // ID3v2: a syncsafe size after a 10-byte header, 10 more with a footer; a file tagged again may carry two.
+  while (data.toString('latin1', at, at + 3) === 'ID3' && at + 10 <= data.length) {
+    const tag = at;
+    at += 10 + (((data[tag + 6] as number) << 21) | ((data[tag + 7] as number) << 14) | ((data[tag + 8] as number) << 7) | (data[tag + 9] as number));
+    if (((data[tag + 5] as number) & 0x10) !== 0) at += 10;
   }
+  at = firstFrame(data, at);
   const first = frameAt(data, at);
   if (!first) return null;
   const counted = vbrFrames(data, at, first);
@@ -28,6 +30,24 @@ export function mp3Seconds(data: Buffer): number | null {
   // Bytes past the last frame (a tag, damage): timed at the walked frames' rate, as ffmpeg estimates.
   const rest = Math.max(0, data.length - at);
   return rest > 128 && bytes > 0 ? seconds + (rest * seconds) / bytes : seconds;
+}
+
+/** Bytes looked through for the first frame past the tags. */
+const RESYNC_BYTES = 64 * 1024;
+
+/**
+ * Where the first frame begins at or past `at`: bytes between a tag and the audio (padding a tagger left out of the
+ * tag's size, a tag's remains) are skipped as a decoder resyncs, on a frame header that another follows or that
+ * ends the file. `at` when there is none.
+ */
+function firstFrame(data: Buffer, at: number): number {
+  const end = Math.min(data.length - 4, at + RESYNC_BYTES);
+  for (let i = at; i <= end; i++) {
+    if (data[i] !== 0xff) continue;
+    const frame = frameAt(data, i);
+    if (frame && (i + frame.length >= data.length || frameAt(data, i + frame.length))) return i;
+  }
+  return at;
 }
 
 interface Frame {

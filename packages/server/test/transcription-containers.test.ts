@@ -1,7 +1,7 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { flac, m4a, mp3, mp3Vbr, oggOpus, webm } from './helpers/audio.js';
+import { flac, m4a, mp3, mp3AfterGap, mp3Vbr, oggOpus, webm } from './helpers/audio.js';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
@@ -23,6 +23,8 @@ beforeEach(() => resetProviders(sim));
 const uploads: [string, () => Buffer][] = [
   ['talk.mp3', () => mp3(12)],
   ['tagged.mp3', () => mp3(12, { id3: true })],
+  // Read on past the gap as a decoder resyncs, not as 12 s of PCM.
+  ['retagged.mp3', () => mp3AfterGap(12, 300)],
   ['vbr.mp3', () => mp3Vbr(12)],
   ['notes.flac', () => flac(12)],
   ['voice.ogg', () => oggOpus(12)],

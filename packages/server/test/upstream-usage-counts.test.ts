@@ -2,7 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { flac, m4a, mp3, oggOpus, wav, webm } from './helpers/audio.js';
+import { flac, m4a, mp3, mp3AfterGap, oggOpus, wav, webm } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { startRawUpstream } from './helpers/raw-upstream.js';
 
@@ -216,6 +216,7 @@ describe('usage counts that are not whole numbers', () => {
       ['a.wav', Buffer.concat([wav(4), list]), 'verbose_json', 0.004, 4],
       // 20 s as a provider decodes them, whatever their few words (the text alone said 3 s); MP3's frames make 20.01 s.
       ['a.mp3', mp3(20), 'json', 0.021],
+      ['b.mp3', mp3AfterGap(20, 300), 'json', 0.021],
       ['voice.ogg', oggOpus(20), 'json', 0.02],
       ['memo.m4a', m4a(20), 'verbose_json', 0.02, 20],
       ['blob.webm', webm(20), 'json', 0.02],

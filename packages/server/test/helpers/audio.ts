@@ -43,6 +43,12 @@ export function mp3(seconds: number, { id3 = false } = {}): Buffer {
   return Buffer.concat([...(id3 ? [tag] : []), ...Array.from({ length: frames }, () => frame)]);
 }
 
+/** An MP3 with `gap` zero bytes between its ID3v2 tag and its first frame (padding a tagger left out of the tag's size). */
+export function mp3AfterGap(seconds: number, gap: number): Buffer {
+  const tagged = mp3(seconds, { id3: true });
+  return Buffer.concat([tagged.subarray(0, 1034), Buffer.alloc(gap), tagged.subarray(1034)]);
+}
+
 /** MP3 VBR as LAME writes it: a first frame holding a Xing header with the frame count, then frames of 64 and 160 kbit/s. */
 export function mp3Vbr(seconds: number): Buffer {
   const frames = Math.round((seconds * 44_100) / 1152);
