@@ -44,6 +44,7 @@ import { freeBytes, lowDiskHint } from './lib/disk-room.js';
 import { errorSummary, warnOnFailure } from './lib/error-summary.js';
 import { IdleMemoryRelease } from './lib/idle-memory-release.js';
 import { newRequestId } from './lib/ids.js';
+import { LogOutput } from './lib/log-output.js';
 import { hostForLog, redactSecrets, registerSecret, urlForLog } from './lib/redact.js';
 import { MemoryBetaQuota } from './limits/beta-quota.js';
 import { FallbackLedger } from './limits/fallback-ledger.js';
@@ -99,6 +100,8 @@ export interface Gateway {
   services: Services;
   /** Stops taking work, finishes what is in flight, writes pending usage, closes connections. */
   close(): Promise<void>;
+  /** The log's stdout buffer (null without a logger), flushed within a bound at exit. */
+  logOutput: LogOutput | null;
 }
 
 /**
@@ -230,7 +233,14 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   }
   const metrics = new Metrics();
   const rawAnswers = new RawAnswers(metrics);
-  const app = buildFastify(config, options.logger ?? true, rawAnswers);
+  const logOutput = (options.logger ?? true) ? new LogOutput(config.logBufferKb * 1024) : null;
+  const app = buildFastify(config, logOutput, rawAnswers);
+  logOutput?.reportTo((count, since) =>
+    app.log.warn(
+      { droppedLogLines: count, since: new Date(since).toISOString() },
+      `stdout took no log lines for a while: ${count} lines dropped past the ${config.logBufferKb} KiB buffer (GW_LOG_BUFFER_KB)`,
+    ),
+  );
   if (!config.redisUrl && store.kind === 'pglite') {
     // The embedded store is this process's alone (GW_DATA_DIR is locked): a pending idempotency claim in it is of a run
     // killed mid-request, whose request died unanswered and unbilled. A retry of its key runs now, rather than get 409
@@ -356,6 +366,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       const oldest = spill?.oldestAt ?? null;
       return { segments: spill?.waiting ?? 0, oldestAgeS: oldest === null ? 0 : Math.max(0, (dbClock.nowMs() - oldest) / 1000) };
     },
+    logLinesDropped: () => logOutput?.dropped ?? 0,
   });
   const memoryRelease = new IdleMemoryRelease({
     ...IDLE_MEMORY_RELEASE,
@@ -384,6 +395,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   return {
     app,
     services,
+    logOutput,
     close: async () => {
       services.lifecycle.draining = true;
       redisHealth?.stop();
@@ -475,11 +487,12 @@ async function closeStore(store: Store): Promise<void> {
   }
 }
 
-function buildFastify(config: GatewayConfig, logger: boolean, rawAnswers: RawAnswers): FastifyInstance {
+function buildFastify(config: GatewayConfig, logger: LogOutput | null, rawAnswers: RawAnswers): FastifyInstance {
   return Fastify({
     logger: logger
       ? {
           level: config.logLevel,
+          stream: logger.stream,
           redact: {
             paths: ['req.headers.authorization', 'req.headers["api-key"]', 'req.headers["x-api-key"]', '*.apiKey', '*.key', '*.password'],
             censor: '[redacted]',

@@ -5,6 +5,9 @@ import { ConfigError, type GatewayConfig, loadConfig } from './config/index.js';
 import { errorSummary } from './lib/error-summary.js';
 import { probeListen } from './lib/listen-probe.js';
 
+/** Kept from the drain's bound for the process's own exit after the log's last flush (its threads and handles end). */
+const EXIT_MARGIN_MS = 500;
+
 /** The gateway's start (main.ts checks the Node version first): config, demo simulators when no config file, listen, graceful shutdown. */
 async function main(signals: EarlySignals): Promise<void> {
   let config: GatewayConfig;
@@ -23,7 +26,13 @@ async function main(signals: EarlySignals): Promise<void> {
   // Set from the start: a signal before its handler killed the process at once, without a word, maybe mid-way through
   // creating the embedded database. One during the start stops it once the store is open, and the gateway never serves.
   let stopping: string | null = null;
+  let stopBy = 0;
   let serving = false;
+  // The log lines still buffered are written first, a stdout whose reader stalls waited for only until the drain's bound.
+  const exit = (code: number) => {
+    gateway?.logOutput?.flushWithin(Math.max(0, stopBy - EXIT_MARGIN_MS - Date.now()));
+    process.exit(code);
+  };
   const stop = (signal: string) => {
     // A second signal (an impatient Ctrl-C, a supervisor repeating itself) does not cut the stop short.
     if (stopping !== null) {
@@ -32,10 +41,11 @@ async function main(signals: EarlySignals): Promise<void> {
       return;
     }
     stopping = signal;
+    stopBy = Date.now() + config.shutdownTimeoutMs;
     const force = setTimeout(() => {
       if (gateway) gateway.app.log.error({ unwrittenUsageRecords: gateway.services.usage.pending }, 'shutdown timed out; exiting');
       else console.error(`gw: the start did not end within GW_SHUTDOWN_TIMEOUT_MS (${config.shutdownTimeoutMs} ms) of ${signal}; exiting`);
-      process.exit(1);
+      exit(1);
     }, config.shutdownTimeoutMs);
     force.unref();
     if (serving) drain(signal);
@@ -47,10 +57,10 @@ async function main(signals: EarlySignals): Promise<void> {
     gw.close()
       .then(() => simulator?.close())
       .then(
-        () => process.exit(0),
+        () => exit(0),
         (err: unknown) => {
           gw.app.log.error({ err: errorSummary(err) }, 'shutdown failed');
-          process.exit(1);
+          exit(1);
         },
       );
   };
@@ -74,7 +84,7 @@ async function main(signals: EarlySignals): Promise<void> {
     await gateway.close();
     await simulator?.close();
     console.error(`gw: stopped (${stopping}) before serving`);
-    process.exit(0);
+    exit(0);
   }
   // A misspelt variable would be ignored without a word: named (never its value, which may be a secret), and the start goes on.
   for (const { name, meant } of config.unknownVariables) {

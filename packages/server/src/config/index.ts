@@ -31,6 +31,8 @@ export interface GatewayConfig {
   /** Where uploads are spooled while a request is in flight (null: the OS temp dir). */
   readonly uploadDir: string | null;
   readonly logLevel: string;
+  /** The most log output, in KiB, waiting in memory for a stdout that takes it slowly; past it lines are dropped. */
+  readonly logBufferKb: number;
   /** How long a client may take to send its whole request (headers and body); past it, 408 and the connection is closed. */
   readonly requestTimeoutMs: number;
   /** How long an idle kept-alive client connection stays open: above the idle timeout of any balancer in front. */
@@ -238,6 +240,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     uploadLimitBytes: int(env, 'GW_UPLOAD_LIMIT_BYTES', 25 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     uploadDir: writableDir(env, 'GW_UPLOAD_DIR', 'the OS temp dir'),
     logLevel: logLevel(env),
+    logBufferKb: int(env, 'GW_LOG_BUFFER_KB', 8192, 16, 1_048_576),
     // At least a second: under it, the drain's own steps (a 200 ms grace for requests already sent, the last usage write,
     // which takes up to a second) could not end in time, and even an idle instance exited 1, its last records unwritten.
     shutdownTimeoutMs: int(env, 'GW_SHUTDOWN_TIMEOUT_MS', 30_000, 1_000, 600_000),

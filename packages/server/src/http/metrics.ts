@@ -10,6 +10,8 @@ export interface InstanceGauges {
   usagePending: () => number;
   /** Segments of usage records on disk waiting for the database, and the age in seconds of the oldest record there (0: none). */
   usageSpilled: () => { segments: number; oldestAgeS: number };
+  /** Log lines dropped because stdout took none while its buffer was full (GW_LOG_BUFFER_KB). */
+  logLinesDropped: () => number;
 }
 
 /** Prometheus metrics of one gateway instance (its own registry, so tests can run several). */
@@ -86,6 +88,15 @@ export class Metrics {
         this.reset();
         this.inc({ what: 'copy' }, copies);
         this.inc({ what: 'stream' }, streams);
+      },
+    });
+    new Counter({
+      name: 'gw_log_lines_dropped_total',
+      help: 'Log lines dropped because stdout took none while the log buffer was full (GW_LOG_BUFFER_KB)',
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        this.inc(read.logLinesDropped());
       },
     });
     gauge('gw_usage_records_pending', 'Usage records not yet handed to the database (written every 500 ms)', read.usagePending);
