@@ -30,7 +30,7 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-type EndLine = { res: { statusCode: number; route?: string; keyId?: string }; msg: string };
+type EndLine = { res: { statusCode: number; route?: string; keyId?: string; promptTokens?: number }; msg: string };
 
 /** The end line of the request answered with `requestId` (there is exactly one). */
 async function endLine(requestId: string): Promise<EndLine> {
@@ -53,15 +53,18 @@ const chat = (authorization: string, stream: boolean, signal?: AbortSignal) =>
   });
 
 describe("a request's end line in the log", () => {
-  it('names its route, the id of its key (never the key), its model and provider, and its error code, for an answer, a stream its client left, and a refusal', async () => {
+  it('names its route, the id of its key (never the key), its model and provider, the tokens billed, and its error code, for an answer, a stream its client left, and a refusal', async () => {
     const whole = await chat(`Bearer ${key}`, false);
     expect(whole.status).toBe(200);
+    const { usage } = (await whole.json()) as { usage: { prompt_tokens: number; completion_tokens: number } };
     expect((await endLine(whole.headers.get('x-request-id') as string)).res).toEqual({
       statusCode: 200,
       route: '/v1/chat/completions',
       keyId,
       model: 'mistral/small',
       provider: 'scaleway',
+      promptTokens: usage.prompt_tokens,
+      completionTokens: usage.completion_tokens,
     });
 
     sim.providers.scaleway?.configure({ chunkGapMs: 30 });

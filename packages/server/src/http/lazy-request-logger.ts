@@ -75,7 +75,7 @@ export function lazyChildLogger(logger: FastifyBaseLogger, bindings: Bindings, o
 /**
  * A request's end line (`res`: Fastify's reply, or the status the gateway logs itself with its request): its status,
  * the route it took, the id of the key it was made with, the model it named, the provider that answered it (or the
- * last one tried) and the error code it was answered with, so that the line alone says who got what from where. Read
+ * last one tried), the tokens or units its usage record bills and the error code it was answered with, so that the line alone says who got what from where. Read
  * only when the line is written.
  */
 export function resForLog(res: { statusCode: number; request?: FastifyRequest }): EndLine {
@@ -89,6 +89,12 @@ export function resForLog(res: { statusCode: number; request?: FastifyRequest })
   if (usage) {
     line.model = usage.model;
     if (usage.provider !== null) line.provider = usage.provider;
+    // What the usage record bills, so that a key's spend can be followed in the log alone (0 where none was counted).
+    if (usage.promptTokens > 0 || usage.completionTokens > 0) {
+      line.promptTokens = usage.promptTokens;
+      line.completionTokens = usage.completionTokens;
+    }
+    if (usage.units > 0) line.units = usage.units;
   }
   if (gw.errorCode !== null) line.code = gw.errorCode;
   return line;
@@ -101,5 +107,8 @@ type EndLine = {
   keyId?: string;
   model?: string;
   provider?: string;
+  promptTokens?: number;
+  completionTokens?: number;
+  units?: number;
   code?: string;
 };
