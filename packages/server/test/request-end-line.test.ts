@@ -78,6 +78,23 @@ describe("a request's end line in the log", () => {
         res: { statusCode: 499, route: '/v1/chat/completions', keyId },
         msg: expect.stringContaining('the client left'),
       });
+      // Its resume is not billed again, and its line names the stream it resumes, with the stream's model and provider.
+      const streamId = streamed.headers.get('x-request-id') as string;
+      const resumed = await fetch(`${proc.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'last-event-id': `${streamId}:1` },
+        body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'a long story please' }], stream: true, max_tokens: 40 }),
+      });
+      expect(resumed.status).toBe(200);
+      expect(await resumed.text()).toContain('[DONE]');
+      expect((await endLine(resumed.headers.get('x-request-id') as string)).res).toEqual({
+        statusCode: 200,
+        route: '/v1/chat/completions',
+        keyId,
+        model: 'mistral/small',
+        provider: 'scaleway',
+        resumes: streamId,
+      });
     } finally {
       sim.providers.scaleway?.configure({ chunkGapMs: 0 });
     }

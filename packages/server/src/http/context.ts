@@ -58,6 +58,8 @@ export interface UsageDraft {
   units: number;
   cost: number;
   streamed: boolean;
+  /** A resume's (Last-Event-ID): the stream it resumes, named in its end log line; a resume is not billed again. */
+  resumes?: string;
 }
 
 declare module 'fastify' {

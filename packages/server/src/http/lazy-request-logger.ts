@@ -95,6 +95,7 @@ export function resForLog(res: { statusCode: number; request?: FastifyRequest })
       line.completionTokens = usage.completionTokens;
     }
     if (usage.units > 0) line.units = usage.units;
+    if (usage.resumes !== undefined) line.resumes = usage.resumes;
   }
   if (gw.errorCode !== null) line.code = gw.errorCode;
   return line;
@@ -109,6 +110,8 @@ type EndLine = {
   provider?: string;
   promptTokens?: number;
   completionTokens?: number;
+  /** A resume's stream (the request id that started it). */
+  resumes?: string;
   units?: number;
   code?: string;
 };

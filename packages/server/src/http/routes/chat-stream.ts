@@ -19,6 +19,7 @@ import { parseEventId } from '../../streaming/sse-format.js';
 import { headWhenPiped, includeUsage, sseFrames } from '../../streaming/sse-frames.js';
 import { RECORD_PATIENCE_MS, ResumeBufferUnavailableError, type StreamEvent, type StreamMeta, SYNTHETIC_SEQ } from '../../streaming/types.js';
 import { heldFor } from '../budget.js';
+import { newUsageDraft } from '../context.js';
 import { closeAfterStream } from '../drain-close.js';
 import { applyRateLimit, countUncounted } from '../plugins/rate-limit.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
@@ -256,6 +257,8 @@ export async function resumeStream(
     );
   }
   request.gw.usage = null;
+  // Not billed again (its stream is): its end log line names the stream's model and provider, and the stream itself.
+  request.gw.usageDone = { ...newUsageDraft('chat', meta.model), provider: meta.routing?.provider ?? null, streamed: true, resumes: parsed.streamId };
   if (meta.routing) routingHeaders(reply, request, meta.routing);
   const heartbeatMs = services.config.streamHeartbeatMs;
   if (local)
