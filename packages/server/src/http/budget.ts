@@ -86,13 +86,6 @@ export async function reserveBudget(services: Services, request: FastifyRequest,
 }
 
 /**
- * Holds `moreEur` more of the request's budget, for a failover after the provider was paid for part of the failed
- * attempt: the admission hold covers one attempt's worst case, and the next offer's answer is billed on top of the
- * parts. The extra hold (grown by a new one on a later failover) is let go when the request is recorded, its cost
- * settled on the admission hold. False when the budget cannot hold it (the request then ends with its failure) or the
- * request was recorded meanwhile (its client left).
- */
-/**
  * What the request's budget hold bounds a failover by (routing/execute.ts, `cost`): the offer's held cost while a
  * budget holds the request, none without one (no budget: every offer may be tried).
  */
@@ -100,6 +93,13 @@ export function heldFor<T>(request: FastifyRequest, cost: (offer: T) => number):
   return request.gw.reservation === null ? undefined : cost;
 }
 
+/**
+ * Holds `moreEur` more of the request's budget, for a failover after the provider was paid for part of the failed
+ * attempt: the admission hold covers one attempt's worst case, and the next offer's answer is billed on top of the
+ * parts. The extra hold (grown by a new one on a later failover) is let go when the request is recorded, its cost
+ * settled on the admission hold. False when the budget cannot hold it (the request then ends with its failure) or the
+ * request was recorded meanwhile (its client left).
+ */
 export async function growBudgetHold(services: Services, request: FastifyRequest, moreEur: number): Promise<boolean> {
   const held = request.gw.reservation;
   const key = request.gw.key;

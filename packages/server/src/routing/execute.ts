@@ -1,6 +1,7 @@
 import { GatewayError } from '../errors/gateway-error.js';
 import { UpstreamError } from '../errors/upstream-error.js';
 import type { OfferStatsView } from './offer-stats.js';
+import { heldCost } from './plan.js';
 import type { Offer } from './registry.js';
 
 export interface Attempt {
@@ -69,7 +70,7 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
         continue;
       }
       // In the place of a skipped one, an offer the budget's hold (the dearest of the first `limit`) does not cover is not tried.
-      if (i >= limit && cost !== undefined && cost(offer) > heldCost(plan, limit, cost)) continue;
+      if (i >= limit && cost !== undefined && cost(offer) > heldCost(plan, limit - 1, cost)) continue;
       // The request ends with the last failure when the next offer may not be tried (a budget that cannot hold it).
       if (mayFailOver && !(await mayFailOver())) break;
     }
@@ -103,13 +104,6 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
   // A last provider's own wait is passed on as it said it, unless an offer it did not ask for was skipped.
   const backIn = health !== undefined && (skipped || lastError?.retryAfterS === undefined) ? soonestBack(offers, health, pin) : undefined;
   throw finalError(attempts, lastError, backIn);
-}
-
-/** The dearest of the first `limit` offers of the plan, as the budget holds it. */
-function heldCost(plan: Offer[], limit: number, cost: (offer: Offer) => number): number {
-  let most = 0;
-  for (let i = 0; i < limit; i++) most = Math.max(most, cost(plan[i] as Offer));
-  return most;
 }
 
 /**

@@ -25,7 +25,7 @@ export interface RouteOptions {
  * circuit is open are left out; a pin keeps its one offer; otherwise the
  * strategy orders the rest and a preferred provider goes first. The walk
  * makes at most the first attempt plus `maxHops` failovers
- * ({@link heldOffers}); the offers after those stand in for one that leaves
+ * ({@link heldCost}); the offers after those stand in for one that leaves
  * the plans while the request runs, which spends no hop.
  */
 export function planOffers(model: RegistryModel, options: RouteOptions, size: RequestSize): Offer[] {
@@ -59,12 +59,19 @@ export function planOffers(model: RegistryModel, options: RouteOptions, size: Re
   return offers;
 }
 
-/**
- * The offers a plan's walk attempts unless one of them leaves the plans meanwhile: the first plus `maxHops`. The
- * budget holds the dearest of these; an offer after them is tried in place of one skipped only if the hold covers it.
- */
+/** The offers a plan's walk attempts unless one of them leaves the plans meanwhile: the first plus `maxHops`. */
 export function heldOffers(plan: Offer[], maxHops: number): Offer[] {
   return plan.length > maxHops + 1 ? plan.slice(0, maxHops + 1) : plan;
+}
+
+/**
+ * What the budget holds for a plan: the dearest of its {@link heldOffers}, without making their list. An offer after
+ * them is tried in place of one skipped only if this covers it (routing/execute.ts).
+ */
+export function heldCost(plan: readonly Offer[], maxHops: number, cost: (offer: Offer) => number): number {
+  let most = 0;
+  for (let i = 0; i < plan.length && i <= maxHops; i++) most = Math.max(most, cost(plan[i] as Offer));
+  return most;
 }
 
 /**

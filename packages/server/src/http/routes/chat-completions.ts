@@ -8,7 +8,7 @@ import type { ChatBody, ChatCompletion } from '../../providers/types.js';
 import { estimatedUsage, generatedChars, usageAtMost } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import { offersTakingFields } from '../../routing/param-routing.js';
-import { expectedCost, heldOffers, planOffers } from '../../routing/plan.js';
+import { expectedCost, heldCost, planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { heldFor, reserveBudgetWithRateLimit } from '../budget.js';
 import { newUsageDraft } from '../context.js';
@@ -107,7 +107,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
       const plan = planOffers(servable, options, cap === undefined ? { promptTokens, maxTokens: perChoice * choices } : size);
       const holdCost = (o: Offer) => expectedCost(o, size);
       try {
-        await reserveBudgetWithRateLimit(services, request, reply, Math.max(0, ...heldOffers(plan, options.maxHops).map(holdCost)));
+        await reserveBudgetWithRateLimit(services, request, reply, heldCost(plan, options.maxHops, holdCost));
       } catch (err) {
         // Without a cap the hold prices a completion that fills the context window: say how to ask for less.
         if (cap === undefined && isGatewayError(err) && err.code === 'budget_exceeded') {

@@ -9,7 +9,7 @@ import type { EmbeddingsRequest, EmbeddingsResult, ProviderAdapter, UpstreamCall
 import { estimateTokens } from '../../providers/usage-estimate.js';
 import { executePlan } from '../../routing/execute.js';
 import { offersGivingDimensions } from '../../routing/param-routing.js';
-import { heldOffers, planOffers } from '../../routing/plan.js';
+import { heldCost, planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { growBudgetHold, heldFor, reserveBudget } from '../budget.js';
 import { newUsageDraft, type UsageDraft } from '../context.js';
@@ -89,7 +89,7 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
       const signal = keyedRequestSignal(services, request, reply);
       let settleBeta: ((tokens: number) => Promise<void>) | null = null;
       try {
-        await reserveBudget(services, request, Math.max(0, ...heldOffers(plan, options.maxHops).map(holdCost)));
+        await reserveBudget(services, request, heldCost(plan, options.maxHops, holdCost));
         // Admitted to the beta's window only once the budget lets the request go upstream: a key's 402s take none of the
         // workspace's allowance. A hold taken for a request the window refuses is released when its 429 is answered.
         settleBeta = request.gw.variant === 'b' ? await admitBeta(services, request, reply, input, model.context_window) : null;

@@ -8,7 +8,7 @@ import { withoutKnownSecrets } from '../../lib/redact.js';
 import type { ProviderAdapter, RerankRequest, RerankResult, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
 import { keepOffers, refusedWhere } from '../../routing/param-routing.js';
-import { heldOffers, planOffers } from '../../routing/plan.js';
+import { heldCost, planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
 import { heldFor, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
@@ -93,7 +93,7 @@ export function rerankRoute(app: FastifyInstance, services: Services, docs: Rout
       const done = await disarmedAfter(signal, async () => {
         // Each offer's most, as its provider bills (Cohere cuts documents before it counts them): the dearest is held.
         const holdCost = (o: Offer) => worstBill(services, o, upstream).cost;
-        await reserveBudget(services, request, Math.max(0, ...heldOffers(plan, options.maxHops).map(holdCost)));
+        await reserveBudget(services, request, heldCost(plan, options.maxHops, holdCost));
         const call = { signal, requestId: request.id };
         return executePlan(
           plan,

@@ -8,7 +8,7 @@ import { warnOnFailure } from '../../lib/error-summary.js';
 import { withoutKnownSecrets } from '../../lib/redact.js';
 import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall } from '../../providers/types.js';
 import { executePlan } from '../../routing/execute.js';
-import { heldOffers, planOffers } from '../../routing/plan.js';
+import { heldCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
 import { AUDIO_EXTENSIONS, audioContainer, containerSeconds, readHead, upstreamFilename } from '../audio-container.js';
 import { FORM_BODY, readsBodiesAs } from '../body-media.js';
@@ -141,7 +141,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   const signal = keyedRequestSignal(services, request, reply);
   const done = await disarmedAfter(signal, async () => {
     const holdCost = (o: Offer) => audioBill(o.pricing, seconds, worstTokens).cost;
-    await reserveBudget(services, request, Math.max(0, ...heldOffers(plan, options.maxHops).map(holdCost)));
+    await reserveBudget(services, request, heldCost(plan, options.maxHops, holdCost));
     const upstream = transcriptionRequest(
       body,
       spoken,
