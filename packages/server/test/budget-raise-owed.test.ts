@@ -47,7 +47,9 @@ const enforced = async (gw: TestGateway, key: string) => {
 describe('budgets when a cost settled on the leases is stored before it is added to Redis', () => {
   it("a total raised to the store's meanwhile (by another instance, after Redis restarted) has it already: it is not added again", async () => {
     sim.providers.scaleway?.configure({ latencyMs: 0, answerTokens: MAX_TOKENS });
-    sim.providers.ovh?.configure({ latencyMs: 2_000, answerTokens: MAX_TOKENS });
+    // Long enough to outlast Redis's restart and the second instance's return on a slow machine: the raise this test
+    // is about must come after that instance's cost on the leases is stored.
+    sim.providers.ovh?.configure({ latencyMs: 6_000, answerTokens: MAX_TOKENS });
     const { id, key } = await g1.createKey({ rateLimitRpm: 1000, budget: 1 });
     const { workspaceId } = (await g1.admin<{ workspaceId: string | null }>('GET', `/keys/${id}`)).body;
     const spentKey = `gw:budget:{${workspaceId ? `ws:${workspaceId}` : `key:${id}`}}:key:${id}:spent`;
@@ -59,7 +61,10 @@ describe('budgets when a cost settled on the leases is stored before it is added
 
     // A request of the first instance that Redis admitted, still running when Redis restarts empty: its settle will
     // find no hold, and that instance then raises the total to the store's.
-    const running = chat(g1, key, 'A', {}, 'ovh');
+    let ended = false;
+    const running = chat(g1, key, 'A', {}, 'ovh').finally(() => {
+      ended = true;
+    });
     await eventually(() => expect(sim.providers.ovh?.stats().inFlight).toBe(1), 5000);
     await redis.kill();
     // The second instance spends on the leases while Redis is down, and sees its restart once it is back.
@@ -77,6 +82,7 @@ describe('budgets when a cost settled on the leases is stored before it is added
     expect(onLeases.status).toBe(200);
     expect(onLeases.headers.get('x-ratelimit-enforced')).not.toBe('true');
     await g2.gateway.services.usage.flush();
+    expect(ended, "the first instance's request must still run when the cost on the leases is stored").toBe(false);
     // The first instance's request ends meanwhile, and it raises the total to the store's, which has that cost.
     expect((await running).status).toBe(200);
     const afterRaise = await stored();
