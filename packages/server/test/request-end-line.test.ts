@@ -112,4 +112,34 @@ describe("a request's end line in the log", () => {
     expect((await endLine(unknownPath.headers.get('x-request-id') as string)).res).toEqual({ statusCode: 404, route: 'unmatched', code: 'not_found' });
     expect(proc.output()).not.toContain(key);
   });
+
+  it("of a stream answered whole carries the stream's billed tokens, as the usage it was sent says", async () => {
+    const streamed = await fetch(`${proc.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'mistral/small',
+        messages: [{ role: 'user', content: 'a long story please' }],
+        stream: true,
+        stream_options: { include_usage: true },
+        max_tokens: 40,
+      }),
+    });
+    const text = await streamed.text();
+    const usage = text
+      .split('\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => JSON.parse(l.slice(6)) as { usage?: { prompt_tokens: number; completion_tokens: number } | null })
+      .find((c) => c.usage)?.usage;
+    expect(usage?.completion_tokens).toBeGreaterThan(0);
+    expect((await endLine(streamed.headers.get('x-request-id') as string)).res).toEqual({
+      statusCode: 200,
+      route: '/v1/chat/completions',
+      keyId,
+      model: 'mistral/small',
+      provider: 'scaleway',
+      promptTokens: usage?.prompt_tokens,
+      completionTokens: usage?.completion_tokens,
+    });
+  });
 });

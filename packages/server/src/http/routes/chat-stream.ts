@@ -160,6 +160,11 @@ export async function startStream(
       const completion = billedCompletionTokens(request, result.offer.provider, reported, args.billedCap(prompt));
       const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
       if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
+      // The end line, written once the last event has gone out, reads what is billed from the draft.
+      if (draft) {
+        draft.promptTokens = prompt;
+        draft.completionTokens = completion;
+      }
       services.usage.record({
         requestId: request.id,
         keyId: key.id,
