@@ -142,4 +142,20 @@ describe("a request's end line in the log", () => {
       completionTokens: usage?.completion_tokens,
     });
   });
+
+  it('of a stream its provider broke off names the code its usage record keeps', async () => {
+    sim.providers.scaleway?.setFault({ kind: 'error_after_200', afterChunks: 2, times: 1 });
+    try {
+      const streamed = await chat(`Bearer ${key}`, true);
+      expect(await streamed.text()).toContain('"error"');
+      expect((await endLine(streamed.headers.get('x-request-id') as string)).res).toMatchObject({
+        statusCode: 200,
+        keyId,
+        provider: 'scaleway',
+        code: 'upstream_failed',
+      });
+    } finally {
+      sim.providers.scaleway?.clearFaults();
+    }
+  });
 });

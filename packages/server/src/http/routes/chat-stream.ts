@@ -160,11 +160,13 @@ export async function startStream(
       const completion = billedCompletionTokens(request, result.offer.provider, reported, args.billedCap(prompt));
       const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
       if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
-      // The end line, written once the last event has gone out, reads what is billed from the draft.
+      const errorCode = neverSent ? 'client_closed' : byGateway ? byGateway.code : outcome.error ? 'upstream_failed' : null;
+      // The end line, written once the last event has gone out, reads what is billed and the failure from the request.
       if (draft) {
         draft.promptTokens = prompt;
         draft.completionTokens = completion;
       }
+      if (errorCode !== null) request.gw.errorCode = errorCode;
       services.usage.record({
         requestId: request.id,
         keyId: key.id,
@@ -181,7 +183,7 @@ export async function startStream(
         // A client that left before the first event (a keyed stream runs on for its retry) was sent nothing: the 499
         // its metrics and log say, at the whole cost, as a keyed request of any other kind.
         status: neverSent ? CLIENT_CLOSED_STATUS : 200,
-        errorCode: neverSent ? 'client_closed' : byGateway ? byGateway.code : outcome.error ? 'upstream_failed' : null,
+        errorCode,
         streamed: true,
         createdAt: new Date(services.dbClock.nowMs()),
       });
