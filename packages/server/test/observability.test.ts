@@ -56,12 +56,12 @@ async function count(route: string, variant: string, status: number): Promise<nu
 }
 
 /** The log's lines that end the request `id`. */
-function completions(id: string): { res?: { statusCode?: number }; msg: string }[] {
+function completions(id: string): { res?: { statusCode?: number; code?: string }; msg: string }[] {
   return proc
     .output()
     .split('\n')
     .filter((l) => l.includes(`"reqId":"${id}"`))
-    .map((l) => JSON.parse(l) as { res?: { statusCode?: number }; msg: string })
+    .map((l) => JSON.parse(l) as { res?: { statusCode?: number; code?: string }; msg: string })
     .filter((l) => l.msg.startsWith('request completed'));
 }
 
@@ -169,5 +169,8 @@ describe('answers Node asks for before there is a request', () => {
     const total = Number(/\r\nserver-timing: gw;desc="gateway";dur=[\d.]+, upstream;dur=0\.00, total;dur=([\d.]+)\r\n/i.exec(out)?.[1]);
     // GW_REQUEST_TIMEOUT_MS is 1 s: the request waited at least that long.
     expect(total).toBeGreaterThanOrEqual(1000);
+    // Its end line names its code, as any error's does.
+    const id = /\r\nx-request-id: (\S+)/i.exec(out)?.[1] as string;
+    expect(completions(id)[0]?.res).toMatchObject({ statusCode: 408, code: 'request_timeout' });
   }, 15_000);
 });

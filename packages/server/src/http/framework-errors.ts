@@ -98,6 +98,7 @@ export function clientErrorHandler(raw: RawAnswers): (err: NodeJS.ErrnoException
         // Counted and logged as it closes (request-context.ts); timed from its head, as its wait was (a 408 comes seconds after it).
         request.gw.answeredRaw = status;
         request.gw.variant = variant;
+        request.gw.errorCode = error.code;
         writeRawAnswer(socket, status, body, request.gw.startedAt, request.id);
       } else {
         const startedAt = performance.now();
