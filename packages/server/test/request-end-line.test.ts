@@ -143,6 +143,25 @@ describe("a request's end line in the log", () => {
     });
   });
 
+  it('of a repeat answered from its first answer (X-Idempotency-Key) names the model and provider, and no tokens', async () => {
+    const keyed = () =>
+      fetch(`${proc.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-idempotency-key': 'end-line-repeat' },
+        body: JSON.stringify({ model: 'mistral/small', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+    expect((await keyed()).status).toBe(200);
+    const repeat = await keyed();
+    expect(repeat.headers.get('idempotent-replayed')).toBe('true');
+    expect((await endLine(repeat.headers.get('x-request-id') as string)).res).toEqual({
+      statusCode: 200,
+      route: '/v1/chat/completions',
+      keyId,
+      model: 'mistral/small',
+      provider: 'scaleway',
+    });
+  });
+
   it('of a stream its provider broke off names the code its usage record keeps', async () => {
     sim.providers.scaleway?.setFault({ kind: 'error_after_200', afterChunks: 2, times: 1 });
     try {

@@ -7,6 +7,7 @@ import { notKeptMessage } from '../routing/kept-answers.js';
 import { parseEventId } from '../streaming/sse-format.js';
 import { headWhenPiped, includeUsage, sseFrames } from '../streaming/sse-frames.js';
 import { RECORD_PATIENCE_MS, type StreamEvent } from '../streaming/types.js';
+import { newUsageDraft } from './context.js';
 import type { Services } from './services.js';
 
 /** The headers of a first answer that a replay repeats (never the rate-limit or request-id headers, which are the repeat's own). */
@@ -29,6 +30,9 @@ export const REPLAYED_HEADERS = [
  */
 export async function sendReplay(services: Services, request: FastifyRequest, reply: FastifyReply, answer: StoredAnswer): Promise<void> {
   request.gw.usage = null;
+  // Billed nothing again; its end line still names the model it named and the provider that gave the first answer.
+  const model = request.gw.countedModel;
+  if (model !== null) request.gw.usageDone = { ...newUsageDraft(model.kind, model.id), provider: answer.headers[H.provider] ?? null };
   const events = answer.stream ? await replayEvents(services, reply, answer.status, answer.stream, resumeAfter(request, answer.stream.id)) : null;
   for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
   reply.header(H.idempotentReplayed, 'true');
