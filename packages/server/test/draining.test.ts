@@ -89,6 +89,24 @@ describe('a draining instance', () => {
     for (const s of seconds) expect(s).toMatch(/\r\nconnection: close\r\n/i);
   });
 
+  it("answers the operators' probes on connections it already had: /readyz says draining, a scrape still reads the metrics", async () => {
+    const port = Number(new URL(gw.url).port);
+    const conns = ['/readyz', '/metrics'].map((path) => ({ path, ...rawConnection(port) }));
+    for (const c of conns) c.socket.write(`GET ${c.path} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    while (conns.some((c) => !/\r\n\r\n[\s\S]+/.test(c.received()))) await new Promise((r) => setTimeout(r, 10));
+    const firsts = conns.map((c) => c.received().length);
+    const closing = gw.close();
+    await new Promise((r) => setTimeout(r, 20));
+    for (const c of conns) c.socket.write(`GET ${c.path} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    await Promise.all(conns.map((c) => c.closed));
+    await closing;
+    const [ready, metrics] = conns.map((c, i) => c.received().slice(firsts[i]));
+    expect(ready).toMatch(/^HTTP\/1\.1 503 /);
+    expect(JSON.parse(ready.slice(ready.indexOf('{')))).toEqual({ status: 'draining' });
+    expect(metrics).toMatch(/^HTTP\/1\.1 200 /);
+    expect(metrics).toMatch(/\ngw_requests_in_flight /);
+  });
+
   it('closes a connection whose stream ended during the drain at its end, while another stream still runs, rather than answer its next request 503', async () => {
     const { key } = await gw.createKey({ rateLimitRpm: 1000 });
     sim.providers.scaleway?.configure({ chunkGapMs: 100 });

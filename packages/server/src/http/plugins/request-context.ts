@@ -11,6 +11,9 @@ import type { Services } from '../services.js';
 import { leftBeforeAnswer } from '../upstream-call.js';
 import { recordClientGone } from './usage-recording.js';
 
+/** The operators' probes, answered by a draining instance as by any other (routes/ops.ts). */
+const OPS_ROUTES = new Set(['/healthz', '/readyz', '/metrics']);
+
 /**
  * Every request gets our own X-Request-Id, a state object, a Server-Timing
  * header that splits the gateway's own time from the upstream's, and a
@@ -84,7 +87,8 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       return;
     }
     // A request that reaches a draining instance on a connection it already had: the envelope, a wait, and the connection closed.
-    if (services.lifecycle.draining) {
+    // The operators' probes are answered: /readyz says it is draining, and a scrape still sees the requests left.
+    if (services.lifecycle.draining && !OPS_ROUTES.has(request.routeOptions.url ?? '')) {
       done(
         new GatewayError('shutting_down', 'This gateway instance is shutting down; send the request again (another instance answers it).', { retryAfterS: 1 }),
       );
