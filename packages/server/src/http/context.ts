@@ -1,4 +1,5 @@
 import type { Variant } from '@gw/schema';
+import type { ExactInteger } from '../lib/json-numbers.js';
 import type { Reservation } from '../limits/budget-types.js';
 import type { LimitDecision } from '../limits/types.js';
 import type { RegistryModel } from '../routing/registry.js';
@@ -41,6 +42,8 @@ export interface RequestState {
   answeredRaw: number | null;
   /** Bytes of the JSON body as received (0 for none or another kind): what bounds a provider's reported usage (usage-bounds.ts). */
   bodyBytes: number;
+  /** Each integer past 2^53 of the JSON body as written, where JSON reads the nearest double (lib/json-numbers.ts); null for none, as nearly always. */
+  exactIntegers: readonly ExactInteger[] | null;
 }
 
 /** The request a response answers, for what handles its connection's errors outside Fastify (framework-errors.ts). */

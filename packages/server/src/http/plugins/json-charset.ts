@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError, SEND_AGAIN } from '../../errors/gateway-error.js';
 import { nestsDeeperThan } from '../../lib/json-depth.js';
+import { holdsInexactNumber, infiniteNumberPath, withExactIntegers } from '../../lib/json-numbers.js';
 import { JSON_BODY, readsBodiesAs, unsupportedCharset } from '../body-media.js';
 import type { BodyMemory } from '../body-memory.js';
 import { encodedBodyError, nestedTooDeeply } from '../errors.js';
@@ -63,8 +64,28 @@ export function refuseNonUtf8Json(app: FastifyInstance, bodyMemory: BodyMemory, 
     }
     request.gw.bodyBytes = (bytes as Buffer).length;
     const body = (bytes as Buffer).toString('utf8');
-    void parseJson(request, body, (err, value) => done(err ? refusal(request, isInvalidJson(err) ? invalidJson(body) : err) : null, value));
+    void parseJson(request, body, (err, value) => {
+      if (err) done(refusal(request, isInvalidJson(err) ? invalidJson(body) : err));
+      else if (holdsInexactNumber(value)) readNumbersAsWritten(request, body, value as Record<string, unknown>, done);
+      else done(null, value);
+    });
   });
+}
+
+/**
+ * A body with a number JSON.parse did not read as written (lib/json-numbers.ts): one past a double's range is refused
+ * naming its field, as it would reach the provider as null; integers past 2^53 are told as written, for a route that passes them on (chat).
+ */
+function readNumbersAsWritten(request: FastifyRequest, text: string, value: Record<string, unknown>, done: (err: Error | null, body?: unknown) => void): void {
+  const infinite = infiniteNumberPath(value);
+  if (infinite !== null) {
+    const message = `Invalid body: '${infinite}' is a number beyond the range of a double (±1.8e308), which cannot be read as written.`;
+    done(refusal(request, new GatewayError('validation', message, { param: infinite })));
+    return;
+  }
+  const read = withExactIntegers(text);
+  request.gw.exactIntegers = read.integers;
+  done(null, read.body);
 }
 
 /** A body past the instance's bound of bodies held at once: a retry finds room once some requests end. */

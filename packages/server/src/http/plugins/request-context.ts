@@ -45,6 +45,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       outlivesClient: false,
       answeredRaw: null,
       bodyBytes: 0,
+      exactIntegers: null,
     };
     (reply.raw as ResponseOfRequest)[kGatewayRequest] = request;
     reply.header(H.requestId, request.id);

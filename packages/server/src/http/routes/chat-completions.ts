@@ -1,6 +1,7 @@
 import { ChatCompletionRequest, ChatCompletionResponse, H, NULLABLE_CHAT_FIELDS } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError, isGatewayError } from '../../errors/gateway-error.js';
+import { asWritten, type ExactInteger } from '../../lib/json-numbers.js';
 import { withoutKnownSecrets } from '../../lib/redact.js';
 import { toFunctionsChoice, toToolsApi } from '../../providers/legacy-functions.js';
 import { saysNothing } from '../../providers/openai-shape.js';
@@ -71,6 +72,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
           return resumeStream(services, request, reply, lastEventId, body, resolvedId(services, body.model), { refusal });
         throw refusal;
       }
+      if (request.gw.exactIntegers !== null) passIntegersAsWritten(body, request.gw.exactIntegers);
       checkRequestCoherence(body);
       // OpenAI's deprecated functions API goes to every provider as its tools API; answered as asked (legacy-functions.ts).
       const functions = body['functions'] !== undefined;
@@ -252,7 +254,7 @@ function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'ma
  * and a `tool_choice` that names no tool the request gives.
  */
 function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
-  // An end of int64 as JSON reads it (±2^63) would be written to the provider past int64, which vLLM hosts refuse.
+  // An end of int64 written as no integer (9223372036854775807.0) would be written to the provider past int64, which vLLM hosts refuse.
   if (body.seed === INT64_END || body.seed === -INT64_END) body.seed = Math.sign(body.seed) * INT64_WITHIN;
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
     throw new GatewayError('validation', "Invalid body: 'stream_options' is only allowed when 'stream' is true.", { param: 'stream_options' });
@@ -297,6 +299,34 @@ function dropEmptyTools(body: ChatBody & ChatCompletionRequest): void {
 const INT64_END = 2 ** 63;
 /** The double nearest 2^63 within int64, written as 9223372036854775000. */
 const INT64_WITHIN = 2 ** 63 - 1024;
+
+/**
+ * Integers past 2^53, checked by the schema as the doubles JSON reads, sent to the provider as the client wrote them
+ * (docs/decisions.md, numbers): in a tool's or a response format's schema, a provider's own field, and `seed`, which
+ * int64 must hold (JSON read 2^63 and one past int64 alike). The chat's other fields are read here as numbers.
+ */
+function passIntegersAsWritten(body: ChatBody & ChatCompletionRequest, integers: readonly ExactInteger[]): void {
+  for (const { holder, key, source } of integers) {
+    if (holder !== body) holder[key] = asWritten(source);
+    else if (key === 'seed') body.seed = exactSeed(source);
+    else if (!CHAT_FIELDS.has(key)) holder[key] = asWritten(source);
+  }
+}
+
+const CHAT_FIELDS: ReadonlySet<string> = new Set(Object.keys(ChatCompletionRequest.properties));
+
+/** A seed as written, where int64 holds it (the adapters pass it on: Mistral's `random_seed`); past it, OpenAI's 400 naming `seed`. */
+function exactSeed(source: string): number {
+  const n = BigInt(source);
+  if (n > INT64_MAX || n < -INT64_MAX - 1n) {
+    throw new GatewayError('validation', "Invalid body: 'seed' must be a 64-bit integer, from -9223372036854775808 to 9223372036854775807.", {
+      param: 'seed',
+    });
+  }
+  return asWritten(source);
+}
+
+const INT64_MAX = 2n ** 63n - 1n;
 
 /** Characters the completion's choices generated. */
 function answeredChars(completion: ChatCompletion): number {
