@@ -124,6 +124,15 @@ describe('an integer past 2^53', () => {
       }
     });
 
+    it(`${variant}: seed is sent as written beside a message's own field of that name, and written with an escape`, async () => {
+      // The message's 9007199254740992 and the seed's 9007199254740993 read as one double.
+      const message = '{"role":"user","content":"hi","seed":9007199254740992}';
+      for (const key of ['seed', 's\\u0065ed']) {
+        const got = await sentFor(base(), `{"model":"test/vllm","messages":[${message}],"max_tokens":5,"${key}":9007199254740993}`);
+        expect([key, got]).toEqual([key, expect.stringContaining('"max_tokens":5,"seed":9007199254740993')]);
+      }
+    });
+
     it(`${variant}: seed reaches Mistral as random_seed, as written`, async () => {
       expect(await sentFor(base(), body('test/mistral', ',"seed":9007199254740993'))).toContain('"random_seed":9007199254740993');
     });

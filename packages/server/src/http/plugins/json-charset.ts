@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError, SEND_AGAIN } from '../../errors/gateway-error.js';
 import { nestsDeeperThan } from '../../lib/json-depth.js';
-import { holdsInexactNumber, infiniteNumberPath, withExactIntegers } from '../../lib/json-numbers.js';
+import { exactIntegers, holdsInexactNumber, infiniteNumberPath } from '../../lib/json-numbers.js';
 import { JSON_BODY, readsBodiesAs, unsupportedCharset } from '../body-media.js';
 import type { BodyMemory } from '../body-memory.js';
 import { encodedBodyError, nestedTooDeeply } from '../errors.js';
@@ -83,7 +83,7 @@ function readNumbersAsWritten(request: FastifyRequest, text: string, value: Reco
     done(refusal(request, new GatewayError('validation', message, { param: infinite })));
     return;
   }
-  const read = withExactIntegers(text);
+  const read = exactIntegers(text, value);
   request.gw.exactIntegers = read.integers;
   done(null, read.body);
 }
