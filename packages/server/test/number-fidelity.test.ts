@@ -133,8 +133,10 @@ describe('an integer past 2^53', () => {
       }
     });
 
-    it(`${variant}: seed reaches Mistral as random_seed, as written`, async () => {
+    it(`${variant}: seed reaches Mistral as random_seed, as written, and a function's schema of the functions API as a tool's`, async () => {
       expect(await sentFor(base(), body('test/mistral', ',"seed":9007199254740993'))).toContain('"random_seed":9007199254740993');
+      const functions = ',"functions":[{"name":"pick","parameters":{"type":"object","properties":{"id":{"type":"integer","maximum":9007199254740993}}}}]';
+      expect(await sentFor(base(), body('test/mistral', functions))).toContain('"properties":{"id":{"type":"integer","maximum":9007199254740993}}');
     });
 
     it(`${variant}: int64's ends as seed are sent as written, and one past them is refused naming seed`, async () => {
