@@ -1,4 +1,4 @@
-import { Nullable } from '@gw/schema';
+import { H, Nullable } from '@gw/schema';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../../errors/gateway-error.js';
@@ -210,6 +210,8 @@ async function admitBeta(
       retryAfterMs: decision.waitMs,
     });
   }
+  // Both limits apply: a request the beta's window let through unenforced (Redis away) is not said to be held to them.
+  if (!decision.enforced) reply.header(H.rateLimitEnforced, 'false');
   return (used) => quota.settle(scope, request.id, used).catch(warnOnFailure(request.log, 'beta quota settle failed'));
 }
 
