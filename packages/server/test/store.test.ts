@@ -554,7 +554,7 @@ describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
     const scopes = [{ id: `key:${key.id}`, limit: 1, loadSpent: async () => 0 }];
     let now = 1_000_000;
     let storedBefore = 0;
-    const options = { now: () => now, storedBefore: () => storedBefore };
+    const options = { now: () => now, steady: () => now, storedBefore: () => storedBefore };
     const a = new LeaseLedger(store.budgetLeases, options);
     const b = new LeaseLedger(store.budgetLeases, options);
     // Each instance's first request goes in before the others: on a busy machine one instance's database calls can
@@ -600,7 +600,7 @@ describe.skipIf(!postgresOk)('store on postgres: budget leases', () => {
     const scopes = [{ id: `key:${key.id}`, limit: 1, loadSpent: async () => 0 }];
     let now = 1_000_000;
     let storedBefore = 0;
-    const options = { now: () => now, storedBefore: () => storedBefore };
+    const options = { now: () => now, steady: () => now, storedBefore: () => storedBefore };
     // Instance a's grows wait for `open` (near a budget's end, requests refused there keep one in flight).
     let open = () => {};
     let gate: Promise<void> | null = null;

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { steadyMs } from '../lib/clock.js';
 import type { BudgetLeaseRepo } from '../store/types.js';
 import type { BudgetLedger, BudgetScope, Reservation, ReserveResult } from './budget-types.js';
 import { fromNano, limitNano, toNano } from './budget-types.js';
@@ -26,7 +27,10 @@ type Grown = 'grown' | 'spent' | 'held';
 export interface LeaseLedgerOptions {
   /** A time before which every usage record made is stored (so its cost is in `spent`). */
   storedBefore: () => number;
+  /** The clock of settled costs' times: the one `storedBefore` is on (the usage writer's, the wall clock). */
   now?: () => number;
+  /** The clock of what only this instance judges (a lease's validity, its room's last use): monotonic. */
+  steady?: () => number;
 }
 
 interface ScopeLease {
@@ -43,7 +47,7 @@ interface ScopeLease {
   limit: number;
   /** Its {@link BudgetScope.seq} as last met here: a budget changed since gives back the room leased under the old one. */
   seq: number | undefined;
-  /** Local time until which the lease is known to live in the database. */
+  /** Until when (this instance's monotonic clock) the lease is known to live in the database. */
   validUntil: number;
   lastUse: number;
   growing: Promise<Grown> | null;
@@ -88,12 +92,16 @@ export class LeaseLedger implements BudgetLedger {
   private generation = 0;
   private timer: NodeJS.Timeout | null = null;
   private readonly now: () => number;
+  private readonly steady: () => number;
 
   constructor(
     private readonly leases: BudgetLeaseRepo,
     private readonly options: LeaseLedgerOptions,
   ) {
     this.now = options.now ?? Date.now;
+    // A step of the wall clock must not move a lease's validity: back, it counted on a lease the database had let
+    // lapse (and left it unrenewed); forward, it let go of every lease at once, whose rows held their room 30 s more.
+    this.steady = options.steady ?? steadyMs;
   }
 
   async reserve(tag: string, scopes: BudgetScope[], eur: number, requestId: string): Promise<ReserveResult> {
@@ -203,7 +211,7 @@ export class LeaseLedger implements BudgetLedger {
     const lacking = state.inflight + state.settledSum - state.leased;
     if (lacking <= 0) return;
     const leaseId = state.leaseId;
-    const now = this.now();
+    const now = this.steady();
     state.growing = this.leases.add(id, leaseId, lacking, LEASE_TTL_MS).then(
       () => {
         if (state.leaseId !== leaseId) {
@@ -278,7 +286,7 @@ export class LeaseLedger implements BudgetLedger {
   /** The scope's state, its lease let go first if it may have run out. */
   private current(id: string): ScopeLease {
     const state = this.state(id);
-    if (state.leased > 0 && this.now() >= state.validUntil) this.lapse(state);
+    if (state.leased > 0 && this.steady() >= state.validUntil) this.lapse(state);
     return state;
   }
 
@@ -290,7 +298,7 @@ export class LeaseLedger implements BudgetLedger {
   private async take(id: string, state: ScopeLease, nano: number): Promise<boolean> {
     let waited = 0;
     for (;;) {
-      const now = this.now();
+      const now = this.steady();
       state.lastUse = now;
       if (state.leased > 0 && now >= state.validUntil) this.lapse(state);
       if (state.leased - state.inflight - state.settledSum >= nano) {
@@ -404,7 +412,7 @@ export class LeaseLedger implements BudgetLedger {
     state.tight = granted < need + (LEASE_REQUESTS - 1) * nano;
     if (state.leaseId === leaseId) {
       state.leased += granted;
-      state.validUntil = this.now() + LEASE_TTL_MS - LEASE_MARGIN_MS;
+      state.validUntil = this.steady() + LEASE_TTL_MS - LEASE_MARGIN_MS;
     }
     this.timer ??= setInterval(() => void this.tend(), TEND_EVERY_MS).unref();
     return 'grown';
@@ -413,7 +421,7 @@ export class LeaseLedger implements BudgetLedger {
   /** Takes stored costs and idle room off each lease, and renews the leases in use (once a second; public for tests). */
   async tend(): Promise<void> {
     const calls: Promise<void>[] = [];
-    const now = this.now();
+    const now = this.steady();
     const storedBefore = this.options.storedBefore();
     if (this.uncovered.size > 0) calls.push(this.cover());
     for (const [id, state] of this.scopes) {
