@@ -53,7 +53,7 @@ export async function sendReplay(services: Services, request: FastifyRequest, re
  * record, which an earlier life of the process left unfinished (never billed: a stream is billed at its end): the
  * request runs afresh. Elsewhere a stream whose instance looks gone may still be relayed (Redis restarted, or a
  * partition), and running it again could bill it twice: it is replayed as far as it got, ending in an error event.
- * With Redis, a stream whose shared record is still missing RECORD_PATIENCE_MS after it began is gone from the
+ * With Redis, a stream whose shared record is still missing RECORD_PATIENCE_MS after its answer was stored is gone from the
  * buffer (expired, or its instance died before writing it) and its events were never stored with its answer (its
  * instance died or was cut off first): true, and the replay is the final 404 rather than a 409 for 24 hours. Without
  * Redis, instances sharing PostgreSQL answer so a stream whose relaying instance no longer says it is alive there.
@@ -62,8 +62,9 @@ export async function replayable(services: Services, answer: StoredAnswer): Prom
   const stream = answer.stream;
   if (!stream || stream.events || stream.notKept !== undefined || services.sessions.get(stream.id) !== undefined) return true;
   if ((await services.streams.meta(stream.id)) !== null) return true;
-  // The relaying instance writes the record with the stream's first event, before the answer a repeat found.
-  if (services.config.redisUrl) return Date.now() - begunAt(stream) >= RECORD_PATIENCE_MS;
+  // The relaying instance writes the record with the stream's first event, before the answer a repeat found. The
+  // answer's age is Redis's (no two instances' clocks compared); the time it names, only for an older gateway's answer.
+  if (services.config.redisUrl) return (stream.ageMs ?? Date.now() - begunAt(stream)) >= RECORD_PATIENCE_MS;
   // PostgreSQL without Redis: no shared buffer, the events come with the answer once the stream ends; wait for them
   // while the instance relaying it is alive. One that died (its stream will never end) is the final 404, as with
   // Redis: it may have been billed (its word lapses in a partition from the database too), so it is never run again.

@@ -39,10 +39,20 @@ const keyOf = (scope: string) => `gw:idem:{${scope}}`;
 // no reconnect tells the instances): KEYS[4] is set for RESTART_SETTLE_MS (ARGV[7]) by the first claim that finds the
 // mark (KEYS[2]) gone, which writes it anew with the run (KEYS[3]); meanwhile each instance hears its word that it is
 // alive was lost too (kv/instance-presence.ts) and writes its claims and answers again. Answered {'settling'}.
-const CLAIM = `
-local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer', 'run', 'owner', 'inst')
+// An answer is returned with its age in ms by Redis's clock (ANSWER_AGE), where it was stamped.
+const ANSWER_AGE = `
+local function age(at)
+  if not at then return false end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(at)
+end
+`;
+const CLAIM = `${ANSWER_AGE}
+local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer', 'run', 'owner', 'inst', 'at')
 if e[1] then
-  if not (ARGV[5] == '1' and e[1] == 'pending' and e[4] and e[4] ~= ARGV[4]) then return {e[1], e[2], e[3] or false, e[5] or false, e[6] or false} end
+  if not (ARGV[5] == '1' and e[1] == 'pending' and e[4] and e[4] ~= ARGV[4]) then
+    return {e[1], e[2], e[3] or false, e[5] or false, e[6] or false, e[1] == 'done' and age(e[7])}
+  end
   redis.call('DEL', KEYS[1])
 elseif redis.call('EXISTS', KEYS[4]) == 1 then
   return {'settling'}
@@ -82,10 +92,15 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HGET', KEYS[1
 end
 return 0
 `;
-// ARGV[4]: the fingerprint, to store the answer under a claim Redis lost.
+// ARGV[4]: the fingerprint, to store the answer under a claim Redis lost. Field 'at': when the first answer was stored,
+// by Redis's clock (one written again after a reconnect keeps it), which a repeat on any instance reads as an age.
 const COMPLETE = `
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner and owner ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'state') ~= 'done' or redis.call('HEXISTS', KEYS[1], 'at') == 0 then
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'at', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+end
 redis.call('HSET', KEYS[1], 'state', 'done', 'answer', ARGV[2], 'fp', ARGV[4], 'owner', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
@@ -104,13 +119,16 @@ end
 return 0
 `;
 
-const PEEK = `return redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer')`;
+const PEEK = `${ANSWER_AGE}
+local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'answer', 'at')
+return {e[1] or false, e[2] or false, e[3] or false, false, false, e[1] == 'done' and age(e[4])}
+`;
 
 /** Set for RESTART_SETTLE_MS once a claim found the mark gone under an open connection: see CLAIM. */
 const SETTLING_KEY = 'gw:idem:settling';
 
-/** state, fingerprint, answer of a key (and from a claim, its owner and instance). */
-type Fields = [string | null, string | null, string | null, (string | null)?, (string | null)?];
+/** state, fingerprint, answer of a key (and from a claim, its owner and instance), and a stored answer's age in ms. */
+type Fields = [string | null, string | null, string | null, (string | null)?, (string | null)?, (number | null)?];
 
 type Script = (key: string, ...args: (string | number)[]) => Promise<unknown>;
 interface Scripts {
@@ -230,10 +248,10 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
       RESTART_SETTLE_MS,
     )) as Fields | null;
     if (res === null) return this.claimed(scope, fingerprint, owner, ttlMs);
-    const [state, fp, answer, holder, inst] = res;
+    const [state, fp, answer, holder, inst, ageMs] = res;
     // Redis lost its data under open connections: the claim or answer may be on its way from the instance holding it.
     if (state === 'settling') return { state: 'pending', fingerprint };
-    if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: JSON.parse(answer) as StoredAnswer };
+    if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: storedAnswer(answer, ageMs) };
     // Its instance was killed (its request died unbilled, nobody will answer it): a repeat runs rather than wait for
     // the claim's expiry. Not while a restart settles, when a live instance's word that it is alive may not be back yet.
     if (
@@ -262,9 +280,9 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
    */
   private async peekWhileSettling(scope: string, fingerprint: string): Promise<IdempotencyEntry> {
     const res = (await this.exec('gwIdemPeek', scope)) as Fields;
-    const [state, fp, answer] = res;
+    const [state, fp, answer, , , ageMs] = res;
     if (state === null) return { state: 'pending', fingerprint };
-    if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: JSON.parse(answer) as StoredAnswer };
+    if (state === 'done' && answer !== null) return { state: 'done', fingerprint: fp ?? '', answer: storedAnswer(answer, ageMs) };
     return { state: 'pending', fingerprint: fp ?? '' };
   }
 
@@ -379,4 +397,11 @@ export class RedisIdempotencyBackend implements IdempotencyBackend {
   async close(): Promise<void> {
     this.redis.disconnect();
   }
+}
+
+/** A stored answer as read; a stream's with how long ago, by Redis's clock, the answer was first stored (where it tells). */
+function storedAnswer(json: string, ageMs: number | null | undefined): StoredAnswer {
+  const answer = JSON.parse(json) as StoredAnswer;
+  if (answer.stream && typeof ageMs === 'number') answer.stream.ageMs = ageMs;
+  return answer;
 }

@@ -11,9 +11,10 @@ export interface StoredAnswer {
    * A streamed answer: its stream id, when it began (ms since the epoch, the relaying instance's clock; answers
    * stored before it was kept lack it), the instance relaying it where instances share PostgreSQL without Redis
    * (store/presence.ts) and, once it ended, every event of it; or, past the key's GW_IDEMPOTENCY_KEPT_MB, the bytes of
-   * its events, which are not kept (routing/kept-answers.ts).
+   * its events, which are not kept (routing/kept-answers.ts). `ageMs` is never stored: read with the answer, how long
+   * ago Redis stored it, by Redis's clock (an answer an older gateway stored lacks it).
    */
-  stream?: { id: string; at?: number; instance?: string; events?: StreamEvent[]; notKept?: number };
+  stream?: { id: string; at?: number; instance?: string; events?: StreamEvent[]; notKept?: number; ageMs?: number };
 }
 
 /** A backend call refused before anything was sent (its connection down, its breaker open): nothing of it can land later. */

@@ -102,8 +102,9 @@ async function settle(services: Services, request: FastifyRequest, reply: Fastif
   const headers = storedHeaders(reply);
   if (isStream(payload)) {
     const id = request.id;
-    // Its time tells a repeat elsewhere that finds no shared record whether the record may still be on its way.
-    // Without Redis, its instance too: a repeat elsewhere tells by it a stream whose instance died from one running.
+    // Its time is for a repeat on an older gateway, which tells by it whether a missing shared record may still be on
+    // its way (this one reads the answer's age by Redis's clock). Without Redis, its instance: a repeat elsewhere tells
+    // by it a stream whose instance died from one running.
     const instance = services.storePresence?.id;
     const stream = instance === undefined ? { id, at: Date.now() } : { id, at: Date.now(), instance };
     const begun = claim.complete({ status, headers, stream });
