@@ -27,15 +27,29 @@ describe('the in-process budget ledger', () => {
   });
 
   it('forgets the hold of a request that never settled once its time is up', async () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    vi.setSystemTime(new Date('2026-11-23T12:00:00Z'));
-    const ledger = new MemoryLedger();
+    // A hold lives 300 ms here (RESERVATION_TTL_MS in the gateway), unrenewed; expired holds are swept once a second.
+    const ledger = new MemoryLedger(undefined, 300);
+    ledger.stop();
     expect((await ledger.reserve('t', [scope(1)], 0.7, 'lost')).ok).toBe(true);
     expect((await ledger.reserve('t', [scope(1)], 0.7, 'next')).ok).toBe(false);
-    vi.setSystemTime(Date.now() + RESERVATION_TTL_MS + 1_001);
+    await new Promise((r) => setTimeout(r, 1_200));
     expect(await held(ledger)).toBe(0);
     expect((await ledger.reserve('t', [scope(1)], 0.7, 'next')).ok).toBe(true);
     expect(await held(ledger)).toBeCloseTo(0.7, 9);
+  });
+
+  it('keeps the hold of a request still running when the wall clock steps past its life: a hold is timed on the monotonic clock', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.setSystemTime(new Date('2026-11-23T12:00:00Z'));
+    const ledger = new MemoryLedger();
+    try {
+      expect((await ledger.reserve('t', [scope(1)], 0.7, 'running')).ok).toBe(true);
+      vi.setSystemTime(Date.now() + RESERVATION_TTL_MS + 1_001);
+      expect(await held(ledger)).toBeCloseTo(0.7, 9);
+      expect((await ledger.reserve('t', [scope(1)], 0.7, 'next')).ok).toBe(false);
+    } finally {
+      ledger.stop();
+    }
   });
 });
 

@@ -1,3 +1,4 @@
+import { steadyMs } from '../lib/clock.js';
 import {
   type BudgetLedger,
   type BudgetScope,
@@ -13,11 +14,14 @@ import {
 
 interface Account {
   spent: number;
-  /** `at`: when taken; `until`: when it lapses unless renewed (its request still running). */
+  /**
+   * `at`: when taken; `until`: when it lapses unless renewed (its request still running). Monotonic (steadyMs): a step
+   * forward of the wall clock past a hold's life let the room of requests still running be admitted again.
+   */
   held: Map<string, { nano: number; at: number; until: number }>;
   /** The sum of `held`, kept as holds come and go, so a reservation does not walk every hold in flight. */
   heldSum: number;
-  /** When expired holds (of requests that never settled) are next swept out. */
+  /** When (monotonic) expired holds (of requests that never settled) are next swept out. */
   nextSweep: number;
   /** When it was last reserved on or settled (Date.now()). */
   usedAt: number;
@@ -77,14 +81,14 @@ export class MemoryLedger implements BudgetLedger {
     const storedBefore = this.options.storedBefore?.() ?? 0;
     for (const [id, acc] of this.accounts) {
       if (acc.usedAt >= idleBefore || acc.usedAt >= storedBefore) continue;
-      heldNano(acc, now);
+      heldNano(acc, steadyMs());
       if (acc.held.size === 0) this.accounts.delete(id);
     }
   }
 
   /** Every hold here is of this process's requests, unsettled so still running: each lives on (see renewalDue). */
   private renewOld(): void {
-    const now = Date.now();
+    const now = steadyMs();
     for (const acc of this.accounts.values()) {
       for (const hold of acc.held.values()) {
         if (renewalDue(hold.at, hold.until - this.holdTtlMs, this.holdTtlMs, now)) hold.until = now + this.holdTtlMs;
@@ -124,7 +128,7 @@ export class MemoryLedger implements BudgetLedger {
   /** The check and the hold, in one synchronous step. */
   private hold(tag: string, scopes: BudgetScope[], accounts: Account[], eur: number, requestId: string): ReserveResult {
     const nano = toNano(eur);
-    const now = Date.now();
+    const now = steadyMs();
     for (let i = 0; i < scopes.length; i++) {
       const scope = scopes[i] as BudgetScope;
       const acc = accounts[i] as Account;
@@ -136,7 +140,7 @@ export class MemoryLedger implements BudgetLedger {
       dropHold(acc, requestId);
       acc.held.set(requestId, { nano, at: now, until: now + this.holdTtlMs });
       acc.heldSum += nano;
-      acc.usedAt = now;
+      acc.usedAt = Date.now();
     }
     return { ok: true, reservation: { id: requestId, nano, scopes: scopes.map((s) => s.id), tag } };
   }
@@ -162,7 +166,7 @@ export class MemoryLedger implements BudgetLedger {
 
   async peek(_tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null> {
     const acc = this.accounts.get(scopeId);
-    return acc ? { spent: fromNano(acc.spent), reserved: fromNano(heldNano(acc, Date.now())) } : null;
+    return acc ? { spent: fromNano(acc.spent), reserved: fromNano(heldNano(acc, steadyMs())) } : null;
   }
 
   private account(scope: BudgetScope): Promise<Account> {
