@@ -136,11 +136,13 @@ export class MemoryLedger implements BudgetLedger {
       const limit = limitNano(scope.limit);
       if (acc.spent >= limit || acc.spent + heldNano(acc, now) + nano > limit) return { ok: false, scope: scope.id };
     }
+    // Its use is on the wall clock, as `storedBefore` it is compared with.
+    const usedAt = Date.now();
     for (const acc of accounts) {
       dropHold(acc, requestId);
       acc.held.set(requestId, { nano, at: now, until: now + this.holdTtlMs });
       acc.heldSum += nano;
-      acc.usedAt = Date.now();
+      acc.usedAt = usedAt;
     }
     return { ok: true, reservation: { id: requestId, nano, scopes: scopes.map((s) => s.id), tag } };
   }
