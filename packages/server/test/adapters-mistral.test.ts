@@ -10,7 +10,7 @@ import { mistralError } from '../src/providers/mistral/errors.js';
 import { MistralAdapter } from '../src/providers/mistral/index.js';
 import { parseMistralModels } from '../src/providers/mistral/models.js';
 import { mistralChunkStream } from '../src/providers/mistral/stream.js';
-import { answer, call, collect, providerConfig, sseBody, upstreamError } from './helpers/adapters.js';
+import { answer, call, collect, providerConfig, scannedList, sseBody, upstreamError } from './helpers/adapters.js';
 
 const http = new UpstreamHttp('mistral', 'http://127.0.0.1:9', 1000);
 
@@ -282,7 +282,7 @@ describe('Mistral adapter fixtures: responses, stream chunks, errors', () => {
     // An answer without choices, or not JSON, is the provider failing: it fails over.
     expect(() => parseMistralCompletion('mistral', answer(200, { id: 'x', choices: [] }))).toThrow(/without choices/);
     expect(() => parseMistralCompletion('mistral', answer(200, '<html>'))).toThrow(/not JSON/);
-    expect(parseMistralModels('mistral', answer(200, { object: 'list', data: [{ id: 'a-2506', aliases: ['a-latest'] }, { id: 'b' }] }))).toEqual([
+    expect(parseMistralModels('mistral', scannedList(200, { object: 'list', data: [{ id: 'a-2506', aliases: ['a-latest'] }, { id: 'b' }] }, true))).toEqual([
       'a-2506',
       'a-latest',
       'b',

@@ -14,7 +14,7 @@ import { parseModelList } from '../src/providers/openai-compatible/models.js';
 import { parseRerank, searchUnitsOf } from '../src/providers/openai-compatible/rerank.js';
 import { openAiDecoder } from '../src/providers/openai-compatible/stream.js';
 import type { ChatChunk, SpooledUpload } from '../src/providers/types.js';
-import { answer, call, collect, providerConfig, upstreamError } from './helpers/adapters.js';
+import { answer, call, collect, providerConfig, scannedList, upstreamError } from './helpers/adapters.js';
 import { wav } from './helpers/audio.js';
 
 const file: SpooledUpload = { path: '/nowhere', size: 1, filename: 'a.wav', contentType: 'audio/wav' };
@@ -62,9 +62,9 @@ describe('OpenAI-compatible adapter fixtures: embeddings, rerank, transcription'
   });
 
   it('takes a model list with entries but no model ids for a broken answer (the last good list is kept), and an empty one for empty', () => {
-    expect(() => parseModelList('tiny', answer(200, { object: 'list', data: [{ name: 'tiny-1' }, null, 5] }))).toThrow(/entries but no model ids/);
-    expect(parseModelList('tiny', answer(200, { object: 'list', data: [] }))).toEqual([]);
-    expect(parseModelList('tiny', answer(200, { data: [{ id: 'a' }, { name: 'b' }] }))).toEqual(['a']);
+    expect(() => parseModelList('tiny', scannedList(200, { object: 'list', data: [{ name: 'tiny-1' }, null, 5] }))).toThrow(/entries but no model ids/);
+    expect(parseModelList('tiny', scannedList(200, { object: 'list', data: [] }))).toEqual([]);
+    expect(parseModelList('tiny', scannedList(200, { data: [{ id: 'a' }, { name: 'b' }] }))).toEqual(['a']);
   });
 
   it('reads Jina-style rerank answers (document echoed, token usage) as index and score, with Cohere search units and the tokens used', () => {

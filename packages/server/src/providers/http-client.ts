@@ -140,6 +140,17 @@ export class UpstreamHttp {
   }
 
   /**
+   * A request whose 200 answer is read through `scan` as it arrives, never held whole (a model list of tens of
+   * thousands of entries); any other answer is read whole, as {@link json} reads it.
+   */
+  scan<T>(req: UpstreamRequest, scan: BodyScan<T>): Promise<ScannedResponse<T>> {
+    return new Promise<ScannedResponse<T>>((resolve, reject) => {
+      const handler = new ScanResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal, this.maxBodyBytes, scan);
+      this.dispatch(req, handler);
+    });
+  }
+
+  /**
    * Starts a streamed request. Resolves with the open body on 2xx; reads a
    * non-2xx answer whole and returns it for the adapter to map. The body is
    * pushed to its reader as the socket delivers it, with no stream object
@@ -279,8 +290,8 @@ export function upstreamErrorMessage(body: unknown): string {
  * for the rest of the body.
  */
 class JsonResponseHandler implements Dispatcher.DispatchHandler {
-  private status = 0;
-  private headers: Record<string, string | string[] | undefined> = {};
+  protected status = 0;
+  protected headers: Record<string, string | string[] | undefined> = {};
   private readonly chunks: Buffer[] = [];
   private bytes = 0;
   protected controller: Dispatcher.DispatchController | null = null;
@@ -288,7 +299,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
 
   constructor(
     private readonly resolve: (res: JsonResponse) => void,
-    private readonly reject: (err: unknown) => void,
+    protected readonly reject: (err: unknown) => void,
     private readonly signal: CancelSignal | undefined,
     private readonly maxBytes: number,
   ) {
@@ -372,7 +383,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     );
   }
 
-  private finish(bytes: Buffer): void {
+  protected finish(bytes: Buffer): void {
     let text: string;
     try {
       text = bytes.toString('utf8');
@@ -413,6 +424,106 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   protected detach(): void {
     this.signal?.removeEventListener('abort', this);
   }
+}
+
+/** Reads an answer's bytes as they arrive: `write` false once the rest cannot change the outcome, which `end` gives. */
+export interface BodyScan<T> {
+  write(bytes: Buffer): boolean;
+  end(): T;
+}
+
+/** A 200 answer as its scan read it, or any other answer read whole. */
+export type ScannedResponse<T> = { status: 200; headers: Record<string, string | string[] | undefined>; scanned: T } | (JsonResponse & { scanned?: undefined });
+
+/** How much of a decoded answer is scanned in one turn of the event loop. */
+const SCAN_SLICE_BYTES = 256 * 1024;
+
+/**
+ * A 200 answer fed to its scan as each network read arrives, so that no more than one read is held and no turn of
+ * the event loop scans more; one the provider encoded anyway is decoded whole (bounded as any) and scanned in slices,
+ * each on its own turn. Any other status is read whole, as JSON.
+ */
+class ScanResponseHandler<T> extends JsonResponseHandler {
+  private scanning = false;
+  /** Bytes scanned since the event loop last turned: libuv reads a busy socket many times over in one turn. */
+  private turnBytes = 0;
+
+  constructor(
+    private readonly answer: (res: ScannedResponse<T>) => void,
+    reject: (err: unknown) => void,
+    signal: CancelSignal | undefined,
+    maxBytes: number,
+    private readonly scan: BodyScan<T>,
+  ) {
+    super((res) => answer(res), reject, signal, maxBytes);
+  }
+
+  protected override started(statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    super.started(statusCode, headers);
+    this.scanning = statusCode === 200 && headers['content-encoding'] === undefined;
+  }
+
+  override onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.scanning) {
+      super.onResponseData(controller, chunk);
+      return;
+    }
+    if (this.aborted) return;
+    if (!this.scan.write(chunk)) {
+      // The outcome is known (a broken list, one too long): answered now, the rest not read.
+      this.scanned();
+      controller.abort(new undiciErrors.RequestAbortedError());
+      return;
+    }
+    this.turnBytes += chunk.length;
+    if (this.turnBytes >= SCAN_SLICE_BYTES && !controller.paused) {
+      // The socket is read no further until the loop has turned: requests waiting meanwhile are served.
+      controller.pause();
+      setImmediate(resumeScan, this, controller);
+    }
+  }
+
+  resumed(controller: Dispatcher.DispatchController): void {
+    this.turnBytes = 0;
+    controller.resume();
+  }
+
+  override onResponseEnd(): void {
+    if (!this.scanning) super.onResponseEnd();
+    else this.scanned();
+  }
+
+  /** A 200 answer decoded whole: scanned a slice per turn of the event loop. */
+  protected override finish(bytes: Buffer): void {
+    if (this.status !== 200) {
+      super.finish(bytes);
+      return;
+    }
+    const next = (from: number) => {
+      if (this.aborted) return;
+      const to = Math.min(bytes.length, from + SCAN_SLICE_BYTES);
+      if (!this.scan.write(bytes.subarray(from, to)) || to === bytes.length) this.scanned();
+      else setImmediate(next, to);
+    };
+    next(0);
+  }
+
+  private scanned(): void {
+    if (!this.settle()) return;
+    this.detach();
+    let scanned: T;
+    try {
+      scanned = this.scan.end();
+    } catch (err) {
+      this.reject(err);
+      return;
+    }
+    this.answer({ status: 200, headers: this.headers, scanned });
+  }
+}
+
+function resumeScan(handler: { resumed(controller: Dispatcher.DispatchController): void }, controller: Dispatcher.DispatchController): void {
+  handler.resumed(controller);
 }
 
 /** Receives an upstream body: its bytes as they arrive, then `end` or `error`, exactly once. */

@@ -2,7 +2,8 @@ import { Readable } from 'node:stream';
 import type { ProviderConfig } from '@gw/schema';
 import type { Simulator } from '@gw/simulator';
 import { UpstreamError } from '../../src/errors/upstream-error.js';
-import type { JsonResponse, UpstreamBody } from '../../src/providers/http-client.js';
+import type { JsonResponse, ScannedResponse, UpstreamBody } from '../../src/providers/http-client.js';
+import { ModelListScan, type ScannedList } from '../../src/providers/model-list-scan.js';
 import type { ChatChunk, ChatStream, UpstreamCall } from '../../src/providers/types.js';
 import { readableBody } from './readable-body.js';
 
@@ -15,6 +16,15 @@ export function providerConfig(sim: Simulator, id: string, change: Partial<Provi
 
 export function call(upstreamModel: string): UpstreamCall {
   return { upstreamModel, signal: new AbortController().signal, requestId: 'req_test' };
+}
+
+/** A model list's 200 answer as the HTTP client scans it (a few bytes at a time), or another status read whole. */
+export function scannedList(status: number, body: unknown, aliases = false): ScannedResponse<ScannedList> {
+  if (status !== 200) return answer(status, body);
+  const scan = new ModelListScan(aliases);
+  const bytes = Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+  for (let i = 0; i < bytes.length; i += 3) if (!scan.write(bytes.subarray(i, i + 3))) break;
+  return { status: 200, headers: {}, scanned: scan.end() };
 }
 
 /** A provider answer as the HTTP client hands it to an adapter. */

@@ -1,6 +1,7 @@
 import type { ProviderConfig } from '@gw/schema';
 import { embedInBatches } from '../embed-batches.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, UpstreamHttp } from '../http-client.js';
+import { ModelListScan } from '../model-list-scan.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
 import type {
@@ -42,7 +43,10 @@ export class MistralAdapter implements ProviderAdapter {
   }
 
   async listModels(signal?: AbortSignal): Promise<string[]> {
-    const res = await this.http.json({ method: 'GET', path: `${this.basePath}/models`, headers: this.headers, ...(signal ? { signal } : {}) });
+    const res = await this.http.scan(
+      { method: 'GET', path: `${this.basePath}/models`, headers: this.headers, ...(signal ? { signal } : {}) },
+      new ModelListScan(true),
+    );
     return parseMistralModels(this.id, res);
   }
 

@@ -3,6 +3,7 @@ import { type Vendor, vendorOf } from '../../config/vendor.js';
 import { listCohereModels } from '../cohere/models.js';
 import { embedInBatches, halves } from '../embed-batches.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS, IDENTITY_ENCODING, type JsonResponse, UpstreamHttp } from '../http-client.js';
+import { ModelListScan } from '../model-list-scan.js';
 import { multipartBody } from '../multipart-body.js';
 import { fillSamplingDefaults } from '../openai-shape.js';
 import { type DimensionsSupport, dimensionsSupport, strippedKeys } from '../param-compat.js';
@@ -76,7 +77,10 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
 
   async listModels(signal?: AbortSignal): Promise<string[]> {
     if (this.cohereRoot !== null) return listCohereModels(this.http, this.cohereRoot, this.headers, signal);
-    const res = await this.http.json({ method: 'GET', path: `${this.basePath}/models`, headers: this.headers, ...(signal ? { signal } : {}) });
+    const res = await this.http.scan(
+      { method: 'GET', path: `${this.basePath}/models`, headers: this.headers, ...(signal ? { signal } : {}) },
+      new ModelListScan(),
+    );
     return parseModelList(this.id, res);
   }
 
