@@ -68,6 +68,9 @@ function readKept(value: string): KeptList | null {
   }
 }
 
+/** A kept list's `at`, between its base URL and its models. */
+const KEPT_AT = /^\d+$/;
+
 /** A list as kept: for the base URL it was read from (a provider id given another address starts afresh), and when. */
 interface KeptList {
   baseUrl: string;
@@ -89,8 +92,13 @@ export class ModelRegistry {
   private models = new Map<string, RegistryModel>();
   /** Models left out only because a provider that may serve them has had no readable list since start: by id, those providers. */
   private unread = new Map<string, { model: RegistryModel; providers: string[] }>();
-  /** Each provider's last list; null where the provider lists nothing offers name, so every configured offer stands. */
+  /**
+   * Each provider's last list, of the names its offers give only (an aggregator lists tens of thousands the gateway
+   * never routes to); null where the provider lists nothing offers name, so every configured offer stands.
+   */
   private readonly lists = new Map<string, Set<string> | null>();
+  /** The upstream names each provider's offers give. */
+  private readonly named = new Map<string, Set<string>>();
   private readonly firstSeen = new Map<string, number>();
   /** Models whose `created` came from the store (the others are asked again at each rebuild). */
   private readonly createdKept = new Set<string>();
@@ -116,6 +124,21 @@ export class ModelRegistry {
     private readonly keeper: ListKeeper | null = null,
   ) {
     this.configured = new Map(catalogue.models.map((m) => [m.id, m]));
+    for (const m of catalogue.models) {
+      for (const o of m.offers) {
+        const names = this.named.get(o.provider) ?? new Set<string>();
+        names.add(o.upstreamModel);
+        this.named.set(o.provider, names);
+      }
+    }
+  }
+
+  /** The names of a provider's list that its offers give: all the registry reads of it. */
+  private namedIn(provider: string, ids: readonly string[]): Set<string> {
+    const named = this.named.get(provider);
+    const listed = new Set<string>();
+    if (named !== undefined) for (const id of ids) if (named.has(id)) listed.add(id);
+    return listed;
   }
 
   get(id: string): RegistryModel | undefined {
@@ -229,7 +252,7 @@ export class ModelRegistry {
         try {
           if (!adapter) throw new Error(`no adapter for provider type ${p.type}`);
           const ids = await adapter.listModels(signal);
-          this.lists.set(p.id, ids === null ? null : new Set(ids));
+          this.lists.set(p.id, ids === null ? null : this.namedIn(p.id, ids));
           this.listAt.set(p.id, Date.now());
           providers[p.id] = 'ok';
           if (await this.keepList(p.id, p.baseUrl, ids)) changed = true;
@@ -272,15 +295,17 @@ export class ModelRegistry {
   private async keepList(provider: string, baseUrl: string, ids: string[] | null): Promise<boolean> {
     const keeper = this.keeper;
     if (keeper === null) return false;
-    const models = JSON.stringify(ids);
+    // The kept value's text around its `at`, as JSON.stringify writes a KeptList: a list the store holds already is
+    // told by comparing text, not by parsing megabytes of an aggregator's list and writing it out again.
+    const head = `{"baseUrl":${JSON.stringify(baseUrl)},"at":`;
+    const tail = `,"models":${JSON.stringify(ids)}}`;
     let changed = false;
     const saved = keeper
       .load(provider)
       .then(async (value) => {
-        const kept = value === null ? null : readKept(value);
-        if (kept !== null && kept.baseUrl === baseUrl && JSON.stringify(kept.models) === models) return;
-        await keeper.save(provider, JSON.stringify({ baseUrl, at: Date.now(), models: ids } satisfies KeptList));
-        changed = kept !== null;
+        if (value?.startsWith(head) && value.endsWith(tail) && KEPT_AT.test(value.slice(head.length, -tail.length))) return;
+        await keeper.save(provider, `${head}${Date.now()}${tail}`);
+        changed = value !== null && readKept(value) !== null;
       })
       .catch(() => {});
     await waitAtMost(saved, CREATED_TIMEOUT_MS);
@@ -295,7 +320,7 @@ export class ModelRegistry {
       (value) => {
         const kept = value === null ? null : readKept(value);
         if (kept === null || kept.baseUrl !== baseUrl || kept.at <= (this.listAt.get(provider) ?? 0)) return;
-        this.lists.set(provider, kept.models === null ? null : new Set(kept.models));
+        this.lists.set(provider, kept.models === null ? null : this.namedIn(provider, kept.models));
         this.listAt.set(provider, kept.at);
       },
       () => {},
