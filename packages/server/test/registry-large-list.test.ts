@@ -3,7 +3,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_LISTED_MODELS } from '../src/providers/model-list-scan.js';
+import { MAX_LISTED_ID_CHARS, MAX_LISTED_MODELS } from '../src/providers/model-list-scan.js';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
 import { startRawUpstream } from './helpers/raw-upstream.js';
 
@@ -130,7 +130,7 @@ describe("a provider's model list of tens of thousands of entries", () => {
     expect(await served('agg/chat')).toBe(404);
   }, 20_000);
 
-  it(`is refused past ${MAX_LISTED_MODELS} entries, the provider's last list kept`, async () => {
+  it(`is refused past ${MAX_LISTED_MODELS} entries or 32 MiB of ids, the provider's last list kept`, async () => {
     list = bigList(10, ['agg-chat']);
     expect((await rebuild()).body.providers.agg).toBe('ok');
     list = Buffer.from(`{"object":"list","data":[${'{"id":"m"},'.repeat(MAX_LISTED_MODELS)}{"id":"agg-chat"}]}`);
@@ -139,6 +139,12 @@ describe("a provider's model list of tens of thousands of entries", () => {
     expect(await served('agg/chat')).toBe(200);
     const ready = (await (await fetch(`${gw.url}/readyz`)).json()) as { modelLists: Record<string, string> };
     expect(ready.modelLists).toEqual({ agg: 'stale' });
+    // Fewer entries, but more id text than the gateway holds (the answer's bytes are not bounded otherwise).
+    const long = 'x'.repeat(1000);
+    const ids = Array.from({ length: Math.ceil(MAX_LISTED_ID_CHARS / 1000) + 10 }, (_, i) => `{"id":"${i}${long}"}`);
+    list = Buffer.from(`{"object":"list","data":[{"id":"agg-chat"},${ids.join(',')}]}`);
+    expect((await rebuild()).body.providers.agg).toBe('stale');
+    expect(await served('agg/chat')).toBe(200);
   });
 
   it('is read the same when a proxy sends it gzip-encoded, decoded and scanned in slices', async () => {

@@ -9,8 +9,10 @@ import { UpstreamError } from '../errors/upstream-error.js';
 
 /** The most entries a provider's model list may have: past it the list is refused (the last one kept), read no further. */
 export const MAX_LISTED_MODELS = 200_000;
-/** The longest id kept (bytes): a longer one names no model an offer can name, and would only take memory. */
-const MAX_ID_BYTES = 4096;
+/** The longest id kept (bytes): a longer one is no model name, and would only take memory. */
+const MAX_ID_BYTES = 1024;
+/** The most id text a list may have (characters), past which it is refused as one too long: memory a list takes is bounded. */
+export const MAX_LISTED_ID_CHARS = 32 * 1024 * 1024;
 /** Deeper than this the answer is no model list. */
 const MAX_DEPTH = 256;
 
@@ -52,6 +54,7 @@ export class ModelListScan {
   private dataSeen = false;
   private entries = 0;
   private ids: string[] = [];
+  private idChars = 0;
   private readonly seen: Set<string> | null;
   /** The key just read in the root object (depth 1) or in an entry (depth 3). */
   private key = '';
@@ -199,6 +202,7 @@ export class ModelListScan {
       // A root `data` named again with another value: JSON.parse keeps the last.
       this.dataSeen = this.inData = c === 0x5b;
       this.ids = [];
+      this.idChars = 0;
       this.seen?.clear();
       this.entries = 0;
     } else if (d === 2 && this.inData) {
@@ -333,6 +337,8 @@ export class ModelListScan {
   }
 
   private add(id: string): void {
+    this.idChars += id.length;
+    if (this.idChars > MAX_LISTED_ID_CHARS) this.tooMany = true;
     if (this.seen === null) this.ids.push(id);
     else if (!this.seen.has(id)) {
       this.seen.add(id);
@@ -383,7 +389,7 @@ function isBare(c: number): boolean {
 export function listScanError(provider: string, why: 'no data array' | 'too many'): UpstreamError {
   const message =
     why === 'too many'
-      ? `${provider} models list has more than ${MAX_LISTED_MODELS} entries, the most the gateway reads`
+      ? `${provider} models list has more than ${MAX_LISTED_MODELS} entries or ${MAX_LISTED_ID_CHARS / 1024 / 1024} MiB of ids, the most the gateway reads`
       : `${provider} models list has no data array`;
   return new UpstreamError({ kind: 'protocol', provider, message });
 }
