@@ -4,16 +4,9 @@
  * when a provider tells no length. Null when the container does not say.
  */
 
-/** MP3: a Xing/Info or VBRI header's frame count, else the frames walked, the bytes past them at their bit rate. */
+/** MP3 (past any zero padding and ID3v2 tags): a Xing/Info or VBRI header's frame count, else the frames walked, the bytes past them at their bit rate. */
 export function mp3Seconds(data: Buffer): number | null {
-  let at = 0;
-  // ID3v2: a syncsafe size after a 10-byte header, 10 more with a footer; a file tagged again may carry two.
-  while (data.toString('latin1', at, at + 3) === 'ID3' && at + 10 <= data.length) {
-    const tag = at;
-    at += 10 + (((data[tag + 6] as number) << 21) | ((data[tag + 7] as number) << 14) | ((data[tag + 8] as number) << 7) | (data[tag + 9] as number));
-    if (((data[tag + 5] as number) & 0x10) !== 0) at += 10;
-  }
-  at = firstFrame(data, at);
+  let at = firstFrame(data, pastId3(data, pastZeros(data)));
   const first = frameAt(data, at);
   if (!first) return null;
   const counted = vbrFrames(data, at, first);
@@ -32,6 +25,46 @@ export function mp3Seconds(data: Buffer): number | null {
   return rest > 128 && bytes > 0 ? seconds + (rest * seconds) / bytes : seconds;
 }
 
+/**
+ * Where the bytes past a file's ID3v2 tags begin (0 for none): a syncsafe size after a 10-byte header, 10 more with a
+ * footer; a file tagged again may carry two. Taggers put them before FLAC too, where decoders skip them alike.
+ */
+export function pastId3(data: Buffer, from = 0): number {
+  let at = from;
+  while (data.toString('latin1', at, at + 3) === 'ID3' && at + 10 <= data.length) {
+    const tag = at;
+    at += 10 + (((data[tag + 6] as number) << 21) | ((data[tag + 7] as number) << 14) | ((data[tag + 8] as number) << 7) | (data[tag + 9] as number));
+    if (((data[tag + 5] as number) & 0x10) !== 0) at += 10;
+  }
+  return at;
+}
+
+/** Where the zero bytes some recorders and tools write before an MP3's tag or first frame end (0 for none). */
+export function pastZeros(data: Buffer): number {
+  let at = 0;
+  while (at < data.length && data[at] === 0) at++;
+  return at;
+}
+
+/**
+ * Whether RIFF/WAVE opens the bytes, or its 64-bit forms RF64 (EBU 3306) and BW64 (ITU-R BS.2088), which broadcast
+ * and field recorders and `ffmpeg -rf64` write, their sizes in a `ds64` chunk.
+ */
+export function isWave(data: Buffer): boolean {
+  if (data.length < 12 || data.toString('latin1', 8, 12) !== 'WAVE') return false;
+  const id = data.toString('latin1', 0, 4);
+  return id === 'RIFF' || id === 'RF64' || id === 'BW64';
+}
+
+/**
+ * Whether an MP3's frames begin at `at`: a frame header that another follows, or whose next would lie past the bytes
+ * at hand. One header alone is two bytes any file may hold.
+ */
+export function mpegFramesAt(data: Buffer, at: number): boolean {
+  const frame = frameAt(data, at);
+  return frame !== null && (at + frame.length + 4 > data.length || frameAt(data, at + frame.length) !== null);
+}
+
 /** Bytes looked through for the first frame past the tags. */
 const RESYNC_BYTES = 64 * 1024;
 
@@ -43,9 +76,7 @@ const RESYNC_BYTES = 64 * 1024;
 function firstFrame(data: Buffer, at: number): number {
   const end = Math.min(data.length - 4, at + RESYNC_BYTES);
   for (let i = at; i <= end; i++) {
-    if (data[i] !== 0xff) continue;
-    const frame = frameAt(data, i);
-    if (frame && (i + frame.length >= data.length || frameAt(data, i + frame.length))) return i;
+    if (data[i] === 0xff && mpegFramesAt(data, i)) return i;
   }
   return at;
 }
@@ -100,9 +131,11 @@ function vbrFrames(data: Buffer, at: number, f: Frame): number | null {
 
 /** FLAC: STREAMINFO's total samples over its sample rate (null when the encoder left the count at 0, as a stream may). */
 export function flacSeconds(data: Buffer): number | null {
-  if (data.length < 26) return null;
-  const rate = ((data[18] as number) << 12) | ((data[19] as number) << 4) | ((data[20] as number) >> 4);
-  const total = ((data[21] as number) & 0x0f) * 2 ** 32 + data.readUInt32BE(22);
+  // STREAMINFO follows `fLaC` (past any ID3v2 tag put first) and its 4-byte block header.
+  const at = pastId3(data) + 8;
+  if (data.length < at + 18) return null;
+  const rate = ((data[at + 10] as number) << 12) | ((data[at + 11] as number) << 4) | ((data[at + 12] as number) >> 4);
+  const total = ((data[at + 13] as number) & 0x0f) * 2 ** 32 + data.readUInt32BE(at + 14);
   return rate > 0 && total > 0 ? total / rate : null;
 }
 

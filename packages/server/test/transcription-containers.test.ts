@@ -1,7 +1,7 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { flac, m4a, mp3, mp3AfterGap, mp3Vbr, oggOpus, webm } from './helpers/audio.js';
+import { flac, id3Tagged, m4a, mp3, mp3AfterGap, mp3Vbr, oggOpus, rf64, wav, webm, zeroPadded } from './helpers/audio.js';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
@@ -30,6 +30,12 @@ const uploads: [string, () => Buffer][] = [
   ['voice.ogg', () => oggOpus(12)],
   ['memo.m4a', () => m4a(12)],
   ['blob.webm', () => webm(12)],
+  // Zero bytes before the first frame or the tag, as some recorders pad: past the first 4 KB read, too.
+  ['padded.mp3', () => zeroPadded(mp3(12), 1000)],
+  ['padded', () => zeroPadded(mp3(12, { id3: true }), 10_000)],
+  // A field recorder's 64-bit WAV, and FLAC after an ID3 tag, neither named for what they are.
+  ['field', () => rf64(wav(12))],
+  ['take.bin', () => id3Tagged(flac(12))],
 ];
 
 describe('compressed uploads are timed and billed by their audio, through the official openai SDK', () => {
@@ -51,4 +57,37 @@ describe('compressed uploads are timed and billed by their audio, through the of
       }
     });
   }
+});
+
+describe('a file named for no audio format is sent named for its content', () => {
+  it('RF64 as .wav, FLAC after an ID3 tag as .flac (not .mp3), an MP3 after zeros as .mp3', async () => {
+    const client = new OpenAI({ apiKey: key.key, baseURL: gw.baseA, maxRetries: 0 });
+    const sent: [string, Buffer, string][] = [
+      ['field', rf64(wav(1)), 'field.wav'],
+      ['take.bin', id3Tagged(flac(1)), 'take.bin.flac'],
+      ['padded', zeroPadded(mp3(1), 1000), 'padded.mp3'],
+    ];
+    for (const [name, file, upstream] of sent) {
+      await client.audio.transcriptions.create({ file: await toFile(file, name), model: 'openai/whisper-large-v3' });
+      expect((sim.providers.scaleway?.stats().last?.body as { files: { filename: string }[] } | undefined)?.files[0]?.filename).toBe(upstream);
+    }
+  });
+});
+
+describe('zero bytes before no audio are no audio', () => {
+  it('all zeros, or zeros then bytes that are no MP3 frames, are refused in each variant before any provider is called', async () => {
+    const files = [Buffer.alloc(20_000), Buffer.concat([Buffer.alloc(5000), Buffer.from('No tag, nor frames: \xff\xfb\x90\xc4', 'latin1')])];
+    for (const file of files) {
+      for (const [base, type] of [
+        [gw.baseA, 'validation_error'],
+        [gw.baseB, 'invalid_request_error'],
+      ]) {
+        const client = new OpenAI({ apiKey: key.key, baseURL: base, maxRetries: 0 });
+        const err = await client.audio.transcriptions.create({ file: await toFile(file, 'a.mp3'), model: 'openai/whisper-large-v3' }).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+        expect((err as InstanceType<typeof OpenAI.BadRequestError>).error).toMatchObject({ type, param: 'file' });
+      }
+    }
+    expect(sim.providers.scaleway?.stats().byEndpoint['transcriptions'] ?? 0).toBe(0);
+  });
 });

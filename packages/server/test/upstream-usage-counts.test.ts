@@ -2,7 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { flac, m4a, mp3, mp3AfterGap, oggOpus, wav, webm } from './helpers/audio.js';
+import { flac, id3Tagged, m4a, mp3, mp3AfterGap, oggOpus, rf64, wav, webm, zeroPadded } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { startRawUpstream } from './helpers/raw-upstream.js';
 
@@ -214,9 +214,13 @@ describe('usage counts that are not whole numbers', () => {
     // The length billed is the one told: verbose_json's duration and its one segment's end, not 0.
     const cases: [string, Buffer, string, number, number?][] = [
       ['a.wav', Buffer.concat([wav(4), list]), 'verbose_json', 0.004, 4],
+      // RF64: its `data` size is in its `ds64` chunk, its `data` chunk's 0xFFFFFFFF not the rest of the file.
+      ['field', rf64(Buffer.concat([wav(4), list])), 'verbose_json', 0.004, 4],
       // 20 s as a provider decodes them, whatever their few words (the text alone said 3 s); MP3's frames make 20.01 s.
       ['a.mp3', mp3(20), 'json', 0.021],
       ['b.mp3', mp3AfterGap(20, 300), 'json', 0.021],
+      ['padded.mp3', zeroPadded(mp3(20), 1000), 'json', 0.021],
+      ['tagged', id3Tagged(flac(20)), 'json', 0.02],
       ['voice.ogg', oggOpus(20), 'json', 0.02],
       ['memo.m4a', m4a(20), 'verbose_json', 0.02, 20],
       ['blob.webm', webm(20), 'json', 0.02],

@@ -1,6 +1,6 @@
 import { type FileHandle, open, readFile } from 'node:fs/promises';
 import { extname } from 'node:path';
-import { flacSeconds, mp3Seconds, mp4Seconds, oggSeconds, webmSeconds } from '@gw/schema';
+import { flacSeconds, isWave, mp3Seconds, mp4Seconds, mpegFramesAt, oggSeconds, pastId3, pastZeros, webmSeconds } from '@gw/schema';
 
 /** The extensions OpenAI's API takes for a transcription's file, named in the refusal of one that is no audio. */
 export const AUDIO_EXTENSIONS = ['flac', 'm4a', 'mp3', 'mp4', 'mpeg', 'mpga', 'oga', 'ogg', 'wav', 'webm'] as const;
@@ -15,20 +15,36 @@ export const HEAD_BYTES = 4096;
 
 /**
  * The audio container a file's first bytes open (null for none known):
- * RIFF/WAVE, MP3 (an ID3 tag or an MPEG audio frame header), FLAC, Ogg,
- * MP4/M4A (`ftyp` box) and WebM/Matroska (EBML). Told by content, not by
- * name: the official SDKs send bytes as `upload` or `unknown_file` with
- * no extension, and a name says nothing of what the bytes are.
+ * RIFF/WAVE (and its 64-bit RF64/BW64), MP3 (an ID3 tag or an MPEG audio
+ * frame header, also past zero bytes some recorders write first), FLAC
+ * (also after an ID3 tag), Ogg, MP4/M4A (`ftyp` box) and WebM/Matroska
+ * (EBML). Told by content, not by name: the official SDKs send bytes as
+ * `upload` or `unknown_file` with no extension, and a name says nothing
+ * of what the bytes are.
  */
 export function audioContainer(head: Buffer): AudioContainer | null {
   const ascii = (from: number, to: number) => head.toString('latin1', from, to);
-  if (head.length >= 12 && ascii(0, 4) === 'RIFF' && ascii(8, 12) === 'WAVE') return 'wav';
-  if (ascii(0, 3) === 'ID3' || mpegFrame(head)) return 'mp3';
+  if (isWave(head)) return 'wav';
+  if (ascii(0, 3) === 'ID3') {
+    const at = pastId3(head);
+    return ascii(at, at + 4) === 'fLaC' ? 'flac' : 'mp3';
+  }
+  if (mpegFrame(head)) return 'mp3';
   if (ascii(0, 4) === 'fLaC') return 'flac';
   if (ascii(0, 4) === 'OggS') return 'ogg';
   if (head.length >= 12 && ascii(4, 8) === 'ftyp' && !IMAGE_BRANDS.has(ascii(8, 12))) return 'mp4';
   if (head.length >= 4 && head.readUInt32BE(0) === 0x1a45dfa3) return 'webm';
-  return null;
+  return head[0] === 0 && afterZeros(head) ? 'mp3' : null;
+}
+
+/**
+ * Whether an ID3 tag or MP3 frames follow the zero bytes a file opens with (within `head`): padding some recorders
+ * and tools write first, which decoders skip as they look for the tag or frame sync. Zeros alone, or zeros before
+ * anything else, are no audio.
+ */
+function afterZeros(head: Buffer): boolean {
+  const at = pastZeros(head);
+  return head.toString('latin1', at, at + 3) === 'ID3' || mpegFramesAt(head, at);
 }
 
 /**
@@ -76,13 +92,19 @@ export async function containerSeconds(path: string, container: AudioContainer):
 /**
  * The first bytes of a spooled upload: {@link HEAD_BYTES}, or a WAV's whole header when its chunks before the audio
  * run past them (a field recorder's iXML or a bext's coding history of kilobytes before `fmt `), up to
- * {@link MAX_WAV_HEADER}, so that its byte rate and audio are read as for any WAV.
+ * {@link MAX_WAV_HEADER}, so that its byte rate and audio are read as for any WAV; or, for a file that opens with
+ * more zero bytes than those, up to {@link MAX_ZERO_PADDING}, so that the MP3 they pad is told.
  */
 export async function readHead(path: string, size: number): Promise<Buffer> {
   const handle = await open(path, 'r');
   try {
-    const head = Buffer.alloc(Math.min(size, HEAD_BYTES));
+    let head = Buffer.alloc(Math.min(size, HEAD_BYTES));
     await handle.read(head, 0, head.length, 0);
+    if (head.length < size && pastZeros(head) + 16 > head.length) {
+      head = Buffer.alloc(Math.min(size, MAX_ZERO_PADDING));
+      await handle.read(head, 0, head.length, 0);
+      return head;
+    }
     const end = await wavAudioStart(handle, head, size);
     if (end === null || end <= head.length || end > MAX_WAV_HEADER) return head;
     const whole = Buffer.alloc(end);
@@ -93,6 +115,8 @@ export async function readHead(path: string, size: number): Promise<Buffer> {
   }
 }
 
+/** The most zero bytes looked past for an MP3's tag or first frame: read only for a file opening with more than {@link HEAD_BYTES} of them. */
+const MAX_ZERO_PADDING = 64 * 1024;
 /** The longest WAV header read whole; one longer is held at the lowest speech byte rate, as a file of no known rate. */
 const MAX_WAV_HEADER = 1024 * 1024;
 /** Chunks walked looking for `data`: writers put a handful before it. */
@@ -100,7 +124,7 @@ const MAX_WAV_CHUNKS = 64;
 
 /** Where a RIFF/WAVE file's audio begins (past its `data` chunk's header), its chunks' headers read from the file past `head`. */
 async function wavAudioStart(handle: FileHandle, head: Buffer, size: number): Promise<number | null> {
-  if (head.length < 12 || head.toString('latin1', 0, 4) !== 'RIFF' || head.toString('latin1', 8, 12) !== 'WAVE') return null;
+  if (!isWave(head)) return null;
   // Read from the file only past `head`: a common WAV's header is all within it.
   let read: Buffer | null = null;
   let at = 12;

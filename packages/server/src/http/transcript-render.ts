@@ -1,3 +1,4 @@
+import { isWave } from '@gw/schema';
 import type { TimestampGranularity, Transcription, TranscriptSegment, TranscriptWord } from '../providers/types.js';
 import { whisperLanguage } from './whisper-language.js';
 
@@ -146,10 +147,18 @@ function wavData(head: Buffer): { start: number; size: number } | null {
   let at = 12;
   while (at + 8 <= head.length) {
     const size = head.readUInt32LE(at + 4);
-    if (head.toString('ascii', at, at + 4) === 'data') return { start: at + 8, size };
+    if (head.toString('ascii', at, at + 4) === 'data') return { start: at + 8, size: size === 0xffffffff ? ds64DataSize(head, size) : size };
     at += 8 + size + (size % 2);
   }
   return null;
+}
+
+/**
+ * An RF64/BW64 file's `data` size, from its `ds64` chunk (first, its 64-bit RIFF size then data size), for the
+ * `0xFFFFFFFF` its `data` chunk states. A streamed RIFF states it too, without a `ds64`: the audio runs to the end.
+ */
+function ds64DataSize(head: Buffer, stated: number): number {
+  return head.toString('ascii', 12, 16) === 'ds64' && head.length >= 36 ? Number(head.readBigUInt64LE(28)) : stated;
 }
 
 /**
@@ -159,7 +168,7 @@ function wavData(head: Buffer): { start: number; size: number } | null {
  * that come before it (Core Audio writes a `JUNK` chunk first, broadcast WAV recorders a `bext`), up to `data`.
  */
 export function wavByteRate(head: Buffer): number | null {
-  if (head.length < 12 || head.toString('ascii', 0, 4) !== 'RIFF' || head.toString('ascii', 8, 12) !== 'WAVE') return null;
+  if (!isWave(head)) return null;
   let at = 12;
   while (at + 8 <= head.length) {
     const id = head.toString('ascii', at, at + 4);

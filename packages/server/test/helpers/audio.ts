@@ -156,3 +156,36 @@ export function webm(seconds: number, kbps = 32): Buffer {
   }
   return Buffer.concat([header, ebml([0x18, 0x53, 0x80, 0x67], Buffer.concat([info, ...clusters]), true)]);
 }
+
+/** A file with `count` zero bytes before it, as some recorders and tools pad an MP3 before its tag or first frame. */
+export function zeroPadded(file: Buffer, count: number): Buffer {
+  return Buffer.concat([Buffer.alloc(count), file]);
+}
+
+/**
+ * A PCM WAV as RF64 (EBU 3306), as broadcast and field recorders and `ffmpeg -rf64 always` write it: `RF64` and
+ * 0xFFFFFFFF for the RIFF and `data` sizes, the real ones in a `ds64` chunk first, then `fmt ` and the audio.
+ */
+export function rf64(file: Buffer): Buffer {
+  const ds64 = Buffer.alloc(8 + 28);
+  ds64.write('ds64', 0, 'ascii');
+  ds64.writeUInt32LE(28, 4);
+  const out = Buffer.concat([file.subarray(0, 12), ds64, file.subarray(12)]);
+  out.write('RF64', 0, 'ascii');
+  out.writeUInt32LE(0xffffffff, 4);
+  const data = out.indexOf('data', 12, 'ascii');
+  const size = out.readUInt32LE(data + 4);
+  out.writeUInt32LE(0xffffffff, data + 4);
+  out.writeBigUInt64LE(BigInt(out.length - 8), 20);
+  out.writeBigUInt64LE(BigInt(size), 28);
+  out.writeBigUInt64LE(BigInt(size / (out.readUInt16LE(out.indexOf('fmt ', 12, 'ascii') + 20) || 1)), 36);
+  return out;
+}
+
+/** A file with an ID3v2 tag (a title) put before it, as some taggers do to FLAC too. */
+export function id3Tagged(file: Buffer): Buffer {
+  const frame = Buffer.from('TIT2\0\0\0\x06\0\0\x03Memo\0', 'latin1');
+  const header = Buffer.from('ID3\x04\x00\x00\x00\x00\x00\x00', 'latin1');
+  header.writeUInt8(frame.length, 9);
+  return Buffer.concat([header, frame, file]);
+}

@@ -3,18 +3,25 @@
  * 16 kHz 16-bit mono PCM), fixed text.
  */
 
-import { flacSeconds, mp3Seconds, mp4Seconds, oggSeconds, webmSeconds } from '@gw/schema';
+import { flacSeconds, isWave, mp3Seconds, mp4Seconds, mpegFramesAt, oggSeconds, pastId3, pastZeros, webmSeconds } from '@gw/schema';
 
 /**
- * Whether the bytes open an audio container a provider's decoder (ffmpeg) reads: RIFF/WAVE, an ID3 tag or an
- * MPEG audio frame, FLAC, Ogg, MP4/M4A (`ftyp`), WebM (EBML). Real providers refuse anything else with a 400.
+ * Whether the bytes open an audio container a provider's decoder (ffmpeg) reads: RIFF/WAVE (RF64, BW64), an ID3 tag
+ * or an MPEG audio frame (also past leading zero bytes), FLAC, Ogg, MP4/M4A (`ftyp`), WebM (EBML). Real providers
+ * refuse anything else with a 400.
  */
 export function isAudio(data: Buffer): boolean {
   const at = (from: number, to: number) => data.toString('latin1', from, to);
-  if (at(0, 4) === 'RIFF' && at(8, 12) === 'WAVE') return true;
+  if (isWave(data)) return true;
   if (at(0, 3) === 'ID3' || at(0, 4) === 'fLaC' || at(0, 4) === 'OggS' || at(4, 8) === 'ftyp') return true;
   if (data.length >= 4 && data.readUInt32BE(0) === 0x1a45dfa3) return true;
-  return mpegFrame(data);
+  return mpegFrame(data) || zeroPadded(data);
+}
+
+/** An ID3 tag or MP3 frames after the zero bytes the file opens with (a decoder looks for their sync past them). */
+function zeroPadded(data: Buffer): boolean {
+  const at = pastZeros(data);
+  return at > 0 && (data.toString('latin1', at, at + 3) === 'ID3' || mpegFramesAt(data, at));
 }
 
 /** 11 sync bits, then no reserved version, layer, bitrate or sample rate. */
@@ -27,28 +34,33 @@ function mpegFrame(data: Buffer): boolean {
 
 /** Seconds of audio: from a RIFF/WAVE header, or a compressed container's duration, else bytes / 32000. */
 export function audioSeconds(data: Buffer): number {
-  if (data.length >= 12 && data.toString('ascii', 0, 4) === 'RIFF' && data.toString('ascii', 8, 12) === 'WAVE') {
+  if (isWave(data)) {
     let byteRate = 0;
     let pos = 12;
     while (pos + 8 <= data.length) {
       const id = data.toString('ascii', pos, pos + 4);
       const size = data.readUInt32LE(pos + 4);
       if (id === 'fmt ' && pos + 16 <= data.length) byteRate = data.readUInt32LE(pos + 16);
-      if (id === 'data' && byteRate > 0) return Math.min(size, data.length - pos - 8) / byteRate;
+      if (id === 'data' && byteRate > 0) return Math.min(ds64Size(data, size), data.length - pos - 8) / byteRate;
       pos += 8 + size + (size % 2);
     }
   }
   return compressedSeconds(data) ?? data.length / 32_000;
 }
 
+/** RF64's `data` states 0xFFFFFFFF, its size in the `ds64` chunk that comes first (a streamed RIFF's runs to the end). */
+function ds64Size(data: Buffer, size: number): number {
+  return size === 0xffffffff && data.toString('ascii', 12, 16) === 'ds64' && data.length >= 36 ? Number(data.readBigUInt64LE(28)) : size;
+}
+
 /** A compressed container's own duration, as a provider's decoder reads it (null: not one, or it does not say). */
 function compressedSeconds(data: Buffer): number | null {
   const head = data.toString('latin1', 0, 4);
-  if (head === 'fLaC') return flacSeconds(data);
+  if (head === 'fLaC' || data.toString('latin1', pastId3(data), pastId3(data) + 4) === 'fLaC') return flacSeconds(data);
   if (head === 'OggS') return oggSeconds(data);
   if (data.toString('latin1', 4, 8) === 'ftyp') return mp4Seconds(data);
   if (data.length >= 4 && data.readUInt32BE(0) === 0x1a45dfa3) return webmSeconds(data);
-  return head.startsWith('ID3') || mpegFrame(data) ? mp3Seconds(data) : null;
+  return head.startsWith('ID3') || mpegFrame(data) || zeroPadded(data) ? mp3Seconds(data) : null;
 }
 
 export interface Word {
