@@ -59,6 +59,48 @@ describe('compressed uploads are timed and billed by their audio, through the of
   }
 });
 
+describe('a quiet recording, or one coded below the lowest speech rate, holds more seconds than its bytes say', () => {
+  // 10 minutes in 37 to 75 KB (Opus at 0.5 kbit/s, AAC and FLAC of silence write less): 75 to 150 s at 4 kbit/s.
+  const quiet: [string, () => Buffer][] = [
+    ['quiet.ogg', () => oggOpus(600, 0.5)],
+    ['quiet.m4a', () => m4a(600, 0.5)],
+    ['quiet.flac', () => flac(600, 1)],
+  ];
+
+  it('is billed its whole length as the provider counts it, not cut at what its bytes hold at 4 kbit/s', async () => {
+    for (const [name, make] of quiet) {
+      for (const model of ['openai/whisper-large-v3', 'mistral/voxtral-mini']) {
+        const client = new OpenAI({ apiKey: key.key, baseURL: gw.baseA, maxRetries: 0 });
+        const { data, response } = await client.audio.transcriptions
+          .create({ file: await toFile(make(), name), model, response_format: 'verbose_json' }, { headers: { 'x-gateway-provider-prefer': 'mistral' } })
+          .withResponse();
+        expect(data.usage, `${name} ${model}`).toEqual({ type: 'duration', seconds: 600 });
+        await gw.gateway.services.usage.flush();
+        const records = await gw.gateway.services.store.usage.list({ requestId: response.headers.get('x-request-id') as string });
+        expect(
+          records.map((r) => r.units),
+          `${name} ${model}`,
+        ).toEqual([600]);
+      }
+    }
+  });
+
+  it('holds the length its first bytes tell: a budget of 300 s refuses 600 s of FLAC in 75 KB (402) rather than overrun it', async () => {
+    // 300 s at Whisper's 0.00005 a second; the bytes alone held 150 s, under it, and the key spent 600 s.
+    const budgeted = await gw.createKey({ rateLimitRpm: 1000, budget: 0.015 });
+    const client = new OpenAI({ apiKey: budgeted.key, baseURL: gw.baseA, maxRetries: 0 });
+    const err = await client.audio.transcriptions
+      .create({ file: await toFile(flac(600, 1), 'quiet.flac'), model: 'openai/whisper-large-v3' })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(402);
+    expect(sim.providers.scaleway?.stats().byEndpoint['transcriptions'] ?? 0).toBe(0);
+    // 200 s of it fits.
+    const answer = await client.audio.transcriptions.create({ file: await toFile(flac(200, 3), 'quiet.flac'), model: 'openai/whisper-large-v3' });
+    expect(answer.text).toContain('200.0 seconds');
+  });
+});
+
 describe('a file named for no audio format is sent named for its content', () => {
   it('RF64 as .wav, FLAC after an ID3 tag as .flac (not .mp3), an MP3 after zeros as .mp3', async () => {
     const client = new OpenAI({ apiKey: key.key, baseURL: gw.baseA, maxRetries: 0 });

@@ -221,6 +221,8 @@ describe('usage counts that are not whole numbers', () => {
       ['b.mp3', mp3AfterGap(20, 300), 'json', 0.021],
       ['padded.mp3', zeroPadded(mp3(20), 1000), 'json', 0.021],
       ['tagged', id3Tagged(flac(20)), 'json', 0.02],
+      // 10 minutes of Opus at 0.5 kbit/s in 37 KB: its own length, not the 75 s its bytes hold at 4 kbit/s.
+      ['quiet.ogg', oggOpus(600, 0.5), 'json', 0.6],
       ['voice.ogg', oggOpus(20), 'json', 0.02],
       ['memo.m4a', m4a(20), 'verbose_json', 0.02, 20],
       ['blob.webm', webm(20), 'json', 0.02],

@@ -90,6 +90,20 @@ export async function containerSeconds(path: string, container: AudioContainer):
 }
 
 /**
+ * A compressed upload's seconds as far as its first bytes tell them (FLAC's STREAMINFO, a WebM's Duration, an MP4's
+ * `mvhd` when its `moov` comes first, an MP3's Xing count; less for others), for its hold: a quiet recording or one
+ * coded below the lowest speech rate holds more seconds than its bytes at that rate. Null when they tell none.
+ */
+export function headSeconds(head: Buffer, container: AudioContainer): number | null {
+  if (container === 'wav') return null;
+  try {
+    return CONTAINER_SECONDS[container](head);
+  } catch {
+    return null;
+  }
+}
+
+/**
  * The first bytes of a spooled upload: {@link HEAD_BYTES}, or a WAV's whole header when its chunks before the audio
  * run past them (a field recorder's iXML or a bext's coding history of kilobytes before `fmt `), up to
  * {@link MAX_WAV_HEADER}, so that its byte rate and audio are read as for any WAV; or, for a file that opens with

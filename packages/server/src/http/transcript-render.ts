@@ -130,7 +130,7 @@ const SPOKEN_CHARS_PER_SECOND = 15;
  * The audio's length when its provider told none (no `duration`, segments or usage: a host answering `json` whatever
  * was asked), billed rounded up and told as the transcript's `duration`: a WAV upload's own, its `data` chunk (at
  * most the bytes the file has) at its header's byte rate; a compressed one's as its container tells it (`own`);
- * otherwise the transcript's text at about 15 characters a second. At most what the upload can hold.
+ * otherwise the transcript's text at about 15 characters a second, at most what the upload can hold.
  */
 export function untoldSeconds(head: Buffer, size: number, text: string, own: number | null): number {
   const rate = wavByteRate(head);
@@ -139,7 +139,8 @@ export function untoldSeconds(head: Buffer, size: number, text: string, own: num
     // A size of 0 is a writer that streamed and never went back to set it: the audio runs to the end, as decoders read it.
     return (data.size > 0 ? Math.min(data.size, size - data.start) : size - data.start) / rate;
   }
-  return Math.min(worstCaseSeconds(head, size), own !== null && own > 0 ? own : text.length / SPOKEN_CHARS_PER_SECOND);
+  // A container's own length is the decoder's, though above the bytes at the lowest speech rate (a quiet recording).
+  return own !== null && own > 0 ? own : Math.min(worstCaseSeconds(head, size), text.length / SPOKEN_CHARS_PER_SECOND);
 }
 
 /** Where a RIFF/WAVE file's audio begins (past its `data` chunk's header) and the size that header gives, or null when `head` does not reach it. */

@@ -125,10 +125,10 @@ export function transcriptionAtMost(
   texts: { prompt?: string | undefined; keywords?: string[] | undefined },
   t: Transcription,
 ): Transcription {
+  // Cheap first: the text's bound is worked out only for an input count above the audio's own.
+  if (transcriptionWithin(worstSeconds, t)) return t;
   const seconds = Math.ceil(worstSeconds / 60) * 60;
   const output = seconds * AUDIO_TOKENS_PER_SECOND + PROMPT_TEMPLATE_TOKENS;
-  // Cheap first: the text's bound is worked out only for an input count above the audio's own.
-  if (t.billedSeconds <= seconds && (t.tokens === null || (t.tokens.input <= output && t.tokens.output <= output))) return t;
   let input = output;
   // Three bytes at most a UTF-16 unit.
   for (const text of [texts.prompt ?? '', ...(texts.keywords ?? [])]) input += text.length * 3 + MESSAGE_TEMPLATE_TOKENS;
@@ -143,6 +143,13 @@ export function transcriptionAtMost(
             output: countAtMost(log, provider, 'transcript tokens', t.tokens.output, output),
           },
   };
+}
+
+/** Whether a transcription's seconds and tokens are within what `worstSeconds` of audio bills, without its prompt's share. */
+export function transcriptionWithin(worstSeconds: number, t: Transcription): boolean {
+  const seconds = Math.ceil(worstSeconds / 60) * 60;
+  const output = seconds * AUDIO_TOKENS_PER_SECOND + PROMPT_TEMPLATE_TOKENS;
+  return t.billedSeconds <= seconds && (t.tokens === null || (t.tokens.input <= output && t.tokens.output <= output));
 }
 
 /** A count reported above what the request could cost: billed at `billed`. Never the key or the content. */

@@ -10,7 +10,7 @@ import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall
 import { executePlan } from '../../routing/execute.js';
 import { heldCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
-import { AUDIO_EXTENSIONS, audioContainer, containerSeconds, readHead, upstreamFilename } from '../audio-container.js';
+import { AUDIO_EXTENSIONS, audioContainer, containerSeconds, headSeconds, readHead, upstreamFilename } from '../audio-container.js';
 import { FORM_BODY, readsBodiesAs } from '../body-media.js';
 import { heldFor, refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
@@ -21,7 +21,7 @@ import type { Services } from '../services.js';
 import { RESPONSE_FORMATS, renderTranscription, untoldSeconds, worstCaseSeconds } from '../transcript-render.js';
 import { audioBill, estimatedAudioTokens, type UnitBill, worstAudioTokens } from '../unit-billing.js';
 import { callUpstream, disarmedAfter, keyedRequestSignal, leftBeforeAnswer, setRoutingHeaders } from '../upstream-call.js';
-import { transcriptionAtMost } from '../usage-bounds.js';
+import { transcriptionAtMost, transcriptionWithin } from '../usage-bounds.js';
 import type { RouteDocs } from './docs.js';
 
 declare module 'fastify' {
@@ -132,7 +132,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
   request.gw.usage = newUsageDraft('audio', model.id);
   const options = routeOptions(services, request);
-  const seconds = worstCaseSeconds(head, file.size);
+  const seconds = Math.max(worstCaseSeconds(head, file.size), Math.ceil(headSeconds(head, container) ?? 0));
   const worstTokens = worstAudioTokens(seconds);
   // `cheapest` compares what each offer would bill, per second or by its token prices.
   const worstCost = options.strategy === 'cheapest' ? (o: Offer) => audioBill(o.pricing, seconds, worstTokens).cost : undefined;
@@ -155,15 +155,20 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
       { health: options.stats, offers: model.offers, pin: options.pin, maxHops: options.maxHops, cost: heldFor(request, holdCost) },
     );
   });
+  // A compressed upload quiet or coded below the lowest speech rate (Opus down to 0.5 kbit/s, FLAC or AAC of silence)
+  // holds more seconds than its bytes say: its container's own length bounds its counts too, read (the file whole)
+  // only when they pass the bytes' bound or none was told.
+  const untold = done.value.billedSeconds <= 0;
+  const own = untold || !transcriptionWithin(seconds, done.value) ? await containerSeconds(file.path, container) : null;
   // A provider that told no length (0 seconds) bills the gateway's reading of it, as a chat answer without usage, and
   // tells it as the duration (a transcript of 37 s was told 0, its one SRT or VTT cue 00:00:00 --> 00:00:00).
-  if (done.value.billedSeconds <= 0) {
-    const read = untoldSeconds(head, file.size, done.value.text, await containerSeconds(file.path, container));
+  if (untold) {
+    const read = untoldSeconds(head, file.size, done.value.text, own);
     const duration = done.value.duration > 0 ? done.value.duration : Math.round(read * 100) / 100;
     done.value = { ...done.value, duration, billedSeconds: Math.max(1, Math.ceil(read)) };
   }
   // Counts above what the upload could cost (usage-bounds.ts) are billed, and told, at that bound.
-  done.value = transcriptionAtMost(request.log, done.offer.provider, seconds, body, done.value);
+  done.value = transcriptionAtMost(request.log, done.offer.provider, Math.max(seconds, Math.ceil(own ?? 0)), body, done.value);
   const billed = bill(request, done.offer, done.value);
   setRoutingHeaders(reply, request, done.offer, options.strategy, done.hops);
   const billedTokens = done.offer.pricing.per_unit === undefined ? { input: billed.promptTokens, output: billed.completionTokens } : undefined;
