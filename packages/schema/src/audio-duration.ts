@@ -156,14 +156,75 @@ export function oggSeconds(data: Buffer): number | null {
   return granule > skip ? (granule - skip) / rate : null;
 }
 
-/** MP4/M4A: the movie header's (`mvhd`) duration over its timescale. */
+/**
+ * MP4/M4A: the movie header's (`mvhd`) duration over its timescale; a fragmented file's (Safari's and iOS's
+ * MediaRecorder, `-movflags frag_keyframe`), whose `mvhd` says 0, its `mehd` fragment duration, else its first
+ * track's samples summed over its fragments (`trun`) at its media timescale.
+ */
 export function mp4Seconds(data: Buffer): number | null {
   const at = data.indexOf('mvhd', 0, 'latin1');
   if (at < 0 || at + 32 > data.length) return null;
   const v1 = data[at + 4] === 1;
   const scale = data.readUInt32BE(at + (v1 ? 24 : 16));
   const duration = v1 ? Number(data.readBigUInt64BE(at + 28)) : data.readUInt32BE(at + 20);
-  return scale > 0 && duration > 0 ? duration / scale : null;
+  if (scale > 0 && duration > 0) return duration / scale;
+  const mehd = data.indexOf('mehd', at, 'latin1');
+  const fragments = mehd > 0 && mehd + 16 <= data.length ? (data[mehd + 4] === 1 ? Number(data.readBigUInt64BE(mehd + 8)) : data.readUInt32BE(mehd + 8)) : 0;
+  if (scale > 0 && fragments > 0) return fragments / scale;
+  return fragmentSeconds(data, at);
+}
+
+/** The first track's samples in a fragmented MP4's `moof` boxes, over its `mdhd` timescale (null when none). */
+function fragmentSeconds(data: Buffer, mvhd: number): number | null {
+  const tkhd = data.indexOf('tkhd', mvhd, 'latin1');
+  const mdhd = data.indexOf('mdhd', mvhd, 'latin1');
+  const trex = data.indexOf('trex', mvhd, 'latin1');
+  if (tkhd < 0 || mdhd < 0 || mdhd + 28 > data.length || tkhd + 28 > data.length) return null;
+  const track = data.readUInt32BE(tkhd + (data[tkhd + 4] === 1 ? 24 : 16));
+  const scale = data.readUInt32BE(mdhd + (data[mdhd + 4] === 1 ? 24 : 16));
+  const fallback = trex > 0 && trex + 20 <= data.length ? data.readUInt32BE(trex + 16) : 0;
+  let ticks = 0;
+  // Top-level boxes by their sizes (a `moof` in the audio's bytes is no box), each `moof`'s `traf`s within.
+  for (const moof of boxes(data, 0, data.length)) {
+    if (moof.type !== 'moof') continue;
+    for (const traf of boxes(data, moof.body, moof.end)) {
+      if (traf.type !== 'traf') continue;
+      let defaultDuration = fallback;
+      let mine = false;
+      for (const box of boxes(data, traf.body, traf.end)) {
+        if (box.type === 'tfhd' && box.body + 8 <= box.end) {
+          const flags = data.readUInt32BE(box.body) & 0xffffff;
+          mine = data.readUInt32BE(box.body + 4) === track;
+          const at = box.body + 8 + (flags & 1 ? 8 : 0) + (flags & 2 ? 4 : 0);
+          if (flags & 8 && at + 4 <= box.end) defaultDuration = data.readUInt32BE(at);
+        } else if (box.type === 'trun' && mine && box.body + 8 <= box.end) {
+          const flags = data.readUInt32BE(box.body) & 0xffffff;
+          const count = data.readUInt32BE(box.body + 4);
+          if (!(flags & 0x100)) ticks += count * defaultDuration;
+          else {
+            // Each sample's fields: duration, size, flags, composition offset, as its flags say.
+            const stride = 4 * [0x100, 0x200, 0x400, 0x800].filter((f) => flags & f).length;
+            let at = box.body + 8 + (flags & 1 ? 4 : 0) + (flags & 4 ? 4 : 0);
+            for (let i = 0; i < count && at + 4 <= box.end; i++, at += stride) ticks += data.readUInt32BE(at);
+          }
+        }
+      }
+    }
+  }
+  return scale > 0 && ticks > 0 ? ticks / scale : null;
+}
+
+/** The boxes from `start` to `end`: type, body start and end (a size of 1 is a 64-bit one, 0 runs to `end`). */
+function* boxes(data: Buffer, start: number, end: number): Generator<{ type: string; body: number; end: number }> {
+  let at = start;
+  while (at + 8 <= end) {
+    const size32 = data.readUInt32BE(at);
+    const large = size32 === 1 && at + 16 <= end;
+    const size = size32 === 0 ? end - at : large ? Number(data.readBigUInt64BE(at + 8)) : size32;
+    if (size < 8) return;
+    yield { type: data.toString('latin1', at + 4, at + 8), body: at + (large ? 16 : 8), end: Math.min(end, at + size) };
+    at += size;
+  }
 }
 
 /**

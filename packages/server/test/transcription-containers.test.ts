@@ -1,7 +1,7 @@
 import { type Simulator, startSimulator } from '@gw/simulator';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { flac, id3Tagged, m4a, mp3, mp3AfterGap, mp3Vbr, oggOpus, rf64, wav, webm, zeroPadded } from './helpers/audio.js';
+import { flac, id3Tagged, m4a, m4aFragmented, mp3, mp3AfterGap, mp3Vbr, oggOpus, rf64, wav, webm, zeroPadded } from './helpers/audio.js';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
 let sim: Simulator;
@@ -29,6 +29,7 @@ const uploads: [string, () => Buffer][] = [
   ['notes.flac', () => flac(12)],
   ['voice.ogg', () => oggOpus(12)],
   ['memo.m4a', () => m4a(12)],
+  ['safari.m4a', () => m4aFragmented(12)],
   ['blob.webm', () => webm(12)],
   // Zero bytes before the first frame or the tag, as some recorders pad: past the first 4 KB read, too.
   ['padded.mp3', () => zeroPadded(mp3(12), 1000)],

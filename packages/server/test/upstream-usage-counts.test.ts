@@ -2,7 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { ModelConfig } from '@gw/schema';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { flac, id3Tagged, m4a, mp3, mp3AfterGap, oggOpus, rf64, wav, webm, zeroPadded } from './helpers/audio.js';
+import { flac, id3Tagged, m4a, m4aFragmented, mp3, mp3AfterGap, oggOpus, rf64, wav, webm, zeroPadded } from './helpers/audio.js';
 import { eventually, startGateway, type TestGateway } from './helpers/gateway.js';
 import { startRawUpstream } from './helpers/raw-upstream.js';
 
@@ -225,6 +225,8 @@ describe('usage counts that are not whole numbers', () => {
       ['quiet.ogg', oggOpus(600, 0.5), 'json', 0.6],
       ['voice.ogg', oggOpus(20), 'json', 0.02],
       ['memo.m4a', m4a(20), 'verbose_json', 0.02, 20],
+      // Fragmented (Safari's MediaRecorder): its `mvhd` says 0, its fragments' samples 20 s.
+      ['safari.m4a', m4aFragmented(20), 'json', 0.02],
       ['blob.webm', webm(20), 'json', 0.02],
       // 41 characters: 3 seconds.
       ['a.flac', untimed, 'json', 0.003],

@@ -189,3 +189,39 @@ export function id3Tagged(file: Buffer): Buffer {
   header.writeUInt8(frame.length, 9);
   return Buffer.concat([header, frame, file]);
 }
+
+/** A full box: version 0, no flags, then its fields. */
+function fullBox(type: string, fields: number[], flags = 0): Buffer {
+  const body = Buffer.alloc(4 + 4 * fields.length);
+  body.writeUInt32BE(flags, 0);
+  for (const [i, f] of fields.entries()) body.writeUInt32BE(f, 4 + 4 * i);
+  return box(type, body);
+}
+
+/**
+ * Fragmented M4A as Safari's MediaRecorder writes it: `mvhd` with no duration, a track at 48 kHz, then a `moof` and
+ * `mdat` a second, each fragment's `trun` 1,024-sample AAC frames (their durations stated in every other fragment,
+ * the `trex` default in the rest).
+ */
+export function m4aFragmented(seconds: number, kbps = 32): Buffer {
+  // mvhd: creation, modification, timescale 1000, duration 0; tkhd: creation, modification, track 1; mdhd: timescale 48 kHz.
+  const moov = box(
+    'moov',
+    fullBox('mvhd', [0, 0, 1000, 0, ...Array(20).fill(0)]),
+    box('trak', fullBox('tkhd', [0, 0, 1, 0, 0, ...Array(15).fill(0)]), box('mdia', fullBox('mdhd', [0, 0, 48_000, 0, 0]))),
+    box('mvex', fullBox('trex', [1, 1, 1024, 0, 0])),
+  );
+  const frames = Math.floor((seconds * 48_000) / 1024);
+  const parts: Buffer[] = [box('ftyp', Buffer.from('iso5\0\0\0\0iso5isomiso6mp41', 'latin1')), moov];
+  for (let first = 0, n = 0; first < frames; first += 47, n++) {
+    const count = Math.min(47, frames - first);
+    const mdat = filler(count / 46.875, kbps);
+    const size = Math.ceil(mdat.length / count);
+    // trun: sample count, then each sample's duration and size (flags 0x300) or its size alone (0x200).
+    const stated = n % 2 === 0;
+    const samples = Array.from({ length: count }, () => (stated ? [1024, size] : [size])).flat();
+    const traf = box('traf', fullBox('tfhd', [1], 0x20000), fullBox('trun', [count, ...samples], stated ? 0x300 : 0x200));
+    parts.push(box('moof', fullBox('mfhd', [n + 1]), traf), box('mdat', mdat));
+  }
+  return Buffer.concat(parts);
+}
