@@ -90,18 +90,34 @@ export async function containerSeconds(path: string, container: AudioContainer):
 }
 
 /**
- * A compressed upload's seconds as far as its first bytes tell them (FLAC's STREAMINFO, a WebM's Duration, an MP4's
- * `mvhd` when its `moov` comes first, an MP3's Xing count; less for others), for its hold: a quiet recording or one
- * coded below the lowest speech rate holds more seconds than its bytes at that rate. Null when they tell none.
+ * A compressed upload's seconds as far as its first bytes and last {@link TAIL_BYTES} tell them (FLAC's STREAMINFO,
+ * a WebM's Duration or last cluster, an Ogg's last page, an MP4's `mvhd` first or near the end, an MP3's Xing count),
+ * for its hold: a quiet recording or one coded below the lowest speech rate holds more seconds than its bytes at that
+ * rate. Null when they tell none, or the spool is gone.
  */
-export function headSeconds(head: Buffer, container: AudioContainer): number | null {
+export async function toldSeconds(path: string, head: Buffer, size: number, container: AudioContainer): Promise<number | null> {
   if (container === 'wav') return null;
   try {
-    return CONTAINER_SECONDS[container](head);
+    let data = head;
+    // Those whose length is told at their end: read with their start, which says what the end's numbers mean.
+    if (size > head.length && (container === 'ogg' || container === 'webm' || container === 'mp4')) {
+      const tail = Buffer.alloc(Math.min(size - head.length, TAIL_BYTES));
+      const handle = await open(path, 'r');
+      try {
+        await handle.read(tail, 0, tail.length, size - tail.length);
+      } finally {
+        await handle.close();
+      }
+      data = Buffer.concat([head, tail]);
+    }
+    return CONTAINER_SECONDS[container](data);
   } catch {
     return null;
   }
 }
+
+/** An Ogg page's most bytes (65,307), and so where its last granule is found: a WebM's last cluster, an `mvhd` written last, are most often within. */
+const TAIL_BYTES = 64 * 1024;
 
 /**
  * The first bytes of a spooled upload: {@link HEAD_BYTES}, or a WAV's whole header when its chunks before the audio

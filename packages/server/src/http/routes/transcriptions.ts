@@ -10,7 +10,7 @@ import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall
 import { executePlan } from '../../routing/execute.js';
 import { heldCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
-import { AUDIO_EXTENSIONS, audioContainer, containerSeconds, headSeconds, readHead, upstreamFilename } from '../audio-container.js';
+import { AUDIO_EXTENSIONS, audioContainer, containerSeconds, readHead, toldSeconds, upstreamFilename } from '../audio-container.js';
 import { FORM_BODY, readsBodiesAs } from '../body-media.js';
 import { heldFor, refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
@@ -132,7 +132,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
   // Recorded from here on: a request refused above for its body is not (docs/decisions.md, usage records).
   request.gw.usage = newUsageDraft('audio', model.id);
   const options = routeOptions(services, request);
-  const seconds = Math.max(worstCaseSeconds(head, file.size), Math.ceil(headSeconds(head, container) ?? 0));
+  const seconds = Math.max(worstCaseSeconds(head, file.size), Math.ceil((await toldSeconds(file.path, head, file.size, container)) ?? 0));
   const worstTokens = worstAudioTokens(seconds);
   // `cheapest` compares what each offer would bill, per second or by its token prices.
   const worstCost = options.strategy === 'cheapest' ? (o: Offer) => audioBill(o.pricing, seconds, worstTokens).cost : undefined;
