@@ -102,6 +102,26 @@ describe('a quiet recording, or one coded below the lowest speech rate, holds mo
   });
 });
 
+describe("a container's stated length that its bytes cannot hold is a header that lies", () => {
+  it('a WebM stating an infinite or absurd Duration is billed a finite length its bytes bound, and holds no budget for good', async () => {
+    const budgeted = await gw.createKey({ rateLimitRpm: 1000, budget: 5 });
+    const client = new OpenAI({ apiKey: budgeted.key, baseURL: gw.baseA, maxRetries: 0 });
+    for (const stated of [Number.POSITIVE_INFINITY, 1e300]) {
+      const file = webm(3, 32, stated);
+      const { response } = await client.audio.transcriptions
+        .create({ file: await toFile(file, 'lying.webm'), model: 'openai/whisper-large-v3' })
+        .withResponse();
+      expect(response.status, String(stated)).toBe(200);
+      await gw.gateway.services.usage.flush();
+      const [record] = await gw.gateway.services.store.usage.list({ requestId: response.headers.get('x-request-id') as string });
+      // At most the file's bytes at 10 a second (80 bit/s, below any codec's silence), as a bound is, up to a minute.
+      expect(record?.units, String(stated)).toBeGreaterThan(0);
+      expect(record?.units, String(stated)).toBeLessThanOrEqual(Math.ceil(file.length / 10 / 60) * 60);
+      expect(Number.isFinite(record?.cost), String(stated)).toBe(true);
+    }
+  });
+});
+
 describe('a file named for no audio format is sent named for its content', () => {
   it('RF64 as .wav, FLAC after an ID3 tag as .flac (not .mp3), an MP3 after zeros as .mp3', async () => {
     const client = new OpenAI({ apiKey: key.key, baseURL: gw.baseA, maxRetries: 0 });

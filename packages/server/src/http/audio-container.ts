@@ -83,7 +83,8 @@ const CONTAINER_SECONDS: Record<Exclude<AudioContainer, 'wav'>, (data: Buffer) =
 export async function containerSeconds(path: string, container: AudioContainer): Promise<number | null> {
   if (container === 'wav') return null;
   try {
-    return CONTAINER_SECONDS[container](await readFile(path));
+    const data = await readFile(path);
+    return plausibleSeconds(CONTAINER_SECONDS[container](data), data.length);
   } catch {
     return null;
   }
@@ -110,10 +111,26 @@ export async function toldSeconds(path: string, head: Buffer, size: number, cont
       }
       data = Buffer.concat([head, tail]);
     }
-    return CONTAINER_SECONDS[container](data);
+    return plausibleSeconds(CONTAINER_SECONDS[container](data), size);
   } catch {
     return null;
   }
+}
+
+/**
+ * Fewer bytes a second than any codec writes, silence included (Opus at its lowest, 0.5 kbit/s, is 62.5; FLAC, AAC
+ * and Vorbis of silence 94-190): a length its file's bytes cannot hold at this rate is a header that lies.
+ */
+const LEAST_BYTES_PER_SECOND = 10;
+
+/**
+ * A container's length as the hold and the bill may take it: none for no positive number (a WebM's Duration may be
+ * any float), and at most its bytes at {@link LEAST_BYTES_PER_SECOND}, so a stated Infinity or 10^300 seconds neither
+ * holds a budget for good nor reaches a usage record, whose cost must be a finite number.
+ */
+function plausibleSeconds(seconds: number | null, size: number): number | null {
+  if (seconds === null || !(seconds > 0)) return null;
+  return Math.min(seconds, size / LEAST_BYTES_PER_SECOND);
 }
 
 /** An Ogg page's most bytes (65,307), and so where its last granule is found: a WebM's last cluster, an `mvhd` written last, are most often within. */

@@ -139,9 +139,13 @@ function ebml(id: number[], body: Buffer, unknownSize = false): Buffer {
  * WebM as a browser's MediaRecorder writes it: no Duration, clusters of unknown size a second apart, each a run of
  * 20 ms Opus SimpleBlocks (timecodes in ms, relative to their cluster's).
  */
-export function webm(seconds: number, kbps = 32): Buffer {
+export function webm(seconds: number, kbps = 32, statedMs?: number): Buffer {
   const header = ebml([0x1a, 0x45, 0xdf, 0xa3], ebml([0x42, 0x82], Buffer.from('webm', 'latin1')));
-  const info = ebml([0x15, 0x49, 0xa9, 0x66], Buffer.from([0x2a, 0xd7, 0xb1, 0x83, 0x0f, 0x42, 0x40])); // TimecodeScale 1,000,000
+  // TimecodeScale 1,000,000; with `statedMs`, a Duration (an 8-byte float) as a muxer that went back to write it.
+  const duration = Buffer.from([0x44, 0x89, 0x88, 0, 0, 0, 0, 0, 0, 0, 0]);
+  duration.writeDoubleBE(statedMs ?? 0, 3);
+  const scale = Buffer.from([0x2a, 0xd7, 0xb1, 0x83, 0x0f, 0x42, 0x40]);
+  const info = ebml([0x15, 0x49, 0xa9, 0x66], statedMs === undefined ? scale : Buffer.concat([scale, duration]));
   const frame = filler(0.02, kbps);
   const clusters: Buffer[] = [];
   for (let start = 0; start < seconds * 1000; start += 1000) {
