@@ -162,6 +162,30 @@ describe("a request's end line in the log", () => {
     });
   });
 
+  it('of a request refused for its model names the model as it was asked for (a retired one, an unknown one, one of another kind)', async () => {
+    const ask = (path: string, body: object) =>
+      fetch(`${proc.url}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    const messages = [{ role: 'user', content: 'hi' }];
+    const cases: [string, object, number, string, string][] = [
+      ['/v1/chat/completions', { model: 'mistral/nemo', messages }, 410, 'model_deprecated', 'mistral/nemo'],
+      ['/alt/v1/chat/completions', { model: 'mistral/nemo', messages }, 400, 'model_deprecated', 'mistral/nemo'],
+      ['/v1/chat/completions', { model: 'mistral-small', messages }, 404, 'model_not_found', 'mistral-small'],
+      ['/v1/embeddings', { model: 'mistral/small', input: ['a'] }, 400, 'validation', 'mistral/small'],
+      ['/v1/chat/completions', { model: `x/${'y'.repeat(300)}`, messages }, 400, 'validation', `x/${'y'.repeat(198)}…`],
+      ['/v1/chat/completions', { model: key, messages }, 404, 'model_not_found', '[redacted]'],
+    ];
+    for (const [path, body, status, code, model] of cases) {
+      const refused = await ask(path, body);
+      expect(refused.status, `${path} ${JSON.stringify(body).slice(0, 80)}`).toBe(status);
+      expect((await endLine(refused.headers.get('x-request-id') as string)).res).toEqual({ statusCode: status, route: path, keyId, model, code });
+    }
+    expect(proc.output()).not.toContain(key);
+  });
+
   it('of a stream its provider broke off names the code its usage record keeps', async () => {
     sim.providers.scaleway?.setFault({ kind: 'error_after_200', afterChunks: 2, times: 1 });
     try {

@@ -1,5 +1,9 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
 import type { Bindings, ChildLoggerOptions, LevelWithSilent, Logger } from 'pino';
+import { redactSecrets } from '../lib/redact.js';
+
+/** The longest model id a request may name (the schemas' bound): a longer one is logged cut. */
+const MODEL_CHARS = 200;
 
 type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 
@@ -96,6 +100,11 @@ export function resForLog(res: { statusCode: number; request?: FastifyRequest })
     }
     if (usage.units > 0) line.units = usage.units;
     if (usage.resumes !== undefined) line.resumes = usage.resumes;
+  } else if (gw.key) {
+    // Refused before a model was resolved (unknown, retired, not enabled): the id as the client wrote it, so that the
+    // log alone says who still asks for a retired model. Client text: bounded, and anything shaped like a key removed.
+    const named = (request.body as { model?: unknown } | undefined)?.model;
+    if (typeof named === 'string') line.model = redactSecrets(named.length > MODEL_CHARS ? `${named.slice(0, MODEL_CHARS)}…` : named);
   }
   if (gw.errorCode !== null) line.code = gw.errorCode;
   return line;
