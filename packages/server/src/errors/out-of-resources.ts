@@ -26,3 +26,18 @@ export function outOfResources(doing: string, err: unknown): GatewayError | null
     cause: err,
   });
 }
+
+/**
+ * A provider's answer past the instance's bound of bodies and answers held at once (GW_BODY_MEMORY_MB, http/body-memory.ts):
+ * not read, and not asked of another provider, whose answer would be as large.
+ */
+export class AnswerOverBound extends GatewayError {
+  constructor(held: number, limit: number) {
+    const mib = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
+    super(
+      'out_of_resources',
+      `This gateway instance holds ${mib(held)} MiB of request bodies and answers, its bound of ${mib(limit)} MiB (GW_BODY_MEMORY_MB): the provider's answer was not read${SEND_AGAIN}`,
+      { retryAfterS: 1 },
+    );
+  }
+}

@@ -1,11 +1,17 @@
 import { getHeapStatistics } from 'node:v8';
+import type { GatewayError } from '../errors/gateway-error.js';
+import { AnswerOverBound } from '../errors/out-of-resources.js';
+import type { AnswerMemory } from '../providers/http-client.js';
 
 /**
- * The bytes of JSON request bodies this instance holds at once, each from its parse until its response closes. A
- * request's body is held three or four times over while it runs (its text, the parsed object, the provider's copy):
- * 40 bodies of 4 MB took the process 600 MB past its idle size, and under a heap bound (`--max-old-space-size`, a
- * container's memory) enough of them at once ended it out of memory, every request in flight lost. Past the bound a
- * body is refused (503 `out_of_resources`) rather than held; one alone is always taken, whatever its size.
+ * The bytes of JSON request bodies, and of the embeddings answers read for them, this instance holds at once, each from
+ * its parse (or its arrival from the provider) until its response closes. A request's body is held three or four times
+ * over while it runs (its text, the parsed object, the provider's copy): 40 bodies of 4 MB took the process 600 MB past
+ * its idle size, and under a heap bound (`--max-old-space-size`, a container's memory) enough of them at once ended it
+ * out of memory, every request in flight lost. An embeddings answer is held about as many times over (the provider's
+ * bytes, their text, the vectors, the answer written): 20 answers of 2,048 vectors of 1,024 floats (44 MB each) took
+ * the process 1.1 GB past its idle size. Past the bound a body is refused (503 `out_of_resources`) rather than held,
+ * an answer is not read; one request alone is always taken, whatever its size.
  */
 export class BodyMemory {
   held = 0;
@@ -18,8 +24,36 @@ export class BodyMemory {
     return true;
   }
 
+  /** {@link take} for a request that holds `own` bytes already: refused only where others hold some too. */
+  grow(own: number, bytes: number): boolean {
+    if (this.held > own && this.held + bytes > this.limit) return false;
+    this.held += bytes;
+    return true;
+  }
+
   release(bytes: number): void {
     this.held -= bytes;
+  }
+}
+
+/**
+ * A request's share of {@link BodyMemory}, its body's bytes and its answer's, as `bodyBytes` counts them: the answer's
+ * are let go with the body's when the response closes (request-context.ts), since the answer is held until it is sent.
+ */
+export class RequestMemory implements AnswerMemory {
+  constructor(
+    private readonly memory: BodyMemory,
+    private readonly gw: { bodyBytes: number },
+  ) {}
+
+  hold(bytes: number): boolean {
+    if (!this.memory.grow(this.gw.bodyBytes, bytes)) return false;
+    this.gw.bodyBytes += bytes;
+    return true;
+  }
+
+  refusal(): GatewayError {
+    return new AnswerOverBound(this.memory.held, this.memory.limit);
   }
 }
 

@@ -36,6 +36,13 @@ export interface CancelSignal {
 /** A function, or an object whose `handleEvent` is called (as EventTarget takes it). */
 export type AbortListener = (() => void) | { handleEvent(): void };
 
+/** What an upstream call's whole answer is held against as it arrives (http/body-memory.ts): false refuses `bytes` more. */
+export interface AnswerMemory {
+  hold(bytes: number): boolean;
+  /** Why the answer was not read: the instance's 503. */
+  refusal(): GatewayError;
+}
+
 export interface UpstreamRequest {
   method: 'GET' | 'POST';
   path: string;
@@ -43,6 +50,8 @@ export interface UpstreamRequest {
   /** A stream for uploads (multipart audio), built anew for every attempt. */
   body?: string | Readable;
   signal?: CancelSignal | undefined;
+  /** What a whole answer is held against as it arrives (embeddings); past it the call ends unread, with its 503. */
+  memory?: AnswerMemory | undefined;
 }
 
 const MAX_CONNECTIONS_PER_ORIGIN = 4096;
@@ -69,6 +78,12 @@ export const IDENTITY_ENCODING = { 'accept-encoding': 'identity' } as const;
  * that the text could not be made, and the call was never answered.
  */
 export const MAX_WHOLE_BODY_BYTES = 256 * 1024 * 1024;
+
+/**
+ * An answer of at least this Content-Length is read into one buffer of its size: gathered in the socket's pieces and
+ * joined at its end, it was held twice over while they were joined (44 MB of embeddings: 88 MB at once).
+ */
+const PRESIZED_BYTES = 1024 * 1024;
 
 /** Why a stream request's 2xx answer was refused unread: it is no event stream. */
 class NotAnEventStream extends Error {
@@ -134,7 +149,7 @@ export class UpstreamHttp {
    */
   json(req: UpstreamRequest): Promise<JsonResponse> {
     return new Promise<JsonResponse>((resolve, reject) => {
-      const handler = new JsonResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal, this.maxBodyBytes);
+      const handler = new JsonResponseHandler(resolve, (err) => reject(this.callError(err)), req.signal, this.maxBodyBytes, req.memory);
       this.dispatch(req, handler);
     });
   }
@@ -294,6 +309,10 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   protected headers: Record<string, string | string[] | undefined> = {};
   private readonly chunks: Buffer[] = [];
   private bytes = 0;
+  /** A large answer's buffer, of its Content-Length ({@link PRESIZED_BYTES}), which its pieces are copied into. */
+  private whole: Buffer | null = null;
+  /** The whole answer is held against {@link memory} already (its Content-Length was). */
+  private heldAll = false;
   protected controller: Dispatcher.DispatchController | null = null;
   private settled = false;
 
@@ -302,6 +321,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     protected readonly reject: (err: unknown) => void,
     private readonly signal: CancelSignal | undefined,
     private readonly maxBytes: number,
+    private readonly memory?: AnswerMemory,
   ) {
     if (!signal) return;
     if (signal.aborted) {
@@ -339,7 +359,30 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
       const refused = new UnaskedEventStream();
       this.fail(refused);
       controller.abort(refused);
+      return;
     }
+    const length = headers['content-length'];
+    if (typeof length === 'string' && (this.memory !== undefined || length.length > 6)) this.sized(controller, Number(length));
+  }
+
+  /** An answer of known length: held whole against {@link memory} before a byte of it is read, a large one read into one buffer. */
+  private sized(controller: Dispatcher.DispatchController, length: number): void {
+    if (!Number.isSafeInteger(length) || length < 0 || length > this.maxBytes) return;
+    if (this.memory !== undefined) {
+      if (!this.memory.hold(length)) {
+        this.refuse(controller, this.memory.refusal());
+        return;
+      }
+      this.heldAll = true;
+    }
+    if (length >= PRESIZED_BYTES) this.whole = Buffer.allocUnsafeSlow(length);
+  }
+
+  private refuse(controller: Dispatcher.DispatchController, err: Error): void {
+    this.chunks.length = 0;
+    this.whole = null;
+    this.fail(err);
+    controller.abort(err);
   }
 
   protected started(statusCode: number, headers: Record<string, string | string[] | undefined>): void {
@@ -352,23 +395,36 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     this.bytes += chunk.length;
     if (this.bytes > this.maxBytes) {
       // Held whole, an endless answer would take the instance's memory; cut it as the provider's fault.
-      this.chunks.length = 0;
-      this.fail(new BodyTooLarge(this.maxBytes));
-      controller.abort(new BodyTooLarge(this.maxBytes));
+      this.refuse(controller, new BodyTooLarge(this.maxBytes));
       return;
     }
-    this.chunks.push(chunk);
+    if (this.memory !== undefined && !this.heldAll && !this.memory.hold(chunk.length)) {
+      this.refuse(controller, this.memory.refusal());
+      return;
+    }
+    const whole = this.whole;
+    if (whole === null) this.chunks.push(chunk);
+    else if (this.bytes <= whole.length) chunk.copy(whole, this.bytes - chunk.length);
+    else {
+      // Longer than its Content-Length said (undici ends such a call itself): gathered in pieces from here on.
+      this.chunks.push(whole.subarray(0, this.bytes - chunk.length), chunk);
+      this.whole = null;
+    }
   }
 
   onResponseEnd(): void {
     if (this.settled) return;
     let bytes: Buffer;
     try {
-      bytes = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks);
+      if (this.whole !== null) bytes = this.bytes === this.whole.length ? this.whole : this.whole.subarray(0, this.bytes);
+      else bytes = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks);
     } catch (err) {
       this.fail(err);
       return;
     }
+    // Let go as soon as the text is made, not when undici lets go of the handler.
+    this.whole = null;
+    this.chunks.length = 0;
     const coding = this.headers['content-encoding'];
     if (coding === undefined) {
       this.finish(bytes);

@@ -1,6 +1,6 @@
 import type { ProviderConfig, ProviderType } from '@gw/schema';
 import type { Vendor } from '../config/vendor.js';
-import type { CancelSignal } from './http-client.js';
+import type { AnswerMemory, CancelSignal } from './http-client.js';
 import type { DimensionsSupport } from './param-compat.js';
 
 export interface TokenUsage {
@@ -81,6 +81,8 @@ export interface UpstreamCall {
    * counts the whole and these parts are taken back off (http/upstream-call.ts).
    */
   paid?: (part: PaidPart) => void;
+  /** What the call's whole answers are held against as they arrive (embeddings, http/body-memory.ts). */
+  memory?: AnswerMemory;
 }
 
 /** What a provider billed for a part of a call. */

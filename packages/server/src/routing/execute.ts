@@ -1,4 +1,5 @@
 import { GatewayError } from '../errors/gateway-error.js';
+import { AnswerOverBound } from '../errors/out-of-resources.js';
 import { UpstreamError } from '../errors/upstream-error.js';
 import type { OfferStatsView } from './offer-stats.js';
 import { heldCost } from './plan.js';
@@ -81,7 +82,8 @@ export async function executePlan<T>(plan: Offer[], call: (offer: Offer) => Prom
       attempts.push(attempt);
       return { value, offer, hops: attempts.length - 1, attempts };
     } catch (caught) {
-      if (caught instanceof GatewayError && caught.code === 'out_of_resources') {
+      // An answer over the instance's memory bound is not asked of another provider: its answer would be as large.
+      if (caught instanceof GatewayError && caught.code === 'out_of_resources' && !(caught instanceof AnswerOverBound)) {
         attempts.push({ provider: offer.provider, ok: false, error: caught.message, ms: performance.now() - started });
         shortage = caught;
         continue;

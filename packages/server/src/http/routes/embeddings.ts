@@ -11,6 +11,7 @@ import { executePlan } from '../../routing/execute.js';
 import { offersGivingDimensions } from '../../routing/param-routing.js';
 import { heldCost, planOffers } from '../../routing/plan.js';
 import type { Offer, RegistryModel } from '../../routing/registry.js';
+import { RequestMemory } from '../body-memory.js';
 import { growBudgetHold, heldFor, reserveBudget } from '../budget.js';
 import { newUsageDraft, type UsageDraft } from '../context.js';
 import { resolveModel, routeOptions } from '../model-access.js';
@@ -98,7 +99,8 @@ export function embeddingsRoute(app: FastifyInstance, services: Services, docs: 
           ...(body.dimensions == null ? {} : { dimensions: body.dimensions }),
           ...(body.input_type ? { inputType: body.input_type } : {}),
         };
-        const call = { signal, requestId: request.id };
+        // The providers' answers are held against GW_BODY_MEMORY_MB as they arrive, as the body is (http/body-memory.ts).
+        const call = { signal, requestId: request.id, memory: new RequestMemory(services.bodyMemory, request.gw) };
         // The most tokens any provider can count the texts (usage-bounds.ts): no part, nor the answer, is billed more.
         const tokensBound = embeddingTokensBound(request.gw.bodyBytes, input.length);
         // What failed attempts were paid for is billed on top of the answer: the hold grows by it before a failover.

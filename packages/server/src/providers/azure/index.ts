@@ -90,6 +90,7 @@ export class AzureOpenAIAdapter implements ProviderAdapter {
       headers: { ...this.headers, 'x-ms-client-request-id': call.requestId },
       body: JSON.stringify(body),
       signal: call.signal,
+      memory: call.memory,
     });
   }
 

@@ -88,6 +88,7 @@ export class CohereAdapter implements ProviderAdapter {
       headers: { ...this.headers, 'x-client-name': 'gw', 'x-request-id': call.requestId },
       body: JSON.stringify(body),
       signal: call.signal,
+      memory: call.memory,
     });
   }
 

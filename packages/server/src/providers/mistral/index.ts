@@ -106,6 +106,7 @@ export class MistralAdapter implements ProviderAdapter {
       headers: { ...this.headers, 'content-type': 'application/json', 'x-request-id': call.requestId },
       body: JSON.stringify(body),
       signal: call.signal,
+      memory: call.memory,
     });
   }
 

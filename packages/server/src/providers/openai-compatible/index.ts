@@ -181,6 +181,7 @@ export class OpenAICompatibleAdapter implements ProviderAdapter {
       headers: { ...this.headers, 'x-request-id': call.requestId },
       body,
       signal: call.signal,
+      memory: call.memory,
     });
   }
 

@@ -1,0 +1,146 @@
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { ModelConfig } from '@gw/schema';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type TestGateway } from './helpers/gateway.js';
+import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
+
+/**
+ * Embeddings answers are held against GW_BODY_MEMORY_MB as they arrive from the provider, as request bodies are: an
+ * answer that would pass the bound while other requests hold theirs is not read, and its request is answered 503
+ * `out_of_resources` with `Retry-After: 1`, billed nothing and not asked of another provider. One request alone is
+ * always served, whatever its answer's size.
+ */
+const DIMS = 256;
+/** 1.3 MB of floats: more than the 1 MiB bound alone. */
+const LARGE = 240;
+/** 0.75 MB: held while the others come, leaving room for their request bodies. */
+const HELD = 140;
+/** 0.43 MB: fits the bound alone, not beside the one held. */
+const SMALL = 80;
+const PRICE = { prompt_per_1m: 1_000, completion_per_1m: 0, currency: 'EUR' };
+
+let release: () => void = () => {};
+let calls = 0;
+
+function list(model: string, inputs: number): Buffer {
+  const data = Array.from({ length: inputs }, (_, index) => ({
+    object: 'embedding',
+    index,
+    embedding: Array.from({ length: DIMS }, (_, j) => Math.sin(index * 31 + j) * 0.0123456789),
+  }));
+  return Buffer.from(JSON.stringify({ object: 'list', data, model, usage: { prompt_tokens: inputs, total_tokens: inputs } }));
+}
+
+function answer(req: IncomingMessage, res: ServerResponse, body: string) {
+  if (req.method === 'GET') return answerModelList(res, ['plain', 'stalled', 'chunked']);
+  const { model, input } = JSON.parse(body) as { model: string; input: string[] };
+  calls++;
+  const bytes = list(model, input.length);
+  if (model === 'chunked') {
+    // No Content-Length: held piece by piece as it arrives.
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.write(bytes.subarray(0, 1000));
+    setTimeout(() => res.end(bytes.subarray(1000)), 50);
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'application/json', 'content-length': bytes.length });
+  if (model !== 'stalled') return res.end(bytes);
+  // Its length is told (and held) at once; the rest waits for the test.
+  res.write(bytes.subarray(0, 1000));
+  release = () => res.end(bytes.subarray(1000));
+}
+
+function model(name: string): ModelConfig {
+  return {
+    id: `t/${name}`,
+    kind: 'embedding',
+    owned_by: 'test',
+    context_window: 8192,
+    beta: true,
+    offers: [
+      { provider: 'big', upstreamModel: name, pricing: PRICE },
+      { provider: 'other', upstreamModel: name, pricing: PRICE },
+    ],
+  };
+}
+
+let upstream: Server;
+let gw: TestGateway;
+let key: string;
+let keyId: string;
+
+beforeAll(async () => {
+  const started = await startRawUpstream(answer);
+  upstream = started.server;
+  const origin = new URL(started.baseUrl).origin;
+  gw = await startGateway({
+    env: { GW_BODY_MEMORY_MB: '1' },
+    catalogue: () => ({
+      providers: [
+        { id: 'big', type: 'openai', baseUrl: `${origin}/v1`, region: 'fr-par', apiKey: '' },
+        { id: 'other', type: 'openai', baseUrl: `${origin}/other/v1`, region: 'fr-par', apiKey: '' },
+      ],
+      models: ['plain', 'stalled', 'chunked'].map(model),
+    }),
+  });
+  ({ key, id: keyId } = await gw.createKey({ rateLimitRpm: 1000 }));
+});
+afterAll(async () => {
+  await gw?.close();
+  await gw?.sim.close();
+  upstream?.close();
+});
+
+function embed(base: string, name: string, inputs: number) {
+  return fetch(`${base}/embeddings`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: `t/${name}`, input: Array.from({ length: inputs }, (_, i) => `text ${i}`) }),
+  });
+}
+
+async function spent(): Promise<number> {
+  await gw.gateway.services.usage.flush();
+  return (await gw.admin<{ spent: number }>('GET', `/keys/${keyId}`)).body.spent;
+}
+
+describe('embeddings answers under GW_BODY_MEMORY_MB', () => {
+  it('serves an answer larger than the bound when its request is alone', async () => {
+    const res = await embed(gw.baseA, 'plain', LARGE);
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { data: unknown[] }).data).toHaveLength(LARGE);
+    expect(gw.gateway.services.bodyMemory.held).toBe(0);
+  });
+
+  it('answers 503 out_of_resources with Retry-After: 1 in each variant for an answer that does not fit beside one held, bills it nothing and asks no other provider', async () => {
+    const before = await spent();
+    const callsBefore = calls;
+    const held = embed(gw.baseA, 'stalled', HELD);
+    // Its Content-Length is held once its head has come.
+    for (let i = 0; i < 100 && gw.gateway.services.bodyMemory.held < 700_000; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(gw.gateway.services.bodyMemory.held).toBeGreaterThan(700_000);
+    for (const [base, name, type] of [
+      [gw.baseA, 'plain', 'service_unavailable'],
+      [gw.baseB, 'plain', 'server_error'],
+      [gw.baseA, 'chunked', 'service_unavailable'],
+    ] as const) {
+      const res = await embed(base, name, SMALL);
+      expect(res.status).toBe(503);
+      expect(res.headers.get('retry-after')).toBe('1');
+      const { error } = (await res.json()) as { error: { code: string; type: string; message: string } };
+      expect(error).toMatchObject({ code: 'service_unavailable', type });
+      expect(error.message).toContain('GW_BODY_MEMORY_MB');
+      expect(error.message).toContain("the provider's answer was not read");
+    }
+    release();
+    const res = await held;
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { data: unknown[] }).data).toHaveLength(HELD);
+    // Each refused answer was asked of one provider, not of the second offer too, and only the one served is billed.
+    expect(calls - callsBefore).toBe(4);
+    expect(await spent()).toBeCloseTo(before + (HELD * PRICE.prompt_per_1m) / 1e6, 9);
+    // Each let go as its request closed: the next is served.
+    expect(gw.gateway.services.bodyMemory.held).toBe(0);
+    expect((await embed(gw.baseA, 'chunked', SMALL)).status).toBe(200);
+  });
+});
