@@ -1,4 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { gzipSync } from 'node:zlib';
 import type { ModelConfig } from '@gw/schema';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGateway, type TestGateway } from './helpers/gateway.js';
@@ -32,10 +33,16 @@ function list(model: string, inputs: number): Buffer {
 }
 
 function answer(req: IncomingMessage, res: ServerResponse, body: string) {
-  if (req.method === 'GET') return answerModelList(res, ['plain', 'stalled', 'chunked']);
+  if (req.method === 'GET') return answerModelList(res, NAMES);
   const { model, input } = JSON.parse(body) as { model: string; input: string[] };
   calls++;
   const bytes = list(model, input.length);
+  if (model === 'gzip') {
+    // Sent compressed though identity was asked for: its decoded bytes are what is held.
+    const coded = gzipSync(bytes);
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': coded.length });
+    return res.end(coded);
+  }
   if (model === 'chunked') {
     // No Content-Length: held piece by piece as it arrives.
     res.writeHead(200, { 'content-type': 'application/json' });
@@ -64,6 +71,8 @@ function model(name: string): ModelConfig {
   };
 }
 
+const NAMES = ['plain', 'stalled', 'chunked', 'gzip'];
+
 let upstream: Server;
 let gw: TestGateway;
 let key: string;
@@ -80,7 +89,7 @@ beforeAll(async () => {
         { id: 'big', type: 'openai', baseUrl: `${origin}/v1`, region: 'fr-par', apiKey: '' },
         { id: 'other', type: 'openai', baseUrl: `${origin}/other/v1`, region: 'fr-par', apiKey: '' },
       ],
-      models: ['plain', 'stalled', 'chunked'].map(model),
+      models: NAMES.map(model),
     }),
   });
   ({ key, id: keyId } = await gw.createKey({ rateLimitRpm: 1000 }));
@@ -123,6 +132,7 @@ describe('embeddings answers under GW_BODY_MEMORY_MB', () => {
       [gw.baseA, 'plain', 'service_unavailable'],
       [gw.baseB, 'plain', 'server_error'],
       [gw.baseA, 'chunked', 'service_unavailable'],
+      [gw.baseA, 'gzip', 'service_unavailable'],
     ] as const) {
       const res = await embed(base, name, SMALL);
       expect(res.status).toBe(503);
@@ -137,7 +147,7 @@ describe('embeddings answers under GW_BODY_MEMORY_MB', () => {
     expect(res.status).toBe(200);
     expect(((await res.json()) as { data: unknown[] }).data).toHaveLength(HELD);
     // Each refused answer was asked of one provider, not of the second offer too, and only the one served is billed.
-    expect(calls - callsBefore).toBe(4);
+    expect(calls - callsBefore).toBe(5);
     expect(await spent()).toBeCloseTo(before + (HELD * PRICE.prompt_per_1m) / 1e6, 9);
     // Each let go as its request closed: the next is served.
     expect(gw.gateway.services.bodyMemory.held).toBe(0);

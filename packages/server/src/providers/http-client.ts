@@ -433,7 +433,10 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     // Decoded off the event loop: a few hundred KB of gzip can make 256 MiB, CPU that every other request waited out.
     decodedBody(bytes, headerValue(coding) ?? '', this.status, this.maxBytes).then(
       (decoded) => {
-        if (!this.settled) this.finish(decoded);
+        if (this.settled) return;
+        // What was held is the coded bytes: the answer is its decoded ones.
+        if (this.memory !== undefined && decoded.length > bytes.length && !this.memory.hold(decoded.length - bytes.length)) this.fail(this.memory.refusal());
+        else this.finish(decoded);
       },
       (err: unknown) => this.fail(err),
     );
