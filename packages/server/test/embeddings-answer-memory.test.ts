@@ -8,8 +8,8 @@ import { answerModelList, startRawUpstream } from './helpers/raw-upstream.js';
 /**
  * Embeddings answers are held against GW_BODY_MEMORY_MB as they arrive from the provider, as request bodies are: an
  * answer that would pass the bound while other requests hold theirs is not read, and its request is answered 503
- * `out_of_resources` with `Retry-After: 1`, billed nothing and not asked of another provider. One request alone is
- * always served, whatever its answer's size.
+ * `out_of_resources` with `Retry-After: 1`, billed nothing and not asked of another provider. An answer is always
+ * served while no other is held, whatever its size and the bodies held.
  */
 const DIMS = 256;
 /** 1.3 MB of floats: more than the 1 MiB bound alone. */
@@ -21,6 +21,7 @@ const SMALL = 80;
 const PRICE = { prompt_per_1m: 1_000, completion_per_1m: 0, currency: 'EUR' };
 
 let release: () => void = () => {};
+let answerSilent: () => void = () => {};
 let calls = 0;
 
 function list(model: string, inputs: number): Buffer {
@@ -37,6 +38,14 @@ function answer(req: IncomingMessage, res: ServerResponse, body: string) {
   const { model, input } = JSON.parse(body) as { model: string; input: string[] };
   calls++;
   const bytes = list(model, input.length);
+  if (model === 'silent') {
+    // No head until the test says: its request holds its body only.
+    answerSilent = () => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': bytes.length });
+      res.end(bytes);
+    };
+    return;
+  }
   if (model === 'gzip') {
     // Sent compressed though identity was asked for: its decoded bytes are what is held.
     const coded = gzipSync(bytes);
@@ -71,7 +80,7 @@ function model(name: string): ModelConfig {
   };
 }
 
-const NAMES = ['plain', 'stalled', 'chunked', 'gzip'];
+const NAMES = ['plain', 'stalled', 'chunked', 'gzip', 'silent'];
 
 let upstream: Server;
 let gw: TestGateway;
@@ -100,12 +109,17 @@ afterAll(async () => {
   upstream?.close();
 });
 
-function embed(base: string, name: string, inputs: number) {
+function embed(base: string, name: string, inputs: number, textBytes = 8) {
   return fetch(`${base}/embeddings`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: `t/${name}`, input: Array.from({ length: inputs }, (_, i) => `text ${i}`) }),
+    body: JSON.stringify({ model: `t/${name}`, input: Array.from({ length: inputs }, (_, i) => `text ${i}`.padEnd(textBytes, '.')) }),
   });
+}
+
+async function heldAtLeast(bytes: number): Promise<void> {
+  for (let i = 0; i < 100 && gw.gateway.services.bodyMemory.held < bytes; i++) await new Promise((r) => setTimeout(r, 20));
+  expect(gw.gateway.services.bodyMemory.held).toBeGreaterThanOrEqual(bytes);
 }
 
 async function spent(): Promise<number> {
@@ -114,11 +128,17 @@ async function spent(): Promise<number> {
 }
 
 describe('embeddings answers under GW_BODY_MEMORY_MB', () => {
-  it('serves an answer larger than the bound when its request is alone', async () => {
+  it('serves an answer larger than the bound while no other answer is held, whatever bodies other requests hold', async () => {
+    expect((await embed(gw.baseA, 'plain', LARGE)).status).toBe(200);
+    // A request waiting on its provider holds its 0.4 MB body only: the answer larger than the bound still goes on.
+    const waiting = embed(gw.baseA, 'silent', 50, 8_000);
+    await heldAtLeast(400_000);
     const res = await embed(gw.baseA, 'plain', LARGE);
     expect(res.status).toBe(200);
     expect(((await res.json()) as { data: unknown[] }).data).toHaveLength(LARGE);
-    expect(gw.gateway.services.bodyMemory.held).toBe(0);
+    answerSilent();
+    expect((await waiting).status).toBe(200);
+    expect(gw.gateway.services.bodyMemory).toMatchObject({ held: 0, answers: 0 });
   });
 
   it('answers 503 out_of_resources with Retry-After: 1 in each variant for an answer that does not fit beside one held, bills it nothing and asks no other provider', async () => {
@@ -126,8 +146,7 @@ describe('embeddings answers under GW_BODY_MEMORY_MB', () => {
     const callsBefore = calls;
     const held = embed(gw.baseA, 'stalled', HELD);
     // Its Content-Length is held once its head has come.
-    for (let i = 0; i < 100 && gw.gateway.services.bodyMemory.held < 700_000; i++) await new Promise((r) => setTimeout(r, 20));
-    expect(gw.gateway.services.bodyMemory.held).toBeGreaterThan(700_000);
+    await heldAtLeast(700_000);
     for (const [base, name, type] of [
       [gw.baseA, 'plain', 'service_unavailable'],
       [gw.baseB, 'plain', 'server_error'],
@@ -150,7 +169,7 @@ describe('embeddings answers under GW_BODY_MEMORY_MB', () => {
     expect(calls - callsBefore).toBe(5);
     expect(await spent()).toBeCloseTo(before + (HELD * PRICE.prompt_per_1m) / 1e6, 9);
     // Each let go as its request closed: the next is served.
-    expect(gw.gateway.services.bodyMemory.held).toBe(0);
+    expect(gw.gateway.services.bodyMemory).toMatchObject({ held: 0, answers: 0 });
     expect((await embed(gw.baseA, 'chunked', SMALL)).status).toBe(200);
   });
 });

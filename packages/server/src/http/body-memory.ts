@@ -11,10 +11,12 @@ import type { AnswerMemory } from '../providers/http-client.js';
  * out of memory, every request in flight lost. An embeddings answer is held about as many times over (the provider's
  * bytes, their text, the vectors, the answer written): 20 answers of 2,048 vectors of 1,024 floats (44 MB each) took
  * the process 1.1 GB past its idle size. Past the bound a body is refused (503 `out_of_resources`) rather than held,
- * an answer is not read; one request alone is always taken, whatever its size.
+ * an answer is not read; a body alone, and an answer while no other is held, is always taken, whatever its size.
  */
 export class BodyMemory {
   held = 0;
+  /** Requests that hold an answer's bytes. */
+  answers = 0;
 
   constructor(readonly limit: number) {}
 
@@ -24,31 +26,38 @@ export class BodyMemory {
     return true;
   }
 
-  /** {@link take} for a request that holds `own` bytes already: refused only where others hold some too. */
-  grow(own: number, bytes: number): boolean {
-    if (this.held > own && this.held + bytes > this.limit) return false;
+  /**
+   * An answer's `bytes` for a request whose answers hold `own` already: taken where they fit, or where no other request
+   * holds an answer, so that one answer always goes on, however large, whatever bodies other requests hold.
+   */
+  holdAnswer(own: number, bytes: number): boolean {
+    if (this.held + bytes > this.limit && this.answers > (own === 0 ? 0 : 1)) return false;
+    if (own === 0) this.answers++;
     this.held += bytes;
     return true;
   }
 
-  release(bytes: number): void {
-    this.held -= bytes;
+  /** A request's body bytes and its answers' (`answerBytes`), let go as its response closes. */
+  release(bytes: number, answerBytes = 0): void {
+    this.held -= bytes + answerBytes;
+    if (answerBytes > 0) this.answers--;
   }
 }
 
 /**
- * A request's share of {@link BodyMemory}, its body's bytes and its answer's, as `bodyBytes` counts them: the answer's
- * are let go with the body's when the response closes (request-context.ts), since the answer is held until it is sent.
+ * A request's answers' share of {@link BodyMemory}, as its `answerBytes` counts it: let go with its body's when its
+ * response closes (request-context.ts), since an answer is held until it is sent.
  */
 export class RequestMemory implements AnswerMemory {
   constructor(
     private readonly memory: BodyMemory,
-    private readonly gw: { bodyBytes: number },
+    private readonly gw: { answerBytes: number },
   ) {}
 
   hold(bytes: number): boolean {
-    if (!this.memory.grow(this.gw.bodyBytes, bytes)) return false;
-    this.gw.bodyBytes += bytes;
+    if (bytes === 0) return true;
+    if (!this.memory.holdAnswer(this.gw.answerBytes, bytes)) return false;
+    this.gw.answerBytes += bytes;
     return true;
   }
 

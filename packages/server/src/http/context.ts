@@ -44,6 +44,8 @@ export interface RequestState {
   bodyBytes: number;
   /** Each integer past 2^53 of the JSON body as written, where JSON reads the nearest double (lib/json-numbers.ts); null for none, as nearly always. */
   exactIntegers: readonly ExactInteger[] | null;
+  /** Bytes of provider answers held against GW_BODY_MEMORY_MB until the response closes (http/body-memory.ts). */
+  answerBytes: number;
 }
 
 /** The request a response answers, for what handles its connection's errors outside Fastify (framework-errors.ts). */

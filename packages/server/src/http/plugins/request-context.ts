@@ -46,6 +46,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       answeredRaw: null,
       bodyBytes: 0,
       exactIntegers: null,
+      answerBytes: 0,
     };
     (reply.raw as ResponseOfRequest)[kGatewayRequest] = request;
     reply.header(H.requestId, request.id);
@@ -53,7 +54,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     const watched = unsentAnswers.watch(reply.raw, request.log);
     reply.raw.once('close', () => {
       services.lifecycle.inFlight--;
-      services.bodyMemory.release(request.gw.bodyBytes);
+      services.bodyMemory.release(request.gw.bodyBytes, request.gw.answerBytes);
       unsentAnswers.forget(watched);
       const ms = performance.now() - request.gw.startedAt;
       const raw = request.gw.answeredRaw;
