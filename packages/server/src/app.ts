@@ -12,7 +12,7 @@ import { WorkspaceCache } from './auth/workspace-cache.js';
 import { ConfigError, type GatewayConfig } from './config/index.js';
 import { entryWarnings } from './config/provider-entry.js';
 import { GatewayError } from './errors/gateway-error.js';
-import { BodyMemory, bodyMemoryBytes } from './http/body-memory.js';
+import { ANSWER_ROOM_WAIT_MS, BodyMemory, bodyMemoryBytes } from './http/body-memory.js';
 import { DRAIN_READ_GRACE_MS } from './http/drain-close.js';
 import { sendError } from './http/errors.js';
 import { checkBeforeContinue } from './http/expect-continue.js';
@@ -352,7 +352,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     keptAnswers: new KeptAnswerAllowance(config.idempotencyKeptMb * 2 ** 20),
     storePresence,
     lifecycle: { draining: false, inFlight: 0, claimsHeld: 0, apiRequests: 0 },
-    bodyMemory: new BodyMemory(bodyMemoryBytes(config.bodyMemoryMb)),
+    bodyMemory: new BodyMemory(bodyMemoryBytes(config.bodyMemoryMb), Math.min(ANSWER_ROOM_WAIT_MS, config.sendTimeoutMs)),
     upstreamCalls: new UpstreamCalls(),
     redisHealth,
   };

@@ -17,8 +17,14 @@ export class BodyMemory {
   held = 0;
   /** Requests that hold an answer's bytes. */
   answers = 0;
+  /** Answers waiting for room, oldest first: each is tried as bytes are let go, until it takes its room. */
+  private readonly waiting: (() => boolean)[] = [];
 
-  constructor(readonly limit: number) {}
+  /** `answerWaitMs`: how long an answer waits for room before its request is refused (at most {@link ANSWER_ROOM_WAIT_MS}). */
+  constructor(
+    readonly limit: number,
+    readonly answerWaitMs = ANSWER_ROOM_WAIT_MS,
+  ) {}
 
   take(bytes: number): boolean {
     if (this.held > 0 && this.held + bytes > this.limit) return false;
@@ -41,8 +47,33 @@ export class BodyMemory {
   release(bytes: number, answerBytes = 0): void {
     this.held -= bytes + answerBytes;
     if (answerBytes > 0) this.answers--;
+    if (this.waiting.length > 0) this.wake();
+  }
+
+  /** `tryHold` tried again as bytes are let go, in turn behind the answers waiting before it; the function returned stops it. */
+  whenFreed(tryHold: () => boolean): () => void {
+    this.waiting.push(tryHold);
+    return () => {
+      const at = this.waiting.indexOf(tryHold);
+      if (at === -1) return;
+      this.waiting.splice(at, 1);
+      // The first in line gone, the next may fit.
+      if (at === 0) this.wake();
+    };
+  }
+
+  /** First come, first held: a small answer does not pass a large one for good. */
+  private wake(): void {
+    while (this.waiting.length > 0 && (this.waiting[0] as () => boolean)()) this.waiting.shift();
   }
 }
+
+/**
+ * How long an answer waits for room before its request is refused 503, or GW_SEND_TIMEOUT_MS where shorter: answers
+ * ahead of it wait only for their clients to take them, which that bounds, so a wait this long means the instance is
+ * past its load.
+ */
+export const ANSWER_ROOM_WAIT_MS = 30_000;
 
 /**
  * A request's answers' share of {@link BodyMemory}, as its `answerBytes` counts it: let go with its body's when its
@@ -59,6 +90,30 @@ export class RequestMemory implements AnswerMemory {
     if (!this.memory.holdAnswer(this.gw.answerBytes, bytes)) return false;
     this.gw.answerBytes += bytes;
     return true;
+  }
+
+  holdWhenFree(bytes: number, taken: () => void, refused: () => void): () => void {
+    // A request holding part of an answer (a provider's earlier batch) waits for no other: two such requests would
+    // each wait for the other to let go.
+    if (this.gw.answerBytes > 0) {
+      refused();
+      return () => {};
+    }
+    const timer = setTimeout(() => {
+      stop();
+      refused();
+    }, this.memory.answerWaitMs);
+    const stop = this.memory.whenFreed(() => {
+      if (!this.hold(bytes)) return false;
+      clearTimeout(timer);
+      // Called from a release, itself in a response's 'close': the reading resumes on a turn of its own.
+      setImmediate(taken);
+      return true;
+    });
+    return () => {
+      clearTimeout(timer);
+      stop();
+    };
   }
 
   refusal(): GatewayError {

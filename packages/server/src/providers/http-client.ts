@@ -39,6 +39,11 @@ export type AbortListener = (() => void) | { handleEvent(): void };
 /** What an upstream call's whole answer is held against as it arrives (http/body-memory.ts): false refuses `bytes` more. */
 export interface AnswerMemory {
   hold(bytes: number): boolean;
+  /**
+   * `bytes` held once other requests let go of enough (`taken`), or `refused` where waiting could not end (its request
+   * holds an answer already) or did not in time; the function returned stops the wait.
+   */
+  holdWhenFree(bytes: number, taken: () => void, refused: () => void): () => void;
   /** Why the answer was not read: the instance's 503. */
   refusal(): GatewayError;
 }
@@ -313,6 +318,8 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   private whole: Buffer | null = null;
   /** The whole answer is held against {@link memory} already (its Content-Length was). */
   private heldAll = false;
+  /** Stops the wait for room to hold the answer in (its socket paused meanwhile); null when not waiting. */
+  private stopWaiting: (() => void) | null = null;
   protected controller: Dispatcher.DispatchController | null = null;
   private settled = false;
 
@@ -368,13 +375,31 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
   /** An answer of known length: held whole against {@link memory} before a byte of it is read, a large one read into one buffer. */
   private sized(controller: Dispatcher.DispatchController, length: number): void {
     if (!Number.isSafeInteger(length) || length < 0 || length > this.maxBytes) return;
-    if (this.memory !== undefined) {
-      if (!this.memory.hold(length)) {
-        this.refuse(controller, this.memory.refusal());
-        return;
-      }
-      this.heldAll = true;
+    const memory = this.memory;
+    if (memory !== undefined && !memory.hold(length)) {
+      // Not read until other answers are sent and let go: the provider's bytes wait in the socket, not in this
+      // process, and the answer it was paid for is served late rather than refused.
+      controller.pause();
+      this.stopWaiting = memory.holdWhenFree(
+        length,
+        () => {
+          this.stopWaiting = null;
+          if (this.settled) return;
+          this.readSized(length);
+          controller.resume();
+        },
+        () => {
+          this.stopWaiting = null;
+          this.refuse(controller, memory.refusal());
+        },
+      );
+      return;
     }
+    this.readSized(length);
+  }
+
+  private readSized(length: number): void {
+    this.heldAll = this.memory !== undefined;
     if (length >= PRESIZED_BYTES) this.whole = Buffer.allocUnsafeSlow(length);
   }
 
@@ -469,6 +494,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
 
   protected fail(err: unknown): void {
     if (!this.settle()) return;
+    this.stopWaiting?.();
     this.detach();
     this.reject(err);
   }
