@@ -38,6 +38,13 @@ export interface RequestState {
    * request without one is recorded when its client leaves.
    */
   outlivesClient: boolean;
+  /** A stream's session is running: it records the request when it ends, whether or not its client stays. */
+  streaming: boolean;
+  /**
+   * The client left while the request runs on (`outlivesClient`, `streaming`): its end line is written when it is
+   * recorded, with what its record bills, rather than when it left, when that was not known yet.
+   */
+  leftUnlogged: boolean;
   /** The status of an answer written straight to the connection, past Fastify (a 408 for a body not received in time). */
   answeredRaw: number | null;
   /** Bytes of the JSON body as received (0 for none or another kind): what bounds a provider's reported usage (usage-bounds.ts). */

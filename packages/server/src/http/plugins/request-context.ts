@@ -9,7 +9,7 @@ import { UnsentAnswers } from '../send-timeout.js';
 import { serverTiming } from '../server-timing.js';
 import type { Services } from '../services.js';
 import { leftBeforeAnswer } from '../upstream-call.js';
-import { recordClientGone } from './usage-recording.js';
+import { logClientLeft, recordClientGone } from './usage-recording.js';
 
 /** The operators' probes, answered by a draining instance as by any other (routes/ops.ts). */
 const OPS_ROUTES = new Set(['/healthz', '/readyz', '/metrics']);
@@ -43,6 +43,8 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       counted: false,
       countedModel: null,
       outlivesClient: false,
+      streaming: false,
+      leftUnlogged: false,
       answeredRaw: null,
       bodyBytes: 0,
       exactIntegers: null,
@@ -64,12 +66,9 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const gone = raw === null && leftBeforeAnswer(reply.raw);
       if (gone) {
         recordClientGone(services, request);
-        // Fastify's "request completed" line needs a finished answer: without this one the request's log would stop at its start.
-        // Its head sent (a stream past its first event), the client had part of its answer: a 499 all the same, as in the metrics.
-        const msg = reply.raw.headersSent
-          ? 'request completed: the client left during its answer, part of it sent'
-          : 'request completed: the client left before its answer';
-        request.log.info({ res: { statusCode: 499, request }, responseTime: ms }, msg);
+        // A request that runs on is billed when it ends: its line waits for that, to say what it bills.
+        if (request.gw.outlivesClient || request.gw.streaming) request.gw.leftUnlogged = true;
+        else logClientLeft(request, reply);
       }
       // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
       const status = raw ?? (gone ? 499 : reply.raw.statusCode);

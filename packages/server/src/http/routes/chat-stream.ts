@@ -23,7 +23,7 @@ import { newUsageDraft } from '../context.js';
 import { closeAfterStream } from '../drain-close.js';
 import { applyRateLimit, countUncounted } from '../plugins/rate-limit.js';
 import { setAnswerHeaders } from '../plugins/request-context.js';
-import { billedCompletionTokens, CLIENT_CLOSED_STATUS, recordClientGone } from '../plugins/usage-recording.js';
+import { billedCompletionTokens, CLIENT_CLOSED_STATUS, logClientLeft, recordClientGone } from '../plugins/usage-recording.js';
 import { kPacedByClient } from '../send-timeout.js';
 import type { Services } from '../services.js';
 import { callUpstream, clientAbortSignal, leftBeforeAnswer, routingHeaders } from '../upstream-call.js';
@@ -100,6 +100,7 @@ export async function startStream(
     if (request.gw.outlivesClient && leftBeforeAnswer(reply.raw)) {
       request.gw.outlivesClient = false;
       recordClientGone(services, request);
+      if (request.gw.leftUnlogged) logClientLeft(request, reply);
     }
     throw err;
   });
@@ -118,6 +119,7 @@ export async function startStream(
   request.gw.reservation = null;
   request.gw.usage = null;
   request.gw.usageDone = draft;
+  request.gw.streaming = true;
   // Not awaited: the resume record must not delay the first chunk. It is written no later than the
   // stream's first event (Redis: in the same call); if it fails, only resume degrades.
   const routing = { provider: result.offer.provider, region: result.offer.region, strategy: options.strategy, hops: result.hops };
@@ -187,6 +189,13 @@ export async function startStream(
         streamed: true,
         createdAt: new Date(services.dbClock.nowMs()),
       });
+      // What the end line names: the tokens billed, written now if the client has left, else when the answer ends.
+      if (draft) {
+        draft.promptTokens = prompt;
+        draft.completionTokens = completion;
+      }
+      request.gw.streaming = false;
+      if (request.gw.leftUnlogged) logClientLeft(request, reply);
       // A stream stopped because its client left and did not come back is no failure of the provider's.
       const upstreamOutcome = byGateway ? 'stream_cut' : outcome.abandoned ? 'stream_abandoned' : outcome.error ? 'stream_error' : 'stream_ok';
       services.metrics.observeUpstream(result.offer.provider, upstreamOutcome, (performance.now() - calledAt) / 1000);
