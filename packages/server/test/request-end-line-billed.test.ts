@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
@@ -94,5 +95,43 @@ describe('the end line of a request that runs on as it is billed', () => {
     gone.abort();
     await keyed;
     expect(await endLine(requestId)).toMatchObject({ res: { statusCode: 499, ...billed }, msg: 'request completed: the client left before its answer' });
+
+    // A keyed stream whose client left before its first event runs on as well, and is billed when it ends.
+    sim.providers.scaleway?.setFault({ kind: 'latency', ms: 400, times: 1 });
+    const goneStream = new AbortController();
+    const mark = proc.output().length;
+    const keyedStream = chat(true, { 'x-idempotency-key': 'end-line-3' }, goneStream.signal).catch(() => null);
+    await eventually(() => {
+      const started = /"reqId":"(req_[^"]+)"[^\n]*"incoming request"/.exec(proc.output().slice(mark));
+      expect(started).not.toBeNull();
+      requestId = (started as RegExpExecArray)[1] as string;
+    });
+    goneStream.abort();
+    await keyedStream;
+    expect(await endLine(requestId)).toMatchObject({ res: { statusCode: 499, ...billed }, msg: 'request completed: the client left before its answer' });
+
+    // It runs on too when its client is gone before its handler begins (the whole request sent, then the connection
+    // closed): its line said nothing of the model and tokens it went on to be billed.
+    const sent = body(false);
+    const socket = connect(Number(new URL(proc.url).port), '127.0.0.1');
+    const head = await new Promise<string>((resolve, reject) => {
+      let got = '';
+      socket.on('data', (d) => {
+        got += d.toString();
+      });
+      socket.on('close', () => resolve(got));
+      socket.on('error', reject);
+      socket.end(
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n` +
+          `X-Idempotency-Key: end-line-2\r\nContent-Length: ${Buffer.byteLength(sent)}\r\n\r\n${sent}`,
+      );
+    });
+    expect(head).toBe('');
+    const closedEarly = /"reqId":"(req_[^"]+)","req":\{"method":"POST"[^\n]*"incoming request"/g;
+    const ids = [...proc.output().matchAll(closedEarly)].map((m) => m[1] as string);
+    expect(await endLine(ids[ids.length - 1] as string)).toMatchObject({
+      res: { statusCode: 499, model: 'mistral/small', provider: 'scaleway', ...billed },
+      msg: 'request completed: the client left before its answer',
+    });
   });
 });

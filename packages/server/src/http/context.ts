@@ -41,8 +41,8 @@ export interface RequestState {
   /** A stream's session is running: it records the request when it ends, whether or not its client stays. */
   streaming: boolean;
   /**
-   * The client left while the request runs on (`outlivesClient`, `streaming`): its end line is written when it is
-   * recorded, with what its record bills, rather than when it left, when that was not known yet.
+   * The client left while the request may run on (a stream's session, a keyed request): its end line is written when
+   * its answer is ready or its stream ends, with what it bills, rather than when it left, when that was not known yet.
    */
   leftUnlogged: boolean;
   /** The status of an answer written straight to the connection, past Fastify (a 408 for a body not received in time). */

@@ -66,8 +66,9 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       const gone = raw === null && leftBeforeAnswer(reply.raw);
       if (gone) {
         recordClientGone(services, request);
-        // A request that runs on is billed when it ends: its line waits for that, to say what it bills.
-        if (request.gw.outlivesClient || request.gw.streaming) request.gw.leftUnlogged = true;
+        // A request that may run on (a stream past its first event, a keyed request not yet answered, whose handler may
+        // not have reached its upstream call) is billed when it ends: its line waits for that, to say what it bills.
+        if (request.gw.streaming || (!reply.raw.headersSent && request.headers[H.idempotencyKey] !== undefined)) request.gw.leftUnlogged = true;
         else logClientLeft(request, reply);
       }
       // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
@@ -98,6 +99,8 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     done();
   });
   app.addHook('onSend', (request, reply, payload, done) => {
+    // Its client gone, a keyed request's answer is ready: its usage draft has what it bills.
+    if (request.gw.leftUnlogged) logClientLeft(request, reply);
     // An answer decided from the head alone (a 401, a 415) is given while Node's parser is still in that head, whose
     // body, if small, came in the same read: one turn on the parser has taken it, and whether any is left unread is
     // known then (a client sending bad-key requests on one connection kept it). Only answers given before their body.

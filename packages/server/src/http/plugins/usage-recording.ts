@@ -39,14 +39,13 @@ export function recordOutlivedClient(services: Services, request: FastifyRequest
   if (!request.gw.outlivesClient || !leftBeforeAnswer(reply.raw)) return;
   request.gw.outlivesClient = false;
   recordClientGone(services, request);
-  if (request.gw.leftUnlogged) logClientLeft(request, reply);
 }
 
 /**
  * The end line of a request whose client left before its answer ended: Fastify's "request completed" line needs a
  * finished answer, and without this one the request's log would stop at its start. Its head sent (a stream past its
  * first event), the client had part of its answer: a 499 all the same, as in the metrics. Written when the client left,
- * or, for a request that ran on, once it is recorded (`leftUnlogged`), with what its record bills.
+ * or, for a request that runs on (`leftUnlogged`), once its answer is ready or its stream ends, with what it bills.
  */
 export function logClientLeft(request: FastifyRequest, reply: FastifyReply): void {
   request.gw.leftUnlogged = false;

@@ -100,7 +100,6 @@ export async function startStream(
     if (request.gw.outlivesClient && leftBeforeAnswer(reply.raw)) {
       request.gw.outlivesClient = false;
       recordClientGone(services, request);
-      if (request.gw.leftUnlogged) logClientLeft(request, reply);
     }
     throw err;
   });
