@@ -96,8 +96,10 @@ describe('the end line of a request that runs on as it is billed', () => {
     await keyed;
     expect(await endLine(requestId)).toMatchObject({ res: { statusCode: 499, ...billed }, msg: 'request completed: the client left before its answer' });
 
-    // A keyed stream whose client left before its first event runs on as well, and is billed when it ends.
+    // A keyed stream whose client left before its first event runs on as well, and is billed when it ends (its events
+    // some time apart, so that its answer is sent before it ends).
     sim.providers.scaleway?.setFault({ kind: 'latency', ms: 400, times: 1 });
+    sim.providers.scaleway?.configure({ chunkGapMs: 20 });
     const goneStream = new AbortController();
     const mark = proc.output().length;
     const keyedStream = chat(true, { 'x-idempotency-key': 'end-line-3' }, goneStream.signal).catch(() => null);
@@ -108,7 +110,11 @@ describe('the end line of a request that runs on as it is billed', () => {
     });
     goneStream.abort();
     await keyedStream;
-    expect(await endLine(requestId)).toMatchObject({ res: { statusCode: 499, ...billed }, msg: 'request completed: the client left before its answer' });
+    try {
+      expect(await endLine(requestId)).toMatchObject({ res: { statusCode: 499, ...billed }, msg: 'request completed: the client left before its answer' });
+    } finally {
+      sim.providers.scaleway?.configure({ chunkGapMs: 0 });
+    }
 
     // It runs on too when its client is gone before its handler begins (the whole request sent, then the connection
     // closed): its line said nothing of the model and tokens it went on to be billed.

@@ -99,8 +99,8 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     done();
   });
   app.addHook('onSend', (request, reply, payload, done) => {
-    // Its client gone, a keyed request's answer is ready: its usage draft has what it bills.
-    if (request.gw.leftUnlogged) logClientLeft(request, reply);
+    // Its client gone, a keyed request's answer is ready: its usage draft has what it bills (a stream's, once it ends).
+    if (request.gw.leftUnlogged && !request.gw.streaming) logClientLeft(request, reply);
     // An answer decided from the head alone (a 401, a 415) is given while Node's parser is still in that head, whose
     // body, if small, came in the same read: one turn on the parser has taken it, and whether any is left unread is
     // known then (a client sending bad-key requests on one connection kept it). Only answers given before their body.
