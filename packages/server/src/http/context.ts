@@ -40,6 +40,8 @@ export interface RequestState {
   outlivesClient: boolean;
   /** A stream's session is running: it records the request when it ends, whether or not its client stays. */
   streaming: boolean;
+  /** Its answer has reached the onSend hooks: a client leaving from here on has its end line written at once. */
+  answering: boolean;
   /**
    * The client left while the request may run on (a stream's session, a keyed request): its end line is written when
    * its answer is ready or its stream ends, with what it bills, rather than when it left, when that was not known yet.

@@ -44,6 +44,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       countedModel: null,
       outlivesClient: false,
       streaming: false,
+      answering: false,
       leftUnlogged: false,
       answeredRaw: null,
       bodyBytes: 0,
@@ -68,7 +69,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
         recordClientGone(services, request);
         // A request that may run on (a stream past its first event, a keyed request not yet answered, whose handler may
         // not have reached its upstream call) is billed when it ends: its line waits for that, to say what it bills.
-        if (request.gw.streaming || (!reply.raw.headersSent && request.headers[H.idempotencyKey] !== undefined)) request.gw.leftUnlogged = true;
+        if (request.gw.streaming || (!request.gw.answering && request.headers[H.idempotencyKey] !== undefined)) request.gw.leftUnlogged = true;
         else logClientLeft(request, reply);
       }
       // Here rather than in onResponse, which neither a client that left nor a stream that writes its own answer reaches.
@@ -100,6 +101,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
   });
   app.addHook('onSend', (request, reply, payload, done) => {
     // Its client gone, a keyed request's answer is ready: its usage draft has what it bills (a stream's, once it ends).
+    request.gw.answering = true;
     if (request.gw.leftUnlogged && !request.gw.streaming) logClientLeft(request, reply);
     // An answer decided from the head alone (a 401, a 415) is given while Node's parser is still in that head, whose
     // body, if small, came in the same read: one turn on the parser has taken it, and whether any is left unread is

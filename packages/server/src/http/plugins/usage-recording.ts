@@ -36,9 +36,11 @@ export function recordClientGone(services: Services, request: FastifyRequest): v
  * session's to record (its draft is off the request).
  */
 export function recordOutlivedClient(services: Services, request: FastifyRequest, reply: FastifyReply): void {
-  if (!request.gw.outlivesClient || !leftBeforeAnswer(reply.raw)) return;
+  if (!request.gw.outlivesClient) return;
+  // Its answer is ready: from here on it is recorded as any request, when its answer ends or its client leaves during it
+  // (a slow reader's answer of megabytes), where a leave then found it still running on and recorded it nowhere.
   request.gw.outlivesClient = false;
-  recordClientGone(services, request);
+  if (leftBeforeAnswer(reply.raw)) recordClientGone(services, request);
 }
 
 /**
