@@ -162,7 +162,8 @@ export async function startStream(
       const cost = (prompt * result.offer.pricing.prompt_per_1m + completion * result.offer.pricing.completion_per_1m) / 1_000_000;
       if (reservation) services.ledger.settle(reservation, cost).catch(() => {});
       const errorCode = neverSent ? 'client_closed' : byGateway ? byGateway.code : outcome.error ? 'upstream_failed' : null;
-      // The end line, written once the last event has gone out, reads what is billed and the failure from the request.
+      // The end line reads what is billed and the failure from the request: written now if the client has left, else
+      // once the last event has gone out.
       if (draft) {
         draft.promptTokens = prompt;
         draft.completionTokens = completion;
@@ -188,11 +189,6 @@ export async function startStream(
         streamed: true,
         createdAt: new Date(services.dbClock.nowMs()),
       });
-      // What the end line names: the tokens billed, written now if the client has left, else when the answer ends.
-      if (draft) {
-        draft.promptTokens = prompt;
-        draft.completionTokens = completion;
-      }
       request.gw.streaming = false;
       if (request.gw.leftUnlogged) logClientLeft(request, reply);
       // A stream stopped because its client left and did not come back is no failure of the provider's.
