@@ -251,11 +251,18 @@ function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'ma
  * What OpenAI refuses with a 400 and a provider might instead ignore (so a
  * request would work or not depending on where it was routed):
  * `stream_options` without a stream, `parallel_tool_calls` without tools,
- * and a `tool_choice` that names no tool the request gives.
+ * a `tool_choice` that names no tool the request gives, and Azure's
+ * `data_sources`.
  */
 function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
   // An end of int64 written as no integer (9223372036854775807.0) would be written to the provider past int64, which vLLM hosts refuse.
   if (body.seed === INT64_END || body.seed === -INT64_END) body.seed = Math.sign(body.seed) * INT64_WITHIN;
+  // Azure's "On Your Data": Azure would search the index or database it names with the gateway's Azure identity
+  // (its managed identity reads the operator's own indexes) and call embedding deployments the usage does not count.
+  // OpenAI's API refuses the argument; no other provider knows it.
+  if (body['data_sources'] != null) {
+    throw new GatewayError('validation', "Invalid body: 'data_sources' (Azure OpenAI On Your Data) is not supported.", { param: 'data_sources' });
+  }
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
     throw new GatewayError('validation', "Invalid body: 'stream_options' is only allowed when 'stream' is true.", { param: 'stream_options' });
   }
