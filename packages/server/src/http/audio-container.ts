@@ -205,6 +205,19 @@ export function upstreamFilename(filename: string, container: AudioContainer): s
   return name.startsWith('.') && isAudioExtension(name.slice(1)) ? `upload${name}` : `${name}.${container}`;
 }
 
+/**
+ * The media type a provider is told for each container, in place of the client's: that header's value is the client's
+ * own bytes (quotes, control characters, up to a part header's 16 KB, a type the file name sent contradicts).
+ */
+export const CONTAINER_TYPES: Readonly<Record<AudioContainer, string>> = {
+  wav: 'audio/wav',
+  mp3: 'audio/mpeg',
+  flac: 'audio/flac',
+  ogg: 'audio/ogg',
+  mp4: 'audio/mp4',
+  webm: 'audio/webm',
+};
+
 function isAudioExtension(ext: string): boolean {
   return (AUDIO_EXTENSIONS as readonly string[]).includes(ext.toLowerCase());
 }

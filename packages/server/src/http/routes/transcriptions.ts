@@ -10,7 +10,7 @@ import type { ProviderAdapter, Transcription, TranscriptionRequest, UpstreamCall
 import { executePlan } from '../../routing/execute.js';
 import { heldCost, planOffers } from '../../routing/plan.js';
 import type { Offer } from '../../routing/registry.js';
-import { AUDIO_EXTENSIONS, audioContainer, containerSeconds, readHead, toldSeconds, upstreamFilename } from '../audio-container.js';
+import { AUDIO_EXTENSIONS, audioContainer, CONTAINER_TYPES, containerSeconds, readHead, toldSeconds, upstreamFilename } from '../audio-container.js';
 import { FORM_BODY, readsBodiesAs } from '../body-media.js';
 import { heldFor, refuseUploadsOverBudget, reserveBudget } from '../budget.js';
 import { newUsageDraft } from '../context.js';
@@ -145,7 +145,7 @@ async function transcribeUpload(services: Services, request: FastifyRequest<{ Bo
     const upstream = transcriptionRequest(
       body,
       spoken,
-      { ...file, filename: upstreamFilename(file.filename, container) },
+      { ...file, filename: upstreamFilename(file.filename, container), contentType: CONTAINER_TYPES[container] },
       format !== 'json' && format !== 'text',
     );
     const call = { signal, requestId: request.id };
