@@ -33,12 +33,14 @@ export function chunkJson(chunk: ChatChunk, model: string): string {
 /**
  * A `\u` escape of a character keys are made of (letters, digits, `+/=-._`), which no serialiser needs: they escape
  * quotes, backslashes and control characters, Go's `<>&` too, and some everything past ASCII (Python's json by
- * default). One `includes` per chunk, and a test only on a chunk with an escape.
+ * default). So is `\/`, which PHP's json_encode writes for every `/` (of a base64 key, `openssl rand -base64`'s): its
+ * client reads the key. One `includes` per chunk without a backslash, and a test only on a chunk with an escape.
  */
 const ASCII_ESCAPE = /\\u00(?:2[bdefBDEF]|3[0-9dD]|[46][1-9a-fA-F]|[57][0-9aA]|5[fF])/;
 
 function escapesAscii(text: string): boolean {
-  return text.includes('\\u') && ASCII_ESCAPE.test(text);
+  if (!text.includes('\\')) return false;
+  return text.includes('\\/') || (text.includes('\\u') && ASCII_ESCAPE.test(text));
 }
 
 /**
