@@ -73,6 +73,7 @@ export function chatCompletionsRoute(app: FastifyInstance, services: Services, d
         throw refusal;
       }
       if (request.gw.exactIntegers !== null) passIntegersAsWritten(body, request.gw.exactIntegers);
+      refuseProviderActions(body);
       checkRequestCoherence(body);
       // OpenAI's deprecated functions API goes to every provider as its tools API; answered as asked (legacy-functions.ts).
       const functions = body['functions'] !== undefined;
@@ -248,21 +249,38 @@ function completionCap(body: ChatCompletionRequest): { field: 'max_tokens' | 'ma
 }
 
 /**
- * What OpenAI refuses with a 400 and a provider might instead ignore (so a
- * request would work or not depending on where it was routed):
- * `stream_options` without a stream, `parallel_tool_calls` without tools,
- * a `tool_choice` that names no tool the request gives, and Azure's
- * `data_sources`.
+ * Fields that would have a provider act beyond answering, with the gateway's account and on the servers all its
+ * clients share: refused before any call, whichever provider would serve it (its other fields pass as sent).
  */
-function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
-  // An end of int64 written as no integer (9223372036854775807.0) would be written to the provider past int64, which vLLM hosts refuse.
-  if (body.seed === INT64_END || body.seed === -INT64_END) body.seed = Math.sign(body.seed) * INT64_WITHIN;
+function refuseProviderActions(body: ChatBody): void {
   // Azure's "On Your Data": Azure would search the index or database it names with the gateway's Azure identity
   // (its managed identity reads the operator's own indexes) and call embedding deployments the usage does not count.
   // OpenAI's API refuses the argument; no other provider knows it.
   if (body['data_sources'] != null) {
     throw new GatewayError('validation', "Invalid body: 'data_sources' (Azure OpenAI On Your Data) is not supported.", { param: 'data_sources' });
   }
+  // A Jinja template of the client's, which vLLM and SGLang render on the provider's servers (alone, or in
+  // `chat_template_kwargs`): one that loops for minutes holds the server every client of the gateway shares, which is
+  // why both refuse it unless told to trust their clients. The template is the provider's; other kwargs pass.
+  if (body['chat_template'] != null) {
+    throw new GatewayError('validation', "Invalid body: 'chat_template' is not supported: the model's own template is used.", { param: 'chat_template' });
+  }
+  const kwargs = body['chat_template_kwargs'];
+  if (kwargs != null && typeof kwargs === 'object' && (kwargs as Record<string, unknown>)['chat_template'] != null) {
+    const param = 'chat_template_kwargs.chat_template';
+    throw new GatewayError('validation', `Invalid body: '${param}' is not supported: the model's own template is used.`, { param });
+  }
+}
+
+/**
+ * What OpenAI refuses with a 400 and a provider might instead ignore (so a
+ * request would work or not depending on where it was routed):
+ * `stream_options` without a stream, `parallel_tool_calls` without tools,
+ * and a `tool_choice` that names no tool the request gives.
+ */
+function checkRequestCoherence(body: ChatBody & ChatCompletionRequest): void {
+  // An end of int64 written as no integer (9223372036854775807.0) would be written to the provider past int64, which vLLM hosts refuse.
+  if (body.seed === INT64_END || body.seed === -INT64_END) body.seed = Math.sign(body.seed) * INT64_WITHIN;
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
     throw new GatewayError('validation', "Invalid body: 'stream_options' is only allowed when 'stream' is true.", { param: 'stream_options' });
   }

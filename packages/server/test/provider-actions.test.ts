@@ -2,9 +2,12 @@ import type { GatewayFileConfig } from '@gw/schema';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { resetProviders, startGateway, type TestGateway } from './helpers/gateway.js';
 
+// A chat request's body passes to its provider as sent, but for fields that would have the provider act beyond
+// answering, with the gateway's account and on the servers all its clients share; those are refused before any call.
 // Azure's "On Your Data" (`data_sources`) has Azure search an index or database with the identity of the gateway's
 // Azure resource (its managed identity reads the operator's own indexes) and call embedding deployments that the
-// request's usage does not count. A client's body passes to Azure as sent, so the field is refused before any call.
+// request's usage does not count. A client's own `chat_template` is a Jinja template that vLLM and SGLang render on
+// the provider's servers, where one that loops for minutes holds the server for every client.
 
 const MODEL = 'edge/azure-first';
 const pricing = { prompt_per_1m: 1, completion_per_1m: 2, currency: 'EUR' as const };
@@ -51,10 +54,10 @@ beforeEach(() => resetProviders(gw.sim));
 
 const calls = () => (gw.sim.providers['azure']?.stats().total ?? 0) + (gw.sim.providers['scaleway']?.stats().total ?? 0);
 
-async function chat(base: string, body: Record<string, unknown>) {
+async function chat(base: string, body: Record<string, unknown>, provider = 'azure') {
   const res = await fetch(`${base}/chat/completions`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'azure' },
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': provider },
     body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Résume le contrat' }], max_tokens: 16, ...body }),
   });
   return { status: res.status, body: (await res.json()) as { error?: { code: string; param: string | null; message: string } } };
@@ -80,5 +83,33 @@ describe("Azure's data_sources", () => {
     const res = await chat(gw.baseA, { data_sources: null });
     expect(res.status).toBe(200);
     expect(gw.sim.providers['azure']?.stats().byEndpoint['chat']).toBe(1);
+  });
+});
+
+const LOOPING = '{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}';
+
+describe("a client's chat template", () => {
+  it('is refused, alone or in chat_template_kwargs, in both variants, and no provider is called', async () => {
+    for (const [base, code] of [
+      [gw.baseA, 'validation_error'],
+      [gw.baseB, 'invalid_request'],
+    ] as const) {
+      for (const [body, param] of [
+        [{ chat_template: LOOPING }, 'chat_template'],
+        [{ chat_template_kwargs: { enable_thinking: false, chat_template: LOOPING } }, 'chat_template_kwargs.chat_template'],
+      ] as const) {
+        const res = await chat(base, { ...body, stream: true }, 'scaleway');
+        expect(res.status).toBe(400);
+        expect(res.body.error?.code).toBe(code);
+        expect(res.body.error?.param).toBe(param);
+      }
+    }
+    expect(calls()).toBe(0);
+  });
+
+  it("leaves the template's other arguments to the provider", async () => {
+    const res = await chat(gw.baseA, { chat_template_kwargs: { enable_thinking: false } }, 'scaleway');
+    expect(res.status).toBe(200);
+    expect(gw.sim.providers['scaleway']?.stats().last?.body).toMatchObject({ chat_template_kwargs: { enable_thinking: false } });
   });
 });
