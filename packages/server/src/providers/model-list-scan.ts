@@ -13,6 +13,8 @@ export const MAX_LISTED_MODELS = 200_000;
 const MAX_ID_BYTES = 1024;
 /** The most id text a list may have (characters), past which it is refused as one too long: memory a list takes is bounded. */
 export const MAX_LISTED_ID_CHARS = 32 * 1024 * 1024;
+/** UTF-8's byte order mark. */
+const BOM = [0xef, 0xbb, 0xbf];
 /** Deeper than this the answer is no model list. */
 const MAX_DEPTH = 256;
 
@@ -78,16 +80,39 @@ export class ModelListScan {
   /** The string being read is a key. */
   private isKey = false;
 
+  /** Bytes of a leading byte order mark matched so far; -1 once the list's first bytes are past. */
+  private bomMatched = 0;
+
   /** `aliases`: each entry's `aliases` strings are ids too (Mistral), and an id is kept once. */
   constructor(aliases = false) {
     this.seen = aliases ? new Set() : null;
+  }
+
+  /**
+   * Where the list begins in `chunk` past a UTF-8 byte order mark some Windows-hosted proxies write first (as the
+   * whole-answer reader takes it), which may come split across reads; -1 for a mark begun and not ended.
+   */
+  private pastBom(chunk: Buffer): number {
+    let i = 0;
+    while (i < chunk.length && this.bomMatched < 3 && chunk[i] === BOM[this.bomMatched]) {
+      i++;
+      this.bomMatched++;
+    }
+    if (this.bomMatched === 3 || i < chunk.length) {
+      const broken = this.bomMatched > 0 && this.bomMatched < 3;
+      this.bomMatched = -1;
+      if (broken) return -1;
+    }
+    return i;
   }
 
   /** Scans the next bytes; false once the rest cannot change the outcome (the list is broken or too long). */
   write(chunk: Buffer): boolean {
     if (this.broken || this.tooMany) return false;
     const n = chunk.length;
-    for (let i = 0; i < n; i++) {
+    const from = this.bomMatched < 0 ? 0 : this.pastBom(chunk);
+    if (from < 0) return this.fail();
+    for (let i = from; i < n; i++) {
       if (this.mode === Mode.Str) {
         i = this.readString(chunk, i);
         if (this.broken) return false;
