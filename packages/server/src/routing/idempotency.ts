@@ -1,6 +1,7 @@
 import { createHash, type Hash, randomUUID } from 'node:crypto';
 import { H } from '@gw/schema';
 import { GatewayError } from '../errors/gateway-error.js';
+import type { ExactInteger } from '../lib/json-numbers.js';
 import { headerCount } from '../lib/raw-headers.js';
 import { type IdempotencyBackend, NotSentError, type StoredAnswer } from './idempotency-types.js';
 
@@ -50,12 +51,26 @@ export function idempotencyScope(apiKeyId: string, key: string): string {
  * copy of the body, built by concatenation and then flattened, on the event loop (docs/decisions.md). The digest is the
  * same as the one string's, so a key claimed before still matches its retry.
  */
-export function fingerprint(method: string, url: string, body: unknown, extra = ''): string {
-  const out = new CanonicalHash(createHash('sha256'));
+export function fingerprint(method: string, url: string, body: unknown, extra = '', exact: readonly ExactInteger[] | null = null): string {
+  const out = new CanonicalHash(createHash('sha256'), exact === null ? null : writtenBy(exact));
   out.write(`${method} ${url}\n`);
   out.value(body);
   out.write(`\n${extra}`);
   return out.digest();
+}
+
+/**
+ * The text of each integer past 2^53 by the object (or array) and key it is the value of. The body holds the nearest
+ * double, which two integers share (9007199254740993 and …992): the fingerprint takes the text the provider receives.
+ */
+function writtenBy(exact: readonly ExactInteger[]): Map<object, Map<string, string>> {
+  const by = new Map<object, Map<string, string>>();
+  for (const { holder, key, source } of exact) {
+    const keys = by.get(holder);
+    if (keys === undefined) by.set(holder, new Map([[key, source]]));
+    else keys.set(key, source);
+  }
+  return by;
 }
 
 /** Small pieces are gathered before each update (a call into the hash per comma would cost more than the copy it saves). */
@@ -67,7 +82,11 @@ const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
 class CanonicalHash {
   private pending = '';
 
-  constructor(private readonly hash: Hash) {}
+  constructor(
+    private readonly hash: Hash,
+    /** Integers past 2^53 as written, by holder and key; null for none, as nearly always. */
+    private readonly written: Map<object, Map<string, string>> | null,
+  ) {}
 
   write(piece: string): void {
     if (piece.length >= GATHER_CHARS) {
@@ -83,16 +102,20 @@ class CanonicalHash {
   value(value: unknown): void {
     if (typeof value === 'string') this.string(value);
     else if (Array.isArray(value)) {
+      const sources = this.written?.get(value);
       this.write('[');
       for (let i = 0; i < value.length; i++) {
         if (i > 0) this.write(',');
-        this.value(value[i]);
+        const source = sources?.get(String(i));
+        if (source === undefined || typeof value[i] !== 'number') this.value(value[i]);
+        else this.write(source);
       }
       this.write(']');
     } else if (value !== null && typeof value === 'object') {
       const record = value as Record<string, unknown>;
       // Default sort: UTF-16 code units, as the `<` it replaces.
       const keys = Object.keys(record).sort();
+      const sources = this.written?.get(record);
       this.write('{');
       let first = true;
       for (const k of keys) {
@@ -100,7 +123,9 @@ class CanonicalHash {
         if (v === undefined) continue;
         this.write(first ? JSON.stringify(k) : `,${JSON.stringify(k)}`);
         this.write(':');
-        this.value(v);
+        const source = sources?.get(k);
+        if (source === undefined || typeof v !== 'number') this.value(v);
+        else this.write(source);
         first = false;
       }
       this.write('}');

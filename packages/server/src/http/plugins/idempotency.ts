@@ -38,7 +38,7 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
   /** True once a stored answer is being replayed (sent, not awaited to its end); false when the request claimed its key and runs. */
   async function claimOrReplay(request: FastifyRequest, reply: FastifyReply, raw: string | string[], apiKeyId: string): Promise<boolean> {
     const key = checkIdempotencyKey(raw, request.raw.rawHeaders);
-    const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request));
+    const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request), request.gw.exactIntegers);
     const begun = await services.idempotency.begin(idempotencyScope(apiKeyId, key), fp, (answer) => replayable(services, answer), request.id);
     if (begun.kind === 'replay') {
       // A repeat counts against the rate limit, also one the limiter left out for naming a model its key can no longer
