@@ -33,7 +33,7 @@ const model: ModelConfig = {
   owned_by: 'test',
   context_window: 8000,
   capabilities: ['streaming', 'tools'],
-  offers: [{ provider: 'vhost', upstreamModel: 'm', pricing: { prompt_per_1m: 1, completion_per_1m: 2, currency: 'EUR' } }],
+  offers: ['vhost', 'whost'].map((provider) => ({ provider, upstreamModel: 'm', pricing: { prompt_per_1m: 1, completion_per_1m: 2, currency: 'EUR' } })),
 };
 
 let upstream: Server;
@@ -46,7 +46,10 @@ beforeAll(async () => {
   upstream = started.server;
   gw = await startGateway({
     catalogue: () => ({
-      providers: [{ id: 'vhost', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: '' }],
+      providers: [
+        { id: 'vhost', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: '' },
+        { id: 'whost', type: 'openai', baseUrl: started.baseUrl, region: 'fr-par', apiKey: '' },
+      ],
       models: [model],
     }),
   });
@@ -57,14 +60,19 @@ afterAll(async () => {
   upstream?.close();
 });
 
-async function post(base: string, idempotencyKey: string, text: string) {
+async function post(base: string, idempotencyKey: string, text: string, headers: Record<string, string> = {}) {
   const res = await fetch(`${base}/chat/completions`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-idempotency-key': idempotencyKey },
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-idempotency-key': idempotencyKey, ...headers },
     body: text,
   });
   const body = await res.text();
-  return { status: res.status, replayed: res.headers.get('idempotent-replayed'), error: res.status === 200 ? undefined : JSON.parse(body).error };
+  return {
+    status: res.status,
+    replayed: res.headers.get('idempotent-replayed'),
+    provider: res.headers.get('x-gateway-provider'),
+    error: res.status === 200 ? undefined : JSON.parse(body).error,
+  };
 }
 
 const chat = (extra: string) => `{"model":"test/vllm","messages":[{"role":"user","content":"hi"}],"max_tokens":5${extra}}`;
@@ -102,5 +110,35 @@ describe('X-Idempotency-Key fingerprint of integers past 2^53', () => {
     const k = `fp-safe-${++n}`;
     expect((await post(gw.baseA, k, chat(',"seed":4503599627370497'))).status).toBe(200);
     expect(await post(gw.baseA, k, chat(',"seed":4503599627370497.0'))).toMatchObject({ status: 200, replayed: 'true' });
+  });
+});
+
+describe('X-Idempotency-Key fingerprint of the routing asked for', () => {
+  const body = chat('');
+  for (const [variant, base, type] of [
+    ['A', () => gw.baseA, 'unprocessable_entity'],
+    ['B', () => gw.baseB, 'invalid_request_error'],
+  ] as const) {
+    it(`${variant}: a repeat pinned to another provider, or to none, is another request (422), never the pinned provider's answer`, async () => {
+      const k = `fp-pin-${variant}-${++n}`;
+      const before = sent.length;
+      expect(await post(base(), k, body, { 'x-gateway-provider': 'vhost' })).toMatchObject({ status: 200, provider: 'vhost', replayed: null });
+      // The same pin, however spaced: the stored answer.
+      expect(await post(base(), k, body, { 'X-Gateway-Provider': ' vhost ' })).toMatchObject({ status: 200, provider: 'vhost', replayed: 'true' });
+      for (const other of [{ 'x-gateway-provider': 'whost' }, {}, { 'x-gateway-provider-prefer': 'whost' }]) {
+        const refused = await post(base(), k, body, other);
+        expect([refused.status, refused.error?.type, refused.error?.param], JSON.stringify(other)).toEqual([422, type, 'X-Idempotency-Key']);
+      }
+      expect(sent.length).toBe(before + 1);
+    });
+  }
+
+  it('a strategy or failover bound asked for is part of the request; its default, sent or not, is the same request', async () => {
+    const k = `fp-route-${++n}`;
+    expect((await post(gw.baseB, k, body)).status).toBe(200);
+    expect(await post(gw.baseB, k, body, { 'x-gateway-strategy': 'default', 'x-gateway-max-hops': '2' })).toMatchObject({ status: 200, replayed: 'true' });
+    for (const other of [{ 'x-gateway-strategy': 'cheapest' }, { 'x-gateway-max-hops': '0' }]) {
+      expect((await post(gw.baseB, k, body, other)).status, JSON.stringify(other)).toBe(422);
+    }
   });
 });

@@ -94,9 +94,10 @@ describe('X-Idempotency-Key', () => {
     const client = new OpenAI({ apiKey: own.key, baseURL: gw.baseB, maxRetries: 0 });
     const opts = { headers: { 'X-Idempotency-Key': 'order-42', 'X-Gateway-Strategy': 'cheapest' } };
     const first = await client.chat.completions.create({ ...chatBody(), messages: [{ role: 'user', content: 'Charge me once' }] }, opts).withResponse();
-    // Field order does not make a different request.
+    // Field order does not make a different request (its routing headers are part of it: docs/routing.md).
     const again = await post(gw.baseB, own.key, '{"max_tokens":20,"messages":[{"content":"Charge me once","role":"user"}],"model":"meta/llama-3.3-70b"}', {
       'x-idempotency-key': 'order-42',
+      'x-gateway-strategy': 'cheapest',
     });
     expect(again.status).toBe(200);
     expect(JSON.parse(again.text)).toEqual(first.data);

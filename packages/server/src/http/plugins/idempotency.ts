@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
+import type { IncomingHttpHeaders } from 'node:http';
 import { H } from '@gw/schema';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { warnOnFailure } from '../../lib/error-summary.js';
@@ -38,7 +39,8 @@ export function registerIdempotency(app: FastifyInstance, services: Services): v
   /** True once a stored answer is being replayed (sent, not awaited to its end); false when the request claimed its key and runs. */
   async function claimOrReplay(request: FastifyRequest, reply: FastifyReply, raw: string | string[], apiKeyId: string): Promise<boolean> {
     const key = checkIdempotencyKey(raw, request.raw.rawHeaders);
-    const fp = fingerprint(request.method, request.url, request.body, await uploadDigest(request), request.gw.exactIntegers);
+    const extra = (await uploadDigest(request)) + routingAskedFor(request.headers);
+    const fp = fingerprint(request.method, request.url, request.body, extra, request.gw.exactIntegers);
     const begun = await services.idempotency.begin(idempotencyScope(apiKeyId, key), fp, (answer) => replayable(services, answer), request.id);
     if (begun.kind === 'replay') {
       // A repeat counts against the rate limit, also one the limiter left out for naming a model its key can no longer
@@ -174,6 +176,25 @@ function storedHeaders(reply: FastifyReply): Record<string, string> {
 
 function isStream(payload: unknown): boolean {
   return typeof payload === 'object' && payload !== null && typeof (payload as { pipe?: unknown }).pipe === 'function';
+}
+
+/**
+ * The routing a request asked for is part of it: a request pinned to one provider (or barred from failing over) that
+ * replayed the answer another provider gave would break its own terms. Only what differs from the defaults is
+ * written, so a request without routing headers keeps the fingerprint it had, and `X-Gateway-Strategy: default` is
+ * no other request than none.
+ */
+function routingAskedFor(headers: IncomingHttpHeaders): string {
+  let out = '';
+  const pin = headers[H.provider];
+  if (pin !== undefined) out += `\npin:${String(pin).trim()}`;
+  const prefer = headers[H.providerPrefer];
+  if (prefer !== undefined) out += `\nprefer:${String(prefer).trim()}`;
+  const strategy = headers[H.strategy];
+  if (strategy !== undefined && String(strategy).trim() !== 'default') out += `\nstrategy:${String(strategy).trim()}`;
+  const hops = headers[H.maxHops];
+  if (hops !== undefined && String(hops).trim() !== '2') out += `\nhops:${String(hops).trim()}`;
+  return out;
 }
 
 /** Multipart uploads are spooled to disk: their bytes are part of the fingerprint, not only their file name. */
