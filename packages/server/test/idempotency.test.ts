@@ -164,6 +164,10 @@ describe('X-Idempotency-Key', () => {
     const canonical = `{"b":[1,null,{"a":${JSON.stringify('é"\n')},"z":"${long}"}],"model":"m"}`;
     const expected = createHash('sha256').update(`POST /v1/chat/completions\n${canonical}\nupload`).digest('hex');
     expect(fingerprint('POST', '/v1/chat/completions', body, 'upload')).toBe(expected);
+    // Lists of numbers (token ids, a vector), written whole, and mixed ones.
+    const tokens = { input: [Array.from({ length: 9000 }, (_, i) => i * 31 - 7), [0.5, -0, 1e21, 1.5e-7], [], [1, 'a', 2]], model: 'e' };
+    const canonicalTokens = `{"input":[[${tokens.input[0]?.join(',')}],[0.5,0,1e+21,1.5e-7],[],[1,"a",2]],"model":"e"}`;
+    expect(fingerprint('POST', '/v1/embeddings', tokens)).toBe(createHash('sha256').update(`POST /v1/embeddings\n${canonicalTokens}\n`).digest('hex'));
   });
 
   it('stores nothing for a request refused before any upstream call (400, 402, 429) or failed upstream (5xx): the retry runs', async () => {
