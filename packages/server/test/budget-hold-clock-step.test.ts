@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RESERVATION_TTL_MS } from '../src/limits/budget-types.js';
-import { MAX_TOKENS, messages, worst } from './helpers/budget-chat.js';
+import { chatAt, worst } from './helpers/budget-chat.js';
 import { ADMIN_TOKEN } from './helpers/gateway.js';
 import { type GatewayProcess, spawnGateway } from './helpers/process.js';
 import { steppableClockEnv, stepWallClock } from './helpers/step-clock.js';
@@ -30,13 +30,7 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-function chat(key: string): Promise<Response> {
-  return fetch(`${gw.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
-  });
-}
+const chat = (key: string) => chatAt(`${gw.url}/v1`, key);
 
 describe('the budget hold of a running request, when the wall clock steps past a hold’s life', () => {
   it('still holds its room: a second request the budget has no room for beside it is refused 402', async () => {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { type Simulator, startSimulator } from '@gw/simulator';
 import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '@gw/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_TOKENS, messages, worst } from './helpers/budget-chat.js';
+import { chatAt, worst } from './helpers/budget-chat.js';
 import { ADMIN_TOKEN } from './helpers/gateway.js';
 import { type GatewayProcess, spawnGateway } from './helpers/process.js';
 import { steppableClockEnv, stepWallClock } from './helpers/step-clock.js';
@@ -43,13 +43,7 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-function chat(key: string): Promise<Response> {
-  return fetch(`${gw.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': 'scaleway' },
-    body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS }),
-  });
-}
+const chat = (key: string) => chatAt(`${gw.url}/v1`, key);
 
 describe('budget leases of an instance whose wall clock is stepped while Redis is away', () => {
   it('a step forward of a minute does not let go of a lease the database still holds: the budget’s room is still admitted', async () => {

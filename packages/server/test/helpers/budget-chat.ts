@@ -9,7 +9,12 @@ export const worst = (estimatePromptTokens({ messages }) * 0.8 + MAX_TOKENS * 0.
 
 /** `extra`: fields added to (or replacing those of) the request's body. */
 export function chat(gw: TestGateway, key: string, base: 'A' | 'B' = 'A', extra: Record<string, unknown> = {}, provider = 'scaleway') {
-  return fetch(`${base === 'A' ? gw.baseA : gw.baseB}/chat/completions`, {
+  return chatAt(base === 'A' ? gw.baseA : gw.baseB, key, extra, provider);
+}
+
+/** The same request to a variant's base address (`http://…/v1`), as a spawned gateway is reached. */
+export function chatAt(base: string, key: string, extra: Record<string, unknown> = {}, provider = 'scaleway') {
+  return fetch(`${base}/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-gateway-provider': provider },
     body: JSON.stringify({ model: 'meta/llama-3.3-70b', messages, max_tokens: MAX_TOKENS, ...extra }),
