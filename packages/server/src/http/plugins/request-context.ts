@@ -11,8 +11,11 @@ import type { Services } from '../services.js';
 import { leftBeforeAnswer } from '../upstream-call.js';
 import { logClientLeft, recordClientGone } from './usage-recording.js';
 
-/** The operators' probes, answered by a draining instance as by any other (routes/ops.ts). */
-const OPS_ROUTES = new Set(['/healthz', '/readyz', '/metrics']);
+/**
+ * Answered by a draining instance on a connection it already had (routes/ops.ts): /readyz says it is draining, a scrape
+ * still sees the requests left. /healthz is not: a load balancer's check on a kept connection must fail at once.
+ */
+const ANSWERED_WHILE_DRAINING = new Set(['/readyz', '/metrics']);
 
 /**
  * Every request gets our own X-Request-Id, a state object, a Server-Timing
@@ -90,8 +93,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       return;
     }
     // A request that reaches a draining instance on a connection it already had: the envelope, a wait, and the connection closed.
-    // The operators' probes are answered: /readyz says it is draining, and a scrape still sees the requests left.
-    if (services.lifecycle.draining && !OPS_ROUTES.has(request.routeOptions.url ?? '')) {
+    if (services.lifecycle.draining && !ANSWERED_WHILE_DRAINING.has(request.routeOptions.url ?? '')) {
       done(
         new GatewayError('shutting_down', 'This gateway instance is shutting down; send the request again (another instance answers it).', { retryAfterS: 1 }),
       );
