@@ -86,6 +86,17 @@ describe("Azure's data_sources", () => {
   });
 });
 
+describe("Azure's stored completions", () => {
+  it('are not asked for: store and metadata stay with the gateway, and the request is served', async () => {
+    const res = await chat(gw.baseA, { store: true, metadata: { user: 'alice@example.com' } });
+    expect(res.status).toBe(200);
+    const sent = gw.sim.providers['azure']?.stats().last?.body as Record<string, unknown>;
+    expect(sent['messages']).toBeDefined();
+    expect(sent).not.toHaveProperty('store');
+    expect(sent).not.toHaveProperty('metadata');
+  });
+});
+
 const LOOPING = '{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}';
 
 describe("a client's chat template", () => {
