@@ -86,6 +86,22 @@ describe("Azure's data_sources", () => {
   });
 });
 
+describe("vLLM's kv_transfer_params", () => {
+  it('is refused in both variants, and no provider is called: it would have the provider connect where the client says', async () => {
+    const params = { do_remote_prefill: true, remote_host: '10.0.0.7', remote_port: 5557, remote_engine_id: 'x' };
+    for (const [base, code] of [
+      [gw.baseA, 'validation_error'],
+      [gw.baseB, 'invalid_request'],
+    ] as const) {
+      const res = await chat(base, { kv_transfer_params: params }, 'scaleway');
+      expect(res.status).toBe(400);
+      expect(res.body.error?.code).toBe(code);
+      expect(res.body.error?.param).toBe('kv_transfer_params');
+    }
+    expect(calls()).toBe(0);
+  });
+});
+
 describe("Azure's stored completions", () => {
   it('are not asked for: store and metadata stay with the gateway, and the request is served', async () => {
     const res = await chat(gw.baseA, { store: true, metadata: { user: 'alice@example.com' } });

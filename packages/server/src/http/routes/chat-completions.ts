@@ -265,6 +265,11 @@ function refuseProviderActions(body: ChatBody): void {
   if (body['chat_template'] != null) {
     throw new GatewayError('validation', "Invalid body: 'chat_template' is not supported: the model's own template is used.", { param: 'chat_template' });
   }
+  // vLLM's disaggregated serving reads where to fetch a prompt's KV cache from the request (a remote host and port):
+  // a client's would have the provider's servers connect where it says. Only the provider's own proxy sets it.
+  if (body['kv_transfer_params'] != null) {
+    throw new GatewayError('validation', "Invalid body: 'kv_transfer_params' is not supported: it is the provider's own.", { param: 'kv_transfer_params' });
+  }
   const kwargs = body['chat_template_kwargs'];
   if (kwargs != null && typeof kwargs === 'object' && (kwargs as Record<string, unknown>)['chat_template'] != null) {
     const param = 'chat_template_kwargs.chat_template';
