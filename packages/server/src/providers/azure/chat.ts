@@ -18,9 +18,13 @@ export function supportsStreamOptions(apiVersion: string | null): boolean {
  * 2024-09-01-preview that does not know it ("Unrecognized request argument"), its value as `max_tokens`.
  */
 export function toAzureChatBody(body: ChatBody, deployment: string, stream: boolean, apiVersion: string | null): Record<string, unknown> {
-  // `store` would keep the completion (and `metadata` with it) in the operator's Azure resource for 30 days, where its
-  // client could neither list nor delete it: not asked for (docs/adapters.md). No other provider stores completions.
-  const { stream_options: _so, store: _store, metadata: _metadata, ...rest } = toUpstreamChatBody(body, deployment);
+  const { stream_options: _so, ...rest } = toUpstreamChatBody(body, deployment);
+  // `store: true` would keep the completion (and its `metadata`) in the operator's Azure resource for 30 days, where
+  // its client could neither list nor delete it: not asked for (docs/adapters.md). No other provider stores completions.
+  if (rest['store'] === true) {
+    rest['store'] = undefined;
+    rest['metadata'] = undefined;
+  }
   const completion = rest['max_completion_tokens'];
   if (completion != null) {
     if (supportsStreamOptions(apiVersion)) rest['max_tokens'] = undefined;
