@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ALIVE_TTL_MS, InstancePresence, instanceKey } from '../src/kv/instance-presence.js';
 import { RESERVATION_TTL_MS, toNano } from '../src/limits/budget-types.js';
 import { RedisLedger } from '../src/limits/redis-ledger.js';
@@ -54,6 +54,25 @@ describe('the Redis budget ledger keeps a running sum of its holds', () => {
     await ledger.settle(r.reservation, 0.1);
     await ledger.renew(r.reservation);
     expect(await fixture.redis.zscore(`${base(tag)}:holds`, r.reservation.id)).toBeNull();
+  });
+
+  it("tells what is held by Redis's clock, as its holds' expiries are set: an instance whose clock is ahead still sees a live hold", async () => {
+    const ledger = ledgerOf();
+    const tag = 'peek-clock';
+    expect(await ledger.peek(tag, 'key:k1')).toBeNull();
+    const r = await ledger.reserve(tag, [scope(1)], 0.25, 'req_running');
+    expect(r.ok).toBe(true);
+    const now = Date.now();
+    // This instance's clock 20 minutes ahead (a VM resumed from a pause), past the hold's 15-minute life.
+    const ahead = vi.spyOn(Date, 'now').mockReturnValue(now + 20 * 60_000);
+    try {
+      expect(await ledger.peek(tag, 'key:k1')).toEqual({ spent: 0, reserved: 0.25 });
+    } finally {
+      ahead.mockRestore();
+    }
+    // A hold that did lapse by Redis's clock is not counted, whatever this instance's clock says.
+    await ageHolds(tag, RESERVATION_TTL_MS + 1_000);
+    expect(await ledger.peek(tag, 'key:k1')).toEqual({ spent: 0, reserved: 0 });
   });
 
   it('takes expired holds (of instances that died) off the sum', async () => {

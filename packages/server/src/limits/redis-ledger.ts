@@ -237,6 +237,16 @@ end
 return 1
 `;
 
+// KEYS: spent, holds. What a scope has spent and the holds still live, judged on Redis's clock as their expiries
+// were set (an instance whose clock is ahead took live holds for lapsed ones). False for a total Redis does not hold.
+const PEEK = `
+local spent = redis.call('GET', KEYS[1])
+if not spent then return false end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {spent, redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf')}
+`;
+
 // KEYS: per scope, spent, holds, held sum, run. ARGV: run id, hold ttl ms, then the members of this instance's
 // running requests. A total loaded while they ran (Redis emptied without a restart: FLUSHALL, an eviction) lost their
 // holds: each goes back where it is missing, so that what Redis admits next leaves their room. Only into a total of
@@ -325,6 +335,7 @@ export class RedisLedger implements BudgetLedger {
   private readonly adoptHoldCmd: Cmd;
   private readonly settleLateCmd: (...args: (string | number)[]) => Promise<[number, number[]]>;
   private readonly reholdCmd: Cmd;
+  private readonly peekCmd: (...args: (string | number)[]) => Promise<[string, string[]] | null>;
   /** Told when this instance found a scope's total missing in Redis and loaded it (holds there may be gone with it). */
   onTotalLoaded: ((tag: string, scopeId: string) => Promise<void>) | null = null;
   /** Redis's run id, which each total names (null: to be read, at start and after the connection dropped). */
@@ -361,6 +372,8 @@ export class RedisLedger implements BudgetLedger {
     this.adoptHoldCmd = this.cmd('gwBudgetAdoptHold');
     redis.defineCommand('gwBudgetSettleLate', { lua: SETTLE_LATE });
     this.settleLateCmd = this.cmd('gwBudgetSettleLate') as unknown as (...args: (string | number)[]) => Promise<[number, number[]]>;
+    redis.defineCommand('gwBudgetPeek', { lua: PEEK });
+    this.peekCmd = this.cmd('gwBudgetPeek') as unknown as (...args: (string | number)[]) => Promise<[string, string[]] | null>;
     redis.defineCommand('gwBudgetRehold', { lua: REHOLD });
     this.reholdCmd = this.cmd('gwBudgetRehold');
     // The Redis that answers after a dropped connection may be another run, restored from a snapshot.
@@ -682,9 +695,9 @@ export class RedisLedger implements BudgetLedger {
 
   async peek(tag: string, scopeId: string): Promise<{ spent: number; reserved: number } | null> {
     const [spentKey, holdsKey] = keysOf(tag, scopeId);
-    const spent = await this.redis.get(spentKey);
-    if (spent === null) return null;
-    const holds = await this.redis.zrangebyscore(holdsKey, Date.now(), '+inf');
+    const seen = await this.peekCmd(2, spentKey, holdsKey);
+    if (seen === null) return null;
+    const [spent, holds] = seen;
     const reserved = holds.reduce((sum, m) => sum + Number(m.slice(m.lastIndexOf(':') + 1)), 0);
     return { spent: fromNano(Number(spent)), reserved: fromNano(reserved) };
   }
