@@ -382,9 +382,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     // a client waiting for a JSON answer would get none. Refused before a byte of it is read, as a protocol fault.
     const type = headers['content-type'];
     if (typeof type === 'string' && statusCode >= 200 && statusCode < 300 && EVENT_STREAM_TYPE.test(type)) {
-      const refused = new UnaskedEventStream();
-      this.fail(refused);
-      controller.abort(refused);
+      this.refuse(controller, new UnaskedEventStream());
       return;
     }
     const length = headers['content-length'];
@@ -417,7 +415,7 @@ class JsonResponseHandler implements Dispatcher.DispatchHandler {
     this.readSized(length);
   }
 
-  private readSized(length: number): void {
+  protected readSized(length: number): void {
     this.heldAll = this.memory !== undefined;
     if (length >= PRESIZED_BYTES) this.whole = Buffer.allocUnsafeSlow(length);
   }
@@ -565,6 +563,11 @@ class ScanResponseHandler<T> extends JsonResponseHandler {
   protected override started(statusCode: number, headers: Record<string, string | string[] | undefined>): void {
     super.started(statusCode, headers);
     this.scanning = statusCode === 200 && headers['content-encoding'] === undefined;
+  }
+
+  /** A scanned answer is never held whole: no buffer of its length (an aggregator's list is tens of MB). */
+  protected override readSized(length: number): void {
+    if (!this.scanning) super.readSized(length);
   }
 
   override onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {

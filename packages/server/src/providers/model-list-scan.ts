@@ -411,10 +411,19 @@ function isBare(c: number): boolean {
 }
 
 /** Why a scanned list is refused, as the provider's fault (its last good list is kept). */
-export function listScanError(provider: string, why: 'no data array' | 'too many'): UpstreamError {
-  const message =
-    why === 'too many'
-      ? `${provider} models list has more than ${MAX_LISTED_MODELS} entries or ${MAX_LISTED_ID_CHARS / 1024 / 1024} MiB of ids, the most the gateway reads`
-      : `${provider} models list has no data array`;
-  return new UpstreamError({ kind: 'protocol', provider, message });
+/**
+ * A scanned list's ids, or the protocol error a list that is none makes: no data array, one too long, or entries none
+ * of them a model with an id (a broken answer: the last good list is kept, not an empty catalogue).
+ */
+export function scannedIds(provider: string, list: ScannedList): string[] {
+  if (!list.ok) {
+    const message =
+      list.why === 'too many'
+        ? `${provider} models list has more than ${MAX_LISTED_MODELS} entries or ${MAX_LISTED_ID_CHARS / 1024 / 1024} MiB of ids, the most the gateway reads`
+        : `${provider} models list has no data array`;
+    throw new UpstreamError({ kind: 'protocol', provider, message });
+  }
+  if (list.ids.length === 0 && list.entries > 0)
+    throw new UpstreamError({ kind: 'protocol', provider, message: `${provider} models list has entries but no model ids` });
+  return list.ids;
 }
